@@ -1,0 +1,157 @@
+"""An embedded Kafka cluster for tests, demos and local runs.
+
+It is librdkafka's mock cluster (a Kafka wire-protocol broker set living inside
+the librdkafka that confluent-kafka bundles), driven through ctypes. Clients talk
+to it over real TCP on loopback, so consumer groups, commits, ListOffsets and
+transactions behave as they do against brokers.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+
+import confluent_kafka
+
+from .errors import StreamError
+
+_RD_KAFKA_PRODUCER = 0
+
+
+def _load_librdkafka() -> ctypes.CDLL:
+    """Open the very librdkafka confluent-kafka uses, so both share one copy."""
+    pkg_dir = os.path.dirname(confluent_kafka.__file__)
+    candidates = sorted(
+        glob.glob(os.path.join(os.path.dirname(pkg_dir), "confluent_kafka.libs", "librdkafka*.so*"))
+        + glob.glob(os.path.join(pkg_dir, ".dylibs", "librdkafka*.dylib"))
+    )
+    for path in candidates + ["librdkafka.so.1", "librdkafka.so"]:
+        try:
+            return _declare(ctypes.CDLL(path))
+        except OSError:
+            continue
+    raise StreamError("embedded kafka: cannot find the librdkafka bundled with confluent-kafka")
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
+    vp, i32, i16, sz = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int16, ctypes.c_size_t
+    sigs = {
+        "rd_kafka_conf_new": ([], vp),
+        "rd_kafka_conf_set": ([vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, sz], ctypes.c_int),
+        "rd_kafka_new": ([ctypes.c_int, vp, ctypes.c_char_p, sz], vp),
+        "rd_kafka_destroy": ([vp], None),
+        "rd_kafka_mock_cluster_new": ([vp, ctypes.c_int], vp),
+        "rd_kafka_mock_cluster_destroy": ([vp], None),
+        "rd_kafka_mock_cluster_bootstraps": ([vp], ctypes.c_char_p),
+        "rd_kafka_mock_topic_create": ([vp, ctypes.c_char_p, ctypes.c_int, ctypes.c_int], ctypes.c_int),
+        "rd_kafka_mock_broker_set_down": ([vp, i32], ctypes.c_int),
+        "rd_kafka_mock_broker_set_up": ([vp, i32], ctypes.c_int),
+        "rd_kafka_mock_push_request_errors_array": ([vp, i16, sz, ctypes.POINTER(ctypes.c_int)], None),
+        "rd_kafka_mock_clear_request_errors": ([vp, i16], None),
+        "rd_kafka_mock_group_initial_rebalance_delay_ms": ([vp, i32], None),
+        "rd_kafka_mock_partition_set_leader": ([vp, ctypes.c_char_p, i32, i32], ctypes.c_int),
+        "rd_kafka_mock_coordinator_set": ([vp, ctypes.c_char_p, ctypes.c_char_p, i32], ctypes.c_int),
+        "rd_kafka_err2name": ([ctypes.c_int], ctypes.c_char_p),
+    }
+    for name, (args, res) in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
+    return lib
+
+
+# Kafka protocol API keys used when injecting request errors.
+API_KEYS = {
+    "Produce": 0, "Fetch": 1, "ListOffsets": 2, "Metadata": 3, "OffsetCommit": 8,
+    "OffsetFetch": 9, "FindCoordinator": 10, "JoinGroup": 11, "Heartbeat": 12,
+    "LeaveGroup": 13, "SyncGroup": 14, "ConsumerGroupHeartbeat": 68,
+}
+
+
+class EmbeddedKafka:
+    """N brokers on loopback. Use as a context manager or call `close()`."""
+
+    def __init__(self, brokers: int = 3, initial_rebalance_delay_ms: int | None = None):
+        if brokers < 1:
+            raise StreamError(f"embedded kafka: brokers must be >= 1, got {brokers!r}")
+        self._lib = _load_librdkafka()
+        self._lock = threading.Lock()
+        self.broker_count = brokers
+        conf = self._lib.rd_kafka_conf_new()
+        errstr = ctypes.create_string_buffer(512)
+        # A quiet producer handle only hosts the mock cluster's thread.
+        self._lib.rd_kafka_conf_set(conf, b"log_level", b"0", errstr, len(errstr))
+        self._rk = self._lib.rd_kafka_new(_RD_KAFKA_PRODUCER, conf, errstr, len(errstr))
+        if not self._rk:
+            raise StreamError(f"embedded kafka: cannot create handle: {errstr.value.decode()}")
+        self._cluster = self._lib.rd_kafka_mock_cluster_new(self._rk, brokers)
+        if not self._cluster:
+            self._lib.rd_kafka_destroy(self._rk)
+            raise StreamError("embedded kafka: cannot start the mock cluster")
+        self.bootstrap_servers = self._lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
+        if initial_rebalance_delay_ms is not None:
+            self.set_initial_rebalance_delay(initial_rebalance_delay_ms)
+
+    # -- lifecycle -------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._cluster:
+                self._lib.rd_kafka_mock_cluster_destroy(self._cluster)
+                self._cluster = None
+            if self._rk:
+                self._lib.rd_kafka_destroy(self._rk)
+                self._rk = None
+
+    def __enter__(self) -> "EmbeddedKafka":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedKafka(brokers={self.broker_count}, bootstrap_servers={self.bootstrap_servers!r})"
+
+    # -- topology --------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, replication: int = 1) -> None:
+        replication = min(replication, self.broker_count)
+        self._check(self._lib.rd_kafka_mock_topic_create(self._live(), name.encode(), partitions, replication),
+                    f"create topic {name!r}")
+
+    def broker_down(self, broker_id: int) -> None:
+        self._check(self._lib.rd_kafka_mock_broker_set_down(self._live(), broker_id), f"broker {broker_id} down")
+
+    def broker_up(self, broker_id: int) -> None:
+        self._check(self._lib.rd_kafka_mock_broker_set_up(self._live(), broker_id), f"broker {broker_id} up")
+
+    def set_partition_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        self._check(self._lib.rd_kafka_mock_partition_set_leader(self._live(), topic.encode(), partition, broker_id),
+                    f"leader of {topic}[{partition}]")
+
+    def set_group_coordinator(self, group: str, broker_id: int) -> None:
+        self._check(self._lib.rd_kafka_mock_coordinator_set(self._live(), b"group", group.encode(), broker_id),
+                    f"coordinator of group {group!r}")
+
+    # -- faults ----------------------------------------------------------
+    def push_request_errors(self, api: str | int, *errors: int) -> None:
+        """Make the next requests of `api` fail with the given KafkaError codes, in order."""
+        key = API_KEYS[api] if isinstance(api, str) else api
+        arr = (ctypes.c_int * len(errors))(*errors)
+        self._lib.rd_kafka_mock_push_request_errors_array(self._live(), key, len(errors), arr)
+
+    def clear_request_errors(self, api: str | int) -> None:
+        key = API_KEYS[api] if isinstance(api, str) else api
+        self._lib.rd_kafka_mock_clear_request_errors(self._live(), key)
+
+    def set_initial_rebalance_delay(self, delay_ms: int) -> None:
+        self._lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._live(), delay_ms)
+
+    # -- internals -------------------------------------------------------
+    def _live(self):
+        if not self._cluster:
+            raise StreamError("embedded kafka: cluster is closed")
+        return self._cluster
+
+    def _check(self, err: int, what: str) -> None:
+        if err:
+            name = self._lib.rd_kafka_err2name(err).decode()
+            raise StreamError(f"embedded kafka: {what} failed: {name}")

@@ -1,0 +1,39 @@
+"""One error hierarchy: every failure a user can see is a StreamError."""
+from __future__ import annotations
+
+
+class StreamError(Exception):
+    """Base of every mgstreams error; the message names the field and the value."""
+
+
+class ConfigError(StreamError):
+    """A stream configuration or argument was rejected; nothing was changed."""
+
+
+class OffsetSpecError(ConfigError):
+    """An offset spec could not be parsed or does not fit the stream's topics."""
+
+
+class StreamNotFound(StreamError):
+    """No stream of that name is registered."""
+
+
+class StreamStateError(StreamError):
+    """The operation does not fit the stream's current state."""
+
+
+class TransformError(StreamError):
+    """The transformation could not be loaded, or failed on a batch."""
+
+
+class SinkError(StreamError):
+    """The graph sink rejected a batch."""
+
+
+class KafkaOperationError(StreamError):
+    """A Kafka call failed; carries the Kafka error code and the partition it concerns."""
+
+    def __init__(self, message: str, *, code: str | None = None, topic: str | None = None,
+                 partition: int | None = None):
+        super().__init__(message)
+        self.code, self.topic, self.partition = code, topic, partition

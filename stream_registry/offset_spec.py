@@ -1,0 +1,287 @@
+"""Offset specs: one parser and one resolver for the procedures, the CLI and Spark.
+
+The public surface speaks Memgraph's dialect (`-1` = beginning, `-2` = end, as
+`mg.kafka_set_stream_offset`); librdkafka's raw constants are the reverse and
+never leak out of this module. Named forms (`earliest`, `latest`) are preferred.
+
+Parsing turns user input into frozen target values; resolving turns a target
+plus a partition's offsets into a concrete offset with a status and message,
+clamped to [log start, log end] like `kafka-consumer-groups --reset-offsets`.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Callable, Iterable, Mapping
+
+from .errors import OffsetSpecError
+
+# Memgraph's dialect at the user surface.
+MEMGRAPH_BEGINNING = -1
+MEMGRAPH_END = -2
+# librdkafka's raw constants (also Spark JSON's: -2 earliest, -1 latest).
+RD_OFFSET_BEGINNING = -2
+RD_OFFSET_END = -1
+RD_OFFSET_STORED = -1000
+RD_OFFSET_INVALID = -1001
+
+
+# -- targets ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Earliest:
+    def describe(self) -> str:
+        return "earliest"
+
+
+@dataclass(frozen=True)
+class Latest:
+    def describe(self) -> str:
+        return "latest"
+
+
+@dataclass(frozen=True)
+class Absolute:
+    offset: int
+
+    def describe(self) -> str:
+        return str(self.offset)
+
+
+@dataclass(frozen=True)
+class AtTime:
+    """First offset whose timestamp is at or after `timestamp_ms`."""
+    timestamp_ms: int
+    text: str
+
+    def describe(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Move by `delta` from the current position (the committed offset when not running)."""
+    delta: int
+
+    def describe(self) -> str:
+        return f"{self.delta:+d}"
+
+
+@dataclass(frozen=True)
+class Committed:
+    def describe(self) -> str:
+        return "committed"
+
+
+Target = Earliest | Latest | Absolute | AtTime | Shift | Committed
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """A parsed spec: a target for all partitions, or targets for some topics/partitions."""
+    default: Target | None = None
+    topics: Mapping[str, Target] = field(default_factory=dict)
+    partitions: Mapping[tuple[str, int], Target] = field(default_factory=dict)
+
+    def target_for(self, topic: str, partition: int) -> Target | None:
+        """The target of one partition, or None when the spec leaves it alone."""
+        if (topic, partition) in self.partitions:
+            return self.partitions[(topic, partition)]
+        if topic in self.topics:
+            return self.topics[topic]
+        return self.default
+
+    def check_against(self, partitions_by_topic: Mapping[str, Iterable[int]]) -> None:
+        """Reject topics or partitions the spec names but the stream does not have."""
+        for topic in self.topics:
+            if topic not in partitions_by_topic:
+                raise OffsetSpecError(f"offset: unknown topic {topic!r} (stream topics: "
+                                      f"{', '.join(sorted(partitions_by_topic))})")
+        for topic, partition in self.partitions:
+            if topic not in partitions_by_topic:
+                raise OffsetSpecError(f"offset: unknown topic {topic!r} in {topic}:{partition} "
+                                      f"(stream topics: {', '.join(sorted(partitions_by_topic))})")
+            if partition not in set(partitions_by_topic[topic]):
+                raise OffsetSpecError(f"offset: unknown partition {topic}:{partition}")
+
+
+# -- parsing ------------------------------------------------------------------
+_SHIFT = re.compile(r"^[+-]\d+$")
+_INT = re.compile(r"^\d+$")
+_PARTITION_KEY = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+):(?P<partition>\d+)$")
+_TOPIC_KEY = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def parse_offset_spec(value: object) -> OffsetSpec:
+    """Parse any accepted spec form; raise OffsetSpecError naming the value otherwise."""
+    if isinstance(value, Mapping):
+        return _parse_map(value)
+    return OffsetSpec(default=parse_target(value))
+
+
+def parse_target(value: object, where: str = "offset") -> Target:
+    """One partition's target: int (Memgraph dialect) or string form."""
+    if isinstance(value, bool):
+        raise OffsetSpecError(f"{where}: expected an integer or a string, got boolean {value!r}")
+    if isinstance(value, int):
+        return _from_memgraph_int(value, where)
+    if isinstance(value, str):
+        text = value.strip()
+        lowered = text.lower()
+        if lowered in ("earliest", "beginning", "smallest"):
+            return Earliest()
+        if lowered in ("latest", "end", "largest"):
+            return Latest()
+        if lowered == "committed":
+            return Committed()
+        if _SHIFT.match(text):
+            return Shift(int(text))
+        if _INT.match(text):
+            return _from_memgraph_int(int(text), where)
+        if text.startswith("-") and text[1:].isdigit():
+            return _from_memgraph_int(int(text), where)
+        timestamp = _parse_datetime(text)
+        if timestamp is not None:
+            return AtTime(timestamp, text)
+        raise OffsetSpecError(
+            f"{where}: cannot parse {value!r}; expected an offset >= 0, -1 (beginning), -2 (end), "
+            "'earliest', 'latest', 'committed', '+N', '-N', or an ISO-8601 datetime")
+    raise OffsetSpecError(f"{where}: expected an integer, string or map, got "
+                          f"{type(value).__name__} {value!r}")
+
+
+def _from_memgraph_int(value: int, where: str) -> Target:
+    if value >= 0:
+        return Absolute(value)
+    if value == MEMGRAPH_BEGINNING:
+        return Earliest()
+    if value == MEMGRAPH_END:
+        return Latest()
+    raise OffsetSpecError(f"{where}: invalid offset {value!r}; use >= 0, -1 (beginning) or -2 (end)")
+
+
+def _parse_datetime(text: str) -> int | None:
+    candidate = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
+    if not re.match(r"^\d{4}-\d{2}-\d{2}", candidate):
+        return None
+    try:
+        moment = datetime.fromisoformat(candidate)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def _parse_map(value: Mapping) -> OffsetSpec:
+    if not value:
+        raise OffsetSpecError("offset: empty map names no topic or partition")
+    topics: dict[str, Target] = {}
+    partitions: dict[tuple[str, int], Target] = {}
+    for key, raw in value.items():
+        if not isinstance(key, str):
+            raise OffsetSpecError(f"offset: map key {key!r} must be 'topic' or 'topic:partition'")
+        where = f"offset[{key!r}]"
+        match = _PARTITION_KEY.match(key)
+        if match:
+            partitions[(match["topic"], int(match["partition"]))] = parse_target(raw, where)
+        elif _TOPIC_KEY.match(key):
+            topics[key] = parse_target(raw, where)
+        else:
+            raise OffsetSpecError(f"offset: map key {key!r} must be 'topic' or 'topic:partition'")
+    return OffsetSpec(topics=topics, partitions=partitions)
+
+
+# -- resolving ------------------------------------------------------------------
+class ChangeStatus(str, Enum):
+    PLANNED = "planned"    # dry run: what would be applied
+    APPLIED = "applied"
+    CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
+    PENDING = "pending"    # recorded; applied at the next assignment
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class PartitionSnapshot:
+    """What is known of one partition when a spec is resolved."""
+    topic: str
+    partition: int
+    log_start: int
+    log_end: int
+    committed: int | None = None
+    position: int | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedOffset:
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int | None
+    clamped: bool
+    message: str
+
+    @property
+    def failed(self) -> bool:
+        return self.offset is None
+
+
+TimeLookup = Callable[[list[tuple[str, int, int]]], Mapping[tuple[str, int], int | None]]
+
+
+def resolve(spec: OffsetSpec, snapshots: Iterable[PartitionSnapshot], lookup_times: TimeLookup,
+            *, running: bool) -> list[ResolvedOffset]:
+    """Concrete offsets for every partition the spec targets (partitions it leaves alone are skipped).
+
+    `lookup_times` maps (topic, partition, timestamp_ms) to the first offset at or
+    after that time, or None when the partition has none.
+    """
+    targeted = [(snap, spec.target_for(snap.topic, snap.partition)) for snap in snapshots]
+    targeted = [(snap, target) for snap, target in targeted if target is not None]
+    time_queries = [(s.topic, s.partition, t.timestamp_ms) for s, t in targeted if isinstance(t, AtTime)]
+    times = lookup_times(time_queries) if time_queries else {}
+    return [_resolve_one(snap, target, times, running) for snap, target in targeted]
+
+
+def _resolve_one(snap: PartitionSnapshot, target: Target, times, running: bool) -> ResolvedOffset:
+    current = snap.position if running and snap.position is not None else snap.committed
+    previous = current
+    note = ""
+    match target:
+        case Earliest():
+            wanted = snap.log_start
+        case Latest():
+            wanted = snap.log_end
+        case Absolute(offset=offset):
+            wanted = offset
+        case Committed():
+            if snap.committed is None:
+                return _failed(snap, previous, "no committed offset for this partition")
+            wanted = snap.committed
+        case Shift(delta=delta):
+            if current is None:
+                source = "position or committed offset" if running else "committed offset"
+                return _failed(snap, previous, f"cannot shift by {delta:+d}: no {source} for this partition")
+            wanted = current + delta
+        case AtTime(timestamp_ms=ts, text=text):
+            found = times.get((snap.topic, snap.partition))
+            if found is None:
+                wanted = snap.log_end
+                note = f"no record at or after {text}; set to the end ({snap.log_end})"
+            else:
+                wanted = found
+        case _:
+            raise OffsetSpecError(f"offset: unsupported target {target!r}")
+    if wanted < snap.log_start or wanted > snap.log_end:
+        bound = snap.log_start if wanted < snap.log_start else snap.log_end
+        which = "log start" if wanted < snap.log_start else "log end"
+        return ResolvedOffset(snap.topic, snap.partition, previous, bound, True,
+                              f"requested {wanted} is outside [{snap.log_start}, {snap.log_end}]; "
+                              f"clamped to {which} {bound}")
+    return ResolvedOffset(snap.topic, snap.partition, previous, wanted, False, note)
+
+
+def _failed(snap: PartitionSnapshot, previous: int | None, why: str) -> ResolvedOffset:
+    return ResolvedOffset(snap.topic, snap.partition, previous, None, False,
+                          f"{snap.topic}:{snap.partition}: {why}")

@@ -1,0 +1,43 @@
+"""Offset values reported to users: changes, per-partition positions and the audit trail."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .offset_spec import ChangeStatus
+
+
+@dataclass(frozen=True)
+class OffsetChange:
+    """One partition's outcome of set_offset (Memgraph dialect offsets are never stored here:
+    `offset` is the concrete offset, None when the partition could not be changed)."""
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int | None
+    status: ChangeStatus
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One row of describe(), like `kafka-consumer-groups --describe`."""
+    topic: str
+    partition: int
+    committed_offset: int | None
+    position: int | None
+    log_start_offset: int
+    log_end_offset: int
+    lag: int | None
+    assigned: bool
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """An applied offset change, as recorded in the registry's audit history."""
+    changed_at: datetime
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int
+    status: ChangeStatus

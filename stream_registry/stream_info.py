@@ -1,0 +1,34 @@
+"""What the registry reports about a stream: its state and its masked configuration."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping
+
+
+class StreamStatus(str, Enum):
+    CREATED = "created"
+    STARTING = "starting"   # subscribed, the group has not assigned partitions yet
+    RUNNING = "running"
+    STOPPED = "stopped"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """A snapshot for list()/get(): secrets in configs and credentials are masked."""
+    name: str
+    topics: tuple[str, ...]
+    consumer_group: str
+    bootstrap_servers: str
+    transform: str
+    sink: str
+    status: StreamStatus
+    error: str | None
+    configs: Mapping[str, str]
+    credentials: Mapping[str, str]
+    batch_size: int
+    batch_interval_ms: int

@@ -1,0 +1,82 @@
+"""Shared fixtures: one Kafka cluster and (lazily) one SparkSession per test run.
+
+Tests run against the embedded cluster unless KAFKA_BOOTSTRAP_SERVERS points at
+a real one; then topics are created with the admin client under unique names.
+Fault-injection tests ask for `embedded_kafka` and are skipped on a real cluster.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from stream_registry.embedded_kafka import EmbeddedKafka
+
+
+class KafkaCluster:
+    """A cluster the tests can create topics on and produce to."""
+
+    def __init__(self, bootstrap_servers: str, embedded: EmbeddedKafka | None):
+        self.bootstrap_servers = bootstrap_servers
+        self.embedded = embedded
+
+    def new_topic(self, partitions: int = 3, prefix: str = "t", replication: int = 3) -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        if self.embedded is not None:
+            self.embedded.create_topic(name, partitions, replication)
+        else:
+            admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+            replication = min(replication, len(admin.list_topics(timeout=10).brokers))
+            futures = admin.create_topics([NewTopic(name, partitions, replication)])
+            for future in futures.values():
+                future.result(30)
+        return name
+
+    def produce(self, topic: str, count: int, *, partitions: int | None = None, payload=None,
+                timestamp_ms=None, key=None) -> None:
+        """Produce `count` messages; with `partitions`, message i goes to partition i % partitions."""
+        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5})
+        for i in range(count):
+            kwargs = {}
+            if partitions is not None:
+                kwargs["partition"] = i % partitions
+            if timestamp_ms is not None:
+                kwargs["timestamp"] = timestamp_ms(i)
+            value = payload(i) if payload else f'{{"i": {i}}}'.encode()
+            producer.produce(topic, value=value, key=key(i) if key else None, **kwargs)
+            if i % 10000 == 0:
+                producer.poll(0)
+        remaining = producer.flush(30)
+        assert remaining == 0, f"{remaining} messages not delivered"
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    real = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if real:
+        yield KafkaCluster(real, None)
+        return
+    with EmbeddedKafka(brokers=3) as cluster:
+        yield KafkaCluster(cluster.bootstrap_servers, cluster)
+
+
+@pytest.fixture
+def embedded_kafka(kafka):
+    if kafka.embedded is None:
+        pytest.skip("needs the embedded cluster's fault injection")
+    return kafka.embedded
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("mgstreams-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4")
+               .getOrCreate())
+    yield session
+    session.stop()

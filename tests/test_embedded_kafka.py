@@ -1,0 +1,42 @@
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from stream_registry.embedded_kafka import EmbeddedKafka
+from stream_registry.errors import StreamError
+
+
+def test_topics_partitions_and_round_trip():
+    with EmbeddedKafka(brokers=3) as cluster:
+        assert len(cluster.bootstrap_servers.split(",")) == 3
+        cluster.create_topic("orders", partitions=4, replication=3)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers})
+        for i in range(40):
+            producer.produce("orders", value=b"x", partition=i % 4)
+        assert producer.flush(10) == 0
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "g"})
+        metadata = consumer.list_topics("orders", timeout=10)
+        assert sorted(metadata.topics["orders"].partitions) == [0, 1, 2, 3]
+        assert consumer.get_watermark_offsets(TopicPartition("orders", 2), timeout=10) == (0, 10)
+        consumer.close()
+
+
+def test_injected_errors_reach_clients():
+    with EmbeddedKafka(brokers=1) as cluster:
+        cluster.create_topic("t", partitions=1)
+        cluster.push_request_errors("Produce", KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "retries": 0})
+        errors = []
+        producer.produce("t", value=b"x", on_delivery=lambda err, msg: errors.append(err))
+        producer.flush(10)
+        assert errors and errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_broker_down_and_up_and_closed_cluster_errors():
+    cluster = EmbeddedKafka(brokers=2)
+    cluster.broker_down(1)
+    cluster.broker_up(1)
+    cluster.close()
+    with pytest.raises(StreamError, match="closed"):
+        cluster.create_topic("t")
+    with pytest.raises(StreamError, match="brokers"):
+        EmbeddedKafka(brokers=0)
