@@ -1,0 +1,188 @@
+"""Read-only questions to the cluster about a group's partitions.
+
+A `PartitionQuery` is a consumer that never subscribes: it asks for metadata,
+watermarks, committed offsets and offsets by time for a consumer group without
+joining it, so it can be used while the stream's own consumer is polling (or
+from another process: the CLI, the Spark planner).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Iterable, Mapping
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from .errors import ConfigError, KafkaOperationError
+from .offset_spec import RD_OFFSET_END, PartitionSnapshot
+from .redaction import redact, secret_values
+
+TP = tuple[str, int]
+
+
+class PartitionQuery:
+    """Metadata and offsets for one consumer group; thread-safe, close() when done."""
+
+    def __init__(self, bootstrap_servers: str, group_id: str, client_config: Mapping[str, str] | None = None,
+                 timeout: float = 10.0):
+        self._client_config = dict(client_config or {})
+        self._secrets = secret_values(self._client_config)
+        conf = {**self._client_config, "bootstrap.servers": bootstrap_servers, "group.id": group_id,
+                "enable.auto.commit": False, "enable.partition.eof": False,
+                "isolation.level": self._client_config.get("isolation.level", "read_committed")}
+        try:
+            self._consumer = Consumer(conf)
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise ConfigError(f"configs: rejected by the Kafka client: {redact(str(exc), self._secrets)}") from None
+        self._bootstrap_servers = bootstrap_servers
+        self._lock = threading.Lock()
+        self.timeout = timeout
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+    def __enter__(self) -> "PartitionQuery":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- metadata ---------------------------------------------------------
+    def partitions(self, topics: Iterable[str]) -> dict[str, list[int]]:
+        """Partition ids per topic; an unknown topic or unreachable cluster raises, naming it."""
+        result: dict[str, list[int]] = {}
+        for topic in topics:
+            metadata = self._call(lambda: self._consumer.list_topics(topic, timeout=self.timeout),
+                                  f"metadata for topic {topic!r}", field="bootstrap_servers")
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                reason = info.error.str() if info is not None and info.error is not None else "no partitions"
+                raise ConfigError(f"topics: topic {topic!r} does not exist or is not available ({reason})")
+            result[topic] = sorted(info.partitions)
+        return result
+
+    # -- offsets ----------------------------------------------------------
+    def watermarks(self, tps: Iterable[TP]) -> dict[TP, tuple[int, int]]:
+        """(log start, log end) per partition; log end is the last stable offset under read_committed."""
+        out = {}
+        for topic, partition in tps:
+            low, high = self._call(
+                lambda: self._consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=self.timeout),
+                f"watermarks of {topic}:{partition}", topic=topic, partition=partition)
+            out[(topic, partition)] = (low, high)
+        return out
+
+    def committed(self, tps: Iterable[TP]) -> dict[TP, int | None]:
+        """The group's committed offset per partition, None where it has none."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        answer = self._call(lambda: self._consumer.committed([TopicPartition(t, p) for t, p in tps],
+                                                              timeout=self.timeout),
+                            "committed offsets")
+        out = {}
+        for tp in answer:
+            if tp.error is not None:
+                raise KafkaOperationError(f"committed offset of {tp.topic}:{tp.partition}: {tp.error.str()}",
+                                          code=tp.error.name(), topic=tp.topic, partition=tp.partition)
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+        return out
+
+    def offsets_for_times(self, queries: list[tuple[str, int, int]]) -> dict[TP, int | None]:
+        """First offset with timestamp >= ts per partition, None where there is none.
+
+        The broker's answer is checked: when it says "none" but the partition's
+        last record is at or after the time (brokers without a time index, such
+        as the embedded cluster), the offset is found by binary search over
+        record timestamps instead of trusting the answer.
+        """
+        if not queries:
+            return {}
+        answer = self._call(lambda: self._consumer.offsets_for_times(
+            [TopicPartition(t, p, ts) for t, p, ts in queries], timeout=self.timeout), "offsets for times")
+        wanted = {(t, p): ts for t, p, ts in queries}
+        out: dict[TP, int | None] = {}
+        for tp in answer:
+            key = (tp.topic, tp.partition)
+            if tp.error is not None:
+                raise KafkaOperationError(f"offset by time of {tp.topic}:{tp.partition}: {tp.error.str()}",
+                                          code=tp.error.name(), topic=tp.topic, partition=tp.partition)
+            if tp.offset >= 0:
+                out[key] = tp.offset
+            elif tp.offset == RD_OFFSET_END or tp.offset < 0:
+                out[key] = self._search_by_time(tp.topic, tp.partition, wanted[key])
+        return out
+
+    def snapshots(self, tps: Iterable[TP], positions: Mapping[TP, int] | None = None) -> list[PartitionSnapshot]:
+        tps = list(tps)
+        marks = self.watermarks(tps)
+        committed = self.committed(tps)
+        positions = positions or {}
+        return [PartitionSnapshot(t, p, marks[(t, p)][0], marks[(t, p)][1], committed.get((t, p)),
+                                  positions.get((t, p))) for t, p in tps]
+
+    # -- internals --------------------------------------------------------
+    def _search_by_time(self, topic: str, partition: int, ts: int) -> int | None:
+        low, high = self.watermarks([(topic, partition)])[(topic, partition)]
+        if high <= low:
+            return None
+        last = self._record_at_or_after(topic, partition, high - 1, high, backwards=True)
+        if last is None or last[1] < ts:
+            return None
+        lo, hi = low, last[0]  # invariant: the answer lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            record = self._record_at_or_after(topic, partition, mid, hi + 1)
+            if record is None or record[1] >= ts:
+                hi = mid if record is None else min(hi, record[0])
+            else:
+                lo = record[0] + 1
+        return lo
+
+    def _record_at_or_after(self, topic: str, partition: int, offset: int, end: int,
+                            backwards: bool = False) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `offset` (below `end`).
+
+        With backwards=True, steps back from `offset` until a record is found
+        (the last offsets of a partition may be transaction markers).
+        """
+        reader = Consumer({**self._client_config, "bootstrap.servers": self._bootstrap_servers,
+                           "group.id": "mgstreams-time-probe", "enable.auto.commit": False,
+                           "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+        try:
+            start = offset
+            while start >= 0:
+                reader.assign([TopicPartition(topic, partition, start)])
+                while True:
+                    msg = reader.poll(self.timeout)
+                    if msg is None:
+                        raise KafkaOperationError(f"timed out reading {topic}:{partition} at {start}",
+                                                  topic=topic, partition=partition)
+                    if msg.error() is not None:
+                        break  # partition EOF: nothing at or after `start`
+                    if msg.offset() < end:
+                        return msg.offset(), msg.timestamp()[1]
+                    break
+                if not backwards:
+                    return None
+                start -= 1
+            return None
+        finally:
+            reader.close()
+
+    def _call(self, fn, what: str, *, field: str | None = None, topic: str | None = None,
+              partition: int | None = None):
+        with self._lock:
+            if self._consumer is None:
+                raise KafkaOperationError(f"{what}: the query client is closed")
+            try:
+                return fn()
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                code = err.name() if hasattr(err, "name") else None
+                text = err.str() if hasattr(err, "str") else str(exc)
+                prefix = f"{field}: " if field else ""
+                raise KafkaOperationError(f"{prefix}{what} failed: {redact(text, self._secrets)} ({code})",
+                                          code=code, topic=topic, partition=partition) from None
