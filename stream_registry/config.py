@@ -1,0 +1,145 @@
+"""StreamConfig: what a user declares about a stream, and its validation.
+
+Validation is pure (no network); the registry adds the checks that need the
+cluster (reachable brokers, existing topics) before anything is stored.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Sequence
+
+from .errors import ConfigError
+from .redaction import mask_all, mask_secrets
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
+MAX_NAME_LENGTH = 128
+MAX_TOPIC_LENGTH = 249
+
+# librdkafka properties the plugin owns: the user may not set them.
+OWNED_CONFIG_KEYS = frozenset({
+    "group.id", "bootstrap.servers", "metadata.broker.list", "enable.auto.commit",
+    "enable.auto.offset.store", "enable.partition.eof",
+    "on_commit", "error_cb", "stats_cb", "throttle_cb", "oauth_cb", "logger",
+    "rebalance_cb", "offset_commit_cb", "consume_cb", "log_cb", "background_event_cb",
+})
+ASSIGNMENT_STRATEGIES = frozenset({"range", "roundrobin", "cooperative-sticky"})
+GROUP_PROTOCOLS = frozenset({"classic", "consumer"})
+# Credentials with this prefix are for the graph sink, not for librdkafka.
+SINK_CREDENTIAL_PREFIX = "bolt."
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    name: str
+    topics: Sequence[str]
+    bootstrap_servers: str
+    transform: str
+    sink: str
+    consumer_group: str | None = None
+    batch_size: int = 1000
+    batch_interval_ms: int = 100
+    configs: Mapping[str, Any] = field(default_factory=dict)
+    credentials: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.topics, str):
+            object.__setattr__(self, "topics", (self.topics,))
+        else:
+            object.__setattr__(self, "topics", tuple(self.topics))
+        object.__setattr__(self, "configs", dict(self.configs or {}))
+        object.__setattr__(self, "credentials", dict(self.credentials or {}))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={self._shown(f.name)!r}" for f in fields(self))
+        return f"StreamConfig({shown})"
+
+    __str__ = __repr__
+
+    def _shown(self, name: str):
+        value = getattr(self, name)
+        if name == "credentials":
+            return mask_all(value)
+        if name == "configs":
+            return mask_secrets(value)
+        return value
+
+    @property
+    def group_id(self) -> str:
+        return self.consumer_group or f"mgstreams_{self.name}"
+
+    def with_group(self) -> "StreamConfig":
+        """The same config with its consumer group made explicit (stored form)."""
+        return replace(self, consumer_group=self.group_id)
+
+    def kafka_credentials(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.credentials.items() if not k.startswith(SINK_CREDENTIAL_PREFIX)}
+
+    def sink_credentials(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.credentials.items() if k.startswith(SINK_CREDENTIAL_PREFIX)}
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka configuration for this stream (secrets included: never print it)."""
+        return {**self.configs, **self.kafka_credentials(),
+                "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad field and its value."""
+        if not isinstance(self.name, str) or not _NAME.match(self.name) or len(self.name) > MAX_NAME_LENGTH:
+            raise ConfigError(f"name: {self.name!r} is not a valid stream name "
+                              f"([A-Za-z_][A-Za-z0-9_]*, at most {MAX_NAME_LENGTH} characters)")
+        if not self.topics:
+            raise ConfigError("topics: at least one topic is required, got []")
+        for topic in self.topics:
+            if (not isinstance(topic, str) or not _TOPIC.match(topic) or len(topic) > MAX_TOPIC_LENGTH
+                    or topic in (".", "..")):
+                raise ConfigError(f"topics: {topic!r} is not a valid Kafka topic name "
+                                  f"([A-Za-z0-9._-], 1 to {MAX_TOPIC_LENGTH} characters)")
+        if len(set(self.topics)) != len(self.topics):
+            raise ConfigError(f"topics: duplicate topic in {list(self.topics)!r}")
+        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
+            raise ConfigError(f"bootstrap_servers: expected 'host:port[,host:port...]', got {self.bootstrap_servers!r}")
+        for server in self.bootstrap_servers.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"bootstrap_servers: {server.strip()!r} is not host:port")
+        if self.consumer_group is not None and (not isinstance(self.consumer_group, str)
+                                                or not self.consumer_group.strip()):
+            raise ConfigError(f"consumer_group: {self.consumer_group!r} is not a valid group id")
+        for name in ("batch_size", "batch_interval_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        if not isinstance(self.transform, str) or "." not in self.transform:
+            raise ConfigError(f"transform: expected 'module.function', got {self.transform!r}")
+        if not isinstance(self.sink, str) or not self.sink:
+            raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
+        self._validate_configs()
+        for key, value in self.credentials.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigError(f"credentials: keys must be non-empty strings, got {key!r}")
+            if not isinstance(value, (str, int, float)):
+                raise ConfigError(f"credentials[{key!r}]: expected a string value, got {type(value).__name__}")
+
+    def _validate_configs(self) -> None:
+        for key, value in self.configs.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigError(f"configs: keys must be non-empty strings, got {key!r}")
+            shown = mask_secrets({key: value})[key]
+            if key in OWNED_CONFIG_KEYS or key.endswith("_cb"):
+                raise ConfigError(f"configs[{key!r}]: set by mgstreams itself and cannot be overridden "
+                                  f"(got {shown!r})")
+            if not isinstance(value, (str, int, float, bool)):
+                raise ConfigError(f"configs[{key!r}]: expected a string, number or boolean, "
+                                  f"got {type(value).__name__}")
+        strategy = self.configs.get("partition.assignment.strategy")
+        if strategy is not None:
+            chosen = {part.strip() for part in str(strategy).split(",")}
+            if not chosen <= ASSIGNMENT_STRATEGIES:
+                raise ConfigError(f"configs['partition.assignment.strategy']: {strategy!r} is not one of "
+                                  f"{', '.join(sorted(ASSIGNMENT_STRATEGIES))}")
+        protocol = self.configs.get("group.protocol")
+        if protocol is not None and protocol not in GROUP_PROTOCOLS:
+            raise ConfigError(f"configs['group.protocol']: {protocol!r} is not one of "
+                              f"{', '.join(sorted(GROUP_PROTOCOLS))}")

@@ -1,0 +1,365 @@
+"""The stream registry: stream names to consumers, persisted, with offset control.
+
+Calls on one stream are serialized by a per-stream lock; the poll thread of
+each running stream is the only one touching its consumer (see stream_worker).
+A registry that hosts streams (`autostart=True`, the query module's) restarts
+the streams that were running when it is constructed. A registry opened by
+another process to look at the same state (the CLI, a Spark driver) uses
+`autostart=False` and refuses to move streams another process is running.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import StreamConfig
+from .errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
+from .kafka_queries import PartitionQuery
+from .offset_spec import ChangeStatus, parse_offset_spec, resolve
+from .offsets import HistoryEntry, OffsetChange, PartitionOffsets
+from .redaction import mask_all, mask_secrets, redact, secret_values
+from .sinks import open_sink, validate_sink_uri
+from .state_store import StateStore
+from .stream_info import StreamInfo, StreamStatus
+from .stream_worker import AppliedOffset, RetryPolicy, StreamWorker
+from .transform import load_transformation
+
+log = logging.getLogger("mgstreams.registry")
+TP = tuple[str, int]
+
+
+@dataclass
+class _Stream:
+    config: StreamConfig
+    status: StreamStatus
+    error: str | None = None
+    worker: StreamWorker | None = None
+    sink: Any = None
+    query: PartitionQuery | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    clamped: set[TP] = field(default_factory=set)
+
+
+class StreamRegistry:
+    def __init__(self, state_dir: str | os.PathLike, *, autostart: bool = True,
+                 retry: RetryPolicy = RetryPolicy(), query_timeout: float = 10.0):
+        self._store = StateStore(state_dir)
+        self.state_dir = Path(state_dir)
+        self._hosting = autostart
+        self._retry = retry
+        self._query_timeout = query_timeout
+        self._lock = threading.Lock()
+        self._streams: dict[str, _Stream] = {}
+        self._closed = False
+        restart = []
+        for config, desired_running, status, error in self._store.load_streams():
+            if autostart and status in (StreamStatus.STARTING, StreamStatus.RUNNING):
+                status = StreamStatus.STOPPED  # its consumer died with the old process
+            self._streams[config.name] = _Stream(config, status, error)
+            if autostart and desired_running:
+                restart.append(config.name)
+        for name in restart:
+            try:
+                self.start(name)
+            except StreamError as exc:
+                log.warning("stream %s could not be restored: %s", name, exc)
+
+    # -- lifecycle ----------------------------------------------------------
+    def create(self, config: StreamConfig) -> StreamInfo:
+        """Validate everything (including the cluster and topics), then store; nothing on failure."""
+        if not isinstance(config, StreamConfig):
+            raise ConfigError(f"config: expected a StreamConfig, got {type(config).__name__}")
+        config.validate()
+        config = config.with_group()
+        with self._lock:
+            if config.name in self._streams:
+                raise ConfigError(f"name: a stream named {config.name!r} already exists")
+        self._load_transformation(config)
+        try:
+            validate_sink_uri(config.sink)
+        except StreamError as exc:
+            raise ConfigError(str(exc)) from None
+        with self._open_query(config) as query:
+            query.partitions(config.topics)
+        with self._lock:
+            if config.name in self._streams:
+                raise ConfigError(f"name: a stream named {config.name!r} already exists")
+            self._store.insert_stream(config)
+            self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
+        return self.get(config.name)
+
+    def start(self, name: str) -> StreamInfo:
+        stream = self._stream(name)
+        with stream.lock:
+            self._check_not_foreign(stream, "start")
+            if stream.worker is not None and stream.worker.alive:
+                raise StreamStateError(f"name: stream {name!r} is already {stream.status.value}")
+            self._start_locked(stream)
+        return self.get(name)
+
+    def stop(self, name: str) -> StreamInfo:
+        stream = self._stream(name)
+        with stream.lock:
+            self._check_not_foreign(stream, "stop")
+            if stream.worker is None:
+                raise StreamStateError(f"name: stream {name!r} is not running (status {stream.status.value})")
+            self._stop_locked(stream)
+            self._store.set_status(name, stream.status, stream.error, desired_running=False)
+        return self.get(name)
+
+    def drop(self, name: str) -> StreamInfo:
+        stream = self._stream(name)
+        with stream.lock:
+            self._check_not_foreign(stream, "drop")
+            if stream.worker is not None:
+                self._stop_locked(stream)
+            info = self._info(stream)
+            if stream.query is not None:
+                stream.query.close()
+            self._store.delete_stream(name)
+            with self._lock:
+                self._streams.pop(name, None)
+        return info
+
+    def list(self) -> list[StreamInfo]:
+        with self._lock:
+            streams = list(self._streams.values())
+        return [self._info(s) for s in sorted(streams, key=lambda s: s.config.name)]
+
+    def get(self, name: str) -> StreamInfo:
+        return self._info(self._stream(name))
+
+    def client_config(self, name: str) -> dict[str, Any]:
+        """The librdkafka configuration of a stream, secrets included (for the Spark bridge)."""
+        return self._stream(name).config.client_config()
+
+    def close(self) -> None:
+        """Stop every consumer of this process; streams keep their desired state for the next start."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            streams = list(self._streams.values())
+        for stream in streams:
+            with stream.lock:
+                if stream.worker is not None:
+                    self._stop_locked(stream, keep_desired=True)
+                if stream.query is not None:
+                    stream.query.close()
+                    stream.query = None
+        self._store.close()
+
+    # -- offsets --------------------------------------------------------------
+    def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
+                   dry_run: bool = False) -> list[OffsetChange]:
+        """Set the offset of every partition the spec targets; see the module docstring of offset_spec."""
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+        spec = parse_offset_spec(offset)
+        deadline = time.monotonic() + timeout
+        stream = self._stream(name)
+        with stream.lock:
+            if not dry_run:
+                self._check_not_foreign(stream, "set the offset of")
+            worker = stream.worker if stream.worker is not None and stream.worker.alive else None
+            query = self._query(stream)
+            partitions = query.partitions(stream.config.topics)
+            spec.check_against(partitions)
+            positions = worker.snapshot()[1] if worker else {}
+            snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions)
+            resolved = resolve(spec, snapshots, query.offsets_for_times, running=worker is not None)
+            failed = [r.message for r in resolved if r.failed]
+            if failed:
+                raise OffsetSpecError(f"offset {offset!r}: " + "; ".join(failed))
+            plan = {(r.topic, r.partition): r for r in resolved}
+            if dry_run:
+                return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                     ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED, r.message)
+                        for r in resolved]
+            offsets = {tp: r.offset for tp, r in plan.items()}
+            stream.clamped = {tp for tp, r in plan.items() if r.clamped}
+            self._store.set_pending(name, offsets)
+            applied = worker.request_offsets(offsets, deadline - time.monotonic()) if worker else {}
+        changes = []
+        for tp, r in plan.items():
+            if tp in applied:
+                status = ChangeStatus.CLAMPED if r.clamped else ChangeStatus.APPLIED
+                changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, status, r.message))
+            else:
+                why = ("stream is not running; applied at the first assignment after start" if worker is None
+                       else "not assigned to this stream's consumer yet (rebalance pending); "
+                            "applied when the group assigns it")
+                changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                            ChangeStatus.PENDING, "; ".join(m for m in (r.message, why) if m)))
+        return changes
+
+    def describe(self, name: str) -> list[PartitionOffsets]:
+        """Per partition: committed, position, log start/end, lag, held by this stream's consumer."""
+        stream = self._stream(name)
+        with stream.lock:
+            query = self._query(stream)
+            partitions = query.partitions(stream.config.topics)
+            worker = stream.worker if stream.worker is not None and stream.worker.alive else None
+            assigned, positions, _ = worker.snapshot() if worker else (set(), {}, {})
+            snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions)
+        return [PartitionOffsets(s.topic, s.partition, s.committed, s.position, s.log_start, s.log_end,
+                                 None if s.committed is None else max(s.log_end - s.committed, 0),
+                                 (s.topic, s.partition) in assigned) for s in snapshots]
+
+    def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
+        self._stream(name)
+        return self._store.history(name, limit)
+
+    # -- internals ------------------------------------------------------------
+    def _stream(self, name: str) -> _Stream:
+        if not isinstance(name, str):
+            raise ConfigError(f"name: expected a stream name, got {type(name).__name__} {name!r}")
+        with self._lock:
+            if self._closed:
+                raise StreamStateError("registry: closed")
+            stream = self._streams.get(name)
+        if stream is None:
+            raise StreamNotFound(f"name: no stream named {name!r}")
+        return stream
+
+    def _check_not_foreign(self, stream: _Stream, action: str) -> None:
+        """A registry that does not host streams must not move one another process runs."""
+        if self._hosting:
+            return
+        status = self._store.status_of(stream.config.name)
+        if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
+            raise StreamStateError(f"name: stream {stream.config.name!r} is {status.value} in another process "
+                                   f"(the Memgraph server); {action} it there, e.g. with CALL streams.*")
+
+    def _start_locked(self, stream: _Stream) -> None:
+        config = stream.config
+        try:
+            transformation = self._load_transformation(config)
+            stream.sink = open_sink(config.sink, config.sink_credentials())
+            worker = StreamWorker(config, transformation, stream.sink,
+                                  pending=self._store.pending(config.name),
+                                  on_status=lambda status, error: self._on_status(stream, status, error),
+                                  on_applied=lambda changes: self._on_applied(stream, changes),
+                                  retry=self._retry)
+            stream.worker = worker
+            self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
+            worker.start()
+        except StreamError as exc:
+            reason = redact(str(exc), secret_values(config.configs, config.credentials))
+            self._release(stream)
+            stream.status, stream.error = StreamStatus.ERROR, reason
+            self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
+            raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
+
+    def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
+        worker = stream.worker
+        try:
+            if worker is not None:
+                worker.stop()
+        finally:
+            self._release(stream)
+            if stream.status != StreamStatus.ERROR:
+                stream.status, stream.error = StreamStatus.STOPPED, None
+            if not keep_desired:
+                self._store.set_status(stream.config.name, stream.status, stream.error, desired_running=False)
+
+    def _release(self, stream: _Stream) -> None:
+        stream.worker = None
+        if stream.sink is not None:
+            try:
+                stream.sink.close()
+            except Exception as exc:  # a sink that fails to close must not block stop
+                log.warning("stream %s: sink close failed: %s", stream.config.name, exc)
+            stream.sink = None
+
+    def _on_status(self, stream: _Stream, status: StreamStatus, error: str | None) -> None:
+        stream.status, stream.error = status, error
+        if status == StreamStatus.STOPPED:
+            return  # stop()/close() store the final state and the desired state together
+        try:
+            self._store.set_status(stream.config.name, status, error)
+        except StreamError as exc:
+            log.warning("stream %s: cannot persist status: %s", stream.config.name, exc)
+
+    def _on_applied(self, stream: _Stream, changes: list[AppliedOffset]) -> None:
+        rows = [(c.topic, c.partition, c.previous_offset, c.offset,
+                 ChangeStatus.CLAMPED if (c.topic, c.partition) in stream.clamped else ChangeStatus.APPLIED)
+                for c in changes]
+        self._store.record_applied(stream.config.name, rows, {(c.topic, c.partition): c.offset for c in changes})
+
+    def _load_transformation(self, config: StreamConfig):
+        try:
+            return load_transformation(config.transform, search_dirs=query_module_dirs())
+        except StreamError as exc:
+            raise ConfigError(f"transform: {exc}") from None
+
+    def _open_query(self, config: StreamConfig) -> PartitionQuery:
+        return PartitionQuery(config.bootstrap_servers, config.group_id,
+                              {**config.configs, **config.kafka_credentials()}, timeout=self._query_timeout)
+
+    def _query(self, stream: _Stream) -> PartitionQuery:
+        if stream.query is None:
+            stream.query = self._open_query(stream.config)
+        return stream.query
+
+    def _info(self, stream: _Stream) -> StreamInfo:
+        c = stream.config
+        status, error = stream.status, stream.error
+        if not self._hosting:
+            status, error = self._store.status_of(c.name) or status, self._store.error_of(c.name)
+        return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
+                          status, error, mask_secrets(c.configs), mask_all(c.credentials),
+                          c.batch_size, c.batch_interval_ms)
+
+
+def query_module_dirs() -> list[str]:
+    """Where transformations are looked up besides sys.path: the query modules directories."""
+    configured = os.environ.get("MGSTREAMS_QUERY_MODULES_DIR", "")
+    dirs = [d for d in configured.replace(",", ":").split(":") if d]
+    bundled = Path(__file__).resolve().parent.parent / "query_modules"
+    return dirs + ([str(bundled)] if bundled.is_dir() else [])
+
+
+def default_state_dir() -> Path:
+    """MGSTREAMS_STATE_DIR, else a writable per-user directory."""
+    configured = os.environ.get("MGSTREAMS_STATE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    candidate = Path(base) / "mgstreams"
+    try:
+        candidate.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if os.access(candidate, os.W_OK):
+            return candidate
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"
+
+
+_default: StreamRegistry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> StreamRegistry:
+    """The process-wide registry the query module uses (created on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = StreamRegistry(default_state_dir())
+        return _default
+
+
+def reset_default_registry() -> None:
+    """Close the process-wide registry (tests; module reload)."""
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.close()
+        _default = None
+

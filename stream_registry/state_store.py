@@ -1,0 +1,153 @@
+"""The registry's durable state: one SQLite file per state directory.
+
+SQLite gives atomic writes (a transaction per change) and lets other processes
+(the CLI, a Spark driver) read the same file. The file is created 0600: it holds
+credentials.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .config import StreamConfig
+from .errors import StreamError
+from .offset_spec import ChangeStatus
+from .offsets import HistoryEntry
+from .stream_info import StreamStatus
+
+STATE_FILE = "mgstreams.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS streams (
+    name TEXT PRIMARY KEY,
+    config TEXT NOT NULL,
+    desired_running INTEGER NOT NULL DEFAULT 0,
+    status TEXT NOT NULL,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS pending_offsets (
+    stream TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    requested_at REAL NOT NULL,
+    PRIMARY KEY (stream, topic, partition)
+);
+CREATE TABLE IF NOT EXISTS offset_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    stream TEXT NOT NULL,
+    changed_at REAL NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    previous_offset INTEGER,
+    offset INTEGER NOT NULL,
+    status TEXT NOT NULL
+);
+"""
+
+
+class StateStore:
+    def __init__(self, state_dir: str | os.PathLike):
+        self.state_dir = Path(state_dir)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.path = self.state_dir / STATE_FILE
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+            os.chmod(self.path, 0o600)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _write(self, *statements: tuple[str, tuple]) -> None:
+        """Apply statements in one transaction: all or nothing."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for sql, args in statements:
+                    self._db.execute(sql, args)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._db.execute("ROLLBACK")
+                raise StreamError(f"state: cannot write {self.path}: {exc}") from None
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- streams ----------------------------------------------------------
+    def load_streams(self) -> list[tuple[StreamConfig, bool, StreamStatus, str | None]]:
+        rows = self._read("SELECT config, desired_running, status, error FROM streams ORDER BY name")
+        return [(StreamConfig(**json.loads(cfg)), bool(desired), StreamStatus(status), error)
+                for cfg, desired, status, error in rows]
+
+    def insert_stream(self, config: StreamConfig) -> None:
+        data = asdict(config)
+        data["topics"] = list(config.topics)
+        self._write(("INSERT INTO streams (name, config, desired_running, status) VALUES (?, ?, 0, ?)",
+                     (config.name, json.dumps(data), StreamStatus.CREATED.value)))
+
+    def set_status(self, name: str, status: StreamStatus, error: str | None = None,
+                   desired_running: bool | None = None) -> None:
+        if desired_running is None:
+            self._write(("UPDATE streams SET status = ?, error = ? WHERE name = ?", (status.value, error, name)))
+        else:
+            self._write(("UPDATE streams SET status = ?, error = ?, desired_running = ? WHERE name = ?",
+                         (status.value, error, int(desired_running), name)))
+
+    def status_of(self, name: str) -> StreamStatus | None:
+        rows = self._read("SELECT status FROM streams WHERE name = ?", (name,))
+        return StreamStatus(rows[0][0]) if rows else None
+
+    def error_of(self, name: str) -> str | None:
+        rows = self._read("SELECT error FROM streams WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def delete_stream(self, name: str) -> None:
+        self._write(("DELETE FROM streams WHERE name = ?", (name,)),
+                    ("DELETE FROM pending_offsets WHERE stream = ?", (name,)),
+                    ("DELETE FROM offset_history WHERE stream = ?", (name,)))
+
+    # -- offsets ----------------------------------------------------------
+    def set_pending(self, name: str, offsets: dict[tuple[str, int], int]) -> None:
+        now = time.time()
+        self._write(*[("INSERT OR REPLACE INTO pending_offsets VALUES (?, ?, ?, ?, ?)",
+                       (name, topic, partition, offset, now)) for (topic, partition), offset in offsets.items()])
+
+    def pending(self, name: str) -> dict[tuple[str, int], int]:
+        rows = self._read("SELECT topic, partition, offset FROM pending_offsets WHERE stream = ?", (name,))
+        return {(topic, partition): offset for topic, partition, offset in rows}
+
+    def record_applied(self, name: str, changes: list[tuple[str, int, int | None, int, ChangeStatus]],
+                       pending_done: dict[tuple[str, int], int] | None = None) -> None:
+        """Append applied changes to the history and clear the pending entries they fulfilled."""
+        now = time.time()
+        statements = [("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
+                       "offset, status) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (name, now, topic, partition, previous, offset, status.value))
+                      for topic, partition, previous, offset, status in changes]
+        for (topic, partition), offset in (pending_done or {}).items():
+            statements.append(("DELETE FROM pending_offsets WHERE stream = ? AND topic = ? AND partition = ? "
+                               "AND offset = ?", (name, topic, partition, offset)))
+        if statements:
+            self._write(*statements)
+
+    def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
+        sql = ("SELECT changed_at, topic, partition, previous_offset, offset, status FROM offset_history "
+               "WHERE stream = ? ORDER BY id DESC")
+        rows = self._read(sql + (" LIMIT ?" if limit else ""), (name, limit) if limit else (name,))
+        return [HistoryEntry(datetime.fromtimestamp(at, tz=timezone.utc), topic, partition, previous, offset,
+                             ChangeStatus(status)) for at, topic, partition, previous, offset, status in rows]

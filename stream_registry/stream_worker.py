@@ -1,0 +1,390 @@
+"""One running stream: a confluent-kafka consumer and the one thread that polls it.
+
+Every librdkafka call for the consumer happens on the poll thread. Other threads
+hand it requests (offset changes, stop) through a queue it drains between
+batches, so nothing races the poll loop. Offsets requested for partitions the
+group has not assigned yet wait in `_pending` and are applied inside the assign
+callback, before the first fetch: the first message a partition delivers is
+then the requested one.
+
+The ingestion loop is at-least-once: poll a batch, transform, write to the sink,
+then commit the next offsets synchronously. A failed batch is retried from
+memory with backoff and never committed; when retries run out the stream goes to
+ERROR and leaves the group, so a restart resumes at the failed batch.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from .config import StreamConfig
+from .errors import KafkaOperationError, StreamError
+from .offset_spec import ChangeStatus
+from .redaction import redact, secret_values
+from .stream_info import StreamStatus
+from .transform import Message, run_transformation
+
+log = logging.getLogger("mgstreams.worker")
+
+TP = tuple[str, int]
+CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at control requests
+COMMIT_RETRY_S = 0.05
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a failed batch is retried before the stream goes to ERROR."""
+    attempts: int = 4
+    first_backoff_s: float = 0.2
+    max_backoff_s: float = 2.0
+
+    def backoff(self, attempt: int) -> float:
+        return min(self.first_backoff_s * (2 ** (attempt - 1)), self.max_backoff_s)
+
+
+@dataclass(frozen=True)
+class AppliedOffset:
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int
+    status: ChangeStatus
+
+
+class _OffsetRequest:
+    """An offset change waiting for its partitions to be applied."""
+
+    def __init__(self, offsets: Mapping[TP, int]):
+        self.offsets = dict(offsets)
+        self.applied: dict[TP, AppliedOffset] = {}
+        self.done = threading.Event()
+
+    def mark(self, tp: TP, change: AppliedOffset) -> None:
+        if self.offsets.get(tp) == change.offset:
+            self.applied[tp] = change
+            if len(self.applied) == len(self.offsets):
+                self.done.set()
+
+
+class StreamWorker:
+    def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
+                 pending: Mapping[TP, int] | None = None,
+                 on_status: Callable[[StreamStatus, str | None], None] = lambda status, error: None,
+                 on_applied: Callable[[list[AppliedOffset]], None] = lambda changes: None,
+                 retry: RetryPolicy = RetryPolicy()):
+        self.config = config
+        self._transformation = transformation
+        self._sink = sink
+        self._on_status = on_status
+        self._on_applied = on_applied
+        self._retry = retry
+        self._secrets = secret_values(config.configs, config.credentials)
+        self._control: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        # Owned by the poll thread; read by others through snapshot().
+        self._pending: dict[TP, int] = dict(pending or {})
+        self._requests: list[_OffsetRequest] = []
+        self._assigned: set[TP] = set()
+        self._positions: dict[TP, int] = {}
+        self._state_lock = threading.Lock()
+        self._consumer: Consumer | None = None
+        self.status = StreamStatus.CREATED
+        self.error: str | None = None
+
+    # -- control (any thread) ---------------------------------------------
+    def start(self, timeout: float = 30.0) -> None:
+        """Create the consumer and subscribe on a new poll thread; raise if that fails."""
+        self._thread = threading.Thread(target=self._run, name=f"mgstreams-{self.config.name}", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise StreamError(f"stream {self.config.name!r}: consumer did not start within {timeout} s")
+        if self._start_error is not None:
+            raise self._start_error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the in-flight batch, commit, close the consumer (the group rebalances at once)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise StreamError(f"stream {self.config.name!r}: did not stop within {timeout} s")
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def snapshot(self) -> tuple[set[TP], dict[TP, int], dict[TP, int]]:
+        """(assigned partitions, positions, pending offsets) as the poll thread last saw them."""
+        with self._state_lock:
+            return set(self._assigned), dict(self._positions), dict(self._pending)
+
+    def request_offsets(self, offsets: Mapping[TP, int], timeout: float) -> dict[TP, AppliedOffset]:
+        """Hand offsets to the poll thread; wait until applied or timeout. Returns the applied ones."""
+        request = _OffsetRequest(offsets)
+        self._control.put(request)
+        request.done.wait(max(timeout, 0.0))
+        return dict(request.applied)
+
+    # -- the poll thread ----------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._consumer = self._open_consumer()
+        except BaseException as exc:  # reported to start()'s caller
+            self._start_error = exc
+            self._started.set()
+            return
+        self._set_status(StreamStatus.STARTING)
+        self._started.set()
+        try:
+            while not self._stop.is_set():
+                self._drain_control()
+                batch = self._collect_batch()
+                if batch and not self._process(batch):
+                    return  # went to ERROR; consumer already closed
+        except BaseException as exc:  # never let a stream thread die silently
+            log.exception("stream %s: poll loop failed", self.config.name)
+            self._fail(f"poll loop failed: {exc}")
+            return
+        self._close_consumer()
+        self._set_status(StreamStatus.STOPPED)
+
+    def _open_consumer(self) -> Consumer:
+        conf = {
+            "auto.offset.reset": "earliest",
+            **self.config.client_config(),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "error_cb": self._on_error,
+            "logger": logging.getLogger("mgstreams.librdkafka"),
+        }
+        try:
+            consumer = Consumer(conf)
+            consumer.subscribe(list(self.config.topics), on_assign=self._on_assign,
+                               on_revoke=self._on_revoke, on_lost=self._on_lost)
+        except (KafkaException, ValueError, TypeError, RuntimeError) as exc:
+            raise StreamError(f"configs: the Kafka client rejected the stream's configuration: "
+                              f"{self._redact(exc)}") from None
+        return consumer
+
+    def _collect_batch(self) -> list:
+        """Up to batch_size messages or batch_interval_ms, cut short when a control request arrives."""
+        size, deadline = self.config.batch_size, time.monotonic() + self.config.batch_interval_ms / 1000
+        batch: list = []
+        while len(batch) < size and not self._stop.is_set() and self._control.empty():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for msg in self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S)):
+                error = msg.error()
+                if error is None:
+                    batch.append(msg)
+                elif error.fatal():
+                    raise KafkaException(error)
+                elif error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("stream %s: %s", self.config.name, self._redact(error.str()))
+        return batch
+
+    def _process(self, batch: list) -> bool:
+        """Transform, write, commit. Returns False when the stream went to ERROR."""
+        messages = [Message.from_kafka(m) for m in batch]
+        attempt = 0
+        while True:
+            try:
+                statements = run_transformation(self._transformation, messages)
+                self._sink.write(statements)
+                break
+            except Exception as exc:  # transformation or sink: retry the same batch, never skip it
+                attempt += 1
+                reason = self._redact(exc)
+                if attempt >= self._retry.attempts or self._stop.is_set():
+                    self._rewind(batch)
+                    self._fail(f"batch at {_first_offsets_text(batch)} failed {attempt} time(s): {reason}")
+                    return False
+                log.warning("stream %s: batch failed (attempt %d), retrying: %s", self.config.name, attempt, reason)
+                if self._stop.wait(self._retry.backoff(attempt)):
+                    self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
+                    return True
+        next_offsets: dict[TP, int] = {}
+        for m in batch:
+            next_offsets[(m.topic(), m.partition())] = m.offset() + 1
+        self._commit(next_offsets)
+        with self._state_lock:
+            self._positions.update(next_offsets)
+        return True
+
+    def _rewind(self, batch: list) -> None:
+        """Seek back to the batch's first offsets so the consumer's position tells the truth."""
+        first: dict[TP, int] = {}
+        for m in batch:
+            first.setdefault((m.topic(), m.partition()), m.offset())
+        for (topic, partition), offset in first.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException:
+                pass  # partition no longer ours: its committed offset is still the batch start
+        with self._state_lock:
+            self._positions.update(first)
+
+    def _commit(self, offsets: Mapping[TP, int], deadline_s: float = 10.0) -> None:
+        """Synchronous commit, retried on transient errors (coordinator moves, rebalances)."""
+        if not offsets:
+            return
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                result = self._consumer.commit(offsets=tps, asynchronous=False)
+                failed = [tp for tp in result or [] if tp.error is not None]
+                if not failed:
+                    return
+                raise KafkaException(failed[0].error)
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    log.warning("stream %s: commit failed, offsets will be redelivered: %s",
+                                self.config.name, self._redact(exc))
+                    return
+                time.sleep(COMMIT_RETRY_S)
+
+    # -- offset changes (poll thread) -----------------------------------------
+    def _drain_control(self) -> None:
+        while True:
+            try:
+                request = self._control.get_nowait()
+            except queue.Empty:
+                break
+            self._requests = [r for r in self._requests if not r.done.is_set()]
+            self._requests.append(request)
+            with self._state_lock:
+                self._pending.update(request.offsets)
+            held = {tp: o for tp, o in request.offsets.items() if tp in self._assigned}
+            if held:
+                self._apply_to_assigned(held)
+
+    def _apply_to_assigned(self, offsets: Mapping[TP, int]) -> None:
+        """Move fetching partitions with seek(); re-assign those seek cannot move yet."""
+        reassign: dict[TP, int] = {}
+        for (topic, partition), offset in offsets.items():
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException:
+                reassign[(topic, partition)] = offset
+        if reassign:
+            if self._consumer.rebalance_protocol() == "COOPERATIVE":
+                tps = [TopicPartition(t, p, o) for (t, p), o in reassign.items()]
+                self._consumer.incremental_unassign([TopicPartition(t, p) for (t, p) in reassign])
+                self._consumer.incremental_assign(tps)
+            else:
+                positions = self._current_positions()
+                self._consumer.assign([TopicPartition(t, p, reassign.get((t, p), positions.get((t, p), -1000)))
+                                       for (t, p) in self._assigned])
+        self._finish_applied(offsets)
+
+    def _current_positions(self) -> dict[TP, int]:
+        tps = [TopicPartition(t, p) for (t, p) in self._assigned]
+        out = {}
+        for tp in self._consumer.position(tps):
+            if tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = tp.offset
+        return out
+
+    def _finish_applied(self, offsets: Mapping[TP, int]) -> None:
+        """Commit the new offsets, update positions, resolve waiting requests, report."""
+        self._commit(offsets)
+        changes = []
+        with self._state_lock:
+            for tp, offset in offsets.items():
+                previous = self._positions.get(tp)
+                self._positions[tp] = offset
+                if self._pending.get(tp) == offset:
+                    del self._pending[tp]
+                changes.append(AppliedOffset(tp[0], tp[1], previous, offset, ChangeStatus.APPLIED))
+        for change in changes:
+            for request in self._requests:
+                request.mark((change.topic, change.partition), change)
+        self._requests = [r for r in self._requests if not r.done.is_set()]
+        self._on_applied(changes)
+
+    # -- rebalance callbacks (poll thread, inside consume()) ---------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        applied: dict[TP, int] = {}
+        with self._state_lock:
+            for tp in partitions:
+                key = (tp.topic, tp.partition)
+                if key in self._pending:
+                    tp.offset = self._pending[key]
+                    applied[key] = tp.offset
+        try:
+            if consumer.rebalance_protocol() == "COOPERATIVE":
+                consumer.incremental_assign(partitions)
+            else:
+                consumer.assign(partitions)
+        except KafkaException as exc:
+            log.warning("stream %s: assign failed: %s", self.config.name, self._redact(exc))
+            return
+        with self._state_lock:
+            if consumer.rebalance_protocol() != "COOPERATIVE":
+                self._assigned.clear()
+            self._assigned.update((tp.topic, tp.partition) for tp in partitions)
+        if applied:
+            self._finish_applied(applied)
+        self._set_status(StreamStatus.RUNNING)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._state_lock:
+            for tp in partitions:
+                self._assigned.discard((tp.topic, tp.partition))
+        try:
+            if consumer.rebalance_protocol() == "COOPERATIVE":
+                consumer.incremental_unassign(partitions)
+            else:
+                consumer.unassign()
+        except KafkaException:
+            pass
+
+    _on_lost = _on_revoke
+
+    def _on_error(self, error: KafkaError) -> None:
+        log.warning("stream %s: kafka: %s", self.config.name, self._redact(error.str()))
+
+    # -- state ----------------------------------------------------------------
+    def _set_status(self, status: StreamStatus, error: str | None = None) -> None:
+        if self.status == status and self.error == error:
+            return
+        self.status, self.error = status, error
+        self._on_status(status, error)
+
+    def _fail(self, reason: str) -> None:
+        self._close_consumer()
+        self._set_status(StreamStatus.ERROR, reason)
+
+    def _close_consumer(self) -> None:
+        if self._consumer is None:
+            return
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("stream %s: close failed: %s", self.config.name, self._redact(exc))
+        self._consumer = None
+        with self._state_lock:
+            self._assigned.clear()
+
+    def _redact(self, value: object) -> str:
+        return redact(str(value), self._secrets)
+
+
+def _first_offsets_text(batch: list) -> str:
+    first: dict[TP, int] = {}
+    for m in batch:
+        first.setdefault((m.topic(), m.partition()), m.offset())
+    return ", ".join(f"{t}:{p}@{o}" for (t, p), o in sorted(first.items()))
