@@ -1,0 +1,225 @@
+"""Cypher literals: turn a parameterised statement into one self-contained line.
+
+The `cypherl://` sink writes files that `mgconsole` imports line by line, so
+every value is rendered as a Cypher literal that cannot break out of its quotes
+or its line, whatever it holds. Choices where Memgraph has no direct literal:
+
+- int outside int64 (Memgraph's integer) -> error naming the parameter, never a
+  silently wrapped or stringified value; int64's minimum is written
+  `(-9223372036854775807 - 1)` because Memgraph parses the sign separately.
+- float nan/inf -> error (Cypher has no literal for them).
+- bytes -> decoded as UTF-8 text (Memgraph has no byte type); not UTF-8 -> error.
+- str: `\\ ' " \\n \\r \\t` escaped, every other control or line-separator
+  character as `\\uXXXX`; lone surrogates -> error (not storable as UTF-8).
+- date -> `date("…")`, naive datetime -> `localDateTime("…")`, aware datetime
+  -> `datetime("…+HH:MM")` (the UTC offset is kept, a zone name is not), naive
+  time -> `localTime("…")`, timedelta -> `duration({day:…, second:…,
+  microsecond:…})`. Aware times and other types -> error.
+- map keys: bare when a plain identifier, else `backticked` (backticks doubled);
+  keys with control characters -> error (a name cannot escape them).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from functools import lru_cache
+from numbers import Integral, Real
+from typing import Any, Mapping
+
+from .errors import SinkError
+
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Words that read as syntax; backticking a property name is always allowed.
+_RESERVED = frozenset("""
+    all and any as asc ascending by call case contains create delete desc descending detach distinct
+    else end ends exists false foreach from in is limit load match merge none not null on optional or
+    order remove return set single skip starts then to true union unwind when where with xor yield
+""".split())
+_STR_ESCAPES = {"\\": "\\\\", "'": "\\'", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# Everything that could end a line for some reader, every control character, lone surrogates.
+_NEEDS_ESCAPE = re.compile("[\\\\'\"\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def to_cypher_literal(value: Any, name: str = "value") -> str:
+    """Render one Python value as a Cypher literal; `name` is used in errors."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is str:
+        return _string(value, name)
+    if kind is int:
+        return _integer(value, name)
+    if kind is float:
+        return _float(value, name)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_key(k, name)}: {to_cypher_literal(v, f'{name}.{k}')}"
+                               for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(to_cypher_literal(v, f"{name}[{i}]") for i, v in enumerate(value)) + "]"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _string(text_of_bytes(value, name), name)
+    if isinstance(value, (dt.date, dt.time, dt.timedelta)):
+        return _temporal(value, name)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Integral):
+        return _integer(int(value), name)
+    if isinstance(value, Real):
+        return _float(float(value), name)
+    if isinstance(value, str):
+        return _string(str(value), name)
+    raise SinkError(f"parameter {name}: {_short(value)} of type {kind.__name__} has no Cypher literal "
+                    f"(use null, bool, int, float, str, list, map, date/time or timedelta)")
+
+
+def text_of_bytes(value: bytes | bytearray | memoryview, name: str = "value") -> str:
+    """Bytes as text: Memgraph stores no bytes, and both sinks must agree."""
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SinkError(f"parameter {name}: {_short(bytes(value))} is not UTF-8 text ({exc.reason} at byte "
+                        f"{exc.start}); decode or base64-encode it in the transformation") from None
+
+
+def _string(text: str, name: str) -> str:
+    if _NEEDS_ESCAPE.search(text) is None:
+        return f'"{text}"'
+    return '"' + _NEEDS_ESCAPE.sub(lambda m: _escape_char(m.group(), name), text) + '"'
+
+
+def _escape_char(char: str, name: str) -> str:
+    escaped = _STR_ESCAPES.get(char)
+    if escaped is not None:
+        return escaped
+    if "\ud800" <= char <= "\udfff":
+        raise SinkError(f"parameter {name}: string holds a lone surrogate U+{ord(char):04X}, "
+                        f"which cannot be stored as UTF-8")
+    return f"\\u{ord(char):04X}"
+
+
+def _integer(value: int, name: str) -> str:
+    if INT64_MIN < value <= INT64_MAX:
+        return str(value)
+    if value == INT64_MIN:
+        return f"({INT64_MIN + 1} - 1)"
+    raise SinkError(f"parameter {name}: integer {_short(value)} is outside Memgraph's int64 range "
+                    f"[{INT64_MIN}, {INT64_MAX}]; send it as a string or a float")
+
+
+def _float(value: float, name: str) -> str:
+    if not math.isfinite(value):
+        raise SinkError(f"parameter {name}: float {value!r} has no Cypher literal; use null or a string")
+    return repr(value).replace("e+", "e")
+
+
+def _key(key: Any, name: str) -> str:
+    if not isinstance(key, str):
+        raise SinkError(f"parameter {name}: map key {_short(key)} is a {type(key).__name__}, "
+                        f"Cypher map keys are strings")
+    if _PLAIN_NAME.match(key) and key.lower() not in _RESERVED:
+        return key
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or c in _LINE_BREAKS or "\ud800" <= c <= "\udfff"
+           for c in key):
+        raise SinkError(f"parameter {name}: map key {key!r} holds a control character, "
+                        f"which a Cypher name cannot escape")
+    return "`" + key.replace("`", "``") + "`"
+
+
+def _temporal(value: dt.date | dt.time | dt.timedelta, name: str) -> str:
+    if isinstance(value, dt.datetime):
+        if value.utcoffset() is None:
+            return f'localDateTime("{value.isoformat()}")'
+        return f'datetime("{value.replace(tzinfo=dt.timezone(value.utcoffset())).isoformat()}")'
+    if isinstance(value, dt.date):
+        return f'date("{value.isoformat()}")'
+    if isinstance(value, dt.time):
+        if value.utcoffset() is not None:
+            raise SinkError(f"parameter {name}: time {value.isoformat()!r} has a time zone; Memgraph has "
+                            f"no zoned time type (use a naive time or a datetime)")
+        return f'localTime("{value.isoformat()}")'
+    return f"duration({{day: {value.days}, second: {value.seconds}, microsecond: {value.microseconds}}})"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# -- statements -------------------------------------------------------------
+_TOKEN = re.compile(r"""
+    (?P<string> '(?:[^'\\]|\\.)*' | "(?:[^"\\]|\\.)*" )
+  | (?P<name> `(?:[^`]|``)*` )
+  | (?P<comment> //[^\n]* | /\*.*?\*/ )
+  | (?P<param> \$(?:[^\W\d]\w*|\d+|`(?:[^`]|``)*`) )
+  | (?P<unterminated> ['"`] | /\* )
+  | (?P<semicolon> ; )
+  | (?P<other> [^'"`/$;]+ | . )
+""", re.S | re.X)
+_BREAK_RUN = re.compile(f"[{_LINE_BREAKS}]+")
+
+
+def render_statement(query: str, parameters: Mapping[str, Any] | None = None) -> str:
+    """One line of Cypher: `$name` references replaced by literals, ending in `;`.
+
+    Only references outside string literals, comments and backticked names are
+    replaced; comments are dropped and line breaks become spaces so the result
+    stays on one line. A referenced parameter that is missing is an error.
+    """
+    parameters = parameters or {}
+    out = []
+    for is_param, text in _template(query):
+        if not is_param:
+            out.append(text)
+        elif text in parameters:
+            out.append(to_cypher_literal(parameters[text], f"${text}"))
+        else:
+            raise SinkError(f"parameter ${text}: referenced by the query but not given "
+                            f"(given: {sorted(parameters)!r}); query: {_short(query)}")
+    return "".join(out).strip() + ";"
+
+
+@lru_cache(maxsize=512)
+def _template(query: str) -> tuple[tuple[bool, str], ...]:
+    """Split a query once into text pieces and parameter names (queries repeat per batch)."""
+    parts: list[tuple[bool, str]] = []
+    ended_at = None
+    for match in _TOKEN.finditer(query):
+        kind, text = match.lastgroup, match.group()
+        if ended_at is not None and kind != "comment" and not text.isspace():
+            raise SinkError(f"query: holds more than one statement (text after ';' at {ended_at}): "
+                            f"{_short(query)}")
+        if kind == "unterminated":
+            what = "block comment" if text == "/*" else "backticked name" if text == "`" else "string"
+            raise SinkError(f"query: unterminated {what} at character {match.start()}: {_short(query)}")
+        if kind == "semicolon":
+            ended_at = match.start()
+        elif kind == "comment":
+            parts.append((False, " "))
+        elif kind == "param":
+            parts.append((True, _param_name(text[1:])))
+        elif kind == "string":
+            parts.append((False, _one_line_string(text)))
+        elif kind == "name":
+            if any(c in _LINE_BREAKS for c in text):
+                raise SinkError(f"query: backticked name {text!r} spans lines: {_short(query)}")
+            parts.append((False, text))
+        else:
+            parts.append((False, _BREAK_RUN.sub(" ", text)))
+    return tuple(parts)
+
+
+def _param_name(token: str) -> str:
+    if token.startswith("`"):
+        return token[1:-1].replace("``", "`")
+    return token
+
+
+def _one_line_string(literal: str) -> str:
+    """A string literal of the query itself, with raw line breaks turned into escapes."""
+    return re.sub(f"[{_LINE_BREAKS}]", lambda m: f"\\u{ord(m.group()):04X}", literal)

@@ -1,0 +1,443 @@
+"""Graph sinks: one interface for every place a batch of statements can go.
+
+A sink is named by a URI, validated when a stream is created (no I/O) and
+opened when it starts:
+
+- `cypherl:///abs/path/file.cypherl[?fsync=true]` appends one rendered
+  statement per line (`mgconsole < file` imports it); the directory is created.
+- `null://` discards batches and counts them (benchmarks).
+- `bolt://host[:7687]`, `bolt+ssc://…` (TLS, any certificate) and `bolt+s://…`
+  (TLS; pymgclient cannot check a CA chain, so pin the server key with
+  `?fingerprint=<hex>` or it is encryption only, like bolt+ssc) write to
+  Memgraph through pymgclient, one transaction per batch, retrying transient
+  failures (`?retries=5`). Credentials come from the stream's credentials map,
+  keys `bolt.username` and `bolt.password`, never from the URI; the password
+  never appears in a repr or an error.
+
+`write(statements)` is all or nothing from the caller's view and raises
+SinkError on failure. Add a scheme by adding an entry to `SCHEMES`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Protocol, Sequence
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .cypher_literals import render_statement, text_of_bytes
+from .errors import ConfigError, SinkError
+from .redaction import MASK, redact
+from .transform import Statement
+
+USERNAME_KEY = "bolt.username"
+PASSWORD_KEY = "bolt.password"
+DEFAULT_BOLT_PORT = 7687
+_NO_CREDENTIALS: Mapping[str, str] = MappingProxyType({})
+
+
+class Sink(Protocol):
+    def write(self, statements: Sequence[Statement]) -> None:
+        """Apply one batch in one transaction; raise SinkError if it was not applied."""
+
+    def close(self) -> None:
+        """Release files and connections; idempotent."""
+
+
+def validate_sink_uri(uri: str) -> None:
+    """Raise ConfigError naming field `sink` if `uri` cannot be opened; never connects."""
+    _parse(uri)
+
+
+def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Sink:
+    scheme, settings = _parse(uri)
+    return SCHEMES[scheme].open(settings, credentials or _NO_CREDENTIALS)
+
+
+# -- URIs -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scheme:
+    """How to check a URI of one scheme (pure) and how to open it."""
+
+    parse: Callable[[Any, dict[str, str], str], Any]
+    open: Callable[[Any, Mapping[str, str]], Sink]
+
+
+def _parse(uri: str) -> tuple[str, Any]:
+    if not isinstance(uri, str) or "://" not in uri:
+        raise ConfigError(f"sink: expected a URI like cypherl:///abs/file.cypherl, bolt://host:port or "
+                          f"null://, got {_shown_uri(uri)!r}")
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ConfigError(f"sink: unknown scheme {scheme!r} in {_shown_uri(uri)!r} "
+                          f"(known: {', '.join(sorted(SCHEMES))})")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f"sink: {_shown_uri(uri)!r} carries credentials; pass them as credentials "
+                          f"{USERNAME_KEY!r} and {PASSWORD_KEY!r} instead")
+    if parts.fragment:
+        raise ConfigError(f"sink: {_shown_uri(uri)!r} has a fragment, which no sink understands")
+    try:
+        query = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query)))
+    except ValueError:
+        raise ConfigError(f"sink: malformed query string in {_shown_uri(uri)!r}") from None
+    return scheme, SCHEMES[scheme].parse(parts, query, uri)
+
+
+def _shown_uri(uri: Any) -> Any:
+    """The URI with any user:password part masked, for messages."""
+    if not isinstance(uri, str):
+        return uri
+    return re.sub(r"(://)[^/@?#]*@", rf"\1{MASK}@", uri)
+
+
+def _options(query: dict[str, str], allowed: set[str], uri: str) -> None:
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise ConfigError(f"sink: unknown option {unknown[0]!r} in {_shown_uri(uri)!r} "
+                          f"(allowed: {sorted(allowed) or 'none'})")
+
+
+def _flag(query: dict[str, str], name: str, uri: str) -> bool:
+    value = query.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise ConfigError(f"sink: option {name}={query[name]!r} in {_shown_uri(uri)!r} is not a boolean")
+    return value in ("true", "1", "yes")
+
+
+class _Closing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+# -- null:// ----------------------------------------------------------------
+class NullSink(_Closing):
+    """Discards batches, counting them: measures everything but the graph."""
+
+    def __init__(self):
+        self.statements = 0
+        self.batches = 0
+
+    def write(self, statements: Sequence[Statement]) -> None:
+        self.statements += len(statements)
+        self.batches += 1
+
+    def close(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"NullSink(batches={self.batches}, statements={self.statements})"
+
+
+def _null_settings(parts, query: dict[str, str], uri: str) -> None:
+    _options(query, set(), uri)
+    if parts.netloc or parts.path not in ("", "/"):
+        raise ConfigError(f"sink: null:// takes no host or path, got {_shown_uri(uri)!r}")
+
+
+# -- cypherl:// -------------------------------------------------------------
+@dataclass(frozen=True)
+class CypherlSettings:
+    path: str
+    fsync: bool = False
+
+
+class CypherlSink(_Closing):
+    """Appends rendered statements to a .cypherl file, one per line, one write per batch.
+
+    A batch is rendered completely before anything is written, then written
+    with a single append; if that write fails part-way the file is cut back to
+    its previous size, so a reader never sees half a batch from a failed write.
+    """
+
+    def __init__(self, path: str, *, fsync: bool = False):
+        self.path = path
+        self.fsync = fsync
+        self.statements = 0
+        self._lock = threading.Lock()
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise SinkError(f"sink cypherl://{path}: cannot open for appending: {exc}") from None
+
+    def write(self, statements: Sequence[Statement]) -> None:
+        if not statements:
+            return
+        data = self._render(statements)
+        with self._lock:
+            if self._fd is None:
+                raise SinkError(f"sink cypherl://{self.path}: write after close")
+            size = os.fstat(self._fd).st_size
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
+                if self.fsync:
+                    os.fsync(self._fd)
+            except OSError as exc:
+                self._cut_back(size)
+                raise SinkError(f"sink cypherl://{self.path}: writing a batch of {len(statements)} "
+                                f"statements failed: {exc}") from None
+            self.statements += len(statements)
+
+    def _render(self, statements: Sequence[Statement]) -> bytes:
+        lines = []
+        for index, statement in enumerate(statements):
+            try:
+                lines.append(render_statement(statement.query, statement.parameters))
+            except SinkError as exc:
+                raise SinkError(f"sink cypherl://{self.path}: statement {index} of the batch: {exc}") from None
+        lines.append("")
+        try:
+            return "\n".join(lines).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SinkError(f"sink cypherl://{self.path}: a query holds text that is not valid Unicode "
+                            f"({exc.reason})") from None
+
+    def _cut_back(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __repr__(self) -> str:
+        return f"CypherlSink({self.path!r}, fsync={self.fsync})"
+
+
+def _cypherl_settings(parts, query: dict[str, str], uri: str) -> CypherlSettings:
+    _options(query, {"fsync"}, uri)
+    path = unquote(parts.path)
+    if parts.netloc or not path.startswith("/"):
+        raise ConfigError(f"sink: {_shown_uri(uri)!r} is not an absolute path; relative paths are "
+                          f"rejected (write cypherl:///absolute/path/file.cypherl, three slashes)")
+    if path.endswith("/") or "\x00" in path:
+        raise ConfigError(f"sink: {_shown_uri(uri)!r} does not name a file")
+    return CypherlSettings(os.path.normpath(path), _flag(query, "fsync", uri))
+
+
+# -- bolt:// ----------------------------------------------------------------
+@dataclass(frozen=True)
+class BoltSettings:
+    scheme: str
+    host: str
+    port: int
+    fingerprint: str | None = None
+    retries: int = 5
+
+
+class _Secret:
+    """Holds a password so that repr(), vars() and logs show the mask instead."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None):
+        self._value = value
+
+    def reveal(self) -> str | None:
+        return self._value
+
+    def __repr__(self) -> str:
+        return MASK if self._value else "None"
+
+
+def connect_mgclient(**kwargs):
+    """The driver boundary: tests replace this to see exactly what the driver receives."""
+    try:
+        import mgclient
+    except ImportError as exc:
+        raise SinkError(f"sink: bolt needs pymgclient (`import mgclient` failed: {exc})") from None
+    return mgclient.connect(**kwargs)
+
+
+_TRANSIENT_TEXT = re.compile(
+    r"conflicting transaction|serializ|retry this transaction|connection (?:is )?(?:closed|lost|reset|refused)"
+    r"|broken pipe|failed to (?:send|receive|read|write|connect)|bad (?:session|connection)|timed out"
+    r"|not connected|server (?:closed|unavailable)|socket", re.I)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Worth retrying the whole batch: lost connections, conflicts, serialization errors."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    if any(cls.__name__ == "TransientError" for cls in type(exc).__mro__):
+        return True
+    return bool(_TRANSIENT_TEXT.search(str(exc)))
+
+
+class BoltSink(_Closing):
+    """Writes each batch to Memgraph in one transaction through pymgclient.
+
+    Connects on the first write. A transient failure rolls back, drops the
+    connection and retries the whole batch with exponential backoff (at most
+    `retries` attempts in all); anything else, or the last failure, is a SinkError.
+    """
+
+    def __init__(self, host: str, port: int = DEFAULT_BOLT_PORT, *, scheme: str = "bolt",
+                 username: str | None = None, password: str | None = None, fingerprint: str | None = None,
+                 retries: int = 5, backoff_s: float = 0.1, max_backoff_s: float = 2.0,
+                 connect: Callable[..., Any] | None = None, sleep: Callable[[float], None] = time.sleep):
+        self.scheme, self.host, self.port = scheme, host, port
+        self.username = username
+        self._password = _Secret(password)
+        self.fingerprint = _hex(fingerprint) if fingerprint else None
+        self.retries, self.backoff_s, self.max_backoff_s = max(1, retries), backoff_s, max_backoff_s
+        self._connect_fn, self._sleep = connect, sleep
+        self._conn = None
+        self._lock = threading.Lock()
+        self.batches = 0
+        self.attempts = 0
+
+    def write(self, statements: Sequence[Statement]) -> None:
+        if not statements:
+            return
+        work = [(s.query, _driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
+        with self._lock:
+            for attempt in range(1, self.retries + 1):
+                self.attempts += 1
+                try:
+                    self._apply(work)
+                    self.batches += 1
+                    return
+                except SinkError:
+                    raise
+                except Exception as exc:
+                    self._abandon()
+                    if attempt == self.retries or not is_transient(exc):
+                        raise self._failure(len(work), attempt, exc) from None
+                self._sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
+
+    def _apply(self, work: list[tuple[str, dict]]) -> None:
+        conn = self._connection()
+        cursor = conn.cursor()
+        for query, parameters in work:
+            cursor.execute(query, parameters)
+        conn.commit()
+
+    def _connection(self):
+        if self._conn is None:
+            kwargs: dict[str, Any] = {"host": self.host, "port": self.port}
+            if self.username is not None:
+                kwargs["username"] = self.username
+                kwargs["password"] = self._password.reveal() or ""
+            if self.scheme != "bolt":
+                import mgclient
+                kwargs["sslmode"] = mgclient.MG_SSLMODE_REQUIRE
+                if self.fingerprint:
+                    kwargs["trust_callback"] = self._trusted
+            conn = (self._connect_fn or connect_mgclient)(**kwargs)
+            conn.autocommit = False
+            self._conn = conn
+        return self._conn
+
+    def _trusted(self, hostname, ip_address, key_type, fingerprint) -> bool:
+        return _hex(str(fingerprint)) == self.fingerprint
+
+    def _abandon(self) -> None:
+        """After a failure: roll back what the server may hold, then start afresh next time."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        for step in (conn.rollback, conn.close):
+            try:
+                step()
+            except Exception:
+                pass
+
+    def _failure(self, count: int, attempts: int, exc: Exception) -> SinkError:
+        secrets = [s for s in (self._password.reveal(),) if s]
+        detail = redact(f"{type(exc).__name__}: {exc}", secrets)
+        kind = "transient " if is_transient(exc) else ""
+        return SinkError(f"sink {self._where()}: a batch of {count} statements was not applied after "
+                         f"{attempts} attempt(s), {kind}error {detail}")
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    def _where(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        user = f", user={self.username!r}" if self.username is not None else ""
+        return f"BoltSink({self._where()!r}{user}, password={self._password!r})"
+
+
+def _hex(text: str) -> str:
+    return re.sub(r"[^0-9a-f]", "", text.lower())
+
+
+_PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def _driver_parameters(parameters: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """Parameters as pymgclient takes them: bytes become UTF-8 text, as in cypherl files."""
+    return {name: _driver_value(value, f"${name} (statement {index})") for name, value in parameters.items()}
+
+
+def _driver_value(value: Any, where: str) -> Any:
+    kind = type(value)
+    if kind in _PLAIN_TYPES:
+        return value
+    if kind is list or kind is tuple:
+        return [_driver_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {k: _driver_value(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return text_of_bytes(value, where)
+    return value
+
+
+def _bolt_settings(parts, query: dict[str, str], uri: str) -> BoltSettings:
+    scheme = parts.scheme.lower()
+    _options(query, {"retries", "fingerprint"} if scheme == "bolt+s" else {"retries"}, uri)
+    try:
+        host, port = parts.hostname, parts.port or DEFAULT_BOLT_PORT
+    except ValueError:
+        raise ConfigError(f"sink: {_shown_uri(uri)!r} has an invalid port") from None
+    if not host or parts.path not in ("", "/"):
+        raise ConfigError(f"sink: expected {scheme}://host[:port], got {_shown_uri(uri)!r}")
+    retries = query.get("retries", "5")
+    if not retries.isdigit() or not 1 <= int(retries) <= 100:
+        raise ConfigError(f"sink: option retries={retries!r} in {_shown_uri(uri)!r} is not in 1..100")
+    fingerprint = query.get("fingerprint")
+    if fingerprint is not None and not re.fullmatch(r"[0-9A-Fa-f:]{16,}", fingerprint):
+        raise ConfigError(f"sink: option fingerprint={fingerprint!r} in {_shown_uri(uri)!r} is not hex")
+    return BoltSettings(scheme, host, port, fingerprint, int(retries))
+
+
+def _open_bolt(settings: BoltSettings, credentials: Mapping[str, str]) -> BoltSink:
+    username = credentials.get(USERNAME_KEY)
+    password = credentials.get(PASSWORD_KEY)
+    if password is not None and username is None:
+        raise ConfigError(f"credentials: {PASSWORD_KEY!r} is set but {USERNAME_KEY!r} is not "
+                          f"(sink {settings.scheme}://{settings.host}:{settings.port})")
+    return BoltSink(settings.host, settings.port, scheme=settings.scheme, username=username,
+                    password=password, fingerprint=settings.fingerprint, retries=settings.retries)
+
+
+SCHEMES: dict[str, Scheme] = {
+    "null": Scheme(_null_settings, lambda settings, credentials: NullSink()),
+    "cypherl": Scheme(_cypherl_settings, lambda s, credentials: CypherlSink(s.path, fsync=s.fsync)),
+    "bolt": Scheme(_bolt_settings, _open_bolt),
+    "bolt+s": Scheme(_bolt_settings, _open_bolt),
+    "bolt+ssc": Scheme(_bolt_settings, _open_bolt),
+}

@@ -1,0 +1,385 @@
+"""Memgraph-compatible transformations: messages in, Cypher statements out.
+
+One loader and one runner serve the live streams, the CLI and Spark, so a
+transformation file written for Memgraph's built-in streams (`import mgp`,
+`@mgp.transformation`) runs unchanged here, and a plain Python function
+`f(messages) -> [{"query": ..., "parameters": {...}}]` works too.
+
+`mgp` is never imported by this module: transformation files import it
+themselves. See `_mgp_registration` for how their decorator is satisfied.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from .errors import TransformError
+
+QUERY_MODULES_ENV = "MGSTREAMS_QUERY_MODULES_DIR"
+_DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+# -- messages ---------------------------------------------------------------
+class Message:
+    """One Kafka message with the accessors of Memgraph's `mgp.Message`.
+
+    Read-only by contract (private slots, no setters); kept to plain slots
+    because one is built per consumed message.
+    """
+
+    __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_timestamp")
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
+                 value: bytes | None, timestamp: int):
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key = key
+        self._value = b"" if value is None else value
+        self._timestamp = timestamp
+
+    @classmethod
+    def from_kafka(cls, msg) -> "Message":
+        """Wrap a confluent_kafka.Message without copying its fields (hot path)."""
+        return _KafkaMessage(msg)
+
+    def payload(self) -> bytes:
+        return self._value
+
+    def topic_name(self) -> str:
+        return self._topic
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def timestamp(self) -> int:
+        """Milliseconds since the epoch, as Kafka reports it."""
+        return self._timestamp
+
+    def offset(self) -> int:
+        return self._offset
+
+    def partition(self) -> int:
+        return self._partition
+
+    def _fields(self) -> tuple:
+        return (self.topic_name(), self.partition(), self.offset(), self.key(), self.payload(),
+                self.timestamp())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (f"Message({self.topic_name()!r}, partition={self.partition()}, offset={self.offset()}, "
+                f"{len(self.payload())} bytes)")
+
+
+class _KafkaMessage(Message):
+    """A Message that reads through to the confluent_kafka.Message it wraps."""
+
+    __slots__ = ("_msg",)
+
+    def __init__(self, msg):  # noqa: super().__init__ skipped on purpose: nothing to copy
+        self._msg = msg
+
+    def payload(self) -> bytes:
+        value = self._msg.value()
+        return b"" if value is None else value
+
+    def topic_name(self) -> str:
+        return self._msg.topic()
+
+    def key(self) -> bytes | None:
+        return self._msg.key()
+
+    def timestamp(self) -> int:
+        return self._msg.timestamp()[1]
+
+    def offset(self) -> int:
+        return self._msg.offset()
+
+    def partition(self) -> int:
+        return self._msg.partition()
+
+
+class Messages:
+    """A batch with the accessors of Memgraph's `mgp.Messages`."""
+
+    __slots__ = ("_messages",)
+
+    def __init__(self, messages: Sequence[Message]):
+        self._messages = messages
+
+    def total_messages(self) -> int:
+        return len(self._messages)
+
+    def message_at(self, index: int) -> Message:
+        return self._messages[index]
+
+    def is_valid(self) -> bool:
+        """Always true: unlike Memgraph's, this batch does not expire after the call."""
+        return True
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self._messages)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One Cypher query with its parameters: the unit a sink writes."""
+
+    query: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -- loading ----------------------------------------------------------------
+def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[[Messages], Any]:
+    """Resolve `module.function` to a callable taking one `Messages`.
+
+    The module is imported normally first; if it is not importable, `<module>.py`
+    is looked up in `search_dirs` and then in $MGSTREAMS_QUERY_MODULES_DIR
+    (colon- or comma-separated), the way Memgraph finds its query modules.
+    Ship the path, not the function, to other processes (Spark executors).
+    """
+    if not isinstance(path, str) or not _DOTTED_PATH.match(path):
+        raise TransformError(f"transform: expected 'module.function', got {path!r}")
+    module_name, function_name = path.rsplit(".", 1)
+    dirs = _search_dirs(search_dirs)
+    with _mgp_registration():
+        module = _import_module(path, module_name, dirs)
+    fn = getattr(module, function_name, None)
+    if fn is None:
+        raise TransformError(f"transform {path!r}: module {module_name!r} "
+                             f"({getattr(module, '__file__', None) or 'built-in'}) has no function {function_name!r}")
+    if not callable(fn):
+        raise TransformError(f"transform {path!r}: {function_name!r} is a {type(fn).__name__}, not a function")
+    return _as_messages_callable(path, _unwrap_mgp(fn))
+
+
+def _search_dirs(explicit: Sequence[str]) -> list[str]:
+    if isinstance(explicit, str):
+        explicit = [explicit]
+    from_env = re.split(r"[:,]", os.environ.get(QUERY_MODULES_ENV, ""))
+    return [d.strip() for d in [*explicit, *from_env] if d and d.strip()]
+
+
+def _import_module(path: str, module_name: str, dirs: Sequence[str]):
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing != module_name and not module_name.startswith(missing + "."):
+            raise _import_failed(path, module_name, exc) from exc
+    except Exception as exc:  # a module that raises at import must not take us down
+        raise _import_failed(path, module_name, exc) from exc
+    relative = Path(*module_name.split(".")).with_suffix(".py")
+    for directory in dirs:
+        candidate = Path(directory) / relative
+        if candidate.is_file():
+            return _load_file(path, module_name, candidate)
+    raise TransformError(f"transform {path!r}: module {module_name!r} is not importable and "
+                         f"{str(relative)!r} is not in the query modules directories {list(dirs)!r} "
+                         f"(pass search_dirs or set {QUERY_MODULES_ENV})")
+
+
+def _load_file(path: str, module_name: str, file: Path):
+    """Load a query module by file path and register it under its own name, as Memgraph does."""
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise TransformError(f"transform {path!r}: cannot load {str(file)!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(module_name, None)
+        if not isinstance(exc, Exception):
+            raise
+        raise _import_failed(path, str(file), exc) from exc
+    return module
+
+
+def _import_failed(path: str, what: str, exc: BaseException) -> TransformError:
+    return TransformError(f"transform {path!r}: importing {what!r} failed: {type(exc).__name__}: {exc}")
+
+
+def _unwrap_mgp(fn: Callable) -> Callable:
+    """Peel wrappers made by mgp.py itself (they expect Memgraph's own objects)."""
+    while hasattr(fn, "__wrapped__") and _defined_in_mgp(fn):
+        fn = fn.__wrapped__
+    return fn
+
+
+def _defined_in_mgp(fn: Callable) -> bool:
+    code = getattr(fn, "__code__", None)
+    return code is not None and Path(code.co_filename).name == "mgp.py"
+
+
+def _as_messages_callable(path: str, fn: Callable) -> Callable:
+    """Memgraph also allows `f(ctx: TransCtx, messages)`; outside Memgraph ctx is None."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return fn
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if len(required) == 2:
+        def with_context(messages, _fn=fn):
+            return _fn(None, messages)
+        with_context.__wrapped__ = fn
+        with_context.__name__ = getattr(fn, "__name__", "transformation")
+        with_context.__qualname__ = getattr(fn, "__qualname__", with_context.__name__)
+        with_context.__module__ = getattr(fn, "__module__", None)
+        return with_context
+    if len(required) > 2 or (not positional and not any(p.kind == p.VAR_POSITIONAL for p in params)):
+        raise TransformError(f"transform {path!r}: expected fn(messages) or fn(context, messages), "
+                             f"got {getattr(fn, '__name__', fn)}{inspect.signature(fn)}")
+    return fn
+
+
+# -- the mgp decorator outside Memgraph -------------------------------------
+class _RegistrationShim:
+    """Stands in for Memgraph's `_mgp._MODULE` while we import a transformation file.
+
+    `mgp.transformation` calls `_mgp._MODULE.add_transformation(wrapper)` and
+    returns the function unchanged; this records the wrapper and nothing else.
+    """
+
+    def __init__(self):
+        self.transformations: list[Callable] = []
+
+    def add_transformation(self, wrapper: Callable) -> None:
+        self.transformations.append(wrapper)
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"only transformations can be registered outside Memgraph (asked for {name!r})")
+
+
+_REGISTRATION_LOCK = threading.RLock()
+_MISSING = object()
+
+
+@contextmanager
+def _mgp_registration():
+    """Give `@mgp.transformation` somewhere to register while a file is imported.
+
+    `_mgp._MODULE` is None in Memgraph outside its own module imports (and
+    missing from some stubs), so the decorator would fail. Only in that case is
+    a shim set, for the duration of the import, then the previous value (None
+    or absence) is put back. A `_MODULE` that can register is never touched:
+    Memgraph mid-import, the PyPI stub's, or a test backend's. Inside Memgraph,
+    load transformations from a procedure call, not a background thread, so no
+    Memgraph module import can overlap with the shim.
+    """
+    mgp_backend = _mgp_backend()
+    if mgp_backend is None:
+        yield
+        return
+    with _REGISTRATION_LOCK:
+        previous = getattr(mgp_backend, "_MODULE", _MISSING)
+        if callable(getattr(previous, "add_transformation", None)):
+            yield
+            return
+        mgp_backend._MODULE = _RegistrationShim()
+        try:
+            yield
+        finally:
+            if previous is _MISSING:
+                del mgp_backend._MODULE
+            else:
+                mgp_backend._MODULE = previous
+
+
+def _mgp_backend():
+    """The `_mgp` module `mgp` uses (or will use), without importing `mgp`."""
+    mgp = sys.modules.get("mgp")
+    backend = getattr(mgp, "_mgp", None) if mgp is not None else None
+    if backend is not None:
+        return backend
+    if "_mgp" in sys.modules:
+        return sys.modules["_mgp"]
+    try:
+        return importlib.import_module("_mgp")
+    except ImportError:
+        return None
+
+
+# -- running ----------------------------------------------------------------
+def run_transformation(fn: Callable, messages: Sequence[Message], *, name: str | None = None) -> list[Statement]:
+    """Run `fn` on one batch and normalise what it returns to Statements.
+
+    Records may be `mgp.Record(query=..., parameters=...)`, mappings with keys
+    `query` and `parameters`, or Statements; None parameters mean {}.
+    """
+    try:
+        records = _records(fn(Messages(messages)))
+        return [_statement(record, index) for index, record in enumerate(records)]
+    except TransformError as exc:
+        raise TransformError(f"transform {_name(fn, name)!r}: {exc} "
+                             f"(batch starting at {_batch_start(messages)})") from None
+    except Exception as exc:
+        raise TransformError(f"transform {_name(fn, name)!r} failed on the batch starting at "
+                             f"{_batch_start(messages)}: {type(exc).__name__}: {exc}") from exc
+
+
+def _records(result: Any) -> Iterable:
+    if isinstance(result, (list, tuple)):
+        return result
+    if hasattr(result, "fields") or isinstance(result, (Mapping, Statement)):
+        return (result,)
+    if result is None or isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
+        raise TransformError(f"returned {type(result).__name__}; expected a list of records")
+    return list(result)
+
+
+def _statement(record: Any, index: int) -> Statement:
+    if type(record) is not dict:
+        if isinstance(record, Statement):
+            return record
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            record = fields
+        elif not isinstance(record, Mapping):
+            raise TransformError(f"record {index} is a {type(record).__name__}, "
+                                 f"expected mgp.Record(query=..., parameters=...) or a mapping")
+    query = record.get("query")
+    if not isinstance(query, str) or not query or query.isspace():
+        raise TransformError(f"record {index}: query must be a non-empty string, got {query!r:.80}")
+    parameters = record.get("parameters")
+    if parameters is None:
+        parameters = {}
+    elif not isinstance(parameters, Mapping):
+        raise TransformError(f"record {index}: parameters must be a map or null, "
+                             f"got {type(parameters).__name__}")
+    return Statement(query, parameters)
+
+
+def _name(fn: Callable, name: str | None) -> str:
+    if name:
+        return name
+    fn = getattr(fn, "__wrapped__", fn)
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def _batch_start(messages: Sequence[Message]) -> str:
+    if not messages:
+        return "an empty batch"
+    first = messages[0]
+    return f"{first.topic_name()}:{first.partition()} offset {first.offset()}"
