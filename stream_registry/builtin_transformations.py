@@ -1,0 +1,98 @@
+"""Ready transformations, usable by dotted path (`stream_registry.builtin_transformations.merge_messages`).
+
+Each takes a `Messages` batch (ours or Memgraph's) and returns
+`{"query": ..., "parameters": {...}}` records.
+
+Idempotent ones are keyed by (topic, partition, offset), so replaying a
+message (at-least-once redelivery after a crash, a Spark task retry, a backfill
+over a range already ingested) leaves the graph as one delivery would:
+
+- `merge_messages`   idempotent: one :KafkaMessage node per message.
+- `merge_messages_batched` idempotent: the same, one UNWIND statement per batch
+  (far fewer round trips; use it for backfills and bulk loads).
+- `json_nodes`       idempotent: one :KafkaRecord node per message holding the
+  payload's JSON object fields as properties.
+- `create_messages`  NOT idempotent: every delivery CREATEs another node.
+
+Payloads and keys are stored as UTF-8 text; undecodable bytes become U+FFFD.
+They need `message.partition()`, which mgstreams messages have and Memgraph's
+built-in streams' messages do not.
+Create an index first: `CREATE INDEX ON :KafkaMessage(topic, partition, offset);`
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_SET_MESSAGE = "SET m.payload = $payload, m.key = $key, m.timestamp = $timestamp"
+MERGE_MESSAGE = f"MERGE (m:KafkaMessage {{topic: $topic, partition: $partition, offset: $offset}}) {_SET_MESSAGE}"
+CREATE_MESSAGE = ("CREATE (m:KafkaMessage {topic: $topic, partition: $partition, offset: $offset, "
+                  "payload: $payload, key: $key, timestamp: $timestamp})")
+MERGE_MESSAGES_UNWIND = ("UNWIND $rows AS r MERGE (m:KafkaMessage {topic: r.topic, partition: r.partition, "
+                         "offset: r.offset}) SET m.payload = r.payload, m.key = r.key, m.timestamp = r.timestamp")
+MERGE_JSON_RECORD = ("MERGE (n:KafkaRecord {topic: $topic, partition: $partition, offset: $offset}) "
+                     "SET n += $properties")
+
+
+def merge_messages(messages) -> list[dict[str, Any]]:
+    """Idempotent: MERGE one :KafkaMessage per (topic, partition, offset), SET its content."""
+    return [{"query": MERGE_MESSAGE, "parameters": _message_row(m)} for m in _each(messages)]
+
+
+def merge_messages_batched(messages) -> list[dict[str, Any]]:
+    """Idempotent: like merge_messages, as a single UNWIND statement for the whole batch."""
+    rows = [_message_row(m) for m in _each(messages)]
+    return [{"query": MERGE_MESSAGES_UNWIND, "parameters": {"rows": rows}}] if rows else []
+
+
+def create_messages(messages) -> list[dict[str, Any]]:
+    """NOT idempotent: CREATE a :KafkaMessage per delivery; a redelivered message is stored twice."""
+    return [{"query": CREATE_MESSAGE, "parameters": _message_row(m)} for m in _each(messages)]
+
+
+def json_nodes(messages) -> list[dict[str, Any]]:
+    """Idempotent: MERGE a :KafkaRecord per (topic, partition, offset) and SET the payload's
+    JSON object fields on it (`SET +=`: replaying rewrites the same values).
+
+    A payload that is not a JSON object fails the batch with its offset named.
+    """
+    records = []
+    for message in _each(messages):
+        properties = _json_object(message)
+        parameters = _position(message)
+        parameters["properties"] = properties
+        records.append({"query": MERGE_JSON_RECORD, "parameters": parameters})
+    return records
+
+
+def _each(messages):
+    """Through message_at/total_messages, the accessors both kinds of Messages offer."""
+    return (messages.message_at(i) for i in range(messages.total_messages()))
+
+
+def _position(message) -> dict[str, Any]:
+    return {"topic": message.topic_name(), "partition": message.partition(), "offset": message.offset()}
+
+
+def _message_row(message) -> dict[str, Any]:
+    row = _position(message)
+    key = message.key()
+    row["payload"] = _text(message.payload())
+    row["key"] = None if key is None else _text(key)
+    row["timestamp"] = message.timestamp()
+    return row
+
+
+def _text(data) -> str:
+    return bytes(data).decode("utf-8", errors="replace")
+
+
+def _json_object(message) -> dict[str, Any]:
+    where = f"{message.topic_name()}:{message.partition()} offset {message.offset()}"
+    try:
+        value = json.loads(bytes(message.payload()))
+    except ValueError as exc:
+        raise ValueError(f"payload at {where} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"payload at {where} is a JSON {type(value).__name__}, expected an object")
+    return value
