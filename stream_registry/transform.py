@@ -124,6 +124,11 @@ class Messages:
     def __init__(self, messages: Sequence[Message]):
         self._messages = messages
 
+    @classmethod
+    def from_kafka(cls, batch: Sequence) -> "Messages":
+        """Wrap a consume() batch; a message is wrapped only when the transformation reads it."""
+        return _KafkaMessages(batch)
+
     def total_messages(self) -> int:
         return len(self._messages)
 
@@ -139,6 +144,18 @@ class Messages:
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self._messages)
+
+
+class _KafkaMessages(Messages):
+    """Messages over confluent_kafka.Message objects, wrapped on access (hot path)."""
+
+    __slots__ = ()
+
+    def message_at(self, index: int) -> Message:
+        return _KafkaMessage(self._messages[index])
+
+    def __iter__(self) -> Iterator[Message]:
+        return map(_KafkaMessage, self._messages)
 
 
 @dataclass(frozen=True)
@@ -322,14 +339,20 @@ def _mgp_backend():
 
 
 # -- running ----------------------------------------------------------------
-def run_transformation(fn: Callable, messages: Sequence[Message], *, name: str | None = None) -> list[Statement]:
+def run_transformation(fn: Callable, messages: Sequence[Message] | Messages, *,
+                       name: str | None = None) -> list[Statement]:
     """Run `fn` on one batch and normalise what it returns to Statements.
+
+    `messages` is a sequence of Message or a Messages (e.g. `Messages.from_kafka(batch)`,
+    which skips wrapping messages the transformation does not read).
 
     Records may be `mgp.Record(query=..., parameters=...)`, mappings with keys
     `query` and `parameters`, or Statements; None parameters mean {}.
     """
+    if not isinstance(messages, Messages):
+        messages = Messages(messages)
     try:
-        records = _records(fn(Messages(messages)))
+        records = _records(fn(messages))
         return [_statement(record, index) for index, record in enumerate(records)]
     except TransformError as exc:
         raise TransformError(f"transform {_name(fn, name)!r}: {exc} "
@@ -365,7 +388,7 @@ def _statement(record: Any, index: int) -> Statement:
     parameters = record.get("parameters")
     if parameters is None:
         parameters = {}
-    elif not isinstance(parameters, Mapping):
+    elif type(parameters) is not dict and not isinstance(parameters, Mapping):
         raise TransformError(f"record {index}: parameters must be a map or null, "
                              f"got {type(parameters).__name__}")
     return Statement(query, parameters)
@@ -378,8 +401,8 @@ def _name(fn: Callable, name: str | None) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def _batch_start(messages: Sequence[Message]) -> str:
-    if not messages:
+def _batch_start(messages: Messages) -> str:
+    if not messages.total_messages():
         return "an empty batch"
-    first = messages[0]
+    first = messages.message_at(0)
     return f"{first.topic_name()}:{first.partition()} offset {first.offset()}"

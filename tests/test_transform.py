@@ -74,6 +74,18 @@ def test_message_from_kafka_reads_through_and_equals_a_copy():
     assert Message.from_kafka(KafkaMessage(topic="t", value=None, timestamp=(0, -1))).payload() == b""
 
 
+def test_messages_from_a_kafka_batch_wrap_on_access_and_run_directly():
+    raw = [KafkaMessage(topic="t", partition=1, offset=i, value=b"v%d" % i, timestamp=(1, i)) for i in range(3)]
+    msgs = Messages.from_kafka(raw)
+    assert msgs.total_messages() == 3 and msgs.message_at(2) == Message("t", 1, 2, None, b"v2", 2)
+    assert [m.payload() for m in msgs] == [b"v0", b"v1", b"v2"]
+    statements = run_transformation(lambda ms: [{"query": "RETURN $o", "parameters": {"o": m.offset()}}
+                                                for m in ms], msgs)
+    assert [s.parameters["o"] for s in statements] == [0, 1, 2]
+    with pytest.raises(TransformError, match="t:1 offset 0"):
+        run_transformation(lambda ms: 1 / 0, msgs)
+
+
 def test_messages_wraps_a_sequence():
     msgs = Messages(batch(b"a", b"b"))
     assert msgs.total_messages() == len(msgs) == 2
