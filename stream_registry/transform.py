@@ -204,7 +204,7 @@ def _import_module(path: str, module_name: str, dirs: Sequence[str]):
         missing = exc.name or ""
         if missing != module_name and not module_name.startswith(missing + "."):
             raise _import_failed(path, module_name, exc) from exc
-    except Exception as exc:  # a module that raises at import must not take us down
+    except (Exception, SystemExit) as exc:  # a module that raises at import must not take us down
         raise _import_failed(path, module_name, exc) from exc
     relative = Path(*module_name.split(".")).with_suffix(".py")
     for directory in dirs:
@@ -227,7 +227,7 @@ def _load_file(path: str, module_name: str, file: Path):
         spec.loader.exec_module(module)
     except BaseException as exc:
         sys.modules.pop(module_name, None)
-        if not isinstance(exc, Exception):
+        if not isinstance(exc, (Exception, SystemExit)):
             raise
         raise _import_failed(path, str(file), exc) from exc
     return module
@@ -357,7 +357,7 @@ def run_transformation(fn: Callable, messages: Sequence[Message] | Messages, *,
     except TransformError as exc:
         raise TransformError(f"transform {_name(fn, name)!r}: {exc} "
                              f"(batch starting at {_batch_start(messages)})") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise TransformError(f"transform {_name(fn, name)!r} failed on the batch starting at "
                              f"{_batch_start(messages)}: {type(exc).__name__}: {exc}") from exc
 

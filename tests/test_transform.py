@@ -156,6 +156,9 @@ def test_module_raising_at_import_is_wrapped_and_not_left_half_loaded(modules):
     broken = modules("import definitely_not_installed_pkg\n")
     with pytest.raises(TransformError, match="definitely_not_installed_pkg"):
         load_transformation(f"{broken}.fn", search_dirs=[modules.dir])
+    exits = modules("import sys\nsys.exit(3)\n")
+    with pytest.raises(TransformError, match="SystemExit: 3"):
+        load_transformation(f"{exits}.fn", search_dirs=[modules.dir])
     syntax = modules("def fn(:\n")
     with pytest.raises(TransformError, match="SyntaxError"):
         load_transformation(f"{syntax}.fn", search_dirs=[modules.dir])
