@@ -297,7 +297,8 @@ class StreamRegistry:
         try:
             return load_transformation(config.transform, search_dirs=query_module_dirs())
         except StreamError as exc:
-            raise ConfigError(f"transform: {exc}") from None
+            text = str(exc)
+            raise ConfigError(text if text.startswith("transform") else f"transform: {text}") from None
 
     def _open_query(self, config: StreamConfig) -> PartitionQuery:
         return PartitionQuery(config.bootstrap_servers, config.group_id,

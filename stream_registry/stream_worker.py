@@ -100,6 +100,9 @@ class StreamWorker:
         self._consumer: Consumer | None = None
         self.status = StreamStatus.CREATED
         self.error: str | None = None
+        # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally.
+        self._incremental = ("cooperative" in str(config.configs.get("partition.assignment.strategy", ""))
+                             or str(config.configs.get("group.protocol", "classic")) == "consumer")
 
     # -- control (any thread) ---------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
@@ -280,7 +283,7 @@ class StreamWorker:
             except KafkaException:
                 reassign[(topic, partition)] = offset
         if reassign:
-            if self._consumer.rebalance_protocol() == "COOPERATIVE":
+            if self._incremental:
                 tps = [TopicPartition(t, p, o) for (t, p), o in reassign.items()]
                 self._consumer.incremental_unassign([TopicPartition(t, p) for (t, p) in reassign])
                 self._consumer.incremental_assign(tps)
@@ -325,7 +328,7 @@ class StreamWorker:
                     tp.offset = self._pending[key]
                     applied[key] = tp.offset
         try:
-            if consumer.rebalance_protocol() == "COOPERATIVE":
+            if self._incremental:
                 consumer.incremental_assign(partitions)
             else:
                 consumer.assign(partitions)
@@ -333,7 +336,7 @@ class StreamWorker:
             log.warning("stream %s: assign failed: %s", self.config.name, self._redact(exc))
             return
         with self._state_lock:
-            if consumer.rebalance_protocol() != "COOPERATIVE":
+            if not self._incremental:
                 self._assigned.clear()
             self._assigned.update((tp.topic, tp.partition) for tp in partitions)
         if applied:
@@ -345,7 +348,7 @@ class StreamWorker:
             for tp in partitions:
                 self._assigned.discard((tp.topic, tp.partition))
         try:
-            if consumer.rebalance_protocol() == "COOPERATIVE":
+            if self._incremental:
                 consumer.incremental_unassign(partitions)
             else:
                 consumer.unassign()

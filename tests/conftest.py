@@ -80,3 +80,17 @@ def spark():
                .getOrCreate())
     yield session
     session.stop()
+
+
+@pytest.fixture
+def memory_sinks(monkeypatch):
+    """`memory://NAME` sinks for stream tests: one RecordingSink per name, kept across restarts."""
+    from collections import defaultdict
+
+    from stream_helpers import RecordingSink
+    from stream_registry import sinks
+
+    recorded: dict[str, RecordingSink] = defaultdict(RecordingSink)
+    monkeypatch.setitem(sinks.SCHEMES, "memory", sinks.Scheme(
+        parse=lambda parts, query, uri: parts.netloc, open=lambda name, credentials: recorded[name]))
+    return recorded
