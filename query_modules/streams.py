@@ -141,7 +141,7 @@ def offsets(name: str) -> mgp.Record(topic=str, partition=int, committed_offset=
 @mgp.read_proc
 def history(name: str) -> mgp.Record(changed_at=mgp.LocalDateTime, topic=str, partition=int,
                                      previous_offset=mgp.Nullable[int], offset=int, status=str):
-    """The audit of offset changes applied to the stream, oldest first; changed_at is UTC."""
+    """The audit of offset changes applied to the stream, newest first; changed_at is UTC."""
     return [mgp.Record(changed_at=_utc(h.changed_at), topic=h.topic, partition=h.partition,
                        previous_offset=h.previous_offset, offset=h.offset, status=str(h.status.value))
             for h in _call(lambda: default_registry().history(name))]

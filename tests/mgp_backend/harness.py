@@ -136,6 +136,12 @@ class Memgraph:
                              "is_write": proc.is_write, "path": module.path, "is_editable": True})
         return sorted(rows, key=lambda row: row["name"])
 
+    def vertex(self, vertex_id: int):
+        """A node of the graph as a query would pass it to a procedure (e.g. `MATCH (n) CALL m.p(n)`)."""
+        if vertex_id not in self.store.vertices:
+            raise QueryError(f"no vertex with id {vertex_id}")
+        return self._mgp_c.Vertex(self._mgp_c.Graph(self.store), vertex_id)
+
     # -- calls -----------------------------------------------------------------------
     def call(self, qualified_name: str, *args) -> list[dict]:
         """`CALL name(args...) YIELD *`: the records as dicts of client-side values."""
