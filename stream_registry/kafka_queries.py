@@ -8,15 +8,21 @@ from another process: the CLI, the Spark planner).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .errors import ConfigError, KafkaOperationError
 from .offset_spec import RD_OFFSET_END, PartitionSnapshot
 from .redaction import redact, secret_values
 
 TP = tuple[str, int]
+_RETRY_S = 0.1
+# Errors that mean "not now" (a leader is moving, a broker is down), not "never".
+_TRANSIENT = {"_UNKNOWN_PARTITION", "_TRANSPORT", "_TIMED_OUT", "_WAIT_COORD", "LEADER_NOT_AVAILABLE",
+              "NOT_LEADER_FOR_PARTITION", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
+              "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN"}
 
 
 class PartitionQuery:
@@ -174,15 +180,21 @@ class PartitionQuery:
 
     def _call(self, fn, what: str, *, field: str | None = None, topic: str | None = None,
               partition: int | None = None):
-        with self._lock:
-            if self._consumer is None:
-                raise KafkaOperationError(f"{what}: the query client is closed")
-            try:
-                return fn()
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                code = err.name() if hasattr(err, "name") else None
-                text = err.str() if hasattr(err, "str") else str(exc)
-                prefix = f"{field}: " if field else ""
-                raise KafkaOperationError(f"{prefix}{what} failed: {redact(text, self._secrets)} ({code})",
-                                          code=code, topic=topic, partition=partition) from None
+        """Run one client call; transient errors (leader moves, a broker down) are retried until timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            with self._lock:
+                if self._consumer is None:
+                    raise KafkaOperationError(f"{what}: the query client is closed")
+                try:
+                    return fn()
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+            code = err.name() if isinstance(err, KafkaError) else None
+            if code in _TRANSIENT and time.monotonic() + _RETRY_S < deadline:
+                time.sleep(_RETRY_S)
+                continue
+            text = err.str() if isinstance(err, KafkaError) else str(err)
+            prefix = f"{field}: " if field else ""
+            raise KafkaOperationError(f"{prefix}{what} failed: {redact(text, self._secrets)} ({code})",
+                                      code=code, topic=topic, partition=partition)
