@@ -1,0 +1,366 @@
+"""`mgstreams`: the operator CLI over the same registry, parser and reports as `CALL streams.*`.
+
+    mgstreams [--state-dir DIR] list [--json]
+    mgstreams describe NAME [--watch [--interval S] [--count N]] [--json]
+    mgstreams set-offset NAME SPEC [--dry-run] [--timeout S] [--json]
+    mgstreams history NAME [--limit N] [--json]
+    mgstreams start NAME [--duration S]      # hosts the stream in the foreground
+    mgstreams stop NAME | drop NAME
+    mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
+
+The state directory defaults to $MGSTREAMS_STATE_DIR, like the query module's
+registry; inside the Memgraph container both see the same streams. Streams
+that Memgraph runs are shown here but moved from Cypher (the registry refuses
+to move a stream another process runs). Exit status: 0 on success, 1 with a
+one-line reason on stderr otherwise, 2 on usage errors.
+
+Subcommands of other packages attach in `main()` (e.g. `backfill` from
+spark_bridge.cli when it is importable).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from .errors import ConfigError, StreamError
+from .registry import StreamRegistry, default_state_dir
+
+_INTEGER = re.compile(r"^-?\d+$")
+
+
+# -- plumbing ---------------------------------------------------------------------
+class _State:
+    """Per-invocation: where the state lives, and the registry opened on first use."""
+
+    def __init__(self, state_dir: str | None):
+        self.state_dir = Path(state_dir) if state_dir else default_state_dir()
+        self._registry: StreamRegistry | None = None
+
+    @property
+    def registry(self) -> StreamRegistry:
+        if self._registry is None:
+            # A CLI never restores streams another process (Memgraph) hosts.
+            self._registry = StreamRegistry(self.state_dir, autostart=False)
+        return self._registry
+
+    def close(self) -> None:
+        if self._registry is not None:
+            self._registry.close()
+            self._registry = None
+
+
+def _console() -> Console:
+    """Tables on stdout; wide when piped so rows are never wrapped."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"mgstreams: error: {' '.join(str(message).split())}", err=True)
+    sys.exit(1)
+
+
+def _run(action: Callable[[], Any]) -> Any:
+    """Run a registry call; a StreamError becomes exit status 1 with its message on one line."""
+    try:
+        return action()
+    except StreamError as exc:
+        _fail(str(exc))
+
+
+def jsonable(value: Any) -> Any:
+    """Report values (frozen dataclasses, str enums, datetimes) as JSON-ready data."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(jsonable(value), sort_keys=False))
+
+
+def _table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
+    """Plain aligned columns with upper-case headers, as Kafka's own tools print them."""
+    table = Table(box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    for row in rows:
+        table.add_row(*("-" if cell is None else str(cell) for cell in row))
+    return table
+
+
+def _wait_for_shutdown(duration: float | None = None) -> None:
+    """Block until Ctrl-C, SIGTERM or `duration` seconds."""
+    done = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while not done.wait(0.2):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+# -- the group ----------------------------------------------------------------------
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--state-dir", type=click.Path(file_okay=False), envvar="MGSTREAMS_STATE_DIR", default=None,
+              show_envvar=True, help="Registry state directory (default: $MGSTREAMS_STATE_DIR, else a "
+                                     "per-user directory, as the query module's registry).")
+@click.pass_context
+def cli(ctx: click.Context, state_dir: str | None) -> None:
+    """Kafka streams of the mgstreams Memgraph plugin, from a shell."""
+    state = ctx.ensure_object(dict).setdefault("state", _State(state_dir))
+    ctx.call_on_close(state.close)
+
+
+def _registry() -> StreamRegistry:
+    return click.get_current_context().obj["state"].registry
+
+
+STREAM_COLUMNS = ("NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK", "ERROR")
+DESCRIBE_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
+                    "LOG-END-OFFSET", "LAG", "ASSIGNED")
+CHANGE_COLUMNS = ("TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET", "STATUS", "MESSAGE")
+HISTORY_COLUMNS = ("CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS")
+
+
+@cli.command("list")
+@json_option
+def list_streams(as_json: bool) -> None:
+    """Every stream, its status and configuration (secrets masked)."""
+    streams = _run(lambda: _registry().list())
+    if as_json:
+        _print_json(streams)
+        return
+    _console().print(_table(STREAM_COLUMNS, (
+        (s.name, s.status.value, ",".join(s.topics), s.consumer_group, s.bootstrap_servers, s.transform, s.sink,
+         s.error) for s in streams)))
+
+
+def _describe_table(name: str) -> Table:
+    registry = _registry()
+    group = registry.get(name).consumer_group
+    return _table(DESCRIBE_COLUMNS, (
+        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
+         "yes" if r.assigned else "no") for r in registry.describe(name)))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--count", type=click.IntRange(min=1), default=None,
+              help="With --watch: stop after this many refreshes.")
+@json_option
+def describe(name: str, watch: bool, interval: float, count: int | None, as_json: bool) -> None:
+    """Per partition: committed offset, position, log start/end, lag (like kafka-consumer-groups --describe).
+
+    With --watch --json, one JSON document per line and refresh.
+    """
+    if not watch:
+        count = 1
+    if as_json:
+        for _ in _refreshes(count, interval):
+            _print_json(_run(lambda: _registry().describe(name)))
+        return
+    if not watch:
+        _console().print(_run(lambda: _describe_table(name)))
+        return
+    console = _console()
+    with Live(console=console, auto_refresh=False) as live:
+        for _ in _refreshes(count, interval):
+            table = _run(lambda: _describe_table(name))
+            table.title = f"{name} at {datetime.datetime.now().strftime('%H:%M:%S')} (every {interval:g} s)"
+            live.update(table, refresh=True)
+
+
+def _refreshes(count: int | None, interval: float) -> Iterable[int]:
+    i = 0
+    try:
+        while count is None or i < count:
+            if i:
+                time.sleep(interval)
+            yield i
+            i += 1
+    except KeyboardInterrupt:
+        return
+
+
+def parse_spec_argument(text: str) -> object:
+    """SPEC as typed in a shell: JSON when it starts with `{` or `"`, an integer, else the string.
+
+    An integer is Memgraph's dialect (-1 beginning, -2 end); a relative move back
+    is the JSON string '"-5"' (or "+5" forward); maps name topics or topic:partition.
+    """
+    stripped = text.strip()
+    if stripped.startswith(("{", '"')):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"SPEC: {text!r} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+    if _INTEGER.match(stripped):
+        return int(stripped)
+    return text
+
+
+@cli.command("set-offset", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("spec")
+@click.option("--dry-run", is_flag=True, help="Show what would be set; change nothing.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Seconds to wait for a running stream to apply the change.")
+@json_option
+def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: bool) -> None:
+    """Set the offset of stream NAME on every partition SPEC targets.
+
+    \b
+    SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | '"-N"' |
+          2024-05-01T12:00:00Z | '{"topic": "earliest", "topic:0": 42}'
+    """
+    changes = _run(lambda: _registry().set_offset(name, parse_spec_argument(spec), timeout=timeout,
+                                                  dry_run=dry_run))
+    if as_json:
+        _print_json(changes)
+        return
+    _console().print(_table(CHANGE_COLUMNS, (
+        (c.topic, c.partition, c.previous_offset, c.offset, c.status.value, c.message) for c in changes)))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the newest N changes.")
+@json_option
+def history(name: str, limit: int | None, as_json: bool) -> None:
+    """Offset changes applied to stream NAME, newest first (times in UTC)."""
+    entries = _run(lambda: _registry().history(name, limit))
+    if as_json:
+        _print_json(entries)
+        return
+    _console().print(_table(HISTORY_COLUMNS, (
+        (h.changed_at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), h.topic, h.partition,
+         h.previous_offset, h.offset, h.status.value) for h in entries)))
+
+
+def _print_status(info, as_json: bool) -> None:
+    if as_json:
+        _print_json({"name": info.name, "status": info.status.value, "error": info.error})
+    else:
+        click.echo(f"{info.name} {info.status.value}" + (f" ({info.error})" if info.error else ""))
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds (default: at Ctrl-C or SIGTERM).")
+@json_option
+def start(name: str, duration: float | None, as_json: bool) -> None:
+    """Run stream NAME in this process, in the foreground, until Ctrl-C or SIGTERM; then stop it.
+
+    Streams that Memgraph should run are started from Cypher: CALL streams.start(NAME).
+    """
+    registry = _registry()
+    _print_status(_run(lambda: registry.start(name)), as_json)
+    try:
+        _wait_for_shutdown(duration)
+    finally:
+        _print_status(_run(lambda: registry.stop(name)), as_json)
+
+
+@cli.command()
+@click.argument("name")
+@json_option
+def stop(name: str, as_json: bool) -> None:
+    """Stop stream NAME (one this process runs; Memgraph's are stopped from Cypher)."""
+    _print_status(_run(lambda: _registry().stop(name)), as_json)
+
+
+@cli.command()
+@click.argument("name")
+@json_option
+def drop(name: str, as_json: bool) -> None:
+    """Forget stream NAME (its committed offsets stay in Kafka)."""
+    _print_status(_run(lambda: _registry().drop(name)), as_json)
+
+
+def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
+    topics = []
+    for value in values:
+        name, _, partitions = value.rpartition(":")
+        if not name or not partitions.isdigit() or int(partitions) < 1:
+            raise click.BadParameter(f"{value!r} is not NAME:PARTITIONS (e.g. orders:3)")
+        topics.append((name, int(partitions)))
+    return topics
+
+
+@cli.command()
+@click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True, help="Number of brokers.")
+@click.option("--partitions-topic", "topics", multiple=True, callback=_topic_spec, metavar="NAME:P",
+              help="Create topic NAME with P partitions (repeatable).")
+def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
+    """Run an embedded Kafka cluster (librdkafka's mock brokers) in the foreground.
+
+    Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM.
+    """
+    from .embedded_kafka import EmbeddedKafka
+
+    cluster = _run(lambda: EmbeddedKafka(brokers=brokers))
+    try:
+        for topic, partitions in topics:
+            _run(lambda: cluster.create_topic(topic, partitions, replication=min(3, brokers)))
+        click.echo(cluster.bootstrap_servers)
+        sys.stdout.flush()
+        created = ", ".join(f"{t} ({p} partitions)" for t, p in topics) or "none (producers auto-create)"
+        click.echo(f"embedded Kafka: {brokers} broker(s); topics: {created}; Ctrl-C to stop", err=True)
+        _wait_for_shutdown()
+    finally:
+        cluster.close()
+    click.echo("embedded Kafka stopped", err=True)
+
+
+# -- entry point ----------------------------------------------------------------------
+def _attach_optional_commands() -> None:
+    """Subcommands other packages provide; absent when their package (or its deps) is not installed."""
+    try:
+        from spark_bridge.cli import backfill
+    except ImportError:
+        return
+    if "backfill" not in cli.commands:
+        cli.add_command(backfill, "backfill")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point `mgstreams`."""
+    _attach_optional_commands()
+    cli.main(args=argv, prog_name="mgstreams")
+
+
+if __name__ == "__main__":
+    main()
