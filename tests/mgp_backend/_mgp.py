@@ -223,26 +223,10 @@ def cypher_kind(value: object) -> str:
     """The Cypher type name of a Cypher value (as `TypedValue::type()` would say)."""
     if value is None:
         return "NULL"
-    if isinstance(value, bool):
-        return "BOOLEAN"
-    if isinstance(value, int):
-        return "INTEGER"
-    if isinstance(value, float):
-        return "FLOAT"
-    if isinstance(value, str):
-        return "STRING"
-    if isinstance(value, list):
-        return "LIST"
-    if isinstance(value, dict):
-        return "MAP"
-    if isinstance(value, Vertex):
-        return "NODE"
-    if isinstance(value, Edge):
-        return "RELATIONSHIP"
-    if isinstance(value, Path):
-        return "PATH"
-    kind = {datetime.date: "DATE", datetime.time: "LOCAL_TIME", datetime.datetime: "LOCAL_DATE_TIME",
-            datetime.timedelta: "DURATION"}.get(type(value))
+    for cls, kind in _KINDS:   # bool before int: True is an int to Python, not to Cypher
+        if isinstance(value, cls):
+            return kind
+    kind = _TEMPORAL_KINDS.get(type(value))   # exact types, as the C API checks them
     if kind is None:
         raise ValueError(f"not a Cypher value: {type(value).__name__}")
     return kind
@@ -602,6 +586,12 @@ class Path:
         if not 0 <= index < len(self._edges):
             raise OutOfRangeError("Out of range.")
         return self._edges[index]
+
+
+_KINDS = ((bool, "BOOLEAN"), (int, "INTEGER"), (float, "FLOAT"), (str, "STRING"), (list, "LIST"), (dict, "MAP"),
+          (Vertex, "NODE"), (Edge, "RELATIONSHIP"), (Path, "PATH"))
+_TEMPORAL_KINDS = {datetime.date: "DATE", datetime.time: "LOCAL_TIME", datetime.datetime: "LOCAL_DATE_TIME",
+                   datetime.timedelta: "DURATION"}
 
 
 # -- stream messages ------------------------------------------------------------

@@ -112,20 +112,18 @@ class Memgraph:
 
     # -- catalogue -----------------------------------------------------------------
     def procedure(self, qualified_name: str):
-        module_name, _, proc_name = qualified_name.rpartition(".")
-        module = self.modules.get(module_name)
-        proc = module.procedures.get(proc_name) if module else None
-        if proc is None:
-            raise QueryError(f"There is no procedure named '{qualified_name}'.")
-        return proc
+        return self._find("procedures", "procedure", qualified_name)
 
     def transformation(self, qualified_name: str):
+        return self._find("transformations", "transformation", qualified_name)
+
+    def _find(self, table: str, what: str, qualified_name: str):
         module_name, _, name = qualified_name.rpartition(".")
         module = self.modules.get(module_name)
-        trans = module.transformations.get(name) if module else None
-        if trans is None:
-            raise QueryError(f"There is no transformation named '{qualified_name}'.")
-        return trans
+        found = getattr(module, table).get(name) if module else None
+        if found is None:
+            raise QueryError(f"There is no {what} named '{qualified_name}'.")
+        return found
 
     def procedures(self) -> list[dict]:
         """`CALL mg.procedures() YIELD *` for the loaded Python modules."""
