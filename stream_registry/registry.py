@@ -230,8 +230,8 @@ class StreamRegistry:
 
     def _check_not_foreign(self, stream: _Stream, action: str) -> None:
         """A registry that does not host streams must not move one another process runs."""
-        if self._hosting:
-            return
+        if self._hosting or stream.worker is not None:
+            return  # this registry hosts it (or runs its worker): it may move it
         status = self._store.status_of(stream.config.name)
         if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
             raise StreamStateError(f"name: stream {stream.config.name!r} is {status.value} in another process "

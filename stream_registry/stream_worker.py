@@ -36,6 +36,7 @@ log = logging.getLogger("mgstreams.worker")
 TP = tuple[str, int]
 CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
+FETCH_WAIT_MAX_MS = 20      # librdkafka's default is 500; users may override it in configs
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class StreamWorker:
         self.status = StreamStatus.CREATED
         self.error: str | None = None
         # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally.
+        self._moved = False  # an offset change was just applied
         self._incremental = ("cooperative" in str(config.configs.get("partition.assignment.strategy", ""))
                              or str(config.configs.get("group.protocol", "classic")) == "consumer")
 
@@ -164,6 +166,9 @@ class StreamWorker:
     def _open_consumer(self) -> Consumer:
         conf = {
             "auto.offset.reset": "earliest",
+            # A caught-up partition's fetch is held by the broker up to this long, and a seek
+            # waits for it: keep it short so offset changes act within tens of milliseconds.
+            "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
             **self.config.client_config(),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -188,7 +193,10 @@ class StreamWorker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            for msg in self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S)):
+            messages = self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
+            if not messages and batch and self._moved:
+                break  # first batch after an offset change: deliver it as soon as the queue drains
+            for msg in messages:
                 error = msg.error()
                 if error is None:
                     batch.append(msg)
@@ -196,6 +204,7 @@ class StreamWorker:
                     raise KafkaException(error)
                 elif error.code() != KafkaError._PARTITION_EOF:
                     log.warning("stream %s: %s", self.config.name, self._redact(error.str()))
+        self._moved = False if batch else self._moved
         return batch
 
     def _process(self, batch: list) -> bool:
@@ -304,6 +313,7 @@ class StreamWorker:
     def _finish_applied(self, offsets: Mapping[TP, int]) -> None:
         """Commit the new offsets, update positions, resolve waiting requests, report."""
         self._commit(offsets)
+        self._moved = True
         changes = []
         with self._state_lock:
             for tp, offset in offsets.items():

@@ -138,8 +138,6 @@ def test_set_offset_history_drop(stream, state_dir):
     assert json.loads(run(state_dir, "list", "--json").stdout) == []
 
 
-@pytest.mark.xfail(strict=True, reason="registry: a registry opened with autostart=False refuses to stop the "
-                                       "stream it started itself (_check_not_foreign reads the stored status)")
 def test_start_runs_in_the_foreground_then_stops(stream, state_dir):
     assert run(state_dir, "set-offset", "orders", "-1").exit_code == 0       # -1: Memgraph's beginning
     started = run(state_dir, "start", "orders", "--duration", "3")
