@@ -140,7 +140,7 @@ def test_set_offset_history_drop(stream, state_dir):
 
 def test_start_runs_in_the_foreground_then_stops(stream, state_dir):
     assert run(state_dir, "set-offset", "orders", "-1").exit_code == 0       # -1: Memgraph's beginning
-    started = run(state_dir, "start", "orders", "--duration", "3")
+    started = run(state_dir, "start", "orders", "--duration", "7")  # the group assigns after ~3 s
     assert started.exit_code == 0, started.stderr
     assert started.stdout.splitlines()[0] in ("orders starting", "orders running")
     assert started.stdout.splitlines()[-1] == "orders stopped"
