@@ -320,11 +320,9 @@ class StreamRegistry:
 
 
 def query_module_dirs() -> list[str]:
-    """Where transformations are looked up besides sys.path: the query modules directories."""
-    configured = os.environ.get("MGSTREAMS_QUERY_MODULES_DIR", "")
-    dirs = [d for d in configured.replace(",", ":").split(":") if d]
+    """The bundled query modules directory; load_transformation adds MGSTREAMS_QUERY_MODULES_DIR itself."""
     bundled = Path(__file__).resolve().parent.parent / "query_modules"
-    return dirs + ([str(bundled)] if bundled.is_dir() else [])
+    return [str(bundled)] if bundled.is_dir() else []
 
 
 def default_state_dir() -> Path:
