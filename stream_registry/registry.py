@@ -239,6 +239,7 @@ class StreamRegistry:
 
     def _start_locked(self, stream: _Stream) -> None:
         config = stream.config
+        self._release(stream)  # a worker that went to ERROR by itself left its sink open
         try:
             transformation = self._load_transformation(config)
             stream.sink = open_sink(config.sink, config.sink_credentials())
