@@ -20,6 +20,7 @@ from stream_helpers import FAST_REJOIN, SLOW_S, by_partition, wait_until
 PROTOCOLS = [
     pytest.param({"partition.assignment.strategy": "range"}, id="eager-range"),
     pytest.param({"partition.assignment.strategy": "cooperative-sticky"}, id="cooperative-sticky"),
+    pytest.param({"group.protocol": "consumer"}, id="kip848-consumer"),
 ]
 
 
@@ -36,8 +37,13 @@ def _stream(kafka, registry, partitions=3, messages=300, name="orders", configs=
         kafka.produce(topic, messages, partitions=partitions)
     registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
                                  transform="stream_helpers.offsets_transform", sink=f"memory://{name}",
-                                 batch_size=batch_size, configs={**FAST_REJOIN, **(configs or {})}))
+                                 batch_size=batch_size, configs=_with_fast_rejoin(configs or {})))
     return topic
+
+
+def _with_fast_rejoin(configs):
+    """The classic protocol takes a session timeout from the client; KIP-848 takes it from the broker."""
+    return configs if configs.get("group.protocol") == "consumer" else {**FAST_REJOIN, **configs}
 
 
 def _first_offsets(delivered):
