@@ -1,0 +1,150 @@
+"""Backfill throughput: Spark local[N] against a single-process replay, in one run.
+
+    .venv/bin/python bench/backfill_throughput.py               # 2M x 200 B over 8 partitions
+    .venv/bin/python bench/backfill_throughput.py --messages 200000
+
+Both sides replay the same offset ranges from the embedded cluster through the
+same transformation into the same kind of sink (cypherl files): Spark writes
+one file per range, the single-process replay (one confluent-kafka consumer,
+one Python process) one file. The SparkSession's start is timed and printed
+separately and is not part of the Spark rate; the Spark job's own overhead
+(planning, Python worker start, result collection) is.
+Prints both rates and `ratio: X` (Spark rate / single-process rate).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer  # noqa: E402
+
+from spark_bridge.backfill import BackfillJob, plan_job, rebatch, run_backfill  # noqa: E402
+from spark_bridge.range_reader import RangeReader  # noqa: E402
+from spark_bridge.spark_session import build_session  # noqa: E402
+from stream_registry.embedded_kafka import EmbeddedKafka  # noqa: E402
+from stream_registry.offset_spec import parse_offset_spec  # noqa: E402
+from stream_registry.sinks import open_sink  # noqa: E402
+from stream_registry.transform import Message, load_transformation, run_transformation  # noqa: E402
+
+FLOOR = 1.4
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int) -> None:
+    # zstd batches: the embedded broker keeps at most 5 MiB (compressed) per partition and drops the
+    # oldest batches beyond that; compressed, 2M messages of 200 B fit. Consumers decompress (in C).
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "batch.num.messages": 100_000, "compression.type": "zstd",
+                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
+    failures = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            failures.append(err)
+
+    for i in range(count):
+        head = b'{"id": %d, "user": "u%05d", "amount": %d.%02d, "pad": "' % (i, (i * 7919) % 100_000,
+                                                                            i % 997, i % 100)
+        value = head + b"x" * max(0, size - len(head) - 2) + b'"}'
+        while True:
+            try:
+                producer.produce(topic, value=value, key=b"k%d" % (i % 1000), partition=i % partitions,
+                                 on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 20_000 == 0:
+            producer.poll(0)
+    if producer.flush(120) or failures:
+        raise SystemExit(f"bench: {len(failures)} messages were not delivered "
+                         f"({failures[0] if failures else 'flush timed out'})")
+
+
+def single_process(job: BackfillJob, ranges, out_file: Path) -> tuple[int, int, float]:
+    """One consumer, one process: every range in turn, same transformation, same sink."""
+    started = time.perf_counter()
+    fn = load_transformation(job.transform)
+    sink = open_sink(f"cypherl://{out_file}")
+    records = statements = 0
+    with RangeReader(job.consumer_config()) as reader:
+        for r in ranges:
+            messages = ([Message.from_kafka(m) for m in batch] for batch in reader.messages(r))
+            for chunk in rebatch(messages, job.batch_size):
+                produced = run_transformation(fn, chunk)
+                sink.write(produced)
+                records, statements = records + len(chunk), statements + len(produced)
+    sink.close()
+    return records, statements, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--size", type=int, default=200, help="payload bytes")
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--min-partitions", type=int, default=None)
+    parser.add_argument("--transform", default="stream_registry.builtin_transformations.merge_messages")
+    parser.add_argument("--out", default=None, help="output directory (default: a temporary one, removed)")
+    args = parser.parse_args()
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="mgstreams-bench-"))
+    shutil.rmtree(out / "spark", ignore_errors=True)
+    (out / "single.cypherl").unlink(missing_ok=True)
+    with EmbeddedKafka(brokers=1) as cluster:
+        topic = "bench_backfill"
+        cluster.create_topic(topic, args.partitions, 1)
+        t0 = time.perf_counter()
+        produce(cluster.bootstrap_servers, topic, args.messages, args.partitions, args.size)
+        print(f"produced: {args.messages} messages of {args.size} B over {args.partitions} partitions "
+              f"in {time.perf_counter() - t0:.1f} s")
+
+        job = BackfillJob(cluster.bootstrap_servers, (topic,), parse_offset_spec("earliest"),
+                          parse_offset_spec("latest"), args.transform, f"cypherl://{out / 'spark'}",
+                          batch_size=args.batch_size, min_partitions=args.min_partitions)
+        plan = plan_job(job)
+        if plan.total_offsets != args.messages:
+            print(f"bench: the cluster holds {plan.total_offsets} of {args.messages} offsets "
+                  f"(the embedded broker keeps 5 MiB per partition); use fewer --messages")
+            return 1
+
+        t0 = time.perf_counter()
+        spark = build_session(args.master, "mgstreams-bench")
+        session_start = time.perf_counter() - t0
+        print(f"spark session start: {session_start:.1f} s (excluded from the Spark rate)")
+        try:
+            report = run_backfill(spark, job, plan)
+        finally:
+            spark.stop()
+        spark_rate = report.records / report.seconds
+        print(f"spark {args.master} backfill: {report.records} records, {report.statements} statements "
+              f"in {report.seconds:.1f} s = {spark_rate:,.0f} records/s ({len(plan.ranges)} tasks)")
+
+        records, statements, seconds = single_process(job, plan.ranges, out / "single.cypherl")
+        single_rate = records / seconds
+        print(f"single-process replay: {records} records, {statements} statements in {seconds:.1f} s "
+              f"= {single_rate:,.0f} records/s")
+
+    if report.records != args.messages or records != args.messages:
+        print(f"bench: record counts differ (spark {report.records}, single {records}, "
+              f"produced {args.messages})")
+        return 1
+    ratio = spark_rate / single_rate
+    print(f"spark rate including session start: {report.records / (report.seconds + session_start):,.0f} records/s")
+    print(f"ratio: {ratio:.2f}  (floor {FLOOR}: {'met' if ratio >= FLOOR else 'NOT met'}; "
+          f"{os.cpu_count()} cores)")
+    if not args.out:
+        shutil.rmtree(out, ignore_errors=True)
+    return 0 if ratio >= FLOOR else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

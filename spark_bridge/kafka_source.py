@@ -1,0 +1,90 @@
+"""A PySpark Python Data Source that reads Kafka offset ranges in batch.
+
+    from spark_bridge.kafka_source import register
+    register(spark)
+    df = (spark.read.format("mgstreams_kafka")
+          .option("kafka.bootstrap.servers", "host:9092")
+          .option("subscribe", "orders")
+          .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+          .load())
+
+Options and row schema mirror Spark's JVM Kafka source (see source_options).
+Planning runs once per query when Spark plans the scan: the ranges of
+`range_plan` become the input partitions, one Spark task each. Only the
+DataFrame and DataSource APIs are used, so the source works under Spark
+Connect too (the server needs this package importable by its Python workers).
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from stream_registry.errors import ConfigError
+from stream_registry.kafka_queries import PartitionQuery
+
+from .range_plan import OffsetRange, RangePlan, plan, split_ranges
+from .range_reader import RangeReader, row_schema
+from .source_options import SHORT_NAME, SourceOptions, parse_source_options
+
+
+class KafkaRangePartition(InputPartition):
+    """One offset range; `value` is the OffsetRange (None only for Spark's filler partition)."""
+
+    def __init__(self, value: OffsetRange | None):
+        super().__init__(value)
+
+
+class KafkaDataSource(DataSource):
+    """Batch reads of Kafka topics; the short name is `mgstreams_kafka`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SHORT_NAME
+
+    def schema(self) -> str:
+        return row_schema(parse_source_options(self.options).include_headers)
+
+    def reader(self, schema: StructType) -> "KafkaBatchReader":
+        options = parse_source_options(self.options)
+        expected = row_schema(options.include_headers)
+        given = [f.name for f in schema.fields]
+        wanted = [column.split(" ", 1)[0] for column in expected.split(", ")]
+        if given != wanted:
+            raise ConfigError(f"schema: the {SHORT_NAME} source has the fixed schema '{expected}' "
+                              f"(includeHeaders adds headers); got columns {given}")
+        return KafkaBatchReader(options)
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def partitions(self) -> list[KafkaRangePartition]:
+        return [KafkaRangePartition(r) for r in plan_source(self.options).ranges]
+
+    def read(self, partition: InputPartition) -> Iterator:
+        r = partition.value
+        if r is None:
+            return
+        o = self.options
+        with RangeReader(o.consumer_config(), fail_on_data_loss=o.fail_on_data_loss,
+                         poll_timeout_ms=o.poll_timeout_ms) as reader:
+            yield from reader.record_batches(r, o.include_headers)
+
+
+def plan_source(options: SourceOptions) -> RangePlan:
+    """The ranges a read with these options covers (an explicit offsetRanges plan is only split)."""
+    if options.ranges is not None:
+        ranges = split_ranges(options.ranges, options.min_partitions, options.max_records_per_partition)
+        return RangePlan((), tuple(ranges))
+    with PartitionQuery(options.bootstrap_servers, options.group_id, options.client_config) as query:
+        return plan(query, options.topics, options.starting, options.ending, options.min_partitions,
+                    max_offsets_per_partition=options.max_records_per_partition,
+                    fail_on_data_loss=options.fail_on_data_loss)
+
+
+def register(spark) -> None:
+    """Make `spark.read.format("mgstreams_kafka")` available in this session."""
+    spark.dataSource.register(KafkaDataSource)
