@@ -1,0 +1,306 @@
+"""`mgstreams backfill`: replay topic offset ranges through a transformation into graph loads.
+
+    mgstreams backfill (--stream NAME [--state-dir D] | --topics T1,T2 --bootstrap-servers B [--group G])
+        --from SPEC [--until latest|committed|SPEC] [--transform M.F] --sink URI
+        [--min-partitions N] [--batch-size N] [--master URL] [--report FILE] [--dry-run]
+
+Also `spark-submit spark_bridge/backfill_main.py ARGS...` (the master then comes
+from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
+-1 beginning, -2 end; prefer `earliest`/`latest`), e.g. `earliest`, `1200`,
+`2024-05-01T00:00:00Z`, `-500` as '"-500"' (relative to the committed offset),
+or JSON '{"orders:0": 1200, "orders": "earliest"}'. `--until committed` ends
+at the stream's committed offsets: the hand-off point where the live stream
+resumes. Exit status 0 on success, 1 with a one-line reason on stderr
+otherwise, 2 on usage errors.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from stream_registry.errors import ConfigError, StreamError
+from stream_registry.offset_spec import parse_offset_spec
+from stream_registry.sinks import PASSWORD_KEY, USERNAME_KEY
+
+from .backfill import BackfillJob, BackfillReport, plan_job, run_backfill
+from .range_plan import RangePlan
+
+PASSWORD_ENV = "MGSTREAMS_SINK_PASSWORD"
+
+
+class BackfillFailed(click.ClickException):
+    exit_code = 1
+
+    def show(self, file=None) -> None:
+        click.echo(f"mgstreams: error: {self.message}", err=True)
+
+
+@click.command("backfill", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--stream", "stream_name", help="Backfill for a registered stream: its topics, cluster, "
+              "client settings, consumer group and transformation.")
+@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
+              help="Registry state directory (with --stream; default as for `mgstreams`).")
+@click.option("--topics", help="Comma-separated topics (instead of --stream).")
+@click.option("--bootstrap-servers", help="Kafka bootstrap servers (with --topics).")
+@click.option("--group", "group_id", help="Consumer group whose committed offsets `--until committed` "
+              "and relative specs refer to (with --topics).")
+@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
+              help="librdkafka setting for the readers (with --topics); repeatable.")
+@click.option("--from", "start", required=True, metavar="SPEC", help="First offsets to replay.")
+@click.option("--until", default="latest", show_default=True, metavar="latest|committed|SPEC",
+              help="End offsets (exclusive), resolved when the job is planned.")
+@click.option("--transform", metavar="MODULE.FUNCTION", help="Transformation (default: the stream's).")
+@click.option("--modules-dir", "modules_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Extra directory to find the transformation module in; repeatable.")
+@click.option("--sink", required=True, metavar="URI", help="cypherl:///abs/dir (one file per range), "
+              "bolt://host:port (one transaction per batch) or null://.")
+@click.option("--sink-username", help=f"Bolt username; the password is read from ${PASSWORD_ENV}.")
+@click.option("--min-partitions", type=click.IntRange(min=1), help="Split ranges into at least N Spark tasks.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Messages per transformation call (and per sink transaction).")
+@click.option("--fail-on-data-loss/--no-fail-on-data-loss", default=True, show_default=True,
+              help="Fail when a range's first offsets were deleted, or start at the earliest available.")
+@click.option("--master", help="Spark master (default: local[*], or spark-submit's); sc://host:port "
+              "for Spark Connect.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Also write the report as JSON.")
+@click.option("--dry-run", is_flag=True, help="Print the plan and exit without starting Spark.")
+def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
+             modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss, master,
+             report_path, dry_run) -> None:
+    """Replay offset ranges through the stream's transformation into the graph, with Spark."""
+    out, err = _console(sys.stdout), _console(sys.stderr)
+    job = _guard(lambda: build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start,
+                                   until, transform, modules_dirs, sink, sink_username, min_partitions,
+                                   batch_size, fail_on_data_loss))
+    _guard(job.validate)
+    range_plan = _guard(lambda: plan_job(job))
+    err.print(f"plan: {len(range_plan.ranges)} range(s), {range_plan.total_offsets} offset(s) of "
+              f"{', '.join(job.topics)}")
+    for note in range_plan.notes:
+        err.print(f"note: {note}", markup=False)
+    if dry_run:
+        out.print(plan_table(range_plan))
+        return
+    if not range_plan.ranges:
+        err.print("nothing to backfill")
+        report = BackfillReport(range_plan, (), _now(), 0.0)
+        _write_report(report_path, report, job, master, 0.0)
+        return
+    started = time.perf_counter()
+    spark, owned = _guard(lambda: _session(master))
+    session_seconds = time.perf_counter() - started
+    try:
+        report = _guard(lambda: _run_with_progress(spark, job, range_plan, err))
+    finally:
+        if owned:
+            spark.stop()
+    out.print(report_table(report))
+    err.print(f"spark session start: {session_seconds:.1f} s")
+    _write_report(report_path, report, job, master, session_seconds)
+
+
+def main(argv: list[str] | None = None) -> None:
+    backfill.main(args=argv, prog_name="backfill")
+
+
+# -- building the job ----------------------------------------------------------------
+def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
+              modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
+    from stream_registry.registry import query_module_dirs
+
+    start_spec = parse_offset_spec(_spec_value(start, "--from"))
+    until_spec = parse_offset_spec(_spec_value(until, "--until"))
+    credentials = {}
+    if sink_username:
+        credentials[USERNAME_KEY] = sink_username
+        if os.environ.get(PASSWORD_ENV):
+            credentials[PASSWORD_KEY] = os.environ[PASSWORD_ENV]
+    search_dirs = (*modules_dirs, *query_module_dirs())
+    if stream_name:
+        if topics or bootstrap_servers or group_id or configs:
+            raise ConfigError("--stream: takes the topics, servers, group and settings from the stream; "
+                              "drop --topics/--bootstrap-servers/--group/--config")
+        return _stream_job(stream_name, state_dir, start_spec, until_spec, transform, search_dirs, sink,
+                           credentials, min_partitions, batch_size, fail_on_data_loss)
+    if not topics or not bootstrap_servers:
+        raise ConfigError("--topics: give --stream NAME, or --topics with --bootstrap-servers")
+    if not transform:
+        raise ConfigError("--transform: required with --topics (MODULE.FUNCTION)")
+    client_config = dict(_setting(c) for c in configs)
+    if group_id:
+        client_config["group.id"] = group_id
+    return BackfillJob(bootstrap_servers, tuple(t.strip() for t in topics.split(",") if t.strip()), start_spec,
+                       until_spec, transform, sink, client_config, credentials, search_dirs, batch_size,
+                       min_partitions, fail_on_data_loss)
+
+
+def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs, sink, credentials,
+                min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
+    from stream_registry.registry import StreamRegistry, default_state_dir
+
+    directory = state_dir or _parent_state_dir() or default_state_dir()
+    registry = StreamRegistry(directory, autostart=False)
+    try:
+        info = registry.get(name)
+        client_config = registry.client_config(name)
+        stream_credentials = getattr(registry, "sink_credentials", None)
+        if not credentials and stream_credentials is not None and sink == info.sink:
+            credentials = dict(stream_credentials(name))
+    finally:
+        registry.close()
+    return BackfillJob(client_config.pop("bootstrap.servers", info.bootstrap_servers), tuple(info.topics),
+                       start_spec, until_spec, transform or info.transform, sink, client_config, credentials,
+                       search_dirs, batch_size, min_partitions, fail_on_data_loss)
+
+
+def _parent_state_dir() -> str | None:
+    """`mgstreams --state-dir D backfill ...`: the group's option, when run under it."""
+    context = click.get_current_context(silent=True)
+    state = getattr(context.find_root(), "obj", None) if context is not None else None
+    directory = getattr(state, "state_dir", None)
+    return str(directory) if directory else None
+
+
+def _spec_value(text: str, option: str) -> object:
+    try:
+        from stream_registry.cli import parse_spec_argument
+    except ImportError:  # the operator CLI is optional here
+        return text
+    try:
+        return parse_spec_argument(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--config: expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+# -- running -----------------------------------------------------------------------------
+def _session(master: str | None):
+    """The active SparkSession when there is one (tests, notebooks, spark-submit), else a new one."""
+    from pyspark.sql import SparkSession
+
+    from .spark_session import build_session
+
+    active = SparkSession.getActiveSession()
+    if active is not None and not master:
+        return active, False
+    return build_session(master), active is None
+
+
+def _run_with_progress(spark, job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
+    columns = (SpinnerColumn(), TextColumn("backfill"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("ranges"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("backfill", total=len(range_plan.ranges))
+        return run_backfill(spark, job, range_plan,
+                            on_progress=lambda done, total: progress.update(task, completed=done))
+
+
+def _guard(action):
+    """Run a step; any failure becomes exit status 1 with a one-line reason."""
+    try:
+        return action()
+    except click.ClickException:
+        raise
+    except StreamError as exc:
+        raise BackfillFailed(_one_line(str(exc))) from None
+    except Exception as exc:  # Spark, Py4J and Python worker errors carry tracebacks
+        raise BackfillFailed(root_cause(exc)) from None
+
+
+_PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Failed|NotFound)): (.+)$")
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost Python error a Spark exception carries, on one line (else its first line)."""
+    text = str(exc)
+    found = [m for m in (_PY_ERROR.match(line.strip()) for line in text.splitlines()) if m]
+    if found:
+        name, message = found[-1].groups()
+        return _one_line(f"{message} ({name})")
+    first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return _one_line(f"{type(exc).__name__}: {first}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- reporting -------------------------------------------------------------------------------
+def _console(stream) -> Console:
+    return Console(file=stream, highlight=False, width=None if stream.isatty() else 250)
+
+
+def plan_table(range_plan: RangePlan) -> Table:
+    table = _table(["TOPIC", "PARTITION", "FROM", "UNTIL", "OFFSETS"])
+    for r in range_plan.ranges:
+        table.add_row(r.topic, str(r.partition), str(r.from_offset), str(r.until_offset), str(r.size))
+    return table
+
+
+def report_table(report: BackfillReport) -> Table:
+    table = _table(["TOPIC", "PARTITION", "FROM", "UNTIL", "RECORDS", "STATEMENTS", "SECONDS", "RECORDS/S",
+                    "ATTEMPT", "OUTPUT"])
+    for p in report.partitions:
+        table.add_row(p.topic, str(p.partition), str(p.from_offset), str(p.until_offset), str(p.records),
+                      str(p.statements), f"{p.seconds:.2f}", f"{p.rate:,.0f}", str(p.attempt), p.output or "-")
+    table.add_row("total", "", "", "", str(report.records), str(report.statements), f"{report.seconds:.2f}",
+                  f"{report.rate:,.0f}", "", "", style="bold")
+    return table
+
+
+def _table(columns) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    return table
+
+
+def report_json(report: BackfillReport, job: BackfillJob, master: str | None, session_seconds: float) -> dict:
+    return {
+        "job": {"topics": list(job.topics), "from": _describe(job.start), "until": _describe(job.until),
+                "transform": job.transform, "sink": job.sink, "batch_size": job.batch_size,
+                "min_partitions": job.min_partitions, "group_id": job.group_id},
+        "spark": {"master": master, "session_start_seconds": round(session_seconds, 3)},
+        "plan": [r.to_dict() for r in report.plan.ranges],
+        **report.to_dict(),
+    }
+
+
+def _describe(spec) -> Any:
+    parts = {f"{t}:{p}": target.describe() for (t, p), target in spec.partitions.items()}
+    parts.update({t: target.describe() for t, target in spec.topics.items()})
+    if spec.default is not None:
+        return spec.default.describe() if not parts else {"*": spec.default.describe(), **parts}
+    return parts
+
+
+def _write_report(path, report: BackfillReport, job: BackfillJob, master, session_seconds: float) -> None:
+    if path:
+        _guard(lambda: Path(path).write_text(json.dumps(report_json(report, job, master, session_seconds),
+                                                        indent=2) + "\n"))
+
+
+def _now():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+if __name__ == "__main__":
+    main()
