@@ -1,0 +1,251 @@
+"""Live ingestion throughput: a running mgstreams stream against a raw confluent-kafka loop, in one run.
+
+    .venv/bin/python bench/ingest_throughput.py                      # 1M x 200 B over 6 partitions, cypherl
+    .venv/bin/python bench/ingest_throughput.py --sink null --messages 200000
+
+The messages are produced once to a 6-partition topic on the embedded 3-broker
+cluster. Then, alternately (raw, stream, stream, raw, ...: `--rounds` pairs), each
+side consumes the whole topic from the beginning with its own consumer group:
+
+- raw: one confluent-kafka Consumer in the main thread doing exactly what the
+  stream does per batch: consume(batch_size) -> run_transformation(fn,
+  Messages.from_kafka(batch)) -> sink.write(statements) -> synchronous commit
+  of the next offsets;
+- stream: `StreamRegistry.create(StreamConfig(...))` + `start()`, same
+  transformation, same kind of sink, same batch size; the main thread only
+  polls the group's committed offsets every POLL_S (a consumer that never
+  joins the group, waiting in librdkafka with the GIL released).
+
+Each side is timed from the start (consumer creation / `start()`) until all N
+messages were written and committed; consumer close / stream stop are not
+timed. The cypherl sink writes to tmpfs (/dev/shm), and every file is checked
+to hold N lines. Prints every run with the process CPU time it used (embedded
+broker threads included; unlike wall time, it does not move with other load on
+the machine), the best rate of each side and `ratio: X` (best stream rate /
+best raw rate). Floor: 0.85.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
+from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
+from stream_registry.embedded_kafka import EmbeddedKafka  # noqa: E402
+from stream_registry.sinks import open_sink  # noqa: E402
+from stream_registry.transform import Messages, load_transformation, run_transformation  # noqa: E402
+
+FLOOR = 0.85
+TOPIC = "ingest"
+PARTITIONS = 6
+BATCH_SIZE = 1000
+BATCH_INTERVAL_MS = 100
+POLL_S = 0.05
+TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
+
+
+def produce(bootstrap: str, count: int, size: int) -> None:
+    """count messages of `size` bytes, message i to partition i % PARTITIONS; fast (large batches).
+
+    zstd: the embedded broker keeps at most 5 MiB of batches per partition and
+    drops the oldest beyond that; compressed, 1M x 200 B fits. Consumers
+    decompress in C, the same for both sides.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
+                         "batch.num.messages": 100_000, "compression.type": "zstd",
+                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
+    failures = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            failures.append(err)
+
+    for i in range(count):
+        head = b'{"id": %d, "user": "u%05d", "amount": %d.%02d, "pad": "' % (i, (i * 7919) % 100_000,
+                                                                            i % 997, i % 100)
+        value = head + b"x" * max(0, size - len(head) - 2) + b'"}'
+        while True:
+            try:
+                producer.produce(TOPIC, value=value, key=b"k%d" % (i % 1000), partition=i % PARTITIONS,
+                                 on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 20_000 == 0:
+            producer.poll(0)
+    if producer.flush(120) or failures:
+        raise SystemExit(f"bench: {len(failures)} messages were not delivered "
+                         f"({failures[0] if failures else 'flush timed out'})")
+
+
+def check_topic(bootstrap: str, count: int) -> None:
+    """Every produced message is still on the broker (log start 0, ends summing to count)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench_check"})
+    try:
+        marks = [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10) for p in range(PARTITIONS)]
+    finally:
+        consumer.close()
+    if any(low != 0 for low, _ in marks) or sum(high for _, high in marks) != count:
+        raise SystemExit(f"bench: topic does not hold all {count} messages: watermarks {marks}")
+
+
+def sink_uri(kind: str, out_dir: Path, label: str) -> str:
+    return "null://" if kind == "null" else f"cypherl://{out_dir / (label + '.cypherl')}"
+
+
+def count_lines(path: Path) -> int:
+    lines = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            lines += chunk.count(b"\n")
+    return lines
+
+
+def verify_and_clean(uri: str, count: int, label: str) -> None:
+    if not uri.startswith("cypherl://"):
+        return
+    path = Path(uri[len("cypherl://"):])
+    lines = count_lines(path)
+    path.unlink()
+    if lines != count:
+        raise SystemExit(f"bench: {label} wrote {lines} statements, expected {count}")
+
+
+def run_raw(bootstrap: str, count: int, transform: str, uri: str, group: str) -> float:
+    """The baseline: the stream's per-batch work written as a plain confluent-kafka loop."""
+    started = time.perf_counter()
+    fn = load_transformation(transform)
+    sink = open_sink(uri)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "enable.auto.offset.store": False,
+                         "enable.partition.eof": False})
+    consumer.subscribe([TOPIC])
+    done = 0
+    try:
+        while done < count:
+            batch = consumer.consume(BATCH_SIZE, BATCH_INTERVAL_MS / 1000)
+            batch = [m for m in batch if m.error() is None]
+            if not batch:
+                continue
+            statements = run_transformation(fn, Messages.from_kafka(batch))
+            sink.write(statements)
+            next_offsets = {}
+            for m in batch:
+                next_offsets[(m.topic(), m.partition())] = m.offset() + 1
+            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
+                            asynchronous=False)
+            done += len(batch)
+        elapsed = time.perf_counter() - started
+    finally:
+        consumer.close()
+        sink.close()
+    if done != count:
+        raise SystemExit(f"bench: raw loop consumed {done} messages, expected {count}")
+    return elapsed
+
+
+def run_stream(registry: StreamRegistry, bootstrap: str, count: int, transform: str, uri: str,
+               name: str, timeout_s: float) -> float:
+    """A running stream; done when its group's committed offsets cover all `count` messages."""
+    registry.create(StreamConfig(name=name, topics=[TOPIC], bootstrap_servers=bootstrap, transform=transform,
+                                 sink=uri, consumer_group=name, batch_size=BATCH_SIZE,
+                                 batch_interval_ms=BATCH_INTERVAL_MS))
+    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False})
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    try:
+        started = time.perf_counter()
+        registry.start(name)
+        while True:
+            committed = sum(max(tp.offset, 0) for tp in watcher.committed(tps, timeout=10))
+            now = time.perf_counter()
+            if committed >= count:
+                elapsed = now - started
+                break
+            info = registry.get(name)
+            if info.error or now - started > timeout_s:
+                raise SystemExit(f"bench: stream stuck at {committed}/{count} committed "
+                                 f"(status {info.status.value}, error {info.error})")
+            time.sleep(POLL_S)
+    finally:
+        watcher.close()
+        registry.drop(name)
+    if committed != count:
+        raise SystemExit(f"bench: stream committed {committed} messages, expected {count}")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages to produce (default 1M)")
+    parser.add_argument("--size", type=int, default=200, help="payload bytes per message (default 200)")
+    parser.add_argument("--sink", choices=("cypherl", "null"), default="cypherl",
+                        help="cypherl: a file on tmpfs (/dev/shm); null: discard (default cypherl)")
+    parser.add_argument("--rounds", type=int, default=2, help="raw/stream pairs, run alternately (default 2)")
+    parser.add_argument("--transform", default=TRANSFORM, help=f"transformation (default {TRANSFORM})")
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.rounds < 1:
+        parser.error("--messages and --rounds must be positive")
+
+    shm = Path("/dev/shm")
+    out_dir = Path(tempfile.mkdtemp(prefix="mgstreams-bench-", dir=shm if shm.is_dir() else None))
+    state_dir = Path(tempfile.mkdtemp(prefix="mgstreams-bench-state-"))
+    timeout_s = max(120.0, args.messages / 2_000)
+    print(f"ingest throughput: {args.messages:,} messages x {args.size} B over {PARTITIONS} partitions, "
+          f"embedded 3-broker cluster, sink {args.sink}"
+          + (f" ({out_dir})" if args.sink == "cypherl" else "")
+          + f", batch {BATCH_SIZE}, transform {args.transform}", flush=True)
+    rates: dict[str, list[float]] = {"raw": [], "stream": []}
+    cpus: dict[str, list[float]] = {"raw": [], "stream": []}
+    try:
+        with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
+            bootstrap = cluster.bootstrap_servers
+            cluster.create_topic(TOPIC, PARTITIONS, 3)
+            t = time.perf_counter()
+            produce(bootstrap, args.messages, args.size)
+            check_topic(bootstrap, args.messages)
+            print(f"produced in {time.perf_counter() - t:.1f} s", flush=True)
+            registry = StreamRegistry(state_dir)
+            try:
+                for round_no in range(1, args.rounds + 1):
+                    # ABBA order (raw, stream, stream, raw, ...): neither side always goes first.
+                    for side in ("raw", "stream") if round_no % 2 else ("stream", "raw"):
+                        label = f"bench_{side}_{round_no}"
+                        uri = sink_uri(args.sink, out_dir, label)
+                        cpu = time.process_time()
+                        if side == "raw":
+                            elapsed = run_raw(bootstrap, args.messages, args.transform, uri, label)
+                        else:
+                            elapsed = run_stream(registry, bootstrap, args.messages, args.transform, uri,
+                                                 label, timeout_s)
+                        cpu = time.process_time() - cpu
+                        verify_and_clean(uri, args.messages, label)
+                        rate = args.messages / elapsed
+                        rates[side].append(rate)
+                        cpus[side].append(cpu / args.messages * 1e6)
+                        print(f"  round {round_no} {side:<6}  {elapsed:7.2f} s  {rate:12,.0f} msgs/s   "
+                              f"(process cpu {cpu:6.2f} s, {cpu / args.messages * 1e6:5.1f} us/msg)", flush=True)
+            finally:
+                registry.close()
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+    raw, stream = max(rates["raw"]), max(rates["stream"])
+    ratio = stream / raw
+    print(f"raw rate:    {raw:12,.0f} msgs/s (best of {len(rates['raw'])})")
+    print(f"stream rate: {stream:12,.0f} msgs/s (best of {len(rates['stream'])})")
+    print(f"cpu per message: raw {min(cpus['raw']):.2f} us, stream {min(cpus['stream']):.2f} us (lowest of each)")
+    print(f"ratio: {ratio:.3f}  (stream / raw; floor {FLOOR}: {'ok' if ratio >= FLOOR else 'BELOW FLOOR'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
