@@ -55,10 +55,7 @@ class RangeReader:
         conf.setdefault("fetch.wait.max.ms", 50)
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
                      "enable.partition.eof": True, "auto.offset.reset": "error"})
-        try:
-            self._consumer = Consumer(conf)
-        except (KafkaException, ValueError, TypeError) as exc:
-            raise ConfigError(f"kafka.*: rejected by the Kafka client: {self._redact(exc)}") from None
+        self._consumer = new_consumer(conf, self._secrets)
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout = poll_timeout_ms / 1000
         self.max_batch = max_batch
@@ -175,6 +172,15 @@ class RangeReader:
 
     def _redact(self, exc) -> str:
         return redact(str(exc), self._secrets)
+
+
+def new_consumer(config: Mapping[str, object], secrets=()) -> Consumer:
+    """A consumer, or a ConfigError naming the kafka.* settings librdkafka rejected (secrets masked)."""
+    try:
+        return Consumer(dict(config))
+    except (KafkaException, ValueError, TypeError) as exc:
+        text = redact(str(exc.args[0] if exc.args else exc), secrets)
+        raise ConfigError(f"kafka.*: rejected by the Kafka client: {text}") from None
 
 
 def to_record_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
