@@ -41,6 +41,8 @@ _RESERVED = frozenset("""
 _STR_ESCAPES = {"\\": "\\\\", "'": "\\'", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # Everything that could end a line for some reader, every control character, lone surrogates.
 _NEEDS_ESCAPE = re.compile("[\\\\'\"\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# Only quotes and backslashes: the common case for JSON payloads, escaped without a regex callback.
+_NEEDS_SLOW_ESCAPE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
@@ -90,6 +92,8 @@ def text_of_bytes(value: bytes | bytearray | memoryview, name: str = "value") ->
 def _string(text: str, name: str) -> str:
     if _NEEDS_ESCAPE.search(text) is None:
         return f'"{text}"'
+    if _NEEDS_SLOW_ESCAPE.search(text) is None:
+        return '"' + text.replace("\\", "\\\\").replace("'", "\\'").replace('"', '\\"') + '"'
     return '"' + _NEEDS_ESCAPE.sub(lambda m: _escape_char(m.group(), name), text) + '"'
 
 
