@@ -1,0 +1,173 @@
+"""Issue 6: the demo's path, end to end, as `make demo` runs it (minus the printing).
+
+`run_demo` is the very function `python -m spark_bridge.demo` calls: it produces
+the transfer stream, races set_offset against the group's first rebalance (the
+cluster's default 3 s initial delay stays on), rewinds while running, describes,
+backfills with the shared SparkSession and compares. Every check must pass. The
+check functions are also fed wrong data here, so a broken run cannot pass them.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+import pytest
+
+from spark_bridge.demo import (Check, DemoSettings, Produced, Record, RewindResult, check_backfill_matches_live,
+                               check_first_delivered, check_offsets, check_rewind, generate_transfers,
+                               read_cypherl, run_demo)
+from spark_bridge.spark_session import ensure_worker_python
+from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets
+
+ensure_worker_python()  # before the shared session starts: workers must run this venv's Python
+
+CHECKS = ["produce", "rebalance race", "first delivered", "rewind while running", "offsets and lag",
+          "backfill range", "backfill equals live"]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(120)
+def test_demo_path_passes_every_check(kafka, spark, tmp_path):
+    topic = kafka.new_topic(partitions=6, prefix="transfers")
+    settings = DemoSettings(out=tmp_path / "demo-out", topic=topic, stream=f"transfers_{uuid.uuid4().hex[:8]}")
+
+    result = run_demo(settings, kafka.bootstrap_servers, lambda: spark)
+
+    assert [c.name for c in result.checks] == CHECKS, result.checks
+    failed = [f"{c.name}: {c.reason}" for c in result.checks if c.ok is not True]
+    assert not failed, failed
+    assert result.ok
+
+    # The race was real: the call found nothing assigned and waited for the group.
+    race = result.race
+    assert race.status_before.value == "starting" and race.assigned_before == 0
+    assert race.seconds > 0.5, f"set_offset returned after {race.seconds:.2f} s: no rebalance was awaited"
+    assert {(c.status, c.offset) for c in race.changes} == {(ChangeStatus.APPLIED, settings.live_from)}
+
+    # What the demo tells users to load is there, and the backfill files hold what the report says.
+    produced = result.produced
+    live = read_cypherl([settings.live_path])
+    assert len(live) == sum(end - settings.live_from for end in produced.log_end.values()) + \
+        settings.rewind_by * len(settings.rewind_partitions)
+    assert settings.schema_path.read_text() == "CREATE INDEX ON :Account(id);\n"
+    assert len(result.backfill.files) == len(result.backfill.plan.ranges) == 6
+    assert settings.report_path.exists()
+    assert result.backfill.report.records == sum(end - settings.backfill_from for end in produced.log_end.values())
+
+
+def test_transfers_are_deterministic_and_plausible():
+    first, again = generate_transfers(7, 500, 50), generate_transfers(7, 500, 50)
+    assert first == again and first != generate_transfers(8, 500, 50)
+    assert all(t.source != t.target and t.amount >= 1.0 for t in first)
+    assert all(a.ts < b.ts for a, b in zip(first, first[1:]))
+    assert len({t.transfer_id for t in first}) == 500
+    assert {t.currency for t in first} <= {"EUR", "USD", "GBP", "CHF"}
+
+
+# -- the checks fail on wrong data -------------------------------------------------------------
+def _produced(log_end):
+    moment = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    return Produced("t", sum(log_end.values()), 10, dict(log_end), dict(log_end), moment, moment, {"EUR": 1})
+
+
+def _records(partition, offsets, amount=1.0):
+    return [Record("t", partition, o, f"MERGE ... SET t.amount = {amount}, t.kafka_topic = \"t\", "
+                                      f"t.kafka_partition = {partition}, t.kafka_offset = {o};") for o in offsets]
+
+
+def test_first_delivered_fails_when_a_partition_starts_elsewhere_or_skips():
+    produced = _produced({0: 10, 1: 10})
+    assert check_first_delivered(_records(0, range(5, 10)) + _records(1, range(5, 10)), produced, 5).ok
+    early = check_first_delivered(_records(0, range(4, 10)) + _records(1, range(5, 10)), produced, 5)
+    assert not early.ok and "partition 0: first offset 4, expected 5" in early.reason
+    gap = check_first_delivered(_records(0, [5, 6, 8, 9]) + _records(1, range(5, 10)), produced, 5)
+    assert not gap.ok and "partition 0" in gap.reason
+    missing = check_first_delivered(_records(0, range(5, 10)), produced, 5)
+    assert not missing.ok and "partition 1: first offset None" in missing.reason
+
+
+def test_rewind_fails_when_other_partitions_move_or_redelivery_starts_late():
+    produced = _produced({0: 10, 1: 10})
+    settings = DemoSettings(out="unused", topic="t", rewind_by=4, rewind_partitions=(0,))
+    rewind = RewindResult({"t:0": "-4"}, (OffsetChange("t", 0, 10, 6, ChangeStatus.APPLIED),), 2, 0.01)
+    before = _records(1, [8, 9])
+    assert check_rewind(rewind, before + _records(0, range(6, 10)), produced, settings).ok
+    assert not check_rewind(rewind, before + _records(0, range(7, 10)), produced, settings).ok
+    assert not check_rewind(rewind, before + _records(0, range(6, 10)) + _records(1, [9]), produced, settings).ok
+    pending = RewindResult(rewind.spec, (OffsetChange("t", 0, 10, 6, ChangeStatus.PENDING, "not assigned"),), 2, 15)
+    assert not check_rewind(pending, before + _records(0, range(6, 10)), produced, settings).ok
+
+
+def test_backfill_comparison_fails_on_one_changed_statement():
+    live = _records(0, range(5, 10)) + _records(0, range(8, 10))       # with a redelivery
+    backfill = _records(0, range(0, 10))
+    assert check_backfill_matches_live(live, backfill) == Check(
+        "backfill equals live", True, "5 overlapping statements identical (0:[5,10))")
+    changed = backfill[:7] + _records(0, [7], amount=2.0) + backfill[8:]
+    result = check_backfill_matches_live(live, changed)
+    assert not result.ok and "1 of 5 overlapping statements differ, first at t:0@7" in result.reason
+    assert not check_backfill_matches_live(live, _records(1, range(5, 10))).ok          # no overlap
+    assert not check_backfill_matches_live(live + _records(0, [9], amount=3.0), backfill).ok
+
+
+def test_offsets_check_fails_with_lag_or_unassigned_partitions():
+    produced = _produced({0: 10})
+    assert check_offsets([PartitionOffsets("t", 0, 10, 10, 0, 10, 0, True)], produced).ok
+    assert not check_offsets([PartitionOffsets("t", 0, 8, 8, 0, 10, 2, True)], produced).ok
+    assert not check_offsets([PartitionOffsets("t", 0, 10, None, 0, 10, 0, False)], produced).ok
+
+
+def test_read_cypherl_rejects_lines_it_cannot_place(tmp_path):
+    path = tmp_path / "x.cypherl"
+    path.write_text('MERGE (a:Account {id: "1"}) SET t.kafka_topic = "t", t.kafka_partition = 2, t.kafka_offset = 7;\n'
+                    "CREATE (n);\n")
+    with pytest.raises(Exception, match="x.cypherl:2: not a transfer statement"):
+        read_cypherl([path])
+
+
+def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypatch, tmp_path):
+    """With MEMGRAPH_URI the live records come from Memgraph: the rendering must match the cypherl sink's."""
+    from stream_registry import sinks
+    from stream_registry.registry import query_module_dirs
+    from stream_registry.transform import Message, load_transformation, run_transformation
+    from spark_bridge.demo import read_graph
+
+    transfer = generate_transfers(3, 1, 5)[0]
+    message = Message("transfers", 4, 1234, transfer.source.encode(), transfer.payload(), 0)
+    fn = load_transformation("transfers.transfer", query_module_dirs())
+    (statement,) = run_transformation(fn, [message])
+    sink_path = tmp_path / "one.cypherl"
+    with sinks.open_sink(f"cypherl://{sink_path}") as sink:
+        sink.write([statement])
+    p = statement.parameters
+    row = (p["transfer_id"], p["from_account"], p["to_account"], p["amount"], p["currency"], p["ts"],
+           p["kafka_topic"], p["kafka_partition"], p["kafka_offset"])
+    seen = {}
+
+    class Cursor:
+        def execute(self, query, params=None):
+            seen["query"], seen["params"] = query, params
+
+        def fetchall(self):
+            return [row]
+
+    class Connection:
+        autocommit = False
+
+        def cursor(self):
+            return Cursor()
+
+        def close(self):
+            pass
+
+    def connect(**kwargs):
+        seen["connect"] = kwargs
+        return Connection()
+
+    monkeypatch.setattr(sinks, "connect_mgclient", connect)
+    settings = DemoSettings(out=tmp_path, topic="transfers", memgraph_uri="bolt://mg.example:7688",
+                            memgraph_credentials={"bolt.username": "u", "bolt.password": "p"})
+    assert read_graph(settings) == read_cypherl([sink_path])
+    assert seen["connect"] == {"host": "mg.example", "port": 7688, "username": "u", "password": "p"}
+    assert seen["params"] == {"topic": "transfers"}
