@@ -42,7 +42,8 @@ def test_demo_path_passes_every_check(kafka, spark, tmp_path):
     # The race was real: the call found nothing assigned and waited for the group.
     race = result.race
     assert race.status_before.value == "starting" and race.assigned_before == 0
-    assert race.seconds > 0.5, f"set_offset returned after {race.seconds:.2f} s: no rebalance was awaited"
+    if kafka.embedded is not None:   # 3 s initial rebalance delay (a real cluster may be configured with 0)
+        assert race.seconds > 0.5, f"set_offset returned after {race.seconds:.2f} s: no rebalance was awaited"
     assert {(c.status, c.offset) for c in race.changes} == {(ChangeStatus.APPLIED, settings.live_from)}
 
     # What the demo tells users to load is there, and the backfill files hold what the report says.
