@@ -22,7 +22,7 @@ _RETRY_S = 0.1
 # Errors that mean "not now" (a leader is moving, a broker is down), not "never".
 _TRANSIENT = {"_UNKNOWN_PARTITION", "_TRANSPORT", "_TIMED_OUT", "_WAIT_COORD", "LEADER_NOT_AVAILABLE",
               "NOT_LEADER_FOR_PARTITION", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
-              "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN"}
+              "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN", "_DESTROY_BROKER"}
 
 
 class PartitionQuery:

@@ -37,7 +37,7 @@ def _stream(kafka, registry, partitions=3, messages=300, name="orders", configs=
         kafka.produce(topic, messages, partitions=partitions)
     registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
                                  transform="stream_helpers.offsets_transform", sink=f"memory://{name}",
-                                 batch_size=batch_size, configs=_with_fast_rejoin(configs or {})))
+                                 consumer_group=f"g_{topic}", batch_size=batch_size, configs=_with_fast_rejoin(configs or {})))
     return topic
 
 
@@ -234,6 +234,6 @@ def test_describe_running_and_stopped(kafka, registry, memory_sinks):
     wait_until(lambda: all(r.committed_offset == 10 for r in registry.describe("orders")))
     rows = registry.describe("orders")
     assert all(r.assigned and r.lag == 0 and r.position == 10 and r.log_start_offset == 0 for r in rows)
-    kafka.produce(topic, 3, partitions=3)
     registry.stop("orders")
+    kafka.produce(topic, 3, partitions=3)
     assert [(r.lag, r.assigned) for r in registry.describe("orders")] == [(1, False)] * 3

@@ -28,7 +28,7 @@ def registry(tmp_path):
 
 def _config(kafka, topic, name="orders", sink=None, configs=None, **kw):
     return StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
-                        transform=TRANSFORM, sink=sink or "memory://" + name,
+                        transform=TRANSFORM, sink=sink or "memory://" + name, consumer_group=f"g_{name}_{topic}",
                         configs={**FAST_REJOIN, **(configs or {})}, **kw)
 
 
