@@ -74,6 +74,9 @@ def embedded_kafka(kafka):
 def spark():
     from pyspark.sql import SparkSession
 
+    from spark_bridge.spark_session import ensure_worker_python
+
+    ensure_worker_python()  # Spark's Python workers must run this venv's interpreter
     session = (SparkSession.builder.master("local[2]").appName("mgstreams-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
