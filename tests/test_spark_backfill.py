@@ -15,11 +15,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from spark_bridge.backfill import BackfillJob, Loading, load_frame, plan_job, run_backfill
 from spark_bridge.cli import backfill as backfill_command
 from spark_bridge.kafka_source import register
-from spark_bridge.spark_session import ensure_worker_python
 from stream_registry.offset_spec import parse_offset_spec
 from stream_registry.transform import load_transformation
-
-ensure_worker_python()  # before the shared session starts: workers must run this venv's Python
 
 pytestmark = pytest.mark.spark
 

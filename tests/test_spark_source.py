@@ -9,10 +9,7 @@ from spark_bridge.cli import root_cause
 from spark_bridge.kafka_source import register
 from spark_bridge.range_reader import row_schema
 from spark_bridge.source_options import parse_source_options
-from spark_bridge.spark_session import ensure_worker_python
 from test_spark_reader import direct_consume, transactional_topic
-
-ensure_worker_python()  # before the shared session starts: workers must run this venv's Python
 
 pytestmark = pytest.mark.spark
 
