@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Producer  # noqa: E402
+from bench_data import produce  # noqa: E402
 
 from spark_bridge.backfill import BackfillJob, plan_job, rebatch, run_backfill  # noqa: E402
 from spark_bridge.range_reader import RangeReader  # noqa: E402
@@ -40,36 +40,6 @@ from stream_registry.sinks import open_sink  # noqa: E402
 from stream_registry.transform import Message, load_transformation, run_transformation  # noqa: E402
 
 FLOOR = 1.4
-
-
-def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int) -> None:
-    # zstd batches: the embedded broker keeps at most 5 MiB (compressed) per partition and drops the
-    # oldest batches beyond that; compressed, 2M messages of 200 B fit. Consumers decompress (in C).
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "batch.num.messages": 100_000, "compression.type": "zstd",
-                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
-    failures = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(err)
-
-    for i in range(count):
-        head = b'{"id": %d, "user": "u%05d", "amount": %d.%02d, "pad": "' % (i, (i * 7919) % 100_000,
-                                                                            i % 997, i % 100)
-        value = head + b"x" * max(0, size - len(head) - 2) + b'"}'
-        while True:
-            try:
-                producer.produce(topic, value=value, key=b"k%d" % (i % 1000), partition=i % partitions,
-                                 on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 20_000 == 0:
-            producer.poll(0)
-    if producer.flush(120) or failures:
-        raise SystemExit(f"bench: {len(failures)} messages were not delivered "
-                         f"({failures[0] if failures else 'flush timed out'})")
 
 
 def single_process(job: BackfillJob, ranges, out_file: Path) -> tuple[int, int, float]:

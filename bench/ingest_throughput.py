@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from bench_data import produce  # noqa: E402
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
 from stream_registry.embedded_kafka import EmbeddedKafka  # noqa: E402
@@ -50,40 +51,6 @@ BATCH_SIZE = 1000
 BATCH_INTERVAL_MS = 100
 POLL_S = 0.05
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
-
-
-def produce(bootstrap: str, count: int, size: int) -> None:
-    """count messages of `size` bytes, message i to partition i % PARTITIONS; fast (large batches).
-
-    zstd: the embedded broker keeps at most 5 MiB of batches per partition and
-    drops the oldest beyond that; compressed, 1M x 200 B fits. Consumers
-    decompress in C, the same for both sides.
-    """
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
-                         "batch.num.messages": 100_000, "compression.type": "zstd",
-                         "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576})
-    failures = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(err)
-
-    for i in range(count):
-        head = b'{"id": %d, "user": "u%05d", "amount": %d.%02d, "pad": "' % (i, (i * 7919) % 100_000,
-                                                                            i % 997, i % 100)
-        value = head + b"x" * max(0, size - len(head) - 2) + b'"}'
-        while True:
-            try:
-                producer.produce(TOPIC, value=value, key=b"k%d" % (i % 1000), partition=i % PARTITIONS,
-                                 on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 20_000 == 0:
-            producer.poll(0)
-    if producer.flush(120) or failures:
-        raise SystemExit(f"bench: {len(failures)} messages were not delivered "
-                         f"({failures[0] if failures else 'flush timed out'})")
 
 
 def check_topic(bootstrap: str, count: int) -> None:
@@ -209,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             bootstrap = cluster.bootstrap_servers
             cluster.create_topic(TOPIC, PARTITIONS, 3)
             t = time.perf_counter()
-            produce(bootstrap, args.messages, args.size)
+            produce(bootstrap, TOPIC, args.messages, PARTITIONS, args.size)
             check_topic(bootstrap, args.messages)
             print(f"produced in {time.perf_counter() - t:.1f} s", flush=True)
             registry = StreamRegistry(state_dir)

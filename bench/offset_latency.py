@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from confluent_kafka import Producer  # noqa: E402
+from bench_data import produce  # noqa: E402
 
 from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
 from stream_registry import sinks  # noqa: E402
@@ -79,15 +79,6 @@ def record(messages):
             for m in (messages.message_at(i) for i in range(messages.total_messages()))]
 
 
-def produce(bootstrap: str, per_partition: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for i in range(per_partition * PARTITIONS):
-        producer.produce(TOPIC, value=b"x" * 100, partition=i % PARTITIONS)
-        if i % 5000 == 0:
-            producer.poll(0)
-    producer.flush(30)
-
-
 def wait_caught_up(sink: ArrivalSink, total: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while sink.count < total:
@@ -116,7 +107,7 @@ def main(argv=None) -> int:
                                              open=lambda settings, credentials: sink)
     with EmbeddedKafka(brokers=3) as cluster, tempfile.TemporaryDirectory() as state:
         cluster.create_topic(TOPIC, PARTITIONS, 3)
-        produce(cluster.bootstrap_servers, args.per_partition)
+        produce(cluster.bootstrap_servers, TOPIC, args.per_partition * PARTITIONS, PARTITIONS, 100)
         registry = StreamRegistry(state)
         registry.create(StreamConfig(
             name="latency", topics=[TOPIC], bootstrap_servers=cluster.bootstrap_servers,

@@ -139,6 +139,10 @@ class StreamRegistry:
         """The librdkafka configuration of a stream, secrets included (for the Spark bridge)."""
         return self._stream(name).config.client_config()
 
+    def sink_credentials(self, name: str) -> dict[str, str]:
+        """The graph sink's credentials of a stream (for the Spark bridge); never print them."""
+        return self._stream(name).config.sink_credentials()
+
     def close(self) -> None:
         """Stop every consumer of this process; streams keep their desired state for the next start."""
         with self._lock:

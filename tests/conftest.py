@@ -77,7 +77,8 @@ def spark():
     from spark_bridge.spark_session import ensure_worker_python
 
     ensure_worker_python()  # Spark's Python workers must run this venv's interpreter
-    session = (SparkSession.builder.master("local[2]").appName("mgstreams-tests")
+    # local[2,2]: two cores, and a failed task is retried once (a plain local[N] master never retries).
+    session = (SparkSession.builder.master("local[2,2]").appName("mgstreams-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .getOrCreate())

@@ -1,4 +1,4 @@
-"""The ingest throughput benchmark runs end to end on a tiny topic and prints its ratio."""
+"""The benchmarks run end to end on tiny topics and print their ratios."""
 from __future__ import annotations
 
 import subprocess
@@ -20,3 +20,12 @@ def test_ingest_throughput_bench_prints_ratio(sink):
     assert any(line.startswith("stream rate:") for line in lines), done.stdout
     ratio = [line for line in lines if line.startswith("ratio:")]
     assert ratio and float(ratio[0].split()[1]) > 0, done.stdout
+
+
+def test_offset_latency_bench_prints_ratio():
+    bench = BENCH.parent / "offset_latency.py"
+    done = subprocess.run([sys.executable, str(bench), "--changes", "3", "--baseline-changes", "1",
+                           "--per-partition", "300", "--rewind", "100"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ratio = [line for line in done.stdout.splitlines() if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 1, done.stdout
