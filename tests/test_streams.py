@@ -209,3 +209,39 @@ def test_credentials_never_appear_in_list_reprs_logs_or_errors(kafka, registry, 
     assert secret not in caplog.text
     db = (registry.state_dir / "mgstreams.sqlite3")
     assert oct(db.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, tmp_path, memory_sinks,
+                                                                         monkeypatch):
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 20, partitions=2)
+    state = tmp_path / "state"
+    reg = StreamRegistry(state, retry=FAST_RETRY)
+    reg.create(_config(kafka, topic, name="good"))
+    reg.create(StreamConfig(**{**_config(kafka, topic, name="broken").__dict__,
+                               "transform": "stream_registry.builtin_transformations.merge_messages"}))
+    reg.start("good")
+    reg.start("broken")
+    wait_until(lambda: len(memory_sinks["good"].delivered()) >= 20)
+    reg.close()
+
+    from stream_registry import registry as registry_module
+    from stream_registry.errors import TransformError
+    real_loader = registry_module.load_transformation
+
+    def loader(path, search_dirs=()):
+        if path.endswith("merge_messages"):
+            raise TransformError(f"transform {path!r}: module vanished after an upgrade")
+        return real_loader(path, search_dirs)
+
+    monkeypatch.setattr(registry_module, "load_transformation", loader)
+    restored = StreamRegistry(state, retry=FAST_RETRY)
+    try:
+        info = {s.name: s for s in restored.list()}
+        assert info["broken"].status == StreamStatus.ERROR and "vanished" in info["broken"].error
+        assert info["good"].status in (StreamStatus.STARTING, StreamStatus.RUNNING)
+        kafka.produce(topic, 20, partitions=2)
+        wait_until(lambda: len(memory_sinks["good"].delivered()) >= 40)   # 20 before the restart, 20 after
+        _assert_exactly_once(memory_sinks["good"].delivered(), topic, {0: 20, 1: 20})
+    finally:
+        restored.close()
