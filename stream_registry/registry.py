@@ -104,12 +104,12 @@ class StreamRegistry:
         return self.get(name)
 
     def stop(self, name: str) -> StreamInfo:
+        """Stop consuming and keep the stream from being restarted; stopping a stopped stream is a no-op."""
         stream = self._stream(name)
         with stream.lock:
             self._check_not_foreign(stream, "stop")
-            if stream.worker is None:
-                raise StreamStateError(f"name: stream {name!r} is not running (status {stream.status.value})")
-            self._stop_locked(stream)
+            if stream.worker is not None:
+                self._stop_locked(stream)
             self._store.set_status(name, stream.status, stream.error, desired_running=False)
         return self.get(name)
 

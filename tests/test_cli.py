@@ -163,7 +163,8 @@ def test_optional_backfill_command_attaches(monkeypatch):
         """Replay offset ranges (stand-in)."""
 
     monkeypatch.setitem(sys.modules, "spark_bridge.cli", types.SimpleNamespace(backfill=backfill))
-    monkeypatch.setattr(cli, "commands", dict(cli.commands))
+    # a command attached by an earlier main() in this process must not hide the stand-in
+    monkeypatch.setattr(cli, "commands", {k: v for k, v in cli.commands.items() if k != "backfill"})
     with pytest.raises(SystemExit) as exited:
         main(["--help"])
     assert exited.value.code == 0
