@@ -237,3 +237,35 @@ def test_describe_running_and_stopped(kafka, registry, memory_sinks):
     registry.stop("orders")
     kafka.produce(topic, 3, partitions=3)
     assert [(r.lag, r.assigned) for r in registry.describe("orders")] == [(1, False)] * 3
+
+
+def test_partitions_another_member_holds_get_the_offset_when_reassigned(kafka, registry, memory_sinks):
+    """A second member joins the stream's group and takes partitions (eager rebalance: the stream's are
+    revoked and reassigned); set_offset then applies to the stream's partitions at once and keeps the
+    others pending; when the intruder's session ends they are assigned to the stream and start there."""
+    from confluent_kafka import Consumer
+
+    topic = _stream(kafka, registry, partitions=4, messages=400, configs={"partition.assignment.strategy": "range"})
+    group = registry.get("orders").consumer_group
+    registry.start("orders")
+    sink = memory_sinks["orders"]
+    wait_until(lambda: len(sink.delivered()) >= 400)
+    intruder = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
+                         "partition.assignment.strategy": "range", "enable.auto.commit": False,
+                         **FAST_REJOIN})
+    held = []
+    intruder.subscribe([topic], on_assign=lambda c, parts: held.extend(p.partition for p in parts))
+    wait_until(lambda: intruder.poll(0.1) is None and held, timeout=30, what="the intruder's assignment")
+    wait_until(lambda: {r.partition for r in registry.describe("orders") if r.assigned}
+               == set(range(4)) - set(held), timeout=30, what="the stream to hold the rest")
+    seen = len(sink.delivered())
+    changes = registry.set_offset("orders", 10, timeout=1)
+    status = {c.partition: c.status for c in changes}
+    assert {p for p, s in status.items() if s == ChangeStatus.PENDING} == set(held), changes
+    assert {p for p, s in status.items() if s == ChangeStatus.APPLIED} == set(range(4)) - set(held)
+    intruder.close()   # the embedded cluster expires its session (6 s) instead of acting on LeaveGroup
+    wait_until(lambda: set(by_partition(sink.delivered()[seen:])) == {(topic, p) for p in range(4)} and
+               all(len(o) >= 90 for o in by_partition(sink.delivered()[seen:]).values()), timeout=40,
+               what="every partition redelivered from 10")
+    assert _first_offsets(sink.delivered()[seen:]) == {(topic, p): 10 for p in range(4)}
+    assert sorted((h.partition, h.offset) for h in registry.history("orders")) == [(p, 10) for p in range(4)]
