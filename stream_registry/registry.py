@@ -233,13 +233,14 @@ class StreamRegistry:
         return stream
 
     def _check_not_foreign(self, stream: _Stream, action: str) -> None:
-        """A registry that does not host streams must not move one another process runs."""
+        """A registry that does not host streams must not move one another live process runs."""
         if self._hosting or stream.worker is not None:
             return  # this registry hosts it (or runs its worker): it may move it
-        status = self._store.status_of(stream.config.name)
-        if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
-            raise StreamStateError(f"name: stream {stream.config.name!r} is {status.value} in another process "
-                                   f"(the Memgraph server); {action} it there, e.g. with CALL streams.*")
+        owner = self._store.running_elsewhere(stream.config.name)
+        if owner is not None:
+            raise StreamStateError(f"name: stream {stream.config.name!r} is running in process {owner} "
+                                   f"(the Memgraph server, or `mgstreams start`); {action} it there, "
+                                   f"e.g. with CALL streams.*")
 
     def _start_locked(self, stream: _Stream) -> None:
         config = stream.config
@@ -317,8 +318,11 @@ class StreamRegistry:
     def _info(self, stream: _Stream) -> StreamInfo:
         c = stream.config
         status, error = stream.status, stream.error
-        if not self._hosting:
+        if not self._hosting and stream.worker is None:
             status, error = self._store.status_of(c.name) or status, self._store.error_of(c.name)
+            if status in (StreamStatus.STARTING, StreamStatus.RUNNING) and \
+                    self._store.running_elsewhere(c.name) is None:
+                status, error = StreamStatus.STOPPED, "the process that ran it is gone"
         return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
                           status, error, mask_secrets(c.configs), mask_all(c.credentials),
                           c.batch_size, c.batch_interval_ms)

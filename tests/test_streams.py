@@ -245,3 +245,36 @@ def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, 
         _assert_exactly_once(memory_sinks["good"].delivered(), topic, {0: 20, 1: 20})
     finally:
         restored.close()
+
+
+def test_a_crashed_owner_does_not_lock_the_stream_for_other_processes(kafka, tmp_path, memory_sinks):
+    """The CLI refuses to move a stream a live process runs, but not one whose process died."""
+    topic = kafka.new_topic(partitions=2)
+    state = tmp_path / "state"
+    StreamRegistry(state).create(_config(kafka, topic))
+    from stream_registry.state_store import StateStore
+
+    store = StateStore(state)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        for pid, refused in ((alive.pid, True), (dead.pid, False)):
+            store._write(("UPDATE streams SET status = 'running', owner = ? WHERE name = 'orders'",
+                          (f"{__import__('socket').gethostname()}:{pid}",)))
+            observer = StreamRegistry(state, autostart=False)
+            try:
+                if refused:
+                    assert observer.get("orders").status == StreamStatus.RUNNING
+                    with pytest.raises(StreamError, match=f"process .*:{pid}"):
+                        observer.set_offset("orders", 5)
+                else:
+                    assert observer.get("orders").status == StreamStatus.STOPPED
+                    assert "gone" in observer.get("orders").error
+                    assert {c.status.value for c in observer.set_offset("orders", 5)} == {"pending"}
+                    assert observer.stop("orders").status == StreamStatus.STOPPED
+            finally:
+                observer.close()
+    finally:
+        alive.kill()
+        store.close()
