@@ -38,7 +38,7 @@ from confluent_kafka import Producer
 
 from stream_registry import (ChangeStatus, OffsetChange, PartitionOffsets, StreamConfig, StreamError,
                              StreamInfo, StreamRegistry, StreamStatus, parse_offset_spec)
-from stream_registry.cli import CHANGE_COLUMNS, DESCRIBE_COLUMNS
+from stream_registry.cli import changes_table, offsets_table, table
 from stream_registry.cypher_literals import render_statement
 from stream_registry.registry import query_module_dirs
 
@@ -647,18 +647,6 @@ def _key_text(key: tuple[str, int, int]) -> str:
 
 
 # -- printing -------------------------------------------------------------------------------
-def _table(columns: Sequence[str], rows: Iterable[Sequence[object]]):
-    """Aligned columns with upper-case headers, as the mgstreams CLI prints them."""
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    for row in rows:
-        table.add_row(*("-" if cell is None else str(cell) for cell in row))
-    return table
-
-
 def _indented(renderable):
     from rich.padding import Padding
 
@@ -708,14 +696,11 @@ class RichReporter(Reporter):
         self._changes(rewind.changes, rewind.seconds)
 
     def _changes(self, changes: Sequence[OffsetChange], seconds: float) -> None:
-        self.console.print(_indented(_table(CHANGE_COLUMNS, (
-            (c.topic, c.partition, c.previous_offset, c.offset, c.status.value, c.message) for c in changes))))
+        self.console.print(_indented(changes_table(changes)))
         self.say(f"set_offset returned after {seconds:.2f} s")
 
     def offsets(self, info: StreamInfo, rows: Sequence[PartitionOffsets]) -> None:
-        self.console.print(_indented(_table(DESCRIBE_COLUMNS, (
-            (info.consumer_group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset,
-             r.log_end_offset, r.lag, "yes" if r.assigned else "no") for r in rows))))
+        self.console.print(_indented(offsets_table(info.consumer_group, rows)))
 
     def backfill_plan(self, job: BackfillJob, plan: RangePlan) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -742,7 +727,7 @@ class RichReporter(Reporter):
     def backfill(self, result: BackfillResult) -> None:
         self.backfill_progress(-1, -1)
         report = result.report
-        self.console.print(_indented(_table(
+        self.console.print(_indented(table(
             ("RANGE", "RECORDS", "STATEMENTS", "BATCHES", "SECONDS", "RECORDS/S", "FILE"),
             ((p.range, p.records, p.statements, p.batches, f"{p.seconds:.2f}", f"{p.rate:,.0f}",
               shown_path(Path(p.output))) for p in report.partitions))))
@@ -779,7 +764,7 @@ def print_outputs(console, settings: DemoSettings) -> None:
                        (settings.spark_log, "Spark's log")):
         if path.exists():
             rows.append((shown_path(path) + ("/" if path.is_dir() else ""), what))
-    console.print(_indented(_table(("PATH", "WHAT"), rows)))
+    console.print(_indented(table(("PATH", "WHAT"), rows)))
     console.print()
     lines = ["Load it into Memgraph (mgconsole reads one statement per line on stdin):",
              f"  mgconsole < {out}/schema.cypherl"]

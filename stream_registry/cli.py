@@ -37,6 +37,7 @@ from rich.live import Live
 from rich.table import Table
 
 from .errors import ConfigError, StreamError
+from .offsets import OffsetChange, PartitionOffsets
 from .registry import StreamRegistry, default_state_dir
 
 _INTEGER = re.compile(r"^-?\d+$")
@@ -100,7 +101,7 @@ def _print_json(value: Any) -> None:
     click.echo(json.dumps(jsonable(value), sort_keys=False))
 
 
-def _table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
+def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
     """Plain aligned columns with upper-case headers, as Kafka's own tools print them."""
     table = Table(box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
     for column in columns:
@@ -159,17 +160,27 @@ def list_streams(as_json: bool) -> None:
     if as_json:
         _print_json(streams)
         return
-    _console().print(_table(STREAM_COLUMNS, (
+    _console().print(table(STREAM_COLUMNS, (
         (s.name, s.status.value, ",".join(s.topics), s.consumer_group, s.bootstrap_servers, s.transform, s.sink,
          s.error) for s in streams)))
 
 
+def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> Table:
+    """describe() rows as `kafka-consumer-groups --describe` prints them."""
+    return table(DESCRIBE_COLUMNS, (
+        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
+         "yes" if r.assigned else "no") for r in rows))
+
+
+def changes_table(changes: Iterable[OffsetChange]) -> Table:
+    """set_offset() results, one row per partition."""
+    return table(CHANGE_COLUMNS, (
+        (c.topic, c.partition, c.previous_offset, c.offset, c.status.value, c.message) for c in changes))
+
+
 def _describe_table(name: str) -> Table:
     registry = _registry()
-    group = registry.get(name).consumer_group
-    return _table(DESCRIBE_COLUMNS, (
-        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
-         "yes" if r.assigned else "no") for r in registry.describe(name)))
+    return offsets_table(registry.get(name).consumer_group, registry.describe(name))
 
 
 @cli.command()
@@ -197,9 +208,9 @@ def describe(name: str, watch: bool, interval: float, count: int | None, as_json
     console = _console()
     with Live(console=console, auto_refresh=False) as live:
         for _ in _refreshes(count, interval):
-            table = _run(lambda: _describe_table(name))
-            table.title = f"{name} at {datetime.datetime.now().strftime('%H:%M:%S')} (every {interval:g} s)"
-            live.update(table, refresh=True)
+            rendered = _run(lambda: _describe_table(name))
+            rendered.title = f"{name} at {datetime.datetime.now().strftime('%H:%M:%S')} (every {interval:g} s)"
+            live.update(rendered, refresh=True)
 
 
 def _refreshes(count: int | None, interval: float) -> Iterable[int]:
@@ -250,8 +261,7 @@ def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: boo
     if as_json:
         _print_json(changes)
         return
-    _console().print(_table(CHANGE_COLUMNS, (
-        (c.topic, c.partition, c.previous_offset, c.offset, c.status.value, c.message) for c in changes)))
+    _console().print(changes_table(changes))
 
 
 @cli.command()
@@ -264,7 +274,7 @@ def history(name: str, limit: int | None, as_json: bool) -> None:
     if as_json:
         _print_json(entries)
         return
-    _console().print(_table(HISTORY_COLUMNS, (
+    _console().print(table(HISTORY_COLUMNS, (
         (h.changed_at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), h.topic, h.partition,
          h.previous_offset, h.offset, h.status.value) for h in entries)))
 
