@@ -13,9 +13,10 @@ import time
 from typing import Iterator, Mapping
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from stream_registry.errors import ConfigError, KafkaOperationError
+from stream_registry.errors import KafkaOperationError
+from stream_registry.kafka_client import new_consumer
 from stream_registry.redaction import redact, secret_values
 
 from .range_plan import DataLossError, OffsetRange
@@ -55,7 +56,7 @@ class RangeReader:
         conf.setdefault("fetch.wait.max.ms", 50)
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
                      "enable.partition.eof": True, "auto.offset.reset": "error"})
-        self._consumer = new_consumer(conf, self._secrets)
+        self._consumer = new_consumer(conf, self._secrets, field="kafka.*")
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout = poll_timeout_ms / 1000
         self.max_batch = max_batch
@@ -172,15 +173,6 @@ class RangeReader:
 
     def _redact(self, exc) -> str:
         return redact(str(exc), self._secrets)
-
-
-def new_consumer(config: Mapping[str, object], secrets=()) -> Consumer:
-    """A consumer, or a ConfigError naming the kafka.* settings librdkafka rejected (secrets masked)."""
-    try:
-        return Consumer(dict(config))
-    except (KafkaException, ValueError, TypeError) as exc:
-        text = redact(str(exc.args[0] if exc.args else exc), secrets)
-        raise ConfigError(f"kafka.*: rejected by the Kafka client: {text}") from None
 
 
 def to_record_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:

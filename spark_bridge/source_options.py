@@ -23,7 +23,7 @@ from stream_registry.offset_spec import (Absolute, AtTime, Committed, Earliest, 
 from stream_registry.redaction import secret_values
 
 from .range_plan import OffsetRange, ranges_from_json
-from .range_reader import new_consumer
+from stream_registry.kafka_client import new_consumer
 
 SHORT_NAME = "mgstreams_kafka"
 
@@ -114,7 +114,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
 
 def check_client_config(config: Mapping[str, str], secrets=()) -> None:
     """Let librdkafka vet the settings without connecting; name the offending kafka.* option."""
-    new_consumer(config, secrets).close()
+    new_consumer(config, secrets, field="kafka.*").close()
 
 
 # -- subscription -------------------------------------------------------------------

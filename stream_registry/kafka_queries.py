@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .errors import ConfigError, KafkaOperationError
 from .offset_spec import RD_OFFSET_END, PartitionSnapshot
+from .kafka_client import new_consumer
 from .redaction import redact, secret_values
 
 TP = tuple[str, int]
@@ -35,10 +36,7 @@ class PartitionQuery:
         conf = {**self._client_config, "bootstrap.servers": bootstrap_servers, "group.id": group_id,
                 "enable.auto.commit": False, "enable.partition.eof": False,
                 "isolation.level": self._client_config.get("isolation.level", "read_committed")}
-        try:
-            self._consumer = Consumer(conf)
-        except (KafkaException, ValueError, TypeError) as exc:
-            raise ConfigError(f"configs: rejected by the Kafka client: {redact(str(exc), self._secrets)}") from None
+        self._consumer = new_consumer(conf, self._secrets)
         self._bootstrap_servers = bootstrap_servers
         self._lock = threading.Lock()
         self.timeout = timeout
@@ -134,49 +132,45 @@ class PartitionQuery:
         low, high = self.watermarks([(topic, partition)])[(topic, partition)]
         if high <= low:
             return None
-        last = self._record_at_or_after(topic, partition, high - 1, high, backwards=True)
-        if last is None or last[1] < ts:
-            return None
-        lo, hi = low, last[0]  # invariant: the answer lies in [lo, hi]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            record = self._record_at_or_after(topic, partition, mid, hi + 1)
-            if record is None or record[1] >= ts:
-                hi = mid if record is None else min(hi, record[0])
-            else:
-                lo = record[0] + 1
-        return lo
+        reader = new_consumer({**self._client_config, "bootstrap.servers": self._bootstrap_servers,
+                               "group.id": "mgstreams-time-probe", "enable.auto.commit": False,
+                               "enable.partition.eof": True, "fetch.wait.max.ms": 10}, self._secrets)
+        try:
+            last = self._record_at_or_after(reader, topic, partition, high - 1, high, backwards=True)
+            if last is None or last[1] < ts:
+                return None
+            lo, hi = low, last[0]  # invariant: the answer lies in [lo, hi]
+            while lo < hi:
+                mid = (lo + hi) // 2
+                record = self._record_at_or_after(reader, topic, partition, mid, hi + 1)
+                if record is None or record[1] >= ts:
+                    hi = mid if record is None else min(hi, record[0])
+                else:
+                    lo = record[0] + 1
+            return lo
+        finally:
+            reader.close()
 
-    def _record_at_or_after(self, topic: str, partition: int, offset: int, end: int,
+    def _record_at_or_after(self, reader: Consumer, topic: str, partition: int, offset: int, end: int,
                             backwards: bool = False) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `offset` (below `end`).
 
         With backwards=True, steps back from `offset` until a record is found
         (the last offsets of a partition may be transaction markers).
         """
-        reader = Consumer({**self._client_config, "bootstrap.servers": self._bootstrap_servers,
-                           "group.id": "mgstreams-time-probe", "enable.auto.commit": False,
-                           "enable.partition.eof": True, "fetch.wait.max.ms": 10})
-        try:
-            start = offset
-            while start >= 0:
-                reader.assign([TopicPartition(topic, partition, start)])
-                while True:
-                    msg = reader.poll(self.timeout)
-                    if msg is None:
-                        raise KafkaOperationError(f"timed out reading {topic}:{partition} at {start}",
-                                                  topic=topic, partition=partition)
-                    if msg.error() is not None:
-                        break  # partition EOF: nothing at or after `start`
-                    if msg.offset() < end:
-                        return msg.offset(), msg.timestamp()[1]
-                    break
-                if not backwards:
-                    return None
-                start -= 1
-            return None
-        finally:
-            reader.close()
+        start = offset
+        while start >= 0:
+            reader.assign([TopicPartition(topic, partition, start)])
+            msg = reader.poll(self.timeout)
+            if msg is None:
+                raise KafkaOperationError(f"timed out reading {topic}:{partition} at {start}",
+                                          topic=topic, partition=partition)
+            if msg.error() is None and msg.offset() < end:
+                return msg.offset(), msg.timestamp()[1]
+            if not backwards:
+                return None  # partition EOF, or the first record is past `end`
+            start -= 1
+        return None
 
     def _call(self, fn, what: str, *, field: str | None = None, topic: str | None = None,
               partition: int | None = None):

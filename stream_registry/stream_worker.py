@@ -25,8 +25,8 @@ from typing import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .config import StreamConfig
-from .errors import KafkaOperationError, StreamError
-from .offset_spec import ChangeStatus
+from .errors import StreamError
+from .kafka_client import new_consumer
 from .redaction import redact, secret_values
 from .stream_info import StreamStatus
 from .transform import Message, run_transformation
@@ -56,7 +56,6 @@ class AppliedOffset:
     partition: int
     previous_offset: int | None
     offset: int
-    status: ChangeStatus
 
 
 class _OffsetRequest:
@@ -176,13 +175,13 @@ class StreamWorker:
             "error_cb": self._on_error,
             "logger": logging.getLogger("mgstreams.librdkafka"),
         }
+        consumer = new_consumer(conf, self._secrets)
         try:
-            consumer = Consumer(conf)
             consumer.subscribe(list(self.config.topics), on_assign=self._on_assign,
                                on_revoke=self._on_revoke, on_lost=self._on_lost)
         except (KafkaException, ValueError, TypeError, RuntimeError) as exc:
-            raise StreamError(f"configs: the Kafka client rejected the stream's configuration: "
-                              f"{self._redact(exc)}") from None
+            consumer.close()
+            raise StreamError(f"topics: the Kafka client cannot subscribe: {self._redact(exc)}") from None
         return consumer
 
     def _collect_batch(self) -> list:
@@ -237,9 +236,7 @@ class StreamWorker:
 
     def _rewind(self, batch: list) -> None:
         """Seek back to the batch's first offsets so the consumer's position tells the truth."""
-        first: dict[TP, int] = {}
-        for m in batch:
-            first.setdefault((m.topic(), m.partition()), m.offset())
+        first = _first_offsets(batch)
         for (topic, partition), offset in first.items():
             try:
                 self._consumer.seek(TopicPartition(topic, partition, offset))
@@ -321,7 +318,7 @@ class StreamWorker:
                 self._positions[tp] = offset
                 if self._pending.get(tp) == offset:
                     del self._pending[tp]
-                changes.append(AppliedOffset(tp[0], tp[1], previous, offset, ChangeStatus.APPLIED))
+                changes.append(AppliedOffset(tp[0], tp[1], previous, offset))
         for change in changes:
             for request in self._requests:
                 request.mark((change.topic, change.partition), change)
@@ -396,8 +393,12 @@ class StreamWorker:
         return redact(str(value), self._secrets)
 
 
-def _first_offsets_text(batch: list) -> str:
+def _first_offsets(batch: list) -> dict[TP, int]:
     first: dict[TP, int] = {}
     for m in batch:
         first.setdefault((m.topic(), m.partition()), m.offset())
-    return ", ".join(f"{t}:{p}@{o}" for (t, p), o in sorted(first.items()))
+    return first
+
+
+def _first_offsets_text(batch: list) -> str:
+    return ", ".join(f"{t}:{p}@{o}" for (t, p), o in sorted(_first_offsets(batch).items()))
