@@ -17,7 +17,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
-	$(BIN)/python -m spark_bridge.demo --out demo-out
+	$(BIN)/python -m mgstreams.demo --out demo-out
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

@@ -34,10 +34,10 @@ from bench_data import produce  # noqa: E402
 from spark_bridge.backfill import BackfillJob, plan_job, rebatch, run_backfill  # noqa: E402
 from spark_bridge.range_reader import RangeReader  # noqa: E402
 from spark_bridge.spark_session import build_session  # noqa: E402
-from stream_registry.embedded_kafka import EmbeddedKafka  # noqa: E402
+from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from stream_registry.offset_spec import parse_offset_spec  # noqa: E402
-from stream_registry.sinks import open_sink  # noqa: E402
-from stream_registry.transform import Message, load_transformation, run_transformation  # noqa: E402
+from stream_registry.graph.sinks import open_sink  # noqa: E402
+from stream_registry.graph.transform import Message, load_transformation, run_transformation  # noqa: E402
 
 FLOOR = 1.4
 

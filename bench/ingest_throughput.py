@@ -40,9 +40,9 @@ from bench_data import produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
-from stream_registry.embedded_kafka import EmbeddedKafka  # noqa: E402
-from stream_registry.sinks import open_sink  # noqa: E402
-from stream_registry.transform import Messages, load_transformation, run_transformation  # noqa: E402
+from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
+from stream_registry.graph.sinks import open_sink  # noqa: E402
+from stream_registry.graph.transform import Messages, load_transformation, run_transformation  # noqa: E402
 
 FLOOR = 0.85
 TOPIC = "ingest"

@@ -28,7 +28,7 @@ from bench_data import produce  # noqa: E402
 
 from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
 from stream_registry import sinks  # noqa: E402
-from stream_registry.embedded_kafka import EmbeddedKafka  # noqa: E402
+from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 
 PARTITIONS = 6
 TOPIC = "latency"

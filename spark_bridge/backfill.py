@@ -3,8 +3,8 @@
 The driver plans the ranges (range_plan); one Spark task per range reads it
 with the data source's reader (RangeReader: assign, stop at the end or EOF),
 cuts the messages into batches of `batch_size`, turns them into statements with
-the same transformation the stream uses (`stream_registry.transform`) and
-writes them with the same sinks (`stream_registry.sinks`). Tasks run as
+the same transformation the stream uses (`stream_registry.graph.transform`) and
+writes them with the same sinks (`stream_registry.graph.sinks`). Tasks run as
 `DataFrame.mapInArrow` over `spark.range(n)` (DataFrame API only: classic
 PySpark and Spark Connect) and each returns one stats row to the driver.
 `load_frame` does the same for any DataFrame with the Kafka row schema.
@@ -34,9 +34,9 @@ import pyarrow.compute as pc
 
 from stream_registry.errors import ConfigError, StreamError
 from stream_registry.offset_spec import OffsetSpec
-from stream_registry.kafka_queries import PartitionQuery
-from stream_registry.sinks import open_sink, validate_sink_uri
-from stream_registry.transform import Message, load_transformation, run_transformation
+from stream_registry.kafka.queries import PartitionQuery
+from stream_registry.graph.sinks import open_sink, validate_sink_uri
+from stream_registry.graph.transform import Message, load_transformation, run_transformation
 
 from .range_plan import OffsetRange, RangePlan, plan
 from .range_reader import RangeReader

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from stream_registry.errors import ConfigError
-from stream_registry.kafka_queries import PartitionQuery
+from stream_registry.kafka.queries import PartitionQuery
 
 from .range_plan import OffsetRange, RangePlan, plan, split_ranges
 from .range_reader import RangeReader, row_schema

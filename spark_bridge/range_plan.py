@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from stream_registry.errors import KafkaOperationError, OffsetSpecError
-from stream_registry.kafka_queries import PartitionQuery
+from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.offset_spec import (Absolute, Committed, Earliest, Latest, OffsetSpec,
                                          PartitionSnapshot, ResolvedOffset, Target, resolve)
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from stream_registry.errors import KafkaOperationError
-from stream_registry.kafka_client import new_consumer
+from stream_registry.kafka.client import new_consumer
 from stream_registry.redaction import redact, secret_values
 
 from .range_plan import DataLossError, OffsetRange

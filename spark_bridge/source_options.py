@@ -23,7 +23,7 @@ from stream_registry.offset_spec import (Absolute, AtTime, Committed, Earliest, 
 from stream_registry.redaction import secret_values
 
 from .range_plan import OffsetRange, ranges_from_json
-from stream_registry.kafka_client import new_consumer
+from stream_registry.kafka.client import new_consumer
 
 SHORT_NAME = "mgstreams_kafka"
 

@@ -1,13 +1,17 @@
-"""mgstreams core: a registry of Kafka streams with rebalance-gated offset control."""
+"""mgstreams core: a registry of Kafka streams with rebalance-gated offset control.
+
+Subpackages: `kafka` (client access), `graph` (transformations, Cypher, sinks),
+`registry` (the registry, its state and the per-stream poll loop). No mgp,
+no pyspark and no HTTP here: the application (`mgstreams`) adds those.
+"""
 from .config import StreamConfig
 from .errors import StreamError
 from .offset_spec import ChangeStatus, parse_offset_spec
 from .offsets import HistoryEntry, OffsetChange, PartitionOffsets
-from .registry import StreamRegistry, default_registry, reset_default_registry
+from .registry import StreamRegistry
 from .stream_info import StreamInfo, StreamStatus
 
 __all__ = [
     "ChangeStatus", "HistoryEntry", "OffsetChange", "PartitionOffsets", "StreamConfig", "StreamError",
-    "StreamInfo", "StreamRegistry", "StreamStatus", "default_registry", "parse_offset_spec",
-    "reset_default_registry",
+    "StreamInfo", "StreamRegistry", "StreamStatus", "parse_offset_spec",
 ]

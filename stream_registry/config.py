@@ -44,12 +44,18 @@ class StreamConfig:
     credentials: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
         if isinstance(self.topics, str):
             object.__setattr__(self, "topics", (self.topics,))
-        else:
+        elif isinstance(self.topics, (list, tuple)):
             object.__setattr__(self, "topics", tuple(self.topics))
-        object.__setattr__(self, "configs", dict(self.configs or {}))
-        object.__setattr__(self, "credentials", dict(self.credentials or {}))
+        else:
+            raise ConfigError(f"topics: expected a list of topic names, got {type(self.topics).__name__}")
+        for name in ("configs", "credentials"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigError(f"{name}: expected a map, got {type(value).__name__}")
+            object.__setattr__(self, name, dict(value or {}))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={self._shown(f.name)!r}" for f in fields(self))

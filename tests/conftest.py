@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from stream_registry.embedded_kafka import EmbeddedKafka
+from mgstreams.embedded_kafka import EmbeddedKafka
 
 
 class KafkaCluster:
@@ -98,3 +98,13 @@ def memory_sinks(monkeypatch):
     monkeypatch.setitem(sinks.SCHEMES, "memory", sinks.Scheme(
         parse=lambda parts, query, uri: parts.netloc, open=lambda name, credentials: recorded[name]))
     return recorded
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A real `mgstreams serve` child process on its own state directory; stopped (SIGTERM) after the test."""
+    from host_helpers import HostProcess
+
+    process = HostProcess(tmp_path / "state").start()
+    yield process
+    process.stop()

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from stream_helpers import delivered_from_file
 from stream_registry import StreamConfig, StreamRegistry
-from stream_registry.cli import cli, main, parse_spec_argument
+from mgstreams.cli import cli, main, parse_spec_argument
 from stream_registry.errors import ConfigError
 
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
@@ -162,7 +162,7 @@ def test_optional_backfill_command_attaches(monkeypatch):
     def backfill():
         """Replay offset ranges (stand-in)."""
 
-    monkeypatch.setitem(sys.modules, "spark_bridge.cli", types.SimpleNamespace(backfill=backfill))
+    monkeypatch.setitem(sys.modules, "mgstreams.backfill_cli", types.SimpleNamespace(backfill=backfill))
     # a command attached by an earlier main() in this process must not hide the stand-in
     monkeypatch.setattr(cli, "commands", {k: v for k, v in cli.commands.items() if k != "backfill"})
     with pytest.raises(SystemExit) as exited:

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from stream_registry.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
+from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
 from stream_registry.errors import SinkError
 
 

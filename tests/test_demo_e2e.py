@@ -1,6 +1,6 @@
 """Issue 6: the demo's path, end to end, as `make demo` runs it (minus the printing).
 
-`run_demo` is the very function `python -m spark_bridge.demo` calls: it produces
+`run_demo` is the very function `python -m mgstreams.demo` calls: it produces
 the transfer stream, races set_offset against the group's first rebalance (the
 cluster's default 3 s initial delay stays on), rewinds while running, describes,
 backfills with the shared SparkSession and compares. Every check must pass. The
@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from spark_bridge.demo import (Check, DemoSettings, Produced, Record, RewindResult, check_backfill_matches_live,
+from mgstreams.demo import (Check, DemoSettings, Produced, Record, RewindResult, check_backfill_matches_live,
                                check_first_delivered, check_offsets, check_rewind, generate_transfers,
                                read_cypherl, run_demo)
 from spark_bridge.spark_session import ensure_worker_python
@@ -130,9 +130,9 @@ def test_read_cypherl_rejects_lines_it_cannot_place(tmp_path):
 def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypatch, tmp_path):
     """With MEMGRAPH_URI the live records come from Memgraph: the rendering must match the cypherl sink's."""
     from stream_registry import sinks
-    from stream_registry.registry import query_module_dirs
-    from stream_registry.transform import Message, load_transformation, run_transformation
-    from spark_bridge.demo import read_graph
+    from stream_registry.registry.registry import query_module_dirs
+    from stream_registry.graph.transform import Message, load_transformation, run_transformation
+    from mgstreams.demo import read_graph
 
     transfer = generate_transfers(3, 1, 5)[0]
     message = Message("transfers", 4, 1234, transfer.source.encode(), transfer.payload(), 0)

@@ -144,7 +144,7 @@ def test_query_modules_directory_keeps_mage_and_adds_ours(services, dockerfile):
 
 def test_transformations_are_found_in_the_query_modules_directories(services):
     """The registry resolves `module.function` in $MGSTREAMS_QUERY_MODULES_DIR too."""
-    from stream_registry.transform import QUERY_MODULES_ENV
+    from stream_registry.graph.transform import QUERY_MODULES_ENV
 
     value = flag(command_of(services["memgraph"]), "query-modules-directory")
     configured = re.split(r"[:,]", env_of(services["memgraph"])[QUERY_MODULES_ENV])

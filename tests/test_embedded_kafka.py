@@ -1,7 +1,7 @@
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from stream_registry.embedded_kafka import EmbeddedKafka
+from mgstreams.embedded_kafka import EmbeddedKafka
 from stream_registry.errors import StreamError
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import by_partition, delivered_from_file, wait_until
-from stream_registry.registry import reset_default_registry
+from stream_registry.registry.registry import reset_default_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
@@ -168,7 +168,7 @@ def test_a_node_is_not_a_configs_map(memgraph, state):
 
 
 def test_internal_errors_are_reported_not_raised_through(memgraph, state, monkeypatch):
-    import stream_registry.registry as registry_module
+    import stream_registry.registry.registry as registry_module
 
     def broken():
         raise KeyError("boom")

@@ -59,8 +59,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from stream_registry import StreamConfig, StreamRegistry
-from stream_registry.cli import _attach_optional_commands, cli
-from stream_registry.embedded_kafka import EmbeddedKafka
+from mgstreams.cli import _attach_optional_commands, cli
+from mgstreams.embedded_kafka import EmbeddedKafka
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -399,13 +399,13 @@ def test_make_commands():
         target = command.split()[-1]
         assert target in targets, command
         assert "$(STAMP)" in targets[target], "both commands create .venv and install first"
-        assert {"demo": "-m spark_bridge.demo", "test": "-m pytest"}[target] in targets[target]
+        assert {"demo": "-m mgstreams.demo", "test": "-m pytest"}[target] in targets[target]
         if command.startswith("KAFKA_BOOTSTRAP_SERVERS="):
             assert 'os.environ.get("KAFKA_BOOTSTRAP_SERVERS")' in (ROOT / "tests" / "conftest.py").read_text()
 
 
 def test_demo_options_in_the_readme_parse():
-    from spark_bridge.demo import parse_args
+    from mgstreams.demo import parse_args
 
     line = re.search(r"`\.venv/bin/python -m spark_bridge\.demo ([^`]+)`", README.read_text()).group(1)
     args = parse_args(shlex.split(re.sub(r"\[([^\[\]]*)\]", r"\1", line.replace("local[2]", "LOCAL2"))
@@ -584,7 +584,7 @@ def memgraph(state_dir, monkeypatch):
     from mgp_backend import mgp_environment
     from stream_helpers import RecordingSink
     from stream_registry import sinks
-    from stream_registry.registry import reset_default_registry
+    from stream_registry.registry.registry import reset_default_registry
 
     # streams.create's default sink is bolt://localhost:7687: Memgraph itself in the container.
     recorder = RecordingSink()

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry, StreamStatus
-from stream_registry.stream_worker import RetryPolicy
+from stream_registry.registry.worker import RetryPolicy
 from stream_helpers import FAST_REJOIN, SLOW_S, by_partition, wait_until
 
 PROTOCOLS = [

@@ -8,8 +8,8 @@ import pytest
 
 from stream_registry import sinks
 from stream_registry.errors import ConfigError, SinkError
-from stream_registry.sinks import BoltSink, CypherlSink, NullSink, open_sink, validate_sink_uri
-from stream_registry.transform import Statement
+from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, open_sink, validate_sink_uri
+from stream_registry.graph.transform import Statement
 
 PASSWORD = "s3cr3t-pw"
 CREDENTIALS = {"bolt.username": "ingest", "bolt.password": PASSWORD}

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from spark_bridge.backfill import BackfillJob, Loading, load_frame, plan_job, run_backfill
-from spark_bridge.cli import backfill as backfill_command
+from mgstreams.backfill_cli import backfill as backfill_command
 from spark_bridge.kafka_source import register
 from stream_registry.offset_spec import parse_offset_spec
-from stream_registry.transform import load_transformation
+from stream_registry.graph.transform import load_transformation
 
 pytestmark = pytest.mark.spark
 
@@ -92,7 +92,7 @@ def retry_module(directory: Path, fail_marker: Path, journal_scheme: str) -> str
         import os
         from stream_registry import sinks
         from stream_registry.builtin_transformations import merge_messages
-        from stream_registry.cypher_literals import render_statement
+        from stream_registry.graph.cypher_literals import render_statement
 
         class JournalSink:
             def __init__(self, path):

@@ -8,7 +8,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from spark_bridge.range_plan import DataLossError, OffsetRange, plan, plan_ranges
 from spark_bridge.range_reader import RangeReader, arrow_schema
-from stream_registry.kafka_queries import PartitionQuery
+from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.offset_spec import parse_offset_spec
 
 

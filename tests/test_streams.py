@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
-from stream_registry.stream_worker import RetryPolicy
+from stream_registry.registry.worker import RetryPolicy
 from stream_helpers import FAIL_PAYLOADS, FAILING, FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 TRANSFORM = "stream_helpers.offsets_transform"
@@ -252,7 +252,7 @@ def test_a_crashed_owner_does_not_lock_the_stream_for_other_processes(kafka, tmp
     topic = kafka.new_topic(partitions=2)
     state = tmp_path / "state"
     StreamRegistry(state).create(_config(kafka, topic))
-    from stream_registry.state_store import StateStore
+    from stream_registry.registry.state_store import StateStore
 
     store = StateStore(state)
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

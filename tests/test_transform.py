@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Message as KafkaMessage
 
 from stream_registry.errors import TransformError
-from stream_registry.transform import (QUERY_MODULES_ENV, Message, Messages, Statement, load_transformation,
+from stream_registry.graph.transform import (QUERY_MODULES_ENV, Message, Messages, Statement, load_transformation,
                                        run_transformation)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ def test_context_taking_transformation_gets_none_for_context(modules):
 
 
 def test_wrappers_made_by_mgp_are_peeled_but_user_wrappers_kept(modules):
-    from stream_registry.transform import _unwrap_mgp
+    from stream_registry.graph.transform import _unwrap_mgp
 
     def original(messages):
         return []

@@ -27,7 +27,7 @@ from functools import lru_cache
 from numbers import Integral, Real
 from typing import Any, Mapping
 
-from .errors import SinkError
+from ..errors import SinkError
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 

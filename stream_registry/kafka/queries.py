@@ -13,10 +13,10 @@ from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .errors import ConfigError, KafkaOperationError
-from .offset_spec import RD_OFFSET_END, PartitionSnapshot
-from .kafka_client import new_consumer
-from .redaction import redact, secret_values
+from ..errors import ConfigError, KafkaOperationError
+from ..offset_spec import RD_OFFSET_END, PartitionSnapshot
+from .client import new_consumer
+from ..redaction import redact, secret_values
 
 TP = tuple[str, int]
 _RETRY_S = 0.1

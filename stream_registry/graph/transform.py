@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .errors import TransformError
+from ..errors import TransformError
 
 QUERY_MODULES_ENV = "MGSTREAMS_QUERY_MODULES_DIR"
 _DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")

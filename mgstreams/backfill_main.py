@@ -15,6 +15,6 @@ if __name__ == "__main__":
         import spark_bridge  # noqa: F401
     except ImportError:  # run from a checkout: spark-submit puts this file's directory on sys.path
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from spark_bridge.cli import backfill
+    from mgstreams.backfill_cli import backfill
 
     backfill.main(args=sys.argv[1:], prog_name="backfill_main.py")

@@ -30,10 +30,10 @@ from rich.table import Table
 
 from stream_registry.errors import ConfigError, StreamError
 from stream_registry.offset_spec import parse_offset_spec
-from stream_registry.sinks import PASSWORD_KEY, USERNAME_KEY
+from stream_registry.graph.sinks import PASSWORD_KEY, USERNAME_KEY
 
-from .backfill import BackfillJob, BackfillReport, plan_job, run_backfill
-from .range_plan import RangePlan
+from spark_bridge.backfill import BackfillJob, BackfillReport, plan_job, run_backfill
+from spark_bridge.range_plan import RangePlan
 
 PASSWORD_ENV = "MGSTREAMS_SINK_PASSWORD"
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
 # -- building the job ----------------------------------------------------------------
 def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
               modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
-    from stream_registry.registry import query_module_dirs
+    from stream_registry.registry.registry import query_module_dirs
 
     start_spec = parse_offset_spec(_spec_value(start, "--from"))
     until_spec = parse_offset_spec(_spec_value(until, "--until"))
@@ -146,7 +146,7 @@ def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, confi
 
 def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs, sink, credentials,
                 min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
-    from stream_registry.registry import StreamRegistry, default_state_dir
+    from stream_registry.registry.registry import StreamRegistry, default_state_dir
 
     directory = state_dir or _parent_state_dir() or default_state_dir()
     registry = StreamRegistry(directory, autostart=False)
@@ -173,7 +173,7 @@ def _parent_state_dir() -> str | None:
 
 def _spec_value(text: str, option: str) -> object:
     try:
-        from stream_registry.cli import parse_spec_argument
+        from mgstreams.cli import parse_spec_argument
     except ImportError:  # the operator CLI is optional here
         return text
     try:
@@ -194,7 +194,7 @@ def _session(master: str | None):
     """The active SparkSession when there is one (tests, notebooks, spark-submit), else a new one."""
     from pyspark.sql import SparkSession
 
-    from .spark_session import build_session
+    from spark_bridge.spark_session import build_session
 
     active = SparkSession.getActiveSession()
     if active is not None and not master:

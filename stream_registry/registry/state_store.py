@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
@@ -16,16 +15,13 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .config import StreamConfig
-from .errors import StreamError
-from .offset_spec import ChangeStatus
-from .offsets import HistoryEntry
-from .stream_info import StreamStatus
+from ..config import StreamConfig
+from ..errors import StreamError
+from ..offset_spec import ChangeStatus
+from ..offsets import HistoryEntry
+from ..stream_info import StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
-# Who runs a stream: recorded with STARTING/RUNNING so other processes can tell a live owner from a crashed one.
-OWNER = f"{socket.gethostname()}:{os.getpid()}"
-_RUNNING = (StreamStatus.STARTING, StreamStatus.RUNNING)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS streams (
@@ -33,8 +29,7 @@ CREATE TABLE IF NOT EXISTS streams (
     config TEXT NOT NULL,
     desired_running INTEGER NOT NULL DEFAULT 0,
     status TEXT NOT NULL,
-    error TEXT,
-    owner TEXT
+    error TEXT
 );
 CREATE TABLE IF NOT EXISTS pending_offsets (
     stream TEXT NOT NULL,
@@ -69,8 +64,6 @@ class StateStore:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
-            if "owner" not in [row[1] for row in self._db.execute("PRAGMA table_info(streams)")]:
-                self._db.execute("ALTER TABLE streams ADD COLUMN owner TEXT")  # state files from 0.1.0 betas
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
         self._lock = threading.Lock()
@@ -109,40 +102,11 @@ class StateStore:
 
     def set_status(self, name: str, status: StreamStatus, error: str | None = None,
                    desired_running: bool | None = None) -> None:
-        owner = OWNER if status in _RUNNING else None
         if desired_running is None:
-            self._write(("UPDATE streams SET status = ?, error = ?, owner = ? WHERE name = ?",
-                         (status.value, error, owner, name)))
+            self._write(("UPDATE streams SET status = ?, error = ? WHERE name = ?", (status.value, error, name)))
         else:
-            self._write(("UPDATE streams SET status = ?, error = ?, owner = ?, desired_running = ? WHERE name = ?",
-                         (status.value, error, owner, int(desired_running), name)))
-
-    def running_elsewhere(self, name: str) -> str | None:
-        """The owner (host:pid) of a stream another live process runs, else None.
-
-        A stored STARTING/RUNNING status whose owner process on this host is gone
-        (a crash) does not count; an owner on another host is assumed alive.
-        """
-        rows = self._read("SELECT status, owner FROM streams WHERE name = ?", (name,))
-        if not rows or StreamStatus(rows[0][0]) not in _RUNNING or not rows[0][1] or rows[0][1] == OWNER:
-            return None
-        host, _, pid = rows[0][1].rpartition(":")
-        if host == socket.gethostname() and pid.isdigit():
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                return None
-            except PermissionError:
-                pass
-        return rows[0][1]
-
-    def status_of(self, name: str) -> StreamStatus | None:
-        rows = self._read("SELECT status FROM streams WHERE name = ?", (name,))
-        return StreamStatus(rows[0][0]) if rows else None
-
-    def error_of(self, name: str) -> str | None:
-        rows = self._read("SELECT error FROM streams WHERE name = ?", (name,))
-        return rows[0][0] if rows else None
+            self._write(("UPDATE streams SET status = ?, error = ?, desired_running = ? WHERE name = ?",
+                         (status.value, error, int(desired_running), name)))
 
     def delete_stream(self, name: str) -> None:
         self._write(("DELETE FROM streams WHERE name = ?", (name,)),

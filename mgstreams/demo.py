@@ -1,4 +1,4 @@
-"""`python -m spark_bridge.demo --out demo-out`: the main job, end to end, on an embedded Kafka cluster.
+"""`python -m mgstreams.demo --out demo-out`: the main job, end to end, on an embedded Kafka cluster.
 
 1. start a 3-broker embedded cluster; produce a seeded account-transfer stream
    (6 partitions, keyed by source account);
@@ -38,12 +38,12 @@ from confluent_kafka import Producer
 
 from stream_registry import (ChangeStatus, OffsetChange, PartitionOffsets, StreamConfig, StreamError,
                              StreamInfo, StreamRegistry, StreamStatus, parse_offset_spec)
-from stream_registry.cli import changes_table, offsets_table, table
-from stream_registry.cypher_literals import render_statement
-from stream_registry.registry import query_module_dirs
+from mgstreams.cli import changes_table, offsets_table, table
+from stream_registry.graph.cypher_literals import render_statement
+from stream_registry.registry.registry import query_module_dirs
 
-from .backfill import BackfillJob, BackfillReport, plan_job, run_backfill
-from .range_plan import RangePlan
+from spark_bridge.backfill import BackfillJob, BackfillReport, plan_job, run_backfill
+from spark_bridge.range_plan import RangePlan
 
 TRANSFORM = "transfers.transfer"
 SCHEMA = "CREATE INDEX ON :Account(id);\n"
@@ -508,7 +508,7 @@ def live_records(settings: DemoSettings) -> list[Record]:
 
 
 def _bolt_connect(settings: DemoSettings):
-    from stream_registry.sinks import connect_mgclient
+    from stream_registry.graph.sinks import connect_mgclient
 
     parts = urlsplit(settings.memgraph_uri or "")
     kwargs = {"host": parts.hostname or "localhost", "port": parts.port or 7687}
@@ -534,7 +534,7 @@ def clear_graph(settings: DemoSettings) -> None:
 
 
 def _transfer_query() -> str:
-    from stream_registry.transform import load_transformation
+    from stream_registry.graph.transform import load_transformation
 
     fn = load_transformation(TRANSFORM, query_module_dirs())
     return sys.modules[fn.__module__].TRANSFER_QUERY
@@ -815,7 +815,7 @@ def console_width() -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m spark_bridge.demo",
+    parser = argparse.ArgumentParser(prog="python -m mgstreams.demo",
                                      description="The mgstreams main job on an embedded Kafka cluster.")
     parser.add_argument("--out", default="demo-out",
                         help="directory for everything the demo writes (default: %(default)s)")
@@ -832,9 +832,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
-    from stream_registry.embedded_kafka import EmbeddedKafka
+    from mgstreams.embedded_kafka import EmbeddedKafka
 
-    from .spark_session import build_session
+    from spark_bridge.spark_session import build_session
 
     args = parse_args(argv)
     credentials = {key: value for key, value in (("bolt.username", os.environ.get("MEMGRAPH_USERNAME")),

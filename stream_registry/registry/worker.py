@@ -24,12 +24,12 @@ from typing import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from .config import StreamConfig
-from .errors import StreamError
-from .kafka_client import new_consumer
-from .redaction import redact, secret_values
-from .stream_info import StreamStatus
-from .transform import Message, run_transformation
+from ..config import StreamConfig
+from ..errors import StreamError
+from ..kafka.client import new_consumer
+from ..redaction import redact, secret_values
+from ..stream_info import StreamStatus
+from ..graph.transform import Message, run_transformation
 
 log = logging.getLogger("mgstreams.worker")
 

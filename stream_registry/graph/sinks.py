@@ -30,8 +30,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .cypher_literals import render_statement, text_of_bytes
-from .errors import ConfigError, SinkError
-from .redaction import MASK, redact
+from ..errors import ConfigError, SinkError
+from ..redaction import MASK, redact
 from .transform import Statement
 
 USERNAME_KEY = "bolt.username"

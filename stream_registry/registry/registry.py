@@ -1,34 +1,35 @@
 """The stream registry: stream names to consumers, persisted, with offset control.
 
 Calls on one stream are serialized by a per-stream lock; the poll thread of
-each running stream is the only one touching its consumer (see stream_worker).
-A registry that hosts streams (`autostart=True`, the query module's) restarts
-the streams that were running when it is constructed. A registry opened by
-another process to look at the same state (the CLI, a Spark driver) uses
-`autostart=False` and refuses to move streams another process is running.
+each running stream is the only one touching its consumer (see worker). A
+registry owns its state directory (StateLock): constructing it restarts the
+streams that were running, and a second registry on the same directory, in
+any process, is refused. Other processes reach the streams through the host
+that owns the registry (`mgstreams serve`), never by opening it again.
 """
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import StreamConfig
-from .errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
-from .kafka_queries import PartitionQuery
-from .offset_spec import ChangeStatus, parse_offset_spec, resolve
-from .offsets import HistoryEntry, OffsetChange, PartitionOffsets
-from .redaction import mask_all, mask_secrets, redact, secret_values
-from .sinks import open_sink, validate_sink_uri
-from .state_store import StateStore
-from .stream_info import StreamInfo, StreamStatus
-from .stream_worker import AppliedOffset, RetryPolicy, StreamWorker
-from .transform import load_transformation
+from ..config import StreamConfig
+from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
+from ..kafka.queries import PartitionQuery
+from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
+from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets
+from ..redaction import mask_all, mask_secrets, redact, secret_values
+from ..graph.sinks import open_sink, validate_sink_uri
+from .state_lock import StateLock
+from .state_store import STATE_FILE, StateStore
+from ..stream_info import StreamInfo, StreamStatus
+from .worker import AppliedOffset, RetryPolicy, StreamWorker
+from ..graph.transform import load_transformation
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
@@ -47,11 +48,15 @@ class _Stream:
 
 
 class StreamRegistry:
-    def __init__(self, state_dir: str | os.PathLike, *, autostart: bool = True,
-                 retry: RetryPolicy = RetryPolicy(), query_timeout: float = 10.0):
-        self._store = StateStore(state_dir)
+    def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = RetryPolicy(),
+                 query_timeout: float = 10.0, holder: str | None = None):
+        self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
+        try:
+            self._store = StateStore(state_dir)
+        except BaseException:
+            self._dir_lock.release()
+            raise
         self.state_dir = Path(state_dir)
-        self._hosting = autostart
         self._retry = retry
         self._query_timeout = query_timeout
         self._lock = threading.Lock()
@@ -59,10 +64,10 @@ class StreamRegistry:
         self._closed = False
         restart = []
         for config, desired_running, status, error in self._store.load_streams():
-            if autostart and status in (StreamStatus.STARTING, StreamStatus.RUNNING):
+            if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
                 status = StreamStatus.STOPPED  # its consumer died with the old process
             self._streams[config.name] = _Stream(config, status, error)
-            if autostart and desired_running:
+            if desired_running:
                 restart.append(config.name)
         for name in restart:
             try:
@@ -97,7 +102,6 @@ class StreamRegistry:
     def start(self, name: str) -> StreamInfo:
         stream = self._stream(name)
         with stream.lock:
-            self._check_not_foreign(stream, "start")
             if stream.worker is not None and stream.worker.alive:
                 raise StreamStateError(f"name: stream {name!r} is already {stream.status.value}")
             self._start_locked(stream)
@@ -107,7 +111,6 @@ class StreamRegistry:
         """Stop consuming and keep the stream from being restarted; stopping a stopped stream is a no-op."""
         stream = self._stream(name)
         with stream.lock:
-            self._check_not_foreign(stream, "stop")
             if stream.worker is not None:
                 self._stop_locked(stream)
             self._store.set_status(name, stream.status, stream.error, desired_running=False)
@@ -116,7 +119,6 @@ class StreamRegistry:
     def drop(self, name: str) -> StreamInfo:
         stream = self._stream(name)
         with stream.lock:
-            self._check_not_foreign(stream, "drop")
             if stream.worker is not None:
                 self._stop_locked(stream)
             info = self._info(stream)
@@ -158,6 +160,7 @@ class StreamRegistry:
                     stream.query.close()
                     stream.query = None
         self._store.close()
+        self._dir_lock.release()
 
     # -- offsets --------------------------------------------------------------
     def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
@@ -169,8 +172,6 @@ class StreamRegistry:
         deadline = time.monotonic() + timeout
         stream = self._stream(name)
         with stream.lock:
-            if not dry_run:
-                self._check_not_foreign(stream, "set the offset of")
             worker = stream.worker if stream.worker is not None and stream.worker.alive else None
             query = self._query(stream)
             partitions = query.partitions(stream.config.topics)
@@ -231,16 +232,6 @@ class StreamRegistry:
         if stream is None:
             raise StreamNotFound(f"name: no stream named {name!r}")
         return stream
-
-    def _check_not_foreign(self, stream: _Stream, action: str) -> None:
-        """A registry that does not host streams must not move one another live process runs."""
-        if self._hosting or stream.worker is not None:
-            return  # this registry hosts it (or runs its worker): it may move it
-        owner = self._store.running_elsewhere(stream.config.name)
-        if owner is not None:
-            raise StreamStateError(f"name: stream {stream.config.name!r} is running in process {owner} "
-                                   f"(the Memgraph server, or `mgstreams start`); {action} it there, "
-                                   f"e.g. with CALL streams.*")
 
     def _start_locked(self, stream: _Stream) -> None:
         config = stream.config
@@ -317,57 +308,30 @@ class StreamRegistry:
 
     def _info(self, stream: _Stream) -> StreamInfo:
         c = stream.config
-        status, error = stream.status, stream.error
-        if not self._hosting and stream.worker is None:
-            status, error = self._store.status_of(c.name) or status, self._store.error_of(c.name)
-            if status in (StreamStatus.STARTING, StreamStatus.RUNNING) and \
-                    self._store.running_elsewhere(c.name) is None:
-                status, error = StreamStatus.STOPPED, "the process that ran it is gone"
         return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
-                          status, error, mask_secrets(c.configs), mask_all(c.credentials),
+                          stream.status, stream.error, mask_secrets(c.configs), mask_all(c.credentials),
                           c.batch_size, c.batch_interval_ms)
 
 
 def query_module_dirs() -> list[str]:
     """The bundled query modules directory; load_transformation adds MGSTREAMS_QUERY_MODULES_DIR itself."""
-    bundled = Path(__file__).resolve().parent.parent / "query_modules"
+    bundled = Path(__file__).resolve().parents[2] / "query_modules"
     return [str(bundled)] if bundled.is_dir() else []
 
 
-def default_state_dir() -> Path:
-    """MGSTREAMS_STATE_DIR, else a writable per-user directory."""
-    configured = os.environ.get("MGSTREAMS_STATE_DIR")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    candidate = Path(base) / "mgstreams"
+def stored_config(state_dir: str | os.PathLike, name: str) -> StreamConfig:
+    """A stream's configuration, secrets included, read from a state directory without hosting it.
+
+    For jobs that replay a stream's topics next to the host that runs it (the
+    Spark backfill); the host's API never hands out secrets.
+    """
+    if not (Path(state_dir) / STATE_FILE).is_file():
+        raise StreamNotFound(f"state_dir: no mgstreams state in {str(state_dir)!r}")
+    store = StateStore(state_dir)
     try:
-        candidate.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if os.access(candidate, os.W_OK):
-            return candidate
-    except OSError:
-        pass
-    return Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"
-
-
-_default: StreamRegistry | None = None
-_default_lock = threading.Lock()
-
-
-def default_registry() -> StreamRegistry:
-    """The process-wide registry the query module uses (created on first use)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = StreamRegistry(default_state_dir())
-        return _default
-
-
-def reset_default_registry() -> None:
-    """Close the process-wide registry (tests; module reload)."""
-    global _default
-    with _default_lock:
-        if _default is not None:
-            _default.close()
-        _default = None
-
+        for config, *_ in store.load_streams():
+            if config.name == name:
+                return config
+    finally:
+        store.close()
+    raise StreamNotFound(f"name: no stream named {name!r} in {str(state_dir)!r}")

@@ -14,7 +14,7 @@ import threading
 
 import confluent_kafka
 
-from .errors import StreamError
+from stream_registry.errors import StreamError
 
 _RD_KAFKA_PRODUCER = 0
 

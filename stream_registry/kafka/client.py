@@ -5,8 +5,8 @@ from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException
 
-from .errors import ConfigError
-from .redaction import redact
+from ..errors import ConfigError
+from ..redaction import redact
 
 
 def new_consumer(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> Consumer:

@@ -1,69 +1,51 @@
-"""`mgstreams`: the operator CLI over the same registry, parser and reports as `CALL streams.*`.
+"""`mgstreams`: the operator CLI, a client of the stream host (`mgstreams serve`).
 
-    mgstreams [--state-dir DIR] list [--json]
+    mgstreams serve [--state-dir DIR] [--listen HOST:PORT] [--token-file FILE]
+    mgstreams [--url URL] list [--json]
     mgstreams describe NAME [--watch [--interval S] [--count N]] [--json]
     mgstreams set-offset NAME SPEC [--dry-run] [--timeout S] [--json]
     mgstreams history NAME [--limit N] [--json]
-    mgstreams start NAME [--duration S]      # hosts the stream in the foreground
-    mgstreams stop NAME | drop NAME
+    mgstreams start NAME | stop NAME | drop NAME
     mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
 
-The state directory defaults to $MGSTREAMS_STATE_DIR, like the query module's
-registry; inside the Memgraph container both see the same streams. Streams
-that Memgraph runs are shown here but moved from Cypher (the registry refuses
-to move a stream another process runs). Exit status: 0 on success, 1 with a
-one-line reason on stderr otherwise, 2 on usage errors.
+Every command but `serve` and `kafka` talks to the host at $MGSTREAMS_URL
+(default http://127.0.0.1:8765), sending $MGSTREAMS_TOKEN when set, so an
+operator moves exactly the streams Memgraph users see through `CALL streams.*`.
+Exit status: 0 on success, 1 with a one-line reason on stderr otherwise, 2 on
+usage errors.
 
-Subcommands of other packages attach in `main()` (e.g. `backfill` from
-spark_bridge.cli when it is importable).
+Subcommands of optional parts attach in `main()` (`backfill` when the Spark
+extra is installed).
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import enum
 import json
+import logging
 import re
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 import click
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from .errors import ConfigError, StreamError
-from .offsets import OffsetChange, PartitionOffsets
-from .registry import StreamRegistry, default_state_dir
+from stream_registry.errors import ConfigError, StreamError
+from stream_registry.offsets import OffsetChange, PartitionOffsets
+
+from .client import URL_ENV, HostClient
+from .host import serve as host
+from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
+from .wire import to_json
 
 _INTEGER = re.compile(r"^-?\d+$")
 
 
 # -- plumbing ---------------------------------------------------------------------
-class _State:
-    """Per-invocation: where the state lives, and the registry opened on first use."""
-
-    def __init__(self, state_dir: str | None):
-        self.state_dir = Path(state_dir) if state_dir else default_state_dir()
-        self._registry: StreamRegistry | None = None
-
-    @property
-    def registry(self) -> StreamRegistry:
-        if self._registry is None:
-            # A CLI never restores streams another process (Memgraph) hosts.
-            self._registry = StreamRegistry(self.state_dir, autostart=False)
-        return self._registry
-
-    def close(self) -> None:
-        if self._registry is not None:
-            self._registry.close()
-            self._registry = None
-
-
 def _console() -> Console:
     """Tables on stdout; wide when piped so rows are never wrapped."""
     return Console(highlight=False, width=None if sys.stdout.isatty() else 250)
@@ -82,23 +64,8 @@ def _run(action: Callable[[], Any]) -> Any:
         _fail(str(exc))
 
 
-def jsonable(value: Any) -> Any:
-    """Report values (frozen dataclasses, str enums, datetimes) as JSON-ready data."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return jsonable(value.value)
-    if isinstance(value, datetime.datetime):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    return value
-
-
 def _print_json(value: Any) -> None:
-    click.echo(json.dumps(jsonable(value), sort_keys=False))
+    click.echo(json.dumps(to_json(value), sort_keys=False))
 
 
 def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
@@ -131,18 +98,22 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 # -- the group ----------------------------------------------------------------------
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--state-dir", type=click.Path(file_okay=False), envvar="MGSTREAMS_STATE_DIR", default=None,
-              show_envvar=True, help="Registry state directory (default: $MGSTREAMS_STATE_DIR, else a "
-                                     "per-user directory, as the query module's registry).")
+@click.option("--url", envvar=URL_ENV, default=DEFAULT_URL, show_default=True, show_envvar=True,
+              help="The stream host to talk to.")
 @click.pass_context
-def cli(ctx: click.Context, state_dir: str | None) -> None:
+def cli(ctx: click.Context, url: str) -> None:
     """Kafka streams of the mgstreams Memgraph plugin, from a shell."""
-    state = ctx.ensure_object(dict).setdefault("state", _State(state_dir))
-    ctx.call_on_close(state.close)
+    ctx.obj = {"url": url}
 
 
-def _registry() -> StreamRegistry:
-    return click.get_current_context().obj["state"].registry
+def _client() -> HostClient:
+    """The host client of this invocation (token from $MGSTREAMS_TOKEN), closed with the context."""
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    if "client" not in root.obj:
+        root.obj["client"] = HostClient(root.obj["url"])
+        root.call_on_close(root.obj["client"].close)
+    return root.obj["client"]
 
 
 STREAM_COLUMNS = ("NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK", "ERROR")
@@ -156,7 +127,7 @@ HISTORY_COLUMNS = ("CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSE
 @json_option
 def list_streams(as_json: bool) -> None:
     """Every stream, its status and configuration (secrets masked)."""
-    streams = _run(lambda: _registry().list())
+    streams = _run(lambda: _client().list())
     if as_json:
         _print_json(streams)
         return
@@ -179,8 +150,8 @@ def changes_table(changes: Iterable[OffsetChange]) -> Table:
 
 
 def _describe_table(name: str) -> Table:
-    registry = _registry()
-    return offsets_table(registry.get(name).consumer_group, registry.describe(name))
+    client = _client()
+    return offsets_table(client.get(name).consumer_group, client.describe(name))
 
 
 @cli.command()
@@ -200,7 +171,7 @@ def describe(name: str, watch: bool, interval: float, count: int | None, as_json
         count = 1
     if as_json:
         for _ in _refreshes(count, interval):
-            _print_json(_run(lambda: _registry().describe(name)))
+            _print_json(_run(lambda: _client().describe(name)))
         return
     if not watch:
         _console().print(_run(lambda: _describe_table(name)))
@@ -256,7 +227,7 @@ def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: boo
     SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | '"-N"' |
           2024-05-01T12:00:00Z | '{"topic": "earliest", "topic:0": 42}'
     """
-    changes = _run(lambda: _registry().set_offset(name, parse_spec_argument(spec), timeout=timeout,
+    changes = _run(lambda: _client().set_offset(name, parse_spec_argument(spec), timeout=timeout,
                                                   dry_run=dry_run))
     if as_json:
         _print_json(changes)
@@ -270,7 +241,7 @@ def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: boo
 @json_option
 def history(name: str, limit: int | None, as_json: bool) -> None:
     """Offset changes applied to stream NAME, newest first (times in UTC)."""
-    entries = _run(lambda: _registry().history(name, limit))
+    entries = _run(lambda: _client().history(name, limit))
     if as_json:
         _print_json(entries)
         return
@@ -288,28 +259,18 @@ def _print_status(info, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("name")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop after this many seconds (default: at Ctrl-C or SIGTERM).")
 @json_option
-def start(name: str, duration: float | None, as_json: bool) -> None:
-    """Run stream NAME in this process, in the foreground, until Ctrl-C or SIGTERM; then stop it.
-
-    Streams that Memgraph should run are started from Cypher: CALL streams.start(NAME).
-    """
-    registry = _registry()
-    _print_status(_run(lambda: registry.start(name)), as_json)
-    try:
-        _wait_for_shutdown(duration)
-    finally:
-        _print_status(_run(lambda: registry.stop(name)), as_json)
+def start(name: str, as_json: bool) -> None:
+    """Start stream NAME on the host; it is "starting" until the group assigns partitions."""
+    _print_status(_run(lambda: _client().start(name)), as_json)
 
 
 @cli.command()
 @click.argument("name")
 @json_option
 def stop(name: str, as_json: bool) -> None:
-    """Stop stream NAME (one this process runs; Memgraph's are stopped from Cypher)."""
-    _print_status(_run(lambda: _registry().stop(name)), as_json)
+    """Stop stream NAME: finish the batch, commit, leave the group; idempotent."""
+    _print_status(_run(lambda: _client().stop(name)), as_json)
 
 
 @cli.command()
@@ -317,7 +278,33 @@ def stop(name: str, as_json: bool) -> None:
 @json_option
 def drop(name: str, as_json: bool) -> None:
     """Forget stream NAME (its committed offsets stay in Kafka)."""
-    _print_status(_run(lambda: _registry().drop(name)), as_json)
+    _print_status(_run(lambda: _client().drop(name)), as_json)
+
+
+@cli.command()
+@click.option("--state-dir", type=click.Path(file_okay=False), envvar="MGSTREAMS_STATE_DIR", default=None,
+              show_envvar=True, help="Registry state directory, owned by this host alone "
+                                     "(default: $XDG_STATE_HOME/mgstreams).")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="Address of the HTTP API; anything but loopback needs a token.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help=f"File holding the API token (default: ${TOKEN_ENV}); clients send it as a bearer token.")
+@click.option("--default-sink", envvar=DEFAULT_SINK_ENV, default=None, show_envvar=True,
+              help="Sink of streams created without one (default: bolt://localhost:7687).")
+def serve(state_dir: str | None, listen: str, token_file: str | None, default_sink: str | None) -> None:
+    """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
+
+    Streams that were running resume at once. A second host on the same state
+    directory exits at once, naming the first.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    token = _run(lambda: host.read_token(token_file))
+    directory = state_dir or host.default_state_dir()
+
+    def ready(line: str) -> None:
+        click.echo(line)
+        sys.stdout.flush()
+    _run(lambda: host.serve(directory, listen, token, default_sink, ready=ready))
 
 
 def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -339,7 +326,7 @@ def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
 
     Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM.
     """
-    from .embedded_kafka import EmbeddedKafka
+    from mgstreams.embedded_kafka import EmbeddedKafka
 
     cluster = _run(lambda: EmbeddedKafka(brokers=brokers))
     try:
@@ -359,7 +346,7 @@ def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
 def _attach_optional_commands() -> None:
     """Subcommands other packages provide; absent when their package (or its deps) is not installed."""
     try:
-        from spark_bridge.cli import backfill
+        from mgstreams.backfill_cli import backfill
     except ImportError:
         return
     if "backfill" not in cli.commands:

@@ -1,0 +1,105 @@
+"""A Python client of the stream host's API (the CLI, the demo and benchmarks use it).
+
+Values come back as the core library's dataclasses; the host's errors come back
+as the same `StreamError` classes the registry raises in-process, with the
+host's one-line message.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from stream_registry import HistoryEntry, OffsetChange, PartitionOffsets, StreamInfo
+from stream_registry.errors import ConfigError, StreamError, StreamNotFound, StreamStateError
+
+from .host.serve import DEFAULT_URL, TOKEN_ENV
+from .wire import from_json
+
+URL_ENV = "MGSTREAMS_URL"
+MARGIN_S = 5.0   # beyond an offset change's own timeout: the host answers within it, plus queries
+
+
+class HostUnavailable(StreamError):
+    """No host answers at the URL."""
+
+
+_ERRORS = {400: ConfigError, 404: StreamNotFound, 409: StreamStateError}
+
+
+class HostClient:
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
+        self.url = (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "HostClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the API --------------------------------------------------------------------
+    def health(self) -> bool:
+        return self._request("GET", "/health").get("status") == "ok"
+
+    def list(self) -> list[StreamInfo]:
+        return [from_json(StreamInfo, s) for s in self._request("GET", "/streams")]
+
+    def get(self, name: str) -> StreamInfo:
+        return from_json(StreamInfo, self._request("GET", f"/streams/{_path(name)}"))
+
+    def create(self, **fields: Any) -> StreamInfo:
+        return from_json(StreamInfo, self._request("POST", "/streams", json=fields))
+
+    def start(self, name: str) -> StreamInfo:
+        return from_json(StreamInfo, self._request("PUT", f"/streams/{_path(name)}/start"))
+
+    def stop(self, name: str) -> StreamInfo:
+        return from_json(StreamInfo, self._request("PUT", f"/streams/{_path(name)}/stop"))
+
+    def drop(self, name: str) -> StreamInfo:
+        return from_json(StreamInfo, self._request("DELETE", f"/streams/{_path(name)}"))
+
+    def describe(self, name: str) -> list[PartitionOffsets]:
+        return [from_json(PartitionOffsets, r) for r in self._request("GET", f"/streams/{_path(name)}/offsets")]
+
+    def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
+                   dry_run: bool = False) -> list[OffsetChange]:
+        body = {"offset": offset, "timeout_ms": max(1, round(timeout * 1000)), "dry_run": dry_run}
+        rows = self._request("PATCH", f"/streams/{_path(name)}/offsets", json=body, timeout=timeout + MARGIN_S)
+        return [from_json(OffsetChange, r) for r in rows]
+
+    def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
+        params = {"limit": limit} if limit else None
+        return [from_json(HistoryEntry, r)
+                for r in self._request("GET", f"/streams/{_path(name)}/history", params=params)]
+
+    # -- plumbing -------------------------------------------------------------------
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException:
+            raise HostUnavailable(f"host: no answer from {self.url} within the timeout") from None
+        except httpx.TransportError:
+            raise HostUnavailable(f"no mgstreams host at {self.url}: start one with `mgstreams serve`") from None
+        try:
+            data = response.json()
+        except ValueError:
+            raise StreamError(f"host: {self.url} answered {response.status_code} without JSON; "
+                              f"is it an mgstreams host?") from None
+        if response.is_success:
+            return data
+        message = data.get("error") if isinstance(data, dict) else None
+        raise _ERRORS.get(response.status_code, StreamError)(message or f"host: HTTP {response.status_code}")
+
+
+def _path(name: str) -> str:
+    """A stream name as one path segment (names are [A-Za-z0-9_], but never trust input)."""
+    return quote(str(name), safe="")

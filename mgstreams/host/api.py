@@ -1,0 +1,191 @@
+"""The host's control API: HTTP + JSON in the shape of Kafka Connect's REST API.
+
+Handlers are thin: read the request, call the registry in a worker thread (its
+calls block: an offset change waits for the rebalance), encode the result.
+Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 404
+unknown stream, 409 state conflict, 503 Kafka did not answer; 500 only for a
+bug, and even then no traceback and no secret reaches the client.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any, Awaitable, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from stream_registry import StreamConfig, StreamRegistry
+from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound
+
+from ..wire import to_json
+from .metrics import registry_metrics
+
+log = logging.getLogger("mgstreams.host")
+
+DEFAULT_TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
+CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "consumer_group", "batch_size",
+                 "batch_interval_ms", "configs", "credentials")
+OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
+DEFAULT_TIMEOUT_MS = 10_000
+
+
+class BadRequest(ConfigError):
+    """The request itself (body, query string) is malformed."""
+
+
+def create_app(registry: StreamRegistry, *, token: str | None = None,
+               default_sink: str = "bolt://localhost:7687") -> Starlette:
+    """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`."""
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def list_streams(request: Request) -> Response:
+        return await _call(registry.list)
+
+    async def create(request: Request) -> Response:
+        body = await _body(request, CREATE_FIELDS, required=("name", "topics", "bootstrap_servers"))
+        body.setdefault("sink", default_sink)
+        body["transform"] = body.get("transform") or DEFAULT_TRANSFORM
+        body["consumer_group"] = body.get("consumer_group") or None
+        return await _call(lambda: registry.create(StreamConfig(**body)), status=201)
+
+    async def get(request: Request) -> Response:
+        return await _call(lambda: registry.get(_name(request)))
+
+    async def drop(request: Request) -> Response:
+        return await _call(lambda: registry.drop(_name(request)))
+
+    async def start(request: Request) -> Response:
+        return await _call(lambda: registry.start(_name(request)))
+
+    async def stop(request: Request) -> Response:
+        return await _call(lambda: registry.stop(_name(request)))
+
+    async def offsets(request: Request) -> Response:
+        return await _call(lambda: registry.describe(_name(request)))
+
+    async def set_offset(request: Request) -> Response:
+        body = await _body(request, OFFSET_FIELDS, required=("offset",))
+        timeout_ms = body.get("timeout_ms", DEFAULT_TIMEOUT_MS)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
+            raise BadRequest(f"timeout_ms: must be a positive number of milliseconds, got {timeout_ms!r}")
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise BadRequest(f"dry_run: must be true or false, got {dry_run!r}")
+        name = _name(request)
+        return await _call(lambda: registry.set_offset(name, body["offset"], timeout=timeout_ms / 1000,
+                                                       dry_run=dry_run))
+
+    async def history(request: Request) -> Response:
+        limit = _limit(request.query_params.get("limit"))
+        return await _call(lambda: registry.history(_name(request), limit))
+
+    metrics_registry = registry_metrics(registry)
+
+    async def metrics(request: Request) -> Response:
+        text = await run_in_threadpool(generate_latest, metrics_registry)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/streams", list_streams, methods=["GET"]),
+        Route("/streams", create, methods=["POST"]),
+        Route("/streams/{name}", get, methods=["GET"]),
+        Route("/streams/{name}", drop, methods=["DELETE"]),
+        Route("/streams/{name}/start", start, methods=["PUT"]),
+        Route("/streams/{name}/stop", stop, methods=["PUT"]),
+        Route("/streams/{name}/offsets", offsets, methods=["GET"]),
+        Route("/streams/{name}/offsets", set_offset, methods=["PATCH"]),
+        Route("/streams/{name}/history", history, methods=["GET"]),
+    ]
+    middleware = [Middleware(BaseHTTPMiddleware, dispatch=_require_token(token))] if token else []
+    return Starlette(routes=routes, middleware=middleware, exception_handlers={
+        StreamError: _stream_error, 404: _not_found, 405: _not_allowed, Exception: _internal_error})
+
+
+# -- request parts ----------------------------------------------------------------------
+def _name(request: Request) -> str:
+    return request.path_params["name"]
+
+
+async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        body = json.loads(raw or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body: not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest(f"body: expected a JSON object, got {type(body).__name__}")
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise BadRequest(f"body: unknown field {unknown[0]!r} (allowed: {', '.join(allowed)})")
+    for field in required:
+        if field not in body:
+            raise BadRequest(f"{field}: required")
+    return body
+
+
+def _limit(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise BadRequest(f"limit: must be a positive integer, got {text!r}")
+    return int(text)
+
+
+async def _call(action: Callable[[], Any], status: int = 200) -> Response:
+    return JSONResponse(to_json(await run_in_threadpool(action)), status_code=status)
+
+
+# -- errors and auth ----------------------------------------------------------------------
+def _error(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": " ".join(str(message).split())}, status_code=status, headers=headers)
+
+
+def _status_of(exc: StreamError) -> int:
+    if isinstance(exc, StreamNotFound):
+        return 404
+    if isinstance(exc, ConfigError):
+        return 400
+    if isinstance(exc, KafkaOperationError):
+        return 503
+    return 409  # StreamStateError, and a stream that cannot start in its present state
+
+
+async def _stream_error(request: Request, exc: Exception) -> Response:
+    return _error(str(exc), _status_of(exc))
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(f"path: no resource at {request.url.path}", 404)
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return _error(f"method: {request.method} is not allowed on {request.url.path}", 405)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.error("internal error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+    return _error(f"internal error: {type(exc).__name__}", 500)
+
+
+def _require_token(token: str) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
+    expected = f"Bearer {token}".encode()
+
+    async def dispatch(request: Request, call_next) -> Response:
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, expected):
+            return _error("authorization: a valid bearer token is required (Authorization: Bearer ...)", 401,
+                          {"WWW-Authenticate": 'Bearer realm="mgstreams"'})
+        return await call_next(request)
+    return dispatch

@@ -1,0 +1,122 @@
+"""`mgstreams serve`: run a registry and its streams, and serve the control API.
+
+Order matters: the state directory's lock first (a second host exits at once,
+naming the holder), then the listening socket (a bad address fails before any
+stream starts consuming), then the streams that were running resume. SIGTERM
+and SIGINT stop serving, then close the registry: each stream finishes its
+batch, commits and leaves its group, and the process exits 0.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from stream_registry import StreamRegistry
+from stream_registry.errors import ConfigError
+
+from .api import create_app
+
+log = logging.getLogger("mgstreams.host")
+
+DEFAULT_LISTEN = "127.0.0.1:8765"
+DEFAULT_URL = f"http://{DEFAULT_LISTEN}"
+TOKEN_ENV = "MGSTREAMS_TOKEN"
+DEFAULT_SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
+DEFAULT_SINK = "bolt://localhost:7687"
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Listen":
+        host, sep, port = text.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"listen: expected HOST:PORT (e.g. {DEFAULT_LISTEN}), got {text!r}")
+        return cls(host, int(port))
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def read_token(token_file: str | None) -> str | None:
+    """The API token: the file's content (stripped) when given, else $MGSTREAMS_TOKEN, else none."""
+    if token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"token_file: cannot read {token_file!r}: {exc.strerror}") from None
+        if not token:
+            raise ConfigError(f"token_file: {token_file!r} is empty")
+        return token
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def default_state_dir() -> Path:
+    """$MGSTREAMS_STATE_DIR, else $XDG_STATE_HOME/mgstreams (~/.local/state/mgstreams), else a private tmp dir."""
+    configured = os.environ.get("MGSTREAMS_STATE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    candidate = Path(base) / "mgstreams"
+    try:
+        candidate.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if os.access(candidate, os.W_OK):
+            return candidate
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"
+
+
+def bind(listen: Listen) -> socket.socket:
+    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((listen.host, listen.port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"listen: cannot bind {listen.host}:{listen.port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(False)
+    return sock
+
+
+def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token: str | None = None,
+          default_sink: str | None = None, ready=print) -> None:
+    """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves."""
+    listen = Listen.parse(listen_text)
+    if not listen.loopback and not token:
+        raise ConfigError(f"listen: {listen_text!r} is not a loopback address; a token is required "
+                          f"(--token-file FILE or ${TOKEN_ENV})")
+    registry = StreamRegistry(state_dir, holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
+    try:
+        sock = bind(listen)
+        host, port = sock.getsockname()[:2]
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+        app = create_app(registry, token=token,
+                         default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                               timeout_graceful_shutdown=15))
+        ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
+              f"{len(registry.list())} stream(s))")
+        server.run(sockets=[sock])
+    finally:
+        registry.close()
+    log.info("host stopped: every stream closed")

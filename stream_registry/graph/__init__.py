@@ -1,0 +1,1 @@
+"""Graph output: Memgraph-style transformations, Cypher rendering and the sinks that write it."""

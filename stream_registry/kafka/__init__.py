@@ -1,0 +1,1 @@
+"""Kafka access: the one consumer factory and the batched offset/watermark queries."""
