@@ -4,7 +4,7 @@
         --from SPEC [--until latest|committed|SPEC] [--transform M.F] --sink URI
         [--min-partitions N] [--batch-size N] [--master URL] [--report FILE] [--dry-run]
 
-Also `spark-submit spark_bridge/backfill_main.py ARGS...` (the master then comes
+Also `spark-submit mgstreams/backfill_main.py ARGS...` (the master then comes
 from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
 -1 beginning, -2 end; prefer `earliest`/`latest`), e.g. `earliest`, `1200`,
 `2024-05-01T00:00:00Z`, `-500` as '"-500"' (relative to the committed offset),
@@ -48,8 +48,9 @@ class BackfillFailed(click.ClickException):
 @click.command("backfill", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--stream", "stream_name", help="Backfill for a registered stream: its topics, cluster, "
               "client settings, consumer group and transformation.")
-@click.option("--state-dir", type=click.Path(file_okay=False), default=None,
-              help="Registry state directory (with --stream; default as for `mgstreams`).")
+@click.option("--state-dir", type=click.Path(file_okay=False), envvar="MGSTREAMS_STATE_DIR", default=None,
+              show_envvar=True, help="The host's state directory (with --stream; default as for "
+                                     "`mgstreams serve`); read only, the host may be running.")
 @click.option("--topics", help="Comma-separated topics (instead of --stream).")
 @click.option("--bootstrap-servers", help="Kafka bootstrap servers (with --topics).")
 @click.option("--group", "group_id", help="Consumer group whose committed offsets `--until committed` "
@@ -146,29 +147,18 @@ def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, confi
 
 def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs, sink, credentials,
                 min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
-    from stream_registry.registry.registry import StreamRegistry, default_state_dir
+    """A job over a registered stream: its config, secrets included, read from the host's state directory."""
+    from stream_registry.registry.registry import stored_config
 
-    directory = state_dir or _parent_state_dir() or default_state_dir()
-    registry = StreamRegistry(directory, autostart=False)
-    try:
-        info = registry.get(name)
-        client_config = registry.client_config(name)
-        stream_credentials = getattr(registry, "sink_credentials", None)
-        if not credentials and stream_credentials is not None and sink == info.sink:
-            credentials = dict(stream_credentials(name))
-    finally:
-        registry.close()
-    return BackfillJob(client_config.pop("bootstrap.servers", info.bootstrap_servers), tuple(info.topics),
-                       start_spec, until_spec, transform or info.transform, sink, client_config, credentials,
-                       search_dirs, batch_size, min_partitions, fail_on_data_loss)
+    from .host.serve import default_state_dir
 
-
-def _parent_state_dir() -> str | None:
-    """`mgstreams --state-dir D backfill ...`: the group's option, when run under it."""
-    context = click.get_current_context(silent=True)
-    state = getattr(context.find_root(), "obj", None) if context is not None else None
-    directory = getattr(state, "state_dir", None)
-    return str(directory) if directory else None
+    config = stored_config(state_dir or default_state_dir(), name).with_group()
+    if not credentials and sink == config.sink:
+        credentials = config.sink_credentials()
+    client_config = config.client_config()
+    return BackfillJob(client_config.pop("bootstrap.servers"), tuple(config.topics), start_spec, until_spec,
+                       transform or config.transform, sink, client_config, credentials, search_dirs, batch_size,
+                       min_partitions, fail_on_data_loss)
 
 
 def _spec_value(text: str, option: str) -> object:

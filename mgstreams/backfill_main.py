@@ -1,8 +1,8 @@
-"""spark-submit entry point: `spark-submit [spark options] spark_bridge/backfill_main.py BACKFILL-ARGS...`
+"""spark-submit entry point: `spark-submit [spark options] mgstreams/backfill_main.py BACKFILL-ARGS...`
 
 Takes the arguments of `mgstreams backfill`; the master, executors and
-configuration come from spark-submit. Executors need `spark_bridge` and
-`stream_registry` (and the transformation's module) importable: install the
+configuration come from spark-submit. Executors need `spark_bridge`,
+`stream_registry` and `mgstreams` (and the transformation's module) importable: install the
 package on the cluster's Python, or ship a zip with `--py-files`.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 
 if __name__ == "__main__":
     try:
-        import spark_bridge  # noqa: F401
+        import mgstreams  # noqa: F401
     except ImportError:  # run from a checkout: spark-submit puts this file's directory on sys.path
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from mgstreams.backfill_cli import backfill

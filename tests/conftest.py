@@ -92,7 +92,7 @@ def memory_sinks(monkeypatch):
     from collections import defaultdict
 
     from stream_helpers import RecordingSink
-    from stream_registry import sinks
+    from stream_registry.graph import sinks
 
     recorded: dict[str, RecordingSink] = defaultdict(RecordingSink)
     monkeypatch.setitem(sinks.SCHEMES, "memory", sinks.Scheme(

@@ -583,7 +583,7 @@ def test_cypher_literal_parser():
 def memgraph(state_dir, monkeypatch):
     from mgp_backend import mgp_environment
     from stream_helpers import RecordingSink
-    from stream_registry import sinks
+    from stream_registry.graph import sinks
     from stream_registry.registry.registry import reset_default_registry
 
     # streams.create's default sink is bolt://localhost:7687: Memgraph itself in the container.

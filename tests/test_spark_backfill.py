@@ -90,7 +90,7 @@ def retry_module(directory: Path, fail_marker: Path, journal_scheme: str) -> str
     and a `journal://` sink that appends every batch like a graph committing one transaction per batch."""
     (directory / "retry_transform.py").write_text(textwrap.dedent(f"""
         import os
-        from stream_registry import sinks
+        from stream_registry.graph import sinks
         from stream_registry.builtin_transformations import merge_messages
         from stream_registry.graph.cypher_literals import render_statement
 
@@ -212,13 +212,15 @@ def test_cli_backfill_for_a_registered_stream_dry_run(kafka, tmp_path):
 
     topic = kafka.new_topic(2)
     kafka.produce(topic, 10, partitions=2)
-    registry = StreamRegistry(tmp_path / "state", autostart=False)
-    registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, MERGE,
-                                 f"cypherl://{tmp_path / 'live.cypherl'}"))
-    registry.close()
-    result = CliRunner().invoke(backfill_command, [
-        "--stream", "orders", "--state-dir", str(tmp_path / "state"), "--from", "2", "--until", "latest",
-        "--sink", f"cypherl://{tmp_path / 'out'}", "--dry-run"])
+    registry = StreamRegistry(tmp_path / "state")  # the host holds the state dir; the backfill only reads it
+    try:
+        registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, MERGE,
+                                     f"cypherl://{tmp_path / 'live.cypherl'}"))
+        result = CliRunner().invoke(backfill_command, [
+            "--stream", "orders", "--state-dir", str(tmp_path / "state"), "--from", "2", "--until", "latest",
+            "--sink", f"cypherl://{tmp_path / 'out'}", "--dry-run"])
+    finally:
+        registry.close()
     assert result.exit_code == 0, result.output
     assert re.search(rf"^{topic}\s+0\s+2\s+5\s+3\s*$", result.stdout, re.M)
     assert "plan: 2 range(s), 6 offset(s)" in result.stderr

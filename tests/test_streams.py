@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
+from stream_registry.errors import StreamStateError
 from stream_registry.registry.worker import RetryPolicy
 from stream_helpers import FAIL_PAYLOADS, FAILING, FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
@@ -225,7 +226,7 @@ def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, 
     wait_until(lambda: len(memory_sinks["good"].delivered()) >= 20)
     reg.close()
 
-    from stream_registry import registry as registry_module
+    from stream_registry.registry import registry as registry_module
     from stream_registry.errors import TransformError
     real_loader = registry_module.load_transformation
 
@@ -247,34 +248,29 @@ def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, 
         restored.close()
 
 
-def test_a_crashed_owner_does_not_lock_the_stream_for_other_processes(kafka, tmp_path, memory_sinks):
-    """The CLI refuses to move a stream a live process runs, but not one whose process died."""
+def test_one_registry_per_state_dir_and_a_killed_holder_does_not_block(kafka, tmp_path, memory_sinks):
+    """Two registries on one state dir would be two consumers of each group: the second is refused,
+    naming the holder; a holder killed with SIGKILL leaves nothing behind (the kernel drops the flock)."""
     topic = kafka.new_topic(partitions=2)
     state = tmp_path / "state"
-    StreamRegistry(state).create(_config(kafka, topic))
-    from stream_registry.registry.state_store import StateStore
-
-    store = StateStore(state)
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    first = StreamRegistry(state)
+    first.create(_config(kafka, topic))
+    with pytest.raises(StreamStateError, match=f"already hosted by pid {os.getpid()} "):
+        StreamRegistry(state)
+    first.close()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from stream_registry import StreamRegistry; "
+        f"StreamRegistry({str(state)!r}); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parent.parent)
     try:
-        for pid, refused in ((alive.pid, True), (dead.pid, False)):
-            store._write(("UPDATE streams SET status = 'running', owner = ? WHERE name = 'orders'",
-                          (f"{__import__('socket').gethostname()}:{pid}",)))
-            observer = StreamRegistry(state, autostart=False)
-            try:
-                if refused:
-                    assert observer.get("orders").status == StreamStatus.RUNNING
-                    with pytest.raises(StreamError, match=f"process .*:{pid}"):
-                        observer.set_offset("orders", 5)
-                else:
-                    assert observer.get("orders").status == StreamStatus.STOPPED
-                    assert "gone" in observer.get("orders").error
-                    assert {c.status.value for c in observer.set_offset("orders", 5)} == {"pending"}
-                    assert observer.stop("orders").status == StreamStatus.STOPPED
-            finally:
-                observer.close()
+        assert holder.stdout.readline().strip() == b"held"
+        with pytest.raises(StreamStateError, match=f"pid {holder.pid} "):
+            StreamRegistry(state)
     finally:
-        alive.kill()
-        store.close()
+        holder.kill()
+        holder.wait()
+    again = StreamRegistry(state)
+    try:
+        assert [s.name for s in again.list()] == ["orders"]
+    finally:
+        again.close()
