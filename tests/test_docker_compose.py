@@ -1,15 +1,20 @@
-"""docker-compose.yml and the Memgraph Dockerfile, checked without a Docker engine.
+"""docker-compose.yml and the two Dockerfiles, checked without a Docker engine.
 
 What can be checked from the files: the services and their health checks,
-pinned images, that every COPY source exists in the build context, the query
-modules directories, the state volume and the env vars the code reads, and
-that Kafka's listeners and advertised listeners agree.
+pinned images, that every COPY source exists in the build context and passes
+its .dockerignore, that Memgraph's image carries only the query module (a
+client of the stream host) and the host's image no Spark, the state volume,
+the token, the env vars the code reads, and that Kafka's listeners and
+advertised listeners agree.
 """
 from __future__ import annotations
 
+import ast
 import base64
+import fnmatch
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,9 +35,8 @@ def services(compose) -> dict:
     return compose["services"]
 
 
-@pytest.fixture(scope="module")
-def memgraph_build(services) -> dict:
-    build = services["memgraph"]["build"]
+def build_of(service: dict) -> dict:
+    build = service["build"]
     context = (COMPOSE_FILE.parent / build["context"]).resolve()
     return {"context": context, "dockerfile": context / build["dockerfile"], "args": build.get("args", {})}
 
@@ -54,8 +58,23 @@ def parse_dockerfile(path: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
+def memgraph_build(services) -> dict:
+    return build_of(services["memgraph"])
+
+
+@pytest.fixture(scope="module")
+def host_build(services) -> dict:
+    return build_of(services["mgstreams"])
+
+
+@pytest.fixture(scope="module")
 def dockerfile(memgraph_build) -> list[tuple[str, str]]:
     return parse_dockerfile(memgraph_build["dockerfile"])
+
+
+@pytest.fixture(scope="module")
+def host_dockerfile(host_build) -> list[tuple[str, str]]:
+    return parse_dockerfile(host_build["dockerfile"])
 
 
 def env_of(service: dict) -> dict[str, str]:
@@ -77,15 +96,39 @@ def flag(args: list[str], name: str) -> str | None:
     return None
 
 
+def copies(dockerfile) -> list[tuple[list[str], str]]:
+    """(sources, destination) of every COPY, options dropped."""
+    result = []
+    for kw, rest in dockerfile:
+        if kw == "COPY":
+            parts = [p for p in shlex.split(rest) if not p.startswith("--")]
+            result.append((parts[:-1], parts[-1]))
+    return result
+
+
+def ignored(build: dict, path: str) -> bool:
+    """Whether BuildKit's <Dockerfile>.dockerignore (last matching rule wins) drops `path`."""
+    rules = [line.strip() for line in Path(f"{build['dockerfile']}.dockerignore").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    result = False
+    for rule in rules:
+        negate, pattern = rule.startswith("!"), rule.lstrip("!").rstrip("/")
+        if pattern == "**" or fnmatch.fnmatch(path, pattern) or path.startswith(pattern + "/") \
+                or fnmatch.fnmatch(path, pattern.replace("**/", "*/")):
+            result = not negate
+    return result
+
+
 # -- services ------------------------------------------------------------------
 def test_services_and_optional_lab(services):
-    assert {"kafka", "memgraph"} <= set(services)
-    assert "profiles" not in services["kafka"] and "profiles" not in services["memgraph"]
+    assert {"kafka", "mgstreams", "memgraph"} <= set(services)
+    for name in ("kafka", "mgstreams", "memgraph"):
+        assert "profiles" not in services[name]
     assert services["lab"]["profiles"] == ["lab"], "Memgraph Lab is optional: behind a profile"
     assert env_of(services["lab"])["QUICK_CONNECT_MG_HOST"] == "memgraph"
 
 
-def test_every_image_is_pinned(services, dockerfile, memgraph_build):
+def test_every_image_is_pinned(services, dockerfile, memgraph_build, host_dockerfile):
     for name, service in services.items():
         if "image" not in service:
             continue
@@ -100,32 +143,111 @@ def test_every_image_is_pinned(services, dockerfile, memgraph_build):
     repository, _, tag = base.partition(":")
     assert repository == "memgraph/memgraph-mage"
     assert re.fullmatch(r"\d+\.\d+(\.\d+)?", tag), f"base image tag {tag!r} is not a pinned version"
-    # The image name compose gives our build says which MAGE it is built on.
-    assert tag in services["memgraph"]["image"]
+    assert tag in services["memgraph"]["image"], "the image name says which MAGE it is built on"
+    [host_base] = [rest for kw, rest in host_dockerfile if kw == "FROM"]
+    repository, _, tag = host_base.partition(":")
+    assert repository == "python" and re.match(r"3\.1[1-9]", tag), "the host needs Python >= 3.11"
 
 
 def test_health_checks_and_start_order(services):
-    for name in ("kafka", "memgraph"):
+    for name in ("kafka", "mgstreams", "memgraph"):
         test = services[name]["healthcheck"]["test"]
         assert test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, name
     assert "kafka-broker-api-versions.sh" in services["kafka"]["healthcheck"]["test"][1]
     assert "mgconsole" in services["memgraph"]["healthcheck"]["test"][1]
-    assert services["memgraph"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    host_check = " ".join(services["mgstreams"]["healthcheck"]["test"])
+    assert "/health" in host_check and "MGSTREAMS_TOKEN" in host_check, "the health check sends the token"
+    assert services["mgstreams"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert services["mgstreams"]["restart"] == "unless-stopped"
     assert services["lab"]["depends_on"]["memgraph"]["condition"] == "service_healthy"
 
 
-def test_memgraph_ports(services):
+def test_ports(services):
     assert "7687:7687" in services["memgraph"]["ports"]
+    assert services["mgstreams"]["ports"] == ["127.0.0.1:8765:8765"], "the API is published on loopback only"
 
 
-# -- the plugin inside Memgraph ----------------------------------------------------------
-def test_copy_sources_exist_in_the_build_context(dockerfile, memgraph_build):
-    copies = [rest for kw, rest in dockerfile if kw == "COPY"]
-    assert copies
-    for rest in copies:
-        parts = [p for p in shlex.split(rest) if not p.startswith("--")]
-        for source in parts[:-1]:
-            assert (memgraph_build["context"] / source).exists(), f"COPY source {source!r} is not in the repo"
+def test_copy_sources_exist_and_pass_the_dockerignore(memgraph_build, dockerfile, host_build, host_dockerfile):
+    for build, instructions in ((memgraph_build, dockerfile), (host_build, host_dockerfile)):
+        assert copies(instructions)
+        for sources, _ in copies(instructions):
+            for source in sources:
+                assert (build["context"] / source).exists(), f"COPY source {source!r} is not in the repo"
+                assert not ignored(build, source.rstrip("/")), f"{source!r} is excluded by the .dockerignore"
+
+
+# -- the stream host ---------------------------------------------------------------------
+def test_host_serves_beyond_loopback_with_a_required_token(services):
+    host = services["mgstreams"]
+    command = command_of(host)
+    assert command[:2] == ["mgstreams", "serve"]
+    listen = command[command.index("--listen") + 1]
+    assert listen == "0.0.0.0:8765"
+    token = env_of(host)["MGSTREAMS_TOKEN"]
+    assert token.startswith("${MGSTREAMS_TOKEN:?"), "compose refuses to start without a token; none is committed"
+    from mgstreams.host.serve import Listen
+    assert not Listen.parse(listen).loopback, "so `mgstreams serve` itself insists on the token"
+
+
+def test_state_dir_is_a_named_volume_owned_by_the_host_user(compose, services, host_dockerfile):
+    from mgstreams.host import serve
+    assert 'os.environ.get("MGSTREAMS_STATE_DIR")' in Path(serve.__file__).read_text()
+    host = services["mgstreams"]
+    state_dir = env_of(host)["MGSTREAMS_STATE_DIR"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in host["volumes"]}
+    assert mounts[state_dir] in compose["volumes"], "the state lives on a named volume"
+    assert "volumes" not in services["memgraph"] or not any(
+        v.split(":")[1] == state_dir for v in services["memgraph"]["volumes"]), "only the host owns the state"
+    runs = " ".join(rest for kw, rest in host_dockerfile if kw == "RUN")
+    user = [rest for kw, rest in host_dockerfile if kw == "USER"][-1]
+    assert user != "root" and f"mkdir -p {state_dir}" in runs and f"chown {user}:{user} {state_dir}" in runs
+
+
+def test_host_image_installs_the_base_package_without_spark(host_dockerfile):
+    pip_runs = [rest for kw, rest in host_dockerfile if kw == "RUN" and "pip install" in rest]
+    assert pip_runs and not any("[spark]" in run or "pyspark" in run for run in pip_runs)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    base = re.search(r"^dependencies = \[(.*?)\]", pyproject, re.S | re.M).group(1)
+    assert not re.search(r"pyspark|pyarrow|pandas|\"mgp", base), "Spark comes only with mgstreams[spark]"
+
+
+def test_host_finds_transformations_in_its_query_modules_directory(services, host_dockerfile):
+    from stream_registry.graph.transform import QUERY_MODULES_ENV
+    directory = env_of(services["mgstreams"])[QUERY_MODULES_ENV]
+    assert any(src == ["query_modules/"] and dest.rstrip("/") == directory for src, dest in copies(host_dockerfile))
+
+
+def test_streams_created_from_cypher_default_to_the_compose_memgraph(services):
+    for name in ("mgstreams", "memgraph"):
+        assert env_of(services[name])["MGSTREAMS_DEFAULT_SINK"] == "bolt://memgraph:7687"
+    assert any(p.split(":")[-1] == "7687" for p in services["memgraph"]["ports"])
+
+
+# -- Memgraph: the query module only --------------------------------------------------------
+def test_memgraph_image_carries_only_the_module_file(dockerfile):
+    assert not [rest for kw, rest in dockerfile if kw == "RUN"], "nothing is installed into Memgraph's Python"
+    assert copies(dockerfile) == [(["query_modules/streams.py"], "/usr/lib/mgstreams/query_modules/streams.py")]
+    assert [rest for kw, rest in dockerfile if kw == "USER"][-1] == "memgraph"
+
+
+def test_the_module_imports_only_the_standard_library_and_mgp():
+    tree = ast.parse((ROOT / "query_modules" / "streams.py").read_text())
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    assert imported - {"mgp"} <= set(sys.stdlib_module_names), imported - {"mgp"} - set(sys.stdlib_module_names)
+    assert "mgp" in imported
+
+
+def test_module_reaches_the_host_with_its_token(services):
+    env = env_of(services["memgraph"])
+    host = services["mgstreams"]
+    port = command_of(host)[command_of(host).index("--listen") + 1].rpartition(":")[2]
+    assert env["MGSTREAMS_URL"] == f"http://mgstreams:{port}"
+    assert env["MGSTREAMS_TOKEN"] == env_of(host)["MGSTREAMS_TOKEN"]
+    module = (ROOT / "query_modules" / "streams.py").read_text()
+    assert "MGSTREAMS_URL" in module and "MGSTREAMS_TOKEN" in module
 
 
 def test_query_modules_directory_keeps_mage_and_adds_ours(services, dockerfile):
@@ -133,56 +255,9 @@ def test_query_modules_directory_keeps_mage_and_adds_ours(services, dockerfile):
     assert value, "memgraph needs --query-modules-directory"
     dirs = value.split(",")
     assert dirs[0] == MAGE_MODULES, "keep MAGE's modules directory in the list"
-    ours = [d for d in dirs if d != MAGE_MODULES]
-    assert ours, "add the plugin's directory"
-    copied_to = {shlex.split(rest)[-1].rstrip("/") for kw, rest in dockerfile if kw == "COPY"
-                 if shlex.split(rest)[0].rstrip("/") == "query_modules"}
-    assert set(d.rstrip("/") for d in ours) <= copied_to, "the directory must be where query_modules/ is copied"
-    assert (ROOT / "query_modules" / "streams.py").is_file()
+    ours = {d.rstrip("/") for d in dirs if d != MAGE_MODULES}
+    assert ours == {str(Path(dest).parent) for _, dest in copies(dockerfile)}
     assert flag(command_of(services["memgraph"]), "log-level") in ("INFO", "DEBUG", "TRACE", "WARNING")
-
-
-def test_transformations_are_found_in_the_query_modules_directories(services):
-    """The registry resolves `module.function` in $MGSTREAMS_QUERY_MODULES_DIR too."""
-    from stream_registry.graph.transform import QUERY_MODULES_ENV
-
-    value = flag(command_of(services["memgraph"]), "query-modules-directory")
-    configured = re.split(r"[:,]", env_of(services["memgraph"])[QUERY_MODULES_ENV])
-    assert set(configured) == set(value.split(","))
-
-
-def test_state_dir_is_a_named_volume(compose, services, dockerfile):
-    source = "\n".join(p.read_text() for p in (ROOT / "stream_registry").glob("*.py"))
-    assert 'os.environ.get("MGSTREAMS_STATE_DIR")' in source, "the code reads MGSTREAMS_STATE_DIR"
-    state_dir = env_of(services["memgraph"])["MGSTREAMS_STATE_DIR"]
-    mounts = dict(volume.split(":")[::-1][:2][::-1] for volume in services["memgraph"]["volumes"])
-    volume = {target: src for src, target in mounts.items()}[state_dir]
-    assert volume in compose["volumes"], "the state lives on a named volume"
-    # The image prepares the directory for its non-root user, so the volume is writable.
-    runs = " ".join(rest for kw, rest in dockerfile if kw == "RUN")
-    assert f"mkdir -p {state_dir}" in runs and "chown" in runs
-    assert ("ENV", f"MGSTREAMS_STATE_DIR={state_dir}") in dockerfile
-
-
-def test_image_runs_as_memgraph_and_installs_for_the_system_python(dockerfile, memgraph_build):
-    users = [rest for kw, rest in dockerfile if kw == "USER"]
-    assert users[-1] == "memgraph", "the image must end as the memgraph user"
-    pip_runs = [rest for kw, rest in dockerfile if kw == "RUN" and "pip install" in rest]
-    assert pip_runs and all("--break-system-packages" in run for run in pip_runs)
-    assert any("--no-deps" in run for run in pip_runs), "the project's own deps name Spark and the mgp stub"
-    requirements = (memgraph_build["context"] / "docker/memgraph/requirements.txt").read_text()
-    names = {re.split(r"[<>=!~ ]", line.strip())[0].lower()
-             for line in requirements.splitlines() if line.strip() and not line.startswith("#")}
-    assert "confluent-kafka" in names
-    assert "mgp" not in names and "pyspark" not in names
-    assert re.search(r"^gqlalchemy\s*(==\s*1\.8\.|>=\s*1\.8\s*,\s*<\s*1\.9)", requirements, re.M), \
-        "gqlalchemy must stay on 1.8.x (1.9+ requires TensorFlow)"
-    # Every runtime dependency of the project is installed (except Spark-side and type stubs).
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    declared = re.search(r"^dependencies = \[(.*?)\]", pyproject, re.S | re.M).group(1)
-    for dep in re.findall(r'"([A-Za-z0-9_.-]+)', declared):
-        if dep.lower() not in {"pyspark", "pyarrow", "pandas", "mgp"}:
-            assert dep.lower() in names, f"{dep} is a runtime dependency missing from the image"
 
 
 # -- Kafka -----------------------------------------------------------------------------
