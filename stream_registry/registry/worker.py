@@ -96,6 +96,7 @@ class StreamWorker:
         self._requests: list[_OffsetRequest] = []
         self._assigned: set[TP] = set()
         self._positions: dict[TP, int] = {}
+        self._batch: list = []   # the batch being collected (poll thread)
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
         self.status = StreamStatus.CREATED
@@ -185,9 +186,16 @@ class StreamWorker:
         return consumer
 
     def _collect_batch(self) -> list:
-        """Up to batch_size messages or batch_interval_ms, cut short when a control request arrives."""
+        """Up to batch_size messages or batch_interval_ms, cut short when a control request arrives.
+
+        The batch lives on the worker while it is collected: a rebalance callback
+        (run inside consume()) takes the messages of revoked partitions out of it,
+        so nothing from a partition this consumer no longer owns is written or
+        committed. Within one consume() call librdkafka itself drops messages made
+        outdated by the rebalance (the version barrier of rd_kafka_q_serve_rkmessages).
+        """
         size, deadline = self.config.batch_size, time.monotonic() + self.config.batch_interval_ms / 1000
-        batch: list = []
+        self._batch = batch = []
         while len(batch) < size and not self._stop.is_set() and self._control.empty():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -203,6 +211,7 @@ class StreamWorker:
                     raise KafkaException(error)
                 elif error.code() != KafkaError._PARTITION_EOF:
                     log.warning("stream %s: %s", self.config.name, self._redact(error.str()))
+        self._batch = []
         self._moved = False if batch else self._moved
         return batch
 
@@ -351,9 +360,14 @@ class StreamWorker:
         self._set_status(StreamStatus.RUNNING)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Give the partitions up: their uncollected messages leave the batch (uncommitted, the next
+        owner reads them again), and what this consumer knew of their positions is forgotten."""
+        revoked = {(tp.topic, tp.partition) for tp in partitions}
+        self._batch[:] = [m for m in self._batch if (m.topic(), m.partition()) not in revoked]
         with self._state_lock:
-            for tp in partitions:
-                self._assigned.discard((tp.topic, tp.partition))
+            self._assigned -= revoked
+            for tp in revoked:
+                self._positions.pop(tp, None)
         try:
             if self._incremental:
                 consumer.incremental_unassign(partitions)
