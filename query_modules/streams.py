@@ -1,11 +1,16 @@
-"""`CALL streams.*`: Kafka streams managed from Cypher.
+"""`CALL streams.*`: Kafka streams managed from Cypher, run by the stream host.
 
-Every procedure validates its arguments, calls the process-wide registry
-(`stream_registry.default_registry()`, state in $MGSTREAMS_STATE_DIR) and
-shapes its result into records; the Kafka work lives in `stream_registry`.
-A failure of any kind reaches the client as one error whose last line says
-what was wrong (the field and the value); nothing escapes as a crash.
+The streams run in `mgstreams serve`, outside Memgraph: this file is only its
+client. Each procedure validates what it can locally, sends one HTTP request to
+the host at $MGSTREAMS_URL (default http://127.0.0.1:8765; $MGSTREAMS_TOKEN is
+sent as a bearer token when set; both read at call time) and shapes the answer
+into records. It imports only the standard library and mgp and starts no
+thread: Memgraph's module reload (which purges every package this file imports
+from sys.modules) has nothing to orphan, and the single file can be copied into
+any Memgraph with nothing installed into its Python.
 
+A failure of any kind reaches the client as one error whose last line says what
+was wrong (the host's `field: reason`, or where the host could not be reached).
 Offsets use Memgraph's dialect: -1 is the beginning, -2 the end, as in
 `mg.kafka_set_stream_offset`; prefer "earliest" / "latest".
 
@@ -13,30 +18,69 @@ No `from __future__ import annotations` here: mgp reads the annotations as
 types to build each procedure's Cypher signature.
 """
 import datetime
-from typing import Callable, TypeVar
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import mgp
 
-from stream_registry import StreamConfig, StreamError, default_registry
-
-DEFAULT_SINK = "bolt://localhost:7687"
-# `transform => ""` stores every message as an idempotent (:KafkaMessage) node.
-DEFAULT_TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
-
-T = TypeVar("T")
+DEFAULT_URL = "http://127.0.0.1:8765"
+# Read at load: a Memgraph container sets it so Cypher-created streams write to that Memgraph.
+DEFAULT_SINK = os.environ.get("MGSTREAMS_DEFAULT_SINK", "bolt://localhost:7687")
+TIMEOUT_S = 30.0   # every call but set_stream_offset: a Bolt worker is held while we wait
+MARGIN_S = 5.0     # set_stream_offset waits its own timeout_ms, plus this for the host's queries
 
 StatusRecord = mgp.Record(name=str, status=str)
 
 
-def _call(action: Callable[[], T]) -> T:
-    """Run a registry call; every failure becomes one plain Exception with a one-line reason."""
+def _host(method: str, path: str, body: dict = None, timeout: float = TIMEOUT_S):
+    """One request to the host: its JSON answer, or an Exception whose message is one line."""
+    url = (os.environ.get("MGSTREAMS_URL") or DEFAULT_URL).rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise Exception(f"MGSTREAMS_URL: {url!r} is not an http:// URL")
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    if os.environ.get("MGSTREAMS_TOKEN"):
+        headers["Authorization"] = "Bearer " + os.environ["MGSTREAMS_TOKEN"]
+    data = _json_body(body) if body is not None else None
+    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
     try:
-        return action()
-    except StreamError as exc:
-        reason = str(exc)
-    except Exception as exc:  # a bug must reach the client as an error, never take the server down
-        reason = f"internal error: {type(exc).__name__}: {exc}"
-    raise Exception(reason)
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            status, raw = exc.code, exc.read()
+    except (TimeoutError, urllib.error.URLError) as exc:
+        if isinstance(exc, TimeoutError) or isinstance(exc.reason, TimeoutError):
+            raise Exception(f"host: no answer from {url} within {timeout:g} s") from None
+        raise Exception(f"no mgstreams host at {url}: start one with `mgstreams serve`") from None
+    except Exception as exc:  # reset mid-answer, a broken status line...
+        raise Exception(f"host: request to {url} failed: {type(exc).__name__}: {exc}") from None
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise Exception(f"host: {url} answered HTTP {status} without JSON; is it an mgstreams host?") from None
+    if status >= 400:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        raise Exception(error or f"host: {url} answered HTTP {status}")
+    return answer
+
+
+def _json_body(fields: dict) -> bytes:
+    """The request body; a value JSON cannot carry (a node, a date) is an error naming its field."""
+    def unsendable(value):
+        raise TypeError(f"a {type(value).__name__} cannot be sent to the host; use numbers, strings, lists, maps")
+    for field, value in fields.items():
+        try:
+            json.dumps(value, default=unsendable)
+        except (TypeError, ValueError) as exc:
+            raise Exception(f"{field}: {exc}") from None
+    return json.dumps(fields).encode()
+
+
+def _stream(name: str, suffix: str = "") -> str:
+    return "/streams/" + urllib.parse.quote(name, safe="") + suffix
 
 
 def _map(value: object, field: str) -> dict:
@@ -46,8 +90,8 @@ def _map(value: object, field: str) -> dict:
     return dict(value)
 
 
-def _status(info) -> mgp.Record:
-    return mgp.Record(name=info.name, status=str(info.status.value))
+def _status(info: dict) -> mgp.Record:
+    return mgp.Record(name=info["name"], status=info["status"])
 
 
 @mgp.read_proc
@@ -61,28 +105,28 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
     consumer_group means `mgstreams_<name>`. Nothing is stored when a check fails.
     """
     configs, credentials = _map(configs, "configs"), _map(credentials, "credentials")
-    return _status(_call(lambda: default_registry().create(StreamConfig(
-        name=name, topics=[*topics], bootstrap_servers=bootstrap_servers,
-        transform=transform or DEFAULT_TRANSFORM, sink=sink, consumer_group=consumer_group or None,
-        batch_size=batch_size, batch_interval_ms=batch_interval_ms, configs=configs, credentials=credentials))))
+    return _status(_host("POST", "/streams", {
+        "name": name, "topics": [*topics], "bootstrap_servers": bootstrap_servers, "transform": transform,
+        "sink": sink, "consumer_group": consumer_group, "batch_size": batch_size,
+        "batch_interval_ms": batch_interval_ms, "configs": configs, "credentials": credentials}))
 
 
 @mgp.read_proc
 def start(name: str) -> StatusRecord:
     """Start consuming; the status is "starting" until the group assigns partitions."""
-    return _status(_call(lambda: default_registry().start(name)))
+    return _status(_host("PUT", _stream(name, "/start")))
 
 
 @mgp.read_proc
 def stop(name: str) -> StatusRecord:
     """Stop consuming and leave the consumer group (offsets stay committed)."""
-    return _status(_call(lambda: default_registry().stop(name)))
+    return _status(_host("PUT", _stream(name, "/stop")))
 
 
 @mgp.read_proc
 def drop(name: str) -> StatusRecord:
     """Stop the stream if it runs and forget it; returns its last status."""
-    return _status(_call(lambda: default_registry().drop(name)))
+    return _status(_host("DELETE", _stream(name)))
 
 
 def _procedure_name(name: str):
@@ -99,11 +143,9 @@ def list_streams() -> mgp.Record(name=str, topics=mgp.List[str], consumer_group=
                          transform=str, sink=str, status=str, error=mgp.Nullable[str], configs=mgp.Map,
                          credentials=mgp.Map):
     """Every stream with its configuration; secrets in configs and all credentials are masked."""
-    return [mgp.Record(name=info.name, topics=[*info.topics], consumer_group=info.consumer_group,
-                       bootstrap_servers=info.bootstrap_servers, transform=info.transform, sink=info.sink,
-                       status=str(info.status.value), error=info.error, configs=dict(info.configs),
-                       credentials=dict(info.credentials))
-            for info in _call(lambda: default_registry().list())]
+    fields = ("name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
+              "configs", "credentials")
+    return [mgp.Record(**{field: info.get(field) for field in fields}) for info in _host("GET", "/streams")]
 
 
 @mgp.read_proc
@@ -120,10 +162,11 @@ def set_stream_offset(name: str, offset: mgp.Any, timeout_ms: int = 10000, dry_r
     """
     if isinstance(timeout_ms, bool) or timeout_ms <= 0:
         raise Exception(f"timeout_ms: must be a positive number of milliseconds, got {timeout_ms!r}")
-    changes = _call(lambda: default_registry().set_offset(name, offset, timeout=timeout_ms / 1000.0,
-                                                          dry_run=dry_run))
-    return [mgp.Record(topic=c.topic, partition=c.partition, previous_offset=c.previous_offset, offset=c.offset,
-                       status=str(c.status.value), message=c.message or "")
+    changes = _host("PATCH", _stream(name, "/offsets"),
+                    {"offset": offset, "timeout_ms": timeout_ms, "dry_run": dry_run},
+                    timeout=timeout_ms / 1000.0 + MARGIN_S)
+    return [mgp.Record(topic=c["topic"], partition=c["partition"], previous_offset=c["previous_offset"],
+                       offset=c["offset"], status=c["status"], message=c.get("message") or "")
             for c in changes]
 
 
@@ -132,23 +175,24 @@ def offsets(name: str) -> mgp.Record(topic=str, partition=int, committed_offset=
                                      position=mgp.Nullable[int], log_start_offset=int, log_end_offset=int,
                                      lag=mgp.Nullable[int], assigned=bool):
     """Per partition: committed offset, consumer position, log start/end, lag, held by this stream."""
-    return [mgp.Record(topic=p.topic, partition=p.partition, committed_offset=p.committed_offset,
-                       position=p.position, log_start_offset=p.log_start_offset, log_end_offset=p.log_end_offset,
-                       lag=p.lag, assigned=bool(p.assigned))
-            for p in _call(lambda: default_registry().describe(name))]
+    return [mgp.Record(topic=p["topic"], partition=p["partition"], committed_offset=p["committed_offset"],
+                       position=p["position"], log_start_offset=p["log_start_offset"],
+                       log_end_offset=p["log_end_offset"], lag=p["lag"], assigned=bool(p["assigned"]))
+            for p in _host("GET", _stream(name, "/offsets"))]
 
 
 @mgp.read_proc
 def history(name: str) -> mgp.Record(changed_at=mgp.LocalDateTime, topic=str, partition=int,
                                      previous_offset=mgp.Nullable[int], offset=int, status=str):
     """The audit of offset changes applied to the stream, newest first; changed_at is UTC."""
-    return [mgp.Record(changed_at=_utc(h.changed_at), topic=h.topic, partition=h.partition,
-                       previous_offset=h.previous_offset, offset=h.offset, status=str(h.status.value))
-            for h in _call(lambda: default_registry().history(name))]
+    return [mgp.Record(changed_at=_utc(h["changed_at"]), topic=h["topic"], partition=h["partition"],
+                       previous_offset=h["previous_offset"], offset=h["offset"], status=h["status"])
+            for h in _host("GET", _stream(name, "/history"))]
 
 
-def _utc(moment: datetime.datetime) -> datetime.datetime:
-    """Memgraph's LocalDateTime has no zone: hand it the UTC wall clock."""
+def _utc(text: str) -> datetime.datetime:
+    """Memgraph's LocalDateTime has no zone: hand it the UTC wall clock of the host's ISO-8601 time."""
+    moment = datetime.datetime.fromisoformat(text)
     if moment.tzinfo is not None:
         moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
     return moment

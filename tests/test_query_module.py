@@ -1,25 +1,41 @@
-"""Contract tests of `query_modules/streams.py` on Memgraph's real mgp.py.
+"""Contract tests of `query_modules/streams.py` on Memgraph's real mgp.py, against a real stream host.
 
 The module is loaded the way Memgraph loads it (tests/mgp_backend), procedures
 are CALLed through mgp's own wrappers with Cypher-typed arguments, and the
-records come back as a client sees them. The scenarios of Memgraph's own
-stream offset test (tests/e2e/streams: set to 10, -1, -2, unknown stream) run
-here on multi-partition topics of the embedded Kafka cluster.
+records come back as a client sees them. Every call crosses the process
+boundary to a `mgstreams serve` child process (the `host` fixture), which is
+where the streams run. The scenarios of Memgraph's own stream offset test
+(tests/e2e/streams: set to 10, -1, -2, unknown stream) run here on
+multi-partition topics of the embedded Kafka cluster; Memgraph's module reload
+(`mg.load`, `mg.load_all`, with their sys.modules purge) must not duplicate a
+stream, and the module's process must stay free of Kafka clients and threads.
 """
 from __future__ import annotations
 
 import datetime
+import http.server
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import by_partition, delivered_from_file, wait_until
-from stream_registry.registry.registry import reset_default_registry
 
 ROOT = Path(__file__).resolve().parent.parent
+QUERY_MODULES = ROOT / "query_modules"
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
+SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
+NO_TOKEN = "Exception: authorization: a valid bearer token is required (Authorization: Bearer ...)"
 
 SIGNATURES = {
     "streams.create": (
@@ -47,21 +63,28 @@ SIGNATURES = {
         "partition :: INTEGER, previous_offset :: INTEGER?, status :: STRING, topic :: STRING)"),
 }
 
+# One call of every procedure, for checks that must hold whatever is called.
+EVERY_CALL = [("streams.create", ("s", ["t"], "localhost:9092")), ("streams.start", ("s",)),
+              ("streams.stop", ("s",)), ("streams.drop", ("s",)), ("streams.list", ()),
+              ("streams.set_stream_offset", ("s", 10)), ("streams.offsets", ("s",)), ("streams.history", ("s",))]
+
 
 @pytest.fixture(scope="module")
 def memgraph():
-    with mgp_environment([ROOT / "query_modules"]) as server:
-        server.load_all()
+    """One server for the module, loaded with $MGSTREAMS_DEFAULT_SINK unset (SIGNATURES shows the default)."""
+    with mgp_environment([QUERY_MODULES]) as server:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delenv(SINK_ENV, raising=False)
+            server.load_all()
         yield server
 
 
 @pytest.fixture
-def state(tmp_path, monkeypatch):
-    """A fresh process-wide registry on a state directory of this test."""
-    monkeypatch.setenv("MGSTREAMS_STATE_DIR", str(tmp_path / "state"))
-    reset_default_registry()
-    yield tmp_path
-    reset_default_registry()
+def connected(host, monkeypatch):
+    """The module talks to a fresh host child process (found through $MGSTREAMS_URL, no token)."""
+    monkeypatch.setenv("MGSTREAMS_URL", host.url)
+    monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)
+    return host
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +112,12 @@ def error_of(memgraph, procedure, *args) -> QueryError:
     return caught.value
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 # -- signatures ---------------------------------------------------------------------
 def test_every_procedure_registers_with_its_signature(memgraph):
     rows = {row["name"]: row for row in memgraph.procedures() if row["name"].startswith("streams.")}
@@ -102,6 +131,27 @@ def test_every_procedure_has_a_docstring(memgraph):
         proc = memgraph.procedure(name)
         assert (proc.callback.__doc__ or "").strip(), f"{name} has no docstring"
     assert module.__doc__
+
+
+@pytest.mark.parametrize("env_sink, default", [(None, "bolt://localhost:7687"),
+                                               ("bolt://memgraph:7687", "bolt://memgraph:7687")])
+def test_defaults_give_a_working_stream(connected, kafka, monkeypatch, env_sink, default):
+    """sink defaults to $MGSTREAMS_DEFAULT_SINK as it was when Memgraph loaded the module (a container's
+    compose Memgraph); transform "" stores messages as :KafkaMessage nodes; consumer_group "" is mgstreams_<name>."""
+    if env_sink is None:
+        monkeypatch.delenv(SINK_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SINK_ENV, env_sink)
+    with mgp_environment([QUERY_MODULES]) as server:
+        server.load_all()
+        [row] = [r for r in server.procedures() if r["name"] == "streams.create"]
+        assert row["signature"] == SIGNATURES["streams.create"].replace("bolt://localhost:7687", default)
+        topic = kafka.new_topic(partitions=1)
+        assert server.call("streams.create", "plain", [topic], kafka.bootstrap_servers) == \
+            [{"name": "plain", "status": "created"}]
+        [listed] = server.call("streams.list")
+    assert listed["sink"] == default
+    assert listed["transform"] == TRANSFORM and listed["consumer_group"] == "mgstreams_plain"
 
 
 # -- wrong Cypher types: rejected by the server before the module runs ---------------------
@@ -127,20 +177,21 @@ def test_wrong_cypher_types_give_clear_errors(memgraph, procedure, args, message
     assert str(error_of(memgraph, procedure, *args)) == message
 
 
-# -- failures inside the module: one clear line -----------------------------------------------
-def test_validation_failures_name_the_field_and_value(memgraph, state):
+# -- failures: one clear line -------------------------------------------------------------
+def test_validation_failures_name_the_field_and_value(memgraph, connected):
     error = error_of(memgraph, "streams.create", "bad name", ["t"], "localhost:9092")
     assert error.last_line.startswith("Exception: name: 'bad name' is not a valid stream name")
     assert error.message.startswith("streams.create: ")
     error = error_of(memgraph, "streams.create", "s", ["t"], "no-port")
     assert error.last_line == "Exception: bootstrap_servers: 'no-port' is not host:port"
     error = error_of(memgraph, "streams.create", "s", ["t"], "localhost:9092", "", "ftp://x")
-    assert error.last_line.startswith("Exception: ") and "sink" in error.last_line
+    assert error.last_line.startswith("Exception: sink: ") and "ftp://x" in error.last_line
     error = error_of(memgraph, "streams.create", "s", ["t"], "localhost:9092", "", "cypherl:///tmp/x", "", 0)
     assert error.last_line == "Exception: batch_size: must be a positive integer, got 0"
+    assert memgraph.call("streams.list") == [], "nothing is stored when a check fails"
 
 
-def test_unknown_stream_is_an_error_everywhere(memgraph, state):
+def test_unknown_stream_is_an_error_everywhere(memgraph, connected):
     for procedure in ("streams.start", "streams.stop", "streams.drop", "streams.offsets", "streams.history"):
         error = error_of(memgraph, procedure, "foo")
         assert error.last_line == "Exception: name: no stream named 'foo'", procedure
@@ -149,7 +200,7 @@ def test_unknown_stream_is_an_error_everywhere(memgraph, state):
     assert memgraph.call("streams.list") == []
 
 
-def test_offset_and_timeout_are_validated(memgraph, state):
+def test_offset_and_timeout_are_validated(memgraph, connected):
     error = error_of(memgraph, "streams.set_stream_offset", "foo", "next tuesday")
     assert error.last_line.startswith("Exception: offset: cannot parse 'next tuesday'")
     error = error_of(memgraph, "streams.set_stream_offset", "foo", -3)
@@ -160,30 +211,124 @@ def test_offset_and_timeout_are_validated(memgraph, state):
     assert error.last_line == "Exception: timeout_ms: must be a positive number of milliseconds, got 0"
 
 
-def test_a_node_is_not_a_configs_map(memgraph, state):
+def test_a_node_is_neither_a_configs_map_nor_an_offset(memgraph):
+    """Checked in the module: nothing is sent (no host is needed to say so)."""
     vertex = memgraph.vertex(memgraph.store.add_vertex(["Config"], {"x": 1}))
     error = error_of(memgraph, "streams.create", "s", ["t"], "localhost:9092", "", "cypherl:///tmp/x", "", 1, 1,
                      vertex)
     assert error.last_line == "Exception: configs: expected a map, got Vertex"
+    error = error_of(memgraph, "streams.set_stream_offset", "s", vertex)
+    assert error.last_line.startswith("Exception: offset: a Vertex cannot be sent to the host")
+    error = error_of(memgraph, "streams.set_stream_offset", "s", {"t:0": vertex})
+    assert error.last_line.startswith("Exception: offset: a Vertex cannot be sent to the host")
 
 
-def test_internal_errors_are_reported_not_raised_through(memgraph, state, monkeypatch):
-    import stream_registry.registry.registry as registry_module
+class _Misbehaving(http.server.BaseHTTPRequestHandler):
+    """Something at MGSTREAMS_URL that is not a healthy host: answers by the first path segment's mode."""
+    release = threading.Event()
 
-    def broken():
-        raise KeyError("boom")
+    def _answer(self):
+        mode = self.server.mode
+        if mode == "silent":
+            self.release.wait(30)
+            return
+        status, kind, body = {"html": (502, "text/html", b"<html>Bad Gateway</html>"),
+                              "bug": (500, "application/json", b'{"error": "internal error: KeyError"}')}[mode]
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
-    monkeypatch.setattr(memgraph.python_module("streams"), "default_registry", broken)
-    error = error_of(memgraph, "streams.list")
-    assert error.last_line == "Exception: internal error: KeyError: 'boom'"
-    assert registry_module.default_registry is not broken
+    do_GET = do_PATCH = do_PUT = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_broken_or_silent_host_is_one_clear_line(memgraph, monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Misbehaving)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("MGSTREAMS_URL", url)
+    try:
+        server.mode = "html"
+        error = error_of(memgraph, "streams.list")
+        assert error.last_line == f"Exception: host: {url} answered HTTP 502 without JSON; is it an mgstreams host?"
+        server.mode = "bug"
+        assert error_of(memgraph, "streams.start", "s").last_line == "Exception: internal error: KeyError"
+
+        server.mode = "silent"
+        began = time.monotonic()
+        error = error_of(memgraph, "streams.set_stream_offset", "s", 10, 100)
+        took = time.monotonic() - began
+        assert error.last_line == f"Exception: host: no answer from {url} within 5.1 s"
+        assert 5.0 <= took < 5.1 + 2.0, "its own timeout (0.1 s) plus the margin, no more"
+        assert "During handling" not in error.message
+    finally:
+        _Misbehaving.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_a_host_every_call_says_where_and_what_to_start(memgraph, monkeypatch):
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MGSTREAMS_URL", url)
+    for procedure, args in EVERY_CALL:
+        error = error_of(memgraph, procedure, *args)
+        assert error.last_line == f"Exception: no mgstreams host at {url}: start one with `mgstreams serve`"
+        assert "During handling" not in error.message, "one error, not a chain of them"
+    monkeypatch.setenv("MGSTREAMS_URL", "localhost:8765")
+    assert error_of(memgraph, "streams.list").last_line == \
+        "Exception: MGSTREAMS_URL: 'localhost:8765' is not an http:// URL"
+    monkeypatch.delenv("MGSTREAMS_URL")
+    try:   # the default address, when nothing else on this machine serves it
+        free_port_8765 = socket.create_server(("127.0.0.1", 8765))
+    except OSError:
+        return
+    free_port_8765.close()
+    assert error_of(memgraph, "streams.list").last_line == \
+        "Exception: no mgstreams host at http://127.0.0.1:8765: start one with `mgstreams serve`"
+
+
+def test_a_host_with_a_token_needs_it_and_no_error_shows_it(memgraph, kafka, tmp_path, monkeypatch):
+    token = "s3cret"
+    host = HostProcess(tmp_path / "state", token=token).start()
+    messages = []
+    try:
+        monkeypatch.setenv("MGSTREAMS_URL", host.url)
+        for given in (None, "wr0ng-t0ken"):
+            if given is None:
+                monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)
+            else:
+                monkeypatch.setenv("MGSTREAMS_TOKEN", given)
+            for procedure, args in EVERY_CALL:
+                error = error_of(memgraph, procedure, *args)
+                assert error.last_line == NO_TOKEN, (given, procedure)
+                messages.append(error.message)
+
+        monkeypatch.setenv("MGSTREAMS_TOKEN", token)
+        topic = kafka.new_topic(partitions=1)
+        assert create(memgraph, "guarded", topic, kafka.bootstrap_servers, tmp_path / "out.cypherl") == \
+            [{"name": "guarded", "status": "created"}]
+        assert [s["name"] for s in memgraph.call("streams.list")] == ["guarded"]
+        messages.append(error_of(memgraph, "streams.start", "nope").message)
+        messages.append(error_of(memgraph, "streams.create", "bad name", [topic], kafka.bootstrap_servers).message)
+        host.stop()
+        messages.append(error_of(memgraph, "streams.list").message)
+    finally:
+        host.stop()
+    assert len(messages) == 2 * len(EVERY_CALL) + 3
+    assert not [m for m in messages if token in m or "wr0ng-t0ken" in m]
+    assert token not in host.log()
 
 
 # -- on Kafka ---------------------------------------------------------------------------------
-def test_create_list_drop_and_masked_credentials(memgraph, state, kafka):
+def test_create_list_drop_and_masked_credentials(memgraph, connected, kafka, tmp_path):
     topic = kafka.new_topic(partitions=2)
     secret = "S3cr3tP4ssw0rd"
-    out = state / "out.cypherl"
+    out = tmp_path / "out.cypherl"
     [row] = create(memgraph, "orders", topic, kafka.bootstrap_servers, out,
                    consumer_group="", configs={"client.id": "mg", "sasl.password": secret},
                    credentials={"sasl.username": "michael"})
@@ -200,21 +345,13 @@ def test_create_list_drop_and_masked_credentials(memgraph, state, kafka):
     assert duplicate.last_line == "Exception: name: a stream named 'orders' already exists"
     assert memgraph.call("streams.drop", "orders") == [{"name": "orders", "status": "created"}]
     assert memgraph.call("streams.list") == []
+    assert secret not in connected.log()
 
 
-def test_defaults_give_a_working_stream(memgraph, state, kafka):
-    """transform "" stores messages as :KafkaMessage nodes; consumer_group "" is mgstreams_<name>."""
-    topic = kafka.new_topic(partitions=1)
-    memgraph.call("streams.create", "plain", [topic], kafka.bootstrap_servers)
-    [listed] = memgraph.call("streams.list")
-    assert listed["transform"] == TRANSFORM and listed["sink"] == "bolt://localhost:7687"
-    assert listed["consumer_group"] == "mgstreams_plain"
-
-
-def test_unknown_topic_is_rejected_at_create(memgraph, state, kafka):
+def test_unknown_topic_is_rejected_at_create(memgraph, connected, kafka, tmp_path):
     error = error_of(memgraph, "streams.create", "s", ["no_such_topic_x1"], kafka.bootstrap_servers, TRANSFORM,
-                     f"cypherl://{state / 'out.cypherl'}")
-    assert "no_such_topic_x1" in error.last_line
+                     f"cypherl://{tmp_path / 'out.cypherl'}")
+    assert error.last_line.startswith("Exception: topics: ") and "no_such_topic_x1" in error.last_line
     assert memgraph.call("streams.list") == []
 
 
@@ -228,7 +365,7 @@ def _wait_for(out: Path, since: int, last: dict[tuple[str, int], int]) -> dict:
     return _delivered(out, since)
 
 
-def test_memgraph_set_offset_scenarios_on_three_partitions(memgraph, state, kafka, quick_rebalance):
+def test_memgraph_set_offset_scenarios_on_three_partitions(memgraph, connected, kafka, quick_rebalance, tmp_path):
     """Memgraph's e2e `test_set_offset` (10, then -1 = beginning, then -2 = end) on every partition.
 
     Memgraph stops the stream around each call; here the stream starts once and
@@ -238,7 +375,7 @@ def test_memgraph_set_offset_scenarios_on_three_partitions(memgraph, state, kafk
     """
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 60, partitions=3)                     # offsets 0..19 on each partition
-    out = state / "out.cypherl"
+    out = tmp_path / "out.cypherl"
     create(memgraph, "test", topic, kafka.bootstrap_servers, out, batch_size=1)
     partitions = [(topic, p) for p in range(3)]
 
@@ -278,12 +415,15 @@ def test_memgraph_set_offset_scenarios_on_three_partitions(memgraph, state, kafk
     assert {(h["offset"], h["previous_offset"]) for h in history if h["offset"] != 10} == {(0, 20), (20, 20)}
     assert all(isinstance(h["changed_at"], datetime.datetime) and h["changed_at"].tzinfo is None for h in history)
     assert [h["changed_at"] for h in history] == sorted((h["changed_at"] for h in history), reverse=True)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    assert all(abs(now - h["changed_at"]) < datetime.timedelta(minutes=2) for h in history), "UTC wall clock"
 
 
-def test_set_offset_while_running_applies_on_the_assigned_partitions(memgraph, state, kafka, quick_rebalance):
+def test_set_offset_while_running_applies_on_the_assigned_partitions(memgraph, connected, kafka, quick_rebalance,
+                                                                     tmp_path):
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 30, partitions=3)                     # offsets 0..9 on each partition
-    out = state / "out.cypherl"
+    out = tmp_path / "out.cypherl"
     create(memgraph, "live", topic, kafka.bootstrap_servers, out)
     memgraph.call("streams.start", "live")
     wait_until(lambda: len(delivered_from_file(out)) >= 30, timeout=20, what="the first 30 messages")
@@ -304,3 +444,117 @@ def test_set_offset_while_running_applies_on_the_assigned_partitions(memgraph, s
     assert {(c["offset"], c["status"]) for c in clamped} == {(10, "clamped")}
     assert all("clamped" in c["message"] for c in clamped)
     memgraph.call("streams.drop", "live")
+
+
+# -- Memgraph's reload, the module's process, the CLI ------------------------------------------
+def test_reload_keeps_one_consumer_per_stream(connected, kafka, quick_rebalance, tmp_path):
+    """`CALL mg.load("streams")` and `CALL mg.load_all()` purge what the module imports and import it again;
+    the stream keeps its one consumer: a later offset change is applied at once on every partition and each
+    offset from there is written once."""
+    topic = kafka.new_topic(partitions=3)
+    kafka.produce(topic, 30, partitions=3)                     # offsets 0..9 on each partition
+    out = tmp_path / "out.cypherl"
+    partitions = [(topic, p) for p in range(3)]
+    with mgp_environment([QUERY_MODULES]) as memgraph:
+        memgraph.load_all()
+        create(memgraph, "kept", topic, kafka.bootstrap_servers, out)
+        memgraph.call("streams.start", "kept")
+        wait_until(lambda: len(delivered_from_file(out)) >= 30, timeout=20, what="the first 30 messages")
+        wait_until(lambda: memgraph.call("streams.list")[0]["status"] == "running", what="running")
+        listed = memgraph.call("streams.list")
+
+        first_mgp = memgraph.mgp
+        before = memgraph.python_module("streams")
+        memgraph.reload("streams")
+        assert memgraph.python_module("streams") is not before
+        assert memgraph.mgp is not first_mgp, "the reload purged and re-imported `mgp`, as Memgraph's does"
+        assert memgraph.call("streams.list") == listed
+        memgraph.load_all()
+        assert memgraph.call("streams.list") == listed
+
+        since = len(delivered_from_file(out))
+        changes = memgraph.call("streams.set_stream_offset", "kept", 4)
+        assert sorted((c["topic"], c["partition"], c["previous_offset"], c["offset"], c["status"])
+                      for c in changes) == [(t, p, 10, 4, "applied") for t, p in partitions]
+        _wait_for(out, since, {tp: 9 for tp in partitions})
+        time.sleep(1.0)   # twenty batch intervals: a second consumer would have written its copy by now
+        assert _delivered(out, since) == {tp: list(range(4, 10)) for tp in partitions}
+        assert len(memgraph.call("streams.history", "kept")) == 3
+
+
+ISOLATED = textwrap.dedent('''
+    import json, sys, threading
+    from mgp_backend import mgp_environment
+
+    module_file, topic, bootstrap, sink = sys.argv[1:5]
+    with mgp_environment() as memgraph:
+        modules_before, threads_before = set(sys.modules), threading.active_count()
+        memgraph.load_module(module_file)
+        results = {
+            "create": memgraph.call("streams.create", "iso", [topic], bootstrap, "", sink),
+            "start": memgraph.call("streams.start", "iso"),
+            "list": memgraph.call("streams.list"),
+            "offsets": memgraph.call("streams.offsets", "iso"),
+            "planned": memgraph.call("streams.set_stream_offset", "iso", 0, 10000, True),
+            "history": memgraph.call("streams.history", "iso"),
+            "drop": memgraph.call("streams.drop", "iso"),
+        }
+        report = {"results": results, "threads": [threads_before, threading.active_count()],
+                  "thread_names": [t.name for t in threading.enumerate()],
+                  "imported": sorted(set(sys.modules) - modules_before), "modules": sorted(sys.modules)}
+    print(json.dumps(report, default=str))
+''')
+
+
+def test_the_module_process_holds_no_kafka_client_and_no_thread(connected, kafka, tmp_path):
+    """In a Python process holding nothing else, the module's calls import only the standard library (no
+    confluent_kafka, no stream_registry) and leave no thread behind: Memgraph's process stays clean."""
+    topic = kafka.new_topic(partitions=2)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    done = subprocess.run([sys.executable, "-c", ISOLATED, str(QUERY_MODULES / "streams.py"), topic,
+                           kafka.bootstrap_servers, f"cypherl://{tmp_path / 'out.cypherl'}"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    results = report["results"]
+    assert results["create"] == [{"name": "iso", "status": "created"}]
+    assert [s["name"] for s in results["list"]] == ["iso"]
+    assert sorted(r["partition"] for r in results["offsets"]) == [0, 1]
+    assert {r["status"] for r in results["planned"]} == {"planned"}
+    assert results["drop"][0]["name"] == "iso"
+
+    top_level = {name.split(".")[0] for name in report["modules"]}
+    assert not top_level & {"confluent_kafka", "stream_registry", "mgstreams"}, top_level
+    foreign = {name for name in report["imported"] if name.split(".")[0] not in sys.stdlib_module_names}
+    assert foreign == {"streams"}, "the module imports only the standard library and mgp"
+    assert report["threads"][1] == report["threads"][0], report["thread_names"]
+
+
+def test_the_cli_moves_the_stream_the_module_created(memgraph, connected, kafka, quick_rebalance, tmp_path):
+    """One owner: `mgstreams set-offset` acts on the very stream Cypher created and runs."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 20, partitions=2)                     # offsets 0..9 on each partition
+    out = tmp_path / "out.cypherl"
+    partitions = [(topic, p) for p in range(2)]
+    create(memgraph, "shared", topic, kafka.bootstrap_servers, out)
+    memgraph.call("streams.start", "shared")
+    wait_until(lambda: len(delivered_from_file(out)) >= 20, timeout=20, what="the first 20 messages")
+    wait_until(lambda: memgraph.call("streams.list")[0]["status"] == "running", what="running")
+
+    since = len(delivered_from_file(out))
+    done = subprocess.run([sys.executable, "-m", "mgstreams", "--url", connected.url, "set-offset", "shared", "5",
+                           "--json"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert sorted((c["partition"], c["previous_offset"], c["offset"], c["status"])
+                  for c in json.loads(done.stdout)) == [(0, 10, 5, "applied"), (1, 10, 5, "applied")]
+
+    assert _wait_for(out, since, {tp: 9 for tp in partitions}) == {tp: list(range(5, 10)) for tp in partitions}
+    history = memgraph.call("streams.history", "shared")
+    assert sorted((h["topic"], h["partition"], h["previous_offset"], h["offset"], h["status"]) for h in history) == \
+        [(t, p, 10, 5, "applied") for t, p in partitions]
+    wait_until(lambda: all(r["committed_offset"] == 10 for r in memgraph.call("streams.offsets", "shared")),
+               what="the replay committed")
+    rows = memgraph.call("streams.offsets", "shared")
+    assert sorted((r["partition"], r["committed_offset"], r["lag"], r["assigned"]) for r in rows) == \
+        [(0, 10, 0, True), (1, 10, 0, True)]

@@ -7,9 +7,17 @@ is imported), validates arguments (`ValidateArguments`), converts values both
 ways, calls procedures through mgp's own wrappers, checks records against the
 declared result signature, and turns failures into the errors a client sees.
 Everything is restored on exit, so other tests keep the PyPI stub `_mgp`.
+
+Unloading (`unload_module`, `reload` = `CALL mg.load(name)`, `load_all` =
+`CALL mg.load_all()`) purges `sys.modules` exactly as Memgraph v3.7.2 does:
+src/query/procedure/module.cpp, `PythonModule::Close` calling
+`ProcessFileDependencies` with the Python snippet `func_code` (see
+`purge_dependencies`). A module that keeps state in a package it imports
+loses it on every reload; tests here see that as a real server would.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import gc
 import importlib
@@ -24,6 +32,49 @@ from types import ModuleType
 from typing import Iterator
 
 BACKEND_DIR = Path(__file__).resolve().parent
+
+# `no_removals` of `func_code` in Memgraph v3.7.2's src/query/procedure/module.cpp.
+NO_REMOVALS = frozenset({"collections", "abc", "sys", "torch", "torch_geometric", "igraph", "dgl", "numpy"})
+
+
+def imported_names(source: str) -> set[str]:
+    """`func_code`: the first dotted part of every `import a.b` and absolute `from a.b import c`, anywhere
+    in the file (function bodies too), minus NO_REMOVALS; relative imports are ignored."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names - NO_REMOVALS
+
+
+def purge_dependencies(path: str | os.PathLike, module_name: str) -> list[str]:
+    """`ProcessFileDependencies(file, module_name)`: delete every `sys.modules` key that *starts with* a name
+    the file imports (a string prefix: `import os` drops `os.path` and `ossaudiodev` too, `import mgp` drops
+    `mgp_backend`), except `module_name` itself. A file that cannot be read or parsed purges nothing.
+    Returns the deleted keys."""
+    try:
+        names = imported_names(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+    purged = [key for key in list(sys.modules)
+              if key != module_name and any(key.startswith(name) for name in names)]
+    for key in purged:
+        sys.modules.pop(key, None)
+    return purged
+
+
+def _submodule_dirs(module_path: Path) -> list[Path]:
+    """`PythonModule::Close`: directories under the module's directory (recursively, not descending into a
+    match) whose name contains the module's name; their *.py files are purged for too."""
+    found = []
+    for root, dirs, _files in os.walk(module_path.parent):
+        for directory in list(dirs):
+            if directory != "__pycache__" and module_path.stem in directory:
+                found.append(Path(root) / directory)
+                dirs.remove(directory)
+    return found
 
 
 class QueryError(Exception):
@@ -61,11 +112,16 @@ class Memgraph:
     """One server: its graph, the loaded query modules and their procedures."""
 
     def __init__(self, backend: ModuleType, mgp: ModuleType, module_dirs: Sequence[str | os.PathLike] = ()):
-        self._mgp_c, self.mgp = backend, mgp
+        self._mgp_c = backend   # `mgp` is looked up at each use, as the server does (see the property)
         self.module_dirs = [Path(d) for d in module_dirs]
         self.store = backend.Store()
         self.modules: dict[str, object] = {}        # name -> _mgp.Module
         self._py_modules: dict[str, ModuleType] = {}
+
+    @property
+    def mgp(self) -> ModuleType:
+        """The `mgp` a procedure call sees now: a purge replaces it with a fresh import (new classes)."""
+        return importlib.import_module("mgp")
 
     # -- modules -----------------------------------------------------------------
     def load_module(self, path: str | os.PathLike) -> object:
@@ -94,12 +150,37 @@ class Memgraph:
         return module_def
 
     def unload_module(self, name: str) -> None:
-        self.modules.pop(name, None)
-        if self._py_modules.pop(name, None) is not None:
-            sys.modules.pop(name, None)
+        """`PythonModule::Close`: forget the procedures, purge the file's imports (and those of the files in
+        its submodule directories) from sys.modules, then the module itself. (Memgraph also deletes the
+        `__pycache__` directories there; the test bed leaves files alone.)"""
+        module_def = self.modules.pop(name, None)
+        if self._py_modules.pop(name, None) is None:
+            return
+        path = Path(module_def.path)
+        purge_dependencies(path, name)
+        for directory in _submodule_dirs(path):
+            for file in sorted(directory.rglob("*.py")):
+                purge_dependencies(file, name)
+        sys.modules.pop(name, None)
+
+    def reload(self, name: str) -> object:
+        """`CALL mg.load(name)` (`ModuleRegistry::LoadOrReloadModuleFromName`): unload the module, then load
+        the file of that name from the module directories again."""
+        if name not in self.modules:
+            raise QueryError(f"Unable to unload module '{name}', either it doesn't exist, or it is currently "
+                             "being used. In order to check whether the module exists, please use CALL "
+                             "mg.procedures() YIELD * for custom query procedures, or CALL mg.functions() "
+                             "YIELD * for custom query functions.")
+        self.unload_module(name)
+        for directory in self.module_dirs:
+            path = directory / f"{name}.py"
+            if path.is_file():
+                return self.load_module(path)
+        raise QueryError(f"module '{name}' was unloaded and no file {name}.py is left to load")
 
     def load_all(self) -> None:
-        """`CALL mg.load_all()`: unload every module, load every *.py of the module directories."""
+        """`CALL mg.load_all()` (`UnloadAndLoadModulesFromDirectories`): unload every module (purging as
+        `unload_module` does), then load every *.py of the module directories."""
         for name in list(self.modules):
             self.unload_module(name)
         for directory in self.module_dirs:
@@ -218,6 +299,7 @@ class Memgraph:
 
     def _record(self, callable_, record) -> dict:
         backend = self._mgp_c
+        # AddRecordFromPython imports `mgp` at each call: after a purge that is the re-imported one.
         if not isinstance(record, self.mgp.Record):
             raise TypeError(f"Value '{record}' is not an instance of 'mgp.Record'")
         if not isinstance(record.fields, dict):
@@ -263,7 +345,9 @@ def load_backend() -> ModuleType:
 
 @contextlib.contextmanager
 def mgp_environment(module_dirs: Sequence[str | os.PathLike] = ()) -> Iterator[Memgraph]:
-    """Within the block `_mgp` is this backend and `mgp` a fresh import of the real mgp.py."""
+    """Within the block `_mgp` is this backend and `mgp` a fresh import of the real mgp.py. On exit every
+    module a purge took from sys.modules (or replaced by a re-import) is put back for the rest of the run."""
+    before = dict(sys.modules)
     saved = {name: sys.modules.get(name) for name in ("_mgp", "mgp")}
     sys.path.insert(0, str(BACKEND_DIR))
     server = None
@@ -281,6 +365,9 @@ def mgp_environment(module_dirs: Sequence[str | os.PathLike] = ()) -> Iterator[M
                 server.unload_module(name)
         with contextlib.suppress(ValueError):
             sys.path.remove(str(BACKEND_DIR))
+        for name, module in before.items():
+            if sys.modules.get(name) is not module:
+                sys.modules[name] = module
         for name, module in saved.items():
             if module is None:
                 sys.modules.pop(name, None)
