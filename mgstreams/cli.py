@@ -217,7 +217,7 @@ def parse_spec_argument(text: str) -> object:
 @click.argument("name")
 @click.argument("spec")
 @click.option("--dry-run", is_flag=True, help="Show what would be set; change nothing.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=10.0, show_default=True,
               help="Seconds to wait for a running stream to apply the change.")
 @json_option
 def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: bool) -> None:

@@ -31,7 +31,7 @@ _ERRORS = {400: ConfigError, 404: StreamNotFound, 409: StreamStateError}
 
 class HostClient:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
-        self.url = (url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/")
+        self.url = _checked_url((url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/"))
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -89,6 +89,8 @@ class HostClient:
             raise HostUnavailable(f"host: no answer from {self.url} within the timeout") from None
         except httpx.TransportError:
             raise HostUnavailable(f"no mgstreams host at {self.url}: start one with `mgstreams serve`") from None
+        except httpx.RequestError as exc:
+            raise StreamError(f"host: request to {self.url} failed: {exc}") from None
         try:
             data = response.json()
         except ValueError:
@@ -98,6 +100,17 @@ class HostClient:
             return data
         message = data.get("error") if isinstance(data, dict) else None
         raise _ERRORS.get(response.status_code, StreamError)(message or f"host: HTTP {response.status_code}")
+
+
+def _checked_url(url: str) -> str:
+    """The host's base URL, refused early (a ConfigError, not a traceback) unless it is http(s)://HOST[:PORT]."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"url: {url!r} is not a valid URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(f"url: expected http://HOST:PORT (e.g. {DEFAULT_URL}), got {url!r}")
+    return url
 
 
 def _path(name: str) -> str:

@@ -1,10 +1,16 @@
-"""The operator CLI: same registry, parser and reports as the query module; exit codes for scripts."""
+"""The operator CLI, a client of the stream host: the same streams, tables and exit codes for scripts.
+
+Commands run in-process through click's runner (MGSTREAMS_URL in the
+environment) or as `python -m mgstreams` child processes, always against a real
+host in another process.
+"""
 from __future__ import annotations
 
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import types
@@ -15,49 +21,61 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
-from stream_helpers import delivered_from_file
-from stream_registry import StreamConfig, StreamRegistry
+from host_helpers import ROOT, HostProcess
 from mgstreams.cli import cli, main, parse_spec_argument
+from stream_helpers import delivered_from_file, wait_until
 from stream_registry.errors import ConfigError
 
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
+NO_STREAM = "mgstreams: error: name: no stream named 'nope'\n"
+
+
+def run(host, *args, env: dict | None = None):
+    """`mgstreams ARGS` in-process, talking to `host` through MGSTREAMS_URL."""
+    env = {"MGSTREAMS_URL": host.url, "MGSTREAMS_TOKEN": host.token or "", **(env or {})}
+    return CliRunner(env=env).invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def run_process(*args, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m mgstreams ARGS` as a child process."""
+    env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "mgstreams", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=60)
 
 
 @pytest.fixture
-def state_dir(tmp_path):
-    return tmp_path / "state"
-
-
-def run(state_dir, *args):
-    return CliRunner().invoke(cli, ["--state-dir", str(state_dir), *map(str, args)], catch_exceptions=False)
-
-
-@pytest.fixture
-def stream(kafka, state_dir, tmp_path):
-    """A 3-partition topic with 30 messages and a stream `orders` on it, created by another registry."""
+def stream(kafka, host, tmp_path):
+    """A 3-partition topic with 30 messages and a stream `orders` on it, created on the host through its API."""
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 30, partitions=3)
     out = tmp_path / "out.cypherl"
-    registry = StreamRegistry(state_dir, autostart=False)
-    registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, TRANSFORM, f"cypherl://{out}",
-                                 consumer_group=f"cli_{uuid.uuid4().hex[:8]}", batch_interval_ms=20,
-                                 configs={"sasl.password": "hunter2"}, credentials={"sasl.username": "ops"}))
-    registry.close()
+    with host.client() as client:
+        client.create(name="orders", topics=[topic], bootstrap_servers=kafka.bootstrap_servers, transform=TRANSFORM,
+                      sink=f"cypherl://{out}", consumer_group=f"cli_{uuid.uuid4().hex[:8]}", batch_interval_ms=20,
+                      configs={"sasl.password": "hunter2"}, credentials={"sasl.username": "ops"})
     return types.SimpleNamespace(topic=topic, out=out)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def test_help_lists_the_commands():
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for command in ("list", "describe", "set-offset", "history", "start", "stop", "drop", "kafka", "--state-dir"):
+    for command in ("serve", "list", "describe", "set-offset", "history", "start", "stop", "drop", "kafka",
+                    "--url", "MGSTREAMS_URL"):
         assert command in result.output
 
 
-def test_state_dir_comes_from_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("MGSTREAMS_STATE_DIR", str(tmp_path / "from-env"))
-    result = CliRunner().invoke(cli, ["list", "--json"])
-    assert result.exit_code == 0 and json.loads(result.stdout) == []
-    assert (tmp_path / "from-env").is_dir()
+def test_serve_help_documents_its_options():
+    result = CliRunner().invoke(cli, ["serve", "--help"])
+    assert result.exit_code == 0
+    for option in ("--state-dir", "--listen", "--token-file", "MGSTREAMS_TOKEN", "MGSTREAMS_STATE_DIR",
+                   "127.0.0.1:8765"):
+        assert option in result.output
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -73,88 +91,158 @@ def test_bad_json_spec_is_a_config_error():
         parse_spec_argument("{bad")
 
 
-@pytest.mark.parametrize("args", [("describe", "nope"), ("history", "nope"), ("set-offset", "nope", "-1"),
-                                  ("start", "nope"), ("stop", "nope"), ("drop", "nope")])
-def test_failures_exit_1_with_one_line(state_dir, args):
-    result = run(state_dir, *args)
+def test_failures_exit_1_with_one_line_and_usage_errors_exit_2(host):
+    for args in [("describe", "nope"), ("describe", "nope", "--json"), ("history", "nope"),
+                 ("set-offset", "nope", "-1"), ("start", "nope"), ("stop", "nope"), ("drop", "nope")]:
+        result = run(host, *args)
+        assert (result.exit_code, result.stdout, result.stderr) == (1, "", NO_STREAM), args
+    assert run(host, "describe").exit_code == 2
+    assert run(host, "set-offset", "orders").exit_code == 2
+    assert run(host, "set-offset", "orders", "0", "--timeout", "0").exit_code == 2
+    assert run(host, "set-offset", "orders", "0", "--timeout", "86400").exit_code == 2
+    assert run(host, "history", "orders", "--limit", "0").exit_code == 2
+    assert run(host, "no-such-command").exit_code == 2
+    assert run(host, "kafka", "--partitions-topic", "orders").exit_code == 2
+
+    # the same across a process boundary, with --url instead of the environment
+    result = run_process("--url", host.url, "start", "nope")
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", NO_STREAM)
+    assert run_process("--url", host.url, "start").returncode == 2
+
+
+def test_no_host_is_one_line_naming_the_url(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run_process("list", env={"MGSTREAMS_URL": url})
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == f"mgstreams: error: no mgstreams host at {url}: start one with `mgstreams serve`\n"
+    result = CliRunner().invoke(cli, ["--url", url, "describe", "orders"])
     assert result.exit_code == 1
-    assert result.stdout == ""
-    assert result.stderr == "mgstreams: error: name: no stream named 'nope'\n"
+    assert result.stderr == f"mgstreams: error: no mgstreams host at {url}: start one with `mgstreams serve`\n"
+    for bad in ("localhost:8765", "ftp://127.0.0.1:8765", "http://[::1"):
+        result = CliRunner().invoke(cli, ["--url", bad, "list"])
+        assert result.exit_code == 1 and result.stderr.startswith("mgstreams: error: url: "), result.stderr
+        assert repr(bad) in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_usage_errors_exit_2(state_dir):
-    assert run(state_dir, "describe").exit_code == 2
-    assert run(state_dir, "kafka", "--partitions-topic", "orders").exit_code == 2
+def test_the_token_comes_from_mgstreams_token(tmp_path):
+    host = HostProcess(tmp_path / "state", token=f"tok-{uuid.uuid4().hex}").start()
+    try:
+        denied = run_process("--url", host.url, "list", env={"MGSTREAMS_TOKEN": ""})
+        assert denied.returncode == 1
+        assert denied.stderr == ("mgstreams: error: authorization: a valid bearer token is required "
+                                 "(Authorization: Bearer ...)\n")
+        wrong = run_process("--url", host.url, "list", env={"MGSTREAMS_TOKEN": "wrong"})
+        assert wrong.returncode == 1 and "authorization" in wrong.stderr
+        allowed = run_process("--url", host.url, "list", "--json", env={"MGSTREAMS_TOKEN": host.token})
+        assert (allowed.returncode, json.loads(allowed.stdout)) == (0, [])
+        assert host.token not in denied.stderr + wrong.stderr + allowed.stdout + allowed.stderr
+    finally:
+        host.stop()
 
 
-def test_list_masks_secrets(stream, state_dir):
-    result = run(state_dir, "list")
+def test_list_masks_secrets(stream, host):
+    result = run(host, "list")
     assert result.exit_code == 0
     header, row = result.stdout.splitlines()
     assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK",
                               "ERROR"]
     assert row.split()[:3] == ["orders", "created", stream.topic]
-    [listed] = json.loads(run(state_dir, "list", "--json").stdout)
+    listed_json = run(host, "list", "--json").stdout
+    [listed] = json.loads(listed_json)
     assert listed["name"] == "orders" and listed["topics"] == [stream.topic] and listed["status"] == "created"
-    output = result.stdout + json.dumps(listed)
-    assert "hunter2" not in output and "ops" not in json.dumps(listed["credentials"])
+    assert listed["configs"] == {"sasl.password": "****"} and listed["credentials"] == {"sasl.username": "****"}
+    assert "hunter2" not in result.stdout + listed_json and "ops" not in json.dumps(listed["credentials"])
 
 
-def test_describe_table_json_and_watch(stream, state_dir):
-    result = run(state_dir, "describe", "orders")
+def test_describe_table_json_and_watch(stream, host):
+    result = run(host, "describe", "orders")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
                                 "LOG-END-OFFSET", "LAG", "ASSIGNED"]
     assert [line.split()[1:] for line in lines[1:]] == [[stream.topic, str(p), "-", "-", "0", "10", "-", "no"]
                                                         for p in range(3)]
-    rows = json.loads(run(state_dir, "describe", "orders", "--json").stdout)
+    assert {line.split()[0] for line in lines[1:]} == {json.loads(run(host, "list", "--json").stdout)[0]
+                                                       ["consumer_group"]}
+    rows = json.loads(run(host, "describe", "orders", "--json").stdout)
     assert [(r["partition"], r["log_end_offset"], r["committed_offset"]) for r in rows] == \
         [(p, 10, None) for p in range(3)]
-    watched = run(state_dir, "describe", "orders", "--watch", "--interval", "0.1", "--count", "2", "--json")
+    watched = run(host, "describe", "orders", "--watch", "--interval", "0.1", "--count", "2", "--json")
     assert watched.exit_code == 0
     assert [len(json.loads(line)) for line in watched.stdout.splitlines()] == [3, 3]
-    table = run(state_dir, "describe", "orders", "--watch", "--interval", "0.1", "--count", "1")
-    assert table.exit_code == 0 and "LOG-END-OFFSET" in table.stdout
+    table = run(host, "describe", "orders", "--watch", "--interval", "0.1", "--count", "1")
+    assert table.exit_code == 0 and "LOG-END-OFFSET" in table.stdout and "orders at " in table.stdout
 
 
-def test_set_offset_history_drop(stream, state_dir):
-    dry = run(state_dir, "set-offset", "orders", "5", "--dry-run", "--json")
+def test_set_offset_table_json_dry_run_and_bad_specs(stream, host):
+    dry = run(host, "set-offset", "orders", "5", "--dry-run", "--json")
     assert dry.exit_code == 0
     assert {(c["offset"], c["status"]) for c in json.loads(dry.stdout)} == {(5, "planned")}
-    result = run(state_dir, "set-offset", "orders", json.dumps({f"{stream.topic}:0": 7}), "--timeout", "5")
+    result = run(host, "set-offset", "orders", json.dumps({f"{stream.topic}:0": 7}), "--timeout", "5")
     assert result.exit_code == 0
     assert result.stdout.splitlines()[0].split() == ["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET",
                                                      "STATUS", "MESSAGE"]
     assert result.stdout.splitlines()[1].split()[:5] == [stream.topic, "0", "-", "7", "pending"]
-    assert run(state_dir, "set-offset", "orders", "-1").exit_code == 0       # -1: Memgraph's beginning
-    assert run(state_dir, "set-offset", "orders", '"-1"').exit_code == 1    # a shift: nothing committed yet
-    bad = run(state_dir, "set-offset", "orders", "sometime")
-    assert bad.exit_code == 1 and bad.stderr.startswith("mgstreams: error: offset: cannot parse 'sometime'")
+    assert len(result.stdout.splitlines()) == 2                               # only the partition named
+    assert run(host, "set-offset", "orders", "-1").exit_code == 0            # -1: Memgraph's beginning
 
-    assert json.loads(run(state_dir, "history", "orders", "--json").stdout) == []   # nothing applied yet
-    assert run(state_dir, "drop", "orders", "--json").stdout.strip() == \
-        json.dumps({"name": "orders", "status": "created", "error": None})
-    assert json.loads(run(state_dir, "list", "--json").stdout) == []
+    for spec, message in [('"-1"', "mgstreams: error: offset '-1': "),      # a shift: nothing committed yet
+                          ("sometime", "mgstreams: error: offset: cannot parse 'sometime'"),
+                          ("{bad", "mgstreams: error: SPEC: '{bad' is not valid JSON"),
+                          ('{"other_topic": 0}', "mgstreams: error: offset: unknown topic 'other_topic'")]:
+        bad = run(host, "set-offset", "orders", spec)
+        assert bad.exit_code == 1 and bad.stdout == "", spec
+        assert bad.stderr.startswith(message) and bad.stderr.count("\n") == 1, bad.stderr
+    assert json.loads(run(host, "history", "orders", "--json").stdout) == []   # nothing applied yet
 
 
-def test_start_runs_in_the_foreground_then_stops(stream, state_dir):
-    assert run(state_dir, "set-offset", "orders", "-1").exit_code == 0       # -1: Memgraph's beginning
-    started = run(state_dir, "start", "orders", "--duration", "7")  # the group assigns after ~3 s
+def test_start_history_stop_and_drop(stream, host):
+    assert run(host, "set-offset", "orders", "2").exit_code == 0
+    started = run(host, "start", "orders")
     assert started.exit_code == 0, started.stderr
-    assert started.stdout.splitlines()[0] in ("orders starting", "orders running")
-    assert started.stdout.splitlines()[-1] == "orders stopped"
-    assert len(delivered_from_file(stream.out)) == 30
+    assert started.stdout in ("orders starting\n", "orders running\n")
+    again = run(host, "start", "orders")
+    assert again.exit_code == 1 and again.stderr.startswith("mgstreams: error: name: stream 'orders' is already ")
+    wait_until(lambda: len(delivered_from_file(stream.out)) >= 24, timeout=60, what="24 messages in the sink")
+    assert sorted(o for _, _, o in delivered_from_file(stream.out)) == sorted(list(range(2, 10)) * 3)
 
-    history = json.loads(run(state_dir, "history", "orders", "--json").stdout)
-    assert sorted((h["partition"], h["offset"], h["status"]) for h in history) == [(p, 0, "applied")
+    history = json.loads(run(host, "history", "orders", "--json").stdout)
+    assert sorted((h["partition"], h["offset"], h["status"]) for h in history) == [(p, 2, "applied")
                                                                                   for p in range(3)]
-    table = run(state_dir, "history", "orders", "--limit", "1").stdout.splitlines()
+    table = run(host, "history", "orders", "--limit", "1").stdout.splitlines()
     assert table[0].split() == ["CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS"]
     assert len(table) == 2 and table[1].split()[0].endswith("Z")
-    committed = json.loads(run(state_dir, "describe", "orders", "--json").stdout)
-    assert [r["committed_offset"] for r in committed] == [10, 10, 10]
-    assert json.loads(run(state_dir, "drop", "orders", "--json").stdout)["status"] == "stopped"
+    wait_until(lambda: [r["committed_offset"] for r in json.loads(run(host, "describe", "orders", "--json").stdout)]
+               == [10, 10, 10], what="offsets committed")
+    assert json.loads(run(host, "list", "--json").stdout)[0]["status"] == "running"
+
+    assert run(host, "stop", "orders").stdout == "orders stopped\n"
+    assert json.loads(run(host, "stop", "orders", "--json").stdout) == \
+        {"name": "orders", "status": "stopped", "error": None}                # idempotent
+    assert run(host, "drop", "orders", "--json").stdout.strip() == \
+        json.dumps({"name": "orders", "status": "stopped", "error": None})
+    assert json.loads(run(host, "list", "--json").stdout) == []
+    assert run(host, "describe", "orders").stderr == "mgstreams: error: name: no stream named 'orders'\n"
+
+
+def test_serve_takes_its_state_dir_from_the_environment(tmp_path):
+    state = tmp_path / "from-env"
+    process = subprocess.Popen([sys.executable, "-m", "mgstreams", "serve", "--listen", "127.0.0.1:0"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                               env={**os.environ, "MGSTREAMS_STATE_DIR": str(state), "MGSTREAMS_TOKEN": ""})
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("mgstreams host serving at http://127.0.0.1:") and f"state: {state}" in line
+        assert (state / "host.lock").is_file()
+        url = line.split()[4]
+        listed = run_process("--url", url, "list", "--json")
+        assert (listed.returncode, json.loads(listed.stdout)) == (0, [])
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_optional_backfill_command_attaches(monkeypatch):

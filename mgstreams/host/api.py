@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
-from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound
+from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound, StreamStateError
 
 from ..wire import to_json
 from .metrics import registry_metrics
@@ -35,6 +35,7 @@ CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "co
                  "batch_interval_ms", "configs", "credentials")
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
 DEFAULT_TIMEOUT_MS = 10_000
+MAX_TIMEOUT_MS = 3_600_000
 
 
 class BadRequest(ConfigError):
@@ -56,7 +57,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         body.setdefault("sink", default_sink)
         body["transform"] = body.get("transform") or DEFAULT_TRANSFORM
         body["consumer_group"] = body.get("consumer_group") or None
-        return await _call(lambda: registry.create(StreamConfig(**body)), status=201)
+        return await _call(lambda: create_stream(registry, StreamConfig(**body)), status=201)
 
     async def get(request: Request) -> Response:
         return await _call(lambda: registry.get(_name(request)))
@@ -76,8 +77,9 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
     async def set_offset(request: Request) -> Response:
         body = await _body(request, OFFSET_FIELDS, required=("offset",))
         timeout_ms = body.get("timeout_ms", DEFAULT_TIMEOUT_MS)
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0:
-            raise BadRequest(f"timeout_ms: must be a positive number of milliseconds, got {timeout_ms!r}")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+            raise BadRequest(f"timeout_ms: must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS}, "
+                             f"got {timeout_ms!r}")
         dry_run = body.get("dry_run", False)
         if not isinstance(dry_run, bool):
             raise BadRequest(f"dry_run: must be true or false, got {dry_run!r}")
@@ -113,6 +115,16 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         StreamError: _stream_error, 404: _not_found, 405: _not_allowed, Exception: _internal_error})
 
 
+def create_stream(registry: StreamRegistry, config: StreamConfig):
+    """Create, with a name already taken being a conflict (409, as in Kafka Connect), not bad input."""
+    config.validate()
+    try:
+        registry.get(config.name)
+    except StreamNotFound:
+        return registry.create(config)
+    raise StreamStateError(f"name: a stream named {config.name!r} already exists")
+
+
 # -- request parts ----------------------------------------------------------------------
 def _name(request: Request) -> str:
     return request.path_params["name"]
@@ -124,6 +136,8 @@ async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str,
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"body: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("body: not valid JSON: nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest(f"body: expected a JSON object, got {type(body).__name__}")
     unknown = sorted(set(body) - set(allowed))
@@ -171,7 +185,11 @@ async def _not_found(request: Request, exc: Exception) -> Response:
 
 
 async def _not_allowed(request: Request, exc: Exception) -> Response:
-    return _error(f"method: {request.method} is not allowed on {request.url.path}", 405)
+    allow = ", ".join(sorted({method for route in request.app.router.routes
+                              if isinstance(route, Route) and route.path_regex.match(request.scope["path"])
+                              for method in route.methods or ()}))
+    return _error(f"method: {request.method} is not allowed on {request.url.path} (allowed: {allow})", 405,
+                  {"Allow": allow})
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -180,11 +198,12 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
 
 
 def _require_token(token: str) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     async def dispatch(request: Request, call_next) -> Response:
-        given = request.headers.get("authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # compare_digest runs in constant time for any input; the scheme is case-insensitive (RFC 9110)
+        if not hmac.compare_digest(given.strip().encode(), expected) or scheme.lower() != "bearer":
             return _error("authorization: a valid bearer token is required (Authorization: Bearer ...)", 401,
                           {"WWW-Authenticate": 'Bearer realm="mgstreams"'})
         return await call_next(request)

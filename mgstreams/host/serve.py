@@ -8,11 +8,14 @@ batch, commits and leaves its group, and the process exits 0.
 """
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +101,49 @@ def bind(listen: Listen) -> socket.socket:
     return sock
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server with the signals left to `Shutdown`.
+
+    uvicorn's own handling re-raises SIGTERM once it stops serving: the process
+    would die by the signal (exit -15) before the registry commits and closes.
+    """
+
+    def capture_signals(self):
+        return contextlib.nullcontext()
+
+
+class Shutdown:
+    """SIGTERM/SIGINT over the host's whole life: stop serving; the registry closes; exit 0.
+
+    A signal that arrives before the server runs (while streams resume) makes it
+    stop as soon as it starts; a second SIGINT forces uvicorn to drop open
+    connections.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._server: uvicorn.Server | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> "Shutdown":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def attach(self, server: uvicorn.Server) -> None:
+        self._server = server
+        server.should_exit = server.should_exit or self.requested
+
+    def _handle(self, sig: int, frame) -> None:
+        self.requested = True
+        if self._server is not None:
+            self._server.handle_exit(sig, frame)
+
+
 def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token: str | None = None,
           default_sink: str | None = None, ready=print) -> None:
     """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves."""
@@ -105,18 +151,21 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     if not listen.loopback and not token:
         raise ConfigError(f"listen: {listen_text!r} is not a loopback address; a token is required "
                           f"(--token-file FILE or ${TOKEN_ENV})")
-    registry = StreamRegistry(state_dir, holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
-    try:
-        sock = bind(listen)
-        host, port = sock.getsockname()[:2]
-        url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-        app = create_app(registry, token=token,
-                         default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                               timeout_graceful_shutdown=15))
-        ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-              f"{len(registry.list())} stream(s))")
-        server.run(sockets=[sock])
-    finally:
-        registry.close()
+    with Shutdown() as shutdown:
+        registry = StreamRegistry(state_dir,
+                                  holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
+        try:
+            sock = bind(listen)
+            host, port = sock.getsockname()[:2]
+            url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+            app = create_app(registry, token=token,
+                             default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK)
+            server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                                            timeout_graceful_shutdown=15))
+            shutdown.attach(server)
+            ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
+                  f"{len(registry.list())} stream(s))")
+            server.run(sockets=[sock])
+        finally:
+            registry.close()
     log.info("host stopped: every stream closed")
