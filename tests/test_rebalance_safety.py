@@ -69,3 +69,39 @@ def test_messages_of_a_partition_revoked_mid_batch_are_not_written_or_committed(
         if other is not None:
             other.close()
         registry.close()
+
+
+def test_a_move_whose_commit_fails_is_pending_with_the_kafka_error_then_applied(kafka, embedded_kafka, tmp_path,
+                                                                                memory_sinks):
+    """A change is `applied` only once its commit succeeded; until then the row says why, and the
+    commit is retried until it goes through (issue 10, defect 2)."""
+    from confluent_kafka import KafkaError
+
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 20, partitions=1)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
+                                     "memory://out", consumer_group=f"g_{topic}", batch_interval_ms=20,
+                                     configs=FAST_GROUP))
+        registry.start("orders")
+        wait_until(lambda: len(memory_sinks["out"].delivered()) == 20, 30, what="the first 20 messages")
+        wait_until(lambda: registry.describe("orders")[0].committed_offset == 20, 10, what="commit of 20")
+        embedded_kafka.push_request_errors("OffsetCommit", *[KafkaError.OFFSET_METADATA_TOO_LARGE] * 400)
+        try:
+            started = time.monotonic()
+            [change] = registry.set_offset("orders", 5, timeout=5)
+            assert time.monotonic() - started < 3, "a commit error that retrying cannot fix returns at once"
+            assert change.status.value == "pending", change
+            assert "committing the new offset failed" in change.message, change.message
+            assert "OFFSET_METADATA_TOO_LARGE" in change.message, "the Kafka error code is named"
+            assert registry.history("orders") == [], "nothing is recorded as applied while the commit fails"
+        finally:
+            embedded_kafka.clear_request_errors("OffsetCommit")
+        wait_until(lambda: registry.history("orders"), 15, what="the retried commit")
+        [entry] = registry.history("orders")
+        assert (entry.offset, entry.status.value) == (5, "applied")
+        offsets = [o for _, _, o in memory_sinks["out"].delivered()]
+        assert offsets[20:] == list(range(5, 20)), "redelivered from exactly the new offset"
+    finally:
+        registry.close()

@@ -179,9 +179,9 @@ class StreamRegistry:
             positions = worker.snapshot()[1] if worker else {}
             snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions)
             resolved = resolve(spec, snapshots, query.offsets_for_times, running=worker is not None)
-            failed = [r.message for r in resolved if r.failed]
-            if failed:
-                raise OffsetSpecError(f"offset {offset!r}: " + "; ".join(failed))
+            unresolved = [r.message for r in resolved if r.failed]
+            if unresolved:
+                raise OffsetSpecError(f"offset {offset!r}: " + "; ".join(unresolved))
             plan = {(r.topic, r.partition): r for r in resolved}
             if dry_run:
                 return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
@@ -190,7 +190,7 @@ class StreamRegistry:
             offsets = {tp: r.offset for tp, r in plan.items()}
             stream.clamped = {tp for tp, r in plan.items() if r.clamped}
             self._store.set_pending(name, offsets)
-            applied = worker.request_offsets(offsets, deadline - time.monotonic()) if worker else {}
+            applied, failed = worker.request_offsets(offsets, deadline - time.monotonic()) if worker else ({}, {})
         changes = []
         for tp, r in plan.items():
             if tp in applied:
@@ -198,8 +198,8 @@ class StreamRegistry:
                 changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, status, r.message))
             else:
                 why = ("stream is not running; applied at the first assignment after start" if worker is None
-                       else "not assigned to this stream's consumer yet (rebalance pending); "
-                            "applied when the group assigns it")
+                       else failed.get(tp) or "not assigned to this stream's consumer yet (rebalance pending); "
+                                              "applied when the group assigns it")
                 changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
                                             ChangeStatus.PENDING, "; ".join(m for m in (r.message, why) if m)))
         return changes

@@ -36,6 +36,14 @@ log = logging.getLogger("mgstreams.worker")
 TP = tuple[str, int]
 CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
+COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
+CONFIRM_RETRY_S = 0.5       # between retries of a move whose commit failed
+# Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
+NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+                        KafkaError.REBALANCE_IN_PROGRESS, KafkaError._STATE, KafkaError._NO_OFFSET})
+RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                              KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
+                              KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
 FETCH_WAIT_MAX_MS = 20      # librdkafka's default is 500; users may override it in configs
 
 
@@ -59,18 +67,29 @@ class AppliedOffset:
 
 
 class _OffsetRequest:
-    """An offset change waiting for its partitions to be applied."""
+    """An offset change waiting for its partitions to be applied (committed), or failing to be."""
 
     def __init__(self, offsets: Mapping[TP, int]):
         self.offsets = dict(offsets)
         self.applied: dict[TP, AppliedOffset] = {}
+        self.failed: dict[TP, str] = {}
         self.done = threading.Event()
 
     def mark(self, tp: TP, change: AppliedOffset) -> None:
         if self.offsets.get(tp) == change.offset:
             self.applied[tp] = change
-            if len(self.applied) == len(self.offsets):
-                self.done.set()
+            self.failed.pop(tp, None)
+            self._check()
+
+    def fail(self, offsets: Mapping[TP, int], reason: str) -> None:
+        for tp, offset in offsets.items():
+            if self.offsets.get(tp) == offset and tp not in self.applied:
+                self.failed[tp] = reason
+        self._check()
+
+    def _check(self) -> None:
+        if len(self.applied) + len(self.failed) >= len(self.offsets):
+            self.done.set()
 
 
 class StreamWorker:
@@ -97,6 +116,8 @@ class StreamWorker:
         self._assigned: set[TP] = set()
         self._positions: dict[TP, int] = {}
         self._batch: list = []   # the batch being collected (poll thread)
+        self._unconfirmed: dict[TP, int] = {}   # moved, but the commit failed: retried
+        self._next_confirm = 0.0
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
         self.status = StreamStatus.CREATED
@@ -133,12 +154,16 @@ class StreamWorker:
         with self._state_lock:
             return set(self._assigned), dict(self._positions), dict(self._pending)
 
-    def request_offsets(self, offsets: Mapping[TP, int], timeout: float) -> dict[TP, AppliedOffset]:
-        """Hand offsets to the poll thread; wait until applied or timeout. Returns the applied ones."""
+    def request_offsets(self, offsets: Mapping[TP, int], timeout: float
+                        ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]:
+        """Hand offsets to the poll thread; wait until each is applied or failed, or the timeout.
+
+        Returns (applied, failed with the reason); the rest are still pending.
+        """
         request = _OffsetRequest(offsets)
         self._control.put(request)
         request.done.wait(max(timeout, 0.0))
-        return dict(request.applied)
+        return dict(request.applied), dict(request.failed)
 
     # -- the poll thread ----------------------------------------------------
     def _run(self) -> None:
@@ -153,6 +178,7 @@ class StreamWorker:
         try:
             while not self._stop.is_set():
                 self._drain_control()
+                self._confirm_moves()
                 batch = self._collect_batch()
                 if batch and not self._process(batch):
                     return  # went to ERROR; consumer already closed
@@ -238,7 +264,11 @@ class StreamWorker:
         next_offsets: dict[TP, int] = {}
         for m in batch:
             next_offsets[(m.topic(), m.partition())] = m.offset() + 1
-        self._commit(next_offsets)
+        if self._commit(next_offsets) is None:
+            # A move whose own commit failed is committed now, past its offset: it is applied.
+            carried = {tp: self._unconfirmed[tp] for tp in next_offsets if tp in self._unconfirmed}
+            if carried:
+                self._record_applied(carried)
         with self._state_lock:
             self._positions.update(next_offsets)
         return True
@@ -254,10 +284,16 @@ class StreamWorker:
         with self._state_lock:
             self._positions.update(first)
 
-    def _commit(self, offsets: Mapping[TP, int], deadline_s: float = 10.0) -> None:
-        """Synchronous commit, retried on transient errors (coordinator moves, rebalances)."""
+    def _commit(self, offsets: Mapping[TP, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
+        """Synchronous commit; None when it succeeded, else the Kafka error as text.
+
+        Transient errors (a coordinator moving) are retried until the deadline.
+        Errors only a poll can fix (the group is rebalancing, this member's
+        generation is stale) return at once: retrying them here would stall the
+        poll thread, often inside a rebalance callback.
+        """
         if not offsets:
-            return
+            return None
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         deadline = time.monotonic() + deadline_s
         while True:
@@ -265,13 +301,15 @@ class StreamWorker:
                 result = self._consumer.commit(offsets=tps, asynchronous=False)
                 failed = [tp for tp in result or [] if tp.error is not None]
                 if not failed:
-                    return
+                    return None
                 raise KafkaException(failed[0].error)
             except KafkaException as exc:
-                if time.monotonic() >= deadline:
-                    log.warning("stream %s: commit failed, offsets will be redelivered: %s",
-                                self.config.name, self._redact(exc))
-                    return
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                reason = self._redact(f"{error.name()}: {error.str()}" if error is not None else exc)
+                if error is None or error.code() in NEEDS_POLL or time.monotonic() >= deadline or \
+                        not (error.retriable() or error.code() in RETRIABLE_COMMIT):
+                    log.warning("stream %s: commit failed: %s", self.config.name, reason)
+                    return reason
                 time.sleep(COMMIT_RETRY_S)
 
     # -- offset changes (poll thread) -----------------------------------------
@@ -317,12 +355,29 @@ class StreamWorker:
         return out
 
     def _finish_applied(self, offsets: Mapping[TP, int]) -> None:
-        """Commit the new offsets, update positions, resolve waiting requests, report."""
-        self._commit(offsets)
+        """Commit moved partitions; a change is applied only once its commit succeeded.
+
+        A move whose commit failed stays pending (the position already moved, the
+        group's offset did not): waiting requests learn why, and the commit is
+        retried between batches until it succeeds or the partition is revoked.
+        """
         self._moved = True
+        error = self._commit(offsets)
+        if error is not None:
+            self._unconfirmed.update(offsets)
+            self._next_confirm = time.monotonic() + CONFIRM_RETRY_S
+            for request in self._requests:
+                request.fail(offsets, f"moved, but committing the new offset failed ({error}); "
+                                      "retried until it succeeds")
+            return
+        self._record_applied(offsets)
+
+    def _record_applied(self, offsets: Mapping[TP, int]) -> None:
+        """The moves are committed: update positions, resolve waiting requests, report."""
         changes = []
         with self._state_lock:
             for tp, offset in offsets.items():
+                self._unconfirmed.pop(tp, None)
                 previous = self._positions.get(tp)
                 self._positions[tp] = offset
                 if self._pending.get(tp) == offset:
@@ -333,6 +388,14 @@ class StreamWorker:
                 request.mark((change.topic, change.partition), change)
         self._requests = [r for r in self._requests if not r.done.is_set()]
         self._on_applied(changes)
+
+    def _confirm_moves(self) -> None:
+        """Retry the commit of moves whose commit failed (poll thread, between batches)."""
+        if self._unconfirmed and time.monotonic() >= self._next_confirm:
+            held = {tp: o for tp, o in self._unconfirmed.items() if tp in self._assigned}
+            self._unconfirmed = dict(held)
+            if held:
+                self._finish_applied(held)
 
     # -- rebalance callbacks (poll thread, inside consume()) ---------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
