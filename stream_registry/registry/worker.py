@@ -67,7 +67,11 @@ class AppliedOffset:
 
 
 class _OffsetRequest:
-    """An offset change waiting for its partitions to be applied (committed), or failing to be."""
+    """An offset change waiting for its partitions to be applied (committed).
+
+    A failed commit is retried; its error is kept so that a caller whose timeout
+    runs out first is told why the partition is still pending.
+    """
 
     def __init__(self, offsets: Mapping[TP, int]):
         self.offsets = dict(offsets)
@@ -79,17 +83,13 @@ class _OffsetRequest:
         if self.offsets.get(tp) == change.offset:
             self.applied[tp] = change
             self.failed.pop(tp, None)
-            self._check()
+            if len(self.applied) == len(self.offsets):
+                self.done.set()
 
     def fail(self, offsets: Mapping[TP, int], reason: str) -> None:
         for tp, offset in offsets.items():
             if self.offsets.get(tp) == offset and tp not in self.applied:
                 self.failed[tp] = reason
-        self._check()
-
-    def _check(self) -> None:
-        if len(self.applied) + len(self.failed) >= len(self.offsets):
-            self.done.set()
 
 
 class StreamWorker:
@@ -156,14 +156,16 @@ class StreamWorker:
 
     def request_offsets(self, offsets: Mapping[TP, int], timeout: float
                         ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]:
-        """Hand offsets to the poll thread; wait until each is applied or failed, or the timeout.
+        """Hand offsets to the poll thread; wait until all are applied or the timeout.
 
-        Returns (applied, failed with the reason); the rest are still pending.
+        Returns (applied, the last commit error of those whose commit keeps failing);
+        the rest are still pending (not assigned yet).
         """
         request = _OffsetRequest(offsets)
         self._control.put(request)
         request.done.wait(max(timeout, 0.0))
-        return dict(request.applied), dict(request.failed)
+        applied = dict(request.applied)
+        return applied, {tp: why for tp, why in dict(request.failed).items() if tp not in applied}
 
     # -- the poll thread ----------------------------------------------------
     def _run(self) -> None:
