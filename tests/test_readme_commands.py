@@ -1,4 +1,4 @@
-"""Every command in README.md's fenced code blocks is run or checked here (issue 6).
+"""Every command in README.md's fenced code blocks is run or checked here (issues 6 and 9).
 
 The README is parsed, not copied: each command of a ```bash, ```cypher or
 ```python block is matched by one rule below, and a command no rule handles
@@ -7,65 +7,94 @@ fails `test_every_readme_command_has_a_rule`, so the README stays honest.
 Run for real (on fresh embedded Kafka clusters holding the README's topic
 `orders` literally; each test gets its own cluster because librdkafka's mock
 cluster does not act on LeaveGroup, so a second `mgstreams_orders` group member
-would wait ~45 s for the first one's session to expire):
+would wait ~45 s for the first one's session to expire), against real stream
+hosts (`mgstreams serve` child processes, tests/host_helpers.py):
 
-- `mgstreams ...`: through click's CliRunner, each `[--optional]` group both
-  left out and given; DIR is a temporary state directory (also given as
-  $MGSTREAMS_STATE_DIR, the documented default), `--watch` gets `--count 1` so
-  it ends, `start` gets a short `--duration`. `mgstreams kafka` runs the
-  installed entry point in a subprocess and is stopped with SIGTERM.
+- `mgstreams serve ...`: the installed console script, each `[--optional]` group
+  both left out and given, with DIR, /var/lib/mgstreams and FILE as temporary
+  paths, HOST:PORT as 127.0.0.1:0, URI a cypherl file; $MGSTREAMS_STATE_DIR (the
+  documented default) points at a temporary directory. The default listen
+  address is kept when 127.0.0.1:8765 is free, else `--listen 127.0.0.1:0` is
+  added (another program on this shared machine may hold the port). Each host
+  must answer /health (with its token, 401 without), honour `--default-sink`,
+  and exit 0 on SIGTERM.
+- `mgstreams ...` (the operator CLI): through click's CliRunner with
+  $MGSTREAMS_URL set to a host holding the README's `orders` stream (created
+  through the API); `--watch` gets `--count 1` so it ends; `--url http://db1:8765`
+  names the test host while $MGSTREAMS_URL names a closed port. `mgstreams kafka`
+  runs the installed entry point and is stopped with SIGTERM.
+- `curl ...`: run by bash with the README's `export MGSTREAMS_URL=...` adapted to
+  a host's URL, `localhost:9092` to the embedded cluster, /tmp/orders.cypherl to
+  a temporary file, and `-w '\\n%{http_code}'` appended to read the status; each
+  must exit 0 with the documented status and JSON. The bearer-token line runs
+  against a host started with the token that the README's
+  `export MGSTREAMS_TOKEN=$(openssl rand -hex 24)` line made in bash.
 - `mgstreams backfill ...`: the `--dry-run` line as written; the two others
   through Spark (the shared local session), with host names and paths adapted.
   The Bolt sink of the `--topics` line is replaced by a cypherl directory: there
   is no Memgraph here, and a refused Bolt connection is retried 5 times with
   backoff (~40 s with Spark) before the one-line error.
 - ```cypher```: `CALL streams.*` and `CALL mg.*` statements through the `_mgp`
-  test backend (tests/mgp_backend), with `kafka:29092` adapted and the default
-  `bolt://localhost:7687` sink served by an in-memory recorder.
+  test backend (tests/mgp_backend) loading query_modules/streams.py, pointed at
+  a real host ($MGSTREAMS_URL), with `kafka:29092` adapted and the default sink
+  ($MGSTREAMS_DEFAULT_SINK, read when the module is imported) a cypherl file: the
+  statements it holds are what `MATCH (m:KafkaMessage)` would find.
 - ```python```: exec'ed with the bootstrap servers, paths (and `spark`, the
   shared session) adapted.
 - `zip -r ...`: run for real into a temporary directory.
 
 Checked statically, because this machine has no Docker engine, no Memgraph,
-no `mgconsole` and no Spark cluster: `docker compose ...` (services, profile,
-build section, the pinned `apache/kafka` image whose scripts live in
-/opt/kafka/bin), `mgconsole < demo-out/...` (the demo writes those files;
-tests/test_demo_e2e.py runs the demo), `make demo` / `make test` (the Makefile
-targets; not run here: test_demo_e2e.py runs the demo, and `make test` is this
-suite), `spark-submit ... spark_bridge/backfill_main.py ARGS` (the script runs
-with the same ARGS plus `--dry-run`, which plans against the cluster without
-Spark), `export PYSPARK_PYTHON=...`, and `.venv/bin/python bench/*.py` (exist,
-`--help` exits 0; tests/test_bench_smoke.py runs benches small).
+no `mgconsole`, no root and no Spark cluster: `docker compose ...` (services,
+profile, build sections, the pinned `apache/kafka` image whose scripts live in
+/opt/kafka/bin, the host service the in-container CLI talks to),
+`sudo cp query_modules/streams.py ...` (the file exists and imports only the
+standard library and `mgp`: it is imported by a Python without site-packages),
+`export MGSTREAMS_URL=...` (the host's default address; the curl lines use it),
+`mgconsole < demo-out/...` (the demo writes those files; tests/test_demo_e2e.py
+runs the demo), `make demo` / `make test` (the Makefile targets; not run here:
+test_demo_e2e.py runs the demo, and `make test` is this suite),
+`spark-submit ... mgstreams/backfill_main.py ARGS` (the script runs with the same
+ARGS plus `--dry-run`, which plans against the cluster without Spark),
+`export PYSPARK_PYTHON=...`, and `.venv/bin/python bench/*.py` (exist, `--help`
+exits 0; tests/test_bench_smoke.py runs benches small).
 """
 from __future__ import annotations
 
-import datetime
+import ast
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from stream_registry import StreamConfig, StreamRegistry
+from host_helpers import HostProcess
 from mgstreams.cli import _attach_optional_commands, cli
 from mgstreams.embedded_kafka import EmbeddedKafka
+from mgstreams.host.serve import DEFAULT_LISTEN, DEFAULT_URL
+from stream_registry import StreamConfig, StreamRegistry
+from stream_registry.errors import StreamStateError
+from stream_helpers import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions
+MERGE_MESSAGES = "stream_registry.builtin_transformations.merge_messages"
 
 _attach_optional_commands()   # `mgstreams backfill`, as the console script does
 
@@ -139,8 +168,13 @@ SHELL_RULES = {
     "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole( --import-mode=batched-parallel)? "
                  r"< demo-out/\S+\.cypherl$|^cat demo-out/\S+ \| mgconsole --import-mode=batched-parallel$",
     "docker": r"^docker compose (?!exec -T memgraph mgconsole <)",
+    "serve": r"^mgstreams serve( |$)",
     "backfill": r"^mgstreams backfill ",
-    "mgstreams": r"^mgstreams (?!backfill )",
+    "mgstreams": r"^mgstreams (?!backfill |serve( |$))",
+    "curl": r"^curl ",
+    "export-token": r"^export MGSTREAMS_TOKEN=\$\(openssl rand -hex 24\)$",
+    "export-url": r"^export MGSTREAMS_URL=http://[\w.-]+:\d+$",
+    "install-module": r"^sudo cp query_modules/streams\.py /\S+/$",
     "export": r"^export PYSPARK_PYTHON=\$\(pwd\)/\.venv/bin/python$",
     "spark-submit": r"^spark-submit ",
     "zip": r"^zip -r \S+\.zip( \S+)+$",
@@ -166,10 +200,12 @@ def test_every_readme_command_has_a_rule():
     unclaimed += [s for s in cypher_statements() if sum(bool(re.search(r, s)) for r in CYPHER_RULES.values()) != 1]
     unclaimed += [b for b in python_blocks() if sum(marker in b for marker in PYTHON_RULES.values()) != 1]
     assert not unclaimed, f"README commands no rule of {__name__} checks (add one): {unclaimed}"
-    assert len(shell_commands()) >= 25 and len(cypher_statements()) >= 12, "the README parser lost commands"
+    assert len(shell_commands()) >= 45 and len(cypher_statements()) >= 12 and len(python_blocks()) == 2, \
+        "the README parser lost commands"
+    assert all(shell(kind) for kind in SHELL_RULES), [kind for kind in SHELL_RULES if not shell(kind)]
 
 
-# -- an embedded cluster with the README's topics ------------------------------------------
+# -- an embedded cluster with the README's topics, hosts ------------------------------------
 def transfer(i: int) -> bytes:
     """Demo-shaped payloads: `transfers.transfer` (the Python API example's transform) can read them."""
     return json.dumps({"transfer_id": f"t{i}", "from": f"acc{i % 7}", "to": f"acc{(i + 3) % 7}",
@@ -185,23 +221,41 @@ def cluster():
         for i in range(PER_PARTITION * PARTITIONS):
             producer.produce("orders", value=transfer(i), partition=i % PARTITIONS)
         assert producer.flush(30) == 0
+        del producer
         yield kafka
+
+
+@pytest.fixture(autouse=True)
+def no_outer_token(monkeypatch):
+    """Hosts and clients here get a token only where a test gives one."""
+    monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)
 
 
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
-    """The registry's state; also $MGSTREAMS_STATE_DIR, the README's default for DIR."""
+    """A state directory; also $MGSTREAMS_STATE_DIR, the README's default for `--state-dir`."""
     directory = tmp_path / "state"
     monkeypatch.setenv("MGSTREAMS_STATE_DIR", str(directory))
     return directory
 
 
-def create_orders_stream(cluster, state_dir, out: Path) -> None:
-    registry = StreamRegistry(state_dir, autostart=False)
-    registry.create(StreamConfig("orders", ["orders"], cluster.bootstrap_servers,
-                                 "stream_registry.builtin_transformations.merge_messages", f"cypherl://{out}",
-                                 batch_interval_ms=20))
-    registry.close()
+@pytest.fixture
+def orders_host(cluster, tmp_path):
+    """A host (its own state directory) on the cluster; stopped with SIGTERM after the test."""
+    process = HostProcess(tmp_path / "host-state").start()
+    yield process
+    process.stop()
+
+
+def caught_up(host: HostProcess, name: str = "orders") -> bool:
+    with host.client() as client:
+        return all(r.committed_offset == r.log_end_offset for r in client.describe(name))
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run_cli(args: list[str]):
@@ -218,48 +272,159 @@ def variants(command: str) -> list[str]:
     return [without] if without == with_all else [without, with_all]
 
 
-def cli_args(command: str, state_dir: Path) -> list[str]:
-    args = shlex.split(command)[1:]
-    args = [str(state_dir) if a == "DIR" else a for a in args]
-    if "--duration" in args:
-        args[args.index("--duration") + 1] = "4"       # S: the group assigns after ~0.2 s here
-    if "--watch" in args and "--count" not in args:
-        args += ["--count", "1"]                       # --watch refreshes until Ctrl-C otherwise
-    return args
+def console_script() -> str:
+    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable)) or shutil.which("mgstreams")
+    assert executable, "the console script `mgstreams` is installed with the package"
+    return executable
 
 
-# -- mgstreams ------------------------------------------------------------------------------
-def test_mgstreams_cli_commands(cluster, state_dir, tmp_path):
+# -- mgstreams serve -------------------------------------------------------------------------
+def port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the host binds
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def read_line(process: subprocess.Popen, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.1)
+        if ready:
+            return process.stdout.readline().decode()
+        if process.poll() is not None:
+            return ""
+    return ""
+
+
+DEFAULT_HOST, DEFAULT_PORT = DEFAULT_LISTEN.rsplit(":", 1)
+
+
+def start_serve(args: list[str], env: dict, work: Path) -> tuple[subprocess.Popen, str, list[str], Path]:
+    """The installed `mgstreams` with `args`; returns the process, its ready line, the args it got, its log."""
+    for attempt in range(2):
+        if "--listen" not in args and (attempt or not port_free(DEFAULT_HOST, int(DEFAULT_PORT))):
+            args = [*args, "--listen", "127.0.0.1:0"]   # the default port is taken on this shared machine
+        log = work / f"serve-{attempt}.log"
+        with open(log, "wb") as stderr:
+            process = subprocess.Popen([console_script(), *args], stdout=subprocess.PIPE, stderr=stderr, env=env,
+                                       cwd=work)
+        line = read_line(process, 30)
+        if line:
+            return process, line, args, log
+        code = process.wait(30) if process.poll() is None else process.returncode
+        process.stdout.close()
+        if "--listen" in args or code != 1 or "cannot bind" not in log.read_text():
+            raise AssertionError(f"mgstreams {shlex.join(args)}: exit {code} before serving: {log.read_text()}")
+        # someone took the default port between the probe and the bind: once more on a free port
+    raise AssertionError("unreachable")
+
+
+def test_mgstreams_serve_commands(tmp_path, kafka):
+    """Each `mgstreams serve` line serves (/health), honours its options and exits 0 on SIGTERM."""
+    commands = shell("serve")
+    assert len(commands) == 2
+    topic = kafka.new_topic(partitions=1)
+    ran = []
+    for command in commands:
+        for variant in variants(command):
+            work = tmp_path / f"serve{len(ran)}"
+            work.mkdir()
+            token = f"token-{len(ran)}-{os.getpid()}"
+            (work / "token").write_text(token + "\n")
+            default_sink = work / "default.cypherl"
+            placeholders = {"/var/lib/mgstreams": str(work / "var-lib-mgstreams"), "DIR": str(work / "state"),
+                            "HOST:PORT": "127.0.0.1:0", "FILE": str(work / "token"),
+                            "URI": f"cypherl://{default_sink}"}
+            args = [placeholders.get(a, a) for a in shlex.split(variant)[1:]]
+            assert args[0] == "serve" and not set(args) & {"DIR", "HOST:PORT", "FILE", "URI"}, args
+            env = {**os.environ, "MGSTREAMS_STATE_DIR": str(work / "env-state")}   # the documented default
+            env.pop("MGSTREAMS_DEFAULT_SINK", None)
+            state = Path(args[args.index("--state-dir") + 1]) if "--state-dir" in args \
+                else Path(env["MGSTREAMS_STATE_DIR"])
+            process, line, args, log = start_serve(args, env, work)
+            try:
+                match = re.search(r"serving at (http://\S+) \(state: (.+?), \d+ stream", line)
+                assert match, f"mgstreams {shlex.join(args)}: {line!r}"
+                url = match.group(1)
+                assert Path(match.group(2)) == state.resolve() and state.is_dir(), line
+                if "--listen" not in args:
+                    assert url == DEFAULT_URL
+                headers = {"Authorization": f"Bearer {token}"} if "--token-file" in args else {}
+                with httpx.Client(base_url=url, headers=headers, timeout=30) as api:
+                    health = api.get("/health")
+                    assert (health.status_code, health.json()) == (200, {"status": "ok"}), health.text
+                    if headers:
+                        assert httpx.get(f"{url}/health", timeout=30).status_code == 401
+                    if "--default-sink" in args:
+                        created = api.post("/streams", json={"name": "orders", "topics": [topic],
+                                                             "bootstrap_servers": kafka.bootstrap_servers})
+                        assert created.status_code == 201, created.text
+                        assert created.json()["sink"] == f"cypherl://{default_sink}"
+                process.send_signal(signal.SIGTERM)
+                assert process.wait(timeout=30) == 0, log.read_text()
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+                process.stdout.close()
+            ran.append(variant)
+    assert "mgstreams serve" in ran and any("--token-file" in v and "--default-sink" in v for v in ran), ran
+
+
+# -- mgstreams (the operator CLI) -------------------------------------------------------------
+def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
     out = tmp_path / "orders.cypherl"
-    create_orders_stream(cluster, state_dir, out)
+    with orders_host.client() as client:
+        client.create(name="orders", topics=["orders"], bootstrap_servers=cluster.bootstrap_servers,
+                      transform=MERGE_MESSAGES, sink=f"cypherl://{out}", batch_interval_ms=20)
+    monkeypatch.setenv("MGSTREAMS_URL", orders_host.url)
     commands = [c for c in shell("mgstreams") if not c.startswith("mgstreams kafka ")]
     assert commands, "the README documents the operator CLI"
     ran = []
     for command in commands:
         for variant in variants(command):
-            if re.match(r"mgstreams start \w+$", variant):
-                continue   # without --duration it hosts the stream until Ctrl-C; the other variant runs it
-            result = run_cli(cli_args(variant, state_dir))
+            args = shlex.split(variant)[1:]
+            if "--watch" in args and "--count" not in args:
+                args += ["--count", "1"]                       # --watch refreshes until Ctrl-C otherwise
+            if args[0] == "--url":
+                assert args[1] == "http://db1:8765", variant
+                args[1] = orders_host.url
+                # Only --url can reach the host: $MGSTREAMS_URL names a closed port.
+                monkeypatch.setenv("MGSTREAMS_URL", f"http://127.0.0.1:{closed_port()}")
+            result = run_cli(args)
             ran.append(variant)
-            if "--json" in variant and "--watch" not in variant:
-                json.loads(result.stdout)
-            if variant.startswith("mgstreams set-offset orders '{\"orders:0\": 42}'"):
-                rows = [line.split()[:5] for line in result.stdout.splitlines()[1:]]
-                assert rows == [["orders", "0", "-", "42", "pending"]], rows   # stopped: applied at start
-            if variant.startswith("mgstreams start "):
-                assert result.stdout.splitlines()[-1] == "orders stopped"
-    assert any(v.startswith("mgstreams start orders --duration") for v in ran)
-    # `start` applied the pending change: partition 0 from 42, the others from the beginning.
+            if "--json" in args:
+                documents = [json.loads(line) for line in result.stdout.splitlines()]
+                assert len(documents) == 1, result.stdout
+            rows = [line.split() for line in result.stdout.splitlines()[1:]]
+            if args[:3] == ["set-offset", "orders", "-1"]:
+                assert [r[:2] + r[3:5] for r in rows] == [["orders", str(p), "0", "planned"]
+                                                         for p in range(PARTITIONS)], result.stdout
+            if args[:3] == ["set-offset", "orders", '{"orders:0": 42}']:
+                assert [r[:5] for r in rows] == [["orders", "0", "-", "42", "pending"]], result.stdout  # stopped
+            if args[:2] == ["history", "orders"] and "--json" in args:
+                assert json.loads(result.stdout) == []         # a pending change is history once applied
+            if args[:2] == ["start", "orders"]:
+                assert result.stdout.strip() in ("orders starting", "orders running"), result.stdout
+                wait_until(lambda: caught_up(orders_host), 60, 0.1, "the stream to commit every message")
+            if args[:2] in (["stop", "orders"], ["drop", "orders"]):
+                assert result.stdout.strip() == "orders stopped", result.stdout
+            if args[0] == "--url":
+                assert result.stdout.split()[:2] == ["NAME", "STATUS"] and "orders" not in result.stdout
+    assert ran[-1] == "mgstreams --url http://db1:8765 list", ran
+    # `start` applied the pending change at assignment: partition 0 from 42, the others from the beginning.
     assert len(out.read_text().splitlines()) == PARTITIONS * PER_PARTITION - 42
-    assert ran[-1] == "mgstreams drop orders"
-    assert json.loads(run_cli(["list", "--json"]).stdout) == []   # `drop orders` ran last
+    monkeypatch.setenv("MGSTREAMS_URL", orders_host.url)
+    assert json.loads(run_cli(["list", "--json"]).stdout) == []   # `drop orders` ran
 
 
 def test_mgstreams_kafka_runs_until_sigterm():
     [command] = [c for c in shell("mgstreams") if c.startswith("mgstreams kafka ")]
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable)) or shutil.which("mgstreams")
-    assert executable, "the console script `mgstreams` is installed with the package"
-    process = subprocess.Popen([executable, *shlex.split(command)[1:]], stdout=subprocess.PIPE,
+    process = subprocess.Popen([console_script(), *shlex.split(command)[1:]], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         bootstrap = process.stdout.readline().strip()
@@ -273,6 +438,141 @@ def test_mgstreams_kafka_runs_until_sigterm():
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# -- curl and the exports ---------------------------------------------------------------------
+def curl(command: str, url: str, env: dict | None = None) -> tuple[int, str]:
+    """A README curl line in bash, after the README's `export MGSTREAMS_URL=...` with the URL adapted;
+    `-w` appends the HTTP status on a line of its own. Returns (status, body)."""
+    [export] = shell("export-url")
+    script = f"{export.split('=', 1)[0]}={shlex.quote(url)}\n{command} -w '\\n%{{http_code}}'"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+    assert done.returncode == 0, f"{command}: exit {done.returncode}: {done.stderr}"
+    body, _, status = done.stdout.rpartition("\n")
+    return int(status), body
+
+
+def route(command: str) -> tuple[str, str, dict]:
+    """(method, path, JSON body) of a curl line."""
+    method = re.search(r" -X (\w+)", command)
+    path = re.search(r"\$MGSTREAMS_URL(/[^\s\"']*)", command).group(1)
+    data = re.search(r" -d '([^']*)'", command)
+    return method.group(1) if method else "GET", path.split("?")[0], json.loads(data.group(1)) if data else {}
+
+
+def test_curl_commands(cluster, orders_host, tmp_path):
+    """The API walkthrough in README order, each line by curl, each answer as documented."""
+    out = tmp_path / "orders.cypherl"
+    commands = [c for c in shell("curl") if "Authorization" not in c]
+    seen = []
+    for command in commands:
+        adapted = (command.replace("localhost:9092", cluster.bootstrap_servers)
+                   .replace("cypherl:///tmp/orders.cypherl", f"cypherl://{out}"))
+        assert "localhost" not in adapted and "/tmp/orders" not in adapted, adapted
+        method, path, body = route(command)
+        status, text = curl(adapted, orders_host.url)
+        answer = json.loads(text) if path != "/metrics" else text
+        seen.append((method, path))
+        assert status == (201 if method == "POST" else 200), (command, status, text)
+        if path == "/health":
+            assert answer == {"status": "ok"}
+        elif (method, path) == ("POST", "/streams"):
+            assert {k: answer[k] for k in ("name", "topics", "bootstrap_servers", "sink", "status",
+                                           "consumer_group", "transform")} == {
+                "name": "orders", "topics": ["orders"], "bootstrap_servers": cluster.bootstrap_servers,
+                "sink": f"cypherl://{out}", "status": "created", "consumer_group": "mgstreams_orders",
+                "transform": MERGE_MESSAGES}, answer
+        elif path.endswith(("/start", "/stop")) or method == "DELETE":
+            assert answer["name"] == "orders", answer
+            assert answer["status"] in ({"starting", "running"} if path.endswith("/start") else {"stopped"}), answer
+        elif (method, path) == ("GET", "/streams/orders/offsets"):
+            assert [(r["topic"], r["partition"], r["log_start_offset"], r["log_end_offset"]) for r in answer] == \
+                [("orders", p, 0, PER_PARTITION) for p in range(PARTITIONS)], answer
+            assert all({"committed_offset", "position", "lag", "assigned"} <= set(r) for r in answer), answer
+        elif method == "PATCH" and body.get("dry_run"):
+            assert [(r["topic"], r["partition"], r["offset"], r["status"]) for r in answer] == \
+                [("orders", 0, 42, "planned")], answer
+        elif method == "PATCH":
+            assert [(r["partition"], r["offset"], r["status"]) for r in answer] == \
+                [(p, 0, "applied") for p in range(PARTITIONS)], answer
+        elif path == "/streams/orders/history":
+            assert 1 <= len(answer) <= 5 and {(r["offset"], r["status"]) for r in answer} == {(0, "applied")}
+            assert [r["changed_at"] for r in answer] == sorted((r["changed_at"] for r in answer), reverse=True)
+        elif path == "/metrics":
+            assert re.search(r'^mgstreams_stream_up\{stream="orders"\} 1(\.0)?$', answer, re.M), answer
+            assert re.search(r'^mgstreams_stream_status\{status="running",stream="orders"\} 1', answer, re.M)
+        else:
+            raise AssertionError(f"no check for {method} {path}: {command}")
+    assert set(seen) == {("GET", "/health"), ("POST", "/streams"), ("PUT", "/streams/orders/start"),
+                         ("GET", "/streams/orders/offsets"), ("PATCH", "/streams/orders/offsets"),
+                         ("GET", "/streams/orders/history"), ("GET", "/metrics"), ("PUT", "/streams/orders/stop"),
+                         ("DELETE", "/streams/orders")}, seen
+    assert seen[-1] == ("DELETE", "/streams/orders")
+    with orders_host.client() as client:
+        assert client.list() == []
+    assert out.read_text().count("KafkaMessage") >= PER_PARTITION   # the stream wrote through its sink
+
+
+def test_export_token_then_curl_with_the_token(tmp_path):
+    """The README's token line, run by bash; a host started with that token answers the bearer-token curl
+    line (and refuses the same line with a wrong token)."""
+    [export] = shell("export-token")
+    done = subprocess.run(["bash", "-c", f'{export}\nprintf %s "$MGSTREAMS_TOKEN"'], capture_output=True,
+                          text=True, timeout=30, check=True)
+    token = done.stdout
+    assert re.fullmatch(r"[0-9a-f]{48}", token), token
+    [command] = [c for c in shell("curl") if "Authorization" in c]
+    host = HostProcess(tmp_path / "token-state", token=token).start()
+    try:
+        assert curl(command, host.url, {"MGSTREAMS_TOKEN": token}) == (200, "[]")
+        status, text = curl(command, host.url, {"MGSTREAMS_TOKEN": token[::-1]})
+        assert status == 401 and json.loads(text)["error"].startswith("authorization:"), text
+    finally:
+        host.stop()
+
+
+def test_export_url_is_the_hosts_default_address(compose):
+    """`export MGSTREAMS_URL=...` names where `mgstreams serve` listens by default (test_mgstreams_serve_commands
+    checks a default host serves there); the curl test runs it with the test host's URL."""
+    [export] = shell("export-url")
+    assert export.split("=", 1)[1] == DEFAULT_URL == f"http://{DEFAULT_LISTEN}"
+    assert all("$MGSTREAMS_URL/" in c for c in shell("curl"))
+    assert re.search(r"^mgstreams serve --state-dir \S+\s+# 127\.0\.0\.1:8765;", README.read_text(), re.M)
+    for service in ("mgstreams", "memgraph"):   # compose refuses to start without the token
+        assert compose["services"][service]["environment"]["MGSTREAMS_TOKEN"].startswith("${MGSTREAMS_TOKEN:?")
+
+
+def test_install_module_command_copies_one_self_contained_file(compose, tmp_path):
+    """No root and no Memgraph here: the copied file exists, imports only the standard library and `mgp`, and
+    imports in a Python without site-packages (with a stand-in `mgp`); the target is Memgraph's default query
+    modules directory (the compose Memgraph lists it first)."""
+    [command] = shell("install-module")
+    _sudo, _cp, source, target = shlex.split(command)
+    path = ROOT / source
+    tree = ast.parse(path.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{source}: relative import of {node.module}"
+            imported.add(node.module.split(".")[0])
+    assert "mgp" in imported and imported - {"mgp"} <= sys.stdlib_module_names, imported
+    assert not any(isinstance(n, ast.Name) and n.id == "__import__" for n in ast.walk(tree))
+    stub = tmp_path / "mgp-stub"
+    stub.mkdir()
+    (stub / "mgp.py").write_text(
+        "class _T:\n    def __getitem__(self, item): return self\n    def __call__(self, *a, **k): return self\n"
+        "Record = List = Map = Any = Nullable = LocalDateTime = _T()\n"
+        "def read_proc(f): return f\n")
+    probe = (f"import sys; sys.path[:0] = [{str(stub)!r}, {str(path.parent)!r}]; import streams; "
+             f"assert not [m for m in sys.modules if m.split('.')[0] in "
+             f"('confluent_kafka', 'stream_registry', 'mgstreams', 'httpx')], sorted(sys.modules)")
+    subprocess.run([sys.executable, "-I", "-S", "-c", probe], check=True, timeout=60, cwd=stub)
+    directories = next(a for a in compose["services"]["memgraph"]["command"]
+                       if a.startswith("--query-modules-directory="))
+    assert target.rstrip("/") == directories.split("=", 1)[1].split(",")[0] == "/usr/lib/memgraph/query_modules"
 
 
 # -- mgstreams backfill ---------------------------------------------------------------------
@@ -297,16 +597,15 @@ def adapt_hosts_and_paths(command: str, cluster, tmp_path: Path, state_dir: Path
 
 @pytest.fixture
 def stream_with_commits(cluster, state_dir, tmp_path):
-    """Stream `orders`, run until it committed everything, stopped: `--until committed` has offsets."""
-    create_orders_stream(cluster, state_dir, tmp_path / "live.cypherl")
-    registry = StreamRegistry(state_dir, autostart=False)
+    """Stream `orders` in the state directory (as a host leaves it), run until it committed everything, stopped:
+    `--stream orders` reads its configuration there and `--until committed` has offsets."""
+    registry = StreamRegistry(state_dir)
     try:
+        registry.create(StreamConfig("orders", ["orders"], cluster.bootstrap_servers, MERGE_MESSAGES,
+                                     f"cypherl://{tmp_path / 'live.cypherl'}", batch_interval_ms=20))
         registry.start("orders")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if [r.committed_offset for r in registry.describe("orders")] == [PER_PARTITION] * PARTITIONS:
-                break
-            time.sleep(0.1)
+        wait_until(lambda: [r.committed_offset for r in registry.describe("orders")] == [PER_PARTITION] * PARTITIONS,
+                   60, 0.1, "the stream to commit every message")
         registry.stop("orders")
         assert [r.committed_offset for r in registry.describe("orders")] == [PER_PARTITION] * PARTITIONS
     finally:
@@ -347,7 +646,7 @@ def test_spark_submit_commands_take_the_documented_arguments(cluster, state_dir,
     for command in commands:
         tokens = shlex.split(adapt_hosts_and_paths(command, cluster, tmp_path, state_dir))
         script = next(t for t in tokens if t.endswith(".py"))
-        assert script == "spark_bridge/backfill_main.py" and (ROOT / script).is_file()
+        assert script == "mgstreams/backfill_main.py" and (ROOT / script).is_file()
         options = tokens[1:tokens.index(script)]
         assert options[0] == "--master" and re.match(r"^(local\[\d+\]|spark://[\w.-]+:\d+)$", options[1])
         args = tokens[tokens.index(script) + 1:]
@@ -365,10 +664,13 @@ def test_zip_for_py_files_holds_importable_packages(tmp_path):
     archive = tmp_path / tokens[2]
     subprocess.run(["zip", "-q", "-r", str(archive), *tokens[3:]], cwd=ROOT, check=True)
     names = zipfile.ZipFile(archive).namelist()
-    for package in ("spark_bridge", "stream_registry"):
+    packages = ("mgstreams", "spark_bridge", "stream_registry")
+    for package in packages:
         assert f"{package}/__init__.py" in names
-    probe = (f"import sys; sys.path.insert(0, {str(archive)!r}); import spark_bridge.backfill, stream_registry; "
-             f"assert stream_registry.__file__.startswith({str(archive)!r}), stream_registry.__file__")
+    probe = (f"import sys; sys.path.insert(0, {str(archive)!r}); "
+             f"import mgstreams.backfill_cli, spark_bridge.backfill, stream_registry; "
+             f"bad = [m.__file__ for m in (mgstreams, spark_bridge, stream_registry) "
+             f"if not m.__file__.startswith({str(archive)!r})]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, check=True, timeout=60)
 
 
@@ -407,7 +709,7 @@ def test_make_commands():
 def test_demo_options_in_the_readme_parse():
     from mgstreams.demo import parse_args
 
-    line = re.search(r"`\.venv/bin/python -m spark_bridge\.demo ([^`]+)`", README.read_text()).group(1)
+    line = re.search(r"`\.venv/bin/python -m mgstreams\.demo ([^`]+)`", README.read_text()).group(1)
     args = parse_args(shlex.split(re.sub(r"\[([^\[\]]*)\]", r"\1", line.replace("local[2]", "LOCAL2"))
                                   .replace("DIR", "d").replace(" N", " 5").replace("URI", "bolt://h:1")
                                   .replace("LOCAL2", "local[2]")))
@@ -417,7 +719,7 @@ def test_demo_options_in_the_readme_parse():
 
 def test_mgconsole_commands_load_files_the_demo_writes():
     """No mgconsole here; the files are the ones the demo writes (tests/test_demo_e2e.py runs it)."""
-    demo = (ROOT / "spark_bridge" / "demo.py").read_text()
+    demo = (ROOT / "mgstreams" / "demo.py").read_text()
     for command in shell("mgconsole"):
         path = re.search(r"demo-out/(\S+)", command).group(1)
         written = path.split("/")[0] if "/" in path else path
@@ -431,12 +733,14 @@ def compose() -> dict:
 
 
 def test_docker_compose_commands(compose):
-    """No Docker engine here: each command's services, profile and paths are checked in the file."""
+    """No Docker engine here: each command's services, profile and paths are checked in the file, with the
+    README prose's `docker compose exec mgstreams mgstreams ...` (the CLI in the host's container)."""
     services = compose["services"]
     kafka_image = services["kafka"]["image"]
     assert kafka_image.startswith("apache/kafka:"), "its scripts live in /opt/kafka/bin"
-    commands = shell("docker")
-    assert commands
+    inline = re.findall(r"`(docker compose exec mgstreams [^`]+)`", README.read_text())
+    assert inline, "the README shows the CLI in the host's container"
+    commands = shell("docker") + inline
     for command in commands:
         tokens = shlex.split(command.split("<")[0])[2:]
         if "--profile" in tokens:
@@ -447,7 +751,8 @@ def test_docker_compose_commands(compose):
         if verb == "up":
             assert set(tokens[1:]) <= {"-d", "--build"}, command
             if "--build" in tokens:
-                assert "build" in services["memgraph"]
+                for service in ("mgstreams", "memgraph"):
+                    assert (ROOT / services[service]["build"]["dockerfile"]).is_file(), service
         elif verb == "exec":
             rest = [t for t in tokens[1:] if t != "-T"]
             service, program = rest[0], rest[1]
@@ -457,12 +762,24 @@ def test_docker_compose_commands(compose):
                 assert "--bootstrap-server" in rest and rest[rest.index("--bootstrap-server") + 1] == \
                     "localhost:9092"
                 assert "HOST://localhost:9092" in services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+            elif program == "mgstreams":
+                # The CLI in the host's container: its default URL is where the host listens there, and it
+                # sends the container's $MGSTREAMS_TOKEN.
+                assert service == "mgstreams" and rest[2] in cli.commands, command
+                host = services["mgstreams"]
+                assert host["command"][:2] == ["mgstreams", "serve"], host["command"]
+                listen = host["command"][host["command"].index("--listen") + 1]
+                assert listen.rsplit(":", 1)[1] == DEFAULT_URL.rsplit(":", 1)[1], listen
+                assert "MGSTREAMS_TOKEN" in host["environment"]
             else:
                 assert program == "mgconsole" and service == "memgraph", command
         else:
             raise AssertionError(f"no check for `docker compose {verb}`: {command}")
     assert "kafka:29092" in services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"], \
         "the Cypher walkthrough's streams.create uses kafka:29092"
+    memgraph_env = services["memgraph"]["environment"]
+    assert memgraph_env["MGSTREAMS_URL"] == "http://mgstreams:8765", "Cypher reaches the host service"
+    assert memgraph_env["MGSTREAMS_DEFAULT_SINK"] == "bolt://memgraph:7687", "as the README says"
 
 
 def test_bench_commands_exist_and_answer_help():
@@ -479,24 +796,25 @@ def test_bench_commands_exist_and_answer_help():
 # -- python blocks ---------------------------------------------------------------------------
 def test_python_api_example(cluster, tmp_path):
     [block] = [b for b in python_blocks() if PYTHON_RULES["python_api"] in b]
-    out = tmp_path / "orders.cypherl"
-    code = (block.replace('"/var/lib/mgstreams"', repr(str(tmp_path / "state")))
+    out, state = tmp_path / "orders.cypherl", tmp_path / "state"
+    code = (block.replace('"/tmp/mgstreams-state"', repr(str(state)))
             .replace('"localhost:9092"', repr(cluster.bootstrap_servers))
             .replace('"cypherl:///tmp/orders.cypherl"', repr(f"cypherl://{out}")))
-    assert code != block and "localhost:9092" not in code and "/tmp/orders" not in code
+    assert "localhost:9092" not in code and "/tmp/orders" not in code and "/tmp/mgstreams-state" not in code
     # Keep the stream running a moment after set_offset so it delivers, then let the block stop it.
     namespace: dict = {}
     exec(compile(code.replace("reg.stop(", "__import__('time').sleep(1.5); reg.stop("), "README", "exec"),
          namespace)
-    reg = namespace["reg"]
-    assert namespace["StreamRegistry"] is StreamRegistry
-    changes = StreamRegistry(tmp_path / "state", autostart=False)
+    assert namespace["StreamRegistry"] is StreamRegistry and namespace["reg"] is not None
+    registry = StreamRegistry(state)   # the block closed its registry: the directory is free again
     try:
-        assert {h.status for h in changes.history("orders")} == {"applied"}
-        assert changes.get("orders").status == "stopped", changes.get("orders")
+        assert {h.status.value for h in registry.history("orders")} == {"applied"}
+        assert registry.get("orders").status.value == "stopped", registry.get("orders")
+        with pytest.raises(StreamStateError, match="already"):   # "a second one ... raises StreamStateError"
+            StreamRegistry(state)
     finally:
-        changes.close()
-    assert "TRANSFER" in out.read_text() and reg is not None
+        registry.close()
+    assert "TRANSFER" in out.read_text()
 
 
 def test_kafka_source_example(cluster, spark):
@@ -580,21 +898,18 @@ def test_cypher_literal_parser():
 
 
 @pytest.fixture
-def memgraph(state_dir, monkeypatch):
+def memgraph(orders_host, tmp_path, monkeypatch):
+    """The _mgp backend, its query modules directory holding query_modules/; the module is a client of a real
+    host. MGSTREAMS_DEFAULT_SINK (Memgraph's environment in compose: Memgraph itself) is a cypherl file here:
+    the host is another process, and it writes there. The module reads it when imported (`mg.load_all`)."""
     from mgp_backend import mgp_environment
-    from stream_helpers import RecordingSink
-    from stream_registry.graph import sinks
-    from stream_registry.registry.registry import reset_default_registry
 
-    # streams.create's default sink is bolt://localhost:7687: Memgraph itself in the container.
-    recorder = RecordingSink()
-    monkeypatch.setitem(sinks.SCHEMES, "bolt", sinks.Scheme(parse=sinks.SCHEMES["bolt"].parse,
-                                                            open=lambda settings, credentials: recorder))
-    reset_default_registry()
+    monkeypatch.setenv("MGSTREAMS_URL", orders_host.url)
+    monkeypatch.setenv("MGSTREAMS_DEFAULT_SINK", f"cypherl://{tmp_path / 'memgraph.cypherl'}")
     with mgp_environment([ROOT / "query_modules"]) as server:
-        server.recorder = recorder
+        server.host = orders_host
+        server.default_sink = tmp_path / "memgraph.cypherl"
         yield server
-    reset_default_registry()
 
 
 def walkthrough_order(statements: list[str]) -> list[str]:
@@ -608,9 +923,13 @@ def walkthrough_order(statements: list[str]) -> list[str]:
     return walkthrough[:at] + others + walkthrough[at:]
 
 
+MESSAGE_LINE = re.compile(r'MERGE \(m:KafkaMessage \{topic: "orders", partition: (\d+), offset: (\d+)\}\)')
+
+
 def test_cypher_block(cluster, memgraph):
-    """`CALL streams.*` and `CALL mg.*` run on the _mgp backend. `CREATE INDEX` and `MATCH` are graph
-    queries (no Cypher engine here): the recorded statements show what `MATCH (m:KafkaMessage)` would find."""
+    """`CALL streams.*` and `CALL mg.*` run on the _mgp backend against the host. `CREATE INDEX` and `MATCH` are
+    graph queries (no Cypher engine here): the default sink's statements show what `MATCH (m:KafkaMessage)`
+    would find. Before `streams.stop` the test waits, as a user would, until the stream has caught up."""
     statements = walkthrough_order(cypher_statements())
     assert sorted(statements) == sorted(cypher_statements())
     called = []
@@ -626,6 +945,8 @@ def test_cypher_block(cluster, memgraph):
             assert names == sorted(f"streams.{p}" for p in ("create", "start", "stop", "drop", "list",
                                                             "set_stream_offset", "offsets", "history"))
             continue
+        if name == "streams.stop":
+            wait_until(lambda: caught_up(memgraph.host), 60, 0.1, "the stream to catch up")
         rows = memgraph.call(name, *args)
         for row in rows:
             assert set(yielded) <= set(row), (statement, row)
@@ -643,10 +964,16 @@ def test_cypher_block(cluster, memgraph):
                                                           "streams.stop": "stopped",
                                                           "streams.drop": "stopped"}[name]}] or \
                 (name == "streams.start" and rows[0]["status"] == "starting"), rows
-        elif name in ("streams.offsets", "streams.history", "streams.list"):
+        elif name == "streams.list":
+            assert [(r["name"], r["topics"], r["consumer_group"], r["error"]) for r in rows] == \
+                [("orders", ["orders"], "mgstreams_orders", None)], rows
+        elif name in ("streams.offsets", "streams.history"):
             assert rows, statement
     assert [c[0] for c in called][0] == "streams.create" and called[-1][0] == "streams.drop"
     assert memgraph.call("streams.list") == []
-    # The stream (empty transform: one idempotent :KafkaMessage per message) wrote through the sink.
-    statements_written = [s for batch in memgraph.recorder.batches for s in batch]
-    assert statements_written and all("KafkaMessage" in s.query for s in statements_written)
+    # The stream (empty transform: one idempotent :KafkaMessage per message) wrote to the default sink: what
+    # `MATCH (m:KafkaMessage)` finds. -1 replayed partition 2 from its start; partition 0 from 42 on.
+    lines = memgraph.default_sink.read_text().splitlines()
+    assert lines and all(MESSAGE_LINE.match(line) for line in lines), lines[:3]
+    found = {(int(m.group(1)), int(m.group(2))) for m in map(MESSAGE_LINE.match, lines)}
+    assert {(2, o) for o in range(PER_PARTITION)} | {(0, o) for o in range(42, PER_PARTITION)} <= found
