@@ -50,11 +50,13 @@ class StreamConfig:
         elif isinstance(self.topics, (list, tuple)):
             object.__setattr__(self, "topics", tuple(self.topics))
         else:
-            raise ConfigError(f"topics: expected a list of topic names, got {type(self.topics).__name__}")
+            raise ConfigError(f"topics: expected a list of topic names, got {type(self.topics).__name__} "
+                              f"{_shown_value(self.topics)}")
         for name in ("configs", "credentials"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Mapping):
-                raise ConfigError(f"{name}: expected a map, got {type(value).__name__}")
+                raise ConfigError(f"{name}: expected a map, got {type(value).__name__}"
+                                  + ("" if name == "credentials" else f" {_shown_value(value)}"))
             object.__setattr__(self, name, dict(value or {}))
 
     def __repr__(self) -> str:
@@ -149,3 +151,9 @@ class StreamConfig:
         if protocol is not None and protocol not in GROUP_PROTOCOLS:
             raise ConfigError(f"configs['group.protocol']: {protocol!r} is not one of "
                               f"{', '.join(sorted(GROUP_PROTOCOLS))}")
+
+
+def _shown_value(value: Any, limit: int = 80) -> str:
+    """A value for an error message, cut short so a huge input cannot flood a log."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
