@@ -1,20 +1,23 @@
-"""How fast does set_stream_offset take effect on a running stream?
+"""How fast does `CALL streams.set_stream_offset` take effect on a running stream?
 
-A running, assigned stream over 6 partitions on the embedded cluster. For each
-change, the time from the `set_offset` call to the first message at the new
-offset on EVERY partition (median and p99 over >= 20 changes), against the
-stop -> set -> start path that Memgraph's built-in streams require
-(`mg.kafka_set_stream_offset` needs a stopped stream), measured in the same run
-on the same topic and stream.
+The Cypher path end to end: the query module's procedure (the file itself,
+loaded as Memgraph loads it) → HTTP → the stream host (`mgstreams serve`, a
+child process) → applied on every partition → the first message at the new
+offset, on EVERY partition, in the stream's sink (a .cypherl file this script
+follows). A running, assigned stream over 6 partitions on the embedded cluster;
+median and p95 over >= 20 changes. Baseline, same run, same host, stream and
+procedures: stop -> set -> start, the path Memgraph's built-in streams require
+(`mg.kafka_set_stream_offset` needs a stopped stream).
 
     .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5]
 
-Prints `ratio: X` = baseline median / set_offset median.
+Prints `ratio: X` = baseline median / running-path median.
 """
 from __future__ import annotations
 
 import argparse
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -26,65 +29,79 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_data import produce  # noqa: E402
 
-from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
-from stream_registry import sinks  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
+from mgstreams.host.process import HostProcess  # noqa: E402
+from mgstreams.query_module import STREAMS_MODULE, QueryModule  # noqa: E402
 
 PARTITIONS = 6
 TOPIC = "latency"
+STREAM = "latency"
+POLL_S = 0.0005     # how often the sink file is looked at: the resolution of every figure
+# merge_messages renders `MERGE (m:KafkaMessage {topic: "latency", partition: P, offset: O}) SET ...`
+_WHERE = re.compile(rb'\{topic: "' + TOPIC.encode() + rb'", partition: (\d+), offset: (\d+)\}')
 
 
-class ArrivalSink:
-    """Records when each (partition, offset) first reaches the sink after `arm()`."""
+class SinkTail:
+    """Follows the stream's .cypherl sink: when each partition first wrote its target offset after arm()."""
 
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)
-        self.targets: dict[int, int] = {}
+    def __init__(self, path: Path):
+        self.path = path
+        self._cond = threading.Condition()
+        self._targets: dict[int, int] = {}
         self.arrived: dict[int, float] = {}
-        self.count = 0
+        self.last: dict[int, int] = {}          # highest offset written per partition since arm()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True, name="sink-tail")
 
-    def arm(self, offset: int) -> None:
-        with self.lock:
-            self.targets = {p: offset for p in range(PARTITIONS)}
-            self.arrived = {}
-
-    def write(self, statements) -> None:
-        now = time.perf_counter()
-        with self.cond:
-            self.count += len(statements)
-            for s in statements:
-                p, o = s.parameters["partition"], s.parameters["offset"]
-                if self.targets.get(p) == o and p not in self.arrived:
-                    self.arrived[p] = now
-            if len(self.arrived) == len(self.targets) and self.targets:
-                self.cond.notify_all()
-
-    def wait_all(self, timeout: float) -> float:
-        """Time at which the last partition delivered its target offset."""
-        with self.cond:
-            if not self.cond.wait_for(lambda: len(self.arrived) == len(self.targets), timeout):
-                missing = sorted(set(self.targets) - set(self.arrived))
-                raise RuntimeError(f"partitions {missing} never delivered the target offset")
-            return max(self.arrived.values())
+    def start(self) -> "SinkTail":
+        self._thread.start()
+        return self
 
     def close(self) -> None:
-        pass
+        self._stop.set()
+        self._thread.join(5)
 
+    def arm(self, offset: int | None) -> None:
+        with self._cond:
+            self._targets = {} if offset is None else {p: offset for p in range(PARTITIONS)}
+            self.arrived, self.last = {}, {}
 
-def record(messages):
-    """Trivial transformation: where each message came from."""
-    return [{"query": "CREATE (:M {partition: $partition, offset: $offset})",
-             "parameters": {"partition": m.partition(), "offset": m.offset()}}
-            for m in (messages.message_at(i) for i in range(messages.total_messages()))]
+    def wait_arrived(self, timeout: float) -> float:
+        """perf_counter() at which the last partition wrote its target offset."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.arrived) == len(self._targets), timeout):
+                missing = sorted(set(self._targets) - set(self.arrived))
+                raise RuntimeError(f"partitions {missing} never wrote offset {self._targets[missing[0]]}")
+            return max(self.arrived.values())
 
+    def wait_end(self, end: int, timeout: float) -> None:
+        """Until every partition wrote offset end - 1 since arm(): the stream is idle again."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: all(self.last.get(p) == end - 1 for p in range(PARTITIONS)),
+                                       timeout):
+                raise RuntimeError(f"the stream did not reach the log end {end} within {timeout:g} s "
+                                   f"(last offsets written: {self.last})")
 
-def wait_caught_up(sink: ArrivalSink, total: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while sink.count < total:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"stream delivered {sink.count} of {total}")
-        time.sleep(0.05)
+    def _follow(self) -> None:
+        while not self.path.exists():
+            if self._stop.wait(POLL_S):
+                return
+        with self.path.open("rb") as handle:
+            pending = b""
+            while not self._stop.is_set():
+                chunk = handle.read()
+                if not chunk:
+                    time.sleep(POLL_S)
+                    continue
+                now = time.perf_counter()
+                complete, _, pending = (pending + chunk).rpartition(b"\n")
+                with self._cond:
+                    for partition, offset in _WHERE.findall(complete):
+                        partition, offset = int(partition), int(offset)
+                        self.last[partition] = max(offset, self.last.get(partition, -1))
+                        if self._targets.get(partition) == offset and partition not in self.arrived:
+                            self.arrived[partition] = now
+                    self._cond.notify_all()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -92,64 +109,83 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def summary(values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return f"median {statistics.median(ms):.1f} ms, p95 {pct(ms, 0.95):.1f} ms, max {max(ms):.1f} ms"
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--changes", type=int, default=20, help="set_offset changes to time (>= 20 for p99)")
-    parser.add_argument("--baseline-changes", type=int, default=5, help="stop/set/start cycles to time")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("--changes", type=int, default=20, help="running-path changes to time (>= 20 for p95)")
+    parser.add_argument("--baseline-changes", type=int, default=5, help="stop -> set -> start cycles to time")
     parser.add_argument("--per-partition", type=int, default=2000, help="messages per partition")
     parser.add_argument("--rewind", type=int, default=200,
                         help="targets are drawn from the last N offsets of each partition, so the figure is the "
                              "offset change itself, not the time to re-read a long backlog")
     args = parser.parse_args(argv)
+    if args.changes < 1 or args.baseline_changes < 1 or not 1 < args.rewind < args.per_partition:
+        parser.error("--changes and --baseline-changes must be >= 1, and 1 < --rewind < --per-partition")
     rng = random.Random(7)
-    sink = ArrivalSink()
-    sinks.SCHEMES["arrivals"] = sinks.Scheme(parse=lambda parts, query, uri: None,
-                                             open=lambda settings, credentials: sink)
-    with EmbeddedKafka(brokers=3) as cluster, tempfile.TemporaryDirectory() as state:
-        cluster.create_topic(TOPIC, PARTITIONS, 3)
-        produce(cluster.bootstrap_servers, TOPIC, args.per_partition * PARTITIONS, PARTITIONS, 100)
-        registry = StreamRegistry(state)
-        registry.create(StreamConfig(
-            name="latency", topics=[TOPIC], bootstrap_servers=cluster.bootstrap_servers,
-            transform=f"{Path(__file__).stem}.record", sink="arrivals://", batch_size=1000,
-            batch_interval_ms=100, configs={"session.timeout.ms": 6000}))
-        sys.modules.setdefault(Path(__file__).stem, sys.modules[__name__])
-        registry.start("latency")
-        total = args.per_partition * PARTITIONS
-        wait_caught_up(sink, total)
+    end = args.per_partition
 
-        ours = []
-        for _ in range(args.changes):
-            target = rng.randrange(args.per_partition - args.rewind, args.per_partition - 1)
-            sink.arm(target)
-            start = time.perf_counter()
-            changes = registry.set_offset("latency", target, timeout=10)
-            assert all(c.status.value == "applied" for c in changes), changes
-            ours.append(sink.wait_all(10) - start)
-            time.sleep(0.05)
+    def target() -> int:
+        return rng.randrange(end - args.rewind, end - 1)
 
-        baseline = []
-        for _ in range(args.baseline_changes):
-            target = rng.randrange(args.per_partition - args.rewind, args.per_partition - 1)
-            sink.arm(target)
-            start = time.perf_counter()
-            registry.stop("latency")
-            registry.set_offset("latency", target, timeout=10)
-            registry.start("latency")
-            baseline.append(sink.wait_all(120) - start)
-        registry.close()
+    with EmbeddedKafka(brokers=3) as cluster, tempfile.TemporaryDirectory(prefix="offset-latency-") as tmp:
+        host = HostProcess(Path(tmp) / "state", log_path=Path(tmp) / "host.log").spawn()
+        try:
+            cluster.create_topic(TOPIC, PARTITIONS, 3)
+            produce(cluster.bootstrap_servers, TOPIC, end * PARTITIONS, PARTITIONS, 100)
+            sink_path = Path(tmp) / "sink.cypherl"
+            tail = SinkTail(sink_path).start()
+            with QueryModule(STREAMS_MODULE, host.wait_ready()) as streams:
+                # "" transform: merge_messages; a short session timeout keeps the baseline's wait small
+                streams.call("create", STREAM, [TOPIC], cluster.bootstrap_servers, "", f"cypherl://{sink_path}",
+                             "", 1000, 100, {"session.timeout.ms": 6000}, {})
+                streams.call("start", STREAM)
+                tail.wait_end(end, 60)
 
-    ms = lambda seconds: seconds * 1000  # noqa: E731
-    print(f"targets: random offsets among the last {args.rewind} of each partition "
-          f"({args.per_partition} per partition)")
-    print(f"set_offset on a running stream ({len(ours)} changes, {PARTITIONS} partitions): "
-          f"median {ms(statistics.median(ours)):.1f} ms, p99 {ms(pct(ours, 0.99)):.1f} ms, "
-          f"max {ms(max(ours)):.1f} ms")
-    print(f"stop -> set -> start baseline ({len(baseline)} changes): median "
-          f"{ms(statistics.median(baseline)):.1f} ms, p99 {ms(pct(baseline, 0.99)):.1f} ms")
+                running, returned = [], []
+                for _ in range(args.changes):
+                    offset = target()
+                    tail.arm(offset)
+                    started = time.perf_counter()
+                    rows = streams.call("set_stream_offset", STREAM, offset, 10000)
+                    returned.append(time.perf_counter() - started)
+                    if [r["status"] for r in rows] != ["applied"] * PARTITIONS:
+                        raise SystemExit(f"bench: set_stream_offset did not apply on every partition: {rows}")
+                    running.append(tail.wait_arrived(10) - started)
+                    tail.wait_end(end, 30)
+
+                baseline = []
+                for _ in range(args.baseline_changes):
+                    offset = target()
+                    tail.arm(offset)
+                    started = time.perf_counter()
+                    streams.call("stop", STREAM)
+                    streams.call("set_stream_offset", STREAM, offset, 10000)
+                    streams.call("start", STREAM)
+                    baseline.append(tail.wait_arrived(120) - started)
+                    tail.wait_end(end, 60)
+                streams.call("stop", STREAM)
+            tail.close()
+        finally:
+            code = host.stop()
+        if code != 0:
+            raise SystemExit(f"bench: the host exited with status {code} on SIGTERM; log:\n{host.log()[-2000:]}")
+
+    print(f"targets: random offsets among the last {args.rewind} of each partition ({end} per partition, "
+          f"{PARTITIONS} partitions); sink followed every {POLL_S * 1000:g} ms")
+    print(f"running path, CALL streams.set_stream_offset -> host -> applied -> first message at the new offset "
+          f"on every partition ({len(running)} changes): {summary(running)}")
+    print(f"  the call itself returned (every partition applied): {summary(returned)}")
+    print(f"baseline, stop -> set -> start through the same procedures ({len(baseline)} changes): "
+          f"{summary(baseline)}")
     print("  (the baseline waits for the group to rebalance: the broker's initial rebalance delay, and on the"
           " embedded cluster the old member's session timeout, as it ignores LeaveGroup)")
-    print(f"ratio: {statistics.median(baseline) / statistics.median(ours):.1f}")
+    print(f"ratio: {statistics.median(baseline) / statistics.median(running):.1f}")
     return 0
 
 

@@ -1,20 +1,26 @@
-"""`python -m mgstreams.demo --out demo-out`: the main job, end to end, on an embedded Kafka cluster.
+"""`python -m mgstreams.demo --out demo-out`: the main job end to end, driven as its users drive it.
 
-1. start a 3-broker embedded cluster; produce a seeded account-transfer stream
-   (6 partitions, keyed by source account);
-2. create and start stream `transfers` (`transfers.transfer`) writing to
-   `<out>/live.cypherl` (or to Memgraph over Bolt when MEMGRAPH_URI is set);
-3. call set_offset right after start, while the group has assigned nothing
-   (the rebalance race), then again while running (rewind two partitions);
-4. print the offsets/lag table;
+1. start a 3-broker embedded Kafka cluster and a stream host (`mgstreams serve`
+   in a child process, state in `<out>/state`); produce a seeded account-transfer
+   stream (6 partitions, keyed by source account);
+2. `CALL streams.create`: stream `transfers` runs `transfers.transfer` into
+   `<out>/live.cypherl` (or into Memgraph over Bolt when MEMGRAPH_URI is set);
+3. `CALL streams.start`, then at once `CALL streams.set_stream_offset`, while the
+   group has assigned nothing (the rebalance race); then again while running
+   (rewind two partitions);
+4. `mgstreams describe` and `mgstreams history`: the operator's CLI against the
+   same host, checked against `CALL streams.offsets` / `streams.history`;
 5. backfill `[backfill_from, committed)` with Spark into `<out>/backfill/` and
    compare its statements with the live ones over the overlapping offsets;
-6. say where everything is and how to load it into Memgraph.
+6. `CALL streams.stop`, then SIGTERM to the host, which must exit 0;
+7. say where everything is and how to load it into Memgraph.
 
-Every step is a function returning data; `run_demo` chains them, reporting to a
-`Reporter` (silent by default: tests/test_demo_e2e.py runs the same path and
-asserts each `Check`); `main` prints with rich and exits 1 if a check failed.
-This lives in spark_bridge because stream_registry never imports pyspark.
+Cypher goes through the query module file itself (`query_modules/streams.py`,
+loaded as Memgraph loads it: a thin HTTP client of the host), each call printed
+as the `CALL streams.…` it stands for. Every step is a function returning data;
+`run_demo` chains them, telling a `Reporter` (silent by default:
+tests/test_demo_e2e.py runs the same path and asserts each `Check`); `main`
+prints with rich and exits 1 if a check failed.
 """
 from __future__ import annotations
 
@@ -25,25 +31,33 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from confluent_kafka import Producer
-
-from stream_registry import (ChangeStatus, OffsetChange, PartitionOffsets, StreamConfig, StreamError,
-                             StreamInfo, StreamRegistry, StreamStatus, parse_offset_spec)
-from mgstreams.cli import changes_table, offsets_table, table
-from stream_registry.graph.cypher_literals import render_statement
-from stream_registry.registry.registry import query_module_dirs
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from spark_bridge.backfill import BackfillJob, BackfillReport, plan_job, run_backfill
 from spark_bridge.range_plan import RangePlan
+from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets, StreamError, StreamStatus, parse_offset_spec
+from stream_registry.graph.cypher_literals import render_statement, to_cypher_literal
+from stream_registry.registry.registry import query_module_dirs, stored_config
+
+from .cli import table
+from .client import URL_ENV
+from .host.process import HostProcess
+from .query_module import STREAMS_MODULE, QueryModule
 
 TRANSFORM = "transfers.transfer"
 SCHEMA = "CREATE INDEX ON :Account(id);\n"
@@ -68,6 +82,7 @@ class DemoSettings:
     memgraph_uri: str | None = None   # bolt://host:port: the live stream writes to Memgraph instead
     memgraph_credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
     spark_master: str = "local[2]"
+    query_module: Path = STREAMS_MODULE
     timeout_s: float = 60.0
 
     @property
@@ -85,6 +100,10 @@ class DemoSettings:
     @property
     def state_dir(self) -> Path:
         return self.out_dir / "state"
+
+    @property
+    def host_log(self) -> Path:
+        return self.out_dir / "host.log"
 
     @property
     def schema_path(self) -> Path:
@@ -144,11 +163,11 @@ class Produced:
 @dataclass(frozen=True)
 class RaceResult:
     requested: int
-    status_before: StreamStatus           # status right before set_offset
-    assigned_before: int                  # partitions describe() showed as assigned right after start
+    status_before: StreamStatus           # status right before set_stream_offset
+    assigned_before: int                  # partitions streams.offsets showed as assigned right after start
     partitions: int
     changes: tuple[OffsetChange, ...]
-    seconds: float                        # how long set_offset waited for the group to assign
+    seconds: float                        # how long set_stream_offset waited for the group to assign
 
 
 @dataclass(frozen=True)
@@ -183,32 +202,56 @@ class DemoResult:
     produced: Produced | None = None
     race: RaceResult | None = None
     rewind: RewindResult | None = None
-    offsets: list[PartitionOffsets] | None = None
     backfill: BackfillResult | None = None
+    host_url: str | None = None
+    host_exit: int | None = None
 
     @property
     def ok(self) -> bool:
         return bool(self.checks) and all(c.ok is not False for c in self.checks)
-
-    def check(self, name: str) -> Check | None:
-        return next((c for c in self.checks if c.name == name), None)
 
 
 class Reporter:
     """Told about each step as it happens; this base class stays silent (the end-to-end test)."""
 
     def step(self, number: int, title: str) -> None: ...
-    def cluster(self, bootstrap_servers: str, brokers: int, settings: DemoSettings) -> None: ...
-    def produced(self, produced: Produced) -> None: ...
-    def stream(self, info: StreamInfo) -> None: ...
-    def before_race(self, status: StreamStatus, rows: Sequence[PartitionOffsets], requested: int) -> None: ...
-    def race(self, race: RaceResult) -> None: ...
-    def rewind(self, rewind: RewindResult) -> None: ...
-    def offsets(self, info: StreamInfo, rows: Sequence[PartitionOffsets]) -> None: ...
+    def say(self, text: str) -> None: ...
+    def call(self, statement: str) -> None: ...                      # a CALL about to run
+    def rows(self, rows: Sequence[Mapping[str, Any]]) -> None: ...   # what it returned
+    def command(self, argv: Sequence[str], output: str) -> None: ...
     def backfill_plan(self, job: BackfillJob, plan: RangePlan) -> None: ...
     def backfill_progress(self, done: int, total: int) -> None: ...
     def backfill(self, result: BackfillResult) -> None: ...
     def check(self, check: Check) -> None: ...
+
+
+# -- the operator's CLI; rows of the procedures as the core's values ------------------------
+def run_cli(url: str, *args: str, reporter: Reporter = Reporter(), timeout: float = 60.0) -> str:
+    """`mgstreams ARGS` in a child process with MGSTREAMS_URL set, as an operator's shell runs it."""
+    done = subprocess.run([sys.executable, "-m", "mgstreams", *args], env={**os.environ, URL_ENV: url},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    reporter.command(("mgstreams", *args), done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise StreamError(f"mgstreams {' '.join(args)}: exit status {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def offset_change(row: Mapping[str, Any]) -> OffsetChange:
+    return OffsetChange(row["topic"], row["partition"], row["previous_offset"], row["offset"],
+                        ChangeStatus(row["status"]), row.get("message") or "")
+
+
+def partition_offsets(row: Mapping[str, Any]) -> PartitionOffsets:
+    return PartitionOffsets(row["topic"], row["partition"], row["committed_offset"], row["position"],
+                            row["log_start_offset"], row["log_end_offset"], row["lag"], bool(row["assigned"]))
+
+
+def stream_row(streams: QueryModule, name: str, quiet: bool = False) -> dict[str, Any]:
+    """The stream's row of `CALL streams.list()`."""
+    for row in streams.call("list", quiet=quiet):
+        if row["name"] == name:
+            return row
+    raise StreamError(f"CALL streams.list(): no stream named {name!r}")
 
 
 # -- step 1: the event stream ------------------------------------------------------------
@@ -263,6 +306,14 @@ def produce_transfers(bootstrap_servers: str, topic: str, transfers: Sequence[Tr
                     transfers[0].ts, transfers[-1].ts, dict(Counter(t.currency for t in transfers)))
 
 
+def report_produced(produced: Produced, reporter: Reporter) -> None:
+    currencies = ", ".join(f"{c} {n}" for c, n in sorted(produced.currencies.items(), key=lambda kv: -kv[1]))
+    reporter.say(f"produced {produced.events:,} transfers between {produced.accounts} accounts, "
+                 f"{produced.first_ts:%Y-%m-%d %H:%M} to {produced.last_ts:%Y-%m-%d %H:%M} UTC ({currencies}), "
+                 f"keyed by source account")
+    reporter.say("records per partition: " + "  ".join(f"{p}: {n}" for p, n in produced.per_partition.items()))
+
+
 def check_produced(produced: Produced, settings: DemoSettings) -> Check:
     acked = sum(produced.per_partition.values())
     if acked != settings.events:
@@ -280,42 +331,49 @@ def check_produced(produced: Produced, settings: DemoSettings) -> Check:
 def prepare_out(settings: DemoSettings) -> None:
     """Remove what an earlier run wrote (only the demo's own files: the cypherl sink appends)."""
     settings.out_dir.mkdir(parents=True, exist_ok=True)
-    for path in (settings.live_path, settings.schema_path, settings.report_path):
+    for path in (settings.live_path, settings.schema_path, settings.report_path, settings.host_log):
         path.unlink(missing_ok=True)
     for path in (settings.backfill_dir, settings.state_dir):
         shutil.rmtree(path, ignore_errors=True)
     settings.schema_path.write_text(SCHEMA)
 
 
-def create_stream(registry: StreamRegistry, settings: DemoSettings, bootstrap_servers: str) -> StreamInfo:
+def create_stream(streams: QueryModule, settings: DemoSettings, bootstrap_servers: str,
+                  reporter: Reporter = Reporter()) -> None:
     if settings.bolt:
         clear_graph(settings)
-    return registry.create(StreamConfig(
-        name=settings.stream, topics=[settings.topic], bootstrap_servers=bootstrap_servers,
-        transform=TRANSFORM, sink=settings.sink, batch_size=settings.batch_size,
-        credentials=dict(settings.memgraph_credentials)))
+    reporter.rows(streams.call("create", settings.stream, [settings.topic], bootstrap_servers, TRANSFORM,
+                               settings.sink, "", settings.batch_size, 100, {}, dict(settings.memgraph_credentials),
+                               secret_args=(9,)))
+    row = stream_row(streams, settings.stream)
+    reporter.say(f"→ status {row['status']}, consumer group {row['consumer_group']}, sink {row['sink']}")
 
 
 # -- step 3: the rebalance race, then a move while running ---------------------------------
-def start_and_set_offset(registry: StreamRegistry, settings: DemoSettings,
+def start_and_set_offset(streams: QueryModule, settings: DemoSettings,
                          reporter: Reporter = Reporter()) -> RaceResult:
     """Start, then set every partition to `live_from` before the group has assigned any."""
     name = settings.stream
-    registry.start(name)
-    early = registry.describe(name)
-    reporter.before_race(registry.get(name).status, early, settings.live_from)
-    status = registry.get(name).status       # read again: describe() took a few milliseconds
+    reporter.rows(streams.call("start", name))
+    early = [partition_offsets(r) for r in streams.call("offsets", name)]
+    assigned = sum(r.assigned for r in early)
+    reporter.say(f"→ {assigned} of {len(early)} partitions assigned (the group has not rebalanced yet)")
+    status = StreamStatus(stream_row(streams, name)["status"])
+    reporter.say(f"→ status {status.value}; set_stream_offset({settings.live_from}) on every partition now: "
+                 f"it waits for the group to assign them (up to its timeout, else says pending)")
     started = time.monotonic()
-    changes = registry.set_offset(name, settings.live_from, timeout=15.0)
-    return RaceResult(settings.live_from, status, sum(r.assigned for r in early), len(early), tuple(changes),
-                      time.monotonic() - started)
+    rows = streams.call("set_stream_offset", name, settings.live_from, 15000)
+    seconds = time.monotonic() - started
+    reporter.rows(rows)
+    reporter.say(f"returned after {seconds:.2f} s")
+    return RaceResult(settings.live_from, status, assigned, len(early), tuple(map(offset_change, rows)), seconds)
 
 
 def check_race(race: RaceResult) -> Check:
     if race.status_before != StreamStatus.STARTING or race.assigned_before:
         return Check("rebalance race", False,
                      f"status was {race.status_before.value} with {race.assigned_before} partition(s) assigned "
-                     f"when set_offset was called: the race was not exercised")
+                     f"when set_stream_offset was called: the race was not exercised")
     wrong = [c for c in race.changes if c.status != ChangeStatus.APPLIED or c.offset != race.requested]
     if wrong or len(race.changes) != race.partitions:
         return Check("rebalance race", False, f"{len(race.changes)} change(s) for {race.partitions} partitions, "
@@ -325,18 +383,18 @@ def check_race(race: RaceResult) -> Check:
                                          f"them, {race.seconds:.2f} s later")
 
 
-def wait_caught_up(registry: StreamRegistry, name: str, log_end: Mapping[int, int],
+def wait_caught_up(streams: QueryModule, name: str, log_end: Mapping[int, int],
                    timeout_s: float) -> list[PartitionOffsets]:
-    """Until every partition's committed offset is the end the producer left."""
+    """Until every partition's committed offset is the end the producer left (polling streams.offsets, unprinted)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        rows = registry.describe(name)
+        rows = [partition_offsets(r) for r in streams.call("offsets", name, quiet=True)]
         behind = {r.partition: r.committed_offset for r in rows if r.committed_offset != log_end.get(r.partition)}
         if not behind:
             return rows
-        info = registry.get(name)
-        if info.status == StreamStatus.ERROR:
-            raise StreamError(f"stream {name!r} failed: {info.error}")
+        row = stream_row(streams, name, quiet=True)
+        if row["status"] == StreamStatus.ERROR.value:
+            raise StreamError(f"stream {name!r} failed: {row['error']}")
         if time.monotonic() >= deadline:
             raise StreamError(f"stream {name!r} did not catch up within {timeout_s:g} s "
                               f"(committed offsets still behind: {behind})")
@@ -369,12 +427,18 @@ def check_first_delivered(records: Sequence[Record], produced: Produced, request
                                           f"then every offset to the end once")
 
 
-def rewind_running(registry: StreamRegistry, settings: DemoSettings, records_before: int) -> RewindResult:
+def rewind_running(streams: QueryModule, settings: DemoSettings, records_before: int,
+                   reporter: Reporter = Reporter()) -> RewindResult:
     """Move some partitions back by `rewind_by` while the stream runs (a per-partition map of "-N")."""
     spec = {f"{settings.topic}:{p}": f"-{settings.rewind_by}" for p in settings.rewind_partitions}
+    reporter.say(f"while running, move partitions {', '.join(map(str, settings.rewind_partitions))} "
+                 f"back by {settings.rewind_by}:")
     started = time.monotonic()
-    changes = registry.set_offset(settings.stream, spec, timeout=15.0)
-    return RewindResult(spec, tuple(changes), records_before, time.monotonic() - started)
+    rows = streams.call("set_stream_offset", settings.stream, spec, 15000)
+    seconds = time.monotonic() - started
+    reporter.rows(rows)
+    reporter.say(f"returned after {seconds:.2f} s")
+    return RewindResult(spec, tuple(map(offset_change, rows)), records_before, seconds)
 
 
 def check_rewind(rewind: RewindResult, records: Sequence[Record], produced: Produced,
@@ -383,7 +447,7 @@ def check_rewind(rewind: RewindResult, records: Sequence[Record], produced: Prod
     got = {c.partition: (c.status, c.offset, c.previous_offset) for c in rewind.changes}
     expected = {p: (ChangeStatus.APPLIED, offset, produced.log_end[p]) for p, offset in moved.items()}
     if got != expected:
-        return Check("rewind while running", False, f"set_offset returned {_changes_text(rewind.changes)}; "
+        return Check("rewind while running", False, f"set_stream_offset returned {_changes_text(rewind.changes)}; "
                                                     f"expected applied at {moved}, from the log end")
     if settings.bolt:
         return Check("rewind while running", None, f"applied at {moved}; redelivery order is not observable "
@@ -401,7 +465,7 @@ def check_rewind(rewind: RewindResult, records: Sequence[Record], produced: Prod
                  f"{', '.join(str(moved[p]) for p in sorted(moved))} to the end; the others did not move")
 
 
-# -- step 4: offsets and lag ---------------------------------------------------------------
+# -- step 4: the operator's view -----------------------------------------------------------
 def check_offsets(rows: Sequence[PartitionOffsets], produced: Produced) -> Check:
     bad = [r for r in rows if not r.assigned or r.lag != 0 or r.committed_offset != produced.log_end[r.partition]]
     if bad or len(rows) != len(produced.log_end):
@@ -411,13 +475,29 @@ def check_offsets(rows: Sequence[PartitionOffsets], produced: Produced) -> Check
     return Check("offsets and lag", True, f"all {len(rows)} partitions assigned, committed at the log end, lag 0")
 
 
+def check_history(entries: Sequence[Mapping[str, Any]], changes: Sequence[OffsetChange]) -> Check:
+    """The audit holds exactly the applied changes, newest first."""
+    got = Counter((e["topic"], e["partition"], e["previous_offset"], e["offset"]) for e in entries)
+    wanted = Counter((c.topic, c.partition, c.previous_offset, c.offset) for c in changes
+                     if c.status in (ChangeStatus.APPLIED, ChangeStatus.CLAMPED))
+    if got != wanted:
+        return Check("history", False, f"{len(entries)} audit entries; expected the {sum(wanted.values())} "
+                                       f"applied changes; missing {dict(wanted - got)}, extra {dict(got - wanted)}")
+    times = [e["changed_at"] for e in entries]
+    if times != sorted(times, reverse=True):
+        return Check("history", False, "audit entries are not newest first")
+    return Check("history", True, f"the {len(entries)} applied changes (the race's and the rewind's), newest first")
+
+
 # -- step 5: the Spark backfill ------------------------------------------------------------
-def backfill_job(registry: StreamRegistry, settings: DemoSettings, bootstrap_servers: str) -> BackfillJob:
-    """[backfill_from, committed) of the stream's group, through the stream's transformation."""
-    return BackfillJob(bootstrap_servers, (settings.topic,), parse_offset_spec(settings.backfill_from),
-                       parse_offset_spec("committed"), TRANSFORM, f"cypherl://{settings.backfill_dir}",
-                       client_config=registry.client_config(settings.stream),
-                       search_dirs=tuple(query_module_dirs()), batch_size=settings.batch_size)
+def backfill_job(settings: DemoSettings) -> BackfillJob:
+    """[backfill_from, committed) of the stream's group, through its transformation; the stream's
+    configuration (secrets included, which the host's API never hands out) comes from the state dir."""
+    config = stored_config(settings.state_dir, settings.stream)
+    return BackfillJob(config.bootstrap_servers, tuple(config.topics), parse_offset_spec(settings.backfill_from),
+                       parse_offset_spec("committed"), config.transform, f"cypherl://{settings.backfill_dir}",
+                       client_config=config.client_config(), search_dirs=tuple(query_module_dirs()),
+                       batch_size=config.batch_size)
 
 
 def run_backfill_step(spark, job: BackfillJob, settings: DemoSettings,
@@ -473,6 +553,26 @@ def check_backfill_matches_live(live: Sequence[Record], backfill: Sequence[Recor
         spans[partition].append(offset)
     span = " ".join(f"{p}:[{min(o)},{max(o) + 1})" for p, o in sorted(spans.items()))
     return Check("backfill equals live", True, f"{len(overlap)} overlapping statements identical ({span})")
+
+
+# -- step 6: shutdown ----------------------------------------------------------------------
+def shut_down(host: HostProcess, streams: QueryModule | None, settings: DemoSettings,
+              reporter: Reporter = Reporter()) -> tuple[int | None, Check]:
+    """Stop the stream if it runs (its offsets stay committed), then SIGTERM the host: exit 0 expected."""
+    with contextlib.suppress(StreamError):
+        host.wait_ready()        # a run that failed early: let the host finish starting, then stop it as usual
+    if streams is not None:
+        with contextlib.suppress(StreamError):
+            if stream_row(streams, settings.stream, quiet=True)["status"] in ("starting", "running"):
+                reporter.rows(streams.call("stop", settings.stream))
+    started = time.monotonic()
+    code = host.stop()
+    seconds = time.monotonic() - started
+    reporter.say(f"SIGTERM → the host exited with status {code} after {seconds:.1f} s")
+    if code == 0:
+        return code, Check("host shutdown", True, f"SIGTERM: exit status 0 after {seconds:.1f} s")
+    tail = " | ".join(host.log().strip().splitlines()[-2:])
+    return code, Check("host shutdown", False, f"SIGTERM: exit status {code} (log {host.log_path}: {tail})")
 
 
 # -- reading what was written ------------------------------------------------------------
@@ -566,8 +666,8 @@ def read_graph(settings: DemoSettings) -> list[Record]:
 # -- the whole run ---------------------------------------------------------------------------
 def run_demo(settings: DemoSettings, bootstrap_servers: str, spark_factory: Callable[[], object],
              reporter: Reporter = Reporter()) -> DemoResult:
-    """Steps 1 (producing) to 5, on a cluster where `settings.topic` exists. A step that raises
-    becomes a failed check and ends the run; the stream is stopped in any case."""
+    """Steps 1 (producing) to 6, on a cluster where `settings.topic` exists. A step that raises
+    becomes a failed check and ends the run; the stream is stopped and the host terminated in any case."""
     result = DemoResult(settings)
 
     def add(check: Check) -> Check:
@@ -576,57 +676,62 @@ def run_demo(settings: DemoSettings, bootstrap_servers: str, spark_factory: Call
         return check
 
     prepare_out(settings)
-    registry = StreamRegistry(settings.state_dir)
+    host = HostProcess(settings.state_dir, log_path=settings.host_log).spawn()   # imports while we produce
+    streams: QueryModule | None = None
     step = "produce"
     try:
         transfers = generate_transfers(settings.seed, settings.events, settings.accounts)
         result.produced = produced = produce_transfers(bootstrap_servers, settings.topic, transfers)
-        reporter.produced(produced)
+        report_produced(produced, reporter)
         if not add(check_produced(produced, settings)).ok:
             return result
 
         step = "create stream"
-        reporter.step(2, "a stream that builds the graph")
-        reporter.stream(create_stream(registry, settings, bootstrap_servers))
+        result.host_url = url = host.wait_ready()
+        reporter.step(2, "a stream that builds the graph, created from Cypher")
+        reporter.say(f"stream host: `mgstreams serve` (pid {host.proc.pid}) at {url}; "
+                     f"the query module {settings.query_module.name} calls it (MGSTREAMS_URL)")
+        streams = QueryModule(settings.query_module, url, on_call=reporter.call).open()
+        create_stream(streams, settings, bootstrap_servers, reporter)
 
         step = "rebalance race"
-        reporter.step(3, "set_offset during the rebalance, then while running")
-        result.race = start_and_set_offset(registry, settings, reporter)
-        reporter.race(result.race)
+        reporter.step(3, "set_stream_offset during the rebalance, then while running")
+        result.race = start_and_set_offset(streams, settings, reporter)
         add(check_race(result.race))
-        wait_caught_up(registry, settings.stream, produced.log_end, settings.timeout_s)
+        wait_caught_up(streams, settings.stream, produced.log_end, settings.timeout_s)
         live = live_records(settings)
         add(check_first_delivered(live, produced, settings.live_from, settings.bolt))
 
         step = "rewind while running"
-        result.rewind = rewind_running(registry, settings, len(live))
-        reporter.rewind(result.rewind)
-        wait_caught_up(registry, settings.stream, produced.log_end, settings.timeout_s)
+        result.rewind = rewind_running(streams, settings, len(live), reporter)
+        wait_caught_up(streams, settings.stream, produced.log_end, settings.timeout_s)
         live = live_records(settings)
         add(check_rewind(result.rewind, live, produced, settings))
 
         step = "offsets and lag"
-        reporter.step(4, "offsets and lag")
-        result.offsets = registry.describe(settings.stream)
-        reporter.offsets(registry.get(settings.stream), result.offsets)
-        add(check_offsets(result.offsets, produced))
+        reporter.step(4, "offsets, lag and history: the operator's CLI, the same host")
+        run_cli(url, "describe", settings.stream, reporter=reporter)
+        add(check_offsets([partition_offsets(r) for r in streams.call("offsets", settings.stream)], produced))
+        step = "history"
+        run_cli(url, "history", settings.stream, reporter=reporter)
+        add(check_history(streams.call("history", settings.stream), result.race.changes + result.rewind.changes))
 
         step = "backfill"
         reporter.step(5, "Spark backfill up to the committed offsets")
-        job = backfill_job(registry, settings, bootstrap_servers)
-        result.backfill = run_backfill_step(spark_factory(), job, settings, reporter)
+        result.backfill = run_backfill_step(spark_factory(), backfill_job(settings), settings, reporter)
         reporter.backfill(result.backfill)
         backfilled = read_cypherl(result.backfill.files)
         add(check_backfill_range(result.backfill, produced, backfilled, settings))
         add(check_backfill_matches_live(live, backfilled))
-    except (StreamError, OSError) as exc:
+    except (StreamError, OSError, subprocess.SubprocessError, KeyError, ValueError) as exc:
         add(Check(step, False, " ".join(str(exc).split())))
     finally:
         reporter.backfill_progress(-1, -1)    # closes a progress bar a failed backfill left open
-        with contextlib.suppress(StreamError):
-            if registry.get(settings.stream).status in (StreamStatus.STARTING, StreamStatus.RUNNING):
-                registry.stop(settings.stream)
-        registry.close()
+        reporter.step(6, "shutdown")
+        result.host_exit, check = shut_down(host, streams, settings, reporter)
+        add(check)
+        if streams is not None:
+            streams.close()
     return result
 
 
@@ -647,10 +752,19 @@ def _key_text(key: tuple[str, int, int]) -> str:
 
 
 # -- printing -------------------------------------------------------------------------------
-def _indented(renderable):
-    from rich.padding import Padding
-
+def _indented(renderable) -> Padding:
     return Padding(renderable, (0, 0, 0, 3), expand=False)
+
+
+def _cell(value: Any) -> str:
+    """A result value as Memgraph's clients show it."""
+    if value is None or isinstance(value, bool):
+        return to_cypher_literal(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
 
 
 class RichReporter(Reporter):
@@ -660,53 +774,27 @@ class RichReporter(Reporter):
         self._task = None
 
     def say(self, text: str) -> None:
-        self.console.print(f"   {text}", soft_wrap=True)
+        self.console.print(f"   {text}", soft_wrap=True, markup=False)
 
     def step(self, number: int, title: str) -> None:
         self.console.print()
         self.console.print(f"[bold]{number} · {title}[/]")
 
-    def cluster(self, bootstrap_servers: str, brokers: int, settings: DemoSettings) -> None:
-        self.say(f"embedded Kafka: {brokers} brokers at {bootstrap_servers} (librdkafka's mock cluster; "
-                 f"initial rebalance delay 3 s, as on brokers)")
-        self.say(f"topic [bold]{settings.topic}[/]: {settings.partitions} partitions, replication {min(3, brokers)}")
+    def call(self, statement: str) -> None:
+        self.console.print(Text(f"   {statement};", style="cyan"), soft_wrap=True)
 
-    def produced(self, produced: Produced) -> None:
-        currencies = ", ".join(f"{c} {n}" for c, n in sorted(produced.currencies.items(), key=lambda kv: -kv[1]))
-        self.say(f"produced {produced.events:,} transfers between {produced.accounts} accounts, "
-                 f"{produced.first_ts:%Y-%m-%d %H:%M} to {produced.last_ts:%Y-%m-%d %H:%M} UTC ({currencies}), "
-                 f"keyed by source account")
-        self.say("records per partition: " + "  ".join(f"{p}: {n}" for p, n in produced.per_partition.items()))
+    def rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self.console.print(_indented(table(rows[0].keys(), ([_cell(v) for v in r.values()] for r in rows))))
 
-    def stream(self, info: StreamInfo) -> None:
-        self.say(f"stream [bold]{info.name}[/]: topic {', '.join(info.topics)} → {info.transform} → {info.sink}")
-        self.say(f"consumer group {info.consumer_group}, batch size {info.batch_size}, status {info.status.value}")
-
-    def before_race(self, status: StreamStatus, rows: Sequence[PartitionOffsets], requested: int) -> None:
-        self.say(f"start → status [bold]{status.value}[/], assigned partitions: "
-                 f"{sum(r.assigned for r in rows)} of {len(rows)} (the group has not rebalanced yet)")
-        self.say(f"set_offset({requested}) right away, on every partition; it waits for the group to assign "
-                 f"them (up to its timeout, else says pending):")
-
-    def race(self, race: RaceResult) -> None:
-        self._changes(race.changes, race.seconds)
-
-    def rewind(self, rewind: RewindResult) -> None:
-        self.say(f"while running: set_offset({json.dumps(rewind.spec)})")
-        self._changes(rewind.changes, rewind.seconds)
-
-    def _changes(self, changes: Sequence[OffsetChange], seconds: float) -> None:
-        self.console.print(_indented(changes_table(changes)))
-        self.say(f"set_offset returned after {seconds:.2f} s")
-
-    def offsets(self, info: StreamInfo, rows: Sequence[PartitionOffsets]) -> None:
-        self.console.print(_indented(offsets_table(info.consumer_group, rows)))
+    def command(self, argv: Sequence[str], output: str) -> None:
+        self.console.print(Text(f"   $ {' '.join(argv)}", style="cyan"), soft_wrap=True)
+        for line in output.rstrip().splitlines():
+            self.console.print(f"   {line.rstrip()}", soft_wrap=True, markup=False, highlight=False)
 
     def backfill_plan(self, job: BackfillJob, plan: RangePlan) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.say(f"replay offsets [{job.start.default.describe()}, committed) of group {job.group_id} through "
-                 f"{job.transform} into {job.sink}")
+                 f"{job.transform} into {job.sink} (the stream's config read from its state dir)")
         self.say(f"plan: {len(plan.ranges)} ranges, one Spark task each, {plan.total_offsets:,} offsets")
         for note in plan.notes:
             self.say(f"  note: {note}")
@@ -736,7 +824,7 @@ class RichReporter(Reporter):
 
     def check(self, check: Check) -> None:
         mark = {True: "[green]✓[/]", False: "[red]✗[/]", None: "[yellow]–[/]"}[check.ok]
-        self.say(f"{mark} [bold]{check.name}[/]: {check.reason}")
+        self.console.print(f"   {mark} [bold]{check.name}[/]: {escape(check.reason)}", soft_wrap=True)
 
 
 def shown_path(path: Path) -> str:
@@ -747,7 +835,7 @@ def shown_path(path: Path) -> str:
 
 
 def print_outputs(console, settings: DemoSettings) -> None:
-    """Step 6: where everything is, and how to load it into Memgraph."""
+    """Step 7: where everything is, and how to load it into Memgraph."""
     out = shown_path(settings.out_dir)
     rows = [(shown_path(settings.schema_path), "CREATE INDEX ON :Account(id): load it first")]
     if settings.bolt:
@@ -760,7 +848,9 @@ def print_outputs(console, settings: DemoSettings) -> None:
     rows.append((shown_path(settings.backfill_dir) + "/",
                  f"{len(files)} files, one per offset range: {sum(_lines(f) for f in files):,} statements"))
     for path, what in ((settings.report_path, "the backfill report (per range: records, seconds, file)"),
-                       (settings.state_dir, "the registry's state (SQLite): the stream, offset history"),
+                       (settings.state_dir, "the host's state (SQLite): the stream, offset history; "
+                                            "`mgstreams serve --state-dir` it again"),
+                       (settings.host_log, "the host's log"),
                        (settings.spark_log, "Spark's log")):
         if path.exists():
             rows.append((shown_path(path) + ("/" if path.is_dir() else ""), what))
@@ -830,11 +920,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
-
-    from mgstreams.embedded_kafka import EmbeddedKafka
-
     from spark_bridge.spark_session import build_session
+
+    from .embedded_kafka import EmbeddedKafka
 
     args = parse_args(argv)
     credentials = {key: value for key, value in (("bolt.username", os.environ.get("MEMGRAPH_USERNAME")),
@@ -859,17 +947,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   conf={"spark.ui.enabled": "false"})
         return spark
 
-    reporter.step(1, "embedded Kafka and an account-transfer stream")
+    reporter.step(1, "embedded Kafka, a stream host and an account-transfer stream")
     try:
         with EmbeddedKafka(brokers=3) as cluster:
             cluster.create_topic(settings.topic, settings.partitions, replication=3)
-            reporter.cluster(cluster.bootstrap_servers, cluster.broker_count, settings)
+            reporter.say(f"embedded Kafka: {cluster.broker_count} brokers at {cluster.bootstrap_servers} "
+                         f"(librdkafka's mock cluster; initial rebalance delay 3 s, as on brokers)")
+            reporter.say(f"topic {settings.topic}: {settings.partitions} partitions, "
+                         f"replication {min(3, cluster.broker_count)}")
             result = run_demo(settings, cluster.bootstrap_servers, spark_factory, reporter)
     finally:
         if spark is not None:
             with stderr_to(settings.spark_log):
                 spark.stop()
-    reporter.step(6, f"what the demo wrote ({shown_path(settings.out_dir)}/)")
+    reporter.step(7, f"what the demo wrote ({shown_path(settings.out_dir)}/)")
     print_outputs(console, settings)
     console.print()
     failed = [c for c in result.checks if c.ok is False]

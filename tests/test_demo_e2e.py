@@ -1,28 +1,34 @@
-"""Issue 6: the demo's path, end to end, as `make demo` runs it (minus the printing).
+"""Issues 6 and 9: the demo's path, end to end, as `make demo` runs it (minus the printing).
 
-`run_demo` is the very function `python -m mgstreams.demo` calls: it produces
-the transfer stream, races set_offset against the group's first rebalance (the
-cluster's default 3 s initial delay stays on), rewinds while running, describes,
-backfills with the shared SparkSession and compares. Every check must pass. The
-check functions are also fed wrong data here, so a broken run cannot pass them.
+`run_demo` is the very function `python -m mgstreams.demo` calls: it starts a
+stream host in a child process, produces the transfer stream, drives the stream
+through the query module's procedures (the file itself, an HTTP client of the
+host): races set_stream_offset against the group's first rebalance (the
+cluster's default 3 s initial delay stays on), rewinds while running; runs
+`mgstreams describe` / `history` against the host; backfills with the shared
+SparkSession and compares; stops the host with SIGTERM. Every check must pass.
+The check functions are also fed wrong data here, so a broken run cannot pass them.
 """
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import datetime, timezone
 
 import pytest
 
 from mgstreams.demo import (Check, DemoSettings, Produced, Record, RewindResult, check_backfill_matches_live,
-                               check_first_delivered, check_offsets, check_rewind, generate_transfers,
-                               read_cypherl, run_demo)
+                            check_first_delivered, check_history, check_offsets, check_rewind, generate_transfers,
+                            read_cypherl, run_demo)
+from mgstreams.query_module import QueryModule
 from spark_bridge.spark_session import ensure_worker_python
-from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets
+from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets, StreamError
+from stream_registry.registry.registry import stored_config
 
 ensure_worker_python()  # before the shared session starts: workers must run this venv's Python
 
-CHECKS = ["produce", "rebalance race", "first delivered", "rewind while running", "offsets and lag",
-          "backfill range", "backfill equals live"]
+CHECKS = ["produce", "rebalance race", "first delivered", "rewind while running", "offsets and lag", "history",
+          "backfill range", "backfill equals live", "host shutdown"]
 
 
 @pytest.mark.slow
@@ -38,6 +44,7 @@ def test_demo_path_passes_every_check(kafka, spark, tmp_path):
     failed = [f"{c.name}: {c.reason}" for c in result.checks if c.ok is not True]
     assert not failed, failed
     assert result.ok
+    assert result.host_url.startswith("http://127.0.0.1:") and result.host_exit == 0
 
     # The race was real: the call found nothing assigned and waited for the group.
     race = result.race
@@ -54,6 +61,9 @@ def test_demo_path_passes_every_check(kafka, spark, tmp_path):
     assert settings.schema_path.read_text() == "CREATE INDEX ON :Account(id);\n"
     assert len(result.backfill.files) == len(result.backfill.plan.ranges) == 6
     assert settings.report_path.exists()
+    # The host ran the stream, not this process: its state and log are in the output directory.
+    assert stored_config(settings.state_dir, settings.stream).transform == "transfers.transfer"
+    assert settings.host_log.exists()
     assert result.backfill.report.records == sum(end - settings.backfill_from for end in produced.log_end.values())
 
 
@@ -119,6 +129,66 @@ def test_offsets_check_fails_with_lag_or_unassigned_partitions():
     assert not check_offsets([PartitionOffsets("t", 0, 10, None, 0, 10, 0, False)], produced).ok
 
 
+def test_history_check_fails_on_a_missing_or_extra_entry_or_wrong_order():
+    changes = [OffsetChange("t", 0, None, 5, ChangeStatus.APPLIED), OffsetChange("t", 0, 9, 7, ChangeStatus.APPLIED),
+               OffsetChange("t", 1, None, 5, ChangeStatus.PENDING, "not assigned")]
+    newer, older = datetime(2026, 11, 1, 9, tzinfo=timezone.utc), datetime(2026, 11, 1, 8, tzinfo=timezone.utc)
+    entries = [{"changed_at": newer, "topic": "t", "partition": 0, "previous_offset": 9, "offset": 7},
+               {"changed_at": older, "topic": "t", "partition": 0, "previous_offset": None, "offset": 5}]
+    assert check_history(entries, changes).ok
+    assert not check_history(entries[:1], changes).ok
+    assert not check_history(entries + [{**entries[0], "partition": 1}], changes).ok
+    assert not check_history(entries[::-1], changes).ok
+
+
+MODULE = '''
+import os
+import mgp
+
+def _named(name):
+    def rename(fn):
+        fn.__name__ = name
+        return fn
+    return rename
+
+@mgp.read_proc
+def echo(name: str, configs: mgp.Map = {}, secret: mgp.Map = {}) -> mgp.Record(name=str, url=str):
+    if name == "bad":
+        raise Exception("name: 'bad' is not allowed\\n  second line")
+    return mgp.Record(name=name, url=os.environ["MGSTREAMS_URL"])
+
+@mgp.read_proc
+@_named("list")
+def list_all() -> mgp.Record(n=int):
+    return [mgp.Record(n=1), mgp.Record(n=2)]
+
+def helper() -> int:
+    return 3
+'''
+
+
+def test_query_module_calls_procedures_by_their_cypher_names_and_prints_the_call(tmp_path, monkeypatch):
+    import mgp
+
+    path = tmp_path / "streams.py"
+    path.write_text(MODULE)
+    monkeypatch.delenv("MGSTREAMS_URL", raising=False)
+    backend_before = dict(vars(mgp._mgp))
+    shown = []
+    with QueryModule(path, "http://127.0.0.1:9", on_call=shown.append) as streams:
+        assert sorted(streams.procedures) == ["echo", "list"]          # what the file registers, not `helper`
+        assert streams.call("echo", "x", {"a:b": 1}, {"password": "hunter2"}, secret_args=(2,)) == [
+            {"name": "x", "url": "http://127.0.0.1:9"}]
+        assert streams.call("list", quiet=True) == [{"n": 1}, {"n": 2}]
+        with pytest.raises(StreamError, match=r'^CALL streams.echo\("bad"\): name: .bad. is not allowed second line$'):
+            streams.call("echo", "bad")
+        with pytest.raises(StreamError, match="registers no procedure 'drop'"):
+            streams.call("drop", "x")
+    assert shown == ['CALL streams.echo("x", {`a:b`: 1}, {password: "***"})', 'CALL streams.echo("bad")',
+                     'CALL streams.drop("x")']
+    assert "MGSTREAMS_URL" not in os.environ and dict(vars(mgp._mgp)) == backend_before
+
+
 def test_read_cypherl_rejects_lines_it_cannot_place(tmp_path):
     path = tmp_path / "x.cypherl"
     path.write_text('MERGE (a:Account {id: "1"}) SET t.kafka_topic = "t", t.kafka_partition = 2, t.kafka_offset = 7;\n'
@@ -129,7 +199,7 @@ def test_read_cypherl_rejects_lines_it_cannot_place(tmp_path):
 
 def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypatch, tmp_path):
     """With MEMGRAPH_URI the live records come from Memgraph: the rendering must match the cypherl sink's."""
-    from stream_registry import sinks
+    from stream_registry.graph import sinks
     from stream_registry.registry.registry import query_module_dirs
     from stream_registry.graph.transform import Message, load_transformation, run_transformation
     from mgstreams.demo import read_graph
