@@ -45,11 +45,14 @@ class _Stream:
     query: PartitionQuery | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     clamped: set[TP] = field(default_factory=set)
+    unrecorded: list = field(default_factory=list)   # applied changes the state store has not taken yet
+    store_error: str | None = None                    # why they wait (shown with the status)
+    history_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class StreamRegistry:
     def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = RetryPolicy(),
-                 query_timeout: float = 10.0, holder: str | None = None):
+                 query_timeout: float = 10.0, stop_timeout: float = 30.0, holder: str | None = None):
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -57,6 +60,7 @@ class StreamRegistry:
             self._dir_lock.release()
             raise
         self.state_dir = Path(state_dir)
+        self._stop_timeout = stop_timeout
         self._retry = retry
         self._query_timeout = query_timeout
         self._lock = threading.Lock()
@@ -103,7 +107,9 @@ class StreamRegistry:
         stream = self._stream(name)
         with stream.lock:
             if stream.worker is not None and stream.worker.alive:
-                raise StreamStateError(f"name: stream {name!r} is already {stream.status.value}")
+                state = "still stopping (its last stop timed out)" if stream.worker.stopping \
+                    else f"already {stream.status.value}"
+                raise StreamStateError(f"name: stream {name!r} is {state}")
             self._start_locked(stream)
         return self.get(name)
 
@@ -152,15 +158,21 @@ class StreamRegistry:
                 return
             self._closed = True
             streams = list(self._streams.values())
-        for stream in streams:
+        failed = []
+        for stream in streams:  # every stream gets its stop, whatever happened to the ones before
             with stream.lock:
-                if stream.worker is not None:
-                    self._stop_locked(stream, keep_desired=True)
+                try:
+                    if stream.worker is not None:
+                        self._stop_locked(stream, keep_desired=True)
+                except StreamError as exc:
+                    failed.append(f"{stream.config.name}: {exc}")
                 if stream.query is not None:
                     stream.query.close()
                     stream.query = None
         self._store.close()
         self._dir_lock.release()
+        if failed:
+            log.error("registry closed; streams that did not stop cleanly: %s", "; ".join(failed))
 
     # -- offsets --------------------------------------------------------------
     def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
@@ -218,7 +230,8 @@ class StreamRegistry:
                                  (s.topic, s.partition) in assigned) for s in snapshots]
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
-        self._stream(name)
+        stream = self._stream(name)
+        self._record_history(stream)
         return self._store.history(name, limit)
 
     # -- internals ------------------------------------------------------------
@@ -255,16 +268,23 @@ class StreamRegistry:
             raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
 
     def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
+        """Stop the worker; one that does not stop in time keeps its sink and its place.
+
+        Closing the sink under a thread still writing to it, or letting a second
+        consumer start beside it, would be worse than reporting the stop failed.
+        """
         worker = stream.worker
-        try:
-            if worker is not None:
-                worker.stop()
-        finally:
-            self._release(stream)
-            if stream.status != StreamStatus.ERROR:
-                stream.status, stream.error = StreamStatus.STOPPED, None
-            if not keep_desired:
-                self._store.set_status(stream.config.name, stream.status, stream.error, desired_running=False)
+        if worker is not None:
+            try:
+                worker.stop(self._stop_timeout)
+            except StreamError as exc:
+                stream.error = f"{exc}; it is still finishing its batch, stop it again later"
+                raise StreamStateError(f"name: {stream.error}") from None
+        self._release(stream)
+        if stream.status != StreamStatus.ERROR:
+            stream.status, stream.error = StreamStatus.STOPPED, None
+        if not keep_desired:
+            self._store.set_status(stream.config.name, stream.status, stream.error, desired_running=False)
 
     def _release(self, stream: _Stream) -> None:
         stream.worker = None
@@ -285,10 +305,30 @@ class StreamRegistry:
             log.warning("stream %s: cannot persist status: %s", stream.config.name, exc)
 
     def _on_applied(self, stream: _Stream, changes: list[AppliedOffset]) -> None:
-        rows = [(c.topic, c.partition, c.previous_offset, c.offset,
-                 ChangeStatus.CLAMPED if (c.topic, c.partition) in stream.clamped else ChangeStatus.APPLIED)
-                for c in changes]
-        self._store.record_applied(stream.config.name, rows, {(c.topic, c.partition): c.offset for c in changes})
+        """Record applied changes (poll thread, maybe inside a rebalance callback).
+
+        A state-store failure (a busy or full disk) must not stop the stream: the
+        rows wait in memory, are retried with the next change or read, and the
+        stream's error says so meanwhile.
+        """
+        stream.unrecorded += [(c.topic, c.partition, c.previous_offset, c.offset,
+                               ChangeStatus.CLAMPED if (c.topic, c.partition) in stream.clamped
+                               else ChangeStatus.APPLIED) for c in changes]
+        self._record_history(stream)
+
+    def _record_history(self, stream: _Stream) -> None:
+        with stream.history_lock:
+            rows = list(stream.unrecorded)
+            if not rows:
+                return
+            try:
+                self._store.record_applied(stream.config.name, rows, {(t, p): o for t, p, _, o, _ in rows})
+            except StreamError as exc:
+                stream.store_error = f"{exc} (offset history kept in memory, retried)"
+                log.warning("stream %s: %s", stream.config.name, stream.store_error)
+                return
+            del stream.unrecorded[:len(rows)]
+            stream.store_error = None
 
     def _load_transformation(self, config: StreamConfig):
         try:
@@ -309,7 +349,8 @@ class StreamRegistry:
     def _info(self, stream: _Stream) -> StreamInfo:
         c = stream.config
         return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
-                          stream.status, stream.error, mask_secrets(c.configs), mask_all(c.credentials),
+                          stream.status, "; ".join(e for e in (stream.error, stream.store_error) if e) or None,
+                          mask_secrets(c.configs), mask_all(c.credentials),
                           c.batch_size, c.batch_interval_ms)
 
 

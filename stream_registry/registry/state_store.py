@@ -81,7 +81,11 @@ class StateStore:
                     self._db.execute(sql, args)
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # a BEGIN that failed (database busy) left nothing to undo
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
                 raise StreamError(f"state: cannot write {self.path}: {exc}") from None
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:

@@ -117,6 +117,7 @@ class StreamWorker:
         self._positions: dict[TP, int] = {}
         self._batch: list = []   # the batch being collected (poll thread)
         self._unconfirmed: dict[TP, int] = {}   # moved, but the commit failed: retried
+        self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._next_confirm = 0.0
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
@@ -144,6 +145,10 @@ class StreamWorker:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 raise StreamError(f"stream {self.config.name!r}: did not stop within {timeout} s")
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     @property
     def alive(self) -> bool:
@@ -182,6 +187,9 @@ class StreamWorker:
                 self._drain_control()
                 self._confirm_moves()
                 batch = self._collect_batch()
+                if self._fatal:
+                    self._fail(self._fatal)
+                    return
                 if batch and not self._process(batch):
                     return  # went to ERROR; consumer already closed
         except BaseException as exc:  # never let a stream thread die silently
@@ -414,7 +422,9 @@ class StreamWorker:
             else:
                 consumer.assign(partitions)
         except KafkaException as exc:
-            log.warning("stream %s: assign failed: %s", self.config.name, self._redact(exc))
+            # The group thinks these partitions are ours: leave it (from the poll loop, not from
+            # inside the callback) so they go to another member, and say why.
+            self._fatal = f"assigning {_tps_text(partitions)} failed: {self._redact(exc)}"
             return
         with self._state_lock:
             if not self._incremental:
@@ -477,6 +487,10 @@ def _first_offsets(batch: list) -> dict[TP, int]:
     for m in batch:
         first.setdefault((m.topic(), m.partition()), m.offset())
     return first
+
+
+def _tps_text(partitions: list[TopicPartition]) -> str:
+    return ", ".join(f"{tp.topic}:{tp.partition}" for tp in partitions)
 
 
 def _first_offsets_text(batch: list) -> str:

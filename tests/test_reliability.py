@@ -1,0 +1,120 @@
+"""Stop, close and the state store under failure (issue 10, defects 4, 5 and 7).
+
+Each test names the defect it pins; each fails on the code before its fix.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from stream_helpers import SLOW_S, wait_until
+from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
+from stream_registry.errors import StreamStateError
+from stream_registry.registry.state_store import STATE_FILE, StateStore
+
+FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
+
+
+def _config(kafka, topic, name="orders", sink="memory://out", **kwargs):
+    return StreamConfig(name, [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform", sink,
+                        consumer_group=f"g_{name}_{topic}", batch_interval_ms=20, configs=FAST_GROUP, **kwargs)
+
+
+@pytest.fixture
+def slow_transformation():
+    yield SLOW_S
+    SLOW_S["per_batch"] = 0.0
+
+
+def test_a_stop_that_times_out_keeps_the_sink_and_refuses_a_second_consumer(kafka, tmp_path, memory_sinks,
+                                                                            slow_transformation):
+    """Defect 4: the sink is not closed under a thread still writing, and no second consumer starts."""
+    topic = kafka.new_topic(partitions=1)
+    registry = StreamRegistry(tmp_path / "state", stop_timeout=0.5)
+    try:
+        registry.create(_config(kafka, topic))
+        registry.start("orders")
+        wait_until(lambda: registry.get("orders").status == StreamStatus.RUNNING, 30, what="running")
+        slow_transformation["per_batch"] = 3.0
+        kafka.produce(topic, 5, partitions=1)
+        time.sleep(0.5)  # the batch is in the (slow) transformation now
+        with pytest.raises(StreamStateError, match="did not stop within 0.5 s; it is still finishing its batch"):
+            registry.stop("orders")
+        with pytest.raises(StreamStateError, match="still stopping"):
+            registry.start("orders")
+        slow_transformation["per_batch"] = 0.0
+        wait_until(lambda: len(memory_sinks["out"].delivered()) == 5, 10, what="the batch written to the open sink")
+        assert registry.stop("orders").status == StreamStatus.STOPPED
+    finally:
+        registry.close()
+
+
+def test_close_stops_every_stream_even_when_one_does_not_stop_in_time(kafka, tmp_path, memory_sinks,
+                                                                      slow_transformation):
+    """Defect 4: close() does not give up at the first failing stream."""
+    topic = kafka.new_topic(partitions=1)
+    other = kafka.new_topic(partitions=1)
+    registry = StreamRegistry(tmp_path / "state", stop_timeout=0.5)
+    registry.create(_config(kafka, topic, name="slow", sink="memory://slow"))
+    registry.create(_config(kafka, other, name="fine", sink="memory://fine"))
+    registry.start("slow")
+    registry.start("fine")
+    wait_until(lambda: {s.status for s in registry.list()} == {StreamStatus.RUNNING}, 30, what="both running")
+    workers = {name: registry._streams[name].worker for name in ("slow", "fine")}
+    slow_transformation["per_batch"] = 2.0
+    kafka.produce(topic, 3, partitions=1)
+    time.sleep(0.5)
+    registry.close()
+    assert not workers["fine"].alive, "the stream after the one that failed to stop was stopped too"
+    slow_transformation["per_batch"] = 0.0
+    wait_until(lambda: not workers["slow"].alive, 10, what="the slow stream to finish")
+
+
+def test_a_busy_state_store_raises_a_stream_error_not_sqlite(tmp_path):
+    """Defect 5: a BEGIN that times out leaves no transaction; ROLLBACK must not raise OperationalError."""
+    store = StateStore(tmp_path)
+    store._db.execute("PRAGMA busy_timeout = 100")
+    blocker = sqlite3.connect(tmp_path / STATE_FILE, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StreamError, match="state: cannot write .*database is locked"):
+            store.set_pending("orders", {("t", 0): 5})
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    store.set_pending("orders", {("t", 0): 5})
+    assert store.pending("orders") == {("t", 0): 5}
+    store.close()
+
+
+def test_a_failing_state_store_never_stops_a_stream(kafka, tmp_path, memory_sinks, monkeypatch):
+    """Defect 5: an audit write failing inside the assign callback is reported and retried, not fatal."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 10, partitions=2)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.create(_config(kafka, topic))
+        registry.set_offset("orders", 3)  # pending: applied (and recorded) in the assign callback
+        store = registry._store
+        real = store.record_applied
+        failures = {"left": 3}
+
+        def flaky(*args, **kwargs):
+            if failures["left"]:
+                failures["left"] -= 1
+                raise StreamError(f"state: cannot write {store.path}: database is locked")
+            return real(*args, **kwargs)
+        monkeypatch.setattr(store, "record_applied", flaky)
+        registry.start("orders")
+        wait_until(lambda: len(memory_sinks["out"].delivered()) == 4, 30, what="delivery from offset 3")
+        assert sorted((p, o) for _, p, o in memory_sinks["out"].delivered()) == [(0, 3), (0, 4), (1, 3), (1, 4)]
+        info = registry.get("orders")
+        assert info.status == StreamStatus.RUNNING
+        assert "offset history kept in memory" in (info.error or ""), info.error
+        history = wait_until(lambda: registry.history("orders"), 10, what="the retried history write")
+        assert sorted((h.partition, h.offset) for h in history) == [(0, 3), (1, 3)]
+        assert registry.get("orders").error is None
+    finally:
+        registry.close()
