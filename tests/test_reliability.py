@@ -118,3 +118,50 @@ def test_a_failing_state_store_never_stops_a_stream(kafka, tmp_path, memory_sink
         assert registry.get("orders").error is None
     finally:
         registry.close()
+
+
+def test_an_outage_shows_in_the_status_within_seconds_and_clears_by_itself(kafka, embedded_kafka, tmp_path,
+                                                                          memory_sinks):
+    """Defect 3: all brokers unreachable is visible (with since when), and clears when they are back."""
+    topic = kafka.new_topic(partitions=1)
+    registry = StreamRegistry(tmp_path / "state")
+    brokers = (1, 2, 3)
+    try:
+        registry.create(_config(kafka, topic))
+        registry.start("orders")
+        wait_until(lambda: registry.get("orders").status == StreamStatus.RUNNING, 30, what="running")
+        assert registry.get("orders").error is None
+        for broker in brokers:
+            embedded_kafka.broker_down(broker)
+        try:
+            error = wait_until(lambda: registry.get("orders").error, 15, what="the outage in the status")
+            assert error.startswith("all brokers down since 20"), error
+        finally:
+            for broker in brokers:
+                embedded_kafka.broker_up(broker)
+        wait_until(lambda: registry.get("orders").error is None, 20, what="the outage to clear")
+        kafka.produce(topic, 3, partitions=1)
+        wait_until(lambda: len(memory_sinks["out"].delivered()) == 3, 30, what="delivery after the outage")
+    finally:
+        registry.close()
+
+
+def test_a_failing_sasl_login_shows_in_the_status(kafka, tmp_path, memory_sinks):
+    """Defect 3: an authentication failure is named in the status (the embedded brokers speak no SASL:
+    librdkafka reports _AUTHENTICATION, as with a real cluster and a wrong mechanism or password)."""
+    topic = kafka.new_topic(partitions=1)
+    if kafka.embedded is None:
+        pytest.skip("a real cluster may accept SASL_PLAINTEXT")
+    registry = StreamRegistry(tmp_path / "state", query_timeout=2)
+    try:
+        registry.create(_config(kafka, topic))
+        stream = registry._streams["orders"]
+        stream.config = StreamConfig(**{**stream.config.__dict__, "configs": {
+            **FAST_GROUP, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"},
+            "credentials": {"sasl.username": "u", "sasl.password": "hunter2"}})
+        registry.start("orders")
+        error = wait_until(lambda: registry.get("orders").error, 15, what="the login failure in the status")
+        assert error.startswith("SASL authentication failed: "), error
+        assert "hunter2" not in error
+    finally:
+        registry.close()

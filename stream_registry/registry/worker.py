@@ -18,8 +18,8 @@ import logging
 import queue
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -38,6 +38,9 @@ CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at contr
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 CONFIRM_RETRY_S = 0.5       # between retries of a move whose commit failed
+OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
+OUTAGE_PROBE_TIMEOUT_S = 0.5
+UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
 # Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
 NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
                         KafkaError.REBALANCE_IN_PROGRESS, KafkaError._STATE, KafkaError._NO_OFFSET})
@@ -118,6 +121,10 @@ class StreamWorker:
         self._batch: list = []   # the batch being collected (poll thread)
         self._unconfirmed: dict[TP, int] = {}   # moved, but the commit failed: retried
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
+        self._suspect: str | None = None        # an error callback hinted at an outage: probe
+        self._outage: str | None = None         # confirmed: shown as the stream's error until it clears
+        self._outage_since: datetime | None = None
+        self._next_probe = 0.0
         self._next_confirm = 0.0
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
@@ -186,6 +193,7 @@ class StreamWorker:
             while not self._stop.is_set():
                 self._drain_control()
                 self._confirm_moves()
+                self._check_cluster()
                 batch = self._collect_batch()
                 if self._fatal:
                     self._fail(self._fatal)
@@ -454,10 +462,42 @@ class StreamWorker:
     _on_lost = _on_revoke
 
     def _on_error(self, error: KafkaError) -> None:
-        log.warning("stream %s: kafka: %s", self.config.name, self._redact(error.str()))
+        """librdkafka's client-level errors: a suspected outage is confirmed by a probe (_check_cluster)."""
+        text = self._redact(error.str())
+        log.warning("stream %s: kafka: %s", self.config.name, text)
+        if error.code() == KafkaError._AUTHENTICATION:
+            self._suspect = f"SASL authentication failed: {text}"
+        elif error.code() in UNREACHABLE:
+            self._suspect = f"all brokers down since {{since}}: {text}"
+
+    def _check_cluster(self) -> None:
+        """While an outage is suspected, ask the cluster (at most once a second) whether it answers.
+
+        One unreachable broker of several is not an outage: the status says so
+        only when no broker answers, and clears by itself when one does again.
+        """
+        if not (self._suspect or self._outage) or time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + OUTAGE_PROBE_S
+        try:
+            self._consumer.list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S)
+        except KafkaException:
+            if self._suspect:
+                self._outage_since = self._outage_since or datetime.now(timezone.utc)
+                self._outage = self._suspect.replace("{since}", self._outage_since.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                self._suspect = None
+                self._set_status(self.status, self._outage)
+            return
+        self._suspect = None
+        if self._outage:
+            log.info("stream %s: the cluster answers again (%s)", self.config.name, self._outage)
+            self._outage = self._outage_since = None
+            self._set_status(self.status, None)
 
     # -- state ----------------------------------------------------------------
     def _set_status(self, status: StreamStatus, error: str | None = None) -> None:
+        if error is None and status != StreamStatus.STOPPED:
+            error = self._outage  # an outage stays visible until the cluster answers again
         if self.status == status and self.error == error:
             return
         self.status, self.error = status, error
