@@ -165,3 +165,56 @@ def test_a_failing_sasl_login_shows_in_the_status(kafka, tmp_path, memory_sinks)
         assert "hunter2" not in error
     finally:
         registry.close()
+
+
+def test_offsets_of_many_partitions_are_asked_in_batches(kafka, tmp_path, monkeypatch, memory_sinks):
+    """Defect 8: watermarks come from two batched ListOffsets (earliest, latest), not one request per
+    partition, so describe and set_offset cost the same for 200 partitions as for 2."""
+    from confluent_kafka.admin import AdminClient
+
+    topic = kafka.new_topic(partitions=200)
+    kafka.produce(topic, 400, partitions=200)
+    calls = []
+    real = AdminClient.list_offsets
+
+    def counting(self, requests, **kwargs):
+        calls.append(len(requests))
+        return real(self, requests, **kwargs)
+    monkeypatch.setattr(AdminClient, "list_offsets", counting)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.create(_config(kafka, topic))
+        rows = registry.describe("orders")
+        assert [(r.log_start_offset, r.log_end_offset) for r in rows] == [(0, 2)] * 200
+        assert calls == [200, 200], "one request per offset kind, for all partitions at once"
+        changes = registry.set_offset("orders", -1, dry_run=True)
+        assert len(changes) == 200 and calls[2:] == [200, 200]
+        with pytest.raises(StreamError) as refused:
+            registry.set_offset("orders", "-1")
+        assert str(refused.value).count("cannot shift by -1") == 1, "one reason, once, for 200 partitions"
+        assert f"{topic}:0..199 (200 partitions)" in str(refused.value)
+    finally:
+        registry.close()
+
+
+def test_set_offset_ends_within_its_own_timeout_when_brokers_are_down(kafka, embedded_kafka, tmp_path,
+                                                                      memory_sinks):
+    """Defect 8: the cluster queries of set_offset are bounded by the caller's timeout, not 10 s each."""
+    topic = kafka.new_topic(partitions=2)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.create(_config(kafka, topic))
+        registry.describe("orders")  # metadata cached; the query client is connected
+        for broker in (1, 2, 3):
+            embedded_kafka.broker_down(broker)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StreamError):
+                registry.set_offset("orders", 1, timeout=1.5)
+            assert time.monotonic() - started < 4, "bounded by the caller's timeout"
+            assert registry.history("orders") == []
+        finally:
+            for broker in (1, 2, 3):
+                embedded_kafka.broker_up(broker)
+    finally:
+        registry.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from ..errors import ConfigError
 from ..redaction import redact
@@ -13,6 +14,23 @@ def new_consumer(config: Mapping[str, object], secrets: Iterable[str] = (), fiel
     """A consumer, or a ConfigError naming `field` and what librdkafka rejected (secrets masked)."""
     try:
         return Consumer(dict(config))
+    except (KafkaException, ValueError, TypeError) as exc:
+        text = redact(str(exc.args[0] if exc.args else exc), secrets)
+        raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None
+
+
+# Consumer-only properties an admin client would warn about; everything else (security, sockets,
+# client id, broker address family, ...) applies to both.
+_CONSUMER_ONLY_PREFIXES = ("group.", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
+                           "auto.", "enable.auto.", "enable.partition.eof", "fetch.", "max.poll.interval.ms",
+                           "isolation.level", "queued.", "check.crcs", "consume.", "coordinator.")
+
+
+def new_admin(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> AdminClient:
+    """An admin client on the same cluster and security settings as a consumer's `config`."""
+    admin_config = {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY_PREFIXES)}
+    try:
+        return AdminClient(admin_config)
     except (KafkaException, ValueError, TypeError) as exc:
         text = redact(str(exc.args[0] if exc.args else exc), secrets)
         raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None

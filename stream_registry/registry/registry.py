@@ -23,8 +23,8 @@ from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, 
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets
-from ..redaction import mask_all, mask_secrets, redact, secret_values
-from ..graph.sinks import open_sink, validate_sink_uri
+from ..redaction import mask_all, redact, secret_values
+from ..graph.sinks import OutputPolicy, open_sink, validate_sink_uri
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from ..stream_info import StreamInfo, StreamStatus
@@ -91,9 +91,9 @@ class StreamRegistry:
                 raise ConfigError(f"name: a stream named {config.name!r} already exists")
         self._load_transformation(config)
         try:
-            validate_sink_uri(config.sink)
+            validate_sink_uri(config.sink, self._output_policy())
         except StreamError as exc:
-            raise ConfigError(str(exc)) from None
+            raise ConfigError(redact(str(exc), config.secret_values())) from None
         with self._open_query(config) as query:
             query.partitions(config.topics)
         with self._lock:
@@ -186,14 +186,15 @@ class StreamRegistry:
         with stream.lock:
             worker = stream.worker if stream.worker is not None and stream.worker.alive else None
             query = self._query(stream)
-            partitions = query.partitions(stream.config.topics)
+            partitions = query.partitions(stream.config.topics, max(deadline - time.monotonic(), 0.1))
             spec.check_against(partitions)
             positions = worker.snapshot()[1] if worker else {}
-            snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions)
+            snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions,
+                                        deadline=deadline)
             resolved = resolve(spec, snapshots, query.offsets_for_times, running=worker is not None)
-            unresolved = [r.message for r in resolved if r.failed]
+            unresolved = [r for r in resolved if r.failed]
             if unresolved:
-                raise OffsetSpecError(f"offset {offset!r}: " + "; ".join(unresolved))
+                raise OffsetSpecError(f"offset {offset!r}: " + _grouped_reasons(unresolved))
             plan = {(r.topic, r.partition): r for r in resolved}
             if dry_run:
                 return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
@@ -251,7 +252,7 @@ class StreamRegistry:
         self._release(stream)  # a worker that went to ERROR by itself left its sink open
         try:
             transformation = self._load_transformation(config)
-            stream.sink = open_sink(config.sink, config.sink_credentials())
+            stream.sink = open_sink(config.sink, config.sink_credentials(), self._output_policy())
             worker = StreamWorker(config, transformation, stream.sink,
                                   pending=self._store.pending(config.name),
                                   on_status=lambda status, error: self._on_status(stream, status, error),
@@ -330,6 +331,10 @@ class StreamRegistry:
             del stream.unrecorded[:len(rows)]
             stream.store_error = None
 
+    def _output_policy(self) -> OutputPolicy:
+        """Where this registry's file sinks may write: $MGSTREAMS_OUTPUT_DIRS, else <state dir>/output."""
+        return OutputPolicy.for_state_dir(self.state_dir)
+
     def _load_transformation(self, config: StreamConfig):
         try:
             return load_transformation(config.transform, search_dirs=query_module_dirs())
@@ -350,7 +355,7 @@ class StreamRegistry:
         c = stream.config
         return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
                           stream.status, "; ".join(e for e in (stream.error, stream.store_error) if e) or None,
-                          mask_secrets(c.configs), mask_all(c.credentials),
+                          c.shown_configs(), mask_all(c.credentials),
                           c.batch_size, c.batch_interval_ms)
 
 
@@ -358,6 +363,23 @@ def query_module_dirs() -> list[str]:
     """The bundled query modules directory; load_transformation adds MGSTREAMS_QUERY_MODULES_DIR itself."""
     bundled = Path(__file__).resolve().parents[2] / "query_modules"
     return [str(bundled)] if bundled.is_dir() else []
+
+
+def _grouped_reasons(resolved) -> str:
+    """`t:0..199 (200 partitions): reason` instead of 200 lines saying the same thing."""
+    by_reason: dict[str, list] = {}
+    for r in resolved:
+        prefix = f"{r.topic}:{r.partition}: "
+        reason = r.message[len(prefix):] if r.message.startswith(prefix) else r.message
+        by_reason.setdefault(reason, []).append((r.topic, r.partition))
+    parts = []
+    for reason, tps in by_reason.items():
+        topics = sorted({t for t, _ in tps})
+        where = ", ".join(
+            f"{t}:{min(ps)}..{max(ps)} ({len(ps)} partitions)" if len(ps) > 2 else ", ".join(f"{t}:{p}" for p in ps)
+            for t in topics for ps in [sorted(p for tt, p in tps if tt == t)])
+        parts.append(f"{where}: {reason}")
+    return "; ".join(parts)
 
 
 def stored_config(state_dir: str | os.PathLike, name: str) -> StreamConfig:
