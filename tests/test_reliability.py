@@ -218,3 +218,23 @@ def test_set_offset_ends_within_its_own_timeout_when_brokers_are_down(kafka, emb
                 embedded_kafka.broker_up(broker)
     finally:
         registry.close()
+
+
+def test_a_clamped_pending_change_stays_clamped_when_applied_after_a_restart(kafka, tmp_path, memory_sinks):
+    """Defect 7: the `clamped` of a pending change is stored with it, not kept in memory only."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 10, partitions=2)
+    registry = StreamRegistry(tmp_path / "state")
+    registry.create(_config(kafka, topic))
+    changes = registry.set_offset("orders", {f"{topic}:0": 1_000_000, f"{topic}:1": 2})
+    assert sorted((c.partition, c.offset, c.status.value) for c in changes) == [(0, 5, "pending"), (1, 2, "pending")]
+    registry.close()
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.start("orders")
+        history = wait_until(lambda: len(registry.history("orders")) == 2 and registry.history("orders"), 30,
+                             what="both pending changes applied")
+        assert sorted((h.partition, h.offset, h.status.value) for h in history) == \
+            [(0, 5, "clamped"), (1, 2, "applied")]
+    finally:
+        registry.close()

@@ -70,7 +70,8 @@ class StreamRegistry:
         for config, desired_running, status, error in self._store.load_streams():
             if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
                 status = StreamStatus.STOPPED  # its consumer died with the old process
-            self._streams[config.name] = _Stream(config, status, error)
+            self._streams[config.name] = _Stream(config, status, error,
+                                                 clamped=self._store.pending_clamped(config.name))
             if desired_running:
                 restart.append(config.name)
         for name in restart:
@@ -201,8 +202,9 @@ class StreamRegistry:
                                      ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED, r.message)
                         for r in resolved]
             offsets = {tp: r.offset for tp, r in plan.items()}
-            stream.clamped = {tp for tp, r in plan.items() if r.clamped}
-            self._store.set_pending(name, offsets)
+            clamped = {tp for tp, r in plan.items() if r.clamped}
+            self._store.set_pending(name, offsets, clamped)
+            stream.clamped = (stream.clamped - set(plan)) | clamped  # the last call wins, per partition
             applied, failed = worker.request_offsets(offsets, deadline - time.monotonic()) if worker else ({}, {})
         changes = []
         for tp, r in plan.items():

@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS pending_offsets (
     partition INTEGER NOT NULL,
     offset INTEGER NOT NULL,
     requested_at REAL NOT NULL,
+    clamped INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (stream, topic, partition)
 );
 CREATE TABLE IF NOT EXISTS offset_history (
@@ -64,6 +65,8 @@ class StateStore:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
+            if "clamped" not in [row[1] for row in self._db.execute("PRAGMA table_info(pending_offsets)")]:
+                self._db.execute("ALTER TABLE pending_offsets ADD COLUMN clamped INTEGER NOT NULL DEFAULT 0")
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
         self._lock = threading.Lock()
@@ -118,14 +121,22 @@ class StateStore:
                     ("DELETE FROM offset_history WHERE stream = ?", (name,)))
 
     # -- offsets ----------------------------------------------------------
-    def set_pending(self, name: str, offsets: dict[tuple[str, int], int]) -> None:
+    def set_pending(self, name: str, offsets: dict[tuple[str, int], int],
+                    clamped: set[tuple[str, int]] = frozenset()) -> None:
+        """Offsets waiting to be applied; `clamped` ones were moved into the log's range when planned."""
         now = time.time()
-        self._write(*[("INSERT OR REPLACE INTO pending_offsets VALUES (?, ?, ?, ?, ?)",
-                       (name, topic, partition, offset, now)) for (topic, partition), offset in offsets.items()])
+        self._write(*[("INSERT OR REPLACE INTO pending_offsets (stream, topic, partition, offset, requested_at, "
+                       "clamped) VALUES (?, ?, ?, ?, ?, ?)",
+                       (name, topic, partition, offset, now, int((topic, partition) in clamped)))
+                      for (topic, partition), offset in offsets.items()])
 
     def pending(self, name: str) -> dict[tuple[str, int], int]:
         rows = self._read("SELECT topic, partition, offset FROM pending_offsets WHERE stream = ?", (name,))
         return {(topic, partition): offset for topic, partition, offset in rows}
+
+    def pending_clamped(self, name: str) -> set[tuple[str, int]]:
+        rows = self._read("SELECT topic, partition FROM pending_offsets WHERE stream = ? AND clamped = 1", (name,))
+        return {(topic, partition) for topic, partition in rows}
 
     def record_applied(self, name: str, changes: list[tuple[str, int, int | None, int, ChangeStatus]],
                        pending_done: dict[tuple[str, int], int] | None = None) -> None:
