@@ -105,3 +105,31 @@ def test_a_move_whose_commit_fails_is_pending_with_the_kafka_error_then_applied(
         assert offsets[20:] == list(range(5, 20)), "redelivered from exactly the new offset"
     finally:
         registry.close()
+
+
+def test_the_assignment_protocol_is_learned_from_the_consumer_not_only_the_config(kafka, tmp_path, memory_sinks,
+                                                                                 monkeypatch):
+    """Issue 10, defect 7: with a wrong first guess (eager for a cooperative-sticky group), librdkafka refuses
+    assign() with _STATE and the worker switches to incremental_assign(); the stream runs and offsets apply."""
+    from stream_registry.registry import worker as worker_module
+
+    real_init = worker_module.StreamWorker.__init__
+
+    def wrong_guess(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self._incremental = False
+    monkeypatch.setattr(worker_module.StreamWorker, "__init__", wrong_guess)
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 10, partitions=2)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
+                                     "memory://out", consumer_group=f"g_{topic}", batch_interval_ms=20,
+                                     configs={**FAST_GROUP, "partition.assignment.strategy": "cooperative-sticky"}))
+        registry.set_offset("orders", 2)
+        registry.start("orders")
+        wait_until(lambda: len(memory_sinks["out"].delivered()) == 6, 30, what="delivery from offset 2")
+        assert registry._streams["orders"].worker._incremental is True
+        assert registry.get("orders").status.value == "running"
+    finally:
+        registry.close()

@@ -130,8 +130,10 @@ class StreamWorker:
         self._consumer: Consumer | None = None
         self.status = StreamStatus.CREATED
         self.error: str | None = None
-        # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally.
         self._moved = False  # an offset change was just applied
+        # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally. This
+        # is a first guess from the config: the Python client does not expose rd_kafka_rebalance_protocol(),
+        # but librdkafka refuses the wrong kind of assign with _STATE, and _assignment() then switches.
         self._incremental = ("cooperative" in str(config.configs.get("partition.assignment.strategy", ""))
                              or str(config.configs.get("group.protocol", "classic")) == "consumer")
 
@@ -425,10 +427,7 @@ class StreamWorker:
                     tp.offset = self._pending[key]
                     applied[key] = tp.offset
         try:
-            if self._incremental:
-                consumer.incremental_assign(partitions)
-            else:
-                consumer.assign(partitions)
+            self._assignment(lambda: consumer.incremental_assign(partitions), lambda: consumer.assign(partitions))
         except KafkaException as exc:
             # The group thinks these partitions are ours: leave it (from the poll loop, not from
             # inside the callback) so they go to another member, and say why.
@@ -452,14 +451,24 @@ class StreamWorker:
             for tp in revoked:
                 self._positions.pop(tp, None)
         try:
-            if self._incremental:
-                consumer.incremental_unassign(partitions)
-            else:
-                consumer.unassign()
+            self._assignment(lambda: consumer.incremental_unassign(partitions), consumer.unassign)
         except KafkaException:
             pass
 
     _on_lost = _on_revoke
+
+    def _assignment(self, incremental: Callable[[], None], eager: Callable[[], None]) -> None:
+        """Change the assignment the way the group's protocol wants; learn the protocol from a refusal."""
+        try:
+            (incremental if self._incremental else eager)()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.code() != KafkaError._STATE:
+                raise
+            self._incremental = not self._incremental
+            log.info("stream %s: the group runs the %s protocol", self.config.name,
+                     "incremental" if self._incremental else "eager")
+            (incremental if self._incremental else eager)()
 
     def _on_error(self, error: KafkaError) -> None:
         """librdkafka's client-level errors: a suspected outage is confirmed by a probe (_check_cluster)."""
