@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError
-from .redaction import mask_all, mask_secrets
+from .redaction import mask_all, mask_secrets, redact, secret_values
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -45,6 +45,12 @@ class StreamConfig:
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
+        try:
+            self._normalise()
+        except ConfigError as exc:
+            raise ConfigError(redact(str(exc), _secrets_of(self.configs, self.credentials))) from None
+
+    def _normalise(self) -> None:
         if isinstance(self.topics, str):
             object.__setattr__(self, "topics", (self.topics,))
         elif isinstance(self.topics, (list, tuple)):
@@ -61,7 +67,7 @@ class StreamConfig:
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={self._shown(f.name)!r}" for f in fields(self))
-        return f"StreamConfig({shown})"
+        return redact(f"StreamConfig({shown})", self.secret_values())
 
     __str__ = __repr__
 
@@ -70,8 +76,16 @@ class StreamConfig:
         if name == "credentials":
             return mask_all(value)
         if name == "configs":
-            return mask_secrets(value)
+            return self.shown_configs()
         return value
+
+    def secret_values(self) -> list[str]:
+        """Every secret of this stream (credentials, secret-looking configs), for `redact`."""
+        return _secrets_of(self.configs, self.credentials)
+
+    def shown_configs(self) -> dict[str, Any]:
+        """The configs as they may be shown: secret keys masked, any value equal to a secret masked."""
+        return mask_secrets(self.configs, self.secret_values())
 
     @property
     def group_id(self) -> str:
@@ -93,7 +107,13 @@ class StreamConfig:
                 "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}
 
     def validate(self) -> None:
-        """Raise ConfigError naming the first bad field and its value."""
+        """Raise ConfigError naming the first bad field and its value (secrets masked)."""
+        try:
+            self._validate()
+        except ConfigError as exc:
+            raise ConfigError(redact(str(exc), self.secret_values())) from None
+
+    def _validate(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name) or len(self.name) > MAX_NAME_LENGTH:
             raise ConfigError(f"name: {self.name!r} is not a valid stream name "
                               f"([A-Za-z_][A-Za-z0-9_]*, at most {MAX_NAME_LENGTH} characters)")
@@ -134,7 +154,7 @@ class StreamConfig:
         for key, value in self.configs.items():
             if not isinstance(key, str) or not key:
                 raise ConfigError(f"configs: keys must be non-empty strings, got {key!r}")
-            shown = mask_secrets({key: value})[key]
+            shown = mask_secrets({key: value}, self.secret_values())[key]
             if key in OWNED_CONFIG_KEYS or key.endswith("_cb"):
                 raise ConfigError(f"configs[{key!r}]: set by mgstreams itself and cannot be overridden "
                                   f"(got {shown!r})")
@@ -151,6 +171,13 @@ class StreamConfig:
         if protocol is not None and protocol not in GROUP_PROTOCOLS:
             raise ConfigError(f"configs['group.protocol']: {protocol!r} is not one of "
                               f"{', '.join(sorted(GROUP_PROTOCOLS))}")
+
+
+def _secrets_of(configs: Any, credentials: Any) -> list[str]:
+    """secret_values of containers that may not have been checked yet."""
+    def usable(value: Any) -> Mapping:
+        return {k: v for k, v in value.items() if isinstance(k, str)} if isinstance(value, Mapping) else {}
+    return secret_values(usable(configs), usable(credentials))
 
 
 def _shown_value(value: Any, limit: int = 80) -> str:

@@ -53,6 +53,25 @@ class KafkaCluster:
         assert remaining == 0, f"{remaining} messages not delivered"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def stream_policy(tmp_path_factory):
+    """What an operator would configure for these tests, in this process and every host it starts:
+    streams may write cypherl files under pytest's temporary directories (MGSTREAMS_OUTPUT_DIRS) and use
+    the test transformations in tests/stream_helpers.py (MGSTREAMS_TRANSFORM_PACKAGES)."""
+    from stream_registry.graph.sinks import OUTPUT_DIRS_ENV
+    from stream_registry.graph.transform import TRANSFORM_PACKAGES_ENV
+
+    policy = {OUTPUT_DIRS_ENV: str(tmp_path_factory.getbasetemp()), TRANSFORM_PACKAGES_ENV: "stream_helpers"}
+    saved = {key: os.environ.get(key) for key in policy}
+    os.environ.update(policy)
+    yield policy
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def kafka():
     real = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")

@@ -212,15 +212,26 @@ def test_bolt_connects_lazily_and_runs_one_transaction_per_batch(server):
     assert server.log[-1] == ("close",)
 
 
-def test_bolt_without_credentials_and_encrypted_schemes(server):
+def test_bolt_without_credentials_and_encrypted_schemes(server, monkeypatch):
     open_sink("bolt://h").write(BATCH[:1])
     assert server.connects[-1] == {"host": "h", "port": 7687}
     open_sink("bolt+ssc://h:1").write(BATCH[:1])
     assert server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE
     assert "trust_callback" not in server.connects[-1]
-    open_sink("bolt+s://h?fingerprint=AB:cd:01:23:45:67:89:EF").write(BATCH[:1])
+    open_sink("bolt+ssc://h?fingerprint=AB:cd:01:23:45:67:89:EF").write(BATCH[:1])   # a pinned self-signed key
     trust = server.connects[-1]["trust_callback"]
     assert trust("h", "10.0.0.1", "rsa", "abcd0123456789ef") and not trust("h", "10.0.0.1", "rsa", "00")
+    # bolt+s: the certificate is verified first (system CAs; see test_hostile_input for real TLS), and the
+    # driver is held to the key verified
+    verified = []
+    monkeypatch.setattr(sinks, "verified_server_key",
+                        lambda host, port, where: verified.append((host, port)) or "abcd0123456789ef")
+    open_sink("bolt+s://h").write(BATCH[:1])
+    assert verified == [("h", 7687)] and server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE
+    trust = server.connects[-1]["trust_callback"]
+    assert trust("h", "10.0.0.1", "rsa", "abcd0123456789ef") and not trust("h", "10.0.0.1", "rsa", "00")
+    with pytest.raises(SinkError, match="is not the pinned fingerprint"):
+        open_sink("bolt+s://h?fingerprint=00112233445566778899").write(BATCH[:1])
 
 
 def test_bolt_retries_the_whole_batch_after_a_transient_failure(server):

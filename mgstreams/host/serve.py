@@ -12,8 +12,10 @@ import contextlib
 import ipaddress
 import logging
 import os
+import pwd
 import signal
 import socket
+import stat
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -72,19 +74,64 @@ def read_token(token_file: str | None) -> str | None:
 
 
 def default_state_dir() -> Path:
-    """$MGSTREAMS_STATE_DIR, else $XDG_STATE_HOME/mgstreams (~/.local/state/mgstreams), else a private tmp dir."""
+    """$MGSTREAMS_STATE_DIR, else $XDG_STATE_HOME/mgstreams (~/.local/state/mgstreams), else a private tmp dir.
+
+    A fallback directory is created 0700 and used only while it is private: a
+    directory (not a symlink) owned by this user and writable by no one else.
+    Otherwise ConfigError naming it and its owner: in a shared /tmp another user
+    could have made it first, to read the streams' secrets or plant state.
+    """
     configured = os.environ.get("MGSTREAMS_STATE_DIR")
     if configured:
         return Path(configured)
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     candidate = Path(base) / "mgstreams"
     try:
-        candidate.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if os.access(candidate, os.W_OK):
-            return candidate
+        candidate.parent.mkdir(parents=True, exist_ok=True)
+        usable = _private_dir(candidate)
     except OSError:
+        usable = False
+    if usable:
+        return candidate
+    fallback = Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"
+    try:
+        _private_dir(fallback)
+    except OSError as exc:
+        raise ConfigError(f"state_dir: cannot create {str(fallback)!r}: {exc.strerror}; "
+                          f"pass --state-dir or set MGSTREAMS_STATE_DIR") from None
+    return fallback
+
+
+def _private_dir(path: Path) -> bool:
+    """Create `path` 0700 if missing; True once it is a private directory of ours, False if we cannot write it.
+
+    OSError if it cannot be created; ConfigError if it exists and is not private.
+    """
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
         pass
-    return Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
+        raise ConfigError(f"state_dir: {str(path)!r} is {kind} (owner {_owner(info.st_uid)}); refusing it as the "
+                          f"default state directory: pass --state-dir or set MGSTREAMS_STATE_DIR")
+    if info.st_uid != os.getuid():
+        raise ConfigError(f"state_dir: {str(path)!r} is owned by {_owner(info.st_uid)}, not by "
+                          f"{_owner(os.getuid())}; refusing it as the default state directory: pass --state-dir "
+                          f"or set MGSTREAMS_STATE_DIR")
+    if info.st_mode & 0o022:
+        raise ConfigError(f"state_dir: {str(path)!r} (owner {_owner(info.st_uid)}) is group- or world-writable "
+                          f"(mode {stat.S_IMODE(info.st_mode):04o}); refusing it as the default state directory: "
+                          f"chmod 700 it, pass --state-dir or set MGSTREAMS_STATE_DIR")
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def _owner(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def bind(listen: Listen) -> socket.socket:

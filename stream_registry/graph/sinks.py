@@ -4,13 +4,20 @@ A sink is named by a URI, validated when a stream is created (no I/O) and
 opened when it starts:
 
 - `cypherl:///abs/path/file.cypherl[?fsync=true]` appends one rendered
-  statement per line (`mgconsole < file` imports it); the directory is created.
+  statement per line (`mgconsole < file` imports it); missing directories are
+  created 0750, the file 0640. Given an `OutputPolicy` (the registry always
+  gives one: streams are created by any Cypher caller or API client), the file
+  must lie under an allowed output directory: `..` and symlinks that lead
+  elsewhere are refused. Without one (an operator's command line, such as the
+  Spark backfill) it is written wherever the operator says.
 - `null://` discards batches and counts them (benchmarks).
-- `bolt://host[:7687]`, `bolt+ssc://…` (TLS, any certificate) and `bolt+s://…`
-  (TLS; pymgclient cannot check a CA chain, so pin the server key with
-  `?fingerprint=<hex>` or it is encryption only, like bolt+ssc) write to
-  Memgraph through pymgclient, one transaction per batch, retrying transient
-  failures (`?retries=5`). Credentials come from the stream's credentials map,
+- `bolt://host[:7687]` (plain), `bolt+s://…` (TLS; the server certificate is
+  verified against the system CAs and the host name, as a browser does) and
+  `bolt+ssc://…` (TLS to a self-signed server: any certificate, encryption
+  only) write to Memgraph through pymgclient, one transaction per batch,
+  retrying transient failures (`?retries=5`). Both TLS schemes take
+  `?fingerprint=<hex>` to pin the server key (SHA-512 of the public key, as
+  pymgclient reports it). Credentials come from the stream's credentials map,
   keys `bolt.username` and `bolt.password`, never from the URI; the password
   never appears in a repr or an error.
 
@@ -19,8 +26,12 @@ SinkError on failure. Add a scheme by adding an entry to `SCHEMES`.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+import socket
+import ssl
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +48,10 @@ from .transform import Statement
 USERNAME_KEY = "bolt.username"
 PASSWORD_KEY = "bolt.password"
 DEFAULT_BOLT_PORT = 7687
+OUTPUT_DIRS_ENV = "MGSTREAMS_OUTPUT_DIRS"
+OUTPUT_SUBDIR = "output"
+FILE_MODE = 0o640
+DIR_MODE = 0o750
 _NO_CREDENTIALS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -48,14 +63,94 @@ class Sink(Protocol):
         """Release files and connections; idempotent."""
 
 
-def validate_sink_uri(uri: str) -> None:
-    """Raise ConfigError naming field `sink` if `uri` cannot be opened; never connects."""
-    _parse(uri)
+def validate_sink_uri(uri: str, output: "OutputPolicy | None" = None) -> None:
+    """Raise ConfigError naming field `sink` if `uri` cannot be opened; never connects, never creates.
 
-
-def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS) -> Sink:
+    With `output`, a file sink must also lie under one of its directories.
+    """
     scheme, settings = _parse(uri)
+    if output is not None:
+        output.admit(settings, uri)
+
+
+def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
+              output: "OutputPolicy | None" = None) -> Sink:
+    """Open the sink `uri` names; with `output`, the checks of validate_sink_uri are made again first
+    (the file system may have changed since the stream was created)."""
+    scheme, settings = _parse(uri)
+    if output is not None:
+        settings = output.admit(settings, uri)
     return SCHEMES[scheme].open(settings, credentials or _NO_CREDENTIALS)
+
+
+# -- where file sinks may write -----------------------------------------------
+@dataclass(frozen=True)
+class OutputPolicy:
+    """The directories file sinks may write under, for sinks named by untrusted callers.
+
+    `dirs` are real paths (symlinks resolved). The state directory itself is
+    never writable through a sink, except for its `output` subdirectory, even
+    when an allowed directory contains it.
+    """
+
+    dirs: tuple[str, ...]
+    state_dir: str | None = None
+
+    @classmethod
+    def for_state_dir(cls, state_dir: str | os.PathLike,
+                      environ: Mapping[str, str] | None = None) -> "OutputPolicy":
+        """$MGSTREAMS_OUTPUT_DIRS (separated like PATH) if set, else `<state_dir>/output`."""
+        environ = os.environ if environ is None else environ
+        configured = [d.strip() for d in environ.get(OUTPUT_DIRS_ENV, "").split(os.pathsep) if d.strip()]
+        for directory in configured:
+            if not os.path.isabs(directory):
+                raise ConfigError(f"{OUTPUT_DIRS_ENV}: {directory!r} is not an absolute path")
+        state = os.path.realpath(os.fspath(state_dir))
+        dirs = configured or [os.path.join(state, OUTPUT_SUBDIR)]
+        return cls(tuple(os.path.realpath(d) for d in dirs), state)
+
+    def admit(self, settings: Any, uri: str) -> Any:
+        """`settings` with the file's real path, or ConfigError naming `sink` and the URI; never creates."""
+        if not isinstance(settings, CypherlSettings):
+            return settings
+        shown = _shown_uri(uri)
+        if settings.climbs:
+            raise ConfigError(f"sink: {shown!r} contains '..'; name the file directly under an allowed output "
+                              f"directory ({self._allowed()})")
+        real = _real_path(settings.path)
+        if not any(_is_within(real, d) for d in self.dirs) or self._in_state_dir(real):
+            where = f" (it resolves to {real!r})" if real != settings.path else ""
+            raise ConfigError(f"sink: {shown!r} is outside the allowed output directories{where}; "
+                              f"streams write files only under {self._allowed()} (set {OUTPUT_DIRS_ENV} "
+                              f"on the host to change them)")
+        if os.path.lexists(real) and not stat.S_ISREG(os.stat(real).st_mode):
+            raise ConfigError(f"sink: {shown!r} exists and is not a regular file")
+        return CypherlSettings(real, settings.fsync, admitted_under=self._root_of(real))
+
+    def _in_state_dir(self, real: str) -> bool:
+        if self.state_dir is None or not _is_within(real, self.state_dir):
+            return False
+        return not _is_within(real, os.path.join(self.state_dir, OUTPUT_SUBDIR)) or \
+            real == os.path.join(self.state_dir, OUTPUT_SUBDIR)
+
+    def _root_of(self, real: str) -> str:
+        return max((d for d in self.dirs if _is_within(real, d)), key=len)
+
+    def _allowed(self) -> str:
+        return ", ".join(repr(d) for d in self.dirs)
+
+
+def _real_path(path: str) -> str:
+    """The real path of `path`: its deepest existing ancestor resolved (symlinks followed), the rest appended.
+
+    A symlink anywhere on the way, dangling or not, is followed to where it
+    leads, so it cannot carry a write outside the directory it sits in.
+    """
+    return os.path.realpath(path)
+
+
+def _is_within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 # -- URIs -------------------------------------------------------------------
@@ -147,6 +242,8 @@ def _null_settings(parts, query: dict[str, str], uri: str) -> None:
 class CypherlSettings:
     path: str
     fsync: bool = False
+    climbs: bool = False                 # the URI's path had a '..' segment (normalised away in `path`)
+    admitted_under: str | None = None    # set by an OutputPolicy: the allowed directory the file lies under
 
 
 class CypherlSink(_Closing):
@@ -157,14 +254,15 @@ class CypherlSink(_Closing):
     its previous size, so a reader never sees half a batch from a failed write.
     """
 
-    def __init__(self, path: str, *, fsync: bool = False):
+    def __init__(self, path: str, *, fsync: bool = False, follow_symlinks: bool = True):
         self.path = path
         self.fsync = fsync
         self.statements = 0
         self._lock = threading.Lock()
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if follow_symlinks else os.O_NOFOLLOW)
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            _make_dirs(os.path.dirname(path))
+            self._fd: int | None = os.open(path, flags, FILE_MODE)
         except OSError as exc:
             raise SinkError(f"sink cypherl://{path}: cannot open for appending: {exc}") from None
 
@@ -218,6 +316,23 @@ class CypherlSink(_Closing):
         return f"CypherlSink({self.path!r}, fsync={self.fsync})"
 
 
+def _make_dirs(directory: str) -> None:
+    """Create `directory` and its missing parents, each 0750 (less if the umask says so)."""
+    missing = []
+    while directory and not os.path.isdir(directory):
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+
+
 def _cypherl_settings(parts, query: dict[str, str], uri: str) -> CypherlSettings:
     _options(query, {"fsync"}, uri)
     path = unquote(parts.path)
@@ -226,7 +341,14 @@ def _cypherl_settings(parts, query: dict[str, str], uri: str) -> CypherlSettings
                           f"rejected (write cypherl:///absolute/path/file.cypherl, three slashes)")
     if path.endswith("/") or "\x00" in path:
         raise ConfigError(f"sink: {_shown_uri(uri)!r} does not name a file")
-    return CypherlSettings(os.path.normpath(path), _flag(query, "fsync", uri))
+    return CypherlSettings(os.path.normpath(path), _flag(query, "fsync", uri), climbs=".." in path.split("/"))
+
+
+def _open_cypherl(settings: CypherlSettings, credentials: Mapping[str, str]) -> CypherlSink:
+    if settings.admitted_under is None:
+        return CypherlSink(settings.path, fsync=settings.fsync)
+    # Admitted by an OutputPolicy: `path` is already real; a symlink put in its place since is not followed.
+    return CypherlSink(settings.path, fsync=settings.fsync, follow_symlinks=False)
 
 
 # -- bolt:// ----------------------------------------------------------------
@@ -336,15 +458,28 @@ class BoltSink(_Closing):
             if self.scheme != "bolt":
                 import mgclient
                 kwargs["sslmode"] = mgclient.MG_SSLMODE_REQUIRE
-                if self.fingerprint:
-                    kwargs["trust_callback"] = self._trusted
+                trusted = self._verified_key() if self.scheme == "bolt+s" else self.fingerprint
+                if trusted:
+                    kwargs["trust_callback"] = _TrustKey(trusted)
             conn = (self._connect_fn or connect_mgclient)(**kwargs)
             conn.autocommit = False
             self._conn = conn
         return self._conn
 
-    def _trusted(self, hostname, ip_address, key_type, fingerprint) -> bool:
-        return _hex(str(fingerprint)) == self.fingerprint
+    def _verified_key(self) -> str:
+        """bolt+s: the key of a server whose certificate the system CAs vouch for, for this host name.
+
+        pymgclient accepts any certificate (libmgclient never sets a verify
+        mode, see mgtransport.c `mg_secure_transport_init`); it only reports the
+        server's key fingerprint to `trust_callback`. So the certificate is
+        verified here first, with Python's ssl and the system CAs, and the
+        driver's session is then held to that same key.
+        """
+        key = verified_server_key(self.host, self.port, where=self._where())
+        if self.fingerprint and key != self.fingerprint:
+            raise SinkError(f"sink {self._where()}: the server's key fingerprint {key[:16]}... is not the pinned "
+                            f"fingerprint {self.fingerprint[:16]}...")
+        return key
 
     def _abandon(self) -> None:
         """After a failure: roll back what the server may hold, then start afresh next time."""
@@ -385,6 +520,71 @@ def _hex(text: str) -> str:
     return re.sub(r"[^0-9a-f]", "", text.lower())
 
 
+class _TrustKey:
+    """pymgclient's trust_callback: accept the TLS session only if the server key is `fingerprint`."""
+
+    __slots__ = ("fingerprint",)
+
+    def __init__(self, fingerprint: str):
+        self.fingerprint = _hex(fingerprint)
+
+    def __call__(self, hostname, ip_address, key_type, fingerprint) -> bool:
+        return _hex(str(fingerprint)) == self.fingerprint
+
+    def __repr__(self) -> str:
+        return f"_TrustKey({self.fingerprint[:16]}...)"
+
+
+def verified_server_key(host: str, port: int, *, where: str, timeout: float = 10.0) -> str:
+    """The TLS boundary of bolt+s: handshake with the system CAs and host name checking (Python's
+    `ssl.create_default_context()`); return the server key's fingerprint as pymgclient computes it
+    (SHA-512 of the certificate's public key bits, OpenSSL's X509_pubkey_digest), in hex.
+
+    An untrusted certificate is a SinkError (not retried); an unreachable server an OSError (retried).
+    """
+    context = ssl.create_default_context()
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            with context.wrap_socket(raw, server_hostname=host) as tls:
+                der = tls.getpeercert(binary_form=True)
+    except ssl.SSLCertVerificationError as exc:
+        raise SinkError(f"sink {where}: the server's certificate is not trusted: {exc.verify_message or exc} "
+                        f"(bolt+s verifies it against the system CAs and the host name; for a server with a "
+                        f"self-signed certificate use bolt+ssc://, with ?fingerprint= to pin its key)") from None
+    except ssl.SSLError as exc:
+        raise SinkError(f"sink {where}: TLS handshake failed: {exc.reason or exc}") from None
+    try:
+        return hashlib.sha512(_public_key_bits(der)).hexdigest()
+    except (IndexError, ValueError):
+        raise SinkError(f"sink {where}: cannot read the server's certificate") from None
+
+
+def _public_key_bits(certificate_der: bytes) -> bytes:
+    """The subjectPublicKey BIT STRING's content of an X.509 certificate (RFC 5280 4.1), unused-bits byte dropped."""
+    def element(data: bytes, at: int) -> tuple[int, int, int]:
+        tag, length, at = data[at], data[at + 1], at + 2
+        if length & 0x80:
+            count = length & 0x7F
+            length, at = int.from_bytes(data[at:at + count], "big"), at + count
+        if at + length > len(data):
+            raise ValueError("truncated DER")
+        return tag, at, at + length
+
+    _, start, _ = element(certificate_der, 0)                 # Certificate ::= SEQUENCE
+    _, at, _ = element(certificate_der, start)                # tbsCertificate ::= SEQUENCE
+    tag, _, end = element(certificate_der, at)
+    if tag == 0xA0:                                           # [0] EXPLICIT version
+        at = end
+    for _ in range(5):                                        # serial, signature, issuer, validity, subject
+        at = element(certificate_der, at)[2]
+    tag, spki, _ = element(certificate_der, at)               # SubjectPublicKeyInfo ::= SEQUENCE
+    algorithm_end = element(certificate_der, spki)[2]
+    tag, bits, bits_end = element(certificate_der, algorithm_end)
+    if tag != 0x03:
+        raise ValueError("subjectPublicKey is not a BIT STRING")
+    return certificate_der[bits + 1:bits_end]
+
+
 _PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
@@ -408,7 +608,7 @@ def _driver_value(value: Any, where: str) -> Any:
 
 def _bolt_settings(parts, query: dict[str, str], uri: str) -> BoltSettings:
     scheme = parts.scheme.lower()
-    _options(query, {"retries", "fingerprint"} if scheme == "bolt+s" else {"retries"}, uri)
+    _options(query, {"retries"} if scheme == "bolt" else {"retries", "fingerprint"}, uri)
     try:
         host, port = parts.hostname, parts.port or DEFAULT_BOLT_PORT
     except ValueError:
@@ -436,7 +636,7 @@ def _open_bolt(settings: BoltSettings, credentials: Mapping[str, str]) -> BoltSi
 
 SCHEMES: dict[str, Scheme] = {
     "null": Scheme(_null_settings, lambda settings, credentials: NullSink()),
-    "cypherl": Scheme(_cypherl_settings, lambda s, credentials: CypherlSink(s.path, fsync=s.fsync)),
+    "cypherl": Scheme(_cypherl_settings, _open_cypherl),
     "bolt": Scheme(_bolt_settings, _open_bolt),
     "bolt+s": Scheme(_bolt_settings, _open_bolt),
     "bolt+ssc": Scheme(_bolt_settings, _open_bolt),

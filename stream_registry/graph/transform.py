@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from ..errors import TransformError
 
 QUERY_MODULES_ENV = "MGSTREAMS_QUERY_MODULES_DIR"
+TRANSFORM_PACKAGES_ENV = "MGSTREAMS_TRANSFORM_PACKAGES"
+BUILTIN_PACKAGES = ("stream_registry.builtin_transformations",)
 _DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
 
@@ -170,10 +172,17 @@ class Statement:
 def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[[Messages], Any]:
     """Resolve `module.function` to a callable taking one `Messages`.
 
-    The module is imported normally first; if it is not importable, `<module>.py`
-    is looked up in `search_dirs` and then in $MGSTREAMS_QUERY_MODULES_DIR
-    (colon- or comma-separated), the way Memgraph finds its query modules.
-    Ship the path, not the function, to other processes (Spark executors).
+    The name may be given by anyone who can create a stream, so only three
+    places are searched, and nothing else is imported (an import runs code):
+    - the built-ins, `stream_registry.builtin_transformations`;
+    - the packages an operator lists in $MGSTREAMS_TRANSFORM_PACKAGES
+      (comma-separated; a listed package allows its submodules), imported normally;
+    - the query modules directories: `<module>.py` in `search_dirs`, then in
+      $MGSTREAMS_QUERY_MODULES_DIR (colon- or comma-separated), loaded by file
+      the way Memgraph finds its query modules.
+    The function must be defined in the module named (`os.system`,
+    `subprocess.run`, `builtins.eval` or a name a module merely imports are
+    refused). Ship the path, not the function, to other processes (Spark executors).
     """
     if not isinstance(path, str) or not _DOTTED_PATH.match(path):
         raise TransformError(f"transform: expected 'module.function', got {path!r}")
@@ -187,7 +196,22 @@ def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[
                              f"({getattr(module, '__file__', None) or 'built-in'}) has no function {function_name!r}")
     if not callable(fn):
         raise TransformError(f"transform {path!r}: {function_name!r} is a {type(fn).__name__}, not a function")
-    return _as_messages_callable(path, _unwrap_mgp(fn))
+    fn = _unwrap_mgp(fn)
+    defined_in = getattr(fn, "__module__", None)
+    if defined_in != module.__name__:
+        raise TransformError(f"transform {path!r}: refused: {function_name!r} is not defined in {module_name!r} "
+                             f"(it comes from {defined_in!r}); name the module that defines the transformation")
+    return _as_messages_callable(path, fn)
+
+
+def transform_packages() -> tuple[str, ...]:
+    """The built-in package and those listed in $MGSTREAMS_TRANSFORM_PACKAGES."""
+    listed = [p.strip() for p in os.environ.get(TRANSFORM_PACKAGES_ENV, "").split(",")]
+    return (*BUILTIN_PACKAGES, *(p for p in listed if p))
+
+
+def _in_packages(module_name: str, packages: Sequence[str]) -> bool:
+    return any(module_name == p or module_name.startswith(p + ".") for p in packages)
 
 
 def _search_dirs(explicit: Sequence[str]) -> list[str]:
@@ -197,23 +221,56 @@ def _search_dirs(explicit: Sequence[str]) -> list[str]:
     return [d.strip() for d in [*explicit, *from_env] if d and d.strip()]
 
 
+# Query modules this loader loaded by file, by module name: reused while still registered.
+_FROM_QUERY_MODULES: dict[str, Any] = {}
+
+
 def _import_module(path: str, module_name: str, dirs: Sequence[str]):
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing != module_name and not module_name.startswith(missing + "."):
-            raise _import_failed(path, module_name, exc) from exc
-    except (Exception, SystemExit) as exc:  # a module that raises at import must not take us down
-        raise _import_failed(path, module_name, exc) from exc
+    packages = transform_packages()
+    if _in_packages(module_name, packages):
+        return _import_allowed(path, module_name)
+    loaded = _FROM_QUERY_MODULES.get(module_name)
+    if loaded is not None and sys.modules.get(module_name) is loaded:
+        return loaded
     relative = Path(*module_name.split(".")).with_suffix(".py")
     for directory in dirs:
         candidate = Path(directory) / relative
         if candidate.is_file():
+            _refuse_shadowing(path, module_name, candidate)
             return _load_file(path, module_name, candidate)
-    raise TransformError(f"transform {path!r}: module {module_name!r} is not importable and "
-                         f"{str(relative)!r} is not in the query modules directories {list(dirs)!r} "
-                         f"(pass search_dirs or set {QUERY_MODULES_ENV})")
+    raise TransformError(f"transform {path!r}: refused: module {module_name!r} is not one transformations may "
+                         f"come from: the packages {', '.join(packages)} (the host's {TRANSFORM_PACKAGES_ENV} "
+                         f"adds more) and the query modules directories {list(dirs)!r} (no {str(relative)!r} "
+                         f"there; pass search_dirs or set {QUERY_MODULES_ENV})")
+
+
+def _import_allowed(path: str, module_name: str):
+    try:
+        return importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:  # a module that raises at import must not take us down
+        if isinstance(exc, ModuleNotFoundError) and exc.name and \
+                (exc.name == module_name or module_name.startswith(exc.name + ".")):
+            raise TransformError(f"transform {path!r}: module {module_name!r} is not installed") from None
+        raise _import_failed(path, module_name, exc) from exc
+
+
+def _refuse_shadowing(path: str, module_name: str, file: Path) -> None:
+    """A query module may not take the name of the standard library or of a module already imported."""
+    top = module_name.split(".")[0]
+    existing = sys.modules.get(module_name)
+    if existing is not None and (_FROM_QUERY_MODULES.get(module_name) is existing
+                                 or _same_file(getattr(existing, "__file__", None), file)):
+        existing = None  # the same query module, loaded again (Memgraph's module reload does the same)
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or existing is not None:
+        raise TransformError(f"transform {path!r}: refused: {str(file)!r} would shadow the module {module_name!r} "
+                             f"that Python already provides; rename the query module")
+
+
+def _same_file(a: str | None, b: Path) -> bool:
+    try:
+        return a is not None and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _load_file(path: str, module_name: str, file: Path):
@@ -230,6 +287,7 @@ def _load_file(path: str, module_name: str, file: Path):
         if not isinstance(exc, (Exception, SystemExit)):
             raise
         raise _import_failed(path, str(file), exc) from exc
+    _FROM_QUERY_MODULES[module_name] = module
     return module
 
 
