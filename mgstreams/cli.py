@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import re
 import signal
 import sys
@@ -42,7 +43,7 @@ from .host import serve as host
 from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
 from .wire import to_json
 
-_INTEGER = re.compile(r"^-?\d+$")
+_INTEGER = re.compile(r"-?[0-9]{1,30}")   # ASCII digits, matched whole; longer runs are the parser's to refuse
 
 
 # -- plumbing ---------------------------------------------------------------------
@@ -94,6 +95,13 @@ def _wait_for_shutdown(duration: float | None = None) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def _finite(ctx, param, value: float | None) -> float | None:
+    """FloatRange lets nan through (every comparison with it is false) and inf past an open top."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds")
+    return value
 
 
 # -- the group ----------------------------------------------------------------------
@@ -157,7 +165,7 @@ def _describe_table(name: str) -> Table:
 @cli.command()
 @click.argument("name")
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True, callback=_finite,
               help="Seconds between refreshes with --watch.")
 @click.option("--count", type=click.IntRange(min=1), default=None,
               help="With --watch: stop after this many refreshes.")
@@ -207,10 +215,19 @@ def parse_spec_argument(text: str) -> object:
         try:
             return json.loads(stripped)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"SPEC: {text!r} is not valid JSON: {exc.msg} at column {exc.colno}") from None
-    if _INTEGER.match(stripped):
+            raise ConfigError(f"SPEC: {_shown(text)} is not valid JSON: {exc.msg} at column {exc.colno}") from None
+        except ValueError:   # a number of more than 4300 digits, which Python refuses to convert
+            raise ConfigError(f"SPEC: {_shown(text)} holds a number too long to be an offset") from None
+        except RecursionError:
+            raise ConfigError(f"SPEC: {_shown(text)} is nested too deeply") from None
+    if _INTEGER.fullmatch(stripped):
         return int(stripped)
-    return text
+    return text   # the offset parser refuses, naming the value, what is no spec (longer numbers too)
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit - 20]}...{shown[-10:]} ({len(text)} characters)"
 
 
 @cli.command("set-offset", context_settings={"ignore_unknown_options": True})
@@ -218,7 +235,7 @@ def parse_spec_argument(text: str) -> object:
 @click.argument("spec")
 @click.option("--dry-run", is_flag=True, help="Show what would be set; change nothing.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=10.0, show_default=True,
-              help="Seconds to wait for a running stream to apply the change.")
+              callback=_finite, help="Seconds to wait for a running stream to apply the change.")
 @json_option
 def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: bool) -> None:
     """Set the offset of stream NAME on every partition SPEC targets.
@@ -311,7 +328,7 @@ def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
     topics = []
     for value in values:
         name, _, partitions = value.rpartition(":")
-        if not name or not partitions.isdigit() or int(partitions) < 1:
+        if not name or not re.fullmatch(r"[0-9]{1,9}", partitions) or int(partitions) < 1:
             raise click.BadParameter(f"{value!r} is not NAME:PARTITIONS (e.g. orders:3)")
         topics.append((name, int(partitions)))
     return topics

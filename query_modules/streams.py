@@ -31,6 +31,7 @@ DEFAULT_URL = "http://127.0.0.1:8765"
 DEFAULT_SINK = os.environ.get("MGSTREAMS_DEFAULT_SINK", "bolt://localhost:7687")
 TIMEOUT_S = 30.0   # every call but set_stream_offset: a Bolt worker is held while we wait
 MARGIN_S = 5.0     # set_stream_offset waits its own timeout_ms, plus this for the host's queries
+MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
 
 StatusRecord = mgp.Record(name=str, status=str)
 
@@ -162,6 +163,9 @@ def set_stream_offset(name: str, offset: mgp.Any, timeout_ms: int = 10000, dry_r
     """
     if isinstance(timeout_ms, bool) or timeout_ms <= 0:
         raise Exception(f"timeout_ms: must be a positive number of milliseconds, got {timeout_ms!r}")
+    if timeout_ms > MAX_TIMEOUT_MS:   # the host's bound; also, no socket takes a timeout of 10^15 s
+        raise Exception(f"timeout_ms: must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS}, "
+                        f"got {timeout_ms!r}")
     changes = _host("PATCH", _stream(name, "/offsets"),
                     {"offset": offset, "timeout_ms": timeout_ms, "dry_run": dry_run},
                     timeout=timeout_ms / 1000.0 + MARGIN_S)

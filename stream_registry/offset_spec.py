@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from typing import Callable, Iterable, Mapping
 
@@ -26,6 +26,10 @@ RD_OFFSET_BEGINNING = -2
 RD_OFFSET_END = -1
 RD_OFFSET_STORED = -1000
 RD_OFFSET_INVALID = -1001
+# Kafka offsets and timestamps are int64: a larger number in a spec names nothing.
+INT64_MAX = 2 ** 63 - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MILLISECOND = timedelta(milliseconds=1)
 
 
 # -- targets ----------------------------------------------------------------
@@ -107,10 +111,12 @@ class OffsetSpec:
 
 
 # -- parsing ------------------------------------------------------------------
-_SHIFT = re.compile(r"^[+-]\d+$")
-_INT = re.compile(r"^\d+$")
-_PARTITION_KEY = re.compile(r"^(?P<topic>[A-Za-z0-9._-]+):(?P<partition>\d+)$")
-_TOPIC_KEY = re.compile(r"^[A-Za-z0-9._-]+$")
+# ASCII digits only, matched whole (`$` would also match before a trailing newline); a partition
+# id is an int32, so ten digits at most.
+_SHIFT = re.compile(r"[+-][0-9]+")
+_INT = re.compile(r"[0-9]+")
+_PARTITION_KEY = re.compile(r"(?P<topic>[A-Za-z0-9._-]+):(?P<partition>[0-9]{1,10})")
+_TOPIC_KEY = re.compile(r"[A-Za-z0-9._-]+")
 
 
 def parse_offset_spec(value: object) -> OffsetSpec:
@@ -135,43 +141,78 @@ def parse_target(value: object, where: str = "offset") -> Target:
             return Latest()
         if lowered == "committed":
             return Committed()
-        if _SHIFT.match(text):
-            return Shift(int(text))
-        if _INT.match(text):
-            return _from_memgraph_int(int(text), where)
-        if text.startswith("-") and text[1:].isdigit():
-            return _from_memgraph_int(int(text), where)
+        if _SHIFT.fullmatch(text):
+            return Shift(_bounded_int(text, where))
+        if _INT.fullmatch(text):
+            return _from_memgraph_int(_bounded_int(text, where), where)
         timestamp = _parse_datetime(text)
         if timestamp is not None:
             return AtTime(timestamp, text)
         raise OffsetSpecError(
-            f"{where}: cannot parse {value!r}; expected an offset >= 0, -1 (beginning), -2 (end), "
+            f"{where}: cannot parse {_shown(value)}; expected an offset >= 0, -1 (beginning), -2 (end), "
             "'earliest', 'latest', 'committed', '+N', '-N', or an ISO-8601 datetime")
     raise OffsetSpecError(f"{where}: expected an integer, string or map, got "
-                          f"{type(value).__name__} {value!r}")
+                          f"{type(value).__name__} {_shown(value)}")
+
+
+def _bounded_int(text: str, where: str) -> int:
+    """The int of a run of ASCII digits (with an optional sign), refused past int64 before converting
+    (Python refuses to convert more than 4300 digits at all)."""
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(INT64_MAX)) or int(digits or "0") > INT64_MAX:
+        raise OffsetSpecError(f"{where}: {_shown_number(text)} is beyond Kafka's offsets (at most {INT64_MAX})")
+    return int(text)
+
+
+def _shown(value: object, limit: int = 100) -> str:
+    """A value for a message: its repr cut short (a huge input cannot flood a log), never an error itself."""
+    try:
+        text = repr(value)
+    except Exception:  # e.g. a list holding an int of more than 4300 digits
+        return f"<a {type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[:limit - 20]}...{text[-10:]} ({len(text)} characters)"
+
+
+def _shown_number(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-10:]} ({len(text)} characters)"
+
+
+def _shown_int(value: int) -> str:
+    """An int for a message: short, and never str() of one Python refuses to print (over 4300 digits)."""
+    if value.bit_length() > 10_000:
+        return f"a {'negative ' if value < 0 else ''}{value.bit_length()}-bit integer"
+    return _shown_number(str(value))
 
 
 def _from_memgraph_int(value: int, where: str) -> Target:
+    if value > INT64_MAX:
+        raise OffsetSpecError(f"{where}: {_shown_int(value)} is beyond Kafka's offsets (at most {INT64_MAX})")
     if value >= 0:
         return Absolute(value)
     if value == MEMGRAPH_BEGINNING:
         return Earliest()
     if value == MEMGRAPH_END:
         return Latest()
-    raise OffsetSpecError(f"{where}: invalid offset {value!r}; use >= 0, -1 (beginning) or -2 (end)")
+    raise OffsetSpecError(f"{where}: invalid offset {_shown_int(value)}; use >= 0, -1 (beginning) or -2 (end)")
 
 
 def _parse_datetime(text: str) -> int | None:
+    """Milliseconds since the epoch of the first record at or after the moment `text` names.
+
+    Exact arithmetic (a float timestamp turns .001 s into 0.9999 ms), rounded up
+    (a record at 0 ms is before 0.5 ms), and never below 0: record timestamps are
+    not negative, and -1 / -2 are "latest" / "earliest" to a Kafka offsets-by-time query.
+    """
     candidate = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
-    if not re.match(r"^\d{4}-\d{2}-\d{2}", candidate):
+    if not re.match(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", candidate):
         return None
     try:
         moment = datetime.fromisoformat(candidate)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
+    return max(0, -((_EPOCH - moment) // _MILLISECOND))
 
 
 def _parse_map(value: Mapping) -> OffsetSpec:
@@ -179,17 +220,23 @@ def _parse_map(value: Mapping) -> OffsetSpec:
         raise OffsetSpecError("offset: empty map names no topic or partition")
     topics: dict[str, Target] = {}
     partitions: dict[tuple[str, int], Target] = {}
+    named: dict[tuple[str, int], str] = {}
     for key, raw in value.items():
         if not isinstance(key, str):
-            raise OffsetSpecError(f"offset: map key {key!r} must be 'topic' or 'topic:partition'")
-        where = f"offset[{key!r}]"
-        match = _PARTITION_KEY.match(key)
+            raise OffsetSpecError(f"offset: map key {_shown(key)} must be 'topic' or 'topic:partition'")
+        where = f"offset[{_shown(key)}]"
+        match = _PARTITION_KEY.fullmatch(key)
         if match:
-            partitions[(match["topic"], int(match["partition"]))] = parse_target(raw, where)
-        elif _TOPIC_KEY.match(key):
+            tp = (match["topic"], int(match["partition"]))
+            if tp in partitions:   # "t:1" and "t:01": one partition, two targets
+                raise OffsetSpecError(f"offset: map keys {_shown(key)} and {_shown(named[tp])} name the same "
+                                      f"partition {tp[0]}:{tp[1]}")
+            named[tp] = key
+            partitions[tp] = parse_target(raw, where)
+        elif _TOPIC_KEY.fullmatch(key):
             topics[key] = parse_target(raw, where)
         else:
-            raise OffsetSpecError(f"offset: map key {key!r} must be 'topic' or 'topic:partition'")
+            raise OffsetSpecError(f"offset: map key {_shown(key)} must be 'topic' or 'topic:partition'")
     return OffsetSpec(topics=topics, partitions=partitions)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from typing import Any, Awaitable, Callable
+from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -36,6 +38,7 @@ CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "co
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 3_600_000
+MAX_LIMIT = 2 ** 63 - 1
 
 
 class BadRequest(ConfigError):
@@ -111,8 +114,12 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams/{name}/history", history, methods=["GET"]),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_require_token(token))] if token else []
-    return Starlette(routes=routes, middleware=middleware, exception_handlers={
+    app = Starlette(routes=routes, middleware=middleware, exception_handlers={
         StreamError: _stream_error, 404: _not_found, 405: _not_allowed, Exception: _internal_error})
+    # No 307 to the path without its trailing slash: a client that does not follow it (DELETE /streams/)
+    # got an empty body; every unknown path gets a JSON 404 instead.
+    app.router.redirect_slashes = False
+    return app
 
 
 def create_stream(registry: StreamRegistry, config: StreamConfig):
@@ -136,6 +143,8 @@ async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str,
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"body: not valid JSON: {exc}") from None
+    except ValueError:   # a number of more than 4300 digits, which Python refuses to convert
+        raise BadRequest("body: not valid JSON: a number has more than 4300 digits") from None
     except RecursionError:
         raise BadRequest("body: not valid JSON: nested too deeply") from None
     if not isinstance(body, dict):
@@ -152,8 +161,12 @@ async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str,
 def _limit(text: str | None) -> int | None:
     if text is None:
         return None
-    if not text.isdigit() or int(text) < 1:
-        raise BadRequest(f"limit: must be a positive integer, got {text!r}")
+    # ASCII digits only ("²".isdigit() is true, int("²") fails), and no more than SQLite's int64 holds
+    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+    if not re.fullmatch(r"[0-9]+", text) or not text.strip("0"):
+        raise BadRequest(f"limit: must be a positive integer, got {shown}")
+    if len(text.lstrip("0")) > 19 or int(text) > MAX_LIMIT:
+        raise BadRequest(f"limit: must be at most {MAX_LIMIT}, got {shown}")
     return int(text)
 
 
@@ -180,7 +193,19 @@ async def _stream_error(request: Request, exc: Exception) -> Response:
     return _error(str(exc), _status_of(exc))
 
 
+# A stream's paths as sent (percent-encoded): a name holding "/" (%2F) or an empty one matches no route
+# once decoded, yet it is a stream name that is wrong, not the path.
+_STREAM_PATH = re.compile(r"/streams/(?P<name>[^/]*)(?P<rest>/(?:start|stop|offsets|history))?")
+
+
 async def _not_found(request: Request, exc: Exception) -> Response:
+    raw = request.scope.get("raw_path")
+    match = _STREAM_PATH.fullmatch(raw.decode("latin-1")) if raw else None
+    if match and (match["name"] or match["rest"] or request.method == "DELETE"):
+        name = unquote(match["name"], errors="replace")
+        if not name:
+            return _error(f"name: a stream name is required in {request.url.path}", 404)
+        return _error(f"name: no stream named {name!r}", 404)
     return _error(f"path: no resource at {request.url.path}", 404)
 
 

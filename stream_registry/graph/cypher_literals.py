@@ -12,9 +12,12 @@ or its line, whatever it holds. Choices where Memgraph has no direct literal:
 - str: `\\ ' " \\n \\r \\t` escaped, every other control or line-separator
   character as `\\uXXXX`; lone surrogates -> error (not storable as UTF-8).
 - date -> `date("…")`, naive datetime -> `localDateTime("…")`, aware datetime
-  -> `datetime("…+HH:MM")` (the UTC offset is kept, a zone name is not), naive
-  time -> `localTime("…")`, timedelta -> `duration({day:…, second:…,
-  microsecond:…})`. Aware times and other types -> error.
+  -> `datetime("…+HH:MM")` (the UTC offset is kept, a zone name is not; an
+  offset with seconds, such as a zone's local mean time before 1900, which
+  Memgraph cannot read, is written as UTC: the same instant), naive time ->
+  `localTime("…")`, timedelta -> `duration({day:…, second:…, microsecond:…})`
+  within Memgraph's duration (int64 microseconds). Aware times, durations
+  beyond that range and other types -> error.
 - map keys: bare when a plain identifier, else `backticked` (backticks doubled);
   keys with control characters -> error (a name cannot escape them).
 """
@@ -30,6 +33,7 @@ from typing import Any, Mapping
 from ..errors import SinkError
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+_MAX_DURATION = dt.timedelta(microseconds=INT64_MAX)   # Memgraph's Duration counts int64 microseconds
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Words that read as syntax; backticking a property name is always allowed.
@@ -73,7 +77,12 @@ def to_cypher_literal(value: Any, name: str = "value") -> str:
     if isinstance(value, Integral):
         return _integer(int(value), name)
     if isinstance(value, Real):
-        return _float(float(value), name)
+        try:
+            number = float(value)
+        except OverflowError:   # e.g. a Fraction beyond the float range
+            raise SinkError(f"parameter {name}: {_short(value)} is beyond the float range; send it as a "
+                            f"string") from None
+        return _float(number, name)
     if isinstance(value, str):
         return _string(str(value), name)
     raise SinkError(f"parameter {name}: {_short(value)} of type {kind.__name__} has no Cypher literal "
@@ -139,7 +148,14 @@ def _temporal(value: dt.date | dt.time | dt.timedelta, name: str) -> str:
     if isinstance(value, dt.datetime):
         if value.utcoffset() is None:
             return f'localDateTime("{value.isoformat()}")'
-        return f'datetime("{value.replace(tzinfo=dt.timezone(value.utcoffset())).isoformat()}")'
+        offset = value.utcoffset()
+        if offset % dt.timedelta(minutes=1):
+            try:
+                value, offset = value.astimezone(dt.timezone.utc), dt.timedelta(0)
+            except OverflowError:
+                raise SinkError(f"parameter {name}: datetime {value.isoformat()!r} has a UTC offset with "
+                                f"seconds, which Memgraph cannot read, and is out of range in UTC") from None
+        return f'datetime("{value.replace(tzinfo=dt.timezone(offset)).isoformat()}")'
     if isinstance(value, dt.date):
         return f'date("{value.isoformat()}")'
     if isinstance(value, dt.time):
@@ -147,11 +163,21 @@ def _temporal(value: dt.date | dt.time | dt.timedelta, name: str) -> str:
             raise SinkError(f"parameter {name}: time {value.isoformat()!r} has a time zone; Memgraph has "
                             f"no zoned time type (use a naive time or a datetime)")
         return f'localTime("{value.isoformat()}")'
+    if abs(value) > _MAX_DURATION:
+        raise SinkError(f"parameter {name}: duration {value} is beyond Memgraph's duration range "
+                        f"(±{_MAX_DURATION}); send it as a number or a string")
     return f"duration({{day: {value.days}, second: {value.seconds}, microsecond: {value.microseconds}}})"
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A value for a message, cut short; never an error itself (Python refuses to print an int of more
+    than 4300 digits, and a user's __repr__ may raise)."""
+    if type(value) is int and value.bit_length() > 256:
+        return f"a {'negative ' if value < 0 else ''}{value.bit_length()}-bit integer"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<a {type(value).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -159,13 +185,15 @@ def _short(value: Any) -> str:
 _TOKEN = re.compile(r"""
     (?P<string> '(?:[^'\\]|\\.)*' | "(?:[^"\\]|\\.)*" )
   | (?P<name> `(?:[^`]|``)*` )
-  | (?P<comment> //[^\n]* | /\*.*?\*/ )
+  | (?P<comment> //[^\r\n]* | /\*.*?\*/ )
   | (?P<param> \$(?:[^\W\d]\w*|\d+|`(?:[^`]|``)*`) )
   | (?P<unterminated> ['"`] | /\* )
   | (?P<semicolon> ; )
   | (?P<other> [^'"`/$;]+ | . )
 """, re.S | re.X)
 _BREAK_RUN = re.compile(f"[{_LINE_BREAKS}]+")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED = re.compile(r"\\(.)", re.S)   # the escape pairs of a string literal, left to right
 
 
 def render_statement(query: str, parameters: Mapping[str, Any] | None = None) -> str:
@@ -175,6 +203,15 @@ def render_statement(query: str, parameters: Mapping[str, Any] | None = None) ->
     replaced; comments are dropped and line breaks become spaces so the result
     stays on one line. A referenced parameter that is missing is an error.
     """
+    if not isinstance(query, str):
+        raise SinkError(f"query: expected a string, got {type(query).__name__} {_short(query)}")
+    if parameters is not None and not isinstance(parameters, Mapping):
+        raise SinkError(f"parameters: expected a map of names to values, got {type(parameters).__name__} "
+                        f"{_short(parameters)}")
+    surrogate = _SURROGATE.search(query)
+    if surrogate is not None:
+        raise SinkError(f"query: holds a lone surrogate U+{ord(surrogate.group()):04X} at character "
+                        f"{surrogate.start()}, which cannot be written as UTF-8: {_short(query)}")
     parameters = parameters or {}
     out = []
     for is_param, text in _template(query):
@@ -208,6 +245,9 @@ def _template(query: str) -> tuple[tuple[bool, str], ...]:
         elif kind == "param":
             parts.append((True, _param_name(text[1:])))
         elif kind == "string":
+            if any(escaped in _LINE_BREAKS for escaped in _ESCAPED.findall(text[1:-1])):
+                raise SinkError(f"query: string literal at character {match.start()} escapes a line break "
+                                f"(a backslash before it): {_short(query)}")
             parts.append((False, _one_line_string(text)))
         elif kind == "name":
             if any(c in _LINE_BREAKS for c in text):
