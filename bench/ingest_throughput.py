@@ -27,6 +27,7 @@ best raw rate). Floor: 0.85.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
-from stream_registry.graph.sinks import open_sink  # noqa: E402
+from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
 from stream_registry.graph.transform import Messages, load_transformation, run_transformation  # noqa: E402
 
 FLOOR = 0.85
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             produce(bootstrap, TOPIC, args.messages, PARTITIONS, args.size)
             check_topic(bootstrap, args.messages)
             print(f"produced in {time.perf_counter() - t:.1f} s", flush=True)
+            # the stream's cypherl files go to out_dir (tmpfs), outside the registry's default <state>/output
+            os.environ[OUTPUT_DIRS_ENV] = os.pathsep.join(filter(None, (os.environ.get(OUTPUT_DIRS_ENV), str(out_dir))))
             registry = StreamRegistry(state_dir)
             try:
                 for round_no in range(1, args.rounds + 1):

@@ -32,6 +32,7 @@ from bench_data import produce  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host.process import HostProcess  # noqa: E402
 from mgstreams.query_module import STREAMS_MODULE, QueryModule  # noqa: E402
+from stream_registry.graph.sinks import OUTPUT_DIRS_ENV  # noqa: E402
 
 PARTITIONS = 6
 TOPIC = "latency"
@@ -134,7 +135,8 @@ def main(argv=None) -> int:
         return rng.randrange(end - args.rewind, end - 1)
 
     with EmbeddedKafka(brokers=3) as cluster, tempfile.TemporaryDirectory(prefix="offset-latency-") as tmp:
-        host = HostProcess(Path(tmp) / "state", log_path=Path(tmp) / "host.log").spawn()
+        host = HostProcess(Path(tmp) / "state", log_path=Path(tmp) / "host.log",
+                           env={OUTPUT_DIRS_ENV: tmp}).spawn()   # the sink file below may be written there
         try:
             cluster.create_topic(TOPIC, PARTITIONS, 3)
             produce(cluster.bootstrap_servers, TOPIC, end * PARTITIONS, PARTITIONS, 100)

@@ -52,6 +52,7 @@ from spark_bridge.backfill import BackfillJob, BackfillReport, plan_job, run_bac
 from spark_bridge.range_plan import RangePlan
 from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets, StreamError, StreamStatus, parse_offset_spec
 from stream_registry.graph.cypher_literals import render_statement, to_cypher_literal
+from stream_registry.graph.sinks import OUTPUT_DIRS_ENV
 from stream_registry.registry.registry import query_module_dirs, stored_config
 
 from .cli import table
@@ -676,7 +677,10 @@ def run_demo(settings: DemoSettings, bootstrap_servers: str, spark_factory: Call
         return check
 
     prepare_out(settings)
-    host = HostProcess(settings.state_dir, log_path=settings.host_log).spawn()   # imports while we produce
+    # The live sink, <out>/live.cypherl, is outside the host's default output directory (<state>/output).
+    output_dirs = os.pathsep.join(filter(None, (os.environ.get(OUTPUT_DIRS_ENV), str(settings.out_dir))))
+    host = HostProcess(settings.state_dir, log_path=settings.host_log,
+                       env={OUTPUT_DIRS_ENV: output_dirs}).spawn()   # imports while we produce
     streams: QueryModule | None = None
     step = "produce"
     try:

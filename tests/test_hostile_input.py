@@ -213,14 +213,6 @@ def test_output_dirs_come_from_the_environment_like_path(kafka, tmp_path, monkey
         registry.close()
 
 
-def test_the_backfill_command_line_still_writes_where_the_operator_says(tmp_path, default_policy):
-    """No policy is given outside the registry (an operator's command line, e.g. the Spark backfill)."""
-    target = tmp_path / "anywhere" / "part-0.cypherl"
-    with open_sink(f"cypherl://{target}") as sink:
-        sink.write([Statement("RETURN 1")])
-    assert target.read_text() == "RETURN 1;\n"
-
-
 OAUTH_SECRET = f"oauth-{uuid.uuid4().hex}"
 CREDENTIAL = f"cred-{uuid.uuid4().hex}"
 PEM_BODY = uuid.uuid4().hex
@@ -436,10 +428,15 @@ def fallback_env(monkeypatch, tmp_path):
     return tmp_path / "xdg" / "mgstreams"
 
 
-def test_fallback_state_dir_is_created_private(fallback_env):
+def test_fallback_state_dirs_are_created_private(fallback_env, monkeypatch, tmp_path):
     with umask(0o022):
         assert default_state_dir() == fallback_env
-    assert mode_of(fallback_env) == 0o700
+        assert mode_of(fallback_env) == 0o700
+        (tmp_path / "not-a-dir").write_text("")
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "not-a-dir"))    # the home state dir cannot be made
+        monkeypatch.setattr("tempfile.tempdir", str(tmp_path))              # the shared /tmp
+        fallback = default_state_dir()
+        assert fallback == tmp_path / f"mgstreams-{os.getuid()}" and mode_of(fallback) == 0o700
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user's needs root")

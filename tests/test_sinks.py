@@ -47,6 +47,17 @@ def test_credentials_in_the_uri_are_refused_without_showing_them():
     assert PASSWORD not in str(err.value) and "bolt.password" in str(err.value)
 
 
+def test_without_an_output_policy_a_file_sink_writes_where_it_is_told(tmp_path, monkeypatch):
+    """The registry always gives an OutputPolicy (test_hostile_input); an operator's command line (the Spark
+    backfill) gives none and writes wherever the operator says, whatever MGSTREAMS_OUTPUT_DIRS holds."""
+    monkeypatch.setenv(sinks.OUTPUT_DIRS_ENV, str(tmp_path / "elsewhere"))
+    target = tmp_path / "anywhere" / "part-0.cypherl"
+    validate_sink_uri(f"cypherl://{target}")
+    with open_sink(f"cypherl://{target}") as sink:
+        sink.write([Statement("RETURN 1")])
+    assert target.read_text() == "RETURN 1;\n"
+
+
 def test_validation_never_touches_the_file_system_or_network(tmp_path, monkeypatch):
     monkeypatch.setattr(sinks, "connect_mgclient", lambda **kw: pytest.fail("connected"))
     validate_sink_uri(f"cypherl://{tmp_path}/new/dir/out.cypherl")
