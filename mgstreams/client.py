@@ -115,4 +115,4 @@ def _checked_url(url: str) -> str:
 
 def _path(name: str) -> str:
     """A stream name as one path segment (names are [A-Za-z0-9_], but never trust input)."""
-    return quote(str(name), safe="")
+    return quote(str(name), safe="").replace(".", "%2E")  # "." and ".." are segments, not names

@@ -12,8 +12,9 @@ from typing import Any, Mapping, Sequence
 from .errors import ConfigError
 from .redaction import mask_all, mask_secrets, redact, secret_values
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")    # \Z, not $: "a\n" is no name
+_TOPIC = re.compile(r"[A-Za-z0-9._-]+\Z")
+_PORT = re.compile(r"[0-9]{1,5}\Z")
 MAX_NAME_LENGTH = 128
 MAX_TOPIC_LENGTH = 249
 
@@ -130,7 +131,7 @@ class StreamConfig:
             raise ConfigError(f"bootstrap_servers: expected 'host:port[,host:port...]', got {self.bootstrap_servers!r}")
         for server in self.bootstrap_servers.split(","):
             host, _, port = server.strip().rpartition(":")
-            if not host or not port.isdigit():
+            if not host or not _PORT.match(port) or not 0 < int(port) < 65536:
                 raise ConfigError(f"bootstrap_servers: {server.strip()!r} is not host:port")
         if self.consumer_group is not None and (not isinstance(self.consumer_group, str)
                                                 or not self.consumer_group.strip()):

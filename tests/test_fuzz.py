@@ -1000,9 +1000,7 @@ def test_cli_spec_argument_parses_or_is_refused(record_property):
          examples=("9" * 5000, "[" * 50_000, '{"t": ' + "9" * 5000 + "}", "-²", "٣"))
 
 
-# -- found by fuzzing in files this suite does not own: reported, expected to fail until fixed there ------------
-@pytest.mark.xfail(reason="stream_registry/config.py: _NAME and _TOPIC end in `$`, which matches before a trailing "
-                          "newline, so 'a\\n' is a valid stream name (POST /streams creates it) and 't\\n' a topic")
+# -- found by fuzzing in the config, the registry and the Kafka client; fixed there ----------------------------
 @pytest.mark.parametrize("fields", [{"name": "a\n"}, {"topics": ["t\n"]}])
 def test_config_refuses_a_trailing_newline(fields):
     with pytest.raises(ConfigError):
@@ -1010,17 +1008,12 @@ def test_config_refuses_a_trailing_newline(fields):
                         "sink": "null://", **fields}).validate()
 
 
-@pytest.mark.xfail(reason="stream_registry/config.py: the port is checked with str.isdigit ('²' passes) and not "
-                          "against 1-65535; the host then waits its query timeout (10 s) and answers 503")
 @pytest.mark.parametrize("servers", ["h:\u00b2", "h:99999", "h:0"])
 def test_config_refuses_ports_that_are_not_ports(servers):
     with pytest.raises(ConfigError, match="^bootstrap_servers: "):
         StreamConfig("s", ["t"], servers, "m.f", "null://").validate()
 
 
-@pytest.mark.xfail(reason="stream_registry/registry: the create-time query client masks only secret-looking keys of "
-                          "configs+credentials merged, so a credential the Kafka client rejects is shown, under "
-                          "`configs:`")
 def test_api_create_error_never_shows_a_credential(shared):
     response = shared.http.post("/streams", json={"name": "leak_probe", "topics": [shared.topic],
                                                   "bootstrap_servers": shared.bootstrap,
@@ -1029,8 +1022,6 @@ def test_api_create_error_never_shows_a_credential(shared):
     assert SECRET not in response.text, response.text
 
 
-@pytest.mark.xfail(reason="stream_registry/kafka/client.py: librdkafka's own log lines (CONFWARN ...) go to the "
-                          "host's stderr unredacted, credential values included")
 def test_librdkafka_log_lines_never_show_a_credential(shared):
     response = shared.http.post("/streams", json={"name": "log_probe", "topics": [shared.topic],
                                                   "bootstrap_servers": shared.bootstrap,

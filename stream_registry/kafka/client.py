@@ -1,6 +1,7 @@
 """Creating confluent-kafka consumers with errors users can act on and that carry no secrets."""
 from __future__ import annotations
 
+import logging
 from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException
@@ -10,10 +11,23 @@ from ..errors import ConfigError
 from ..redaction import redact
 
 
+class RedactingLog:
+    """librdkafka's log lines (a CONFWARN quotes config values) reach Python logging with secrets masked."""
+
+    def __init__(self, secrets: Iterable[str]):
+        self._secrets = list(secrets)
+        self._log = logging.getLogger("mgstreams.librdkafka")
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        text = message % args if args else message
+        self._log.log(level, redact(str(text), self._secrets))
+
+
 def new_consumer(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> Consumer:
     """A consumer, or a ConfigError naming `field` and what librdkafka rejected (secrets masked)."""
+    secrets = list(secrets)
     try:
-        return Consumer(dict(config))
+        return Consumer({"logger": RedactingLog(secrets), **config})
     except (KafkaException, ValueError, TypeError) as exc:
         text = redact(str(exc.args[0] if exc.args else exc), secrets)
         raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None
@@ -28,9 +42,10 @@ _CONSUMER_ONLY_PREFIXES = ("group.", "partition.assignment.strategy", "session.t
 
 def new_admin(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> AdminClient:
     """An admin client on the same cluster and security settings as a consumer's `config`."""
+    secrets = list(secrets)
     admin_config = {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY_PREFIXES)}
     try:
-        return AdminClient(admin_config)
+        return AdminClient({"logger": RedactingLog(secrets), **admin_config})
     except (KafkaException, ValueError, TypeError) as exc:
         text = redact(str(exc.args[0] if exc.args else exc), secrets)
         raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None

@@ -33,9 +33,9 @@ class PartitionQuery:
     """Metadata and offsets for one consumer group; thread-safe, close() when done."""
 
     def __init__(self, bootstrap_servers: str, group_id: str, client_config: Mapping[str, str] | None = None,
-                 timeout: float = 10.0):
+                 timeout: float = 10.0, secrets: Iterable[str] = ()):
         self._client_config = dict(client_config or {})
-        self._secrets = secret_values(self._client_config)
+        self._secrets = sorted({*secret_values(self._client_config), *secrets}, key=len, reverse=True)
         conf = {**self._client_config, "bootstrap.servers": bootstrap_servers, "group.id": group_id,
                 "enable.auto.commit": False, "enable.partition.eof": False,
                 "isolation.level": self._client_config.get("isolation.level", "read_committed")}

@@ -346,7 +346,8 @@ class StreamRegistry:
 
     def _open_query(self, config: StreamConfig) -> PartitionQuery:
         return PartitionQuery(config.bootstrap_servers, config.group_id,
-                              {**config.configs, **config.kafka_credentials()}, timeout=self._query_timeout)
+                              {**config.configs, **config.kafka_credentials()}, timeout=self._query_timeout,
+                              secrets=config.secret_values())
 
     def _query(self, stream: _Stream) -> PartitionQuery:
         if stream.query is None:

@@ -222,7 +222,6 @@ class StreamWorker:
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
             "error_cb": self._on_error,
-            "logger": logging.getLogger("mgstreams.librdkafka"),
         }
         consumer = new_consumer(conf, self._secrets)
         try:
