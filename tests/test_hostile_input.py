@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import ssl
 import stat
@@ -282,6 +283,9 @@ def openssl(*args: str, cwd: Path) -> None:
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory):
     """A test CA, a server certificate it signed for 127.0.0.1, one it signed for another name, a self-signed one."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the TLS tests make their certificates with the openssl command (Debian package openssl), "
+                    "which this machine lacks")
     directory = tmp_path_factory.mktemp("tls")
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     openssl("req", "-x509", "-new", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
