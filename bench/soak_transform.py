@@ -1,0 +1,93 @@
+"""The chaos soak's transformation (bench/soak.py): one recording statement per message.
+
+Each statement says where its message came from and which batch carried it:
+
+    CREATE (:SoakMsg {topic: "soak_a", partition: 0, offset: 5, seq: 17, batch: "4242-9"});
+
+`seq` is the producer's sequence number read from the payload (the checker
+compares it with what the producer was told it wrote at that offset); `batch`
+is `<host pid>-<call number>`, unique per transformation call, so the checker
+sees batch boundaries in the sink file (commit points are batch ends).
+
+Faults on demand, per topic: the soak writes `$SOAK_CONTROL_DIR/<topic>.fail`
+holding `transform N` or `sink N`; the next N calls for that topic then raise
+(transform) or return a batch the cypherl sink refuses as a whole (a statement
+naming a parameter it is not given: the sink raises SinkError before writing
+anything). Each injected failure is appended to `<topic>.fired`. N is kept
+below the host's retry attempts, so the stream retries the same batch from
+memory and goes on: a transient failure, never a skipped batch.
+
+One stream (one poll thread) per topic reads its control file, so the read,
+decrement and rewrite need no lock.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+
+CONTROL_ENV = "SOAK_CONTROL_DIR"
+QUERY = "CREATE (:SoakMsg {topic: $topic, partition: $partition, offset: $offset, seq: $seq, batch: $batch})"
+REFUSED_BY_SINK = {"query": "CREATE (:SoakFault {why: $not_given})", "parameters": {}}
+
+_calls = itertools.count(1)
+
+
+def record(messages):
+    """Memgraph-style transformation: messages -> [{"query", "parameters"}]."""
+    batch = f"{os.getpid()}-{next(_calls)}"
+    count = messages.total_messages()
+    if not count:
+        return []
+    injected = _take_fault(messages.message_at(0).topic_name())
+    if injected == "transform":
+        raise RuntimeError("soak: injected transformation failure")
+    out = []
+    for i in range(count):
+        m = messages.message_at(i)
+        out.append({"query": QUERY, "parameters": {"topic": m.topic_name(), "partition": m.partition(),
+                                                   "offset": m.offset(), "seq": _seq(m.payload()),
+                                                   "batch": batch}})
+    if injected == "sink":
+        out.append(REFUSED_BY_SINK)
+    return out
+
+
+def _seq(payload: bytes) -> int:
+    """Payloads are b"seq=<n>;..." (bench/soak.py's producer); -1 for anything else."""
+    head = payload[:32].split(b";", 1)[0]
+    return int(head[4:]) if head.startswith(b"seq=") and head[4:].isdigit() else -1
+
+
+def _take_fault(topic: str) -> str | None:
+    directory = os.environ.get(CONTROL_ENV)
+    if not directory:
+        return None
+    path = os.path.join(directory, f"{topic}.fail")
+    try:
+        with open(path) as handle:
+            kind, _, left = handle.read().partition(" ")
+    except OSError:
+        return None
+    try:
+        left_n = int(left)
+    except ValueError:
+        left_n = 0
+    if left_n <= 1:
+        _remove(path)
+    else:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as handle:
+            handle.write(f"{kind} {left_n - 1}")
+        os.replace(tmp, path)
+    if left_n <= 0 or kind not in ("transform", "sink"):
+        return None
+    with open(os.path.join(directory, f"{topic}.fired"), "a") as handle:
+        handle.write(kind + "\n")
+    return kind
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
