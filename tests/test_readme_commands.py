@@ -468,7 +468,7 @@ def test_curl_commands(cluster, orders_host, tmp_path):
     seen = []
     for command in commands:
         adapted = (command.replace("localhost:9092", cluster.bootstrap_servers)
-                   .replace("cypherl:///tmp/orders.cypherl", f"cypherl://{out}"))
+                   .replace("cypherl:///tmp/mgstreams-out/orders.cypherl", f"cypherl://{out}"))
         assert "localhost" not in adapted and "/tmp/orders" not in adapted, adapted
         method, path, body = route(command)
         status, text = curl(adapted, orders_host.url)
@@ -796,10 +796,11 @@ def test_bench_commands_exist_and_answer_help():
 # -- python blocks ---------------------------------------------------------------------------
 def test_python_api_example(cluster, tmp_path):
     [block] = [b for b in python_blocks() if PYTHON_RULES["python_api"] in b]
-    out, state = tmp_path / "orders.cypherl", tmp_path / "state"
+    state = tmp_path / "state"
+    out = state / "output" / "orders.cypherl"   # the README's sink sits in the default allowed directory
     code = (block.replace('"/tmp/mgstreams-state"', repr(str(state)))
             .replace('"localhost:9092"', repr(cluster.bootstrap_servers))
-            .replace('"cypherl:///tmp/orders.cypherl"', repr(f"cypherl://{out}")))
+            .replace('"cypherl:///tmp/mgstreams-state/output/orders.cypherl"', repr(f"cypherl://{out}")))
     assert "localhost:9092" not in code and "/tmp/orders" not in code and "/tmp/mgstreams-state" not in code
     # Keep the stream running a moment after set_offset so it delivers, then let the block stop it.
     namespace: dict = {}

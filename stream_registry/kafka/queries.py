@@ -40,7 +40,9 @@ class PartitionQuery:
                 "enable.auto.commit": False, "enable.partition.eof": False,
                 "isolation.level": self._client_config.get("isolation.level", "read_committed")}
         self._consumer = new_consumer(conf, self._secrets)
-        self._admin: AdminClient | None = None
+        # Made now, not on first use: the first offset change of a starting stream must not pay for it.
+        self._admin: AdminClient | None = new_admin({**self._client_config, "bootstrap.servers": bootstrap_servers},
+                                                    self._secrets)
         self._isolation = (IsolationLevel.READ_UNCOMMITTED if conf["isolation.level"] == "read_uncommitted"
                            else IsolationLevel.READ_COMMITTED)
         self._bootstrap_servers = bootstrap_servers

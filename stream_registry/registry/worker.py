@@ -38,7 +38,6 @@ CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at contr
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 CONFIRM_RETRY_S = 0.5       # between retries of a move whose commit failed
-START_SETTLE_S = 0.3        # longest an offset waits for a just-assigned partition's start to settle
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
@@ -122,7 +121,6 @@ class StreamWorker:
         self._batch: list = []   # the batch being collected (poll thread)
         self._unconfirmed: dict[TP, int] = {}   # moved, but the commit failed: retried
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
-        self._deferred: dict[TP, tuple[int, float]] = {}  # offset, settle-by: assigned, start not settled
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
         self._outage: str | None = None         # confirmed: shown as the stream's error until it clears
         self._outage_since: datetime | None = None
@@ -222,6 +220,7 @@ class StreamWorker:
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
             "error_cb": self._on_error,
+            "logger": logging.getLogger("mgstreams.librdkafka"),
         }
         consumer = new_consumer(conf, self._secrets)
         try:
@@ -247,8 +246,7 @@ class StreamWorker:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            messages = self._settle_deferred(self._consumer.consume(size - len(batch),
-                                                                    min(remaining, CONTROL_SLICE_S)))
+            messages = self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
             if not messages and batch and self._moved:
                 break  # first batch after an offset change: deliver it as soon as the queue drains
             for msg in messages:
@@ -352,15 +350,7 @@ class StreamWorker:
     def _apply_to_assigned(self, offsets: Mapping[TP, int]) -> None:
         """Move fetching partitions with seek(); re-assign those seek cannot move yet."""
         reassign: dict[TP, int] = {}
-        started = {**self._positions, **self._current_positions()}
-        offsets = dict(offsets)
-        for (topic, partition), offset in list(offsets.items()):
-            if (topic, partition) not in started:
-                # Assigned, but its start is still being looked up (its committed offset): a seek now
-                # can be overridden by that lookup's answer. Seek once the start is known.
-                self._deferred[(topic, partition)] = (offsets.pop((topic, partition)),
-                                                      time.monotonic() + START_SETTLE_S)
-                continue
+        for (topic, partition), offset in offsets.items():
             try:
                 self._consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException:
@@ -374,33 +364,7 @@ class StreamWorker:
                 positions = self._current_positions()
                 self._consumer.assign([TopicPartition(t, p, reassign.get((t, p), positions.get((t, p), -1000)))
                                        for (t, p) in self._assigned])
-        if offsets:
-            self._finish_applied(offsets)
-
-    def _settle_deferred(self, messages: list) -> list:
-        """Apply deferred offsets to partitions whose start is now settled; drop their old-start messages.
-
-        A start is settled once the consumer hands out one of the partition's
-        messages (from the old start: not delivered), has a position for it, or
-        START_SETTLE_S have passed (the committed-offset lookup of an assignment
-        answers within that on a live cluster; a caught-up partition never yields
-        a message to tell).
-        """
-        if not self._deferred:
-            return messages
-        fetched = {(m.topic(), m.partition()) for m in messages}
-        started = self._current_positions()
-        now = time.monotonic()
-        ready = {tp: offset for tp, (offset, settle_by) in self._deferred.items()
-                 if tp in fetched or tp in started or now >= settle_by}
-        if not ready:
-            return messages
-        for tp in ready:
-            del self._deferred[tp]
-        for (topic, partition), offset in ready.items():
-            self._consumer.seek(TopicPartition(topic, partition, offset))
-        self._finish_applied(ready)
-        return [m for m in messages if (m.topic(), m.partition()) not in ready]
+        self._finish_applied(offsets)
 
     def _current_positions(self) -> dict[TP, int]:
         tps = [TopicPartition(t, p) for (t, p) in self._assigned]
@@ -482,8 +446,6 @@ class StreamWorker:
         owner reads them again), and what this consumer knew of their positions is forgotten."""
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self._batch[:] = [m for m in self._batch if (m.topic(), m.partition()) not in revoked]
-        for tp in revoked:
-            self._deferred.pop(tp, None)  # still pending: applied when the partition is assigned again
         with self._state_lock:
             self._assigned -= revoked
             for tp in revoked:
