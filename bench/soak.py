@@ -13,8 +13,8 @@ config `ssl.key.password`). A producer thread writes keyed payloads
 sequence number sits at each (topic, partition, offset).
 
 Faults are injected at random every few seconds (`--seed` fixes the choice and
-order; the first ones go through every kind once, so even a short run sees them
-all), each counted by kind:
+order; the first ones go through every kind once, and a run lasts at least
+that long, so even a short run sees them all), each counted by kind:
 - broker_down: one broker down for 1-4 s, then up;
 - errors:OffsetCommit / Heartbeat / JoinGroup / Fetch: 1-4 transient Kafka
   errors pushed onto the next requests of that API (NOT_COORDINATOR,
@@ -73,7 +73,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Consumer, KafkaError, Producer  # noqa: E402
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 
 from mgstreams.client import HostUnavailable  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
@@ -487,6 +487,7 @@ class Soak:
         self.faults: Counter = Counter()
         self.calls: list[Call] = []
         self.stream_errors: list[tuple[float, str, str]] = []
+        self.describe_errors: Counter = Counter()
         self.sightings: dict[tuple, int] = {}           # history entry -> sink size after it was first seen
         self.history: dict[str, list] = {}
         self.undo: list[tuple[float, int, str, object]] = []
@@ -567,7 +568,7 @@ class Soak:
         first.insert(len(first) // 2, "host_kill")    # once in every run, with streams busy on both sides
         end = time.monotonic() + seconds
         step = 0
-        while time.monotonic() < end:
+        while time.monotonic() < end or step < len(first):      # every kind at least once, however short
             kind = first[step] if step < len(first) else self.rng.choices(kinds, [FAULT_WEIGHTS[k] for k in kinds])[0]
             step += 1
             if kind == "host_kill" and step > len(first) and time.monotonic() - self.last_kill < KILL_MIN_GAP_S:
@@ -578,7 +579,7 @@ class Soak:
                 self.event("fault_failed", fault=kind, error=str(exc))
             self.observe()
             pause = self.rng.uniform(0.5, 1.5) * self.args.interval
-            self.wait(min(pause, max(0.0, end - time.monotonic())))
+            self.wait(pause if step < len(first) else min(pause, max(0.0, end - time.monotonic())))
         self.event("faults_end", counts=dict(self.faults))
 
     def wait(self, seconds: float) -> None:
@@ -761,31 +762,78 @@ class Soak:
         self.down.clear()
         for member in self.members.values():
             member.join(30)
-        for flag in self.ctl.glob("*.fail"):
-            flag.unlink(missing_ok=True)
+        # Batch failures still armed fire during the catch-up (1-2 batches each, as during the run).
         self.producer.stop()
         if self.producer.error is not None:
             raise SystemExit(f"soak: the producer failed: {self.producer.error}")
 
     def catch_up(self) -> tuple[bool, dict[tuple[str, int], int]]:
+        """Until every stream has committed the log end of every partition (what the producer wrote).
+
+        Judged independently of the host: the groups' committed offsets read with plain consumers
+        (OffsetFetch) against the producer's delivery reports. Done when the host's describe also shows
+        every partition held by its stream, or, if describe keeps failing (a finding, printed), when the
+        committed offsets have stayed at the log end for longer than a session timeout (a pending change
+        waiting for an assignment would have moved them meanwhile).
+        """
         ends = {(t, p): e for t, p, e in self.log_ends_estimate()}
-        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        for plan in STREAMS:
+            for partition in range(PARTITIONS):
+                ends.setdefault((plan.topic, partition), 0)
+        readers = {plan.name: Consumer({"bootstrap.servers": self.cluster.bootstrap_servers, "group.id": plan.group,
+                                        "enable.auto.commit": False, "log_level": 2}) for plan in STREAMS}
+        started = time.monotonic()
+        deadline = started + CATCH_UP_TIMEOUT_S
+        settled_since = None
+        committed: dict = {}
         rows: dict = {}
-        while time.monotonic() < deadline:
-            self.observe()
-            try:
-                rows = {(r.topic, r.partition): r for p in STREAMS for r in self.client.describe(p.name)}
-            except StreamError:
+        next_report = started + 10
+        try:
+            while time.monotonic() < deadline:
+                self.observe()
+                try:
+                    committed = {(tp.topic, tp.partition): tp.offset for plan in STREAMS for tp in
+                                 readers[plan.name].committed([TopicPartition(plan.topic, p)
+                                                               for p in range(PARTITIONS)], timeout=5)}
+                except KafkaException:
+                    committed = {}
+                settled = bool(committed) and all(committed.get(tp) == end for tp, end in ends.items())
+                settled_since = (settled_since or time.monotonic()) if settled else None
+                held = None
+                try:
+                    rows = {(r.topic, r.partition): r for p in STREAMS for r in self.client.describe(p.name)}
+                    held = all(r.assigned for r in rows.values())
+                except StreamError as exc:
+                    self.describe_errors[str(exc)] += 1
+                if settled and (held or (held is None and time.monotonic() - settled_since > 8)):
+                    self.event("caught_up", seconds=round(time.monotonic() - started, 2),
+                               judged_by="describe" if held else "committed offsets stable for 8 s")
+                    return True, ends
+                if time.monotonic() >= next_report:
+                    next_report += 10
+                    self.event("catching_up", behind=self._behind(ends, committed, rows))
                 time.sleep(0.5)
-                continue
-            if all(r.committed_offset == r.log_end_offset and r.assigned for r in rows.values()):
-                return True, {tp: r.log_end_offset for tp, r in rows.items()}
-            time.sleep(0.5)
-        behind = {f"{t}:{p}": (r.committed_offset, r.log_end_offset) for (t, p), r in rows.items()
-                  if r.committed_offset != r.log_end_offset}
-        self.say(f"soak: catch-up timed out after {CATCH_UP_TIMEOUT_S:g} s; behind (committed, log end): {behind}")
-        return False, {tp: max(ends.get(tp, 0), getattr(rows.get(tp), "log_end_offset", 0)) for tp in
-                       set(ends) | set(rows)}
+        finally:
+            for reader in readers.values():
+                reader.close()
+        behind = self._behind(ends, committed, rows)
+        try:
+            statuses = {i.name: (i.status.value, i.error) for i in self.client.list()}
+        except StreamError as exc:
+            statuses = {"?": str(exc)}
+        self.event("catch_up_timeout", behind=behind, statuses=statuses)
+        self.say(f"soak: catch-up timed out after {CATCH_UP_TIMEOUT_S:g} s; behind (committed, log end, held by "
+                 f"the stream per describe): {behind}; streams: {statuses}")
+        return False, ends
+
+    @staticmethod
+    def _behind(ends: dict, committed: dict, rows: dict) -> dict:
+        out = {}
+        for tp, end in sorted(ends.items()):
+            held = getattr(rows.get(tp), "assigned", None)
+            if committed.get(tp) != end or held is False:
+                out[f"{tp[0]}:{tp[1]}"] = (committed.get(tp), end, held)
+        return out
 
     def final_history(self) -> None:
         self.observe()
@@ -956,6 +1004,11 @@ def main(argv=None) -> int:
                  f"{len(soak.stream_errors)}")
         for when, name, error in soak.stream_errors[:5]:
             soak.say(f"    {datetime.fromtimestamp(when).strftime('%H:%M:%S')} {name}: {error[:300]}")
+        for error, count in soak.describe_errors.most_common(3):
+            soak.say(f"  finding: describe failed {count} time(s) during the catch-up: {error[:300]}")
+        refusals = Counter(c.error for c in calls if c.error is not None and not c.unknown)
+        for error, count in refusals.most_common(5):
+            soak.say(f"  set_offset refused {count} time(s): {error[:300]}")
         soak.say(f"  secrets in the host log: {leaked}")
         invalid = soak.invalid_offsets()
         for text in invalid[:10]:

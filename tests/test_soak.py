@@ -155,7 +155,8 @@ LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), sta
 
 
 def test_a_short_soak_loses_nothing_and_leaks_no_secret():
-    done = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--seconds", "18", "--interval", "1",
+    # --seconds 10: the soak still goes through every fault kind once (about 12 steps of ~1 s) before it stops
+    done = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--seconds", "10", "--interval", "0.8",
                            "--seed", "3"], capture_output=True, text=True, timeout=180)
     lines = done.stdout.strip().splitlines()
     assert lines, done.stderr[-3000:]
@@ -166,6 +167,6 @@ def test_a_short_soak_loses_nothing_and_leaks_no_secret():
     assert (int(lost), int(stale), int(leaked)) == (0, 0, 0), done.stdout[-4000:]
     assert done.returncode == 0, done.stdout[-4000:]
     assert int(records) > 1000 and int(faults) == sum(kinds.values())
-    assert {"host_kill", "member_join", "set_offset", "broker_down"} <= set(kinds), kinds
-    assert len(kinds) >= 8, kinds
-    assert any(k.startswith("errors:") for k in kinds), kinds
+    assert {"host_kill", "member_join", "set_offset", "broker_down", "errors:OffsetCommit", "errors:Heartbeat",
+            "errors:JoinGroup", "errors:Fetch", "leader_move", "coordinator_move"} <= set(kinds), kinds
+    assert {"sink_failure", "transform_failure"} & set(kinds), kinds    # counted when a batch hit them
