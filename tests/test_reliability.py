@@ -238,3 +238,52 @@ def test_a_clamped_pending_change_stays_clamped_when_applied_after_a_restart(kaf
             [(0, 5, "clamped"), (1, 2, "applied")]
     finally:
         registry.close()
+
+
+def _leader(kafka, topic, partition):
+    from confluent_kafka.admin import AdminClient
+    metadata = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_topics(topic, timeout=10)
+    return metadata.topics[topic].partitions[partition].leader
+
+
+def test_a_partition_without_a_leader_refuses_the_change_instead_of_using_offset_minus_1001(
+        kafka, embedded_kafka, tmp_path, memory_sinks):
+    """Found by the soak: with a partition's leader down, ListOffsets answered OFFSET_INVALID (-1001) and
+    set_offset applied it. Now the call is refused (naming the partition), within its timeout."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 20, partitions=2)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.create(_config(kafka, topic))
+        registry.describe("orders")
+        leader = _leader(kafka, topic, 1)
+        embedded_kafka.broker_down(leader)
+        try:
+            started = time.monotonic()
+            with pytest.raises(StreamError, match=f"no leader answered for {topic}:"):  # :1, or :0 led by the same broker
+                registry.set_offset("orders", "earliest", timeout=2)
+            assert time.monotonic() - started < 4
+        finally:
+            embedded_kafka.broker_up(leader)
+        assert registry.history("orders") == []
+        wait_until(lambda: {c.status.value for c in registry.set_offset("orders", 3)} == {"pending"}, 20,
+                   what="the change once the leader is back")
+    finally:
+        registry.close()
+
+
+def test_offsets_are_read_again_after_the_leader_is_re_elected(kafka, embedded_kafka, tmp_path, memory_sinks):
+    """Found by the soak: after the same leader was re-elected (a new leader epoch) the cached admin client
+    kept failing with FENCED_LEADER_EPOCH; it is replaced on that error."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 10, partitions=2)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        registry.create(_config(kafka, topic))
+        assert [r.log_end_offset for r in registry.describe("orders")] == [5, 5]
+        embedded_kafka.set_partition_leader(topic, 1, _leader(kafka, topic, 1))
+        assert [r.log_end_offset for r in registry.describe("orders")] == [5, 5]
+        kafka.produce(topic, 2, partitions=2)
+        assert [r.log_end_offset for r in registry.describe("orders")] == [6, 6]
+    finally:
+        registry.close()

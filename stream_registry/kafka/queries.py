@@ -26,7 +26,10 @@ _RETRY_S = 0.1
 # Errors that mean "not now" (a leader is moving, a broker is down), not "never".
 _TRANSIENT = {"_UNKNOWN_PARTITION", "_TRANSPORT", "_TIMED_OUT", "_WAIT_COORD", "LEADER_NOT_AVAILABLE",
               "NOT_LEADER_FOR_PARTITION", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
-              "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN", "_DESTROY_BROKER"}
+              "COORDINATOR_LOAD_IN_PROGRESS", "REQUEST_TIMED_OUT", "_ALL_BROKERS_DOWN", "_DESTROY_BROKER",
+              "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
+# After a leader election the admin client can keep asking with the old leader epoch: start a new one.
+_STALE_LEADER = {"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
 
 
 class PartitionQuery:
@@ -102,9 +105,13 @@ class PartitionQuery:
         out = {}
         for tp, future in futures.items():
             try:
-                out[(tp.topic, tp.partition)] = future.result(max(deadline - time.monotonic(), 0.01)).offset
+                offset = future.result(max(deadline - time.monotonic(), 0.01)).offset
             except FutureTimeout:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for {tp.topic}:{tp.partition}"))
+            if offset < 0:  # no leader answered for it (librdkafka's OFFSET_INVALID): not an offset to use
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                f"no leader answered for {tp.topic}:{tp.partition}"))
+            out[(tp.topic, tp.partition)] = offset
         return out
 
     def _admin_client(self) -> AdminClient:
@@ -224,6 +231,8 @@ class PartitionQuery:
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
             code = err.name() if isinstance(err, KafkaError) else None
+            if code in _STALE_LEADER:
+                self._admin = None
             if code in _TRANSIENT and time.monotonic() + _RETRY_S < deadline:
                 time.sleep(_RETRY_S)
                 continue
