@@ -40,7 +40,7 @@ from stream_registry.offsets import OffsetChange, PartitionOffsets
 
 from .client import URL_ENV, HostClient
 from .host import serve as host
-from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
+from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
 from .wire import to_json
 
 _INTEGER = re.compile(r"-?[0-9]{1,30}")   # ASCII digits, matched whole; longer runs are the parser's to refuse
@@ -58,7 +58,7 @@ def _fail(message: str) -> None:
 
 
 def _run(action: Callable[[], Any]) -> Any:
-    """Run a registry call; a StreamError becomes exit status 1 with its message on one line."""
+    """Run a host call; a StreamError becomes exit status 1 with its message on one line."""
     try:
         return action()
     except StreamError as exc:
@@ -307,7 +307,7 @@ def drop(name: str, as_json: bool) -> None:
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
               help=f"File holding the API token (default: ${TOKEN_ENV}); clients send it as a bearer token.")
 @click.option("--default-sink", envvar=DEFAULT_SINK_ENV, default=None, show_envvar=True,
-              help="Sink of streams created without one (default: bolt://localhost:7687).")
+              help=f"Sink of streams created without one (default: {DEFAULT_SINK}).")
 def serve(state_dir: str | None, listen: str, token_file: str | None, default_sink: str | None) -> None:
     """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
 

@@ -25,9 +25,13 @@ class RedactingLog:
 
 def new_consumer(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> Consumer:
     """A consumer, or a ConfigError naming `field` and what librdkafka rejected (secrets masked)."""
+    return _new_client(Consumer, config, secrets, field)
+
+
+def _new_client(kind: type, config: Mapping[str, object], secrets: Iterable[str], field: str):
     secrets = list(secrets)
     try:
-        return Consumer({"logger": RedactingLog(secrets), **config})
+        return kind({"logger": RedactingLog(secrets), **config})
     except (KafkaException, ValueError, TypeError) as exc:
         text = redact(str(exc.args[0] if exc.args else exc), secrets)
         raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None
@@ -42,10 +46,5 @@ _CONSUMER_ONLY_PREFIXES = ("group.", "partition.assignment.strategy", "session.t
 
 def new_admin(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> AdminClient:
     """An admin client on the same cluster and security settings as a consumer's `config`."""
-    secrets = list(secrets)
     admin_config = {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY_PREFIXES)}
-    try:
-        return AdminClient({"logger": RedactingLog(secrets), **admin_config})
-    except (KafkaException, ValueError, TypeError) as exc:
-        text = redact(str(exc.args[0] if exc.args else exc), secrets)
-        raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None
+    return _new_client(AdminClient, admin_config, secrets, field)

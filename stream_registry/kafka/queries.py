@@ -43,12 +43,11 @@ class PartitionQuery:
                 "enable.auto.commit": False, "enable.partition.eof": False,
                 "isolation.level": self._client_config.get("isolation.level", "read_committed")}
         self._consumer = new_consumer(conf, self._secrets)
-        # Made now, not on first use: the first offset change of a starting stream must not pay for it.
-        self._admin: AdminClient | None = new_admin({**self._client_config, "bootstrap.servers": bootstrap_servers},
-                                                    self._secrets)
         self._isolation = (IsolationLevel.READ_UNCOMMITTED if conf["isolation.level"] == "read_uncommitted"
                            else IsolationLevel.READ_COMMITTED)
         self._bootstrap_servers = bootstrap_servers
+        self._admin: AdminClient | None = None
+        self._admin_client()  # made now, not on first use: a starting stream's first offset change must not wait
         self._lock = threading.Lock()
         self.timeout = timeout
 

@@ -23,7 +23,7 @@ from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, 
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets
-from ..redaction import mask_all, redact, secret_values
+from ..redaction import mask_all, redact
 from ..graph.sinks import OutputPolicy, open_sink, validate_sink_uri
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
@@ -144,14 +144,6 @@ class StreamRegistry:
     def get(self, name: str) -> StreamInfo:
         return self._info(self._stream(name))
 
-    def client_config(self, name: str) -> dict[str, Any]:
-        """The librdkafka configuration of a stream, secrets included (for the Spark bridge)."""
-        return self._stream(name).config.client_config()
-
-    def sink_credentials(self, name: str) -> dict[str, str]:
-        """The graph sink's credentials of a stream (for the Spark bridge); never print them."""
-        return self._stream(name).config.sink_credentials()
-
     def close(self) -> None:
         """Stop every consumer of this process; streams keep their desired state for the next start."""
         with self._lock:
@@ -264,7 +256,7 @@ class StreamRegistry:
             self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
             worker.start()
         except StreamError as exc:
-            reason = redact(str(exc), secret_values(config.configs, config.credentials))
+            reason = redact(str(exc), config.secret_values())
             self._release(stream)
             stream.status, stream.error = StreamStatus.ERROR, reason
             self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..kafka.client import new_consumer
-from ..redaction import redact, secret_values
+from ..redaction import redact
 from ..stream_info import StreamStatus
 from ..graph.transform import Message, run_transformation
 
@@ -107,7 +107,7 @@ class StreamWorker:
         self._on_status = on_status
         self._on_applied = on_applied
         self._retry = retry
-        self._secrets = secret_values(config.configs, config.credentials)
+        self._secrets = config.secret_values()
         self._control: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
