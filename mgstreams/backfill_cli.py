@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
 # -- building the job ----------------------------------------------------------------
 def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
               modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
-    from stream_registry.registry.registry import query_module_dirs
+    from stream_registry.registry.runner import query_module_dirs
 
     start_spec = parse_offset_spec(_spec_value(start, "--from"))
     until_spec = parse_offset_spec(_spec_value(until, "--until"))

@@ -53,7 +53,8 @@ from spark_bridge.range_plan import RangePlan
 from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets, StreamError, StreamStatus, parse_offset_spec
 from stream_registry.graph.cypher_literals import render_statement, to_cypher_literal
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV
-from stream_registry.registry.registry import query_module_dirs, stored_config
+from stream_registry.registry.registry import stored_config
+from stream_registry.registry.runner import query_module_dirs
 
 from .cli import table
 from .client import URL_ENV

@@ -6,6 +6,7 @@ cluster (reachable brokers, existing topics) before anything is stored.
 from __future__ import annotations
 
 import re
+from enum import Enum
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
@@ -31,6 +32,15 @@ GROUP_PROTOCOLS = frozenset({"classic", "consumer"})
 SINK_CREDENTIAL_PREFIX = "bolt."
 
 
+class RestartPolicy(str, Enum):
+    """What the host does when a stream's process dies (a signal, an exit, the OOM killer)."""
+    ON_FAILURE = "on-failure"   # restart with capped exponential backoff, as Kafka Connect restarts tasks
+    NEVER = "never"             # stay in error, naming the cause, until someone starts it
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class StreamConfig:
     name: str
@@ -43,6 +53,7 @@ class StreamConfig:
     batch_interval_ms: int = 100
     configs: Mapping[str, Any] = field(default_factory=dict)
     credentials: Mapping[str, Any] = field(default_factory=dict)
+    restart: RestartPolicy = RestartPolicy.ON_FAILURE
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
@@ -65,6 +76,10 @@ class StreamConfig:
                 raise ConfigError(f"{name}: expected a map, got {type(value).__name__}"
                                   + ("" if name == "credentials" else f" {_shown_value(value)}"))
             object.__setattr__(self, name, dict(value or {}))
+        if self.restart is None:
+            object.__setattr__(self, "restart", RestartPolicy.ON_FAILURE)
+        elif isinstance(self.restart, str) and self.restart in {p.value for p in RestartPolicy}:
+            object.__setattr__(self, "restart", RestartPolicy(self.restart))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={self._shown(f.name)!r}" for f in fields(self))
@@ -140,6 +155,9 @@ class StreamConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        if not isinstance(self.restart, RestartPolicy):
+            raise ConfigError(f"restart: expected one of {', '.join(repr(p.value) for p in RestartPolicy)}, "
+                              f"got {_shown_value(self.restart)}")
         if not isinstance(self.transform, str) or "." not in self.transform:
             raise ConfigError(f"transform: expected 'module.function', got {self.transform!r}")
         if not isinstance(self.sink, str) or not self.sink:

@@ -32,3 +32,7 @@ class StreamInfo:
     credentials: Mapping[str, str]
     batch_size: int
     batch_interval_ms: int
+    restart: str = "on-failure"        # the stream's RestartPolicy, as text
+    pid: int | None = None             # the process that runs the stream's consumer, while it runs
+    rss_bytes: int | None = None       # that process's resident memory
+    restarts: int = 0                  # restarts after its process died, since the stream was last started

@@ -200,7 +200,7 @@ def test_read_cypherl_rejects_lines_it_cannot_place(tmp_path):
 def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypatch, tmp_path):
     """With MEMGRAPH_URI the live records come from Memgraph: the rendering must match the cypherl sink's."""
     from stream_registry.graph import sinks
-    from stream_registry.registry.registry import query_module_dirs
+    from stream_registry.registry.runner import query_module_dirs
     from stream_registry.graph.transform import Message, load_transformation, run_transformation
     from mgstreams.demo import read_graph
 

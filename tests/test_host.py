@@ -23,7 +23,7 @@ from host_helpers import ROOT, HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
-                 "configs", "credentials", "batch_size", "batch_interval_ms"}
+                 "configs", "credentials", "batch_size", "batch_interval_ms", "restart", "pid", "rss_bytes", "restarts"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message"}

@@ -129,7 +129,7 @@ def test_the_assignment_protocol_is_learned_from_the_consumer_not_only_the_confi
         registry.set_offset("orders", 2)
         registry.start("orders")
         wait_until(lambda: len(memory_sinks["out"].delivered()) == 6, 30, what="delivery from offset 2")
-        assert registry._streams["orders"].worker._incremental is True
+        assert registry._streams["orders"].runner._worker._incremental is True
         assert registry.get("orders").status.value == "running"
     finally:
         registry.close()

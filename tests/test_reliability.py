@@ -62,7 +62,7 @@ def test_close_stops_every_stream_even_when_one_does_not_stop_in_time(kafka, tmp
     registry.start("slow")
     registry.start("fine")
     wait_until(lambda: {s.status for s in registry.list()} == {StreamStatus.RUNNING}, 30, what="both running")
-    workers = {name: registry._streams[name].worker for name in ("slow", "fine")}
+    workers = {name: registry._streams[name].runner for name in ("slow", "fine")}
     slow_transformation["per_batch"] = 2.0
     kafka.produce(topic, 3, partitions=1)
     time.sleep(0.5)

@@ -226,16 +226,16 @@ def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, 
     wait_until(lambda: len(memory_sinks["good"].delivered()) >= 20)
     reg.close()
 
-    from stream_registry.registry import registry as registry_module
+    from stream_registry.registry import runner as runner_module
     from stream_registry.errors import TransformError
-    real_loader = registry_module.load_transformation
+    real_loader = runner_module.load_transformation
 
     def loader(path, search_dirs=()):
         if path.endswith("merge_messages"):
             raise TransformError(f"transform {path!r}: module vanished after an upgrade")
         return real_loader(path, search_dirs)
 
-    monkeypatch.setattr(registry_module, "load_transformation", loader)
+    monkeypatch.setattr(runner_module, "load_transformation", loader)
     restored = StreamRegistry(state, retry=FAST_RETRY)
     try:
         info = {s.name: s for s in restored.list()}

@@ -34,7 +34,7 @@ log = logging.getLogger("mgstreams.host")
 
 DEFAULT_TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "consumer_group", "batch_size",
-                 "batch_interval_ms", "configs", "credentials")
+                 "batch_interval_ms", "configs", "credentials", "restart")
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 3_600_000

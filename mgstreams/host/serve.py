@@ -24,6 +24,7 @@ from pathlib import Path
 import uvicorn
 
 from stream_registry import StreamRegistry
+from stream_registry.registry import Isolation
 from stream_registry.errors import ConfigError
 
 from .api import create_app
@@ -199,7 +200,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
         raise ConfigError(f"listen: {listen_text!r} is not a loopback address; a token is required "
                           f"(--token-file FILE or ${TOKEN_ENV})")
     with Shutdown() as shutdown:
-        registry = StreamRegistry(state_dir,
+        registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         try:
             sock = bind(listen)

@@ -1,4 +1,5 @@
 """The registry: stream names to running consumers, their durable state and their poll loops."""
-from .registry import StreamRegistry
+from .registry import RestartBackoff, StreamRegistry
+from .runner import Isolation
 
-__all__ = ["StreamRegistry"]
+__all__ = ["Isolation", "RestartBackoff", "StreamRegistry"]

@@ -1,11 +1,15 @@
 """The stream registry: stream names to consumers, persisted, with offset control.
 
 Calls on one stream are serialized by a per-stream lock; the poll thread of
-each running stream is the only one touching its consumer (see worker). A
-registry owns its state directory (StateLock): constructing it restarts the
-streams that were running, and a second registry on the same directory, in
-any process, is refused. Other processes reach the streams through the host
-that owns the registry (`mgstreams serve`), never by opening it again.
+each running stream is the only one touching its consumer (see worker). With
+`isolation=Isolation.PROCESS` (the stream host) each running stream lives in a
+child process of its own (stream_process): a process that dies makes its
+stream `error`, naming the cause, and the stream's restart policy brings it
+back from its committed offsets. A registry owns its state directory
+(StateLock): constructing it restarts the streams that were running, and a
+second registry on the same directory, in any process, is refused. Other
+processes reach the streams through the host that owns the registry
+(`mgstreams serve`), never by opening it again.
 """
 from __future__ import annotations
 
@@ -14,25 +18,41 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from ..config import StreamConfig
+from ..config import RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets
 from ..redaction import mask_all, redact
-from ..graph.sinks import OutputPolicy, open_sink, validate_sink_uri
+from ..graph.sinks import OutputPolicy, validate_sink_uri
+from .runner import Isolation, StreamRunner, ThreadRunner, load_stream_transformation
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
+from .stream_process import ProcessRunner
 from ..stream_info import StreamInfo, StreamStatus
-from .worker import AppliedOffset, RetryPolicy, StreamWorker
-from ..graph.transform import load_transformation
+from .worker import AppliedOffset, RetryPolicy
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class RestartBackoff:
+    """When a stream whose process died is started again: capped exponential backoff.
+
+    A process that ran `reset_after_s` before dying starts the backoff over, so
+    a crash a day is restarted at once and a crash loop is slowed down.
+    """
+    first_s: float = 1.0
+    max_s: float = 60.0
+    reset_after_s: float = 60.0
+
+    def delay(self, failures: int) -> float:
+        return min(self.first_s * (2 ** (failures - 1)), self.max_s)
 
 
 @dataclass
@@ -40,8 +60,11 @@ class _Stream:
     config: StreamConfig
     status: StreamStatus
     error: str | None = None
-    worker: StreamWorker | None = None
-    sink: Any = None
+    runner: StreamRunner | None = None
+    started_at: float = 0.0     # monotonic, when its runner last started
+    failures: int = 0           # process deaths in a row, for the backoff
+    restarts: int = 0           # restarts after a process death, since the last start by a user
+    exit_cause: str | None = None   # how its process last died, until it starts again
     query: PartitionQuery | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     clamped: set[TP] = field(default_factory=set)
@@ -52,7 +75,8 @@ class _Stream:
 
 class StreamRegistry:
     def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = RetryPolicy(),
-                 query_timeout: float = 10.0, stop_timeout: float = 30.0, holder: str | None = None):
+                 query_timeout: float = 10.0, stop_timeout: float = 30.0, holder: str | None = None,
+                 isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff()):
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -63,6 +87,8 @@ class StreamRegistry:
         self._stop_timeout = stop_timeout
         self._retry = retry
         self._query_timeout = query_timeout
+        self._isolation = Isolation(isolation)
+        self._restart_backoff = restart_backoff
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._closed = False
@@ -90,7 +116,7 @@ class StreamRegistry:
         with self._lock:
             if config.name in self._streams:
                 raise ConfigError(f"name: a stream named {config.name!r} already exists")
-        self._load_transformation(config)
+        load_stream_transformation(config)
         try:
             validate_sink_uri(config.sink, self._output_policy())
         except StreamError as exc:
@@ -107,10 +133,11 @@ class StreamRegistry:
     def start(self, name: str) -> StreamInfo:
         stream = self._stream(name)
         with stream.lock:
-            if stream.worker is not None and stream.worker.alive:
-                state = "still stopping (its last stop timed out)" if stream.worker.stopping \
+            if stream.runner is not None and stream.runner.alive:
+                state = "still stopping (its last stop timed out)" if stream.runner.stopping \
                     else f"already {stream.status.value}"
                 raise StreamStateError(f"name: stream {name!r} is {state}")
+            stream.failures = stream.restarts = 0
             self._start_locked(stream)
         return self.get(name)
 
@@ -118,7 +145,7 @@ class StreamRegistry:
         """Stop consuming and keep the stream from being restarted; stopping a stopped stream is a no-op."""
         stream = self._stream(name)
         with stream.lock:
-            if stream.worker is not None:
+            if stream.runner is not None:
                 self._stop_locked(stream)
             self._store.set_status(name, stream.status, stream.error, desired_running=False)
         return self.get(name)
@@ -126,7 +153,7 @@ class StreamRegistry:
     def drop(self, name: str) -> StreamInfo:
         stream = self._stream(name)
         with stream.lock:
-            if stream.worker is not None:
+            if stream.runner is not None:
                 self._stop_locked(stream)
             info = self._info(stream)
             if stream.query is not None:
@@ -152,16 +179,19 @@ class StreamRegistry:
             self._closed = True
             streams = list(self._streams.values())
         failed = []
-        for stream in streams:  # every stream gets its stop, whatever happened to the ones before
+
+        def close_one(stream: _Stream) -> None:  # every stream gets its stop, whatever happens to the others
             with stream.lock:
                 try:
-                    if stream.worker is not None:
+                    if stream.runner is not None:
                         self._stop_locked(stream, keep_desired=True)
                 except StreamError as exc:
                     failed.append(f"{stream.config.name}: {exc}")
                 if stream.query is not None:
                     stream.query.close()
                     stream.query = None
+        with ThreadPoolExecutor(max_workers=max(len(streams), 1), thread_name_prefix="mgstreams-close") as pool:
+            list(pool.map(close_one, streams))   # all at once: a host's shutdown takes one stop timeout
         self._store.close()
         self._dir_lock.release()
         if failed:
@@ -177,14 +207,14 @@ class StreamRegistry:
         deadline = time.monotonic() + timeout
         stream = self._stream(name)
         with stream.lock:
-            worker = stream.worker if stream.worker is not None and stream.worker.alive else None
+            runner = self._running(stream)
             query = self._query(stream)
             partitions = query.partitions(stream.config.topics, max(deadline - time.monotonic(), 0.1))
             spec.check_against(partitions)
-            positions = worker.snapshot()[1] if worker else {}
+            positions = runner.snapshot()[1] if runner else {}
             snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions,
                                         deadline=deadline)
-            resolved = resolve(spec, snapshots, query.offsets_for_times, running=worker is not None)
+            resolved = resolve(spec, snapshots, query.offsets_for_times, running=runner is not None)
             unresolved = [r for r in resolved if r.failed]
             if unresolved:
                 raise OffsetSpecError(f"offset {offset!r}: " + _grouped_reasons(unresolved))
@@ -197,14 +227,14 @@ class StreamRegistry:
             clamped = {tp for tp, r in plan.items() if r.clamped}
             self._store.set_pending(name, offsets, clamped)
             stream.clamped = (stream.clamped - set(plan)) | clamped  # the last call wins, per partition
-            applied, failed = worker.request_offsets(offsets, deadline - time.monotonic()) if worker else ({}, {})
+            applied, failed = runner.request_offsets(offsets, deadline - time.monotonic()) if runner else ({}, {})
         changes = []
         for tp, r in plan.items():
             if tp in applied:
                 status = ChangeStatus.CLAMPED if r.clamped else ChangeStatus.APPLIED
                 changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, status, r.message))
             else:
-                why = ("stream is not running; applied at the first assignment after start" if worker is None
+                why = ("stream is not running; applied at the first assignment after start" if runner is None
                        else failed.get(tp) or "not assigned to this stream's consumer yet (rebalance pending); "
                                               "applied when the group assigns it")
                 changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
@@ -217,8 +247,8 @@ class StreamRegistry:
         with stream.lock:
             query = self._query(stream)
             partitions = query.partitions(stream.config.topics)
-            worker = stream.worker if stream.worker is not None and stream.worker.alive else None
-            assigned, positions, _ = worker.snapshot() if worker else (set(), {}, {})
+            runner = self._running(stream)
+            assigned, positions, _ = runner.snapshot() if runner else (set(), {}, {})
             snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions)
         return [PartitionOffsets(s.topic, s.partition, s.committed, s.position, s.log_start, s.log_end,
                                  None if s.committed is None else max(s.log_end - s.committed, 0),
@@ -241,20 +271,17 @@ class StreamRegistry:
             raise StreamNotFound(f"name: no stream named {name!r}")
         return stream
 
+    def _running(self, stream: _Stream) -> StreamRunner | None:
+        return stream.runner if stream.runner is not None and stream.runner.alive else None
+
     def _start_locked(self, stream: _Stream) -> None:
         config = stream.config
-        self._release(stream)  # a worker that went to ERROR by itself left its sink open
+        self._release(stream)  # a stream that went to ERROR by itself left its sink or process behind
+        runner = self._new_runner(stream)
+        stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
         try:
-            transformation = self._load_transformation(config)
-            stream.sink = open_sink(config.sink, config.sink_credentials(), self._output_policy())
-            worker = StreamWorker(config, transformation, stream.sink,
-                                  pending=self._store.pending(config.name),
-                                  on_status=lambda status, error: self._on_status(stream, status, error),
-                                  on_applied=lambda changes: self._on_applied(stream, changes),
-                                  retry=self._retry)
-            stream.worker = worker
             self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
-            worker.start()
+            runner.start()
         except StreamError as exc:
             reason = redact(str(exc), config.secret_values())
             self._release(stream)
@@ -262,33 +289,74 @@ class StreamRegistry:
             self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
             raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
 
-    def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
-        """Stop the worker; one that does not stop in time keeps its sink and its place.
+    def _new_runner(self, stream: _Stream) -> StreamRunner:
+        config = stream.config
+        common = dict(pending=self._store.pending(config.name), output=self._output_policy(), retry=self._retry,
+                      on_status=lambda status, error: self._on_status(stream, status, error),
+                      on_applied=lambda changes: self._on_applied(stream, changes))
+        if self._isolation == Isolation.PROCESS:
+            return ProcessRunner(config, **common, stop_timeout=self._stop_timeout,
+                                 on_exit=lambda runner, cause: self._on_exit(stream, runner, cause))
+        return ThreadRunner(config, **common)
 
-        Closing the sink under a thread still writing to it, or letting a second
-        consumer start beside it, would be worse than reporting the stop failed.
-        """
-        worker = stream.worker
-        if worker is not None:
+    def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
+        """Stop the runner. A thread that does not stop in time keeps its sink and its place (closing
+        the sink under a write, or starting a second consumer beside it, would be worse than saying
+        the stop failed); a process that does not stop in time is killed, and the stream says so."""
+        runner = stream.runner
+        note = None
+        if runner is not None:
             try:
-                worker.stop(self._stop_timeout)
+                note = runner.stop(self._stop_timeout)
             except StreamError as exc:
                 stream.error = f"{exc}; it is still finishing its batch, stop it again later"
                 raise StreamStateError(f"name: {stream.error}") from None
-        self._release(stream)
-        if stream.status != StreamStatus.ERROR:
-            stream.status, stream.error = StreamStatus.STOPPED, None
+        stream.runner = None
+        if stream.status != StreamStatus.ERROR or note:
+            stream.status, stream.error = StreamStatus.STOPPED, note
+        elif stream.exit_cause:   # no restart is coming any more
+            stream.error = f"stream process {stream.exit_cause}"
         if not keep_desired:
             self._store.set_status(stream.config.name, stream.status, stream.error, desired_running=False)
 
     def _release(self, stream: _Stream) -> None:
-        stream.worker = None
-        if stream.sink is not None:
+        if stream.runner is not None:
+            stream.runner.close()
+            stream.runner = None
+
+    def _on_exit(self, stream: _Stream, runner: StreamRunner, cause: str) -> None:
+        """A stream's process died (its pipe's reader thread): say so, and restart it if its policy says so."""
+        if self._closed or stream.runner is not runner:
+            return  # stopped, dropped or restarted meanwhile
+        name = stream.config.name
+        stream.exit_cause = cause
+        if stream.config.restart == RestartPolicy.NEVER:
+            error = f"stream process {cause}; not restarted (restart: never)"
+        else:
+            if time.monotonic() - stream.started_at >= self._restart_backoff.reset_after_s:
+                stream.failures = 0
+            stream.failures += 1
+            delay = self._restart_backoff.delay(stream.failures)
+            error = f"stream process {cause}; restarting in {delay:g} s (restart {stream.restarts + 1})"
+            timer = threading.Timer(delay, self._restart, (stream, runner))
+            timer.daemon = True
+            timer.start()
+        stream.status, stream.error = StreamStatus.ERROR, error
+        try:
+            self._store.set_status(name, StreamStatus.ERROR, error)
+        except StreamError as exc:
+            log.warning("stream %s: cannot persist status: %s", name, exc)
+
+    def _restart(self, stream: _Stream, crashed: StreamRunner) -> None:
+        """The restart policy's start: from the committed offsets (and pending changes), as a start is."""
+        with stream.lock:
+            if self._closed or stream.runner is not crashed:
+                return
+            stream.restarts += 1
             try:
-                stream.sink.close()
-            except Exception as exc:  # a sink that fails to close must not block stop
-                log.warning("stream %s: sink close failed: %s", stream.config.name, exc)
-            stream.sink = None
+                self._start_locked(stream)
+            except StreamError as exc:
+                log.warning("stream %s: restart failed: %s", stream.config.name, exc)
 
     def _on_status(self, stream: _Stream, status: StreamStatus, error: str | None) -> None:
         stream.status, stream.error = status, error
@@ -329,13 +397,6 @@ class StreamRegistry:
         """Where this registry's file sinks may write: $MGSTREAMS_OUTPUT_DIRS, else <state dir>/output."""
         return OutputPolicy.for_state_dir(self.state_dir)
 
-    def _load_transformation(self, config: StreamConfig):
-        try:
-            return load_transformation(config.transform, search_dirs=query_module_dirs())
-        except StreamError as exc:
-            text = str(exc)
-            raise ConfigError(text if text.startswith("transform") else f"transform: {text}") from None
-
     def _open_query(self, config: StreamConfig) -> PartitionQuery:
         return PartitionQuery(config.bootstrap_servers, config.group_id,
                               {**config.configs, **config.kafka_credentials()}, timeout=self._query_timeout,
@@ -348,16 +409,13 @@ class StreamRegistry:
 
     def _info(self, stream: _Stream) -> StreamInfo:
         c = stream.config
+        runner = self._running(stream)
         return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
                           stream.status, "; ".join(e for e in (stream.error, stream.store_error) if e) or None,
                           c.shown_configs(), mask_all(c.credentials),
-                          c.batch_size, c.batch_interval_ms)
-
-
-def query_module_dirs() -> list[str]:
-    """The bundled query modules directory; load_transformation adds MGSTREAMS_QUERY_MODULES_DIR itself."""
-    bundled = Path(__file__).resolve().parents[2] / "query_modules"
-    return [str(bundled)] if bundled.is_dir() else []
+                          c.batch_size, c.batch_interval_ms, c.restart.value,
+                          runner.pid if runner else None, runner.rss_bytes() if runner else None,
+                          stream.restarts)
 
 
 def _grouped_reasons(resolved) -> str:

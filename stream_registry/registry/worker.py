@@ -403,11 +403,11 @@ class StreamWorker:
                 if self._pending.get(tp) == offset:
                     del self._pending[tp]
                 changes.append(AppliedOffset(tp[0], tp[1], previous, offset))
+        self._on_applied(changes)  # reported before the caller is woken: its history then shows the change
         for change in changes:
             for request in self._requests:
                 request.mark((change.topic, change.partition), change)
         self._requests = [r for r in self._requests if not r.done.is_set()]
-        self._on_applied(changes)
 
     def _confirm_moves(self) -> None:
         """Retry the commit of moves whose commit failed (poll thread, between batches)."""

@@ -1,0 +1,138 @@
+"""Where a running stream lives: on a thread of this process, or in a child process of its own.
+
+The registry drives both through one surface (start, stop, snapshot,
+request_offsets, pid, rss_bytes), so every guarantee of an offset change is
+implemented once, in the worker, whichever way the stream runs. A stream host
+runs each stream in its own process (stream_process): a crash stays inside its
+stream, and streams do not share one GIL. Threads remain for embedding the
+registry in one process, and for tests that watch an in-memory sink.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Mapping, Protocol
+
+import psutil
+
+from ..config import StreamConfig
+from ..errors import ConfigError, StreamError
+from ..graph.sinks import OutputPolicy, open_sink
+from ..graph.transform import load_transformation
+from ..stream_info import StreamStatus
+from .worker import AppliedOffset, RetryPolicy, StreamWorker
+
+log = logging.getLogger("mgstreams.registry")
+TP = tuple[str, int]
+StatusCallback = Callable[[StreamStatus, "str | None"], None]
+AppliedCallback = Callable[[list[AppliedOffset]], None]
+
+
+class Isolation(str, Enum):
+    THREAD = "thread"     # the registry's own process (embedding, tests)
+    PROCESS = "process"   # one child process per running stream (the stream host)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class StreamRunner(Protocol):
+    """A running stream as the registry sees it."""
+    pid: int | None
+
+    def start(self, timeout: float = 30.0) -> None: ...
+    def stop(self, timeout: float) -> str | None:
+        """Stop cleanly; a note when that took force (a killed process), StreamError when it failed."""
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def stopping(self) -> bool: ...
+    def snapshot(self) -> tuple[set[TP], dict[TP, int], dict[TP, int]]: ...
+    def request_offsets(self, offsets: Mapping[TP, int], timeout: float
+                        ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]: ...
+    def rss_bytes(self) -> int | None: ...
+    def close(self) -> None:
+        """Release what a stream that ended by itself still holds (its sink, its process)."""
+
+
+class ThreadRunner:
+    """A stream on a poll thread of this process: its transformation, its sink and its StreamWorker."""
+
+    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, int], output: OutputPolicy,
+                 retry: RetryPolicy, on_status: StatusCallback, on_applied: AppliedCallback):
+        self.config = config
+        self.pid: int | None = os.getpid()
+        self._pending, self._output, self._retry = dict(pending), output, retry
+        self._on_status, self._on_applied = on_status, on_applied
+        self._sink = None
+        self._worker: StreamWorker | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        transformation = load_stream_transformation(self.config)
+        self._sink = open_sink(self.config.sink, self.config.sink_credentials(), self._output)
+        try:
+            self._worker = StreamWorker(self.config, transformation, self._sink, pending=self._pending,
+                                        on_status=self._on_status, on_applied=self._on_applied, retry=self._retry)
+            self._worker.start(timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def stop(self, timeout: float) -> str | None:
+        """A poll thread that does not stop in time keeps its sink: closing it under a write would be worse."""
+        if self._worker is not None:
+            self._worker.stop(timeout)
+        self.close()
+        return None
+
+    @property
+    def alive(self) -> bool:
+        return self._worker is not None and self._worker.alive
+
+    @property
+    def stopping(self) -> bool:
+        return self._worker is not None and self._worker.stopping
+
+    def snapshot(self):
+        return self._worker.snapshot() if self._worker is not None else (set(), {}, {})
+
+    def request_offsets(self, offsets, timeout):
+        return self._worker.request_offsets(offsets, timeout)
+
+    def rss_bytes(self) -> int | None:
+        return process_rss(os.getpid())
+
+    def close(self) -> None:
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            try:
+                sink.close()
+            except Exception as exc:  # a sink that fails to close must not block stop
+                log.warning("stream %s: sink close failed: %s", self.config.name, exc)
+
+
+def load_stream_transformation(config: StreamConfig):
+    """The stream's transformation function, or ConfigError naming `transform`."""
+    try:
+        return load_transformation(config.transform, search_dirs=query_module_dirs())
+    except StreamError as exc:
+        text = str(exc)
+        raise ConfigError(text if text.startswith("transform") else f"transform: {text}") from None
+
+
+def query_module_dirs() -> list[str]:
+    """The bundled query modules directory; load_transformation adds MGSTREAMS_QUERY_MODULES_DIR itself."""
+    bundled = Path(__file__).resolve().parents[2] / "query_modules"
+    return [str(bundled)] if bundled.is_dir() else []
+
+
+def process_rss(pid: int | None) -> int | None:
+    """Resident memory of a process, None once it is gone."""
+    if pid is None:
+        return None
+    try:
+        return psutil.Process(pid).memory_info().rss
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None

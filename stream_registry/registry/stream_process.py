@@ -1,0 +1,323 @@
+"""A stream in a child process of its own, driven over a pipe.
+
+Why a process: a segfault in librdkafka or in a transformation's C extension,
+or the OOM killer, then ends one stream, not the host; and streams stop sharing
+one GIL (pymgclient holds it for a whole Bolt write). The child runs the same
+ThreadRunner an embedded registry runs; the host keeps the registry, the state
+store and the API. Only the host writes the state store: the child reports
+status changes and applied offsets, and answers snapshot and offset requests.
+
+Children are spawned, not forked: the host has threads (uvicorn, librdkafka)
+that a fork would copy mid-flight. A child never outlives its host: when the
+pipe closes (the host died, even by SIGKILL) it stops its consumer cleanly,
+within its stop timeout, then exits. Ctrl-C at the host's terminal reaches
+the whole process group; children ignore it and wait for the host's stop.
+
+Messages are tuples. Host to child: ("stop", timeout), ("snapshot", id),
+("offsets", id, offsets, timeout). Child to host: ("started", pid),
+("start_failed", reason), ("status", value, error), ("applied", changes),
+("reply", id, value), ("ended", cause) where cause is None when the stream
+ended by itself (its status says why), else why the process is leaving.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..config import StreamConfig
+from ..errors import StreamError
+from ..graph.sinks import OutputPolicy
+from ..redaction import redact
+from ..stream_info import StreamStatus
+from .runner import AppliedCallback, StatusCallback, ThreadRunner, process_rss
+from .worker import RetryPolicy
+
+log = logging.getLogger("mgstreams.registry")
+TP = tuple[str, int]
+STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer and the sink
+REPLY_GRACE_S = 2.0       # beyond an offset request's own timeout
+SNAPSHOT_TIMEOUT_S = 5.0  # a child busy in a long GIL-holding write answers late: use its last answer
+CHILD_POLL_S = 0.2        # how often a child looks at its host and its worker between requests
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """Everything a child needs to run its stream (sent through the spawn pipe, never on a command line)."""
+    config: StreamConfig
+    pending: Mapping[TP, int]
+    output: OutputPolicy
+    retry: RetryPolicy
+    stop_timeout: float
+    log_level: int
+
+
+class ProcessRunner:
+    """The host's handle on one stream process (see the module docstring)."""
+
+    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, int], output: OutputPolicy,
+                 retry: RetryPolicy, on_status: StatusCallback, on_applied: AppliedCallback,
+                 on_exit: Callable[["ProcessRunner", str], None], stop_timeout: float = 30.0):
+        self.config = config
+        self.pid: int | None = None
+        self._spec = ChildSpec(config, dict(pending), output, retry, stop_timeout,
+                               logging.getLogger().getEffectiveLevel())
+        self._on_status, self._on_applied, self._on_exit = on_status, on_applied, on_exit
+        self._process = None
+        self._conn = None
+        self._send_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, _Reply] = {}
+        self._started = threading.Event()
+        self._start_error: str | None = None
+        self._stop_requested = False
+        self._running = False          # started, and neither ended nor exited since
+        self._last_snapshot: tuple = (set(), {}, {})
+        self._reader: threading.Thread | None = None
+
+    # -- control --------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child_end = context.Pipe()
+        self._process = context.Process(target=child_main, args=(child_end, self._spec), daemon=True,
+                                        name=f"mgstreams-stream-{self.config.name}")
+        self._process.start()
+        child_end.close()
+        self.pid = self._process.pid
+        self._reader = threading.Thread(target=self._read, name=f"mgstreams-pipe-{self.config.name}", daemon=True)
+        self._reader.start()
+        if not self._started.wait(timeout):
+            self._kill()
+            raise StreamError(f"stream {self.config.name!r}: its process did not start within {timeout:g} s")
+        if self._start_error is not None:
+            self._process.join(STOP_GRACE_S)
+            raise StreamError(self._start_error)
+
+    def stop(self, timeout: float) -> str | None:
+        self._stop_requested = True
+        if not self._process.is_alive():   # it died or ended by itself: its status already says why
+            self.close()
+            return None
+        self._send(("stop", timeout))
+        self._process.join(timeout + STOP_GRACE_S)
+        note = None
+        if self._process.is_alive():
+            self._kill()
+            note = (f"its process did not stop within {timeout:g} s and was killed; its last batch was not "
+                    f"committed and is read again at the next start")
+        elif self._process.exitcode != 0:
+            note = f"its process {exit_cause(self._process.exitcode)} while stopping"
+        self.close()
+        return note
+
+    @property
+    def alive(self) -> bool:
+        return self._running
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested
+
+    def snapshot(self):
+        answer = self._ask(("snapshot",), SNAPSHOT_TIMEOUT_S)
+        if answer is not None:
+            self._last_snapshot = answer
+        return self._last_snapshot
+
+    def request_offsets(self, offsets, timeout):
+        answer = self._ask(("offsets", dict(offsets), timeout), timeout + REPLY_GRACE_S)
+        return answer if answer is not None else ({}, {})
+
+    def rss_bytes(self) -> int | None:
+        return process_rss(self.pid) if self._running else None
+
+    def close(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            self._kill()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(STOP_GRACE_S)
+
+    # -- the pipe ---------------------------------------------------------------
+    def _send(self, message: tuple) -> bool:
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+            return True
+        except (OSError, ValueError):   # the child is gone; its reader reports how
+            return False
+
+    def _ask(self, request: tuple, timeout: float) -> Any:
+        """Send a request and wait for its reply; None when the process is gone or too slow."""
+        if not self._running:
+            return None
+        request_id = next(self._ids)
+        reply = self._waiting[request_id] = _Reply()
+        try:
+            if not self._send((request[0], request_id, *request[1:])):
+                return None
+            reply.done.wait(timeout)
+            return reply.value
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def _read(self) -> None:
+        """Dispatch what the child says, in order; when the pipe closes, find out why."""
+        ended: tuple | None = None
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "status":
+                self._on_status(StreamStatus(message[1]), message[2])
+            elif kind == "applied":
+                self._on_applied(message[1])
+            elif kind == "reply":
+                reply = self._waiting.get(message[1])
+                if reply is not None:
+                    reply.value = message[2]
+                    reply.done.set()
+            elif kind == "started":
+                self._running = True
+                self._started.set()
+            elif kind == "start_failed":
+                self._start_error = message[1]
+                self._started.set()
+            elif kind == "ended":
+                ended = message
+                self._running = False
+        self._running = False
+        for reply in list(self._waiting.values()):
+            reply.done.set()
+        self._process.join(STOP_GRACE_S)
+        self._conn.close()
+        if not self._started.is_set():
+            self._start_error = f"stream {self.config.name!r}: its process {exit_cause(self._process.exitcode)} " \
+                                f"while starting"
+            self._started.set()
+            return
+        if self._stop_requested or self._start_error is not None:
+            return
+        cause = ended[1] if ended is not None else exit_cause(self._process.exitcode)
+        if ended is not None and cause is None:
+            return  # the stream ended by itself (an error it reported); its process left cleanly
+        log.warning("stream %s: its process (pid %s) %s", self.config.name, self.pid, cause)
+        self._on_exit(self, cause)
+
+    def _kill(self) -> None:
+        try:
+            self._process.kill()
+        except (OSError, AttributeError):
+            pass
+        self._process.join(STOP_GRACE_S)
+
+
+class _Reply:
+    def __init__(self):
+        self.done = threading.Event()
+        self.value: Any = None
+
+
+def exit_cause(exitcode: int | None) -> str:
+    """`killed by signal 9 (SIGKILL)`, `exited with 3`: how a process ended, as an operator reads it."""
+    if exitcode is None:
+        return "ended (exit status unknown)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-exitcode} ({name})"
+    return f"exited with {exitcode}"
+
+
+# -- the child ----------------------------------------------------------------------
+def child_main(conn, spec: ChildSpec) -> None:
+    """Run one stream until the host says stop, the stream ends by itself, or the host is gone."""
+    name = spec.config.name
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the host stops us in order
+    terminated = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
+    logging.basicConfig(level=spec.log_level,
+                        format=f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
+    send_lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        try:
+            with send_lock:
+                conn.send(message)
+        except (OSError, ValueError):
+            pass   # the host is gone: the loop below notices and stops
+
+    runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry,
+                          on_status=lambda status, error: send(("status", status.value, error)),
+                          on_applied=lambda changes: send(("applied", changes)))
+    try:
+        runner.start()
+    except StreamError as exc:
+        send(("start_failed", str(exc)))
+        return
+    except BaseException as exc:  # a transformation module that fails oddly at import
+        send(("start_failed", redact(f"{type(exc).__name__}: {exc}", spec.config.secret_values())))
+        return
+    send(("started", os.getpid()))
+    host = os.getppid()
+    why = _serve(conn, runner, send, terminated, host)
+    if why == "stop":
+        return
+    if why is None:
+        runner.close()
+        send(("ended", None))
+        return
+    _exit_within(spec.stop_timeout + STOP_GRACE_S)
+    log.warning("stream %s: %s; stopping", name, why)
+    try:
+        runner.stop(spec.stop_timeout)
+    except StreamError as exc:
+        log.error("stream %s: %s", name, exc)
+        os._exit(1)
+    send(("ended", why))
+
+
+def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host: int) -> str | None:
+    """Answer the host until told to stop ("stop"), the stream ends (None) or we must leave (why)."""
+    while runner.alive:
+        if terminated.is_set():
+            return "stopped by SIGTERM"
+        try:
+            if not conn.poll(CHILD_POLL_S):
+                if os.getppid() != host:
+                    return "its host is gone"
+                continue
+            message = conn.recv()
+        except (EOFError, OSError):
+            return "its host is gone"
+        kind = message[0]
+        if kind == "stop":
+            _exit_within(message[1] + STOP_GRACE_S)
+            try:
+                runner.stop(message[1])
+            except StreamError as exc:
+                log.error("stream %s: %s", runner.config.name, exc)
+                os._exit(1)
+            return "stop"
+        if kind == "snapshot":
+            send(("reply", message[1], runner.snapshot()))
+        elif kind == "offsets":
+            request_id, offsets, timeout = message[1:]
+            threading.Thread(target=lambda: send(("reply", request_id, runner.request_offsets(offsets, timeout))),
+                             daemon=True).start()
+    return None
+
+
+def _exit_within(seconds: float) -> None:
+    """A stop that hangs (a write that never returns) must not keep the process: exit hard after `seconds`."""
+    timer = threading.Timer(seconds, lambda: os._exit(1))
+    timer.daemon = True
+    timer.start()
