@@ -1,6 +1,6 @@
 """`mgstreams`: the operator CLI, a client of the stream host (`mgstreams serve`).
 
-    mgstreams serve [--state-dir DIR] [--listen HOST:PORT] [--token-file FILE]
+    mgstreams serve [--state-dir DIR] [--listen HOST:PORT] [--token-file FILE] [--stop-timeout S]
     mgstreams [--url URL] list [--json]
     mgstreams describe NAME [--watch [--interval S] [--count N]] [--json]
     mgstreams set-offset NAME SPEC [--dry-run] [--timeout S] [--json]
@@ -159,7 +159,18 @@ def changes_table(changes: Iterable[OffsetChange]) -> Table:
 
 def _describe_table(name: str) -> Table:
     client = _client()
-    return offsets_table(client.get(name).consumer_group, client.describe(name))
+    info = client.get(name)
+    rendered = offsets_table(info.consumer_group, client.describe(name))
+    rendered.caption = process_line(info)
+    return rendered
+
+
+def process_line(info) -> str:
+    """`stream orders running, pid 4242, rss 61.3 MiB, restarts 0`: where the stream runs, below its offsets."""
+    where = f"pid {info.pid}, rss {info.rss_bytes / 2 ** 20:.1f} MiB" if info.pid and info.rss_bytes \
+        else f"pid {info.pid}" if info.pid else "no process"
+    return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}" + \
+        (f" ({info.error})" if info.error else "")
 
 
 @cli.command()
@@ -308,11 +319,17 @@ def drop(name: str, as_json: bool) -> None:
               help=f"File holding the API token (default: ${TOKEN_ENV}); clients send it as a bearer token.")
 @click.option("--default-sink", envvar=DEFAULT_SINK_ENV, default=None, show_envvar=True,
               help=f"Sink of streams created without one (default: {DEFAULT_SINK}).")
-def serve(state_dir: str | None, listen: str, token_file: str | None, default_sink: str | None) -> None:
+@click.option("--stop-timeout", type=click.FloatRange(min=0.1), default=host.DEFAULT_STOP_TIMEOUT_S,
+              show_default=True, metavar="SECONDS",
+              help="How long a stream's process may take to finish its batch and commit when stopped; "
+                   "then it is killed.")
+def serve(state_dir: str | None, listen: str, token_file: str | None, default_sink: str | None,
+          stop_timeout: float) -> None:
     """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
 
-    Streams that were running resume at once. A second host on the same state
-    directory exits at once, naming the first.
+    Each running stream runs in a process of its own. Streams that were running
+    resume at once. A second host on the same state directory exits at once,
+    naming the first.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     token = _run(lambda: host.read_token(token_file))
@@ -321,7 +338,7 @@ def serve(state_dir: str | None, listen: str, token_file: str | None, default_si
     def ready(line: str) -> None:
         click.echo(line)
         sys.stdout.flush()
-    _run(lambda: host.serve(directory, listen, token, default_sink, ready=ready))
+    _run(lambda: host.serve(directory, listen, token, default_sink, ready=ready, stop_timeout=stop_timeout))
 
 
 def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:

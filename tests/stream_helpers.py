@@ -35,6 +35,25 @@ def offsets_transform(messages):
     return out
 
 
+def crashing_transform(messages):
+    """offsets_transform, but a payload `abort:<marker file>` makes the process abort (SIGABRT), as a C
+    extension failing an assertion does: once if the marker does not exist yet (it is created first), or every
+    time for `abort:always`. A payload `sleep:<seconds>` sleeps that long (a write that does not return)."""
+    import os
+
+    for i in range(messages.total_messages()):
+        payload = messages.message_at(i).payload() or b""
+        if payload.startswith(b"abort:"):
+            marker = payload[len(b"abort:"):].decode()
+            if marker == "always" or not os.path.exists(marker):
+                if marker != "always":
+                    Path(marker).touch()
+                os.abort()
+        elif payload.startswith(b"sleep:"):
+            time.sleep(float(payload[len(b"sleep:"):]))
+    return offsets_transform(messages)
+
+
 def delivered_from_file(path: str | Path) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every statement in a cypherl file, in file order."""
     path = Path(path)

@@ -36,6 +36,7 @@ DEFAULT_URL = f"http://{DEFAULT_LISTEN}"
 TOKEN_ENV = "MGSTREAMS_TOKEN"
 DEFAULT_SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
 DEFAULT_SINK = "bolt://localhost:7687"
+DEFAULT_STOP_TIMEOUT_S = 30.0   # a stream process finishing its batch before it is killed (compose allows for it)
 
 
 @dataclass(frozen=True)
@@ -193,14 +194,14 @@ class Shutdown:
 
 
 def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token: str | None = None,
-          default_sink: str | None = None, ready=print) -> None:
+          default_sink: str | None = None, ready=print, stop_timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
     """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves."""
     listen = Listen.parse(listen_text)
     if not listen.loopback and not token:
         raise ConfigError(f"listen: {listen_text!r} is not a loopback address; a token is required "
                           f"(--token-file FILE or ${TOKEN_ENV})")
     with Shutdown() as shutdown:
-        registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS,
+        registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         try:
             sock = bind(listen)

@@ -44,6 +44,7 @@ STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer an
 REPLY_GRACE_S = 2.0       # beyond an offset request's own timeout
 SNAPSHOT_TIMEOUT_S = 5.0  # a child busy in a long GIL-holding write answers late: use its last answer
 CHILD_POLL_S = 0.2        # how often a child looks at its host and its worker between requests
+EXIT_STOP_TIMED_OUT = 75  # a child whose batch did not finish within the stop timeout leaves with this
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class ProcessRunner:
         self._send(("stop", timeout))
         self._process.join(timeout + STOP_GRACE_S)
         note = None
-        if self._process.is_alive():
+        if self._process.is_alive() or self._process.exitcode == EXIT_STOP_TIMED_OUT:
             self._kill()
             note = (f"its process did not stop within {timeout:g} s and was killed; its last batch was not "
                     f"committed and is read again at the next start")
@@ -281,7 +282,7 @@ def child_main(conn, spec: ChildSpec) -> None:
         runner.stop(spec.stop_timeout)
     except StreamError as exc:
         log.error("stream %s: %s", name, exc)
-        os._exit(1)
+        os._exit(EXIT_STOP_TIMED_OUT)
     send(("ended", why))
 
 
@@ -305,7 +306,7 @@ def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host: 
                 runner.stop(message[1])
             except StreamError as exc:
                 log.error("stream %s: %s", runner.config.name, exc)
-                os._exit(1)
+                os._exit(EXIT_STOP_TIMED_OUT)
             return "stop"
         if kind == "snapshot":
             send(("reply", message[1], runner.snapshot()))
@@ -318,6 +319,6 @@ def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host: 
 
 def _exit_within(seconds: float) -> None:
     """A stop that hangs (a write that never returns) must not keep the process: exit hard after `seconds`."""
-    timer = threading.Timer(seconds, lambda: os._exit(1))
+    timer = threading.Timer(seconds, lambda: os._exit(EXIT_STOP_TIMED_OUT))
     timer.daemon = True
     timer.start()
