@@ -98,18 +98,21 @@ def _status(info: dict) -> mgp.Record:
 @mgp.read_proc
 def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: str = "",
            sink: str = DEFAULT_SINK, consumer_group: str = "", batch_size: int = 1000,
-           batch_interval_ms: int = 100, configs: mgp.Map = {}, credentials: mgp.Map = {}
-           ) -> StatusRecord:
+           batch_interval_ms: int = 100, configs: mgp.Map = {}, credentials: mgp.Map = {},
+           restart: str = "on-failure") -> StatusRecord:
     """Create a stream (stopped): topics, brokers, transformation `module.function`, graph sink URI.
 
     An empty transform stores each message as a (:KafkaMessage) node; an empty
-    consumer_group means `mgstreams_<name>`. Nothing is stored when a check fails.
+    consumer_group means `mgstreams_<name>`. The stream runs in a process of its
+    own; restart "on-failure" starts it again (with backoff) when that process
+    dies, "never" leaves it in error. Nothing is stored when a check fails.
     """
     configs, credentials = _map(configs, "configs"), _map(credentials, "credentials")
     return _status(_host("POST", "/streams", {
         "name": name, "topics": [*topics], "bootstrap_servers": bootstrap_servers, "transform": transform,
         "sink": sink, "consumer_group": consumer_group, "batch_size": batch_size,
-        "batch_interval_ms": batch_interval_ms, "configs": configs, "credentials": credentials}))
+        "batch_interval_ms": batch_interval_ms, "configs": configs, "credentials": credentials,
+        "restart": restart}))
 
 
 @mgp.read_proc
@@ -142,10 +145,12 @@ def _procedure_name(name: str):
 @_procedure_name("list")
 def list_streams() -> mgp.Record(name=str, topics=mgp.List[str], consumer_group=str, bootstrap_servers=str,
                          transform=str, sink=str, status=str, error=mgp.Nullable[str], configs=mgp.Map,
-                         credentials=mgp.Map):
-    """Every stream with its configuration; secrets in configs and all credentials are masked."""
+                         credentials=mgp.Map, restart=str, pid=mgp.Nullable[int],
+                         rss_bytes=mgp.Nullable[int], restarts=int):
+    """Every stream with its configuration (secrets in configs and all credentials masked) and, while it
+    runs, its process: pid, resident memory, restarts after that process died."""
     fields = ("name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
-              "configs", "credentials")
+              "configs", "credentials", "restart", "pid", "rss_bytes", "restarts")
     return [mgp.Record(**{field: info.get(field) for field in fields}) for info in _host("GET", "/streams")]
 
 

@@ -42,13 +42,14 @@ SIGNATURES = {
         'streams.create(name :: STRING, topics :: LIST OF STRING, bootstrap_servers :: STRING, '
         'transform = "" :: STRING, sink = "bolt://localhost:7687" :: STRING, consumer_group = "" :: STRING, '
         'batch_size = 1000 :: INTEGER, batch_interval_ms = 100 :: INTEGER, configs = {} :: MAP, '
-        'credentials = {} :: MAP) :: (name :: STRING, status :: STRING)'),
+        'credentials = {} :: MAP, restart = "on-failure" :: STRING) :: (name :: STRING, status :: STRING)'),
     "streams.start": "streams.start(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.stop": "streams.stop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.drop": "streams.drop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.list": (
         "streams.list() :: (bootstrap_servers :: STRING, configs :: MAP, consumer_group :: STRING, "
-        "credentials :: MAP, error :: STRING?, name :: STRING, sink :: STRING, status :: STRING, "
+        "credentials :: MAP, error :: STRING?, name :: STRING, pid :: INTEGER?, restart :: STRING, "
+        "restarts :: INTEGER, rss_bytes :: INTEGER?, sink :: STRING, status :: STRING, "
         "topics :: LIST OF STRING, transform :: STRING)"),
     "streams.set_stream_offset": (
         "streams.set_stream_offset(name :: STRING, offset :: ANY, timeout_ms = 10000 :: INTEGER, "
@@ -171,7 +172,7 @@ def test_defaults_give_a_working_stream(connected, kafka, monkeypatch, env_sink,
      "'streams.set_stream_offset' argument named 'dry_run' at position 3 must be of type BOOLEAN."),
     ("streams.list", ("s",), "'streams.list' requires no arguments."),
     ("streams.offsets", (), "'streams.offsets' requires exactly 1 argument."),
-    ("streams.create", ("s", ["t"]), "'streams.create' requires between 3 and 10 arguments."),
+    ("streams.create", ("s", ["t"]), "'streams.create' requires between 3 and 11 arguments."),
 ])
 def test_wrong_cypher_types_give_clear_errors(memgraph, procedure, args, message):
     assert str(error_of(memgraph, procedure, *args)) == message
@@ -337,6 +338,7 @@ def test_create_list_drop_and_masked_credentials(memgraph, connected, kafka, tmp
     assert listed["name"] == "orders" and listed["topics"] == [topic] and listed["status"] == "created"
     assert listed["consumer_group"] == "mgstreams_orders" and listed["transform"] == TRANSFORM
     assert listed["sink"] == f"cypherl://{out}" and listed["error"] is None
+    assert listed["pid"] is None and listed["rss_bytes"] is None, "no process while it is not running"
     assert listed["configs"]["client.id"] == "mg"
     assert secret not in repr(listed) and "michael" not in repr(listed)
     assert set(listed["credentials"]) == {"sasl.username"}
@@ -428,7 +430,8 @@ def test_set_offset_while_running_applies_on_the_assigned_partitions(memgraph, c
     memgraph.call("streams.start", "live")
     wait_until(lambda: len(delivered_from_file(out)) >= 30, timeout=20, what="the first 30 messages")
     [listed] = memgraph.call("streams.list")
-    assert listed["status"] == "running"
+    assert listed["status"] == "running" and listed["restart"] == "on-failure" and listed["restarts"] == 0
+    assert listed["pid"] > 0 and listed["rss_bytes"] > 0, "the stream's own process, seen from Cypher"
 
     planned = memgraph.call("streams.set_stream_offset", "live", {f"{topic}:0": 5}, 10000, True)
     assert [(c["partition"], c["previous_offset"], c["offset"], c["status"]) for c in planned] == \

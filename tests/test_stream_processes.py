@@ -10,6 +10,7 @@ written but not committed when the process died.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -109,6 +110,10 @@ def test_a_sigkilled_stream_process_shows_the_signal_restarts_and_loses_nothing_
         assert after["a"]["pid"] not in (None, before["a"]["pid"]) and after["a"]["restarts"] == 1
         assert after["a"]["error"] is None
         assert after["b"]["pid"] == before["b"]["pid"] and after["b"]["restarts"] == 0
+        metrics = api.get("/metrics").text
+        assert 'mgstreams_stream_restarts{stream="a"} 1.0' in metrics
+        assert 'mgstreams_stream_restarts{stream="b"} 0.0' in metrics
+        assert re.search(r'^mgstreams_stream_resident_memory_bytes\{stream="b"\} [1-9]', metrics, re.M)
         assert b_during > b_at_kill, "stream b went on delivering while stream a was down"
 
         per_partition = producer.stop()
