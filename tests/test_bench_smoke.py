@@ -47,3 +47,25 @@ def test_offset_latency_bench_prints_medians_and_ratio():
     assert ratio and float(ratio[0].split()[1]) == pytest.approx(baseline / running, rel=0.01, abs=0.06), done.stdout
     helped = subprocess.run([sys.executable, str(bench), "--help"], capture_output=True, text=True, timeout=30)
     assert helped.returncode == 0 and "--baseline-changes" in helped.stdout
+
+
+def test_multi_stream_bench_prints_ratios_and_rss():
+    """Tiny topics: every variant runs through the host (a process per stream) and as threads; both ratios and
+    a positive RSS per stream are printed (the floor means nothing on 3,000 messages, so only the exit status
+    and the format are checked, as for the ingest bench)."""
+    bench = BENCH.parent / "multi_stream.py"
+    done = subprocess.run([sys.executable, str(bench), "--messages", "3000", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    for prefix in ("one stream rate:", "two streams rate:", "two threads rate:", "floor: 1.6"):
+        assert any(line.startswith(prefix) for line in lines), done.stdout
+    for prefix in ("ratio:", "threads ratio:"):
+        line = next((line for line in lines if line.startswith(prefix)), None)
+        assert line is not None and float(line[len(prefix):].split()[0]) > 0, done.stdout
+    for key in ("one/a", "two/a", "two/b", "threads/a+b"):
+        match = next((re.match(rf"rss {re.escape(key)}: ([\d.]+) MB", line) for line in lines
+                      if line.startswith(f"rss {key}:")), None)
+        assert match and float(match[1]) > 0, done.stdout
+    pids = {re.search(r"pid (\d+)", line)[1] for line in lines if line.startswith(("rss one/", "rss two/"))}
+    assert len(pids) == 3, done.stdout     # a process of its own per stream and run

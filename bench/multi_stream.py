@@ -1,0 +1,328 @@
+"""Streams side by side: one stream alone, then two at once, each in its own process of a real host, and as threads.
+
+    .venv/bin/python bench/multi_stream.py                      # 2 topics x 500k x 200 B over 6 partitions each
+    .venv/bin/python bench/multi_stream.py --messages 100000 --rounds 1
+    .venv/bin/python bench/multi_stream.py --config fetch.queue.backoff.ms=50   # a consumer setting, every stream
+
+Two topics (A, B) of `--partitions` partitions on the embedded 3-broker cluster
+each get `--messages` messages of 200 B, produced once. Every run below reads
+whole topics from the beginning with fresh consumer groups, transformation
+`merge_messages_batched`, sink `null://`, batch 1000:
+
+- one: one stream on A in a stream host (`mgstreams serve` in a child process,
+  driven over HTTP; the host runs each stream in a child process of its own);
+- two: two streams at once in the same host, on A and on B;
+- threads: the same two streams as threads of one process (a
+  `StreamRegistry(isolation=Isolation.THREAD)` in the bench process, which
+  also holds the embedded brokers).
+
+`--rounds` rounds run the three alternately (one, two, threads; then threads,
+two, one; ...). Each stream is timed from its start call (the calls of one run
+are issued together) until its group's committed offsets cover every message
+of its topic; the bench polls them every POLL_S with a consumer that has the
+stream's group id and never joins the group. Create, stop and drop are not
+timed. A run's aggregate rate is all its messages over the time until its last
+stream finished; each stream's line also shows when its start call returned
+(for the host: its process was spawned and runs the consumer). While streams
+run, each stream's pid and RSS are sampled from GET /streams/{name} (the max
+is reported); the threads run reports the bench process's RSS once, when its
+streams finished. CPU seconds per run: each stream process (psutil, when it
+finished), the host, and the bench process (the embedded brokers' threads; for
+the threads run also both streams).
+
+The streams keep their own consumer settings unless `--config` overrides one.
+On this data (zstd batches of very compressible 200 B messages) librdkafka's
+`fetch.queue.backoff.ms` (1000 ms by default: a partition whose local queue
+went past `queued.min.messages` is not fetched again for that long) leaves a
+stream mostly waiting for fetches, not working; `--config
+fetch.queue.backoff.ms=50` shows the streams CPU-bound instead.
+
+Prints every run, each variant's best aggregate rate, the per-stream RSS,
+`ratio: X` (best two-stream aggregate / best one-stream rate) and, for
+comparison, `threads ratio: X` (best two-thread aggregate / the same one-stream
+rate). Floor: ratio >= 1.6 on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench_data import produce  # noqa: E402
+import psutil  # noqa: E402
+from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+
+from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
+from mgstreams.host.process import HostProcess  # noqa: E402
+from stream_registry import StreamConfig, StreamInfo  # noqa: E402
+from stream_registry.registry import Isolation, StreamRegistry  # noqa: E402
+
+FLOOR = 1.6
+TOPICS = ("multi_a", "multi_b")
+PARTITIONS = 6
+SIZE = 200
+BATCH_SIZE = 1000
+BATCH_INTERVAL_MS = 100
+POLL_S = 0.05
+RSS_EVERY_S = 0.25
+SINK = "null://"
+TRANSFORM = "stream_registry.builtin_transformations.merge_messages_batched"
+VARIANTS = ("one", "two", "threads")
+MB = 1024 * 1024
+
+
+def check_topic(bootstrap: str, topic: str, partitions: int, count: int) -> None:
+    """Every produced message is still on the broker (log start 0, ends summing to count)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench_check"})
+    try:
+        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)]
+    finally:
+        consumer.close()
+    if any(low != 0 for low, _ in marks) or sum(high for _, high in marks) != count:
+        raise SystemExit(f"bench: topic {topic} does not hold all {count} messages: watermarks {marks}")
+
+
+@dataclass
+class Tracked:
+    """One stream of a run: what the bench saw of it."""
+    label: str                     # "a" or "b"
+    name: str                      # stream name = consumer group
+    topic: str
+    elapsed: float | None = None   # start call -> every message committed
+    start_s: float | None = None   # start call -> it returned (for the host: its process runs the consumer)
+    pid: int | None = None
+    rss_max: int = 0
+    cpu_s: float | None = None     # the stream process's CPU when it finished
+    watcher: Consumer | None = None
+    tps: list = field(default_factory=list)
+
+    def committed(self) -> int:
+        return sum(max(tp.offset, 0) for tp in self.watcher.committed(self.tps, timeout=10))
+
+
+@dataclass
+class Driver:
+    """How a variant creates, starts, looks at and drops its streams."""
+    create: Callable[[str, str], None]
+    start: Callable[[int, str], object]    # (the stream's index in its run, its name)
+    info: Callable[[str], StreamInfo]
+    drop: Callable[[str], object]
+    per_process: bool              # each stream in a process of its own (the host) or threads of this one
+
+
+def cpu_of(pid: int | None) -> float | None:
+    try:
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+    except (psutil.Error, TypeError, ValueError):
+        return None
+
+
+def run_variant(driver: Driver, streams: list[Tracked], bootstrap: str, partitions: int, count: int,
+                timeout_s: float, host_pid: int | None) -> tuple[float, float, float | None, int]:
+    """Start every stream at once, wait until each has committed its whole topic.
+
+    (wall s, bench process cpu s, host cpu s, bench process RSS when the last stream finished)."""
+    for s in streams:
+        driver.create(s.name, s.topic)
+        s.watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": s.name, "enable.auto.commit": False})
+        s.tps = [TopicPartition(s.topic, p) for p in range(partitions)]
+    pool = ThreadPoolExecutor(max_workers=len(streams), thread_name_prefix="bench-start")
+    try:
+        host_cpu = cpu_of(host_pid)
+        bench_cpu = time.process_time()
+        started = time.perf_counter()
+
+        def start(index: int, s: Tracked) -> None:
+            driver.start(index, s.name)
+            s.start_s = time.perf_counter() - started
+
+        starts = [pool.submit(start, index, s) for index, s in enumerate(streams)]
+        next_sample = started
+        while True:
+            now = time.perf_counter()
+            for s in streams:
+                if s.elapsed is None and s.committed() >= count:
+                    s.elapsed = time.perf_counter() - started
+                    sample(driver, s)          # at least one sample each, while it still runs
+                    if driver.per_process:
+                        s.cpu_s = cpu_of(s.pid)
+            if all(s.elapsed is not None for s in streams):
+                bench_rss = psutil.Process().memory_info().rss   # before the streams stop
+                break
+            if now >= next_sample:
+                next_sample = now + RSS_EVERY_S
+                for s in streams:
+                    if s.elapsed is None and (not driver.per_process or starts[streams.index(s)].done()):
+                        sample(driver, s)
+            for future in starts:
+                if future.done() and future.exception() is not None:
+                    raise SystemExit(f"bench: start failed: {future.exception()}")
+            if now - started > timeout_s:
+                stuck = ", ".join(f"{s.name} {s.committed()}/{count}" for s in streams if s.elapsed is None)
+                raise SystemExit(f"bench: streams stuck after {timeout_s:.0f} s: {stuck}")
+            time.sleep(POLL_S)
+        wall = time.perf_counter() - started
+        bench_cpu = time.process_time() - bench_cpu
+        if host_cpu is not None:
+            host_now = cpu_of(host_pid)
+            host_cpu = None if host_now is None else host_now - host_cpu
+        for future in starts:
+            future.result()
+        return wall, bench_cpu, host_cpu, bench_rss
+    finally:
+        pool.shutdown(wait=True)
+        for s in streams:
+            if s.watcher is not None:
+                s.watcher.close()
+                s.watcher = None
+            try:
+                driver.drop(s.name)
+            except Exception as exc:  # a stream that never got created: nothing to drop
+                print(f"  (drop {s.name}: {exc})", file=sys.stderr)
+
+
+def sample(driver: Driver, s: Tracked) -> None:
+    info = driver.info(s.name)
+    if info.error:
+        raise SystemExit(f"bench: stream {s.name} is {info.status.value}: {info.error}")
+    if info.pid is not None:
+        s.pid = info.pid
+    if info.rss_bytes:
+        s.rss_max = max(s.rss_max, info.rss_bytes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("--messages", type=int, default=500_000, help="messages per topic (default 500k)")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS, help=f"partitions per topic "
+                                                                             f"(default {PARTITIONS})")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the three variants, best of each "
+                                                              "counts (default 2)")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a consumer setting for every stream (repeatable; default: none, the stream's own), "
+                             "e.g. fetch.queue.backoff.ms=50")
+    args = parser.parse_args(argv)
+    if args.messages < 1 or args.rounds < 1 or args.partitions < 1:
+        parser.error("--messages, --partitions and --rounds must be positive")
+    if any("=" not in item for item in args.config):
+        parser.error("--config takes KEY=VALUE")
+    configs = dict(item.split("=", 1) for item in args.config)
+
+    count, partitions = args.messages, args.partitions
+    work = Path(tempfile.mkdtemp(prefix="mgstreams-bench-multi-"))
+    timeout_s = max(120.0, count / 2_000)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"multi-stream: {len(TOPICS)} topics x {count:,} messages x {SIZE} B over {partitions} partitions each, "
+          f"embedded 3-broker cluster, sink {SINK}, batch {BATCH_SIZE}, transform {TRANSFORM}, {cores} cores"
+          + (f", consumer configs {configs}" if configs else ""),
+          flush=True)
+    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    rss: dict[str, tuple[int, int | None]] = {}      # "one/a" -> (max bytes, pid)
+    try:
+        with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
+            bootstrap = cluster.bootstrap_servers
+            host = HostProcess(work / "host-state", log_path=work / "host.log").spawn()
+            registry = None
+            clients = []
+            try:
+                t = time.perf_counter()
+                for topic in TOPICS:
+                    cluster.create_topic(topic, partitions, 3)
+                    produce(bootstrap, topic, count, partitions, SIZE)
+                    check_topic(bootstrap, topic, partitions, count)
+                print(f"produced in {time.perf_counter() - t:.1f} s", flush=True)
+                client = host.client(timeout=60)
+                print(f"host: pid {host.proc.pid} at {host.wait_ready()}", flush=True)
+
+                def config(name: str, topic: str) -> dict:
+                    return dict(name=name, topics=[topic], bootstrap_servers=bootstrap, transform=TRANSFORM,
+                                sink=SINK, consumer_group=name, batch_size=BATCH_SIZE,
+                                batch_interval_ms=BATCH_INTERVAL_MS, configs=configs, restart="never")
+
+                starters = [host.client(timeout=60) for _ in TOPICS]   # an HTTP client per concurrent start
+                clients += [client, *starters]
+                in_host = Driver(create=lambda name, topic: client.create(**config(name, topic)),
+                                 start=lambda index, name: starters[index].start(name),
+                                 info=client.get, drop=client.drop, per_process=True)
+                registry = StreamRegistry(work / "thread-state", isolation=Isolation.THREAD)
+                in_threads = Driver(create=lambda name, topic: registry.create(StreamConfig(**config(name, topic))),
+                                    start=lambda index, name: registry.start(name),
+                                    info=registry.get, drop=registry.drop, per_process=False)
+
+                for round_no in range(1, args.rounds + 1):
+                    for variant in VARIANTS if round_no % 2 else tuple(reversed(VARIANTS)):
+                        labels = ("a",) if variant == "one" else ("a", "b")
+                        streams = [Tracked(label, f"multi_r{round_no}_{variant}_{label}", topic)
+                                   for label, topic in zip(labels, TOPICS)]
+                        driver = in_host if variant != "threads" else in_threads
+                        host_pid = host.proc.pid if driver.per_process else None
+                        wall, bench_cpu, host_cpu, bench_rss = run_variant(driver, streams, bootstrap, partitions,
+                                                                           count, timeout_s, host_pid)
+                        total = count * len(streams)
+                        rates[variant].append(total / wall)
+                        each = ", ".join(f"{s.label} {s.elapsed:.2f} s {count / s.elapsed:,.0f} msgs/s, "
+                                         f"started in {s.start_s:.2f} s" for s in streams)
+                        if driver.per_process:
+                            cpu = ", ".join(f"stream {s.label} {s.cpu_s:.2f} s" if s.cpu_s is not None
+                                            else f"stream {s.label} ?" for s in streams)
+                            cpu += f", host {host_cpu:.2f} s" if host_cpu is not None else ""
+                            cpu += f", bench process (brokers) {bench_cpu:.2f} s"
+                            for s in streams:
+                                key = f"{variant}/{s.label}"
+                                if s.rss_max > rss.get(key, (0, None))[0]:
+                                    rss[key] = (s.rss_max, s.pid)
+                        else:
+                            cpu = f"bench process (both streams + brokers) {bench_cpu:.2f} s"
+                            key = "threads/a+b"
+                            if bench_rss > rss.get(key, (0, None))[0]:
+                                rss[key] = (bench_rss, os.getpid())
+                        print(f"  round {round_no} {variant:<7} {wall:7.2f} s  {total / wall:12,.0f} msgs/s"
+                              f"{' aggregate' if len(streams) > 1 else ''}  ({each}; cpu: {cpu})", flush=True)
+            finally:
+                for c in clients:
+                    c.close()
+                if registry is not None:
+                    registry.close()
+                code = host.stop()
+            if code != 0:
+                raise SystemExit(f"bench: the host exited with status {code} on SIGTERM; log:\n"
+                                 f"{host.log()[-2000:]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    one, two, threads = (max(rates[v]) for v in VARIANTS)
+    ratio, threads_ratio = two / one, threads / one
+    print(f"one stream rate:          {one:12,.0f} msgs/s (best of {len(rates['one'])})")
+    print(f"two streams rate:         {two:12,.0f} msgs/s aggregate, a process each (best of {len(rates['two'])})")
+    print(f"two threads rate:         {threads:12,.0f} msgs/s aggregate, threads of one process "
+          f"(best of {len(rates['threads'])})")
+    print("per-stream RSS (stream processes: max sampled from GET /streams/{name} while running; "
+          "threads: the bench process when its streams finished):")
+    for key in ("one/a", "two/a", "two/b"):
+        size, pid = rss.get(key, (0, None))
+        print(f"  rss {key}: {size / MB:.1f} MB (stream process, pid {pid})")
+    size, pid = rss["threads/a+b"]
+    print(f"  rss threads/a+b: {size / MB:.1f} MB (the bench process, pid {pid}: both streams and the embedded "
+          f"brokers holding every message)")
+    print(f"ratio: {ratio:.2f}  (two process streams / one stream; floor {FLOOR}: "
+          f"{'ok' if ratio >= FLOOR else 'BELOW FLOOR'})")
+    print(f"threads ratio: {threads_ratio:.2f}  (two thread streams in one process / one stream, for comparison)")
+    print(f"floor: {FLOOR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
