@@ -338,9 +338,9 @@ def test_mgstreams_serve_commands(tmp_path, kafka):
             default_sink = work / "default.cypherl"
             placeholders = {"/var/lib/mgstreams": str(work / "var-lib-mgstreams"), "DIR": str(work / "state"),
                             "HOST:PORT": "127.0.0.1:0", "FILE": str(work / "token"),
-                            "URI": f"cypherl://{default_sink}"}
+                            "URI": f"cypherl://{default_sink}", "S": "7"}
             args = [placeholders.get(a, a) for a in shlex.split(variant)[1:]]
-            assert args[0] == "serve" and not set(args) & {"DIR", "HOST:PORT", "FILE", "URI"}, args
+            assert args[0] == "serve" and not set(args) & {"DIR", "HOST:PORT", "FILE", "URI", "S"}, args
             env = {**os.environ, "MGSTREAMS_STATE_DIR": str(work / "env-state")}   # the documented default
             env.pop("MGSTREAMS_DEFAULT_SINK", None)
             state = Path(args[args.index("--state-dir") + 1]) if "--state-dir" in args \

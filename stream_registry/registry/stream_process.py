@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -79,7 +80,8 @@ class ProcessRunner:
         self._stop_requested = False
         self._running = False          # started, and neither ended nor exited since
         self._last_snapshot: tuple = (set(), {}, {})
-        self._reader: threading.Thread | None = None
+        self._reader: threading.Thread | None = None   # the only thread that reaps the process
+        self._exitcode: int | None = None
 
     # -- control --------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
@@ -93,28 +95,25 @@ class ProcessRunner:
         self._reader = threading.Thread(target=self._read, name=f"mgstreams-pipe-{self.config.name}", daemon=True)
         self._reader.start()
         if not self._started.wait(timeout):
-            self._kill()
+            self.close()
             raise StreamError(f"stream {self.config.name!r}: its process did not start within {timeout:g} s")
         if self._start_error is not None:
-            self._process.join(STOP_GRACE_S)
+            self._reader.join(STOP_GRACE_S)
             raise StreamError(self._start_error)
 
     def stop(self, timeout: float) -> str | None:
         self._stop_requested = True
-        if not self._process.is_alive():   # it died or ended by itself: its status already says why
-            self.close()
+        if not self._reader.is_alive():   # it died or ended by itself: its status already says why
             return None
         self._send(("stop", timeout))
-        self._process.join(timeout + STOP_GRACE_S)
-        note = None
-        if self._process.is_alive() or self._process.exitcode == EXIT_STOP_TIMED_OUT:
-            self._kill()
-            note = (f"its process did not stop within {timeout:g} s and was killed; its last batch was not "
+        self._reader.join(timeout + STOP_GRACE_S)
+        if self._reader.is_alive() or self._exitcode == EXIT_STOP_TIMED_OUT:
+            self.close()
+            return (f"its process did not stop within {timeout:g} s and was killed; its last batch was not "
                     f"committed and is read again at the next start")
-        elif self._process.exitcode != 0:
-            note = f"its process {exit_cause(self._process.exitcode)} while stopping"
-        self.close()
-        return note
+        if self._exitcode != 0:
+            return f"its process {exit_cause(self._exitcode)} while stopping"
+        return None
 
     @property
     def alive(self) -> bool:
@@ -138,10 +137,15 @@ class ProcessRunner:
         return process_rss(self.pid) if self._running else None
 
     def close(self) -> None:
-        if self._process is not None and self._process.is_alive():
-            self._kill()
-        if self._reader is not None and self._reader is not threading.current_thread():
-            self._reader.join(STOP_GRACE_S)
+        """Kill the process if it still runs, and wait until its reader has reaped it."""
+        if self._reader is None or self._reader is threading.current_thread():
+            return
+        if self._reader.is_alive():
+            try:
+                self._process.kill()
+            except OSError:
+                pass
+        self._reader.join(STOP_GRACE_S)
 
     # -- the pipe ---------------------------------------------------------------
     def _send(self, message: tuple) -> bool:
@@ -196,27 +200,31 @@ class ProcessRunner:
         self._running = False
         for reply in list(self._waiting.values()):
             reply.done.set()
-        self._process.join(STOP_GRACE_S)
+        self._process.join(STOP_GRACE_S)   # its pipe closed: it has exited, or is about to
+        self._exitcode = self._reaped_exitcode()
         self._conn.close()
         if not self._started.is_set():
-            self._start_error = f"stream {self.config.name!r}: its process {exit_cause(self._process.exitcode)} " \
+            self._start_error = f"stream {self.config.name!r}: its process {exit_cause(self._exitcode)} " \
                                 f"while starting"
             self._started.set()
             return
         if self._stop_requested or self._start_error is not None:
             return
-        cause = ended[1] if ended is not None else exit_cause(self._process.exitcode)
+        cause = ended[1] if ended is not None else exit_cause(self._exitcode)
         if ended is not None and cause is None:
             return  # the stream ended by itself (an error it reported); its process left cleanly
         log.warning("stream %s: its process (pid %s) %s", self.config.name, self.pid, cause)
         self._on_exit(self, cause)
 
-    def _kill(self) -> None:
-        try:
-            self._process.kill()
-        except (OSError, AttributeError):
-            pass
-        self._process.join(STOP_GRACE_S)
+
+    def _reaped_exitcode(self) -> int | None:
+        """The exit status. Process.start() of another stream reaps finished children too (multiprocessing's
+        _cleanup, from the starting thread): if it won the race, the status lands on our Popen a moment later."""
+        for _ in range(100):
+            if self._process.exitcode is not None:
+                return self._process.exitcode
+            time.sleep(0.01)
+        return None
 
 
 class _Reply:
