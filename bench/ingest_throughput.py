@@ -44,6 +44,7 @@ from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
 from stream_registry.graph.transform import Messages, load_transformation, run_transformation  # noqa: E402
+from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 0.85
 TOPIC = "ingest"
@@ -92,9 +93,9 @@ def run_raw(bootstrap: str, count: int, transform: str, uri: str, group: str) ->
     started = time.perf_counter()
     fn = load_transformation(transform)
     sink = open_sink(uri)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+    consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "enable.auto.offset.store": False,
-                         "enable.partition.eof": False})
+                         "enable.partition.eof": False})   # the stream's own fetch settings: a fair baseline
     consumer.subscribe([TOPIC])
     done = 0
     try:

@@ -47,7 +47,17 @@ NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERAT
 RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                               KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
                               KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
-FETCH_WAIT_MAX_MS = 20      # librdkafka's default is 500; users may override it in configs
+# librdkafka settings a stream starts from; a stream's `configs` override them.
+CONSUMER_DEFAULTS = {
+    "auto.offset.reset": "earliest",
+    # A caught-up partition's fetch is held by the broker up to this long (default 500), and a
+    # seek waits for it: keep it short so offset changes act within tens of milliseconds.
+    "fetch.wait.max.ms": 20,
+    # Once a partition's local queue holds more than queued.min.messages (one compressed fetch
+    # often does), its next fetch waits this long (default 1000): a stream catching up then
+    # idles most of the time. 50 ms made catching up about 3x faster (bench/multi_stream.py).
+    "fetch.queue.backoff.ms": 50,
+}
 
 
 @dataclass(frozen=True)
@@ -211,10 +221,7 @@ class StreamWorker:
 
     def _open_consumer(self) -> Consumer:
         conf = {
-            "auto.offset.reset": "earliest",
-            # A caught-up partition's fetch is held by the broker up to this long, and a seek
-            # waits for it: keep it short so offset changes act within tens of milliseconds.
-            "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+            **CONSUMER_DEFAULTS,
             **self.config.client_config(),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
