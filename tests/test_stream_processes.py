@@ -221,3 +221,26 @@ def test_a_stream_process_that_does_not_stop_in_time_is_killed_and_the_stream_sa
             assert api.put("/streams/orders/start").json()["status"] in ("starting", "running")
     finally:
         host.stop()
+
+
+def test_an_offset_change_made_while_the_stream_process_is_down_is_applied_when_it_restarts(host, kafka, tmp_path):
+    """The pending-offset guarantee across a crash: the change is stored, and the restarted process applies it at
+    its first assignment, so the first message it delivers from that partition is the requested one."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 40, partitions=2)
+    out = tmp_path / "out.cypherl"
+    with http(host) as api:
+        api.post("/streams", json=stream_body(kafka, "orders", topic, out)).raise_for_status()
+        api.put("/streams/orders/start").raise_for_status()
+        wait_until(lambda: len(delivered_from_file(out)) == 40, 60, what="the first 40 messages")
+        os.kill(api.get("/streams/orders").json()["pid"], signal.SIGKILL)
+        wait_until(lambda: api.get("/streams/orders").json()["status"] == "error", 5, interval=0.02, what="error")
+        changes = api.patch("/streams/orders/offsets", json={"offset": {f"{topic}:1": 5}, "timeout_ms": 500}).json()
+        assert [(c["partition"], c["offset"], c["status"]) for c in changes] == [(1, 5, "pending")]
+        since = len(delivered_from_file(out))
+        wait_until(lambda: api.get("/streams/orders").json()["status"] == "running", 60, what="restarted")
+        wait_until(lambda: len(delivered_from_file(out)) >= since + 15, 60, what="the replay from offset 5")
+        replay = by_partition(delivered_from_file(out)[since:])
+        assert replay.get((topic, 1)) == list(range(5, 20)) and (topic, 0) not in replay
+        history = api.get("/streams/orders/history").json()
+        assert [(h["partition"], h["offset"], h["status"]) for h in history] == [(1, 5, "applied")]
