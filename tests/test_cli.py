@@ -160,10 +160,11 @@ def test_describe_table_json_and_watch(stream, host):
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
                                 "LOG-END-OFFSET", "LAG", "ASSIGNED"]
-    assert [line.split()[1:] for line in lines[1:]] == [[stream.topic, str(p), "-", "-", "0", "10", "-", "no"]
-                                                        for p in range(3)]
-    assert {line.split()[0] for line in lines[1:]} == {json.loads(run(host, "list", "--json").stdout)[0]
-                                                       ["consumer_group"]}
+    assert [line.split()[1:] for line in lines[1:4]] == [[stream.topic, str(p), "-", "-", "0", "10", "-", "no"]
+                                                         for p in range(3)]
+    assert {line.split()[0] for line in lines[1:4]} == {json.loads(run(host, "list", "--json").stdout)[0]
+                                                        ["consumer_group"]}
+    assert [line.strip() for line in lines[4:]] == ["stream orders created, no process, restarts 0"], "the caption"
     rows = json.loads(run(host, "describe", "orders", "--json").stdout)
     assert [(r["partition"], r["log_end_offset"], r["committed_offset"]) for r in rows] == \
         [(p, 10, None) for p in range(3)]
