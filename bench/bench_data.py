@@ -1,7 +1,7 @@
-"""Bench input: fast, compressed production of JSON payloads of a given size."""
+"""Bench input: fast, compressed production of JSON payloads of a given size, and its check."""
 from __future__ import annotations
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int) -> None:
@@ -36,3 +36,14 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int) 
     if producer.flush(120) or failures:
         raise SystemExit(f"bench: {len(failures)} messages were not delivered "
                          f"({failures[0] if failures else 'flush timed out'})")
+
+
+def check_topic(bootstrap: str, topic: str, partitions: int, count: int) -> None:
+    """Every produced message is still on the broker (log start 0, ends summing to count)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench_check"})
+    try:
+        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)]
+    finally:
+        consumer.close()
+    if any(low != 0 for low, _ in marks) or sum(high for _, high in marks) != count:
+        raise SystemExit(f"bench: topic {topic} does not hold all {count} messages: watermarks {marks}")

@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_data import produce  # noqa: E402
+from bench_data import check_topic, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
@@ -53,17 +53,6 @@ BATCH_SIZE = 1000
 BATCH_INTERVAL_MS = 100
 POLL_S = 0.05
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
-
-
-def check_topic(bootstrap: str, count: int) -> None:
-    """Every produced message is still on the broker (log start 0, ends summing to count)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench_check"})
-    try:
-        marks = [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10) for p in range(PARTITIONS)]
-    finally:
-        consumer.close()
-    if any(low != 0 for low, _ in marks) or sum(high for _, high in marks) != count:
-        raise SystemExit(f"bench: topic does not hold all {count} messages: watermarks {marks}")
 
 
 def sink_uri(kind: str, out_dir: Path, label: str) -> str:
@@ -179,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.create_topic(TOPIC, PARTITIONS, 3)
             t = time.perf_counter()
             produce(bootstrap, TOPIC, args.messages, PARTITIONS, args.size)
-            check_topic(bootstrap, args.messages)
+            check_topic(bootstrap, TOPIC, PARTITIONS, args.messages)
             print(f"produced in {time.perf_counter() - t:.1f} s", flush=True)
             # the stream's cypherl files go to out_dir (tmpfs), outside the registry's default <state>/output
             os.environ[OUTPUT_DIRS_ENV] = os.pathsep.join(filter(None, (os.environ.get(OUTPUT_DIRS_ENV), str(out_dir))))

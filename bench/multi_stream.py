@@ -58,7 +58,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_data import produce  # noqa: E402
+from bench_data import check_topic, produce  # noqa: E402
 import psutil  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
@@ -79,17 +79,6 @@ SINK = "null://"
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages_batched"
 VARIANTS = ("one", "two", "threads")
 MB = 1024 * 1024
-
-
-def check_topic(bootstrap: str, topic: str, partitions: int, count: int) -> None:
-    """Every produced message is still on the broker (log start 0, ends summing to count)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench_check"})
-    try:
-        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)]
-    finally:
-        consumer.close()
-    if any(low != 0 for low, _ in marks) or sum(high for _, high in marks) != count:
-        raise SystemExit(f"bench: topic {topic} does not hold all {count} messages: watermarks {marks}")
 
 
 @dataclass
