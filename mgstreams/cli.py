@@ -126,7 +126,7 @@ def _client() -> HostClient:
 
 STREAM_COLUMNS = ("NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK", "ERROR")
 DESCRIBE_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
-                    "LOG-END-OFFSET", "LAG", "ASSIGNED")
+                    "LOG-END-OFFSET", "LAG", "ASSIGNED", "STORED-OFFSET", "RESUME-OFFSET")
 CHANGE_COLUMNS = ("TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET", "STATUS", "MESSAGE")
 HISTORY_COLUMNS = ("CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS")
 
@@ -148,7 +148,7 @@ def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> Table:
     """describe() rows as `kafka-consumer-groups --describe` prints them."""
     return table(DESCRIBE_COLUMNS, (
         (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
-         "yes" if r.assigned else "no") for r in rows))
+         "yes" if r.assigned else "no", r.stored_offset, r.resume_offset) for r in rows))
 
 
 def changes_table(changes: Iterable[OffsetChange]) -> Table:

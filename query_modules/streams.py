@@ -34,6 +34,8 @@ MARGIN_S = 5.0     # set_stream_offset waits its own timeout_ms, plus this for t
 MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
 
 StatusRecord = mgp.Record(name=str, status=str)
+OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
+               "errors.deadletterqueue.context.headers.enable")
 
 
 def _host(method: str, path: str, body: dict = None, timeout: float = TIMEOUT_S):
@@ -99,20 +101,27 @@ def _status(info: dict) -> mgp.Record:
 def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: str = "",
            sink: str = DEFAULT_SINK, consumer_group: str = "", batch_size: int = 1000,
            batch_interval_ms: int = 100, configs: mgp.Map = {}, credentials: mgp.Map = {},
-           restart: str = "on-failure") -> StatusRecord:
+           restart: str = "on-failure", options: mgp.Map = {}) -> StatusRecord:
     """Create a stream (stopped): topics, brokers, transformation `module.function`, graph sink URI.
 
     An empty transform stores each message as a (:KafkaMessage) node; an empty
     consumer_group means `mgstreams_<name>`. The stream runs in a process of its
     own; restart "on-failure" starts it again (with backoff) when that process
-    dies, "never" leaves it in error. Nothing is stored when a check fails.
+    dies, "never" leaves it in error. options takes Kafka Connect's keys: "delivery"
+    ("at_least_once" | "exactly_once"), "errors.tolerance" ("none" | "all"),
+    "errors.deadletterqueue.topic.name", "errors.deadletterqueue.context.headers.enable".
+    Nothing is stored when a check fails.
     """
     configs, credentials = _map(configs, "configs"), _map(credentials, "credentials")
+    options = _map(options, "options")
+    for key in options:
+        if key not in OPTION_KEYS:
+            raise Exception(f"options: unknown key {key!r} (known: {', '.join(OPTION_KEYS)})")
     return _status(_host("POST", "/streams", {
         "name": name, "topics": [*topics], "bootstrap_servers": bootstrap_servers, "transform": transform,
         "sink": sink, "consumer_group": consumer_group, "batch_size": batch_size,
         "batch_interval_ms": batch_interval_ms, "configs": configs, "credentials": credentials,
-        "restart": restart}))
+        "restart": restart, **options}))
 
 
 @mgp.read_proc
@@ -146,11 +155,13 @@ def _procedure_name(name: str):
 def list_streams() -> mgp.Record(name=str, topics=mgp.List[str], consumer_group=str, bootstrap_servers=str,
                          transform=str, sink=str, status=str, error=mgp.Nullable[str], configs=mgp.Map,
                          credentials=mgp.Map, restart=str, pid=mgp.Nullable[int],
-                         rss_bytes=mgp.Nullable[int], restarts=int):
+                         rss_bytes=mgp.Nullable[int], restarts=int, delivery=str, errors_tolerance=str,
+                         dead_letter_topic=mgp.Nullable[str], dead_lettered=int, skipped=int):
     """Every stream with its configuration (secrets in configs and all credentials masked) and, while it
     runs, its process: pid, resident memory, restarts after that process died."""
     fields = ("name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
-              "configs", "credentials", "restart", "pid", "rss_bytes", "restarts")
+              "configs", "credentials", "restart", "pid", "rss_bytes", "restarts", "delivery", "errors_tolerance",
+              "dead_letter_topic", "dead_lettered", "skipped")
     return [mgp.Record(**{field: info.get(field) for field in fields}) for info in _host("GET", "/streams")]
 
 
@@ -182,11 +193,14 @@ def set_stream_offset(name: str, offset: mgp.Any, timeout_ms: int = 10000, dry_r
 @mgp.read_proc
 def offsets(name: str) -> mgp.Record(topic=str, partition=int, committed_offset=mgp.Nullable[int],
                                      position=mgp.Nullable[int], log_start_offset=int, log_end_offset=int,
-                                     lag=mgp.Nullable[int], assigned=bool):
-    """Per partition: committed offset, consumer position, log start/end, lag, held by this stream."""
+                                     lag=mgp.Nullable[int], assigned=bool, stored_offset=mgp.Nullable[int],
+                                     resume_offset=mgp.Nullable[int]):
+    """Per partition: committed offset, consumer position, log start/end, lag, held by this stream, the
+    offset stored in the graph (exactly-once streams) and where the stream resumes if started now."""
     return [mgp.Record(topic=p["topic"], partition=p["partition"], committed_offset=p["committed_offset"],
                        position=p["position"], log_start_offset=p["log_start_offset"],
-                       log_end_offset=p["log_end_offset"], lag=p["lag"], assigned=bool(p["assigned"]))
+                       log_end_offset=p["log_end_offset"], lag=p["lag"], assigned=bool(p["assigned"]),
+                       stored_offset=p.get("stored_offset"), resume_offset=p.get("resume_offset"))
             for p in _host("GET", _stream(name, "/offsets"))]
 
 

@@ -41,6 +41,35 @@ class RestartPolicy(str, Enum):
         return self.value
 
 
+class Delivery(str, Enum):
+    """Where a batch's offsets are kept, and so what a crash can repeat."""
+    AT_LEAST_ONCE = "at_least_once"   # committed to Kafka after the graph write: a crash repeats one batch
+    EXACTLY_ONCE = "exactly_once"     # written with the batch, in the same transaction or write: nothing repeats
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ErrorsTolerance(str, Enum):
+    """What a message that cannot be transformed or written does to its stream (Kafka Connect's errors.tolerance)."""
+    NONE = "none"   # the batch is retried, then the stream goes to error
+    ALL = "all"     # the message is dead-lettered (or skipped and recorded); the others go on
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Kafka Connect's names for these settings: Cypher's `options` map and the API's create body use them.
+OPTION_FIELDS = {
+    "delivery": "delivery",
+    "errors.tolerance": "errors_tolerance",
+    "errors.deadletterqueue.topic.name": "dead_letter_topic",
+    "errors.deadletterqueue.context.headers.enable": "dead_letter_context_headers",
+    "restart": "restart",
+}
+_ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
+
+
 @dataclass(frozen=True)
 class StreamConfig:
     name: str
@@ -54,6 +83,10 @@ class StreamConfig:
     configs: Mapping[str, Any] = field(default_factory=dict)
     credentials: Mapping[str, Any] = field(default_factory=dict)
     restart: RestartPolicy = RestartPolicy.ON_FAILURE
+    delivery: Delivery = Delivery.AT_LEAST_ONCE
+    errors_tolerance: ErrorsTolerance = ErrorsTolerance.NONE
+    dead_letter_topic: str | None = None
+    dead_letter_context_headers: bool = True
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
@@ -76,10 +109,14 @@ class StreamConfig:
                 raise ConfigError(f"{name}: expected a map, got {type(value).__name__}"
                                   + ("" if name == "credentials" else f" {_shown_value(value)}"))
             object.__setattr__(self, name, dict(value or {}))
-        if self.restart is None:
-            object.__setattr__(self, "restart", RestartPolicy.ON_FAILURE)
-        elif isinstance(self.restart, str) and self.restart in {p.value for p in RestartPolicy}:
-            object.__setattr__(self, "restart", RestartPolicy(self.restart))
+        for name, kind in _ENUM_FIELDS.items():   # text from JSON or Cypher becomes the enum; validate() names the rest
+            value = getattr(self, name)
+            if value is None:
+                object.__setattr__(self, name, next(iter(kind)))
+            elif isinstance(value, str) and value in {member.value for member in kind}:
+                object.__setattr__(self, name, kind(value))
+        if self.dead_letter_topic == "":
+            object.__setattr__(self, "dead_letter_topic", None)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={self._shown(f.name)!r}" for f in fields(self))
@@ -155,9 +192,26 @@ class StreamConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
-        if not isinstance(self.restart, RestartPolicy):
-            raise ConfigError(f"restart: expected one of {', '.join(repr(p.value) for p in RestartPolicy)}, "
-                              f"got {_shown_value(self.restart)}")
+        for name, kind in _ENUM_FIELDS.items():
+            if not isinstance(getattr(self, name), kind):
+                raise ConfigError(f"{_option_name(name)}: expected one of "
+                                  f"{', '.join(repr(member.value) for member in kind)}, "
+                                  f"got {_shown_value(getattr(self, name))}")
+        topic = self.dead_letter_topic
+        if topic is not None:
+            if not isinstance(topic, str) or not _TOPIC.match(topic) or len(topic) > MAX_TOPIC_LENGTH \
+                    or topic in (".", ".."):
+                raise ConfigError(f"{_option_name('dead_letter_topic')}: {_shown_value(topic)} is not a valid "
+                                  f"Kafka topic name")
+            if topic in self.topics:
+                raise ConfigError(f"{_option_name('dead_letter_topic')}: {topic!r} is one of the stream's own "
+                                  f"topics")
+            if self.errors_tolerance != ErrorsTolerance.ALL:
+                raise ConfigError(f"{_option_name('dead_letter_topic')}: {topic!r} needs errors.tolerance 'all' "
+                                  f"(got {self.errors_tolerance.value!r})")
+        if not isinstance(self.dead_letter_context_headers, bool):
+            raise ConfigError(f"{_option_name('dead_letter_context_headers')}: expected true or false, "
+                              f"got {_shown_value(self.dead_letter_context_headers)}")
         if not isinstance(self.transform, str) or "." not in self.transform:
             raise ConfigError(f"transform: expected 'module.function', got {self.transform!r}")
         if not isinstance(self.sink, str) or not self.sink:
@@ -190,6 +244,12 @@ class StreamConfig:
         if protocol is not None and protocol not in GROUP_PROTOCOLS:
             raise ConfigError(f"configs['group.protocol']: {protocol!r} is not one of "
                               f"{', '.join(sorted(GROUP_PROTOCOLS))}")
+
+
+def _option_name(field_name: str) -> str:
+    """How an error names a setting: Kafka Connect's key where there is one, with the Python field."""
+    key = next((k for k, f in OPTION_FIELDS.items() if f == field_name), field_name)
+    return key if key == field_name else f"{key} ({field_name})"
 
 
 def _secrets_of(configs: Any, credentials: Any) -> list[str]:

@@ -30,6 +30,9 @@ class PartitionOffsets:
     log_end_offset: int
     lag: int | None
     assigned: bool
+    stored_offset: int | None = None   # exactly-once: the next offset the sink holds with the data
+    resume_offset: int | None = None   # where the stream resumes if started now: pending, else stored
+                                       # (exactly-once), else committed, else auto.offset.reset
 
 
 @dataclass(frozen=True)

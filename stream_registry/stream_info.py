@@ -36,3 +36,8 @@ class StreamInfo:
     pid: int | None = None             # the process that runs the stream's consumer, while it runs
     rss_bytes: int | None = None       # that process's resident memory
     restarts: int = 0                  # restarts after its process died, since the stream was last started
+    delivery: str = "at_least_once"    # its Delivery, as text
+    errors_tolerance: str = "none"     # its ErrorsTolerance, as text
+    dead_letter_topic: str | None = None
+    dead_lettered: int = 0             # messages sent to the dead-letter topic, since the stream was created
+    skipped: int = 0                   # messages skipped (errors.tolerance 'all' without a dead-letter topic)

@@ -23,9 +23,10 @@ from host_helpers import ROOT, HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
-                 "configs", "credentials", "batch_size", "batch_interval_ms", "restart", "pid", "rss_bytes", "restarts"}
+                 "configs", "credentials", "batch_size", "batch_interval_ms", "restart", "pid", "rss_bytes", "restarts",
+                 "delivery", "errors_tolerance", "dead_letter_topic", "dead_lettered", "skipped"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
-                  "assigned"}
+                  "assigned", "stored_offset", "resume_offset"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message"}
 HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset", "status"}
 

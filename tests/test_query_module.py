@@ -42,14 +42,16 @@ SIGNATURES = {
         'streams.create(name :: STRING, topics :: LIST OF STRING, bootstrap_servers :: STRING, '
         'transform = "" :: STRING, sink = "bolt://localhost:7687" :: STRING, consumer_group = "" :: STRING, '
         'batch_size = 1000 :: INTEGER, batch_interval_ms = 100 :: INTEGER, configs = {} :: MAP, '
-        'credentials = {} :: MAP, restart = "on-failure" :: STRING) :: (name :: STRING, status :: STRING)'),
+        'credentials = {} :: MAP, restart = "on-failure" :: STRING, options = {} :: MAP) '
+        ':: (name :: STRING, status :: STRING)'),
     "streams.start": "streams.start(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.stop": "streams.stop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.drop": "streams.drop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.list": (
         "streams.list() :: (bootstrap_servers :: STRING, configs :: MAP, consumer_group :: STRING, "
-        "credentials :: MAP, error :: STRING?, name :: STRING, pid :: INTEGER?, restart :: STRING, "
-        "restarts :: INTEGER, rss_bytes :: INTEGER?, sink :: STRING, status :: STRING, "
+        "credentials :: MAP, dead_letter_topic :: STRING?, dead_lettered :: INTEGER, delivery :: STRING, "
+        "error :: STRING?, errors_tolerance :: STRING, name :: STRING, pid :: INTEGER?, restart :: STRING, "
+        "restarts :: INTEGER, rss_bytes :: INTEGER?, sink :: STRING, skipped :: INTEGER, status :: STRING, "
         "topics :: LIST OF STRING, transform :: STRING)"),
     "streams.set_stream_offset": (
         "streams.set_stream_offset(name :: STRING, offset :: ANY, timeout_ms = 10000 :: INTEGER, "
@@ -58,7 +60,7 @@ SIGNATURES = {
     "streams.offsets": (
         "streams.offsets(name :: STRING) :: (assigned :: BOOLEAN, committed_offset :: INTEGER?, "
         "lag :: INTEGER?, log_end_offset :: INTEGER, log_start_offset :: INTEGER, partition :: INTEGER, "
-        "position :: INTEGER?, topic :: STRING)"),
+        "position :: INTEGER?, resume_offset :: INTEGER?, stored_offset :: INTEGER?, topic :: STRING)"),
     "streams.history": (
         "streams.history(name :: STRING) :: (changed_at :: LOCAL_DATE_TIME, offset :: INTEGER, "
         "partition :: INTEGER, previous_offset :: INTEGER?, status :: STRING, topic :: STRING)"),
@@ -172,7 +174,7 @@ def test_defaults_give_a_working_stream(connected, kafka, monkeypatch, env_sink,
      "'streams.set_stream_offset' argument named 'dry_run' at position 3 must be of type BOOLEAN."),
     ("streams.list", ("s",), "'streams.list' requires no arguments."),
     ("streams.offsets", (), "'streams.offsets' requires exactly 1 argument."),
-    ("streams.create", ("s", ["t"]), "'streams.create' requires between 3 and 11 arguments."),
+    ("streams.create", ("s", ["t"]), "'streams.create' requires between 3 and 12 arguments."),
 ])
 def test_wrong_cypher_types_give_clear_errors(memgraph, procedure, args, message):
     assert str(error_of(memgraph, procedure, *args)) == message

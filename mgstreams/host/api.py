@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
+from stream_registry.config import OPTION_FIELDS
 from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound, StreamStateError
 
 from ..wire import to_json
@@ -34,7 +35,7 @@ log = logging.getLogger("mgstreams.host")
 
 DEFAULT_TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "consumer_group", "batch_size",
-                 "batch_interval_ms", "configs", "credentials", "restart")
+                 "batch_interval_ms", "configs", "credentials", *OPTION_FIELDS)
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 3_600_000
@@ -60,7 +61,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         body.setdefault("sink", default_sink)
         body["transform"] = body.get("transform") or DEFAULT_TRANSFORM
         body["consumer_group"] = body.get("consumer_group") or None
-        return await _call(lambda: create_stream(registry, StreamConfig(**body)), status=201)
+        fields = {OPTION_FIELDS.get(key, key): value for key, value in body.items()}
+        return await _call(lambda: create_stream(registry, StreamConfig(**fields)), status=201)
 
     async def get(request: Request) -> Response:
         return await _call(lambda: registry.get(_name(request)))

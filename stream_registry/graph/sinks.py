@@ -37,10 +37,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .cypher_literals import render_statement, text_of_bytes
+from .offset_store import READ_QUERY, offsets_in_cypherl, offsets_in_statements
 from ..errors import ConfigError, SinkError
 from ..redaction import MASK, redact
 from .transform import Statement
@@ -58,6 +59,10 @@ _NO_CREDENTIALS: Mapping[str, str] = MappingProxyType({})
 class Sink(Protocol):
     def write(self, statements: Sequence[Statement]) -> None:
         """Apply one batch in one transaction; raise SinkError if it was not applied."""
+
+    def stored_offsets(self, stream: str, partitions: Iterable[tuple[str, int]] | None = None
+                       ) -> dict[tuple[str, int], int]:
+        """The offsets an exactly-once stream stored with its batches (offset_store); SinkError if unreadable."""
 
     def close(self) -> None:
         """Release files and connections; idempotent."""
@@ -81,6 +86,24 @@ def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
     if output is not None:
         settings = output.admit(settings, uri)
     return SCHEMES[scheme].open(settings, credentials or _NO_CREDENTIALS)
+
+
+def read_stored_offsets(uri: str, stream: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
+                        output: "OutputPolicy | None" = None) -> dict[tuple[str, int], int]:
+    """A stopped exactly-once stream's stored offsets, read without opening its sink for writing
+    (a cypherl file is not created; null:// keeps none once its stream process is gone)."""
+    scheme, settings = _parse(uri)
+    if output is not None:
+        settings = output.admit(settings, uri)
+    if isinstance(settings, CypherlSettings):
+        try:
+            return offsets_in_cypherl(settings.path, stream)
+        except OSError as exc:
+            raise SinkError(f"sink cypherl://{settings.path}: reading the stored offsets failed: {exc}") from None
+    if scheme == "null":
+        return {}
+    with SCHEMES[scheme].open(settings, credentials or _NO_CREDENTIALS) as sink:
+        return sink.stored_offsets(stream)
 
 
 # -- where file sinks may write -----------------------------------------------
@@ -219,10 +242,18 @@ class NullSink(_Closing):
     def __init__(self):
         self.statements = 0
         self.batches = 0
+        self._offsets: dict[str, dict] = {}
 
     def write(self, statements: Sequence[Statement]) -> None:
         self.statements += len(statements)
         self.batches += 1
+        for stream in {s.parameters.get("stream") for s in statements[-1:] if isinstance(s.parameters, Mapping)}:
+            if isinstance(stream, str):
+                self._offsets.setdefault(stream, {}).update(offsets_in_statements(stream, statements))
+
+    def stored_offsets(self, stream, partitions=None):
+        """Kept in memory: an exactly-once stream on null:// survives a restart of its stream, not of its process."""
+        return dict(self._offsets.get(stream, {}))
 
     def close(self) -> None:
         pass
@@ -299,6 +330,13 @@ class CypherlSink(_Closing):
         except UnicodeEncodeError as exc:
             raise SinkError(f"sink cypherl://{self.path}: a query holds text that is not valid Unicode "
                             f"({exc.reason})") from None
+
+    def stored_offsets(self, stream, partitions=None):
+        with self._lock:
+            try:
+                return offsets_in_cypherl(self.path, stream, partitions)
+            except OSError as exc:
+                raise SinkError(f"sink cypherl://{self.path}: reading the stored offsets failed: {exc}") from None
 
     def _cut_back(self, size: int) -> None:
         try:
@@ -441,6 +479,21 @@ class BoltSink(_Closing):
                     if attempt == self.retries or not is_transient(exc):
                         raise self._failure(len(work), attempt, exc) from None
                 self._sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
+
+    def stored_offsets(self, stream, partitions=None):
+        with self._lock:
+            try:
+                cursor = self._connection().cursor()
+                cursor.execute(READ_QUERY, {"stream": stream})
+                rows = cursor.fetchall()
+                self._connection().commit()
+            except SinkError:
+                raise
+            except Exception as exc:
+                self._abandon()
+                raise SinkError(f"sink {self.scheme}://{self.host}:{self.port}: reading the stored offsets "
+                                f"failed: {type(exc).__name__}: {exc}") from None
+        return {(topic, partition): offset for topic, partition, offset in rows}
 
     def _apply(self, work: list[tuple[str, dict]]) -> None:
         conn = self._connection()

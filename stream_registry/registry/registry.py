@@ -22,19 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import RestartPolicy, StreamConfig
+from ..config import Delivery, RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets
 from ..redaction import mask_all, redact
-from ..graph.sinks import OutputPolicy, validate_sink_uri
+from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
 from .runner import Isolation, StreamRunner, ThreadRunner, load_stream_transformation
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
 from ..stream_info import StreamInfo, StreamStatus
-from .worker import AppliedOffset, RetryPolicy
+from .worker import AppliedOffset, RetryPolicy, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
@@ -211,7 +211,7 @@ class StreamRegistry:
             query = self._query(stream)
             partitions = query.partitions(stream.config.topics, max(deadline - time.monotonic(), 0.1))
             spec.check_against(partitions)
-            positions = runner.snapshot()[1] if runner else {}
+            positions = runner.snapshot().positions if runner else {}
             snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions,
                                         deadline=deadline)
             resolved = resolve(spec, snapshots, query.offsets_for_times, running=runner is not None)
@@ -242,17 +242,46 @@ class StreamRegistry:
         return changes
 
     def describe(self, name: str) -> list[PartitionOffsets]:
-        """Per partition: committed, position, log start/end, lag, held by this stream's consumer."""
+        """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
+        offset its sink stores (exactly-once) and where it would resume if started now."""
         stream = self._stream(name)
+        config = stream.config
         with stream.lock:
             query = self._query(stream)
-            partitions = query.partitions(stream.config.topics)
+            partitions = query.partitions(config.topics)
             runner = self._running(stream)
-            assigned, positions, _ = runner.snapshot() if runner else (set(), {}, {})
-            snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions)
+            seen = runner.snapshot() if runner else WorkerSnapshot()
+            snapshots = query.snapshots([(t, p) for t in config.topics for p in partitions[t]], seen.positions)
+            stored = dict(seen.stored) if runner else self._stored_offsets(config)
+            pending = self._store.pending(name)
+        exactly_once = config.delivery == Delivery.EXACTLY_ONCE
+        from_end = str(config.configs.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
+
+        def resume(s) -> int | None:
+            key = (s.topic, s.partition)
+            if key in pending:
+                return pending[key]
+            if exactly_once:   # the graph holds nothing of a partition without a stored offset
+                return stored.get(key, s.log_start) if stored is not None else None
+            if s.committed is not None:
+                return s.committed
+            return s.log_end if from_end else s.log_start
+
         return [PartitionOffsets(s.topic, s.partition, s.committed, s.position, s.log_start, s.log_end,
                                  None if s.committed is None else max(s.log_end - s.committed, 0),
-                                 (s.topic, s.partition) in assigned) for s in snapshots]
+                                 (s.topic, s.partition) in seen.assigned,
+                                 stored.get((s.topic, s.partition)) if stored else None, resume(s))
+                for s in snapshots]
+
+    def _stored_offsets(self, config: StreamConfig) -> dict | None:
+        """A stopped exactly-once stream's offsets, read from its sink; None when the sink cannot be read."""
+        if config.delivery != Delivery.EXACTLY_ONCE:
+            return {}
+        try:
+            return read_stored_offsets(config.sink, config.name, config.sink_credentials(), self._output_policy())
+        except StreamError as exc:
+            log.warning("stream %s: %s", config.name, redact(str(exc), config.secret_values()))
+            return None
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
         stream = self._stream(name)
@@ -415,7 +444,7 @@ class StreamRegistry:
                           c.shown_configs(), mask_all(c.credentials),
                           c.batch_size, c.batch_interval_ms, c.restart.value,
                           runner.pid if runner else None, runner.rss_bytes() if runner else None,
-                          stream.restarts)
+                          stream.restarts, c.delivery.value, c.errors_tolerance.value, c.dead_letter_topic)
 
 
 def _grouped_reasons(resolved) -> str:

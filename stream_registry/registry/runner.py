@@ -17,12 +17,12 @@ from typing import Callable, Mapping, Protocol
 
 import psutil
 
-from ..config import StreamConfig
+from ..config import Delivery, StreamConfig
 from ..errors import ConfigError, StreamError
 from ..graph.sinks import OutputPolicy, open_sink
 from ..graph.transform import load_transformation
 from ..stream_info import StreamStatus
-from .worker import AppliedOffset, RetryPolicy, StreamWorker
+from .worker import AppliedOffset, RetryPolicy, StreamWorker, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
@@ -49,7 +49,7 @@ class StreamRunner(Protocol):
     def alive(self) -> bool: ...
     @property
     def stopping(self) -> bool: ...
-    def snapshot(self) -> tuple[set[TP], dict[TP, int], dict[TP, int]]: ...
+    def snapshot(self) -> WorkerSnapshot: ...
     def request_offsets(self, offsets: Mapping[TP, int], timeout: float
                         ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]: ...
     def rss_bytes(self) -> int | None: ...
@@ -73,6 +73,9 @@ class ThreadRunner:
         transformation = load_stream_transformation(self.config)
         self._sink = open_sink(self.config.sink, self.config.sink_credentials(), self._output)
         try:
+            if self.config.delivery == Delivery.EXACTLY_ONCE and not hasattr(self._sink, "stored_offsets"):
+                raise ConfigError(f"delivery: 'exactly_once' needs a sink that stores offsets with its batches "
+                                  f"(bolt, cypherl, null), not {self.config.sink!r}")
             self._worker = StreamWorker(self.config, transformation, self._sink, pending=self._pending,
                                         on_status=self._on_status, on_applied=self._on_applied, retry=self._retry)
             self._worker.start(timeout)
@@ -96,7 +99,7 @@ class ThreadRunner:
         return self._worker is not None and self._worker.stopping
 
     def snapshot(self):
-        return self._worker.snapshot() if self._worker is not None else (set(), {}, {})
+        return self._worker.snapshot() if self._worker is not None else WorkerSnapshot()
 
     def request_offsets(self, offsets, timeout):
         return self._worker.request_offsets(offsets, timeout)

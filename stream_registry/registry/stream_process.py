@@ -37,7 +37,7 @@ from ..graph.sinks import OutputPolicy
 from ..redaction import redact
 from ..stream_info import StreamStatus
 from .runner import AppliedCallback, StatusCallback, ThreadRunner, process_rss
-from .worker import RetryPolicy
+from .worker import RetryPolicy, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
@@ -79,7 +79,7 @@ class ProcessRunner:
         self._start_error: str | None = None
         self._stop_requested = False
         self._running = False          # started, and neither ended nor exited since
-        self._last_snapshot: tuple = (set(), {}, {})
+        self._last_snapshot = WorkerSnapshot()
         self._reader: threading.Thread | None = None   # the only thread that reaps the process
         self._exitcode: int | None = None
 

@@ -18,14 +18,15 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ..config import StreamConfig
+from ..config import Delivery, StreamConfig
 from ..errors import StreamError
+from ..graph.offset_store import offset_statements
 from ..kafka.client import new_consumer
 from ..redaction import redact
 from ..stream_info import StreamStatus
@@ -40,6 +41,7 @@ COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 CONFIRM_RETRY_S = 0.5       # between retries of a move whose commit failed
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 OUTAGE_PROBE_TIMEOUT_S = 0.5
+OFFSET_BEGINNING = -2       # librdkafka's raw constant
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
 # Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
 NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
@@ -69,6 +71,15 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         return min(self.first_backoff_s * (2 ** (attempt - 1)), self.max_backoff_s)
+
+
+@dataclass(frozen=True)
+class WorkerSnapshot:
+    """What the poll thread last saw, for describe() and offset changes."""
+    assigned: frozenset = frozenset()
+    positions: Mapping = field(default_factory=dict)
+    pending: Mapping = field(default_factory=dict)
+    stored: Mapping = field(default_factory=dict)   # exactly-once: the offsets the sink holds, as last written
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,8 @@ class StreamWorker:
         self._requests: list[_OffsetRequest] = []
         self._assigned: set[TP] = set()
         self._positions: dict[TP, int] = {}
+        self._stored: dict[TP, int] = {}
+        self._exactly_once = config.delivery == Delivery.EXACTLY_ONCE
         self._batch: list = []   # the batch being collected (poll thread)
         self._unconfirmed: dict[TP, int] = {}   # moved, but the commit failed: retried
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
@@ -173,10 +186,10 @@ class StreamWorker:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def snapshot(self) -> tuple[set[TP], dict[TP, int], dict[TP, int]]:
-        """(assigned partitions, positions, pending offsets) as the poll thread last saw them."""
+    def snapshot(self) -> WorkerSnapshot:
         with self._state_lock:
-            return set(self._assigned), dict(self._positions), dict(self._pending)
+            return WorkerSnapshot(frozenset(self._assigned), dict(self._positions), dict(self._pending),
+                                  dict(self._stored))
 
     def request_offsets(self, offsets: Mapping[TP, int], timeout: float
                         ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]:
@@ -271,10 +284,15 @@ class StreamWorker:
     def _process(self, batch: list) -> bool:
         """Transform, write, commit. Returns False when the stream went to ERROR."""
         messages = [Message.from_kafka(m) for m in batch]
+        next_offsets: dict[TP, int] = {}
+        for m in batch:
+            next_offsets[(m.topic(), m.partition())] = m.offset() + 1
         attempt = 0
         while True:
             try:
                 statements = run_transformation(self._transformation, messages)
+                if self._exactly_once:   # the offsets go with the batch, in its transaction or its append
+                    statements = [*statements, *offset_statements(self.config.name, next_offsets)]
                 self._sink.write(statements)
                 break
             except Exception as exc:  # transformation or sink: retry the same batch, never skip it
@@ -288,10 +306,10 @@ class StreamWorker:
                 if self._stop.wait(self._retry.backoff(attempt)):
                     self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
                     return True
-        next_offsets: dict[TP, int] = {}
-        for m in batch:
-            next_offsets[(m.topic(), m.partition())] = m.offset() + 1
-        if self._commit(next_offsets) is None:
+        if self._exactly_once:
+            with self._state_lock:
+                self._stored.update(next_offsets)
+        if self._commit(next_offsets) is None:   # exactly-once too: lag tools read the group's offsets
             # A move whose own commit failed is committed now, past its offset: it is applied.
             carried = {tp: self._unconfirmed[tp] for tp in next_offsets if tp in self._unconfirmed}
             if carried:
@@ -389,7 +407,7 @@ class StreamWorker:
         retried between batches until it succeeds or the partition is revoked.
         """
         self._moved = True
-        error = self._commit(offsets)
+        error = self._store_in_sink(offsets) or self._commit(offsets)
         if error is not None:
             self._unconfirmed.update(offsets)
             self._next_confirm = time.monotonic() + CONFIRM_RETRY_S
@@ -398,6 +416,19 @@ class StreamWorker:
                                       "retried until it succeeds")
             return
         self._record_applied(offsets)
+
+    def _store_in_sink(self, offsets: Mapping[TP, int]) -> str | None:
+        """Exactly-once: a moved partition's new offset is stored in the graph first, so a deliberate
+        rewind is replayed after a restart, not skipped. None when stored (or nothing to store)."""
+        if not self._exactly_once:
+            return None
+        try:
+            self._sink.write(offset_statements(self.config.name, offsets))
+        except Exception as exc:  # the sink is down: retried with the commit, as a failed commit is
+            return f"storing the new offset in the sink failed: {self._redact(exc)}"
+        with self._state_lock:
+            self._stored.update(offsets)
+        return None
 
     def _record_applied(self, offsets: Mapping[TP, int]) -> None:
         """The moves are committed: update positions, resolve waiting requests, report."""
@@ -433,6 +464,9 @@ class StreamWorker:
                 if key in self._pending:
                     tp.offset = self._pending[key]
                     applied[key] = tp.offset
+        if self._exactly_once and not self._resume_from_sink([tp for tp in partitions
+                                                              if (tp.topic, tp.partition) not in applied]):
+            return
         try:
             self._assignment(lambda: consumer.incremental_assign(partitions), lambda: consumer.assign(partitions))
         except KafkaException as exc:
@@ -447,6 +481,25 @@ class StreamWorker:
         if applied:
             self._finish_applied(applied)
         self._set_status(StreamStatus.RUNNING)
+
+    def _resume_from_sink(self, partitions: list[TopicPartition]) -> bool:
+        """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
+        behind it after a snapshot restore); a partition the graph holds nothing of starts at the beginning."""
+        if not partitions:
+            return True
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        try:
+            stored = self._sink.stored_offsets(self.config.name, keys)
+        except Exception as exc:
+            self._fatal = f"reading the offsets stored in the sink for {_tps_text(partitions)} failed: " \
+                          f"{self._redact(exc)}"
+            return False
+        with self._state_lock:
+            for tp, key in zip(partitions, keys):
+                tp.offset = stored.get(key, OFFSET_BEGINNING)
+                if key in stored:
+                    self._stored[key] = stored[key]
+        return True
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Give the partitions up: their uncollected messages leave the batch (uncommitted, the next
