@@ -89,7 +89,8 @@ def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
 
 
 def read_stored_offsets(uri: str, stream: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
-                        output: "OutputPolicy | None" = None) -> dict[tuple[str, int], int]:
+                        output: "OutputPolicy | None" = None, partitions: Iterable[tuple[str, int]] | None = None
+                        ) -> dict[tuple[str, int], int]:
     """A stopped exactly-once stream's stored offsets, read without opening its sink for writing
     (a cypherl file is not created; null:// keeps none once its stream process is gone)."""
     scheme, settings = _parse(uri)
@@ -97,13 +98,13 @@ def read_stored_offsets(uri: str, stream: str, credentials: Mapping[str, str] = 
         settings = output.admit(settings, uri)
     if isinstance(settings, CypherlSettings):
         try:
-            return offsets_in_cypherl(settings.path, stream)
+            return offsets_in_cypherl(settings.path, stream, partitions)
         except OSError as exc:
             raise SinkError(f"sink cypherl://{settings.path}: reading the stored offsets failed: {exc}") from None
     if scheme == "null":
         return {}
     with SCHEMES[scheme].open(settings, credentials or _NO_CREDENTIALS) as sink:
-        return sink.stored_offsets(stream)
+        return sink.stored_offsets(stream, partitions)
 
 
 # -- where file sinks may write -----------------------------------------------

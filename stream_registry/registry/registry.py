@@ -251,8 +251,11 @@ class StreamRegistry:
             partitions = query.partitions(config.topics)
             runner = self._running(stream)
             seen = runner.snapshot() if runner else WorkerSnapshot()
-            snapshots = query.snapshots([(t, p) for t in config.topics for p in partitions[t]], seen.positions)
-            stored = dict(seen.stored) if runner else self._stored_offsets(config)
+            tps = [(t, p) for t in config.topics for p in partitions[t]]
+            snapshots = query.snapshots(tps, seen.positions)
+            missing = [tp for tp in tps if tp not in seen.stored]   # not assigned since its process started
+            offline = self._stored_offsets(config, missing) if missing else {}
+            stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
             pending = self._store.pending(name)
         exactly_once = config.delivery == Delivery.EXACTLY_ONCE
         from_end = str(config.configs.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
@@ -273,12 +276,13 @@ class StreamRegistry:
                                  stored.get((s.topic, s.partition)) if stored else None, resume(s))
                 for s in snapshots]
 
-    def _stored_offsets(self, config: StreamConfig) -> dict | None:
-        """A stopped exactly-once stream's offsets, read from its sink; None when the sink cannot be read."""
+    def _stored_offsets(self, config: StreamConfig, partitions: list) -> dict | None:
+        """An exactly-once stream's offsets read from its sink; None when the sink cannot be read."""
         if config.delivery != Delivery.EXACTLY_ONCE:
             return {}
         try:
-            return read_stored_offsets(config.sink, config.name, config.sink_credentials(), self._output_policy())
+            return read_stored_offsets(config.sink, config.name, config.sink_credentials(), self._output_policy(),
+                                       partitions)
         except StreamError as exc:
             log.warning("stream %s: %s", config.name, redact(str(exc), config.secret_values()))
             return None
