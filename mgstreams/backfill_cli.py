@@ -2,7 +2,8 @@
 
     mgstreams backfill (--stream NAME [--state-dir D] | --topics T1,T2 --bootstrap-servers B [--group G])
         --from SPEC [--until latest|committed|SPEC] [--transform M.F] --sink URI
-        [--min-partitions N] [--batch-size N] [--master URL] [--report FILE] [--dry-run]
+        [--engine auto|spark|local] [--master URL | --remote sc://HOST:PORT|local[N]]
+        [--min-partitions N] [--batch-size N] [--writers N] [--prepare] [--report FILE] [--dry-run]
 
 Also `spark-submit mgstreams/backfill_main.py ARGS...` (the master then comes
 from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
@@ -10,8 +11,10 @@ from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
 `2024-05-01T00:00:00Z`, `-500` as '"-500"' (relative to the committed offset),
 or JSON '{"orders:0": 1200, "orders": "earliest"}'. `--until committed` ends
 at the stream's committed offsets: the hand-off point where the live stream
-resumes. Exit status 0 on success, 1 with a one-line reason on stderr
-otherwise, 2 on usage errors.
+resumes. `--engine auto` (the default) picks Spark or the local engine (this
+process, no Spark) from the plan's size (spark_bridge.engine); the local engine
+needs none of the `[spark]` extra. Exit status 0 on success, 1 with a one-line
+reason on stderr otherwise, 2 on usage errors.
 """
 from __future__ import annotations
 
@@ -32,7 +35,9 @@ from stream_registry.errors import ConfigError, StreamError
 from stream_registry.offset_spec import parse_offset_spec
 from stream_registry.graph.sinks import PASSWORD_KEY, USERNAME_KEY
 
-from spark_bridge.backfill import BackfillJob, BackfillReport, plan_job, run_backfill
+from spark_bridge.bolt_load import DEFAULT_WRITERS, MAX_WRITERS, is_bolt_uri, prepare_graph, prepare_statements
+from spark_bridge.engine import Engine, EngineChoice, choose_engine, spark_target
+from spark_bridge.job import BackfillJob, BackfillReport, plan_job
 from spark_bridge.range_plan import RangePlan
 
 PASSWORD_ENV = "MGSTREAMS_SINK_PASSWORD"
@@ -64,50 +69,75 @@ class BackfillFailed(click.ClickException):
 @click.option("--modules-dir", "modules_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Extra directory to find the transformation module in; repeatable.")
 @click.option("--sink", required=True, metavar="URI", help="cypherl:///abs/dir (one file per range), "
-              "bolt://host:port (one transaction per batch) or null://.")
+              "bolt://host:port (UNWIND batches, one transaction per batch) or null://.")
 @click.option("--sink-username", help=f"Bolt username; the password is read from ${PASSWORD_ENV}.")
 @click.option("--min-partitions", type=click.IntRange(min=1), help="Split ranges into at least N Spark tasks.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Messages per transformation call (and per sink transaction).")
+@click.option("--writers", type=click.IntRange(min=1, max=MAX_WRITERS), default=DEFAULT_WRITERS,
+              show_default=True, help="Bolt: concurrent transactions per executor host, at most.")
+@click.option("--prepare", is_flag=True, help="Bolt: first create the indexes and uniqueness constraints the "
+              "transformation's MERGE keys need (built-ins, or the module's MGSTREAMS_PREPARE).")
 @click.option("--fail-on-data-loss/--no-fail-on-data-loss", default=True, show_default=True,
               help="Fail when a range's first offsets were deleted, or start at the earliest available.")
-@click.option("--master", help="Spark master (default: local[*], or spark-submit's); sc://host:port "
-              "for Spark Connect.")
+@click.option("--engine", "engine_name", type=click.Choice([e.value for e in Engine]), default="auto",
+              show_default=True, help="spark, local (this process, no Spark), or auto: the faster for the "
+              "plan's size.")
+@click.option("--master", help="Spark master (default: local[*], or spark-submit's).")
+@click.option("--remote", help="Spark Connect: sc://host:port (a running server) or local[N] (a server "
+              "started in this process).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Also write the report as JSON.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit without starting Spark.")
 def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
-             modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss, master,
-             report_path, dry_run) -> None:
-    """Replay offset ranges through the stream's transformation into the graph, with Spark."""
+             modules_dirs, sink, sink_username, min_partitions, batch_size, writers, prepare, fail_on_data_loss,
+             engine_name, master, remote, report_path, dry_run) -> None:
+    """Replay offset ranges through the stream's transformation into the graph, with Spark or locally."""
     out, err = _console(sys.stdout), _console(sys.stderr)
     job = _guard(lambda: build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start,
                                    until, transform, modules_dirs, sink, sink_username, min_partitions,
-                                   batch_size, fail_on_data_loss))
+                                   batch_size, fail_on_data_loss, writers))
     _guard(job.validate)
+    if master and master.startswith("sc://") and not remote:
+        master, remote = None, master       # --master sc://… was how Spark Connect was named before --remote
+    _guard(lambda: _check_engine_options(Engine(engine_name), master, remote))
+    schema = _guard(lambda: _prepare_statements(job)) if prepare else ()
     range_plan = _guard(lambda: plan_job(job))
     err.print(f"plan: {len(range_plan.ranges)} range(s), {range_plan.total_offsets} offset(s) of "
               f"{', '.join(job.topics)}")
     for note in range_plan.notes:
         err.print(f"note: {note}", markup=False)
+    choice = _guard(lambda: choose_engine(engine_name, range_plan, _target(master, remote)))
+    err.print(f"engine: {choice.engine.value} ({choice.reason})", markup=False)
     if dry_run:
+        for statement in schema:
+            err.print(f"prepare (not run, --dry-run): {statement}", markup=False)
         out.print(plan_table(range_plan))
         return
+    for result in (_guard(lambda: prepare_graph(job.sink, job.sink_credentials, schema)) if schema else ()):
+        err.print(f"prepare: {result.statement} {result.status.value}", markup=False)
     if not range_plan.ranges:
         err.print("nothing to backfill")
         report = BackfillReport(range_plan, (), _now(), 0.0)
-        _write_report(report_path, report, job, master, 0.0)
+        _write_report(report_path, report, job, choice, master, remote, 0.0)
         return
-    started = time.perf_counter()
-    spark, owned = _guard(lambda: _session(master))
-    session_seconds = time.perf_counter() - started
-    try:
-        report = _guard(lambda: _run_with_progress(spark, job, range_plan, err))
-    finally:
-        if owned:
-            spark.stop()
+    session_seconds = 0.0
+    if choice.engine is Engine.LOCAL:
+        report = _guard(lambda: _run_local_with_progress(job, range_plan, err))
+    else:
+        started = time.perf_counter()
+        spark, owned = _guard(lambda: _session(master, remote))
+        session_seconds = time.perf_counter() - started
+        try:
+            report = _guard(lambda: _run_with_progress(spark, job, range_plan, err))
+        finally:
+            if owned:
+                from spark_bridge.spark_session import stop_session
+
+                stop_session(spark)
     out.print(report_table(report))
-    err.print(f"spark session start: {session_seconds:.1f} s")
-    _write_report(report_path, report, job, master, session_seconds)
+    if choice.engine is Engine.SPARK:
+        err.print(f"spark session start: {session_seconds:.1f} s")
+    _write_report(report_path, report, job, choice, master, remote, session_seconds)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -116,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
 
 # -- building the job ----------------------------------------------------------------
 def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
-              modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
+              modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss,
+              writers: int = DEFAULT_WRITERS) -> BackfillJob:
     from stream_registry.registry.runner import query_module_dirs
 
     start_spec = parse_offset_spec(_spec_value(start, "--from"))
@@ -132,7 +163,7 @@ def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, confi
             raise ConfigError("--stream: takes the topics, servers, group and settings from the stream; "
                               "drop --topics/--bootstrap-servers/--group/--config")
         return _stream_job(stream_name, state_dir, start_spec, until_spec, transform, search_dirs, sink,
-                           credentials, min_partitions, batch_size, fail_on_data_loss)
+                           credentials, min_partitions, batch_size, fail_on_data_loss, writers)
     if not topics or not bootstrap_servers:
         raise ConfigError("--topics: give --stream NAME, or --topics with --bootstrap-servers")
     if not transform:
@@ -142,11 +173,11 @@ def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, confi
         client_config["group.id"] = group_id
     return BackfillJob(bootstrap_servers, tuple(t.strip() for t in topics.split(",") if t.strip()), start_spec,
                        until_spec, transform, sink, client_config, credentials, search_dirs, batch_size,
-                       min_partitions, fail_on_data_loss)
+                       min_partitions, fail_on_data_loss, writers)
 
 
 def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs, sink, credentials,
-                min_partitions, batch_size, fail_on_data_loss) -> BackfillJob:
+                min_partitions, batch_size, fail_on_data_loss, writers) -> BackfillJob:
     """A job over a registered stream: its config, secrets included, read from the host's state directory."""
     from stream_registry.registry.registry import stored_config
 
@@ -158,7 +189,7 @@ def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs,
     client_config = config.client_config()
     return BackfillJob(client_config.pop("bootstrap.servers"), tuple(config.topics), start_spec, until_spec,
                        transform or config.transform, sink, client_config, credentials, search_dirs, batch_size,
-                       min_partitions, fail_on_data_loss)
+                       min_partitions, fail_on_data_loss, writers)
 
 
 def _spec_value(text: str, option: str) -> object:
@@ -180,11 +211,47 @@ def _setting(text: str) -> tuple[str, str]:
 
 
 # -- running -----------------------------------------------------------------------------
-def _session(master: str | None):
-    """The active SparkSession when there is one (tests, notebooks, spark-submit), else a new one."""
-    from pyspark.sql import SparkSession
+def _check_engine_options(engine: Engine, master: str | None, remote: str | None) -> None:
+    if master and remote:
+        raise ConfigError(f"--remote: give --master (classic Spark) or --remote (Spark Connect), not both "
+                          f"(got --master {master!r} and --remote {remote!r})")
+    if engine is Engine.LOCAL and (master or remote):
+        option, value = ("--remote", remote) if remote else ("--master", master)
+        raise ConfigError(f"{option}: {value!r} names a Spark engine, but --engine local runs in this process; "
+                          f"drop {option} or use --engine spark/auto")
+    if remote:
+        from spark_bridge.spark_session import check_remote
 
+        check_remote(remote)
+
+
+def _prepare_statements(job: BackfillJob) -> tuple[str, ...]:
+    if not is_bolt_uri(job.sink):
+        raise ConfigError(f"--prepare: creates indexes and constraints in Memgraph, so it needs a bolt://, "
+                          f"bolt+s:// or bolt+ssc:// --sink, got {job.sink!r}")
+    return prepare_statements(job.transform, job.search_dirs)
+
+
+def _target(master: str | None, remote: str | None):
+    """Where Spark would run, for the cost estimate: without importing pyspark unless it is imported already."""
+    from spark_bridge.spark_session import under_spark_submit
+
+    active = False
+    if not remote and not master and "pyspark.sql" in sys.modules:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession() is not None
+    return spark_target(master, remote, active_session=active, under_submit=under_spark_submit())
+
+
+def _session(master: str | None, remote: str | None = None):
+    """A Spark Connect session for --remote (made here, stopped after); else the active SparkSession when
+    there is one (tests, notebooks, spark-submit), else a new one."""
     from spark_bridge.spark_session import build_session
+
+    if remote:
+        return build_session(remote=remote), True
+    from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None and not master:
@@ -192,13 +259,27 @@ def _session(master: str | None):
     return build_session(master), active is None
 
 
-def _run_with_progress(spark, job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
+def _progress_bar(console: Console) -> Progress:
     columns = (SpinnerColumn(), TextColumn("backfill"), BarColumn(), MofNCompleteColumn(),
                TextColumn("ranges"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    return Progress(*columns, console=console, transient=True)
+
+
+def _run_with_progress(spark, job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
+    from spark_bridge.backfill import run_backfill
+
+    with _progress_bar(console) as progress:
         task = progress.add_task("backfill", total=len(range_plan.ranges))
         return run_backfill(spark, job, range_plan,
                             on_progress=lambda done, total: progress.update(task, completed=done))
+
+
+def _run_local_with_progress(job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
+    from spark_bridge.local_engine import run_local
+
+    with _progress_bar(console) as progress:
+        task = progress.add_task("backfill", total=len(range_plan.ranges))
+        return run_local(job, range_plan, on_progress=lambda done, total: progress.update(task, completed=done))
 
 
 def _guard(action):
@@ -261,12 +342,14 @@ def _table(columns) -> Table:
     return table
 
 
-def report_json(report: BackfillReport, job: BackfillJob, master: str | None, session_seconds: float) -> dict:
+def report_json(report: BackfillReport, job: BackfillJob, choice: EngineChoice | None, master: str | None,
+                remote: str | None, session_seconds: float) -> dict:
     return {
         "job": {"topics": list(job.topics), "from": _describe(job.start), "until": _describe(job.until),
                 "transform": job.transform, "sink": job.sink, "batch_size": job.batch_size,
-                "min_partitions": job.min_partitions, "group_id": job.group_id},
-        "spark": {"master": master, "session_start_seconds": round(session_seconds, 3)},
+                "writers": job.writers, "min_partitions": job.min_partitions, "group_id": job.group_id},
+        "engine": choice.to_dict() if choice is not None else None,
+        "spark": {"master": master, "remote": remote, "session_start_seconds": round(session_seconds, 3)},
         "plan": [r.to_dict() for r in report.plan.ranges],
         **report.to_dict(),
     }
@@ -280,10 +363,11 @@ def _describe(spec) -> Any:
     return parts
 
 
-def _write_report(path, report: BackfillReport, job: BackfillJob, master, session_seconds: float) -> None:
+def _write_report(path, report: BackfillReport, job: BackfillJob, choice, master, remote,
+                  session_seconds: float) -> None:
     if path:
-        _guard(lambda: Path(path).write_text(json.dumps(report_json(report, job, master, session_seconds),
-                                                        indent=2) + "\n"))
+        text = json.dumps(report_json(report, job, choice, master, remote, session_seconds), indent=2) + "\n"
+        _guard(lambda: Path(path).write_text(text))
 
 
 def _now():

@@ -4,15 +4,16 @@ A range `[from, until)` is read with `assign()` and ends when the consumer's
 position reaches `until` or the partition reports EOF. Offsets are not
 contiguous (transaction markers, aborted records under read_committed,
 compaction), so a read never waits for the record at `until - 1`: it may not
-exist. A start below the log start is data loss: it raises under
+exist. pyarrow is imported only by the Arrow helpers (the Spark side), so the
+local engine reads ranges on an install without the `[spark]` extra. A start below the log start is data loss: it raises under
 `fail_on_data_loss`, or the read starts at the earliest available offset.
 """
 from __future__ import annotations
 
 import time
-from typing import Iterator, Mapping
+from functools import lru_cache
+from typing import TYPE_CHECKING, Iterator, Mapping
 
-import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from stream_registry.errors import KafkaOperationError
@@ -21,6 +22,9 @@ from stream_registry.redaction import redact, secret_values
 
 from .range_plan import DataLossError, OffsetRange
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 # The JVM Kafka source's row schema (Spark DDL); headers only with includeHeaders=true.
 ROW_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
               "timestamp timestamp, timestampType int")
@@ -28,18 +32,26 @@ HEADERS_COLUMN = "headers array<struct<key:string,value:binary>>"
 
 _CONSUME_WAIT = 0.05  # seconds; consume() waits this long unless max_batch messages are ready
 _DATA_LOSS = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
-_HEADER_TYPE = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
-_BASE_FIELDS = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
-                ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
 
 
 def row_schema(include_headers: bool = False) -> str:
     return f"{ROW_SCHEMA}, {HEADERS_COLUMN}" if include_headers else ROW_SCHEMA
 
 
-def arrow_schema(include_headers: bool = False) -> pa.Schema:
+def _header_type():
+    import pyarrow as pa
+
+    return pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
+
+
+@lru_cache(maxsize=2)
+def arrow_schema(include_headers: bool = False) -> "pa.Schema":
     """The Arrow form of `row_schema` exactly as Spark expects it from a Python data source."""
-    return pa.schema(_BASE_FIELDS + ([("headers", _HEADER_TYPE)] if include_headers else []))
+    import pyarrow as pa
+
+    base = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+            ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())]
+    return pa.schema(base + ([("headers", _header_type())] if include_headers else []))
 
 
 class RangeReader:
@@ -125,7 +137,7 @@ class RangeReader:
             if self._consumer is not None:
                 self._consumer.unassign()
 
-    def record_batches(self, r: OffsetRange, include_headers: bool = False) -> Iterator[pa.RecordBatch]:
+    def record_batches(self, r: OffsetRange, include_headers: bool = False) -> Iterator["pa.RecordBatch"]:
         """The range as Arrow batches in the data source's row schema."""
         schema = arrow_schema(include_headers)
         for batch in self.messages(r):
@@ -175,9 +187,11 @@ class RangeReader:
         return redact(str(exc), self._secrets)
 
 
-def to_record_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
+def to_record_batch(messages: list, r: OffsetRange, schema: "pa.Schema", include_headers: bool) -> "pa.RecordBatch":
     """confluent_kafka.Messages of one partition as one Arrow batch (librdkafka's timestamp types
     1 create / 2 log-append become Kafka's 0 / 1, as the JVM source reports them)."""
+    import pyarrow as pa
+
     n = len(messages)
     stamps = [m.timestamp() for m in messages]
     columns = [
@@ -191,5 +205,5 @@ def to_record_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_h
     ]
     if include_headers:
         columns.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in messages],
-                                _HEADER_TYPE))
+                                _header_type()))
     return pa.RecordBatch.from_arrays(columns, schema=schema)

@@ -1,14 +1,27 @@
-"""Getting a SparkSession for the backfill CLI and the benchmark.
+"""Getting a SparkSession for the backfill CLI and the benchmark: classic PySpark or Spark Connect.
 
 Under `spark-submit` the master and configuration come from spark-submit;
 from a plain `python`/`mgstreams` process the master defaults to `local[*]`.
-An `sc://host:port` master means Spark Connect (needs `pyspark[connect]`).
+
+Spark Connect (`remote`, needs the `[spark]` extra, which brings
+`pyspark[connect]`'s client packages):
+- `sc://host:port` connects to a running Spark Connect server. The session is
+  a new one of its own (`create()`), made through the Connect client directly,
+  so it works in a process that also holds a classic session (the tests, a
+  notebook) and leaves that process in classic mode.
+- `local[N]` starts a Connect server inside this process on a free loopback
+  port and connects to it, as `pyspark --remote local[N]` does.
+The server's Python workers must be able to import this package (and the
+transformation's module): install it where the server runs.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Mapping
+
+_LOCAL = re.compile(r"^local(\[(\d+|\*)(,\s*\d+)?\])?$")
 
 
 def ensure_worker_python() -> None:
@@ -21,12 +34,25 @@ def ensure_worker_python() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
+def check_remote(remote: str) -> str:
+    """`sc://host[:port][/;params]` or `local`, `local[N]`, `local[*]`; ConfigError naming --remote otherwise."""
+    from stream_registry.errors import ConfigError
+
+    if not isinstance(remote, str) or not (remote.startswith("sc://") and len(remote) > 5 or _LOCAL.match(remote)):
+        raise ConfigError(f"--remote: expected sc://host:port (a Spark Connect server) or local[N] (one started "
+                          f"in this process), got {remote!r}")
+    return remote
+
+
 def build_session(master: str | None = None, app_name: str = "mgstreams-backfill",
-                  conf: Mapping[str, str] | None = None):
+                  conf: Mapping[str, str] | None = None, remote: str | None = None):
+    """A session for `master` (classic) or `remote` (Spark Connect); `--master sc://…` means `remote`."""
+    if master and master.startswith("sc://") and not remote:
+        master, remote = None, master
+    if remote:
+        return build_connect_session(check_remote(remote), app_name, conf)
     from pyspark.sql import SparkSession
 
-    if master and master.startswith("sc://"):
-        return SparkSession.builder.remote(master).appName(app_name).getOrCreate()
     ensure_worker_python()
     builder = SparkSession.builder.appName(app_name)
     if master:
@@ -39,6 +65,65 @@ def build_session(master: str | None = None, app_name: str = "mgstreams-backfill
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def build_connect_session(remote: str, app_name: str = "mgstreams-backfill", conf: Mapping[str, str] | None = None):
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    if not remote.startswith("sc://"):
+        remote = start_local_connect_server(remote, app_name, conf)
+    builder = ConnectSession.builder.remote(remote)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.create()
+
+
+_LOCAL_SERVERS: list = []   # the classic sessions that run this process's local Connect servers
+
+
+def start_local_connect_server(master: str, app_name: str = "mgstreams-backfill",
+                               conf: Mapping[str, str] | None = None) -> str:
+    """Start a Spark Connect server in this process (master `local[N]`) on a free loopback port; its URL.
+
+    What `pyspark --remote local[N]` does, except that pyspark's client then
+    assumes port 15002, which another program may hold: here the port is
+    chosen free and named in the URL. The server takes a fresh token
+    ($SPARK_CONNECT_AUTHENTICATE_TOKEN, as pyspark's own local server does), so
+    only this process's client can use it.
+    """
+    import socket
+    import uuid
+
+    from pyspark.sql import SparkSession
+
+    ensure_worker_python()
+    os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", str(uuid.uuid4()))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+               .config("spark.connect.grpc.binding.address", "127.0.0.1")
+               .config("spark.connect.grpc.binding.port", str(port))
+               .config("spark.ui.showConsoleProgress", "false"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    server = builder.getOrCreate()
+    server.sparkContext.setLogLevel("ERROR")
+    _LOCAL_SERVERS.append(server)
+    return f"sc://localhost:{port}"
+
+
+def stop_session(spark) -> None:
+    """Stop a session this process made; for `--remote local[N]`, its server too."""
+    spark.stop()
+    if is_connect(spark):
+        while _LOCAL_SERVERS:
+            _LOCAL_SERVERS.pop().stop()
+
+
+def is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def under_spark_submit() -> bool:

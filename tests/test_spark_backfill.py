@@ -197,13 +197,14 @@ def test_cli_backfill_prints_a_report_and_writes_json(spark, kafka, tmp_path):
     result = CliRunner().invoke(backfill_command, [
         "--topics", topic, "--bootstrap-servers", kafka.bootstrap_servers, "--from", "earliest",
         "--until", f'{{"{topic}:0": 20}}', "--transform", MERGE, "--sink", f"cypherl://{tmp_path / 'cli'}",
-        "--min-partitions", "3", "--batch-size", "10", "--report", str(report_file)])
+        "--min-partitions", "3", "--batch-size", "10", "--report", str(report_file), "--engine", "spark"])
     assert result.exit_code == 0, result.output
     assert re.search(r"^total\s+45\s+45\s", result.stdout, re.M)
     data = json.loads(report_file.read_text())
     assert (data["records"], data["statements"], data["job"]["until"]) == (45, 45, {f"{topic}:0": "20"})
     assert sorted((p["partition"], p["from_offset"], p["until_offset"]) for p in data["partitions"]) == \
         [(0, 0, 20), (1, 0, 12), (1, 12, 25)]
+    assert data["engine"]["engine"] == "spark" and data["engine"]["requested"] == "spark"
     assert spark.sparkContext._jsc is not None  # the shared session was reused, not stopped
 
 

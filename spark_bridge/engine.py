@@ -1,0 +1,182 @@
+"""Which engine runs a backfill: Spark, or the local engine in this process.
+
+`--engine auto` (the default) estimates both from the plan before starting
+anything: the plan's offsets are the work (an upper bound on records), the
+local engine does it at `local_rate`, and Spark does it faster by the workers
+it can run at once, after paying its start (a new session and its Python
+workers: about 13 s on 2 cores here; little for a Spark Connect server that is
+already up, or for a session this process already has). The cheaper estimate
+wins. Plain Python: `spark_installed()` looks for pyspark without importing it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+from dataclasses import dataclass
+from enum import Enum
+from urllib.parse import urlsplit
+
+from stream_registry.errors import ConfigError
+
+from .range_plan import RangePlan
+
+SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
+SPARK_EXTRA = "mgstreams[spark]"
+
+
+class Engine(Enum):
+    AUTO = "auto"
+    SPARK = "spark"
+    LOCAL = "local"
+
+    @classmethod
+    def parse(cls, value: "str | Engine") -> "Engine":
+        if isinstance(value, Engine):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            raise ConfigError(f"engine: expected auto, spark or local, got {value!r}") from None
+
+
+class SparkUnavailable(ConfigError):
+    """The Spark engine was asked for on an install without the `[spark]` extra."""
+
+
+def missing_spark_modules() -> list[str]:
+    """The modules of the `[spark]` extra this Python cannot import (found without importing them)."""
+    missing = []
+    for name in SPARK_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):
+            missing.append(name)
+    return missing
+
+
+def spark_installed() -> bool:
+    return not missing_spark_modules()
+
+
+def require_spark(option: str = "--engine spark") -> None:
+    """Raise SparkUnavailable naming the extra to install when pyspark, pyarrow or pandas is missing."""
+    missing = missing_spark_modules()
+    if missing:
+        raise SparkUnavailable(f"{option}: needs {', '.join(missing)} (not installed); install the Spark extra: "
+                               f"pip install '{SPARK_EXTRA}' (or run with --engine local)")
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """Where a Spark run would go, as far as the cost model needs it."""
+    description: str
+    workers: int             # tasks it runs at once
+    startup_seconds: float   # before the first record: session, executors, Python workers
+    same_machine: bool       # its workers share this machine's cores
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Rates measured on this project's 2-core machines (bench/backfill_throughput.py)."""
+    local_rate: float = 95_000.0            # records/s of one process (light transformation, 200 B messages)
+    worker_efficiency: float = 0.4          # each worker beyond the first adds this share of local_rate
+    local_start: float = 0.1                # one consumer, the transformation loaded
+    task_start: float = 0.15                # per Spark task: a consumer, the transformation, the sink
+    new_local_session: float = 13.0         # local[N]: JVM, SparkContext, first Python worker
+    new_connect_local: float = 16.0         # --remote local[N]: the same plus a Connect server
+    connect_server: float = 3.0             # sc://: a server that is up (first job: its Python workers)
+    new_cluster_session: float = 30.0       # spark://, yarn, k8s://: executors to be granted
+    active_session: float = 1.0             # this process has a session already
+    cluster_workers: int = 8                # a cluster whose size is unknown here
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: Engine                 # SPARK or LOCAL
+    requested: Engine
+    reason: str
+    records: int
+    local_seconds: float | None = None
+    spark_seconds: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine.value, "requested": self.requested.value, "reason": self.reason,
+                "records": self.records,
+                "estimate_seconds": {"local": _round(self.local_seconds), "spark": _round(self.spark_seconds)}}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\d+|\*)(?:\s*,\s*\d+)?\])?$")
+
+
+def spark_target(master: str | None = None, remote: str | None = None, *, active_session: bool = False,
+                 under_submit: bool = False, cores: int | None = None,
+                 model: CostModel = CostModel()) -> SparkTarget:
+    """What `--master` / `--remote` (or neither: local[*], spark-submit's, the active session) means for cost."""
+    cores = cores or os.cpu_count() or 1
+    if remote:
+        if remote.startswith("sc://"):
+            host = urlsplit(remote).hostname or "localhost"
+            here = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+            return SparkTarget(remote, cores if here else model.cluster_workers, model.connect_server, here)
+        workers = _local_workers(remote, cores)
+        return SparkTarget(f"Spark Connect {remote}", workers, model.new_connect_local, True)
+    if active_session or under_submit:
+        workers = _local_workers(master, cores) if master and _LOCAL_MASTER.match(master) else cores
+        return SparkTarget("the active session" if active_session else "spark-submit's session", workers,
+                           model.active_session if active_session else model.new_local_session, True)
+    master = master or "local[*]"
+    if _LOCAL_MASTER.match(master):
+        return SparkTarget(master, _local_workers(master, cores), model.new_local_session, True)
+    return SparkTarget(master, model.cluster_workers, model.new_cluster_session, False)
+
+
+def _local_workers(master: str | None, cores: int) -> int:
+    found = _LOCAL_MASTER.match(master or "")
+    if not found:
+        return cores
+    if found.group(1) is None:
+        return 1                        # plain `local`: one thread
+    return cores if found.group(1) == "*" else max(1, int(found.group(1)))
+
+
+def estimate_local(records: int, model: CostModel = CostModel()) -> float:
+    return model.local_start + records / model.local_rate
+
+
+def estimate_spark(records: int, ranges: int, target: SparkTarget, model: CostModel = CostModel(),
+                   cores: int | None = None) -> float:
+    cores = cores or os.cpu_count() or 1
+    workers = max(1, min(target.workers, ranges, cores if target.same_machine else target.workers))
+    speedup = 1 + (workers - 1) * model.worker_efficiency
+    waves = math.ceil(ranges / workers) if ranges else 0
+    return target.startup_seconds + waves * model.task_start + records / (model.local_rate * speedup)
+
+
+def choose_engine(requested: "Engine | str", range_plan: RangePlan, target: SparkTarget,
+                  model: CostModel = CostModel(), *, spark_available: bool | None = None,
+                  cores: int | None = None) -> EngineChoice:
+    """The engine to run `range_plan` with; `spark` is checked to be installed (SparkUnavailable)."""
+    requested = Engine.parse(requested)
+    records, ranges = range_plan.total_offsets, len(range_plan.ranges)
+    if requested is Engine.LOCAL:
+        return EngineChoice(Engine.LOCAL, requested, "asked for (--engine local)", records)
+    if requested is Engine.SPARK:
+        require_spark()
+        return EngineChoice(Engine.SPARK, requested, f"asked for (--engine spark, {target.description})", records)
+    available = spark_installed() if spark_available is None else spark_available
+    local = estimate_local(records, model)
+    if not available:
+        return EngineChoice(Engine.LOCAL, requested, f"auto: Spark is not installed ({SPARK_EXTRA} gives it)",
+                            records, local)
+    spark = estimate_spark(records, ranges, target, model, cores)
+    engine = Engine.SPARK if spark < local else Engine.LOCAL
+    reason = (f"auto: {records} offset(s) in {ranges} range(s): local ≈ {local:.1f} s, spark "
+              f"{target.description} ≈ {spark:.1f} s ({target.startup_seconds:.0f} s to start)")
+    return EngineChoice(engine, requested, reason, records, local, spark)
