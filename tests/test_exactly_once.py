@@ -192,7 +192,9 @@ def test_bolt_offsets_go_in_the_batch_transaction_and_a_failed_one_writes_neithe
                                      delivery="exactly_once"))
         registry.start("orders")
         wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 10, 30, what="10 messages stored")
-        for transaction in memgraph.transactions:
+        writes = [t for t in memgraph.transactions if t != [offset_store.READ_QUERY]]   # reads at assignment
+        assert writes
+        for transaction in writes:
             assert transaction[-1] == WRITE_QUERY and transaction.count(WRITE_QUERY) == 1, transaction
             assert all(q != WRITE_QUERY for q in transaction[:-1]), "the batch first, its offsets last"
 
