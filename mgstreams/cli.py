@@ -79,19 +79,24 @@ def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | No
     return table
 
 
-def _wait_for_shutdown(duration: float | None = None) -> None:
-    """Block until Ctrl-C, SIGTERM or `duration` seconds."""
-    done = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: done.set())
-    deadline = None if duration is None else time.monotonic() + duration
-    try:
-        while not done.wait(0.2):
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+class _Shutdown:
+    """SIGTERM and Ctrl-C as a request to stop; installed before the command says it is ready, so a
+    signal sent as soon as the ready line arrives is not the default (death without cleanup)."""
+
+    def __enter__(self) -> "_Shutdown":
+        self.done = threading.Event()
+        self._previous = signal.signal(signal.SIGTERM, lambda *_: self.done.set())
+        return self
+
+    def wait(self) -> None:
+        try:
+            while not self.done.wait(0.2):
+                pass
+        except KeyboardInterrupt:
+            pass
+
+    def __exit__(self, *exc_info) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -366,11 +371,12 @@ def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
     try:
         for topic, partitions in topics:
             _run(lambda: cluster.create_topic(topic, partitions, replication=min(3, brokers)))
-        click.echo(cluster.bootstrap_servers)
-        sys.stdout.flush()
-        created = ", ".join(f"{t} ({p} partitions)" for t, p in topics) or "none (producers auto-create)"
-        click.echo(f"embedded Kafka: {brokers} broker(s); topics: {created}; Ctrl-C to stop", err=True)
-        _wait_for_shutdown()
+        with _Shutdown() as shutdown:
+            click.echo(cluster.bootstrap_servers)
+            sys.stdout.flush()
+            created = ", ".join(f"{t} ({p} partitions)" for t, p in topics) or "none (producers auto-create)"
+            click.echo(f"embedded Kafka: {brokers} broker(s); topics: {created}; Ctrl-C to stop", err=True)
+            shutdown.wait()
     finally:
         cluster.close()
     click.echo("embedded Kafka stopped", err=True)
