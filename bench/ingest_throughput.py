@@ -23,6 +23,12 @@ to hold N lines. Prints every run with the process CPU time it used (embedded
 broker threads included; unlike wall time, it does not move with other load on
 the machine), the best rate of each side and `ratio: X` (best stream rate /
 best raw rate). Floor: 0.85.
+
+With `--delivery exactly_once` the two sides are instead the same stream in
+each delivery mode (`at_least_once`, then `exactly_once`: each batch's offsets
+written with the batch), on the same sink; the cypherl files are checked to
+hold N statements plus the offsets statements, and `ratio: X` is exactly-once /
+at-least-once. Floor: 0.9.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ from stream_registry.graph.transform import Messages, load_transformation, run_t
 from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 0.85
+EXACTLY_ONCE_FLOOR = 0.9
 TOPIC = "ingest"
 PARTITIONS = 6
 BATCH_SIZE = 1000
@@ -67,11 +74,17 @@ def count_lines(path: Path) -> int:
     return lines
 
 
+def count_offset_lines(path: Path) -> int:
+    """The exactly-once offsets statements (offset_store) among a file's lines."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.startswith(b"MERGE (o:MgstreamsOffset"))
+
+
 def verify_and_clean(uri: str, count: int, label: str) -> None:
     if not uri.startswith("cypherl://"):
         return
     path = Path(uri[len("cypherl://"):])
-    lines = count_lines(path)
+    lines = count_lines(path) - count_offset_lines(path)
     path.unlink()
     if lines != count:
         raise SystemExit(f"bench: {label} wrote {lines} statements, expected {count}")
@@ -111,11 +124,11 @@ def run_raw(bootstrap: str, count: int, transform: str, uri: str, group: str) ->
 
 
 def run_stream(registry: StreamRegistry, bootstrap: str, count: int, transform: str, uri: str,
-               name: str, timeout_s: float) -> float:
+               name: str, timeout_s: float, delivery: str = "at_least_once") -> float:
     """A running stream; done when its group's committed offsets cover all `count` messages."""
     registry.create(StreamConfig(name=name, topics=[TOPIC], bootstrap_servers=bootstrap, transform=transform,
                                  sink=uri, consumer_group=name, batch_size=BATCH_SIZE,
-                                 batch_interval_ms=BATCH_INTERVAL_MS))
+                                 batch_interval_ms=BATCH_INTERVAL_MS, delivery=delivery))
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False})
     tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
     try:
@@ -148,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="cypherl: a file on tmpfs (/dev/shm); null: discard (default cypherl)")
     parser.add_argument("--rounds", type=int, default=2, help="raw/stream pairs, run alternately (default 2)")
     parser.add_argument("--transform", default=TRANSFORM, help=f"transformation (default {TRANSFORM})")
+    parser.add_argument("--delivery", choices=("exactly_once",), default=None,
+                        help="compare an exactly-once stream with an at-least-once one instead of stream/raw")
     args = parser.parse_args(argv)
+    sides = ("at_least_once", "exactly_once") if args.delivery else ("raw", "stream")
     if args.messages < 1 or args.rounds < 1:
         parser.error("--messages and --rounds must be positive")
 
@@ -160,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
           f"embedded 3-broker cluster, sink {args.sink}"
           + (f" ({out_dir})" if args.sink == "cypherl" else "")
           + f", batch {BATCH_SIZE}, transform {args.transform}", flush=True)
-    rates: dict[str, list[float]] = {"raw": [], "stream": []}
-    cpus: dict[str, list[float]] = {"raw": [], "stream": []}
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    cpus: dict[str, list[float]] = {side: [] for side in sides}
     try:
         with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
             bootstrap = cluster.bootstrap_servers
@@ -176,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 for round_no in range(1, args.rounds + 1):
                     # ABBA order (raw, stream, stream, raw, ...): neither side always goes first.
-                    for side in ("raw", "stream") if round_no % 2 else ("stream", "raw"):
+                    for side in sides if round_no % 2 else sides[::-1]:
                         label = f"bench_{side}_{round_no}"
                         uri = sink_uri(args.sink, out_dir, label)
                         cpu = time.process_time()
@@ -184,13 +200,13 @@ def main(argv: list[str] | None = None) -> int:
                             elapsed = run_raw(bootstrap, args.messages, args.transform, uri, label)
                         else:
                             elapsed = run_stream(registry, bootstrap, args.messages, args.transform, uri,
-                                                 label, timeout_s)
+                                                 label, timeout_s, "at_least_once" if side == "stream" else side)
                         cpu = time.process_time() - cpu
                         verify_and_clean(uri, args.messages, label)
                         rate = args.messages / elapsed
                         rates[side].append(rate)
                         cpus[side].append(cpu / args.messages * 1e6)
-                        print(f"  round {round_no} {side:<6}  {elapsed:7.2f} s  {rate:12,.0f} msgs/s   "
+                        print(f"  round {round_no} {side:<13}  {elapsed:7.2f} s  {rate:12,.0f} msgs/s   "
                               f"(process cpu {cpu:6.2f} s, {cpu / args.messages * 1e6:5.1f} us/msg)", flush=True)
             finally:
                 registry.close()
@@ -198,12 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out_dir, ignore_errors=True)
         shutil.rmtree(state_dir, ignore_errors=True)
 
-    raw, stream = max(rates["raw"]), max(rates["stream"])
-    ratio = stream / raw
-    print(f"raw rate:    {raw:12,.0f} msgs/s (best of {len(rates['raw'])})")
-    print(f"stream rate: {stream:12,.0f} msgs/s (best of {len(rates['stream'])})")
-    print(f"cpu per message: raw {min(cpus['raw']):.2f} us, stream {min(cpus['stream']):.2f} us (lowest of each)")
-    print(f"ratio: {ratio:.3f}  (stream / raw; floor {FLOOR}: {'ok' if ratio >= FLOOR else 'BELOW FLOOR'})")
+    base, measured = sides
+    ratio = max(rates[measured]) / max(rates[base])
+    floor = EXACTLY_ONCE_FLOOR if args.delivery else FLOOR
+    for side in sides:
+        print(f"{side} rate: {max(rates[side]):12,.0f} msgs/s (best of {len(rates[side])})")
+    print(f"cpu per message: " + ", ".join(f"{side} {min(cpus[side]):.2f} us" for side in sides) + " (lowest of each)")
+    print(f"ratio: {ratio:.3f}  ({measured} / {base}; floor {floor}: {'ok' if ratio >= floor else 'BELOW FLOOR'})")
     return 0
 
 

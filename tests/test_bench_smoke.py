@@ -23,6 +23,17 @@ def test_ingest_throughput_bench_prints_ratio(sink):
     assert ratio and float(ratio[0].split()[1]) > 0, done.stdout
 
 
+def test_ingest_throughput_bench_compares_exactly_once_with_at_least_once():
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "2000", "--rounds", "1",
+                           "--delivery", "exactly_once"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("at_least_once rate:") for line in lines), done.stdout
+    assert any(line.startswith("exactly_once rate:") for line in lines), done.stdout
+    ratio = [line for line in lines if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 0 and "exactly_once / at_least_once" in ratio[0], done.stdout
+
+
 def test_offset_latency_bench_prints_medians_and_ratio():
     """A short run through the Cypher path (module -> host child process -> sink file): both paths timed,
     the ratio is the quotient of the printed medians, and `--help` still works."""
