@@ -178,7 +178,7 @@ SHELL_RULES = {
     "export": r"^export PYSPARK_PYTHON=\$\(pwd\)/\.venv/bin/python$",
     "spark-submit": r"^spark-submit ",
     "zip": r"^zip -r \S+\.zip( \S+)+$",
-    "bench": r"^\.venv/bin/python bench/\w+\.py$",
+    "bench": r"^\.venv/bin/python bench/\w+\.py( --[\w-]+ \S+)*$",
 }
 CYPHER_RULES = {
     "streams": r"^CALL streams\.\w+\(",
@@ -784,7 +784,7 @@ def test_docker_compose_commands(compose):
 
 def test_bench_commands_exist_and_answer_help():
     commands = shell("bench")
-    assert len(commands) == 4
+    assert len(commands) == 5
     for command in commands:
         script = command.split()[1]
         assert (ROOT / script).is_file(), command
