@@ -127,3 +127,54 @@ def host(tmp_path):
     process = HostProcess(tmp_path / "state").start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory):
+    """A Spark Connect client session on a real Spark Connect server: the one the pyspark wheel ships
+    (`SparkConnectServer` through spark-submit, master local[2,2] like `spark`), in a child process on a
+    free loopback port, shared by the whole run; stopped (SIGTERM to its process group) at the end.
+    A client session, not a second classic one: this process keeps the one classic SparkSession."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import pyspark
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path_factory.mktemp("spark-connect") / "server.log"
+    submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            [submit, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+             "--master", "local[2,2]", "--name", "mgstreams-tests-connect",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+             "--conf", f"spark.connect.grpc.binding.port={port}",
+             "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while b"Spark Connect server started" not in log.read_bytes():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark Connect server did not start (exit status {server.poll()}); "
+                                   f"its log: {log.read_bytes()[-3000:].decode(errors='replace')}")
+            time.sleep(0.2)
+        session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        session.url = f"sc://127.0.0.1:{port}"
+        yield session
+        session.stop()
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait(10)
