@@ -1,26 +1,40 @@
-"""Backfill throughput: Spark local[N] against a single-process replay, in one run.
+"""Backfill throughput: Spark local[N] against the local engine (one process), and which engine to pick.
 
-    .venv/bin/python bench/backfill_throughput.py               # 2M x 200 B over 8 partitions
+    .venv/bin/python bench/backfill_throughput.py                    # 2M x 200 B over 8 partitions: the rates
     .venv/bin/python bench/backfill_throughput.py --messages 200000
+    .venv/bin/python bench/backfill_throughput.py --sizes 20000,200000,2000000   # end to end, per size
 
-Both sides replay the same offset ranges from the embedded cluster through the
-same transformation into the same kind of sink (cypherl files): Spark writes
-one file per range, the single-process replay (one confluent-kafka consumer,
-one Python process) one file. Session start is timed and printed separately and is not part of the
-Spark rate: `getOrCreate()` plus one trivial Python job on no data, which is
-when Spark lazily starts its Python worker daemon and JIT-compiles the Arrow
-and Python runner paths (about 7 s here; a long-lived session or cluster has
-paid it already). Everything of the backfill job itself (planning in the
-driver, tasks, result collection) is in the Spark rate.
-Prints both rates and `ratio: X` (Spark rate / single-process rate); with
-`--repeat N` both sides run N times, alternating, and the best of each counts
-(other processes on a shared machine make single runs noisy).
+Both engines replay the same offset ranges from the embedded cluster through
+the same transformation into the same kind of sink (cypherl files, one per
+range): Spark runs one task per range in its Python workers, the local engine
+(`--engine local`) every range in one process with one consumer.
+
+Rates (always printed). Session start is timed and printed separately and is
+not part of the Spark rate: `getOrCreate()` plus one trivial Python job on no
+data, which is when Spark lazily starts its Python worker daemon and
+JIT-compiles the Arrow and Python runner paths (a long-lived session or cluster
+has paid it already). Everything of the backfill job itself (planning in the
+driver, tasks, result collection) is in the Spark rate. Prints both rates and
+`ratio: X` (Spark rate / local-engine rate; floor 1.5); with `--repeat N` both
+sides run N times, alternating, and the best of each counts.
+
+End to end (`--sizes`): for each size (a prefix of every partition, the same
+plan for every engine), `mgstreams backfill` runs in a fresh process, timed
+from its start to its exit (interpreter, imports, planning, session start,
+the backfill): `--engine local`, `--engine spark --master local[2]` and
+`--engine auto --master local[2]` (the engine auto picked is printed). Runs
+under 5 s are made 3 times and the best counts (the same for every engine:
+small runs are noisy on a shared machine). Then the rates above at the largest
+size, and last `auto/best: R`, the worst over sizes of auto's time / the faster
+engine's time (floor: R <= 1.10).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,32 +45,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench_data import produce  # noqa: E402
 
-from spark_bridge.backfill import BackfillJob, plan_job, rebatch, run_backfill  # noqa: E402
-from spark_bridge.range_reader import RangeReader  # noqa: E402
+from spark_bridge.backfill import BackfillJob, plan_job, run_backfill  # noqa: E402
+from spark_bridge.local_engine import run_local  # noqa: E402
 from spark_bridge.spark_session import build_session  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from stream_registry.offset_spec import parse_offset_spec  # noqa: E402
-from stream_registry.graph.sinks import open_sink  # noqa: E402
-from stream_registry.graph.transform import Message, load_transformation, run_transformation  # noqa: E402
 
-FLOOR = 1.4
-
-
-def single_process(job: BackfillJob, ranges, out_file: Path) -> tuple[int, int, float]:
-    """One consumer, one process: every range in turn, same transformation, same sink."""
-    started = time.perf_counter()
-    fn = load_transformation(job.transform)
-    sink = open_sink(f"cypherl://{out_file}")
-    records = statements = 0
-    with RangeReader(job.consumer_config()) as reader:
-        for r in ranges:
-            messages = ([Message.from_kafka(m) for m in batch] for batch in reader.messages(r))
-            for chunk in rebatch(messages, job.batch_size):
-                produced = run_transformation(fn, chunk)
-                sink.write(produced)
-                records, statements = records + len(chunk), statements + len(produced)
-    sink.close()
-    return records, statements, time.perf_counter() - started
+FLOOR = 1.5
+AUTO_FLOOR = 1.10
+TOPIC = "bench_backfill"
+SHORT_RUN = 5.0
 
 
 def _no_rows(batches):
@@ -67,79 +65,142 @@ def _no_rows(batches):
     yield pa.RecordBatch.from_pydict({"n": pa.array([0], pa.int64())})
 
 
+def until_spec(size: int, partitions: int) -> dict[str, int]:
+    """The first size/partitions offsets of every partition (message i went to partition i % partitions)."""
+    return {f"{TOPIC}:{p}": size // partitions + (1 if p < size % partitions else 0) for p in range(partitions)}
+
+
+def throughput(bootstrap: str, args, out: Path, messages: int) -> tuple[float, int]:
+    """The rates with the session excluded; returns (ratio, exit status)."""
+    until = parse_offset_spec(until_spec(messages, args.partitions))
+    job = BackfillJob(bootstrap, (TOPIC,), parse_offset_spec("earliest"), until, args.transform,
+                      f"cypherl://{out / 'spark'}", batch_size=args.batch_size, min_partitions=args.min_partitions)
+    local_job = BackfillJob(bootstrap, (TOPIC,), parse_offset_spec("earliest"), until, args.transform,
+                            f"cypherl://{out / 'local'}", batch_size=args.batch_size,
+                            min_partitions=args.min_partitions)
+    plan = plan_job(job)
+    if plan.total_offsets != messages:
+        print(f"bench: the cluster holds {plan.total_offsets} of {messages} offsets "
+              f"(the embedded broker keeps 5 MiB per partition); use fewer --messages")
+        return 0.0, 1
+    t0 = time.perf_counter()
+    spark = build_session(args.master, "mgstreams-bench")
+    session_start = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spark.range(0, 2, 1, 2).mapInArrow(_no_rows, "n long").collect()
+    warm_up = time.perf_counter() - t0
+    print(f"spark session start: {session_start:.1f} s + first-job warm-up {warm_up:.1f} s "
+          f"(both excluded from the Spark rate)")
+    spark_runs, local_runs = [], []
+    try:
+        for _ in range(args.repeat):
+            shutil.rmtree(out / "spark", ignore_errors=True)
+            report = run_backfill(spark, job, plan)
+            spark_runs.append(report.seconds)
+            print(f"spark {args.master} backfill: {report.records} records, {report.statements} statements "
+                  f"in {report.seconds:.1f} s = {report.records / report.seconds:,.0f} records/s "
+                  f"({len(plan.ranges)} tasks)")
+            shutil.rmtree(out / "local", ignore_errors=True)
+            local = run_local(local_job, plan)
+            local_runs.append(local.seconds)
+            print(f"local engine (one process): {local.records} records, {local.statements} statements in "
+                  f"{local.seconds:.1f} s = {local.records / local.seconds:,.0f} records/s")
+    finally:
+        spark.stop()
+    if report.records != messages or local.records != messages:
+        print(f"bench: record counts differ (spark {report.records}, local {local.records}, produced {messages})")
+        return 0.0, 1
+    spark_rate, local_rate = messages / min(spark_runs), messages / min(local_runs)
+    ratio = spark_rate / local_rate
+    with_start = messages / (min(spark_runs) + session_start + warm_up) / local_rate
+    print(f"spark rate {spark_rate:,.0f} records/s, single-process rate {local_rate:,.0f} records/s"
+          f"{' (best of %d)' % args.repeat if args.repeat > 1 else ''}")
+    print(f"ratio including session start and warm-up: {with_start:.2f}")
+    print(f"ratio: {ratio:.2f}  (floor {FLOOR}: {'met' if ratio >= FLOOR else 'NOT met'}; "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f})")
+    return ratio, 0 if ratio >= FLOOR else 2
+
+
+def end_to_end(bootstrap: str, size: int, engine: str, args, out: Path) -> tuple[float, str, int]:
+    """`mgstreams backfill` in a fresh process, timed start to exit: (seconds, engine run, records)."""
+    target = out / f"{engine}-{size}"
+    command = [sys.executable, "-m", "mgstreams", "backfill", "--topics", TOPIC, "--bootstrap-servers", bootstrap,
+               "--from", "earliest", "--until", json.dumps(until_spec(size, args.partitions)),
+               "--transform", args.transform, "--batch-size", str(args.batch_size), "--engine", engine,
+               "--report", str(out / "report.json")]
+    if engine != "local":
+        command += ["--master", args.master]
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    best = None
+    for attempt in range(3):
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.perf_counter()
+        done = subprocess.run([*command, "--sink", f"cypherl://{target}"], capture_output=True, text=True,
+                              env=env, cwd=ROOT)
+        seconds = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"bench: {' '.join(command[2:])} failed:\n{done.stderr[-2000:]}")
+        best = seconds if best is None else min(best, seconds)
+        if seconds >= SHORT_RUN:
+            break
+    report = json.loads((out / "report.json").read_text())
+    shutil.rmtree(target, ignore_errors=True)
+    return best, report["engine"]["engine"], report["records"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--sizes", default=None, help="comma-separated record counts: end-to-end runs per engine")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--size", type=int, default=200, help="payload bytes")
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--min-partitions", type=int, default=None)
     parser.add_argument("--transform", default="stream_registry.builtin_transformations.merge_messages")
-    parser.add_argument("--repeat", type=int, default=1, help="run both sides N times, keep the best of each")
+    parser.add_argument("--repeat", type=int, default=1, help="rates: run both sides N times, keep the best of each")
     parser.add_argument("--out", default=None, help="output directory (default: a temporary one, removed)")
     args = parser.parse_args()
+    try:
+        sizes = sorted({int(s) for s in args.sizes.split(",")}) if args.sizes else []
+    except ValueError:
+        parser.error(f"--sizes: expected comma-separated integers, got {args.sizes!r}")
+    if any(s < args.partitions for s in sizes):
+        parser.error(f"--sizes: every size must be at least --partitions ({args.partitions}), got {args.sizes!r}")
+    messages = max(sizes) if sizes else args.messages
 
     out = Path(args.out or tempfile.mkdtemp(prefix="mgstreams-bench-"))
-    shutil.rmtree(out / "spark", ignore_errors=True)
-    (out / "single.cypherl").unlink(missing_ok=True)
+    for name in ("spark", "local"):
+        shutil.rmtree(out / name, ignore_errors=True)
+    status = 0
     with EmbeddedKafka(brokers=1) as cluster:
-        topic = "bench_backfill"
-        cluster.create_topic(topic, args.partitions, 1)
+        cluster.create_topic(TOPIC, args.partitions, 1)
         t0 = time.perf_counter()
-        produce(cluster.bootstrap_servers, topic, args.messages, args.partitions, args.size)
-        print(f"produced: {args.messages} messages of {args.size} B over {args.partitions} partitions "
+        produce(cluster.bootstrap_servers, TOPIC, messages, args.partitions, args.size)
+        print(f"produced: {messages} messages of {args.size} B over {args.partitions} partitions "
               f"in {time.perf_counter() - t0:.1f} s")
-
-        job = BackfillJob(cluster.bootstrap_servers, (topic,), parse_offset_spec("earliest"),
-                          parse_offset_spec("latest"), args.transform, f"cypherl://{out / 'spark'}",
-                          batch_size=args.batch_size, min_partitions=args.min_partitions)
-        plan = plan_job(job)
-        if plan.total_offsets != args.messages:
-            print(f"bench: the cluster holds {plan.total_offsets} of {args.messages} offsets "
-                  f"(the embedded broker keeps 5 MiB per partition); use fewer --messages")
-            return 1
-
-        t0 = time.perf_counter()
-        spark = build_session(args.master, "mgstreams-bench")
-        session_start = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        spark.range(0, 2, 1, 2).mapInArrow(_no_rows, "n long").collect()
-        warm_up = time.perf_counter() - t0
-        print(f"spark session start: {session_start:.1f} s + first-job warm-up {warm_up:.1f} s "
-              f"(both excluded from the Spark rate)")
-        spark_runs, single_runs = [], []
-        try:
-            for _ in range(args.repeat):
-                shutil.rmtree(out / "spark", ignore_errors=True)
-                report = run_backfill(spark, job, plan)
-                spark_runs.append(report.seconds)
-                print(f"spark {args.master} backfill: {report.records} records, {report.statements} statements "
-                      f"in {report.seconds:.1f} s = {report.records / report.seconds:,.0f} records/s "
-                      f"({len(plan.ranges)} tasks)")
-                (out / "single.cypherl").unlink(missing_ok=True)
-                records, statements, seconds = single_process(job, plan.ranges, out / "single.cypherl")
-                single_runs.append(seconds)
-                print(f"single-process replay: {records} records, {statements} statements in {seconds:.1f} s "
-                      f"= {records / seconds:,.0f} records/s")
-        finally:
-            spark.stop()
-        spark_rate, single_rate = args.messages / min(spark_runs), args.messages / min(single_runs)
-
-    if report.records != args.messages or records != args.messages:
-        print(f"bench: record counts differ (spark {report.records}, single {records}, "
-              f"produced {args.messages})")
-        return 1
-    ratio = spark_rate / single_rate
-    with_start = args.messages / (min(spark_runs) + session_start + warm_up) / single_rate
-    print(f"spark rate {spark_rate:,.0f} records/s, single-process rate {single_rate:,.0f} records/s"
-          f"{' (best of %d)' % args.repeat if args.repeat > 1 else ''}")
-    print(f"ratio including session start and warm-up: {with_start:.2f}")
-    print(f"ratio: {ratio:.2f}  (floor {FLOOR}: {'met' if ratio >= FLOOR else 'NOT met'}; "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f})")
+        worst = 0.0
+        for size in sizes:
+            times, picked = {}, None
+            for engine in ("local", "spark", "auto"):
+                seconds, ran, records = end_to_end(cluster.bootstrap_servers, size, engine, args, out)
+                if records != size:
+                    print(f"bench: {engine} backfilled {records} of {size} records")
+                    return 1
+                times[engine] = seconds
+                if engine == "auto":
+                    picked = ran
+            best = min(times["local"], times["spark"])
+            worst = max(worst, times["auto"] / best)
+            print(f"size {size}: local {times['local']:.1f} s, spark {args.master} {times['spark']:.1f} s, "
+                  f"auto {times['auto']:.1f} s (picked {picked}); auto/best {times['auto'] / best:.2f}")
+        _, status = throughput(cluster.bootstrap_servers, args, out, messages)
+    if sizes:
+        print(f"auto/best: {worst:.2f}  (floor {AUTO_FLOOR}: {'met' if worst <= AUTO_FLOOR else 'NOT met'})")
+        status = status or (0 if worst <= AUTO_FLOOR else 3)
     if not args.out:
         shutil.rmtree(out, ignore_errors=True)
-    return 0 if ratio >= FLOOR else 2
+    return status
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 anything: the plan's offsets are the work (an upper bound on records), the
 local engine does it at `local_rate`, and Spark does it faster by the workers
 it can run at once, after paying its start (a new session and its Python
-workers: about 13 s on 2 cores here; little for a Spark Connect server that is
+workers: about 11 s on 2 cores here; little for a Spark Connect server that is
 already up, or for a session this process already has). The cheaper estimate
 wins. Plain Python: `spark_installed()` looks for pyspark without importing it.
 """
@@ -81,12 +81,12 @@ class SparkTarget:
 @dataclass(frozen=True)
 class CostModel:
     """Rates measured on this project's 2-core machines (bench/backfill_throughput.py)."""
-    local_rate: float = 95_000.0            # records/s of one process (light transformation, 200 B messages)
-    worker_efficiency: float = 0.4          # each worker beyond the first adds this share of local_rate
+    local_rate: float = 130_000.0           # records/s of one process (light transformation, 200 B messages)
+    worker_efficiency: float = 0.7          # each worker beyond the first adds this share of local_rate
     local_start: float = 0.1                # one consumer, the transformation loaded
     task_start: float = 0.15                # per Spark task: a consumer, the transformation, the sink
-    new_local_session: float = 13.0         # local[N]: JVM, SparkContext, first Python worker
-    new_connect_local: float = 16.0         # --remote local[N]: the same plus a Connect server
+    new_local_session: float = 11.0         # local[N]: JVM, SparkContext, first Python worker
+    new_connect_local: float = 14.0         # --remote local[N]: the same plus a Connect server
     connect_server: float = 3.0             # sc://: a server that is up (first job: its Python workers)
     new_cluster_session: float = 30.0       # spark://, yarn, k8s://: executors to be granted
     active_session: float = 1.0             # this process has a session already

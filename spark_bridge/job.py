@@ -16,9 +16,11 @@ retried task replaces its own file and never appends a second copy.
 """
 from __future__ import annotations
 
+import gc
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Iterable, Iterator, Mapping
@@ -195,7 +197,30 @@ def load_range(reader: RangeReader, index: int, r: OffsetRange, loading: Loading
     """Read range `r` with `reader` and write it through `loading` into the range's own output."""
     output = PartitionOutput(loading.sink, r.name, attempt)
     messages = ([Message.from_kafka(m) for m in batch] for batch in reader.messages(r))
-    return loading.write(index, r, output, rebatch(messages, loading.batch_size), attempt)
+    with long_lived_objects_frozen():
+        return loading.write(index, r, output, rebatch(messages, loading.batch_size), attempt)
+
+
+@contextmanager
+def long_lived_objects_frozen():
+    """Keep the cyclic garbage collector off the objects that exist before a range is loaded.
+
+    A range makes millions of short-lived objects, so the collector runs often,
+    and each full collection walks every tracked object of the process: in a
+    Spark Python worker that holds pyspark, pyarrow and pandas, that made a
+    record cost about a quarter more CPU than in a bare process. `gc.freeze()`
+    moves what exists now out of the collector's way for the duration (nothing
+    is lost: reference counting still frees, and the objects are collected
+    normally again after `gc.unfreeze()`). Left alone if someone froze already.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 class PartitionOutput:

@@ -66,6 +66,11 @@ class RangeReader:
         # A range read runs to the end of what is there: don't let a fetch idle at the log end
         # (consume() also returns only once it has max_batch messages or its timeout passed).
         conf.setdefault("fetch.wait.max.ms", 50)
+        # ...and keep fetching ahead: librdkafka stops prefetching at queued.min.messages (100,000), and then
+        # consume() waits for every fetch round trip; a range is read to its end, so prefetch it (still
+        # bounded by queued.max.messages.kbytes). About 1.2x the rate of one reader on the embedded broker.
+        conf.setdefault("queued.min.messages", 1_000_000)
+        conf.setdefault("max.partition.fetch.bytes", 16 * 1024 * 1024)
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
                      "enable.partition.eof": True, "auto.offset.reset": "error"})
         self._consumer = new_consumer(conf, self._secrets, field="kafka.*")

@@ -64,7 +64,7 @@ def test_auto_picks_local_for_small_plans_and_spark_where_it_pays():
     assert choose_engine("auto", plan_of(50_000_000, ranges=1), warm, model, spark_available=True,
                          cores=2).engine is Engine.LOCAL
     assert estimate_spark(0, 0, warm, model, cores=2) == warm.startup_seconds
-    assert estimate_local(95_000, model) == pytest.approx(model.local_start + 1.0)
+    assert estimate_local(int(model.local_rate), model) == pytest.approx(model.local_start + 1.0)
 
 
 def test_explicit_engines_and_auto_without_spark():
