@@ -34,9 +34,10 @@ from rich.table import Table
 from stream_registry.errors import ConfigError, StreamError
 from stream_registry.offset_spec import parse_offset_spec
 from stream_registry.graph.sinks import PASSWORD_KEY, USERNAME_KEY
+from stream_registry.redaction import redact
 
 from spark_bridge.bolt_load import DEFAULT_WRITERS, MAX_WRITERS, is_bolt_uri, prepare_graph, prepare_statements
-from spark_bridge.engine import Engine, EngineChoice, choose_engine, spark_target
+from spark_bridge.engine import Engine, EngineChoice, choose_engine, shown_remote, spark_target
 from spark_bridge.job import BackfillJob, BackfillReport, plan_job
 from spark_bridge.range_plan import RangePlan
 
@@ -93,6 +94,7 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
              engine_name, master, remote, report_path, dry_run) -> None:
     """Replay offset ranges through the stream's transformation into the graph, with Spark or locally."""
     out, err = _console(sys.stdout), _console(sys.stderr)
+    _SECRETS[:] = _secrets_of(remote or master)
     job = _guard(lambda: build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start,
                                    until, transform, modules_dirs, sink, sink_username, min_partitions,
                                    batch_size, fail_on_data_loss, writers))
@@ -282,16 +284,27 @@ def _run_local_with_progress(job: BackfillJob, range_plan: RangePlan, console: C
         return run_local(job, range_plan, on_progress=lambda done, total: progress.update(task, completed=done))
 
 
+# Values no message may show: the sink password, a Spark Connect URL's token.
+_SECRETS: list[str] = []
+
+
+def _secrets_of(remote: str | None) -> list[str]:
+    found = [os.environ.get(PASSWORD_ENV, "")]
+    if remote:
+        found += re.findall(r";\s*(?:token|[\w-]*secret[\w-]*|[\w-]*password[\w-]*)\s*=([^;]+)", remote, re.I)
+    return [value for value in found if value]
+
+
 def _guard(action):
-    """Run a step; any failure becomes exit status 1 with a one-line reason."""
+    """Run a step; any failure becomes exit status 1 with a one-line reason (secrets masked)."""
     try:
         return action()
     except click.ClickException:
         raise
     except StreamError as exc:
-        raise BackfillFailed(_one_line(str(exc))) from None
+        raise BackfillFailed(redact(_one_line(str(exc)), _SECRETS)) from None
     except Exception as exc:  # Spark, Py4J and Python worker errors carry tracebacks
-        raise BackfillFailed(root_cause(exc)) from None
+        raise BackfillFailed(redact(root_cause(exc), _SECRETS)) from None
 
 
 _PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception|Failed|NotFound)): (.+)$")
@@ -349,7 +362,8 @@ def report_json(report: BackfillReport, job: BackfillJob, choice: EngineChoice |
                 "transform": job.transform, "sink": job.sink, "batch_size": job.batch_size,
                 "writers": job.writers, "min_partitions": job.min_partitions, "group_id": job.group_id},
         "engine": choice.to_dict() if choice is not None else None,
-        "spark": {"master": master, "remote": remote, "session_start_seconds": round(session_seconds, 3)},
+        "spark": {"master": master, "remote": shown_remote(remote) if remote else None,
+                  "session_start_seconds": round(session_seconds, 3)},
         "plan": [r.to_dict() for r in report.plan.ranges],
         **report.to_dict(),
     }

@@ -19,10 +19,12 @@ from enum import Enum
 from urllib.parse import urlsplit
 
 from stream_registry.errors import ConfigError
+from stream_registry.redaction import MASK
 
 from .range_plan import RangePlan
 
 SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
+CONNECT_MODULES = ("grpc", "grpc_status", "zstandard")     # pyspark[connect]'s client, also in the extra
 SPARK_EXTRA = "mgstreams[spark]"
 
 
@@ -45,10 +47,11 @@ class SparkUnavailable(ConfigError):
     """The Spark engine was asked for on an install without the `[spark]` extra."""
 
 
-def missing_spark_modules() -> list[str]:
-    """The modules of the `[spark]` extra this Python cannot import (found without importing them)."""
+def missing_spark_modules(connect: bool = False) -> list[str]:
+    """The modules of the `[spark]` extra this Python cannot import (found without importing them);
+    with `connect`, the Spark Connect client's too."""
     missing = []
-    for name in SPARK_MODULES:
+    for name in SPARK_MODULES + (CONNECT_MODULES if connect else ()):
         try:
             if importlib.util.find_spec(name) is None:
                 missing.append(name)
@@ -61,9 +64,10 @@ def spark_installed() -> bool:
     return not missing_spark_modules()
 
 
-def require_spark(option: str = "--engine spark") -> None:
-    """Raise SparkUnavailable naming the extra to install when pyspark, pyarrow or pandas is missing."""
-    missing = missing_spark_modules()
+def require_spark(option: str = "--engine spark", connect: bool = False) -> None:
+    """Raise SparkUnavailable naming the extra to install when pyspark, pyarrow or pandas (with
+    `connect`, also the Spark Connect client's grpc, grpc_status, zstandard) is missing."""
+    missing = missing_spark_modules(connect)
     if missing:
         raise SparkUnavailable(f"{option}: needs {', '.join(missing)} (not installed); install the Spark extra: "
                                f"pip install '{SPARK_EXTRA}' (or run with --engine local)")
@@ -72,10 +76,11 @@ def require_spark(option: str = "--engine spark") -> None:
 @dataclass(frozen=True)
 class SparkTarget:
     """Where a Spark run would go, as far as the cost model needs it."""
-    description: str
+    description: str         # for messages: a Connect URL's token is masked
     workers: int             # tasks it runs at once
     startup_seconds: float   # before the first record: session, executors, Python workers
     same_machine: bool       # its workers share this machine's cores
+    connect: bool = False    # Spark Connect (needs its client packages)
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,12 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
+def shown_remote(remote: str) -> str:
+    """A Spark Connect URL for messages: `;token=…` (and any other secret-looking parameter) masked."""
+    return re.sub(r"(;\s*(?:token|[\w-]*secret[\w-]*|[\w-]*password[\w-]*)\s*=)[^;]*", r"\1" + MASK, remote,
+                  flags=re.I)
+
+
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\d+|\*)(?:\s*,\s*\d+)?\])?$")
 
 
@@ -124,9 +135,10 @@ def spark_target(master: str | None = None, remote: str | None = None, *, active
         if remote.startswith("sc://"):
             host = urlsplit(remote).hostname or "localhost"
             here = host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
-            return SparkTarget(remote, cores if here else model.cluster_workers, model.connect_server, here)
+            return SparkTarget(shown_remote(remote), cores if here else model.cluster_workers, model.connect_server,
+                               here, connect=True)
         workers = _local_workers(remote, cores)
-        return SparkTarget(f"Spark Connect {remote}", workers, model.new_connect_local, True)
+        return SparkTarget(f"Spark Connect {remote}", workers, model.new_connect_local, True, connect=True)
     if active_session or under_submit:
         workers = _local_workers(master, cores) if master and _LOCAL_MASTER.match(master) else cores
         return SparkTarget("the active session" if active_session else "spark-submit's session", workers,
@@ -168,9 +180,9 @@ def choose_engine(requested: "Engine | str", range_plan: RangePlan, target: Spar
     if requested is Engine.LOCAL:
         return EngineChoice(Engine.LOCAL, requested, "asked for (--engine local)", records)
     if requested is Engine.SPARK:
-        require_spark()
+        require_spark(connect=target.connect)
         return EngineChoice(Engine.SPARK, requested, f"asked for (--engine spark, {target.description})", records)
-    available = spark_installed() if spark_available is None else spark_available
+    available = not missing_spark_modules(target.connect) if spark_available is None else spark_available
     local = estimate_local(records, model)
     if not available:
         return EngineChoice(Engine.LOCAL, requested, f"auto: Spark is not installed ({SPARK_EXTRA} gives it)",

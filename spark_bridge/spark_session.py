@@ -43,8 +43,11 @@ def check_remote(remote: str) -> str:
     from stream_registry.errors import ConfigError
 
     if not isinstance(remote, str) or not (remote.startswith("sc://") and len(remote) > 5 or _LOCAL.match(remote)):
+        from .engine import shown_remote
+
+        shown = shown_remote(remote) if isinstance(remote, str) else remote
         raise ConfigError(f"--remote: expected sc://host:port (a Spark Connect server) or local[N] (one started "
-                          f"in this process), got {remote!r}")
+                          f"in this process), got {shown!r}")
     return remote
 
 

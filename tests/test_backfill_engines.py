@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -190,3 +191,20 @@ def test_without_the_spark_extra_local_works_and_spark_names_the_extra(kafka, tm
         "mgstreams: error: --engine spark: needs pyspark, pyarrow, pandas (not installed); install the Spark "
         "extra: pip install 'mgstreams[spark]' (or run with --engine local)")
     assert not (tmp_path / "spark").exists()
+
+
+def test_a_spark_connect_token_never_shows(kafka, tmp_path):
+    topic = kafka.new_topic(1)
+    kafka.produce(topic, 3)
+    token = "tok-" + uuid.uuid4().hex
+    args = ["--topics", topic, "--bootstrap-servers", kafka.bootstrap_servers, "--from", "earliest",
+            "--transform", MERGE, "--sink", "null://"]
+    dry = CliRunner().invoke(backfill_command, [*args, "--engine", "spark", "--remote", f"sc://127.0.0.1:1/;token={token}",
+                                                "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "engine: spark (asked for (--engine spark, sc://127.0.0.1:1/;token=****))" in dry.stderr
+    bad = CliRunner().invoke(backfill_command, [*args, "--remote", f"grpc://h/;token={token}"])
+    assert bad.exit_code == 1 and "--remote: expected sc://host:port" in bad.stderr
+    assert "token=****" in bad.stderr
+    for text in (dry.stdout, dry.stderr, bad.stdout, bad.stderr):
+        assert token not in text
