@@ -3,8 +3,13 @@
 - `range_plan`: which offsets to read, as printable `OffsetRange` values (plain Python).
 - `source_options`, `range_reader`, `kafka_source`: the `mgstreams_kafka` PySpark data source
   (options and row schema of Spark's JVM Kafka source; one confluent-kafka reader per range).
-- `backfill`, `cli`, `backfill_main`: the backfill job, `mgstreams backfill` and its
-  spark-submit entry point.
+- `job`: the backfill job, loading one range, the report (plain Python: no pyspark, no pyarrow).
+- `local_engine`: every range in this process; `backfill`: one Spark task per range
+  (classic PySpark and Spark Connect); `engine`: which of the two runs a plan (`--engine auto`).
+- `bolt_load`: UNWIND batches, nodes before relationships, writer slots per host, `--prepare`.
+- `spark_session`: classic sessions and Spark Connect (`sc://…`, `local[N]`).
+`mgstreams backfill` (mgstreams/backfill_cli.py) and its spark-submit entry point
+(mgstreams/backfill_main.py) are the application's.
 
 Importing this package imports neither pyspark nor a Kafka client.
 """

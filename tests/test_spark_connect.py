@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from mgstreams.backfill_cli import backfill as backfill_command
 from mgstreams.backfill_cli import root_cause
-from spark_bridge.backfill import BackfillJob, run_backfill
+from spark_bridge.backfill import BackfillJob, Loading, load_frame, run_backfill
 from spark_bridge.kafka_source import register
 from spark_bridge.spark_session import is_connect
 from stream_registry.offset_spec import parse_offset_spec
@@ -91,6 +91,17 @@ def test_backfill_under_connect_writes_what_the_classic_run_writes(spark, spark_
     assert cypherl_keys(tmp_path / "connect") == Counter({(topic, p, o): 1 for p in range(3) for o in range(3, 40)})
     strip = [(s.range, s.records, s.statements, s.batches) for s in reports["classic"].partitions]
     assert [(s.range, s.records, s.statements, s.batches) for s in reports["connect"].partitions] == strip
+    # load_frame (any DataFrame with the Kafka row schema) on the source, under both
+    frames = {}
+    for name, session in (("classic", spark), ("connect", spark_connect)):
+        register(session)
+        frame = (session.read.format("mgstreams_kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+                 .option("subscribe", topic).load().where("offset >= 30"))
+        rows = load_frame(frame, Loading(MERGE, (), f"cypherl://{tmp_path / ('frame-' + name)}", batch_size=4)).collect()
+        frames[name] = (sorted((r.partition, r.from_offset, r.until_offset, r.records) for r in rows),
+                        {p.name: p.read_bytes() for p in (tmp_path / f"frame-{name}").iterdir()})
+    assert frames["connect"] == frames["classic"]
+    assert frames["connect"][0] == [(p, 30, 40, 10) for p in range(3)]
     classic_calls, connect_calls = progress
     assert classic_calls[-1] == connect_calls[-1] == (5, 5)
     assert all(0 <= done <= 5 for done, _ in connect_calls)
