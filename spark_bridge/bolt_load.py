@@ -89,10 +89,13 @@ _STRING_OR_COMMENT = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`|
 _PARAMETER = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RELATIONSHIP = re.compile(r"\)\s*<?-\s*\[|\]\s*-\s*>?\s*\(|\)\s*<?--\s*>?\s*\(")
-_WRITE = re.compile(r"\b(?:MERGE|CREATE)\b", re.I)
-_UNSAFE = re.compile(r"\b(?:DELETE|DETACH|REMOVE|CALL|FOREACH|LOAD|DROP|INDEX|CONSTRAINT|STORAGE|USING|"
-                     r"PERIODIC|TRIGGER|ANALYZE|FREE)\b", re.I)
-_NO_ROW_SCOPE = re.compile(r"\bWITH\b", re.I)
+# a keyword as a clause, not a property key (`{index: 1}`), a property (`n.load`) or a label (`:Call`)
+_CLAUSE = r"(?<![.:\w$])(?:{})\b(?!\s*:)"
+_WRITE = re.compile(_CLAUSE.format("MERGE|CREATE"), re.I)
+_SET = re.compile(_CLAUSE.format("SET"), re.I)
+_UNSAFE = re.compile(_CLAUSE.format("DELETE|DETACH|REMOVE|CALL|FOREACH|LOAD|DROP|INDEX|CONSTRAINT|STORAGE|USING|"
+                                    "PERIODIC|TRIGGER|ANALYZE|FREE"), re.I)
+_NO_ROW_SCOPE = re.compile(_CLAUSE.format("WITH"), re.I)
 # words after which a parameter is an ordinary expression (anything else before it is a variable
 # or a label: a property-map position, `(n $props)`, which takes no `row.field`)
 _EXPRESSION_WORDS = frozenset({"IN", "AND", "OR", "XOR", "NOT", "WHEN", "THEN", "ELSE", "RETURN", "WHERE",
@@ -110,7 +113,7 @@ class QueryShape:
 
 def query_shape(query: str) -> QueryShape:
     code = _STRING_OR_COMMENT.sub(lambda m: " " * len(m.group(0)), query)  # same length, no literals
-    if _UNSAFE.search(code) or not _WRITE.search(code) and not re.search(r"\bSET\b", code, re.I):
+    if _UNSAFE.search(code) or not _WRITE.search(code) and not _SET.search(code):
         return QueryShape(WriteKind.BARRIER, False)
     kind = WriteKind.RELATIONSHIP if _RELATIONSHIP.search(code) else WriteKind.NODE
     stripped = code.lstrip()

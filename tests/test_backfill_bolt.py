@@ -57,6 +57,8 @@ def test_order_is_kept_across_barriers_and_unrewritable_queries_pass_as_they_are
                   "MERGE (m:M {id: $id}) RETURN m LIMIT $n"):
         assert not query_shape(query).unwindable, query
     assert query_shape("MATCH (n) WHERE n.id IN $ids SET n.x = $x").unwindable
+    keywords_as_names = query_shape("MERGE (n:Call {index: $index}) SET n.load = $load")   # names, not clauses
+    assert keywords_as_names.kind is WriteKind.NODE and keywords_as_names.unwindable
 
 
 def test_prepare_statements_for_built_ins_and_declared_modules(tmp_path):
