@@ -110,11 +110,16 @@ class _progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self._handler is not None:
-            self.spark.removeProgressHandler(self._handler)
-            self.spark.removeTag(self.group)
-        if self._sc is not None:
-            self._sc.setLocalProperty("spark.jobGroup.id", None)
+        try:
+            if self._handler is not None:
+                self.spark.removeProgressHandler(self._handler)
+                self.spark.removeTag(self.group)
+            if self._sc is not None:
+                self._sc.setLocalProperty("spark.jobGroup.id", None)
+        except Exception:
+            if exc[0] is None:
+                raise
+            # the job's own error says more than a failed clean-up of a broken session
         if self.callback is not None and exc[0] is None:
             self.callback(self.total, self.total)
 
