@@ -42,6 +42,8 @@ from spark_bridge.job import BackfillJob, BackfillReport, plan_job
 from spark_bridge.range_plan import RangePlan
 
 PASSWORD_ENV = "MGSTREAMS_SINK_PASSWORD"
+ANALYTICAL_HINT = ("for a first big import Memgraph recommends `STORAGE MODE IN_MEMORY_ANALYTICAL;` (no transactions "
+                   "to conflict or roll back); run `STORAGE MODE IN_MEMORY_TRANSACTIONAL;` before live streams write")
 
 
 class BackfillFailed(click.ClickException):
@@ -117,6 +119,8 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
         return
     for result in (_guard(lambda: prepare_graph(job.sink, job.sink_credentials, schema)) if schema else ()):
         err.print(f"prepare: {result.statement} {result.status.value}", markup=False)
+    if schema:
+        err.print(f"note: {ANALYTICAL_HINT}", markup=False)
     if not range_plan.ranges:
         err.print("nothing to backfill")
         report = BackfillReport(range_plan, (), _now(), 0.0)

@@ -159,6 +159,7 @@ def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transac
     assert result.exit_code == 0, result.output
     assert "prepare: CREATE INDEX ON :Account(id); exists" in result.stderr
     assert "prepare: CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE; created" in result.stderr
+    assert "note: for a first big import Memgraph recommends `STORAGE MODE IN_MEMORY_ANALYTICAL;`" in result.stderr
     # prepare: its own connection, autocommit (Memgraph refuses index changes in a multi-statement transaction)
     first = [e for e in driver.log if e[0] == "execute" and e[1] == 0]
     assert [(e[2], e[3]) for e in first] == [(True, "CREATE INDEX ON :Account(id)"),
