@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from .transform import Statement
 
@@ -39,10 +39,16 @@ def offset_statements(stream: str, offsets: Mapping[TP, int]) -> list[Statement]
             for (topic, partition), offset in sorted(offsets.items())]
 
 
-def offsets_in_statements(stream: str, statements: Iterable[Statement]) -> dict[TP, int]:
-    """The offsets a batch's statements store for `stream` (the null sink keeps them in memory)."""
-    return {(s.parameters["topic"], s.parameters["partition"]): s.parameters["next_offset"]
-            for s in statements if s.query == WRITE_QUERY and s.parameters.get("stream") == stream}
+def offsets_in_statements(statements: Sequence[Statement]) -> dict[tuple[str, str, int], int]:
+    """The offsets a batch stores, by (stream, topic, partition): its trailing offset statements (the
+    worker appends them after the batch's own), so a batch without any costs one comparison."""
+    found: dict[tuple[str, str, int], int] = {}
+    for statement in reversed(statements):
+        if statement.query != WRITE_QUERY:
+            break
+        p = statement.parameters
+        found.setdefault((p["stream"], p["topic"], p["partition"]), p["next_offset"])
+    return found
 
 
 def offsets_in_cypherl(path: str, stream: str, partitions: Iterable[TP] | None = None) -> dict[TP, int]:

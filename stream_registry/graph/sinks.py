@@ -243,18 +243,17 @@ class NullSink(_Closing):
     def __init__(self):
         self.statements = 0
         self.batches = 0
-        self._offsets: dict[str, dict] = {}
+        self._offsets: dict[tuple[str, str, int], int] = {}
 
     def write(self, statements: Sequence[Statement]) -> None:
         self.statements += len(statements)
         self.batches += 1
-        for stream in {s.parameters.get("stream") for s in statements[-1:] if isinstance(s.parameters, Mapping)}:
-            if isinstance(stream, str):
-                self._offsets.setdefault(stream, {}).update(offsets_in_statements(stream, statements))
+        self._offsets.update(offsets_in_statements(statements))
 
     def stored_offsets(self, stream, partitions=None):
         """Kept in memory: an exactly-once stream on null:// survives a restart of its stream, not of its process."""
-        return dict(self._offsets.get(stream, {}))
+        return {(topic, partition): offset for (name, topic, partition), offset in self._offsets.items()
+                if name == stream}
 
     def close(self) -> None:
         pass

@@ -34,7 +34,7 @@ from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
 from ..stream_info import StreamInfo, StreamStatus
-from .worker import AppliedOffset, RetryPolicy, WorkerSnapshot
+from .worker import CONSUMER_DEFAULTS, AppliedOffset, RetryPolicy, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
@@ -258,7 +258,8 @@ class StreamRegistry:
             stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
             pending = self._store.pending(name)
         exactly_once = config.delivery == Delivery.EXACTLY_ONCE
-        from_end = str(config.configs.get("auto.offset.reset", "earliest")) in ("latest", "end", "largest")
+        reset = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
+        from_end = str(reset) in ("latest", "end", "largest")
 
         def resume(s) -> int | None:
             key = (s.topic, s.partition)
