@@ -41,6 +41,8 @@ from spark_bridge.engine import Engine, EngineChoice, choose_engine, shown_remot
 from spark_bridge.job import BackfillJob, BackfillReport, plan_job
 from spark_bridge.range_plan import RangePlan
 
+from .usage_errors import UsageCommand
+
 PASSWORD_ENV = "MGSTREAMS_SINK_PASSWORD"
 ANALYTICAL_HINT = ("for a first big import Memgraph recommends `STORAGE MODE IN_MEMORY_ANALYTICAL;` (no transactions "
                    "to conflict or roll back); run `STORAGE MODE IN_MEMORY_TRANSACTIONAL;` before live streams write")
@@ -53,7 +55,7 @@ class BackfillFailed(click.ClickException):
         click.echo(f"mgstreams: error: {self.message}", err=True)
 
 
-@click.command("backfill", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("backfill", cls=UsageCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--stream", "stream_name", help="Backfill for a registered stream: its topics, cluster, "
               "client settings, consumer group and transformation.")
 @click.option("--state-dir", type=click.Path(file_okay=False), envvar="MGSTREAMS_STATE_DIR", default=None,

@@ -39,6 +39,7 @@ from stream_registry.errors import ConfigError, StreamError
 from stream_registry.offsets import OffsetChange, PartitionOffsets
 
 from .client import URL_ENV, HostClient
+from .usage_errors import UsageGroup
 from .host import serve as host
 from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
 from .wire import to_json
@@ -110,7 +111,7 @@ def _finite(ctx, param, value: float | None) -> float | None:
 
 
 # -- the group ----------------------------------------------------------------------
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=UsageGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", envvar=URL_ENV, default=DEFAULT_URL, show_default=True, show_envvar=True,
               help="The stream host to talk to.")
 @click.pass_context

@@ -279,3 +279,17 @@ def test_installed_entry_point_runs_an_embedded_cluster(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.parametrize("argv", [["describe", "--count"], ["--url"], ["backfill", "--from"],
+                                  ["history", "orders", "--limit"]])
+def test_an_option_missing_its_value_is_a_usage_error_with_the_usage(argv):
+    """Click raises "requires an argument" without its context and printed the error alone (found by test_fuzz)."""
+    from mgstreams.backfill_cli import backfill
+
+    command, args = (backfill, argv[1:]) if argv[0] == "backfill" else (cli, argv)   # attached by main()
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("Usage: ") and lines[-1].startswith("Error: Option '") \
+        and lines[-1].endswith("requires an argument."), result.stderr
