@@ -260,7 +260,9 @@ def test_a_partition_without_a_leader_refuses_the_change_instead_of_using_offset
         embedded_kafka.broker_down(leader)
         try:
             started = time.monotonic()
-            with pytest.raises(StreamError, match=f"no leader answered for {topic}:"):  # :1, or :0 led by the same broker
+            # ListOffsets either answers OFFSET_INVALID for the leaderless partition or, on a loaded machine, does not
+            # answer within the 2 s: both refuse, naming the partition (:1, or :0 led by the same broker)
+            with pytest.raises(StreamError, match=f"(no leader answered|no answer) for {topic}:[01]\\b"):
                 registry.set_offset("orders", "earliest", timeout=2)
             assert time.monotonic() - started < 4
         finally:
