@@ -104,7 +104,9 @@ wild_text = st.text(st.characters(exclude_categories=()), max_size=30)
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), any_text)
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
                            | st.dictionaries(any_text, inner, max_size=3), max_leaves=6)
-huge_ints = st.integers(min_value=19, max_value=6000).map(lambda n: 10 ** n - 1)
+# Python refuses to turn an int of more than 4300 digits into text (sys.get_int_max_str_digits), so a test cannot
+# send one as JSON; longer digit strings are sent as text by spec_texts (4000 to 6000 nines).
+huge_ints = st.integers(min_value=19, max_value=4300).map(lambda n: 10 ** n - 1)
 
 KEYWORDS = ("earliest", "beginning", "smallest", "latest", "end", "largest", "committed")
 keyword_texts = st.tuples(st.sampled_from(KEYWORDS), st.randoms(use_true_random=False),
@@ -602,7 +604,11 @@ def shared(kafka, tmp_path_factory):
         bounds = {(r["topic"], r["partition"]): (r["log_start_offset"], r["log_end_offset"]) for r in offsets}
         assert bounds == {(topic, 0): (0, 5), (topic, 1): (0, 0)}
         yield Shared(host, http, topic, base / "state", kafka.bootstrap_servers, streams, offsets, bounds)
-        assert http.get(f"/streams/{STREAM}/offsets").json() == offsets, "the fuzzing moved no committed offset"
+        # accepted set-offset calls on the stopped stream leave pending changes, which resume_offset shows
+        def committed_view(rows):
+            return [{k: v for k, v in row.items() if k != "resume_offset"} for row in rows]
+        assert committed_view(http.get(f"/streams/{STREAM}/offsets").json()) == committed_view(offsets), \
+            "the fuzzing moved no committed offset"
         assert http.get(f"/streams/{STREAM}/history").json() == []
         # librdkafka's own log lines (`%N|...`, written by the C library) are left to
         # test_librdkafka_log_shows_credentials below; every other line is the host's.
