@@ -107,6 +107,11 @@ class PartitionQuery:
                 offset = future.result(max(deadline - time.monotonic(), 0.01)).offset
             except FutureTimeout:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for {tp.topic}:{tp.partition}"))
+            except KafkaException as exc:  # librdkafka's "No leaders found" (_NOENT) right after a broker returns
+                if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() == KafkaError._NOENT:
+                    offset = -1
+                else:
+                    raise
             if offset < 0:  # no leader answered for it (librdkafka's OFFSET_INVALID): not an offset to use
                 raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
                                                 f"no leader answered for {tp.topic}:{tp.partition}"))
