@@ -1,0 +1,206 @@
+"""Lag verdicts: Burrow's evaluation rules as a pure function over samples, without its false alarms.
+
+A sample is what the host saw of one partition at one moment: the group's
+committed offset, the log end at that moment, and whether the stream's
+consumer was polling the partition. Over a window of the last samples
+(`WINDOW`, 10) a partition gets one verdict, checked in this order:
+
+- **REWIND** when the committed offset went backwards in the window. When an
+  offset change made through `set_stream_offset` explains the move, the message
+  names that change (its history id) and the verdict is no alarm; otherwise it
+  is one (someone reset the group's offsets behind the host's back).
+- **OK** when the partition was caught up in some sample (after the last rewind):
+  lag 0, or nothing left to read (the offsets below the log end are transaction
+  markers or aborted records, which no consumer can ever commit past).
+- **STOP** when no commit happened over the whole window while lag exists and no
+  consumer of the stream polls the partition (stopped, failed, not assigned).
+- **STALL** when the committed offset did not move over the window while lag
+  exists and the consumer polls (a batch that never finishes, a stuck sink).
+- **WARN** when the lag grew in every sample: the consumer is falling behind.
+- else **OK**.
+
+Where this differs from Burrow, on purpose: lag is taken from the log end at
+sample time, not only when the consumer commits (a consumer that committed at
+lag 0 and then stopped while producers went on is STOP, not OK); a quiet
+partition (no new data, so no new commits) is OK, not STOP, because the host
+samples it whether or not the consumer commits; an operator's rewind is said to
+be one. A stream's verdict is its worst partition's. Nothing here reads a clock
+or Kafka: collection (stream_registry.lag.collector) feeds it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Iterable, Mapping, Sequence
+
+from ..errors import ConfigError
+
+WINDOW = 10          # samples per partition a verdict looks at (Burrow's default window)
+MIN_SAMPLES = 3      # fewer than this say nothing about a trend: OK "not enough samples yet"
+REWIND_SLACK_S = 5.0 # an offset change recorded this close to a backwards move explains it
+TP = tuple[str, int]
+
+
+class Verdict(str, Enum):
+    """Burrow's partition statuses, ordered by how bad they are (`severity`)."""
+    OK = "OK"
+    REWIND = "REWIND"
+    WARN = "WARN"
+    STALL = "STALL"
+    STOP = "STOP"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_SEVERITY = {Verdict.OK: 0, Verdict.REWIND: 1, Verdict.WARN: 2, Verdict.STALL: 3, Verdict.STOP: 4}
+
+
+@dataclass(frozen=True)
+class LagSample:
+    """One partition at one moment (`at`: seconds since the epoch).
+
+    `committed` is None while the group has committed nothing: then everything
+    from `log_start` on is unprocessed. `polling` says that the stream's consumer
+    runs and holds the partition. `nothing_to_read` says that no record lies
+    between the committed offset and the log end (the collector knows it from
+    reading there: transaction markers and aborted records are not records).
+    """
+    committed: int | None
+    log_end: int
+    at: float
+    polling: bool = True
+    log_start: int = 0
+    nothing_to_read: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("log_end", "log_start"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name}: must be an offset >= 0, got {value!r}")
+        if self.committed is not None and (isinstance(self.committed, bool) or not isinstance(self.committed, int)
+                                           or self.committed < 0):
+            raise ConfigError(f"committed: must be an offset >= 0 or None, got {self.committed!r}")
+
+    @property
+    def lag(self) -> int:
+        """Offsets between what the group committed and the log end, at sample time."""
+        consumed = self.log_start if self.committed is None else self.committed
+        return max(self.log_end - consumed, 0)
+
+    @property
+    def caught_up(self) -> bool:
+        return self.lag == 0 or self.nothing_to_read
+
+
+@dataclass(frozen=True)
+class OffsetChangeMark:
+    """An offset change applied through set_stream_offset, as its history row records it."""
+    change_id: int | None
+    at: float
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int
+
+
+@dataclass(frozen=True)
+class PartitionVerdict:
+    """A partition's verdict with the reason in words; `alarm` is False for what needs no one's attention
+    (OK, and a rewind an operator made)."""
+    verdict: Verdict
+    message: str
+    alarm: bool = False
+    change_id: int | None = None    # REWIND: the offset change that explains it
+
+
+def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] = (), *,
+             window: int = WINDOW, min_samples: int = MIN_SAMPLES) -> PartitionVerdict:
+    """One partition's verdict over its last `window` samples (oldest first); `changes` are the operator's
+    offset changes of this partition (any order; those outside the window are ignored)."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise ConfigError(f"window: must be an integer >= 2, got {window!r}")
+    if isinstance(min_samples, bool) or not isinstance(min_samples, int) or not 2 <= min_samples <= window:
+        raise ConfigError(f"min_samples: must be an integer from 2 to the window ({window}), got {min_samples!r}")
+    samples = list(samples)[-window:]
+    if not samples:
+        return PartitionVerdict(Verdict.OK, "no samples yet")
+    if any(b.at < a.at for a, b in zip(samples, samples[1:])):
+        raise ConfigError("samples: must be in time order, oldest first")
+    rewind = _last_rewind(samples, list(changes))
+    since = samples[rewind[0]:] if rewind else samples   # what happened after the last rewind
+    last = samples[-1]
+    if any(s.caught_up for s in since):
+        return rewind[1] if rewind else PartitionVerdict(Verdict.OK, _caught_up_message(since))
+    if len(samples) < min_samples:
+        return rewind[1] if rewind else PartitionVerdict(
+            Verdict.OK, f"lag {last.lag}; {len(samples)} of {min_samples} samples needed for a trend")
+    span = last.at - samples[0].at
+    if not rewind and len({s.committed for s in samples}) == 1:   # no commit over the whole window
+        where = "nothing committed yet" if last.committed is None else f"committed offset {last.committed}"
+        if not last.polling:
+            return PartitionVerdict(Verdict.STOP, f"no commit for {span:.1f} s with lag {last.lag} ({where}); "
+                                                  f"no consumer of the stream polls this partition", alarm=True)
+        return PartitionVerdict(Verdict.STALL, f"{where} not moving for {span:.1f} s with lag {last.lag} "
+                                               f"while the consumer polls", alarm=True)
+    if len(since) >= min_samples and all(b.lag > a.lag for a, b in zip(since, since[1:])):
+        return PartitionVerdict(Verdict.WARN, f"lag grew in every sample: {since[0].lag} to {last.lag} "
+                                              f"in {last.at - since[0].at:.1f} s", alarm=True)
+    if rewind:
+        return rewind[1]
+    trend = "falling" if last.lag < samples[0].lag else "not falling" if last.lag > samples[0].lag else "steady"
+    return PartitionVerdict(Verdict.OK, f"consuming: lag {last.lag}, {trend} over {span:.1f} s")
+
+
+def _caught_up_message(samples: Sequence[LagSample]) -> str:
+    last = samples[-1]
+    if last.lag == 0:
+        return "caught up"
+    if last.nothing_to_read:
+        return (f"caught up: the {last.lag} offset(s) below the log end are not records "
+                f"(transaction markers or aborted records)")
+    return f"lag {last.lag}; it was 0 within the window"
+
+
+def _last_rewind(samples: list[LagSample], changes: list[OffsetChangeMark]
+                 ) -> tuple[int, PartitionVerdict] | None:
+    """(index of the sample after the last backwards move, its REWIND verdict), or None."""
+    for i in range(len(samples) - 1, 0, -1):
+        before, after = samples[i - 1].committed, samples[i].committed
+        if before is None or after is None or after >= before:
+            continue
+        explained = [c for c in changes if c.offset <= after and c.offset < before
+                     and samples[i - 1].at - REWIND_SLACK_S <= c.at <= samples[i].at + REWIND_SLACK_S]
+        if explained:
+            change = max(explained, key=lambda c: (c.at, c.change_id or 0))
+            ident = f"change {change.change_id}" if change.change_id is not None else "a change"
+            return i, PartitionVerdict(
+                Verdict.REWIND, f"set_stream_offset moved it back from {before} to {change.offset} "
+                                f"({ident} at {_time(change.at)}); not an alarm", change_id=change.change_id)
+        return i, PartitionVerdict(
+            Verdict.REWIND, f"committed offset went back from {before} to {after} between {_time(samples[i - 1].at)} "
+                            f"and {_time(samples[i].at)} with no offset change made through mgstreams "
+                            f"(was the group's offset reset by another tool?)", alarm=True)
+    return None
+
+
+def _time(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def worst(verdicts: Mapping[TP, PartitionVerdict]) -> tuple[Verdict, str]:
+    """A stream's verdict: its worst partition's, with that partition named in the message (a tie goes to the
+    first partition in topic/partition order); OK "no partitions" for none."""
+    if not verdicts:
+        return Verdict.OK, "no partitions sampled yet"
+    (topic, partition), pick = max(sorted(verdicts.items()), key=lambda item: item[1].verdict.severity)
+    if pick.verdict == Verdict.OK:
+        return Verdict.OK, "every partition OK"
+    others = sum(1 for v in verdicts.values() if v.verdict == pick.verdict) - 1
+    more = f" (and {others} more partition(s))" if others else ""
+    return pick.verdict, f"{topic}:{partition}{more}: {pick.message}"
