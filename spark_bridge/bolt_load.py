@@ -48,7 +48,6 @@ from urllib.parse import urlsplit
 from stream_registry.errors import ConfigError, SinkError
 from stream_registry.graph.sinks import open_sink
 from stream_registry.graph.transform import Statement, load_transformation
-from stream_registry.redaction import redact
 
 DEFAULT_WRITERS = 2
 MAX_WRITERS = 64
@@ -261,27 +260,18 @@ def prepare_graph(sink_uri: str, credentials: Mapping[str, str], statements: Seq
     """Run each statement in its own autocommit transaction; one that exists already is fine."""
     if not is_bolt_uri(sink_uri):
         raise ConfigError(f"prepare: needs a bolt://, bolt+s:// or bolt+ssc:// sink, got {sink_uri!r}")
-    sink = open_sink(sink_uri, credentials)
-    secrets = [v for v in credentials.values() if v]
+    sink = open_sink(sink_uri, credentials)   # its connection: TLS and credentials as for the load
     results = []
     try:
-        conn = sink._connection()  # the sink's connection (TLS and credentials as for the load)
-        conn.autocommit = True     # Memgraph refuses index changes inside a multi-statement transaction
-        cursor = conn.cursor()
         for statement in statements:
             try:
-                cursor.execute(statement.rstrip().rstrip(";"))
+                # autocommit: Memgraph refuses index changes inside a multi-statement transaction
+                sink.run_autocommit(statement.rstrip().rstrip(";"))
                 results.append(PrepareResult(statement, PrepareStatus.CREATED))
-            except Exception as exc:
+            except SinkError as exc:
                 if not _EXISTS.search(str(exc)):
-                    raise SinkError(f"prepare: {statement!r} failed on {urlsplit(sink_uri).netloc}: "
-                                    f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
+                    raise SinkError(f"prepare: {exc}") from None
                 results.append(PrepareResult(statement, PrepareStatus.EXISTS))
-    except SinkError:
-        raise
-    except Exception as exc:
-        raise SinkError(f"prepare: cannot reach {urlsplit(sink_uri).netloc}: "
-                        f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
     finally:
         sink.close()
     return results

@@ -182,6 +182,30 @@ def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transac
         assert password not in text
 
 
+def test_run_autocommit_runs_alone_then_writes_are_transactions_again(monkeypatch):
+    driver = Driver(exists=("CREATE INDEX",))
+    monkeypatch.setattr(sinks, "connect_mgclient", driver.connect)
+    sink = sinks.open_sink("bolt://memgraph:7687")
+    sink.run_autocommit("CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE")
+    with pytest.raises(sinks.SinkError, match=r"^sink bolt://memgraph:7687: 'CREATE INDEX ON :Account\(id\)' "
+                                              r"failed: RuntimeError: Index already exists$"):
+        sink.run_autocommit("CREATE INDEX ON :Account(id)")
+    sink.write([Statement(NODE, {"id": "a"})])
+    sink.close()
+    executes = [(e[1], e[2], e[3]) for e in driver.log if e[0] == "execute"]
+    assert executes == [(0, True, "CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE"),
+                        (0, True, "CREATE INDEX ON :Account(id)"),
+                        (0, False, NODE)]        # one connection; the write is in a transaction again
+    assert driver.transactions() == [[(NODE, {"id": "a"})]]
+
+    def refuse(**kwargs):
+        raise ConnectionRefusedError("connection refused")
+    monkeypatch.setattr(sinks, "connect_mgclient", refuse)
+    with pytest.raises(sinks.SinkError, match=r"^sink bolt://memgraph:7687: cannot connect: "
+                                              r"ConnectionRefusedError: connection refused$"):
+        sinks.open_sink("bolt://memgraph:7687").run_autocommit("CREATE INDEX ON :A(id)")
+
+
 def test_dry_run_lists_the_prepare_statements_and_touches_nothing(kafka, tmp_path, monkeypatch):
     monkeypatch.setattr(sinks, "connect_mgclient", lambda **kw: pytest.fail("connected during a dry run"))
     topic = kafka.new_topic(1)

@@ -495,6 +495,37 @@ class BoltSink(_Closing):
                                 f"failed: {type(exc).__name__}: {exc}") from None
         return {(topic, partition): offset for topic, partition, offset in rows}
 
+    def run_autocommit(self, query: str, parameters: Mapping[str, Any] | None = None) -> None:
+        """Run one statement in a transaction of its own (autocommit) on this sink's connection (TLS and
+        credentials as for writes): for what Memgraph refuses inside a multi-statement transaction, such
+        as CREATE INDEX and CREATE CONSTRAINT. Not retried. SinkError when the connection cannot be made
+        (saying so), or naming the statement with the server's message; the next write is one
+        transaction per batch again."""
+        secrets = [s for s in (self._password.reveal(),) if s]
+        with self._lock:
+            try:
+                conn = self._connection()
+            except SinkError:
+                raise
+            except Exception as exc:
+                self._abandon()
+                raise SinkError(f"sink {self._where()}: cannot connect: "
+                                f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
+            try:
+                conn.autocommit = True
+                conn.cursor().execute(query, _driver_parameters(parameters or {}, 0))
+            except Exception as exc:
+                if is_transient(exc):
+                    self._abandon()   # a lost connection: the next call connects afresh
+                raise SinkError(f"sink {self._where()}: {query!r} failed: "
+                                f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
+            finally:
+                if self._conn is conn:
+                    try:
+                        conn.autocommit = False
+                    except Exception:
+                        self._abandon()
+
     def _apply(self, work: list[tuple[str, dict]]) -> None:
         conn = self._connection()
         cursor = conn.cursor()
