@@ -10,8 +10,10 @@ from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
 -1 beginning, -2 end; prefer `earliest`/`latest`), e.g. `earliest`, `1200`,
 `2024-05-01T00:00:00Z`, `-500` as '"-500"' (relative to the committed offset),
 or JSON '{"orders:0": 1200, "orders": "earliest"}'. `--until committed` ends
-at the stream's committed offsets: the hand-off point where the live stream
-resumes. `--engine auto` (the default) picks Spark or the local engine (this
+at the group's committed offsets; with `--stream`, at the stream's resume point
+(a pending offset change, else for an exactly-once stream the offset its sink
+stores, else the committed offset: `spark_bridge.handoff`), where the live
+stream resumes: the hand-off. `--engine auto` (the default) picks Spark or the local engine (this
 process, no Spark) from the plan's size (spark_bridge.engine); the local engine
 needs none of the `[spark]` extra. Exit status 0 on success, 1 with a one-line
 reason on stderr otherwise, 2 on usage errors.
@@ -69,7 +71,8 @@ class BackfillFailed(click.ClickException):
               help="librdkafka setting for the readers (with --topics); repeatable.")
 @click.option("--from", "start", required=True, metavar="SPEC", help="First offsets to replay.")
 @click.option("--until", default="latest", show_default=True, metavar="latest|committed|SPEC",
-              help="End offsets (exclusive), resolved when the job is planned.")
+              help="End offsets (exclusive), resolved when the job is planned. With --stream, committed is "
+                   "where the stream resumes if started now (pending offset changes included).")
 @click.option("--transform", metavar="MODULE.FUNCTION", help="Transformation (default: the stream's).")
 @click.option("--modules-dir", "modules_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Extra directory to find the transformation module in; repeatable.")
@@ -110,6 +113,9 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
     range_plan = _guard(lambda: plan_job(job))
     err.print(f"plan: {len(range_plan.ranges)} range(s), {range_plan.total_offsets} offset(s) of "
               f"{', '.join(job.topics)}")
+    if job.resume_offsets is not None:
+        err.print(f"committed: stream {stream_name!r}'s resume point, "
+                  f"{_partition_offsets(job.resume_offsets)}", markup=False)
     for note in range_plan.notes:
         err.print(f"note: {note}", markup=False)
     choice = _guard(lambda: choose_engine(engine_name, range_plan, _target(master, remote)))
@@ -186,18 +192,22 @@ def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, confi
 
 def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs, sink, credentials,
                 min_partitions, batch_size, fail_on_data_loss, writers) -> BackfillJob:
-    """A job over a registered stream: its config, secrets included, read from the host's state directory."""
+    """A job over a registered stream: its config, secrets included, read from the host's state directory;
+    `committed` in the specs is the stream's resume point."""
+    from spark_bridge.handoff import stream_resume_offsets, uses_committed
     from stream_registry.registry.registry import stored_config
 
     from .host.serve import default_state_dir
 
-    config = stored_config(state_dir or default_state_dir(), name).with_group()
+    state_dir = state_dir or default_state_dir()
+    config = stored_config(state_dir, name).with_group()
     if not credentials and sink == config.sink:
         credentials = config.sink_credentials()
     client_config = config.client_config()
+    resume = stream_resume_offsets(state_dir, config) if uses_committed(start_spec, until_spec) else None
     return BackfillJob(client_config.pop("bootstrap.servers"), tuple(config.topics), start_spec, until_spec,
                        transform or config.transform, sink, client_config, credentials, search_dirs, batch_size,
-                       min_partitions, fail_on_data_loss, writers)
+                       min_partitions, fail_on_data_loss, writers, resume)
 
 
 def _spec_value(text: str, option: str) -> object:
@@ -366,13 +376,21 @@ def report_json(report: BackfillReport, job: BackfillJob, choice: EngineChoice |
     return {
         "job": {"topics": list(job.topics), "from": _describe(job.start), "until": _describe(job.until),
                 "transform": job.transform, "sink": job.sink, "batch_size": job.batch_size,
-                "writers": job.writers, "min_partitions": job.min_partitions, "group_id": job.group_id},
+                "writers": job.writers, "min_partitions": job.min_partitions, "group_id": job.group_id,
+                "resume_offsets": None if job.resume_offsets is None else
+                {f"{t}:{p}": o for (t, p), o in sorted(job.resume_offsets.items())}},
         "engine": choice.to_dict() if choice is not None else None,
         "spark": {"master": master, "remote": shown_remote(remote) if remote else None,
                   "session_start_seconds": round(session_seconds, 3)},
         "plan": [r.to_dict() for r in report.plan.ranges],
         **report.to_dict(),
     }
+
+
+def _partition_offsets(offsets, shown: int = 8) -> str:
+    items = [f"{t}:{p}={o}" for (t, p), o in sorted(offsets.items())]
+    more = f" and {len(items) - shown} more (all in --report)" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def _describe(spec) -> Any:

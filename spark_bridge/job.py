@@ -42,7 +42,9 @@ from .source_options import check_client_config
 class BackfillJob:
     """What to replay and where to write it; `client_config` is librdkafka's (group.id names the
     group whose committed offsets `until=committed` means). `writers` bounds the concurrent Bolt
-    transactions per executor host (tasks on one machine share the bound)."""
+    transactions per executor host (tasks on one machine share the bound). `resume_offsets`, for a
+    registered stream, is its resume point per partition (`handoff.stream_resume_offsets`): what
+    `committed` means instead of the group's committed offsets in Kafka."""
     bootstrap_servers: str
     topics: tuple[str, ...]
     start: OffsetSpec
@@ -56,6 +58,7 @@ class BackfillJob:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     writers: int = DEFAULT_WRITERS
+    resume_offsets: Mapping[tuple[str, int], int] | None = None
 
     def consumer_config(self) -> dict[str, object]:
         return {**self.client_config, "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}
@@ -143,7 +146,7 @@ def plan_job(job: BackfillJob) -> RangePlan:
     settings = {k: v for k, v in job.client_config.items() if k not in ("bootstrap.servers", "group.id")}
     with PartitionQuery(job.bootstrap_servers, job.group_id, settings) as query:
         return plan(query, job.topics, job.start, job.until, job.min_partitions,
-                    fail_on_data_loss=job.fail_on_data_loss)
+                    fail_on_data_loss=job.fail_on_data_loss, resume_offsets=job.resume_offsets)
 
 
 # -- loading one range --------------------------------------------------------------------

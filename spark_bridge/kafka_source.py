@@ -16,14 +16,16 @@ Connect too (the server needs this package importable by its Python workers).
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from stream_registry.errors import ConfigError
 from stream_registry.kafka.queries import PartitionQuery
+from stream_registry.registry.registry import stored_config
 
+from .handoff import stream_resume_offsets, uses_committed
 from .range_plan import OffsetRange, RangePlan, plan, split_ranges
 from .range_reader import RangeReader, row_schema
 from .source_options import SHORT_NAME, SourceOptions, parse_source_options
@@ -75,14 +77,31 @@ class KafkaBatchReader(DataSourceReader):
 
 
 def plan_source(options: SourceOptions) -> RangePlan:
-    """The ranges a read with these options covers (an explicit offsetRanges plan is only split)."""
+    """The ranges a read with these options covers (an explicit offsetRanges plan is only split).
+    With the `stream` option, `committed` is where that registered stream resumes (the hand-off)."""
     if options.ranges is not None:
         ranges = split_ranges(options.ranges, options.min_partitions, options.max_records_per_partition)
         return RangePlan((), tuple(ranges))
+    resume = stream_resume(options) if options.stream else None
     with PartitionQuery(options.bootstrap_servers, options.group_id, options.client_config) as query:
         return plan(query, options.topics, options.starting, options.ending, options.min_partitions,
                     max_offsets_per_partition=options.max_records_per_partition,
-                    fail_on_data_loss=options.fail_on_data_loss)
+                    fail_on_data_loss=options.fail_on_data_loss, resume_offsets=resume)
+
+
+def stream_resume(options: SourceOptions) -> dict[tuple[str, int], int] | None:
+    """The resume point of the `stream` option's stream when the offsets refer to `committed`; its topics
+    must include the subscribed ones."""
+    config = stored_config(options.state_dir, options.stream).with_group()
+    subscribed = list(options.topics)
+    foreign = [t for t in subscribed if t not in config.topics]
+    if foreign:
+        option = "assign" if isinstance(options.topics, Mapping) else "subscribe"
+        raise ConfigError(f"{option}: topic(s) {', '.join(map(repr, foreign))} are not topics of stream "
+                          f"{options.stream!r} ({', '.join(config.topics)})")
+    if not uses_committed(options.starting, options.ending):
+        return None
+    return stream_resume_offsets(options.state_dir, config)
 
 
 def register(spark) -> None:

@@ -7,14 +7,16 @@ are dropped and big ranges are cut so the plan has at least `min_partitions`
 pieces. Each piece becomes one Spark input partition.
 
 The end is exclusive. `until=committed` ends every range at the consumer
-group's committed offset: the live stream resumes exactly there, so a backfill
-up to `committed` plus the live stream cover every offset once (the hand-off).
+group's committed offset, or, given `resume_offsets` (a registered stream's
+resume point, `stream_registry.resume_point`), at the offset where the live
+stream resumes: a backfill up to there plus the live stream cover every offset
+once (the hand-off).
 """
 from __future__ import annotations
 
 import heapq
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from stream_registry.errors import KafkaOperationError, OffsetSpecError
@@ -124,9 +126,13 @@ class RangePlan:
 
 # -- resolving ------------------------------------------------------------------
 def resolve_bounds(query: PartitionQuery, topics: Iterable[str] | Mapping[str, Iterable[int]],
-                   start: OffsetSpec, until: OffsetSpec, *, fail_on_data_loss: bool = True) -> list[PartitionBounds]:
+                   start: OffsetSpec, until: OffsetSpec, *, fail_on_data_loss: bool = True,
+                   resume_offsets: Mapping[tuple[str, int], int] | None = None) -> list[PartitionBounds]:
     """Resolve start and end specs for every partition of `topics` (or only the listed partitions).
 
+    `resume_offsets`, when given, is what `committed` means for every partition
+    (in `committed` targets and relative shifts alike) instead of the group's
+    committed offsets in Kafka; it must cover every partition planned.
     Partitions a spec does not name start at earliest and end at latest. A start
     that names deleted offsets (an absolute offset or the committed offset below
     the log start) raises DataLossError unless `fail_on_data_loss` is false, in
@@ -138,6 +144,8 @@ def resolve_bounds(query: PartitionQuery, topics: Iterable[str] | Mapping[str, I
     until.check_against(partitions)
     tps = [(t, p) for t in sorted(partitions) for p in sorted(partitions[t])]
     snapshots = query.snapshots(tps)
+    if resume_offsets is not None:
+        snapshots = _with_resume_offsets(snapshots, resume_offsets)
     starts = _resolve_all(query, _with_default(start, DEFAULT_START), snapshots, "start")
     ends = _resolve_all(query, _with_default(until, DEFAULT_UNTIL), snapshots, "until")
     bounds = []
@@ -151,6 +159,17 @@ def resolve_bounds(query: PartitionQuery, topics: Iterable[str] | Mapping[str, I
         bounds.append(PartitionBounds(snap.topic, snap.partition, first.offset, last.offset,
                                       snap.log_start, snap.log_end, "; ".join(notes)))
     return bounds
+
+
+def _with_resume_offsets(snapshots: Sequence[PartitionSnapshot],
+                         resume_offsets: Mapping[tuple[str, int], int]) -> list[PartitionSnapshot]:
+    missing = [f"{s.topic}:{s.partition}" for s in snapshots if (s.topic, s.partition) not in resume_offsets]
+    if missing:
+        raise OffsetSpecError(f"resume_offsets: no resume offset for partition(s) {', '.join(missing)}")
+    for key, offset in resume_offsets.items():
+        if type(offset) is not int or offset < 0:
+            raise OffsetSpecError(f"resume_offsets: {key[0]}:{key[1]}: expected an offset >= 0, got {offset!r}")
+    return [replace(s, committed=resume_offsets[(s.topic, s.partition)]) for s in snapshots]
 
 
 def _partitions(query: PartitionQuery, topics) -> dict[str, list[int]]:
@@ -247,8 +266,9 @@ def _check_positive(option: str, value: int | None) -> None:
 # -- the whole plan -------------------------------------------------------------
 def plan(query: PartitionQuery, topics: Iterable[str] | Mapping[str, Iterable[int]], start: OffsetSpec,
          until: OffsetSpec, min_partitions: int | None = None, *, max_offsets_per_partition: int | None = None,
-         fail_on_data_loss: bool = True) -> RangePlan:
-    bounds = resolve_bounds(query, topics, start, until, fail_on_data_loss=fail_on_data_loss)
+         fail_on_data_loss: bool = True, resume_offsets: Mapping[tuple[str, int], int] | None = None) -> RangePlan:
+    bounds = resolve_bounds(query, topics, start, until, fail_on_data_loss=fail_on_data_loss,
+                            resume_offsets=resume_offsets)
     ranges = split_ranges([b.range for b in bounds], min_partitions, max_offsets_per_partition)
     return RangePlan(tuple(bounds), tuple(ranges))
 

@@ -12,6 +12,7 @@ Every error is a ConfigError whose message starts with the option's name.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,6 +27,7 @@ from .range_plan import OffsetRange, ranges_from_json
 from stream_registry.kafka.client import new_consumer
 
 SHORT_NAME = "mgstreams_kafka"
+STATE_DIR_ENV = "MGSTREAMS_STATE_DIR"
 
 # Spark JSON dialect (= librdkafka's raw constants).
 SPARK_EARLIEST = -2
@@ -45,7 +47,7 @@ _KNOWN = {s.lower() for s in (
     *_SUBSCRIPTIONS, "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "minPartitions", "maxRecordsPerPartition",
     "failOnDataLoss", "includeHeaders", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs",
-    "offsetRanges", "path")}
+    "offsetRanges", "path", "stream", "stateDir")}
 # JVM options that only make sense for streaming or that this source does not implement.
 _UNSUPPORTED = {s.lower(): s for s in (
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "fetchOffset.numRetries",
@@ -68,6 +70,8 @@ class SourceOptions:
     poll_timeout_ms: int = 120_000
     ranges: tuple[OffsetRange, ...] | None = None   # offsetRanges: an exact plan, skips planning
     secrets: tuple[str, ...] = field(default=(), repr=False)
+    stream: str | None = None       # a registered stream: `committed` is its resume point (spark_bridge.handoff)
+    state_dir: str | None = None    # its host's state directory (stateDir, else $MGSTREAMS_STATE_DIR)
 
     def consumer_config(self) -> dict[str, str]:
         return {**self.client_config, "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}
@@ -97,8 +101,18 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     names = list(topics) if isinstance(topics, Mapping) else topics
     starting = _offsets(opts, "starting", names)
     ending = _offsets(opts, "ending", names)
-    if _targets(ending, Committed) and not explicit_group:
-        raise ConfigError("endingOffsets: 'committed' needs kafka.group.id (the group whose offsets end the read)")
+    stream = opts.get("stream", "").strip() or None
+    if "stream" in opts and not stream:
+        raise ConfigError(f"stream: expected the name of a registered stream, got {opts['stream']!r}")
+    state_dir = opts.get("statedir", "").strip() or (os.environ.get(STATE_DIR_ENV, "").strip() if stream else "")
+    if "statedir" in opts and not stream:
+        raise ConfigError(f"stateDir: only means something with the stream option (got {opts['statedir']!r})")
+    if stream and not state_dir:
+        raise ConfigError(f"stateDir: required with stream={stream!r} (the host's state directory, or set "
+                          f"{STATE_DIR_ENV})")
+    if _targets(ending, Committed) and not explicit_group and not stream:
+        raise ConfigError("endingOffsets: 'committed' needs kafka.group.id (the group whose offsets end the read) "
+                          "or stream (a registered stream: where it resumes)")
     parsed = SourceOptions(
         bootstrap_servers=servers, client_config=kafka, topics=topics, starting=starting, ending=ending,
         group_id=group_id,
@@ -107,7 +121,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_boolean(opts, "failOnDataLoss", True),
         include_headers=_boolean(opts, "includeHeaders", False),
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
-        ranges=_ranges(opts), secrets=secrets)
+        ranges=_ranges(opts), secrets=secrets, stream=stream, state_dir=state_dir or None)
     check_client_config(parsed.consumer_config(), secrets)
     return parsed
 
@@ -159,7 +173,8 @@ def spark_offsets(value: str, option: str, topics=()) -> OffsetSpec:
     "earliest", "latest", or JSON `{"topic": {"0": 23, "1": -2}}` where -2 means
     earliest and -1 latest (NOT Memgraph's -1 beginning / -2 end). As in the JVM
     source, a batch may not start at latest nor end at earliest. `committed`
-    (the group's committed offsets) is an extension for endingOffsets.
+    (the group's committed offsets; with the `stream` option, where that stream
+    resumes) is an extension for endingOffsets.
     """
     text = value.strip()
     ending = option.lower().startswith("ending")

@@ -28,13 +28,14 @@ from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets
 from ..redaction import mask_all, redact
+from ..resume_point import resume_offsets
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
 from .runner import Isolation, StreamRunner, ThreadRunner, load_stream_transformation
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
 from ..stream_info import StreamInfo, StreamStatus
-from .worker import CONSUMER_DEFAULTS, AppliedOffset, RetryPolicy, WorkerSnapshot
+from .worker import AppliedOffset, RetryPolicy, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
@@ -243,7 +244,7 @@ class StreamRegistry:
 
     def describe(self, name: str) -> list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
-        offset its sink stores (exactly-once) and where it would resume if started now."""
+        offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
         stream = self._stream(name)
         config = stream.config
         with stream.lock:
@@ -257,24 +258,12 @@ class StreamRegistry:
             offline = self._stored_offsets(config, missing) if missing else {}
             stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
             pending = self._store.pending(name)
-        exactly_once = config.delivery == Delivery.EXACTLY_ONCE
-        reset = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
-        from_end = str(reset) in ("latest", "end", "largest")
-
-        def resume(s) -> int | None:
-            key = (s.topic, s.partition)
-            if key in pending:
-                return pending[key]
-            if exactly_once:   # the graph holds nothing of a partition without a stored offset
-                return stored.get(key, s.log_start) if stored is not None else None
-            if s.committed is not None:
-                return s.committed
-            return s.log_end if from_end else s.log_start
-
+        resume = resume_offsets(config, snapshots, pending, stored)
         return [PartitionOffsets(s.topic, s.partition, s.committed, s.position, s.log_start, s.log_end,
                                  None if s.committed is None else max(s.log_end - s.committed, 0),
                                  (s.topic, s.partition) in seen.assigned,
-                                 stored.get((s.topic, s.partition)) if stored else None, resume(s))
+                                 stored.get((s.topic, s.partition)) if stored else None,
+                                 resume[(s.topic, s.partition)])
                 for s in snapshots]
 
     def _stored_offsets(self, config: StreamConfig, partitions: list) -> dict | None:

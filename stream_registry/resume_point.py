@@ -1,0 +1,57 @@
+"""A stream's resume point: the offset of each partition where the stream starts if started now.
+
+One rule, used by `StreamRegistry.describe` (the `resume_offset` column) and by
+the backfill's hand-off (`--until committed` for a registered stream), so the
+two can never disagree. Per partition, the first that applies:
+
+1. a pending offset: accepted by set_offset but not applied yet (the stream was
+   stopped, or no member of its group held the partition);
+2. for an exactly-once stream, the offset its sink stores with the data, or the
+   log start when the sink holds nothing of the partition (the graph has none of it);
+3. the consumer group's committed offset;
+4. auto.offset.reset: the log end for latest/end/largest, else the log start.
+
+Plain functions over values: the caller gathers the pending offsets (state
+store), the stored offsets (sink) and the partition snapshots (Kafka).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from .config import Delivery, StreamConfig
+from .offset_spec import PartitionSnapshot
+
+TP = tuple[str, int]
+_FROM_END = ("latest", "end", "largest")
+
+
+def resume_offset(snap: PartitionSnapshot, *, pending: Mapping[TP, int], stored: Mapping[TP, int] | None,
+                  exactly_once: bool, from_end: bool) -> int | None:
+    """Where one partition resumes; None only for an exactly-once stream whose sink could not be
+    read (`stored` None) and that has no pending offset for the partition."""
+    key = (snap.topic, snap.partition)
+    if key in pending:
+        return pending[key]
+    if exactly_once:
+        return None if stored is None else stored.get(key, snap.log_start)
+    if snap.committed is not None:
+        return snap.committed
+    return snap.log_end if from_end else snap.log_start
+
+
+def resume_offsets(config: StreamConfig, snapshots: Iterable[PartitionSnapshot], pending: Mapping[TP, int],
+                   stored: Mapping[TP, int] | None) -> dict[TP, int | None]:
+    """`resume_offset` of every snapshot, with the stream's delivery and auto.offset.reset."""
+    exactly_once = config.delivery == Delivery.EXACTLY_ONCE
+    from_end = str(config.configs.get("auto.offset.reset", _default_reset())).lower() in _FROM_END
+    return {(s.topic, s.partition): resume_offset(s, pending=pending, stored=stored, exactly_once=exactly_once,
+                                                  from_end=from_end)
+            for s in snapshots}
+
+
+def _default_reset() -> str:
+    # The worker owns the consumer defaults. Imported here, not at the top: the registry package
+    # imports this module, and its __init__ would otherwise be entered from inside it.
+    from .registry.worker import CONSUMER_DEFAULTS
+
+    return str(CONSUMER_DEFAULTS["auto.offset.reset"])

@@ -1,0 +1,203 @@
+"""The hand-off, as an operator does it: `mgstreams backfill --stream NAME --until committed` next to a
+running host, then `mgstreams start NAME`; together they load every offset of every partition once.
+
+`committed` is the stream's resume point (stream_registry.resume_point), not the group's Kafka commit: an
+offset set on the stopped stream (pending), and for an exactly-once stream the offset its sink stores,
+decide where the live stream resumes, so they decide where the backfill ends. Every step is a real
+process: the host (`mgstreams serve`), the CLI commands, the backfill; Kafka is the embedded cluster.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from host_helpers import ROOT
+from spark_bridge.handoff import stream_resume_offsets
+from spark_bridge.kafka_source import plan_source
+from spark_bridge.source_options import parse_source_options
+from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
+from stream_registry.errors import StreamError
+from stream_registry.graph.offset_store import OFFSET_LINE
+from stream_registry.registry.registry import stored_config
+
+
+def mgstreams(host, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m mgstreams ARGS` in a process of its own, pointed at `host`."""
+    env = {**os.environ, "MGSTREAMS_URL": host.url, "MGSTREAMS_STATE_DIR": str(host.state_dir)}
+    return subprocess.run([sys.executable, "-m", "mgstreams", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    return result
+
+
+def create(host, kafka, topic: str, sink: Path, **overrides) -> None:
+    body = {"name": "orders", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
+            "sink": f"cypherl://{sink}", "consumer_group": f"handoff_{uuid.uuid4().hex[:10]}",
+            "batch_size": 20, "batch_interval_ms": 20, "configs": FAST_REJOIN, **overrides}
+    with httpx.Client(base_url=host.url, timeout=30) as api:
+        api.post("/streams", json=body).raise_for_status()
+
+
+def offsets(host) -> list[dict]:
+    with httpx.Client(base_url=host.url, timeout=30) as api:
+        response = api.get("/streams/orders/offsets")
+        response.raise_for_status()
+        return response.json()
+
+
+def column(host, name: str) -> dict[int, int | None]:
+    return {row["partition"]: row[name] for row in offsets(host)}
+
+
+def backfill(host, out: Path, report: Path) -> dict:
+    """The backfill from the beginning up to the stream's resume point, into cypherl files under `out`."""
+    result = ok(mgstreams(host, "backfill", "--stream", "orders", "--state-dir", str(host.state_dir),
+                          "--engine", "local", "--from", "earliest", "--until", "committed",
+                          "--sink", f"cypherl://{out}", "--batch-size", "30", "--report", str(report)))
+    assert "committed: stream 'orders''s resume point" in result.stderr
+    return json.loads(report.read_text())
+
+
+def backfilled(out: Path) -> list[tuple[str, int, int]]:
+    return [key for path in sorted(out.glob("*.cypherl")) for key in delivered_from_file(path)]
+
+
+def ends(report: dict, topic: str, partitions: int) -> dict[int, int]:
+    """Where the backfill ended per partition: the end of its last range (from earliest, no gaps)."""
+    found = {p: 0 for p in range(partitions)}
+    for r in report["plan"]:
+        assert r["topic"] == topic
+        found[r["partition"]] = max(found[r["partition"]], r["until_offset"])
+    return found
+
+
+def every_offset_once(topic: str, ends_at: dict[int, int]) -> Counter:
+    return Counter({(topic, p, o): 1 for p, end in ends_at.items() for o in range(end)})
+
+
+def test_pending_offsets_end_the_backfill_where_the_live_stream_resumes(host, kafka, tmp_path):
+    topic = kafka.new_topic(partitions=3)
+    kafka.produce(topic, 300, partitions=3)                      # offsets 0..99 on each partition
+    live = tmp_path / "live.cypherl"
+    create(host, kafka, topic, live)
+    ok(mgstreams(host, "start", "orders"))
+    wait_until(lambda: column(host, "committed_offset") == {0: 100, 1: 100, 2: 100}, 60, what="first run committed")
+    ok(mgstreams(host, "stop", "orders"))
+    kafka.produce(topic, 300, partitions=3)                      # 100..199 arrive while it is stopped
+
+    # on the stopped stream: partition 0 goes back before its commit, 1 skips ahead, 2 keeps its commit
+    changed = json.loads(ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:0": 50, f"{topic}:1": 150}),
+                                      "--json")).stdout)
+    assert sorted((c["partition"], c["offset"], c["status"]) for c in changed) == [(0, 50, "pending"),
+                                                                                   (1, 150, "pending")]
+    assert column(host, "committed_offset") == {0: 100, 1: 100, 2: 100}   # Kafka still says 100 everywhere
+    assert column(host, "resume_offset") == {0: 50, 1: 150, 2: 100}
+
+    out = tmp_path / "backfill"
+    report = backfill(host, out, tmp_path / "report.json")
+    assert ends(report, topic, 3) == {0: 50, 1: 150, 2: 100}
+    assert report["job"]["resume_offsets"] == {f"{topic}:0": 50, f"{topic}:1": 150, f"{topic}:2": 100}
+    assert len(backfilled(out)) == 300
+
+    kafka.produce(topic, 30, partitions=3)                       # traffic keeps arriving: 200..209
+    before = len(delivered_from_file(live))
+    ok(mgstreams(host, "start", "orders"))
+    wait_until(lambda: column(host, "committed_offset") == {0: 210, 1: 210, 2: 210}, 60, what="live caught up")
+    resumed = delivered_from_file(live)[before:]
+    covered = Counter(backfilled(out)) + Counter(resumed)
+    assert [k for k, n in covered.items() if n > 1] == [], "loaded twice"
+    assert covered == every_offset_once(topic, {0: 210, 1: 210, 2: 210}), "skipped or loaded twice"
+    ok(mgstreams(host, "stop", "orders"))
+    assert "Traceback" not in host.log()
+
+
+def test_an_exactly_once_stream_hands_off_at_what_its_sink_stores(host, kafka, tmp_path):
+    topic = kafka.new_topic(partitions=3)
+    kafka.produce(topic, 300, partitions=3)
+    live = tmp_path / "live.cypherl"
+    create(host, kafka, topic, live, delivery="exactly_once")
+    ok(mgstreams(host, "start", "orders"))
+    wait_until(lambda: column(host, "stored_offset") == {0: 100, 1: 100, 2: 100}, 60, what="first run stored")
+    wait_until(lambda: column(host, "committed_offset") == {0: 100, 1: 100, 2: 100}, 30, what="first run committed")
+    ok(mgstreams(host, "stop", "orders"))
+
+    # the graph lost its later part (a snapshot restored, a file cut back at a batch boundary): the sink
+    # now stores less than the group committed, and the stream resumes where the sink's data ends
+    lines = live.read_text().splitlines(keepends=True)
+    boundaries = [i + 1 for i, line in enumerate(lines)
+                  if OFFSET_LINE.match(line.rstrip("\n")) and not (i + 1 < len(lines) and OFFSET_LINE.match(lines[i + 1]))]
+    cut = min(boundaries, key=lambda b: abs(b - len(lines) // 3))
+    live.write_text("".join(lines[:cut]))
+    held = len(delivered_from_file(live))
+    stored = column(host, "stored_offset")
+    assert 0 < held < 300 and any((s or 0) < 100 for s in stored.values())
+    # and partition 0 is moved back on purpose
+    ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:0": 10})))
+    expected = {0: 10, 1: stored[1] or 0, 2: stored[2] or 0}   # a partition with nothing stored: the log start
+    assert column(host, "resume_offset") == expected
+
+    out = tmp_path / "backfill"
+    report = backfill(host, out, tmp_path / "report.json")
+    assert ends(report, topic, 3) == expected
+
+    ok(mgstreams(host, "start", "orders"))
+    wait_until(lambda: column(host, "stored_offset") == {0: 100, 1: 100, 2: 100}, 60, what="live caught up")
+    covered = Counter(backfilled(out)) + Counter(delivered_from_file(live)[held:])
+    assert covered == every_offset_once(topic, {0: 100, 1: 100, 2: 100}), "skipped or loaded twice"
+    ok(mgstreams(host, "stop", "orders"))
+    assert "Traceback" not in host.log()
+
+
+def test_the_data_source_ends_at_the_stream_resume_point_and_errors_name_the_option(host, kafka, tmp_path):
+    """`endingOffsets=committed` with the `stream` option, planned as Spark plans it (plan_source, no session)."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 40, partitions=2)
+    create(host, kafka, topic, tmp_path / "live.cypherl")
+    ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:1": 7})))   # never started: no commit
+    options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
+               "startingOffsets": "earliest", "endingOffsets": "committed", "stream": "orders",
+               "stateDir": str(host.state_dir)}
+    ranges = plan_source(parse_source_options(options)).ranges
+    # partition 0: no commit, nothing pending: auto.offset.reset (earliest) -> the log start, nothing to read
+    assert [(r.partition, r.from_offset, r.until_offset) for r in ranges] == [(1, 0, 7)]
+    assert column(host, "resume_offset") == {0: 0, 1: 7}
+
+    with pytest.raises(StreamError, match=r"^subscribe: topic\(s\) 'other' are not topics of stream 'orders'"):
+        plan_source(parse_source_options({**options, "subscribe": f"{topic},other"}))
+    with pytest.raises(StreamError, match=r"^name: no stream named 'nope' in "):
+        plan_source(parse_source_options({**options, "stream": "nope"}))
+    with pytest.raises(StreamError, match=r"^stateDir: only means something with the stream option"):
+        parse_source_options({k: v for k, v in options.items() if k != "stream"})
+    with pytest.raises(StreamError, match=r"^stream: expected the name of a registered stream, got ' '"):
+        parse_source_options({**options, "stream": " "})
+
+
+def test_an_unreadable_exactly_once_sink_refuses_the_hand_off(host, kafka, tmp_path):
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 5, partitions=1)
+    live = tmp_path / "live.cypherl"
+    create(host, kafka, topic, live, delivery="exactly_once")
+    live.mkdir()                                  # where the sink's file should be: cannot be read
+    config = stored_config(host.state_dir, "orders")
+    with pytest.raises(StreamError, match=r"^stream 'orders': sink: its stored offsets are the exactly-once "
+                                          r"stream's resume point and cannot be read: "):
+        stream_resume_offsets(host.state_dir, config)
+    result = mgstreams(host, "backfill", "--stream", "orders", "--engine", "local", "--from", "earliest",
+                       "--until", "committed", "--sink", f"cypherl://{tmp_path / 'out'}")
+    assert result.returncode == 1 and "its stored offsets are the exactly-once stream's resume point" in result.stderr
+    assert not (tmp_path / "out").exists()
+    # a backfill that does not need the resume point does not read the sink
+    ok(mgstreams(host, "backfill", "--stream", "orders", "--engine", "local", "--from", "earliest",
+                 "--until", "latest", "--sink", f"cypherl://{tmp_path / 'out'}"))
+    assert len(backfilled(tmp_path / "out")) == 5
