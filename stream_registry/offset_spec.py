@@ -247,6 +247,9 @@ class ChangeStatus(str, Enum):
     CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
     PENDING = "pending"    # recorded; applied at the next assignment
     ERROR = "error"
+    # Not offset changes: a poison message set aside by errors.tolerance 'all' (history only)
+    SKIPPED = "skipped"
+    DEAD_LETTERED = "dead_lettered"
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,13 @@ class PartitionOffsets:
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    """An applied offset change, as recorded in the registry's audit history."""
+    """A row of the registry's audit history: an applied offset change, or a poison message set aside
+    (status skipped or dead_lettered: `offset` is that message's, `message` the error it raised)."""
     changed_at: datetime
     topic: str
     partition: int
     previous_offset: int | None
     offset: int
     status: ChangeStatus
+    message: str | None = None
+    change_id: int | None = None    # stable: the row's id in the state store

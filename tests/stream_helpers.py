@@ -35,6 +35,16 @@ def offsets_transform(messages):
     return out
 
 
+def poison_transform(messages):
+    """offsets_transform, but a payload starting with `poison` raises ValueError: a message the
+    transformation cannot read (a process-wide rule, so it holds in a stream's own process too)."""
+    for i in range(messages.total_messages()):
+        payload = messages.message_at(i).payload() or b""
+        if payload.startswith(b"poison"):
+            raise ValueError(f"cannot read {payload[:20]!r}")
+    return offsets_transform(messages)
+
+
 def crashing_transform(messages):
     """offsets_transform, but a payload `abort:<marker file>` makes the process abort (SIGABRT), as a C
     extension failing an assertion does: once if the marker does not exist yet (it is created first), or every
@@ -85,6 +95,26 @@ class RecordingSink:
         with self.lock:
             return [(s.parameters["topic"], s.parameters["partition"], s.parameters["offset"])
                     for batch in self.batches for s in batch]
+
+
+class RejectingSink(RecordingSink):
+    """Rejects, as a whole, any batch holding a statement for an offset in `reject`, with the error Memgraph
+    gives a unique constraint violation ("Unable to commit due to unique constraint violation on :Label(key)",
+    memgraph/src/storage/v2/inmemory/storage.cpp): a data error, not worth retrying. `transient` errors
+    are raised first, while it counts down."""
+
+    def __init__(self, reject: set[tuple[str, int, int]]):
+        super().__init__()
+        self.reject = reject
+        self.rejected = 0
+
+    def write(self, statements):
+        for s in statements:
+            p = s.parameters
+            if (p.get("topic"), p.get("partition"), p.get("offset")) in self.reject:
+                self.rejected += 1
+                raise RuntimeError("Unable to commit due to unique constraint violation on :Msg(offset)")
+        super().write(statements)
 
 
 def by_partition(delivered) -> dict[tuple[str, int], list[int]]:

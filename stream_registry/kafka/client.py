@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from ..errors import ConfigError
@@ -37,8 +37,8 @@ def _new_client(kind: type, config: Mapping[str, object], secrets: Iterable[str]
         raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None
 
 
-# Consumer-only properties an admin client would warn about; everything else (security, sockets,
-# client id, broker address family, ...) applies to both.
+# Consumer-only properties an admin client or a producer would warn about; everything else (security, sockets,
+# client id, broker address family, ...) applies to all.
 _CONSUMER_ONLY_PREFIXES = ("group.", "partition.assignment.strategy", "session.timeout.ms", "heartbeat.interval.ms",
                            "auto.", "enable.auto.", "enable.partition.eof", "fetch.", "max.poll.interval.ms",
                            "isolation.level", "queued.", "check.crcs", "consume.", "coordinator.")
@@ -46,5 +46,13 @@ _CONSUMER_ONLY_PREFIXES = ("group.", "partition.assignment.strategy", "session.t
 
 def new_admin(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> AdminClient:
     """An admin client on the same cluster and security settings as a consumer's `config`."""
-    admin_config = {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY_PREFIXES)}
-    return _new_client(AdminClient, admin_config, secrets, field)
+    return _new_client(AdminClient, _shared_settings(config), secrets, field)
+
+
+def new_producer(config: Mapping[str, object], secrets: Iterable[str] = (), field: str = "configs") -> Producer:
+    """A producer on the same cluster and security settings as a consumer's `config`."""
+    return _new_client(Producer, _shared_settings(config), secrets, field)
+
+
+def _shared_settings(config: Mapping[str, object]) -> dict[str, object]:
+    return {k: v for k, v in config.items() if not k.startswith(_CONSUMER_ONLY_PREFIXES)}

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config import Delivery, RestartPolicy, StreamConfig
+from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
@@ -35,10 +35,12 @@ from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
 from ..stream_info import StreamInfo, StreamStatus
-from .worker import AppliedOffset, RetryPolicy, WorkerSnapshot
+from .dead_letter import SetAside
+from .worker import AppliedOffset, RetryPolicy, StreamEvents, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
+_OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that fulfil a pending offset
 
 
 @dataclass(frozen=True)
@@ -314,9 +316,11 @@ class StreamRegistry:
 
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
+        events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
+                              on_applied=lambda changes: self._on_applied(stream, changes),
+                              on_set_aside=lambda records: self._on_set_aside(stream, records))
         common = dict(pending=self._store.pending(config.name), output=self._output_policy(), retry=self._retry,
-                      on_status=lambda status, error: self._on_status(stream, status, error),
-                      on_applied=lambda changes: self._on_applied(stream, changes))
+                      events=events)
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, **common, stop_timeout=self._stop_timeout,
                                  on_exit=lambda runner, cause: self._on_exit(stream, runner, cause))
@@ -399,7 +403,14 @@ class StreamRegistry:
         """
         stream.unrecorded += [(c.topic, c.partition, c.previous_offset, c.offset,
                                ChangeStatus.CLAMPED if (c.topic, c.partition) in stream.clamped
-                               else ChangeStatus.APPLIED) for c in changes]
+                               else ChangeStatus.APPLIED, None) for c in changes]
+        self._record_history(stream)
+
+    def _on_set_aside(self, stream: _Stream, records: list[SetAside]) -> None:
+        """Poison messages go to the history too: a skipped one is recorded nowhere else."""
+        stream.unrecorded += [(r.topic, r.partition, None, r.offset,
+                               ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED, r.error)
+                              for r in records]
         self._record_history(stream)
 
     def _record_history(self, stream: _Stream) -> None:
@@ -408,7 +419,8 @@ class StreamRegistry:
             if not rows:
                 return
             try:
-                self._store.record_applied(stream.config.name, rows, {(t, p): o for t, p, _, o, _ in rows})
+                self._store.record_applied(stream.config.name, rows, {(t, p): o for t, p, _, o, status, _ in rows
+                                                                      if status in _OFFSET_CHANGES})
             except StreamError as exc:
                 stream.store_error = f"{exc} (offset history kept in memory, retried)"
                 log.warning("stream %s: %s", stream.config.name, stream.store_error)
@@ -433,12 +445,14 @@ class StreamRegistry:
     def _info(self, stream: _Stream) -> StreamInfo:
         c = stream.config
         runner = self._running(stream)
+        counts = self._store.status_counts(c.name) if c.errors_tolerance == ErrorsTolerance.ALL else {}
         return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
                           stream.status, "; ".join(e for e in (stream.error, stream.store_error) if e) or None,
                           c.shown_configs(), mask_all(c.credentials),
                           c.batch_size, c.batch_interval_ms, c.restart.value,
                           runner.pid if runner else None, runner.rss_bytes() if runner else None,
-                          stream.restarts, c.delivery.value, c.errors_tolerance.value, c.dead_letter_topic)
+                          stream.restarts, c.delivery.value, c.errors_tolerance.value, c.dead_letter_topic,
+                          counts.get(ChangeStatus.DEAD_LETTERED, 0), counts.get(ChangeStatus.SKIPPED, 0))
 
 
 def _grouped_reasons(resolved) -> str:

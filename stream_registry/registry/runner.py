@@ -22,12 +22,10 @@ from ..errors import ConfigError, StreamError
 from ..graph.sinks import OutputPolicy, open_sink
 from ..graph.transform import load_transformation
 from ..stream_info import StreamStatus
-from .worker import AppliedOffset, RetryPolicy, StreamWorker, WorkerSnapshot
+from .worker import RetryPolicy, StreamEvents, StreamWorker, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
-StatusCallback = Callable[[StreamStatus, "str | None"], None]
-AppliedCallback = Callable[[list[AppliedOffset]], None]
 
 
 class Isolation(str, Enum):
@@ -61,11 +59,10 @@ class ThreadRunner:
     """A stream on a poll thread of this process: its transformation, its sink and its StreamWorker."""
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[TP, int], output: OutputPolicy,
-                 retry: RetryPolicy, on_status: StatusCallback, on_applied: AppliedCallback):
+                 retry: RetryPolicy, events: StreamEvents):
         self.config = config
         self.pid: int | None = os.getpid()
-        self._pending, self._output, self._retry = dict(pending), output, retry
-        self._on_status, self._on_applied = on_status, on_applied
+        self._pending, self._output, self._retry, self._events = dict(pending), output, retry, events
         self._sink = None
         self._worker: StreamWorker | None = None
 
@@ -77,7 +74,7 @@ class ThreadRunner:
                 raise ConfigError(f"delivery: 'exactly_once' needs a sink that stores offsets with its batches "
                                   f"(bolt, cypherl, null), not {self.config.sink!r}")
             self._worker = StreamWorker(self.config, transformation, self._sink, pending=self._pending,
-                                        on_status=self._on_status, on_applied=self._on_applied, retry=self._retry)
+                                        events=self._events, retry=self._retry)
             self._worker.start(timeout)
         except BaseException:
             self.close()

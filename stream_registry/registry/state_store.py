@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS offset_history (
     partition INTEGER NOT NULL,
     previous_offset INTEGER,
     offset INTEGER NOT NULL,
-    status TEXT NOT NULL
+    status TEXT NOT NULL,
+    message TEXT
 );
 """
 
@@ -65,11 +66,16 @@ class StateStore:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
-            if "clamped" not in [row[1] for row in self._db.execute("PRAGMA table_info(pending_offsets)")]:
-                self._db.execute("ALTER TABLE pending_offsets ADD COLUMN clamped INTEGER NOT NULL DEFAULT 0")
+            self._add_column("pending_offsets", "clamped", "INTEGER NOT NULL DEFAULT 0")
+            self._add_column("offset_history", "message", "TEXT")
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
         self._lock = threading.Lock()
+
+    def _add_column(self, table: str, column: str, definition: str) -> None:
+        """Bring a state file written by an older version up to date."""
+        if column not in [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")]:
+            self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
 
     def close(self) -> None:
         with self._lock:
@@ -138,14 +144,15 @@ class StateStore:
         rows = self._read("SELECT topic, partition FROM pending_offsets WHERE stream = ? AND clamped = 1", (name,))
         return {(topic, partition) for topic, partition in rows}
 
-    def record_applied(self, name: str, changes: list[tuple[str, int, int | None, int, ChangeStatus]],
+    def record_applied(self, name: str, changes: list[tuple[str, int, int | None, int, ChangeStatus, str | None]],
                        pending_done: dict[tuple[str, int], int] | None = None) -> None:
-        """Append applied changes to the history and clear the pending entries they fulfilled."""
+        """Append history rows (topic, partition, previous, offset, status, message) and clear the
+        pending entries the applied changes fulfilled."""
         now = time.time()
         statements = [("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
-                       "offset, status) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (name, now, topic, partition, previous, offset, status.value))
-                      for topic, partition, previous, offset, status in changes]
+                       "offset, status, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (name, now, topic, partition, previous, offset, status.value, message))
+                      for topic, partition, previous, offset, status, message in changes]
         for (topic, partition), offset in (pending_done or {}).items():
             statements.append(("DELETE FROM pending_offsets WHERE stream = ? AND topic = ? AND partition = ? "
                                "AND offset = ?", (name, topic, partition, offset)))
@@ -153,8 +160,14 @@ class StateStore:
             self._write(*statements)
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
-        sql = ("SELECT changed_at, topic, partition, previous_offset, offset, status FROM offset_history "
-               "WHERE stream = ? ORDER BY id DESC")
+        sql = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, id "
+               "FROM offset_history WHERE stream = ? ORDER BY id DESC")
         rows = self._read(sql + (" LIMIT ?" if limit else ""), (name, limit) if limit else (name,))
         return [HistoryEntry(datetime.fromtimestamp(at, tz=timezone.utc), topic, partition, previous, offset,
-                             ChangeStatus(status)) for at, topic, partition, previous, offset, status in rows]
+                             ChangeStatus(status), message, change_id)
+                for at, topic, partition, previous, offset, status, message, change_id in rows]
+
+    def status_counts(self, name: str) -> dict[ChangeStatus, int]:
+        """How many history rows of each status the stream has (e.g. messages skipped)."""
+        rows = self._read("SELECT status, COUNT(*) FROM offset_history WHERE stream = ? GROUP BY status", (name,))
+        return {ChangeStatus(status): count for status, count in rows}

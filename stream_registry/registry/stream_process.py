@@ -16,7 +16,7 @@ the whole process group; children ignore it and wait for the host's stop.
 Messages are tuples. Host to child: ("stop", timeout), ("snapshot", id),
 ("offsets", id, offsets, timeout). Child to host: ("started", pid),
 ("start_failed", reason), ("status", value, error), ("applied", changes),
-("reply", id, value), ("ended", cause) where cause is None when the stream
+("set_aside", records), ("reply", id, value), ("ended", cause) where cause is None when the stream
 ended by itself (its status says why), else why the process is leaving.
 """
 from __future__ import annotations
@@ -36,8 +36,8 @@ from ..errors import StreamError
 from ..graph.sinks import OutputPolicy
 from ..redaction import redact
 from ..stream_info import StreamStatus
-from .runner import AppliedCallback, StatusCallback, ThreadRunner, process_rss
-from .worker import RetryPolicy, WorkerSnapshot
+from .runner import ThreadRunner, process_rss
+from .worker import RetryPolicy, StreamEvents, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
@@ -63,13 +63,13 @@ class ProcessRunner:
     """The host's handle on one stream process (see the module docstring)."""
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[TP, int], output: OutputPolicy,
-                 retry: RetryPolicy, on_status: StatusCallback, on_applied: AppliedCallback,
+                 retry: RetryPolicy, events: StreamEvents,
                  on_exit: Callable[["ProcessRunner", str], None], stop_timeout: float = 30.0):
         self.config = config
         self.pid: int | None = None
         self._spec = ChildSpec(config, dict(pending), output, retry, stop_timeout,
                                logging.getLogger().getEffectiveLevel())
-        self._on_status, self._on_applied, self._on_exit = on_status, on_applied, on_exit
+        self._events, self._on_exit = events, on_exit
         self._process = None
         self._conn = None
         self._send_lock = threading.Lock()
@@ -180,9 +180,11 @@ class ProcessRunner:
                 break
             kind = message[0]
             if kind == "status":
-                self._on_status(StreamStatus(message[1]), message[2])
+                self._events.on_status(StreamStatus(message[1]), message[2])
             elif kind == "applied":
-                self._on_applied(message[1])
+                self._events.on_applied(message[1])
+            elif kind == "set_aside":
+                self._events.on_set_aside(message[1])
             elif kind == "reply":
                 reply = self._waiting.get(message[1])
                 if reply is not None:
@@ -265,8 +267,9 @@ def child_main(conn, spec: ChildSpec) -> None:
             pass   # the host is gone: the loop below notices and stops
 
     runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry,
-                          on_status=lambda status, error: send(("status", status.value, error)),
-                          on_applied=lambda changes: send(("applied", changes)))
+                          events=StreamEvents(on_status=lambda status, error: send(("status", status.value, error)),
+                                              on_applied=lambda changes: send(("applied", changes)),
+                                              on_set_aside=lambda records: send(("set_aside", records))))
     try:
         runner.start()
     except StreamError as exc:

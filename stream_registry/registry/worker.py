@@ -10,7 +10,9 @@ then the requested one.
 The ingestion loop is at-least-once: poll a batch, transform, write to the sink,
 then commit the next offsets synchronously. A failed batch is retried from
 memory with backoff and never committed; when retries run out the stream goes to
-ERROR and leaves the group, so a restart resumes at the failed batch.
+ERROR and leaves the group, so a restart resumes at the failed batch. With
+errors.tolerance 'all', the messages a batch fails on are found and set aside
+(poison.py, dead_letter.py) and the rest is written.
 """
 from __future__ import annotations
 
@@ -24,13 +26,15 @@ from typing import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ..config import Delivery, StreamConfig
+from ..config import Delivery, ErrorsTolerance, StreamConfig
 from ..errors import StreamError
 from ..graph.offset_store import offset_statements
 from ..kafka.client import new_consumer
 from ..redaction import redact
 from ..stream_info import StreamStatus
 from ..graph.transform import Message, run_transformation
+from .dead_letter import DeadLetterQueue, SetAside
+from .poison import BatchDelivery
 
 log = logging.getLogger("mgstreams.worker")
 
@@ -90,6 +94,14 @@ class AppliedOffset:
     offset: int
 
 
+@dataclass(frozen=True)
+class StreamEvents:
+    """What a running stream tells whoever runs it (the registry, or a stream process's pipe)."""
+    on_status: Callable[[StreamStatus, str | None], None] = lambda status, error: None
+    on_applied: Callable[[list[AppliedOffset]], None] = lambda changes: None  # committed offset changes
+    on_set_aside: Callable[[list[SetAside]], None] = lambda records: None     # poison messages
+
+
 class _OffsetRequest:
     """An offset change waiting for its partitions to be applied (committed).
 
@@ -118,17 +130,16 @@ class _OffsetRequest:
 
 class StreamWorker:
     def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
-                 pending: Mapping[TP, int] | None = None,
-                 on_status: Callable[[StreamStatus, str | None], None] = lambda status, error: None,
-                 on_applied: Callable[[list[AppliedOffset]], None] = lambda changes: None,
+                 pending: Mapping[TP, int] | None = None, events: StreamEvents = StreamEvents(),
                  retry: RetryPolicy = RetryPolicy()):
         self.config = config
         self._transformation = transformation
         self._sink = sink
-        self._on_status = on_status
-        self._on_applied = on_applied
+        self._events = events
         self._retry = retry
         self._secrets = config.secret_values()
+        self._tolerant = config.errors_tolerance == ErrorsTolerance.ALL
+        self._dead_letters = DeadLetterQueue(config, self._redact) if config.dead_letter_topic else None
         self._control: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -283,19 +294,17 @@ class StreamWorker:
 
     def _process(self, batch: list) -> bool:
         """Transform, write, commit. Returns False when the stream went to ERROR."""
-        messages = [Message.from_kafka(m) for m in batch]
-        next_offsets: dict[TP, int] = {}
-        for m in batch:
-            next_offsets[(m.topic(), m.partition())] = m.offset() + 1
+        next_offsets = _next_offsets(batch)
+        delivery = BatchDelivery([(m, Message.from_kafka(m)) for m in batch], self._write,
+                                 self._set_aside, tolerate=self._tolerant)
         attempt = 0
         while True:
             try:
-                statements = run_transformation(self._transformation, messages)
-                if self._exactly_once:   # the offsets go with the batch, in its transaction or its append
-                    statements = [*statements, *offset_statements(self.config.name, next_offsets)]
-                self._sink.write(statements)
+                delivery.run()   # a retry continues after what an earlier attempt delivered
+                if self._exactly_once and delivery.set_aside:   # stored offsets pass the last ones set aside too
+                    self._sink.write(offset_statements(self.config.name, next_offsets))
                 break
-            except Exception as exc:  # transformation or sink: retry the same batch, never skip it
+            except Exception as exc:  # transformation, sink or dead-letter topic: retry, never skip
                 attempt += 1
                 reason = self._redact(exc)
                 if attempt >= self._retry.attempts or self._stop.is_set():
@@ -317,6 +326,26 @@ class StreamWorker:
         with self._state_lock:
             self._positions.update(next_offsets)
         return True
+
+    def _write(self, chunk: list[tuple]) -> None:
+        """Transform and write (part of) a batch; exactly-once, with the offsets that follow it."""
+        statements = run_transformation(self._transformation, [message for _, message in chunk])
+        if self._exactly_once:   # the offsets go with the batch, in its transaction or its append
+            statements = [*statements, *offset_statements(self.config.name,
+                                                          _next_offsets([raw for raw, _ in chunk]))]
+        self._sink.write(statements)
+
+    def _set_aside(self, item: tuple, error: BaseException) -> None:
+        """A message the batch fails on (errors.tolerance 'all'): dead-letter it, or skip it; report it."""
+        raw = item[0]
+        if self._dead_letters is not None:
+            self._dead_letters.send(raw, error)   # raises: the batch is retried, nothing is committed
+        record = SetAside(raw.topic(), raw.partition(), raw.offset(), self._redact(error),
+                          self._dead_letters is not None)
+        log.warning("stream %s: %s %s:%d@%d: %s", self.config.name,
+                    "dead-lettered" if record.dead_lettered else "skipped", record.topic, record.partition,
+                    record.offset, record.error)
+        self._events.on_set_aside([record])
 
     def _rewind(self, batch: list) -> None:
         """Seek back to the batch's first offsets so the consumer's position tells the truth."""
@@ -441,7 +470,7 @@ class StreamWorker:
                 if self._pending.get(tp) == offset:
                     del self._pending[tp]
                 changes.append(AppliedOffset(tp[0], tp[1], previous, offset))
-        self._on_applied(changes)  # reported before the caller is woken: its history then shows the change
+        self._events.on_applied(changes)  # reported before the caller is woken: its history then shows the change
         for change in changes:
             for request in self._requests:
                 request.mark((change.topic, change.partition), change)
@@ -570,13 +599,15 @@ class StreamWorker:
         if self.status == status and self.error == error:
             return
         self.status, self.error = status, error
-        self._on_status(status, error)
+        self._events.on_status(status, error)
 
     def _fail(self, reason: str) -> None:
         self._close_consumer()
         self._set_status(StreamStatus.ERROR, reason)
 
     def _close_consumer(self) -> None:
+        if self._dead_letters is not None:
+            self._dead_letters.close()
         if self._consumer is None:
             return
         try:
@@ -589,6 +620,11 @@ class StreamWorker:
 
     def _redact(self, value: object) -> str:
         return redact(str(value), self._secrets)
+
+
+def _next_offsets(batch) -> dict[TP, int]:
+    """The offset after each partition's last message: what a commit of `batch` stores."""
+    return {(m.topic(), m.partition()): m.offset() + 1 for m in batch}
 
 
 def _first_offsets(batch: list) -> dict[TP, int]:

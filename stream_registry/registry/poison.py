@@ -1,0 +1,57 @@
+"""Poison messages: deliver a batch around the messages it fails on.
+
+With errors.tolerance 'all' (Kafka Connect's name), a batch whose transformation
+fails, or whose sink rejects it for a reason that retrying cannot fix, is split
+in halves, and each half written on its own, down to the single messages that
+fail: one poison message in n costs about 2·log2(n) re-runs. Those are set
+aside (dead-lettered or skipped); every other message is written, in order.
+
+Transient errors (a lost connection, a conflicting transaction) are never a
+message's fault: they leave the delivery where it is, for the batch's retry to
+continue from, so messages already written are not written again.
+"""
+from __future__ import annotations
+
+from typing import Callable, Generic, Sequence, TypeVar
+
+from ..graph.sinks import is_transient
+
+Item = TypeVar("Item")
+
+
+class BatchDelivery(Generic[Item]):
+    """Writes `items` with `write(chunk)`; `set_aside(item, error)` takes each one that fails alone.
+
+    `run()` may be called again after it raised (a transient error, or a
+    set-aside that failed): it continues with the first item not yet handled.
+    """
+
+    def __init__(self, items: Sequence[Item], write: Callable[[Sequence[Item]], None],
+                 set_aside: Callable[[Item, BaseException], None], tolerate: bool):
+        self._items = list(items)
+        self._write, self._set_aside, self._tolerate = write, set_aside, tolerate
+        self.done = 0          # items handled, a prefix of `items`
+        self.set_aside = 0     # of which set aside
+        self.writes = 0        # write calls, the first included
+
+    def run(self) -> None:
+        while self.done < len(self._items):
+            self._deliver(self._items[self.done:])
+
+    def _deliver(self, chunk: list[Item]) -> None:
+        try:
+            self.writes += 1
+            self._write(chunk)
+        except Exception as exc:
+            if not self._tolerate or is_transient(exc):
+                raise
+            if len(chunk) == 1:
+                self._set_aside(chunk[0], exc)
+                self.set_aside += 1
+                self.done += 1
+                return
+            middle = len(chunk) // 2
+            self._deliver(chunk[:middle])
+            self._deliver(chunk[middle:])
+            return
+        self.done += len(chunk)
