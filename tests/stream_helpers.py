@@ -99,9 +99,8 @@ class RecordingSink:
 
 class RejectingSink(RecordingSink):
     """Rejects, as a whole, any batch holding a statement for an offset in `reject`, with the error Memgraph
-    gives a unique constraint violation ("Unable to commit due to unique constraint violation on :Label(key)",
-    memgraph/src/storage/v2/inmemory/storage.cpp): a data error, not worth retrying. `transient` errors
-    are raised first, while it counts down."""
+    gives a unique constraint violation at commit (Memgraph's "Constraints" documentation: "Unable to commit due
+    to unique constraint violation on :Label(key)", an mgclient.DatabaseError): the batch's transaction fails."""
 
     def __init__(self, reject: set[tuple[str, int, int]]):
         super().__init__()
