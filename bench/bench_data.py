@@ -4,8 +4,11 @@ from __future__ import annotations
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int) -> None:
+def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int, poison_every: int = 0) -> None:
     """`count` messages of about `size` bytes, message i to partition i % partitions.
+
+    With `poison_every` N, one message in N (i % N == N // 2) is not JSON: a poison message for a
+    transformation that reads JSON (poison_count says how many).
 
     zstd batches: the embedded broker keeps at most 5 MiB (compressed) per
     partition and drops the oldest batches beyond that; compressed, millions of
@@ -24,6 +27,8 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int) 
         head = b'{"id": %d, "user": "u%05d", "amount": %d.%02d, "pad": "' % (i, (i * 7919) % 100_000,
                                                                             i % 997, i % 100)
         value = head + b"x" * max(0, size - len(head) - 2) + b'"}'
+        if is_poison(i, poison_every):
+            value = b"not json: " + value
         while True:
             try:
                 producer.produce(topic, value=value, key=b"k%d" % (i % 1000), partition=i % partitions,
@@ -36,6 +41,14 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int) 
     if producer.flush(120) or failures:
         raise SystemExit(f"bench: {len(failures)} messages were not delivered "
                          f"({failures[0] if failures else 'flush timed out'})")
+
+
+def is_poison(i: int, poison_every: int) -> bool:
+    return bool(poison_every) and i % poison_every == poison_every // 2
+
+
+def poison_count(count: int, poison_every: int) -> int:
+    return sum(1 for i in range(count) if is_poison(i, poison_every))
 
 
 def check_topic(bootstrap: str, topic: str, partitions: int, count: int) -> None:

@@ -29,6 +29,13 @@ each delivery mode (`at_least_once`, then `exactly_once`: each batch's offsets
 written with the batch), on the same sink; the cypherl files are checked to
 hold N statements plus the offsets statements, and `ratio: X` is exactly-once /
 at-least-once. Floor: 0.9.
+
+With `--poison-every N` the two sides are the same stream (errors.tolerance
+'all', a dead-letter topic, the `json_nodes` transformation) on two topics of
+the same size: a clean one, and one where one message in N is not JSON. Each
+poison message costs its batch a bisection and a dead-letter produce; the files
+are checked to hold every other message, the dead-letter topic every poison
+one, and `ratio: X` is poisoned / clean. Floor: 0.8.
 """
 from __future__ import annotations
 
@@ -43,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_data import check_topic, produce  # noqa: E402
+from bench_data import check_topic, poison_count, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
@@ -54,7 +61,11 @@ from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 0.85
 EXACTLY_ONCE_FLOOR = 0.9
+POISON_FLOOR = 0.8
 TOPIC = "ingest"
+POISONED_TOPIC = "ingest_poisoned"
+DEAD_LETTER_TOPIC = "ingest_dlq"
+POISON_TRANSFORM = "stream_registry.builtin_transformations.json_nodes"
 PARTITIONS = 6
 BATCH_SIZE = 1000
 BATCH_INTERVAL_MS = 100
@@ -78,6 +89,16 @@ def count_offset_lines(path: Path) -> int:
     """The exactly-once offsets statements (offset_store) among a file's lines."""
     with open(path, "rb") as f:
         return sum(1 for line in f if line.startswith(b"MERGE (o:MgstreamsOffset"))
+
+
+def dead_lettered(bootstrap: str) -> int:
+    """Messages on the dead-letter topic (every run appends its poison messages)."""
+    watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench_dlq"})
+    try:
+        low, high = watcher.get_watermark_offsets(TopicPartition(DEAD_LETTER_TOPIC, 0), timeout=10)
+    finally:
+        watcher.close()
+    return high - low
 
 
 def verify_and_clean(uri: str, count: int, label: str) -> None:
@@ -124,13 +145,14 @@ def run_raw(bootstrap: str, count: int, transform: str, uri: str, group: str) ->
 
 
 def run_stream(registry: StreamRegistry, bootstrap: str, count: int, transform: str, uri: str,
-               name: str, timeout_s: float, delivery: str = "at_least_once") -> float:
+               name: str, timeout_s: float, delivery: str = "at_least_once", topic: str = TOPIC,
+               **settings) -> float:
     """A running stream; done when its group's committed offsets cover all `count` messages."""
-    registry.create(StreamConfig(name=name, topics=[TOPIC], bootstrap_servers=bootstrap, transform=transform,
+    registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=bootstrap, transform=transform,
                                  sink=uri, consumer_group=name, batch_size=BATCH_SIZE,
-                                 batch_interval_ms=BATCH_INTERVAL_MS, delivery=delivery))
+                                 batch_interval_ms=BATCH_INTERVAL_MS, delivery=delivery, **settings))
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False})
-    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     try:
         started = time.perf_counter()
         registry.start(name)
@@ -163,10 +185,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transform", default=TRANSFORM, help=f"transformation (default {TRANSFORM})")
     parser.add_argument("--delivery", choices=("exactly_once",), default=None,
                         help="compare an exactly-once stream with an at-least-once one instead of stream/raw")
+    parser.add_argument("--poison-every", type=int, default=0, metavar="N",
+                        help="compare a stream on a topic where 1 message in N is poison with one on a clean topic")
     args = parser.parse_args(argv)
-    sides = ("at_least_once", "exactly_once") if args.delivery else ("raw", "stream")
-    if args.messages < 1 or args.rounds < 1:
-        parser.error("--messages and --rounds must be positive")
+    if args.delivery and args.poison_every:
+        parser.error("give --delivery or --poison-every, not both")
+    sides = ("at_least_once", "exactly_once") if args.delivery else \
+        ("clean", "poisoned") if args.poison_every else ("raw", "stream")
+    if args.messages < 1 or args.rounds < 1 or args.poison_every < 0:
+        parser.error("--messages, --rounds and --poison-every must be positive")
+    if args.poison_every and args.transform == TRANSFORM:
+        args.transform = POISON_TRANSFORM   # poison: a payload that is not JSON
+    poisons = poison_count(args.messages, args.poison_every)
 
     shm = Path("/dev/shm")
     out_dir = Path(tempfile.mkdtemp(prefix="mgstreams-bench-", dir=shm if shm.is_dir() else None))
@@ -185,6 +215,12 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             produce(bootstrap, TOPIC, args.messages, PARTITIONS, args.size)
             check_topic(bootstrap, TOPIC, PARTITIONS, args.messages)
+            if args.poison_every:
+                cluster.create_topic(POISONED_TOPIC, PARTITIONS, 3)
+                cluster.create_topic(DEAD_LETTER_TOPIC, 1, 3)
+                produce(bootstrap, POISONED_TOPIC, args.messages, PARTITIONS, args.size, args.poison_every)
+                check_topic(bootstrap, POISONED_TOPIC, PARTITIONS, args.messages)
+                print(f"{poisons} poison messages (1 in {args.poison_every:,}) on {POISONED_TOPIC}", flush=True)
             print(f"produced in {time.perf_counter() - t:.1f} s", flush=True)
             # the stream's cypherl files go to out_dir (tmpfs), outside the registry's default <state>/output
             os.environ[OUTPUT_DIRS_ENV] = os.pathsep.join(filter(None, (os.environ.get(OUTPUT_DIRS_ENV), str(out_dir))))
@@ -198,11 +234,20 @@ def main(argv: list[str] | None = None) -> int:
                         cpu = time.process_time()
                         if side == "raw":
                             elapsed = run_raw(bootstrap, args.messages, args.transform, uri, label)
+                        elif args.poison_every:
+                            before = dead_lettered(bootstrap)
+                            elapsed = run_stream(registry, bootstrap, args.messages, args.transform, uri, label,
+                                                 timeout_s, topic=POISONED_TOPIC if side == "poisoned" else TOPIC,
+                                                 errors_tolerance="all", dead_letter_topic=DEAD_LETTER_TOPIC)
+                            expected = poisons if side == "poisoned" else 0
+                            if dead_lettered(bootstrap) - before != expected:
+                                raise SystemExit(f"bench: {label} dead-lettered {dead_lettered(bootstrap) - before}"
+                                                 f" messages, expected {expected}")
                         else:
                             elapsed = run_stream(registry, bootstrap, args.messages, args.transform, uri,
                                                  label, timeout_s, "at_least_once" if side == "stream" else side)
                         cpu = time.process_time() - cpu
-                        verify_and_clean(uri, args.messages, label)
+                        verify_and_clean(uri, args.messages - (poisons if side == "poisoned" else 0), label)
                         rate = args.messages / elapsed
                         rates[side].append(rate)
                         cpus[side].append(cpu / args.messages * 1e6)
@@ -216,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base, measured = sides
     ratio = max(rates[measured]) / max(rates[base])
-    floor = EXACTLY_ONCE_FLOOR if args.delivery else FLOOR
+    floor = EXACTLY_ONCE_FLOOR if args.delivery else POISON_FLOOR if args.poison_every else FLOOR
     for side in sides:
         print(f"{side} rate: {max(rates[side]):12,.0f} msgs/s (best of {len(rates[side])})")
     print(f"cpu per message: " + ", ".join(f"{side} {min(cpus[side]):.2f} us" for side in sides) + " (lowest of each)")

@@ -34,6 +34,19 @@ def test_ingest_throughput_bench_compares_exactly_once_with_at_least_once():
     assert ratio and float(ratio[0].split()[1]) > 0 and "exactly_once / at_least_once" in ratio[0], done.stdout
 
 
+def test_ingest_throughput_bench_compares_a_poisoned_topic_with_a_clean_one():
+    """The bench itself checks that every poison message reached the dead-letter topic and every other one
+    the file; a wrong count exits non-zero."""
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "3000", "--rounds", "1",
+                           "--poison-every", "500"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert "6 poison messages (1 in 500)" in done.stdout, done.stdout
+    assert any(line.startswith("poisoned rate:") for line in lines), done.stdout
+    ratio = [line for line in lines if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 0 and "poisoned / clean" in ratio[0], done.stdout
+
+
 def test_offset_latency_bench_prints_medians_and_ratio():
     """A short run through the Cypher path (module -> host child process -> sink file): both paths timed,
     the ratio is the quotient of the printed medians, and `--help` still works."""

@@ -111,8 +111,10 @@ class DeadLetterQueue:
             settings = self._config.client_config()
             secrets = self._config.secret_values()
             self._create_topic(settings, secrets)
-            self._producer = new_producer({**settings, "acks": "all", "enable.idempotence": True,
-                                           "linger.ms": 0, "message.timeout.ms": int(self._timeout_s * 1000)},
+            # One message in flight at a time (each is flushed), so order holds without idempotence, whose
+            # producer id costs the first send half a second; a retried batch may dead-letter a message twice.
+            self._producer = new_producer({**settings, "acks": "all", "enable.idempotence": False, "linger.ms": 0,
+                                           "message.timeout.ms": int(self._timeout_s * 1000)},
                                           secrets, field="dead_letter_topic")
         return self._producer
 
