@@ -201,3 +201,20 @@ def test_an_unreadable_exactly_once_sink_refuses_the_hand_off(host, kafka, tmp_p
     ok(mgstreams(host, "backfill", "--stream", "orders", "--engine", "local", "--from", "earliest",
                  "--until", "latest", "--sink", f"cypherl://{tmp_path / 'out'}"))
     assert len(backfilled(tmp_path / "out")) == 5
+
+
+@pytest.mark.spark
+def test_the_data_source_under_spark_reads_up_to_where_the_stream_resumes(spark, host, kafka, tmp_path):
+    """The same through Spark: the scan is planned where Spark runs the source's Python, not in this process."""
+    from spark_bridge.kafka_source import register
+
+    register(spark)
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 60, partitions=2)
+    create(host, kafka, topic, tmp_path / "live.cypherl")
+    ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:0": 12, f"{topic}:1": 29})))
+    rows = (spark.read.format("mgstreams_kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("subscribe", topic).option("endingOffsets", "committed")
+            .option("stream", "orders").option("stateDir", str(host.state_dir)).load()
+            .select("partition", "offset").collect())
+    assert sorted((r.partition, r.offset) for r in rows) == [(0, o) for o in range(12)] + [(1, o) for o in range(29)]
