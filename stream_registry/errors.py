@@ -27,7 +27,12 @@ class TransformError(StreamError):
 
 
 class SinkError(StreamError):
-    """The graph sink rejected a batch."""
+    """The graph sink did not apply a batch. `transient`: retrying later may succeed (a lost connection);
+    `rejected`: the database refused the statements themselves (a query error caused by the data)."""
+
+    def __init__(self, message: str, *, transient: bool = False, rejected: bool = False):
+        super().__init__(message)
+        self.transient, self.rejected = transient, rejected
 
 
 class KafkaOperationError(StreamError):

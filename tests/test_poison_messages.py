@@ -17,10 +17,13 @@ from confluent_kafka import Consumer, Producer
 from hypothesis import given, settings, strategies as st
 
 from host_helpers import HostProcess
-from stream_helpers import FAST_REJOIN, RejectingSink, by_partition, delivered_from_file, wait_until
+from stream_helpers import FAST_REJOIN, RecordingSink, RejectingSink, by_partition, delivered_from_file, wait_until
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
+from stream_registry.errors import SinkError, TransformError
+from stream_registry.graph.sinks import BoltSink
+from stream_registry.graph.transform import Statement
 from stream_registry.offset_spec import ChangeStatus
-from stream_registry.registry.poison import BatchDelivery
+from stream_registry.registry.poison import BatchDelivery, may_be_poison
 from stream_registry.registry.worker import RetryPolicy
 
 CONNECT_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__connect.errors.offset",
@@ -75,6 +78,45 @@ def test_without_tolerance_the_first_failure_is_raised_and_nothing_is_set_aside(
     with pytest.raises(ValueError):
         delivery.run()
     assert aside == [] and delivery.done == 0
+
+
+def _bolt_failure(raised: Exception) -> SinkError:
+    """What the Bolt sink raises when pymgclient's cursor raises `raised` on every attempt."""
+    class Connection:
+        autocommit = False
+
+        def cursor(self):
+            return self
+
+        def execute(self, query, parameters=None):
+            raise raised
+
+        def commit(self): ...
+        def rollback(self): ...
+        def close(self): ...
+
+    sink = BoltSink("memgraph", connect=lambda **kwargs: Connection(), retries=2, sleep=lambda s: None)
+    with pytest.raises(SinkError) as failed:
+        sink.write([Statement("CREATE (:X)")])
+    return failed.value
+
+
+def test_only_errors_the_messages_may_have_caused_start_a_bisection():
+    """pymgclient raises its DB-API DatabaseError for a query Memgraph refuses, and for a lost session
+    ("failed to receive chunk data"), OperationalError / InterfaceError for connections (mgclient module)."""
+    import mgclient
+
+    assert may_be_poison(_bolt_failure(mgclient.DatabaseError(
+        "Unable to commit due to unique constraint violation on :Msg(offset)")))
+    assert may_be_poison(_bolt_failure(mgclient.DatabaseError("Invalid types: string and int for '+'.")))
+    assert not may_be_poison(_bolt_failure(mgclient.DatabaseError("failed to receive chunk data")))
+    assert not may_be_poison(_bolt_failure(mgclient.OperationalError("couldn't connect to host")))
+    assert not may_be_poison(_bolt_failure(mgclient.InterfaceError("bad session")))
+    assert not may_be_poison(SinkError("sink cypherl:///x: writing a batch of 3 statements failed: "
+                                       "[Errno 28] No space left on device"))   # the disk, not the data
+    assert may_be_poison(TransformError("transform 'm.f' failed on the batch starting at t:0 offset 5: "
+                                        "ValueError: not JSON"))
+    assert not may_be_poison(ConnectionResetError("connection reset by peer"))
 
 
 # -- on the embedded cluster ----------------------------------------------------------------------
@@ -171,6 +213,37 @@ def test_a_statement_the_sink_rejects_skips_its_message_and_records_it_in_the_hi
         assert (row.topic, row.partition, row.offset) == (topic, 1, 5)
         assert "unique constraint violation" in row.message and row.change_id is not None
         assert sink.rejected <= 2 * math.ceil(math.log2(50)) + 1
+    finally:
+        registry.close()
+
+
+class LosingConnectionSink(RecordingSink):
+    """Loses its connection on the first writes, as a Memgraph restarting does: transient, never poison."""
+
+    def __init__(self, failures: int):
+        super().__init__()
+        self.failures = failures
+
+    def write(self, statements):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionResetError("connection reset by peer")
+        super().write(statements)
+
+
+def test_transient_sink_errors_are_retried_and_never_dead_lettered(kafka, tmp_path, memory_sinks):
+    topic, dlq = kafka.new_topic(partitions=2), f"dlq_{uuid.uuid4().hex[:10]}"
+    kafka.produce(topic, 40, partitions=2)
+    memory_sinks["l"] = sink = LosingConnectionSink(failures=2)
+    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=4, first_backoff_s=0.05))
+    try:
+        registry.create(_config(kafka, topic, "memory://l", errors_tolerance="all", dead_letter_topic=dlq,
+                                transform="stream_helpers.offsets_transform"))
+        registry.start("orders")
+        wait_until(lambda: {r.committed_offset for r in registry.describe("orders")} == {20}, 60,
+                   what="the whole topic committed")
+        assert by_partition(sink.delivered()) == _expected(topic, 40, 2, set())
+        assert registry.get("orders").dead_lettered == 0 and registry.history("orders") == []
     finally:
         registry.close()
 

@@ -323,13 +323,14 @@ class CypherlSink(_Closing):
             try:
                 lines.append(render_statement(statement.query, statement.parameters))
             except SinkError as exc:
-                raise SinkError(f"sink cypherl://{self.path}: statement {index} of the batch: {exc}") from None
+                raise SinkError(f"sink cypherl://{self.path}: statement {index} of the batch: {exc}",
+                                rejected=True) from None
         lines.append("")
         try:
             return "\n".join(lines).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SinkError(f"sink cypherl://{self.path}: a query holds text that is not valid Unicode "
-                            f"({exc.reason})") from None
+                            f"({exc.reason})", rejected=True) from None
 
     def stored_offsets(self, stream, partitions=None):
         with self._lock:
@@ -429,9 +430,16 @@ _TRANSIENT_TEXT = re.compile(
     r"|not connected|server (?:closed|unavailable)|socket", re.I)
 
 
+def is_rejected_data(exc: BaseException) -> bool:
+    """The server refused the statements themselves (a type error, a constraint violation): the DB-API
+    DatabaseError family pymgclient raises for query errors, without its operational and interface errors."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return "DatabaseError" in names and not names & {"OperationalError", "InterfaceError"} and not is_transient(exc)
+
+
 def is_transient(exc: BaseException) -> bool:
     """Worth retrying the whole batch: lost connections, conflicts, serialization errors."""
-    if isinstance(exc, (ConnectionError, TimeoutError)):
+    if isinstance(exc, (ConnectionError, TimeoutError)) or getattr(exc, "transient", False) is True:
         return True
     if any(cls.__name__ == "TransientError" for cls in type(exc).__mro__):
         return True
@@ -581,7 +589,8 @@ class BoltSink(_Closing):
         detail = redact(f"{type(exc).__name__}: {exc}", secrets)
         kind = "transient " if is_transient(exc) else ""
         return SinkError(f"sink {self._where()}: a batch of {count} statements was not applied after "
-                         f"{attempts} attempt(s), {kind}error {detail}")
+                         f"{attempts} attempt(s), {kind}error {detail}", transient=bool(kind),
+                         rejected=is_rejected_data(exc))
 
     def close(self) -> None:
         with self._lock:

@@ -6,14 +6,18 @@ in halves, and each half written on its own, down to the single messages that
 fail: one poison message in n costs about 2·log2(n) re-runs. Those are set
 aside (dead-lettered or skipped); every other message is written, in order.
 
-Transient errors (a lost connection, a conflicting transaction) are never a
-message's fault: they leave the delivery where it is, for the batch's retry to
-continue from, so messages already written are not written again.
+Only an error the messages may have caused starts a bisection: a failing
+transformation, or a sink that refused the statements themselves. Transient
+errors (a lost connection, a conflicting transaction) and a sink that cannot
+write at all (a full disk, an untrusted certificate) are never a message's
+fault: they leave the delivery where it is, for the batch's retry to continue
+from, so messages already written are not written again.
 """
 from __future__ import annotations
 
 from typing import Callable, Generic, Sequence, TypeVar
 
+from ..errors import SinkError
 from ..graph.sinks import is_transient
 
 Item = TypeVar("Item")
@@ -43,7 +47,7 @@ class BatchDelivery(Generic[Item]):
             self.writes += 1
             self._write(chunk)
         except Exception as exc:
-            if not self._tolerate or is_transient(exc):
+            if not self._tolerate or not may_be_poison(exc):
                 raise
             if len(chunk) == 1:
                 self._set_aside(chunk[0], exc)
@@ -55,3 +59,13 @@ class BatchDelivery(Generic[Item]):
             self._deliver(chunk[middle:])
             return
         self.done += len(chunk)
+
+
+def may_be_poison(error: BaseException) -> bool:
+    """Whether the messages written may be at fault: not for transient errors, nor for a sink error other
+    than a refusal of the statements; any other failure (the transformation's) may be theirs."""
+    if is_transient(error):
+        return False
+    if isinstance(error, SinkError):
+        return error.rejected
+    return True
