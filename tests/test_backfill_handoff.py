@@ -14,6 +14,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -24,9 +25,12 @@ from spark_bridge.handoff import stream_resume_offsets
 from spark_bridge.kafka_source import plan_source
 from spark_bridge.source_options import parse_source_options
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
+from stream_registry.config import Delivery, StreamConfig
 from stream_registry.errors import StreamError
 from stream_registry.graph.offset_store import OFFSET_LINE
+from stream_registry.offset_spec import PartitionSnapshot
 from stream_registry.registry.registry import stored_config
+from stream_registry.resume_point import resume_offsets
 
 
 def mgstreams(host, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -84,6 +88,22 @@ def ends(report: dict, topic: str, partitions: int) -> dict[int, int]:
 
 def every_offset_once(topic: str, ends_at: dict[int, int]) -> Counter:
     return Counter({(topic, p, o): 1 for p, end in ends_at.items() for o in range(end)})
+
+
+def test_the_resume_point_rule_in_its_order():
+    snaps = [PartitionSnapshot("t", 0, 5, 90, committed=40), PartitionSnapshot("t", 1, 5, 90, committed=40),
+             PartitionSnapshot("t", 2, 5, 90, committed=None), PartitionSnapshot("t", 3, 5, 90, committed=40)]
+    pending, stored = {("t", 0): 70}, {("t", 1): 60}
+    base = StreamConfig(name="s", topics=("t",), bootstrap_servers="k:9092", transform="m.f", sink="null://")
+    assert resume_offsets(base, snaps, pending, stored) == \
+        {("t", 0): 70, ("t", 1): 40, ("t", 2): 5, ("t", 3): 40}       # pending, committed, reset earliest
+    latest = replace(base, configs={"auto.offset.reset": "latest"})
+    assert resume_offsets(latest, snaps, pending, stored)[("t", 2)] == 90
+    once = replace(base, delivery=Delivery.EXACTLY_ONCE)
+    assert resume_offsets(once, snaps, pending, stored) == \
+        {("t", 0): 70, ("t", 1): 60, ("t", 2): 5, ("t", 3): 5}         # stored, else the log start: not the commit
+    assert resume_offsets(once, snaps, pending, None) == {("t", 0): 70, ("t", 1): None, ("t", 2): None,
+                                                          ("t", 3): None}   # the sink could not be read
 
 
 def test_pending_offsets_end_the_backfill_where_the_live_stream_resumes(host, kafka, tmp_path):
