@@ -10,12 +10,13 @@ from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
 -1 beginning, -2 end; prefer `earliest`/`latest`), e.g. `earliest`, `1200`,
 `2024-05-01T00:00:00Z`, `-500` as '"-500"' (relative to the committed offset),
 or JSON '{"orders:0": 1200, "orders": "earliest"}'. `--until committed` ends
-at the group's committed offsets; with `--stream`, at the stream's resume point
-(a pending offset change, else for an exactly-once stream the offset its sink
-stores, else the committed offset: `spark_bridge.handoff`), where the live
-stream resumes: the hand-off. `--engine auto` (the default) picks Spark or the local engine (this
-process, no Spark) from the plan's size (spark_bridge.engine); the local engine
-needs none of the `[spark]` extra. Exit status 0 on success, 1 with a one-line
+at the group's committed offsets; with `--stream`, `committed` (and what relative
+specs are relative to) is the stream's resume point: a pending offset change,
+else for an exactly-once stream the offset its sink stores, else the committed
+offset (`spark_bridge.handoff`), where the live stream resumes: the hand-off.
+`--engine auto` (the default) picks Spark or the local engine (this process, no
+Spark) from the plan's size (spark_bridge.engine); the local engine needs none
+of the `[spark]` extra. Exit status 0 on success, 1 with a one-line
 reason on stderr otherwise, 2 on usage errors.
 """
 from __future__ import annotations
