@@ -127,6 +127,19 @@ def test_a_rewind_nobody_made_through_mgstreams_is_an_alarm(change):
     assert "went back from 300 to 0" in got.message and "no offset change made through mgstreams" in got.message
 
 
+def test_a_rewind_read_again_between_two_samples_is_known_from_the_history():
+    """The consumer re-read 300 offsets within one interval: no sample shows a lower committed offset."""
+    samples = series(grow(300, 0, 5) + grow(300, 1, 5), grow(300, 0, 5) + grow(300, 1, 5))
+    change = OffsetChangeMark(21, T0 + 4 * STEP + 1.0, "orders", 0, 300, 0)
+    got = evaluate(samples, [change])
+    assert (got.verdict, got.alarm, got.change_id) == (Verdict.REWIND, False, 21)
+    assert "from 300 to 0" in got.message and "change 21" in got.message
+    forward = OffsetChangeMark(22, T0 + 4 * STEP + 1.0, "orders", 0, 300, 310)
+    assert evaluate(samples, [forward]).verdict == Verdict.OK                # skipping ahead is no rewind
+    old = OffsetChangeMark(20, T0 - 1.0, "orders", 0, 300, 0)
+    assert evaluate(samples, [old]).verdict == Verdict.OK                    # before the window
+
+
 def test_after_a_rewind_a_falling_behind_consumer_is_warn():
     change = OffsetChangeMark(2, T0 + 3 * STEP + 1.0, "orders", 0, 300, 0)
     samples = series([300] * 4 + [0, 1, 2, 3, 4, 5], [300] * 4 + grow(400, 50, 6))

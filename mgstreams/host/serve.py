@@ -26,6 +26,7 @@ import uvicorn
 from stream_registry import StreamRegistry
 from stream_registry.registry import Isolation
 from stream_registry.errors import ConfigError
+from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S, LagCollector
 
 from .api import create_app
 
@@ -194,8 +195,13 @@ class Shutdown:
 
 
 def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token: str | None = None,
-          default_sink: str | None = None, ready=print, stop_timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:
-    """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves."""
+          default_sink: str | None = None, ready=print, stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
+          lag_sample_interval: float = DEFAULT_LAG_SAMPLE_INTERVAL_S) -> None:
+    """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves.
+
+    Every `lag_sample_interval` seconds a background thread samples every stream's
+    partitions (committed offset, log end) for lag verdicts and lag in seconds.
+    """
     listen = Listen.parse(listen_text)
     if not listen.loopback and not token:
         raise ConfigError(f"listen: {listen_text!r} is not a loopback address; a token is required "
@@ -203,12 +209,14 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
+        lag = None
         try:
             sock = bind(listen)
             host, port = sock.getsockname()[:2]
             url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+            lag = LagCollector(registry, lag_sample_interval).start()
             app = create_app(registry, token=token,
-                             default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK)
+                             default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK, lag=lag)
             server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                             timeout_graceful_shutdown=15))
             shutdown.attach(server)
@@ -216,5 +224,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                   f"{len(registry.list())} stream(s))")
             server.run(sockets=[sock])
         finally:
+            if lag is not None:
+                lag.close()
             registry.close()
     log.info("host stopped: every stream closed")

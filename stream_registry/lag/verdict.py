@@ -169,24 +169,46 @@ def _caught_up_message(samples: Sequence[LagSample]) -> str:
 
 def _last_rewind(samples: list[LagSample], changes: list[OffsetChangeMark]
                  ) -> tuple[int, PartitionVerdict] | None:
-    """(index of the sample after the last backwards move, its REWIND verdict), or None."""
+    """(index of the first sample after the last backwards move, its REWIND verdict), or None.
+
+    A move is seen in the samples (the committed offset went down between two),
+    or only in the history: an operator's rewind that the consumer re-read
+    within one sample interval never shows as a lower committed offset.
+    """
+    seen = None
     for i in range(len(samples) - 1, 0, -1):
         before, after = samples[i - 1].committed, samples[i].committed
-        if before is None or after is None or after >= before:
-            continue
+        if before is not None and after is not None and after < before:
+            seen = i
+            break
+    backwards = [c for c in changes if c.previous_offset is not None and c.offset < c.previous_offset
+                 and samples[0].at <= c.at <= samples[-1].at + REWIND_SLACK_S]
+    if seen is not None:
+        before, after = samples[seen - 1].committed, samples[seen].committed
         explained = [c for c in changes if c.offset <= after and c.offset < before
-                     and samples[i - 1].at - REWIND_SLACK_S <= c.at <= samples[i].at + REWIND_SLACK_S]
+                     and samples[seen - 1].at - REWIND_SLACK_S <= c.at <= samples[seen].at + REWIND_SLACK_S]
         if explained:
             change = max(explained, key=lambda c: (c.at, c.change_id or 0))
-            ident = f"change {change.change_id}" if change.change_id is not None else "a change"
-            return i, PartitionVerdict(
-                Verdict.REWIND, f"set_stream_offset moved it back from {before} to {change.offset} "
-                                f"({ident} at {_time(change.at)}); not an alarm", change_id=change.change_id)
-        return i, PartitionVerdict(
-            Verdict.REWIND, f"committed offset went back from {before} to {after} between {_time(samples[i - 1].at)} "
-                            f"and {_time(samples[i].at)} with no offset change made through mgstreams "
-                            f"(was the group's offset reset by another tool?)", alarm=True)
-    return None
+            return seen, _operator_rewind(change, before)
+        later = [c for c in backwards if c.at > samples[seen].at]
+        if not later:
+            return seen, PartitionVerdict(
+                Verdict.REWIND, f"committed offset went back from {before} to {after} between "
+                                f"{_time(samples[seen - 1].at)} and {_time(samples[seen].at)} with no offset change "
+                                f"made through mgstreams (was the group's offset reset by another tool?)", alarm=True)
+        backwards = later
+    if not backwards:
+        return None
+    change = max(backwards, key=lambda c: (c.at, c.change_id or 0))
+    index = next((i for i, s in enumerate(samples) if s.at >= change.at), len(samples) - 1)
+    return index, _operator_rewind(change, change.previous_offset)
+
+
+def _operator_rewind(change: OffsetChangeMark, before: int | None) -> PartitionVerdict:
+    ident = f"change {change.change_id}" if change.change_id is not None else "a change"
+    return PartitionVerdict(Verdict.REWIND, f"set_stream_offset moved it back from {before} to {change.offset} "
+                                            f"({ident} at {_time(change.at)}); not an alarm",
+                            change_id=change.change_id)
 
 
 def _time(at: float) -> str:

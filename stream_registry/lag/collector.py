@@ -1,0 +1,379 @@
+"""Collection: every stream's partitions sampled every `interval` seconds, evaluated, kept for an hour.
+
+A `LagCollector` runs one background thread over a StreamRegistry. Each round
+takes, per stream, what `describe` already asks the cluster in batched calls
+(watermarks: two ListOffsets for all partitions; committed offsets: one
+OffsetFetch) and whether the stream's consumer polls each partition; never a
+request per partition. Then, per partition with lag, the first unprocessed
+record's timestamp is read where that is cheap (one assign-only reader per
+stream, every lagging partition in one consume loop, bounded in time; a
+partition's answer is kept until its committed offset moves), which also tells
+when the offsets left are not records at all. Evaluation is the pure
+functions of `verdict` and `seconds`; this module only feeds them.
+
+A stream's last round is a `StreamLag`; `series` keeps its totals over the last
+hour (for charts), with the offset changes applied meanwhile.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable
+
+from ..errors import StreamError
+from ..offset_spec import ChangeStatus
+from ..registry.registry import StreamRegistry, stored_config
+from ..stream_info import StreamInfo, StreamStatus
+from ..kafka.timestamps import FirstRecord, FirstRecords
+from .seconds import LagSecondsMethod, extrapolated, from_timestamp
+from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, Verdict, evaluate, worst
+
+log = logging.getLogger("mgstreams.lag")
+
+DEFAULT_INTERVAL_S = 5.0
+KEEP_S = 3600.0             # an hour of totals per stream, and of samples per partition for extrapolation
+MAX_SAMPLES = 720           # per partition: an hour at the default interval
+PROBE_BUDGET_S = 1.0        # the longest one stream's timestamp reads may take per round
+PROBE_RETRY_S = 30.0        # a partition whose record could not be read is extrapolated this long before a retry
+OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """One partition in a stream's last round: offsets, lag, lag in seconds (and how it was found), verdict."""
+    topic: str
+    partition: int
+    committed_offset: int | None
+    log_start_offset: int
+    log_end_offset: int
+    lag: int
+    lag_seconds: float | None
+    lag_seconds_method: LagSecondsMethod
+    status: Verdict
+    message: str
+    alarm: bool = False
+    change_id: int | None = None
+    assigned: bool = False
+
+
+@dataclass(frozen=True)
+class StreamLag:
+    """A stream's last round: `status` is its verdict (its worst partition's), `stream_status` its state."""
+    name: str
+    consumer_group: str
+    stream_status: StreamStatus
+    status: Verdict
+    message: str
+    total_lag: int
+    max_lag: int
+    max_lag_seconds: float | None
+    records_per_second: float
+    sampled_at: datetime | None
+    interval_s: float
+    offset_changes: int = 0            # applied offset changes recorded for the stream (history rows)
+    dead_lettered: int = 0             # from the stream's StreamInfo
+    error: str | None = None           # why the last round could not sample it (Kafka unreachable)
+    partitions: tuple[PartitionLag, ...] = ()
+
+
+@dataclass(frozen=True)
+class LagPoint:
+    """A stream's totals at one round, for charts."""
+    at: float
+    total_lag: int
+    max_lag_seconds: float | None
+    records_per_second: float
+    status: Verdict
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """An offset change applied to a stream, for chart markers."""
+    change_id: int | None
+    at: float
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int
+
+
+@dataclass
+class _Tracked:
+    name: str
+    samples: dict[TP, deque] = field(default_factory=dict)
+    changes: deque = field(default_factory=deque)          # ChangePoint, the last hour
+    changes_total: int | None = None
+    last_change_id: int = 0
+    points: deque = field(default_factory=deque)           # LagPoint, the last hour
+    first_records: dict[TP, tuple[int, int, FirstRecord]] = field(default_factory=dict)  # tp: (offset, end, answer)
+    unreadable: dict[TP, float] = field(default_factory=dict)   # tp: when to try reading it again
+    reader: FirstRecords | None = None
+    reader_error: str | None = None
+    latest: StreamLag | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class LagCollector:
+    """Samples `registry`'s streams every `interval` s on a thread of its own (start()/close())."""
+
+    def __init__(self, registry: StreamRegistry, interval: float = DEFAULT_INTERVAL_S, *, window: int = WINDOW,
+                 keep_s: float = KEEP_S, read_timestamps: bool = True, clock: Callable[[], float] = time.time):
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 3600:
+            raise StreamError(f"lag_sample_interval: must be from 0 to 3600 seconds, got {interval!r}")
+        self._registry = registry
+        self.interval = float(interval)
+        self._window = window
+        self._keep_s = keep_s
+        self._max_samples = max(window, min(MAX_SAMPLES, int(keep_s / self.interval) + 1))
+        self._read_timestamps = read_timestamps
+        self._clock = clock
+        self._tracked: dict[str, _Tracked] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> "LagCollector":
+        self._thread = threading.Thread(target=self._run, name="mgstreams-lag", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        with self._lock:
+            tracked, self._tracked = list(self._tracked.values()), {}
+        for t in tracked:
+            with t.lock:
+                self._close_reader(t)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                self.sample()
+            except Exception:   # a bug must not end sampling for good; the next round tries again
+                log.exception("lag sampling round failed")
+            self._stop.wait(max(self.interval - (time.monotonic() - began), 0.05))
+
+    # -- reading -------------------------------------------------------------------------
+    def lag(self, name: str) -> StreamLag:
+        """The stream's last round; sampled now when it has none yet. StreamNotFound for an unknown name."""
+        info = self._registry.get(name)
+        tracked = self._track(name)
+        if tracked.latest is None:
+            self._sample_stream(tracked, info)
+        return tracked.latest
+
+    def streams(self) -> list[StreamLag]:
+        """Every stream's last round (sampled now for streams that have none yet), by name."""
+        out = []
+        for info in self._registry.list():
+            tracked = self._track(info.name)
+            if tracked.latest is None:
+                self._sample_stream(tracked, info)
+            out.append(tracked.latest)
+        return out
+
+    def latest(self) -> list[StreamLag]:
+        """What the last rounds found, without sampling anything (for scrapes)."""
+        with self._lock:
+            tracked = sorted(self._tracked.values(), key=lambda t: t.name)
+        return [t.latest for t in tracked if t.latest is not None]
+
+    def series(self, name: str) -> tuple[list[LagPoint], list[ChangePoint]]:
+        """The stream's totals over the last hour and the offset changes applied meanwhile, oldest first."""
+        self._registry.get(name)
+        tracked = self._track(name)
+        with tracked.lock:
+            return list(tracked.points), list(tracked.changes)
+
+    # -- sampling ------------------------------------------------------------------------
+    def sample(self) -> None:
+        """One round over every stream."""
+        infos = self._registry.list()
+        names = {i.name for i in infos}
+        with self._lock:
+            gone = [t for n, t in self._tracked.items() if n not in names]
+            for t in gone:
+                del self._tracked[t.name]
+        for t in gone:
+            with t.lock:
+                self._close_reader(t)
+        for info in infos:
+            if self._stop.is_set():
+                return
+            self._sample_stream(self._track(info.name), info)
+
+    def _track(self, name: str) -> _Tracked:
+        with self._lock:
+            return self._tracked.setdefault(name, _Tracked(name))
+
+    def _sample_stream(self, t: _Tracked, info: StreamInfo) -> None:
+        with t.lock:
+            try:
+                rows = self._registry.describe(info.name)
+                self._changes(t)
+            except StreamError as exc:   # Kafka away, or dropped meanwhile: say so, keep the samples
+                previous = t.latest
+                t.latest = StreamLag(info.name, info.consumer_group, info.status,
+                                     previous.status if previous else Verdict.OK,
+                                     previous.message if previous else "not sampled yet",
+                                     previous.total_lag if previous else 0, previous.max_lag if previous else 0,
+                                     previous.max_lag_seconds if previous else None,
+                                     previous.records_per_second if previous else 0.0,
+                                     previous.sampled_at if previous else None, self.interval,
+                                     t.changes_total or 0, info.dead_lettered, f"lag: cannot sample: {exc}",
+                                     previous.partitions if previous else ())
+                return
+            now = self._clock()
+            running = info.status == StreamStatus.RUNNING
+            lagging = {}
+            for r in rows:
+                consumed = r.committed_offset if r.committed_offset is not None else r.log_start_offset
+                if r.log_end_offset > consumed:
+                    lagging[(r.topic, r.partition)] = (consumed, r.log_end_offset)
+            first = self._first_records(t, info, lagging)
+            verdicts: dict[TP, PartitionVerdict] = {}
+            partitions = []
+            seen = set()
+            for r in rows:
+                tp = (r.topic, r.partition)
+                seen.add(tp)
+                record = first.get(tp)
+                sample = LagSample(r.committed_offset, r.log_end_offset, now, polling=running and r.assigned,
+                                   log_start=min(r.log_start_offset, r.log_end_offset),
+                                   nothing_to_read=record is not None and not record.found)
+                history = t.samples.setdefault(tp, deque(maxlen=self._max_samples))
+                if history and history[-1].at > now:   # the clock went back: start the partition over
+                    history.clear()
+                history.append(sample)
+                window = list(history)[-self._window:]
+                marks = [OffsetChangeMark(c.change_id, c.at, c.topic, c.partition, c.previous_offset, c.offset)
+                         for c in t.changes if (c.topic, c.partition) == tp]
+                verdict = evaluate(window, marks, window=self._window)
+                verdicts[tp] = verdict
+                seconds, method = self._seconds(t, list(history), record, now)
+                partitions.append(PartitionLag(r.topic, r.partition, r.committed_offset, r.log_start_offset,
+                                               r.log_end_offset, sample.lag, seconds, method, verdict.verdict,
+                                               verdict.message, verdict.alarm, verdict.change_id, r.assigned))
+            for tp in [tp for tp in t.samples if tp not in seen]:   # a topic that went away
+                del t.samples[tp]
+            status, message = worst(verdicts)
+            known = [p.lag_seconds for p in partitions if p.lag_seconds is not None]
+            total = sum(p.lag for p in partitions)
+            rate = self._records_per_second(t)
+            t.latest = StreamLag(info.name, info.consumer_group, info.status, status, message, total,
+                                 max((p.lag for p in partitions), default=0), max(known) if known else None,
+                                 rate, datetime.fromtimestamp(now, tz=timezone.utc), self.interval,
+                                 t.changes_total or 0, info.dead_lettered, None, tuple(partitions))
+            t.points.append(LagPoint(now, total, t.latest.max_lag_seconds, rate, status))
+            while t.points and t.points[0].at < now - self._keep_s:
+                t.points.popleft()
+            while t.changes and t.changes[0].at < now - self._keep_s:
+                t.changes.popleft()
+
+    def _seconds(self, t: _Tracked, history: list[LagSample], record: FirstRecord | None, now: float
+                 ) -> tuple[float | None, LagSecondsMethod]:
+        usable = self._read_timestamps and t.reader is not None
+        last = history[-1]
+        if last.caught_up:
+            return 0.0, LagSecondsMethod.TIMESTAMP if usable else LagSecondsMethod.EXTRAPOLATED
+        if record is not None and record.found and record.timestamp_ms is not None:
+            return from_timestamp(record.timestamp_ms, now), LagSecondsMethod.TIMESTAMP
+        return extrapolated(history, now), LagSecondsMethod.EXTRAPOLATED
+
+    def _records_per_second(self, t: _Tracked) -> float:
+        """Offsets committed per second over the verdict window, summed over partitions (moves back ignored)."""
+        total, span = 0, 0.0
+        for history in t.samples.values():
+            window = list(history)[-self._window:]
+            if len(window) < 2:
+                continue
+            span = max(span, window[-1].at - window[0].at)
+            total += sum(max((b.committed or 0) - (a.committed or 0), 0) for a, b in zip(window, window[1:])
+                         if a.committed is not None and b.committed is not None)
+        return round(total / span, 3) if span > 0 else 0.0
+
+    def _first_records(self, t: _Tracked, info: StreamInfo, lagging: dict[TP, tuple[int, int]]
+                       ) -> dict[TP, FirstRecord]:
+        """The first record at each lagging partition's committed offset: remembered while the offset stays
+        (a record found stays the first one; "nothing there" only while the log end stays too)."""
+        for tp in [tp for tp in t.first_records if tp not in lagging]:
+            del t.first_records[tp]
+        if not self._read_timestamps or not lagging:
+            return {}
+        known, wanted = {}, {}
+        now = time.monotonic()
+        for tp, (offset, end) in lagging.items():
+            cached = t.first_records.get(tp)
+            if cached and cached[0] == offset and (cached[2].found or cached[1] == end):
+                known[tp] = cached[2]
+            elif t.unreadable.get(tp, 0.0) <= now:
+                wanted[tp] = (offset, end)
+        if wanted:
+            reader = self._reader(t, info)
+            if reader is not None:
+                try:
+                    answers = reader.read(wanted, PROBE_BUDGET_S)
+                except Exception as exc:   # librdkafka refusing the reader's setup: extrapolate instead
+                    log.warning("stream %s: cannot read record timestamps: %s", info.name, exc)
+                    answers = {}
+                for tp in wanted:
+                    if tp in answers:
+                        t.first_records[tp] = (*wanted[tp], answers[tp])
+                        known[tp] = answers[tp]
+                        t.unreadable.pop(tp, None)
+                    else:   # no answer in time (leader away, offset deleted): extrapolate for a while
+                        t.unreadable[tp] = now + PROBE_RETRY_S
+        return known
+
+    def _reader(self, t: _Tracked, info: StreamInfo) -> FirstRecords | None:
+        if t.reader is None and t.reader_error is None:
+            try:
+                config = stored_config(self._registry.state_dir, info.name)   # the secrets the reader needs
+                t.reader = FirstRecords(config.bootstrap_servers, {**config.configs, **config.kafka_credentials()},
+                                        config.secret_values())
+            except StreamError as exc:
+                t.reader_error = str(exc)
+                log.warning("stream %s: lag seconds are extrapolated: %s", info.name, exc)
+        return t.reader
+
+    def _close_reader(self, t: _Tracked) -> None:
+        if t.reader is not None:
+            t.reader.close()
+            t.reader = None
+
+    def _changes(self, t: _Tracked) -> None:
+        """Offset changes recorded since the last round (all of them the first time, for the total)."""
+        if t.changes_total is None:
+            entries = self._registry.history(t.name)
+            t.changes_total = 0
+        else:
+            limit = 64
+            while True:
+                entries = self._registry.history(t.name, limit)
+                if len(entries) < limit or _change_id(entries[-1]) <= t.last_change_id:
+                    break
+                limit *= 4
+        new = [e for e in entries if _change_id(e) > t.last_change_id]
+        if not new:
+            return
+        t.last_change_id = max(_change_id(e) for e in new)
+        applied = [e for e in reversed(new) if e.status in OFFSET_CHANGES]   # oldest first
+        t.changes_total += len(applied)
+        horizon = self._clock() - self._keep_s
+        t.changes.extend(ChangePoint(getattr(e, "change_id", None), e.changed_at.timestamp(), e.topic, e.partition,
+                                     e.previous_offset, e.offset)
+                         for e in applied if e.changed_at.timestamp() >= horizon)
+
+
+def _change_id(entry) -> int:
+    """A history row's id (rows recorded before ids were reported count as 0: seen)."""
+    return getattr(entry, "change_id", None) or 0
