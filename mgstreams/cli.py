@@ -5,6 +5,8 @@
     mgstreams describe NAME [--watch [--interval S] [--count N]] [--json]
     mgstreams set-offset NAME SPEC [--dry-run] [--timeout S] [--json]
     mgstreams history NAME [--limit N] [--json]
+    mgstreams lag NAME [--json]
+    mgstreams top [--interval S] [--once]
     mgstreams start NAME | stop NAME | drop NAME
     mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
 
@@ -23,7 +25,9 @@ import datetime
 import json
 import logging
 import math
+import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -31,11 +35,13 @@ import time
 from typing import Any, Callable, Iterable
 
 import click
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from stream_registry.errors import ConfigError, StreamError
+from stream_registry.lag.collector import StreamLag
 from stream_registry.offsets import OffsetChange, PartitionOffsets
 
 from .client import URL_ENV, HostClient
@@ -284,6 +290,118 @@ def history(name: str, limit: int | None, as_json: bool) -> None:
          h.previous_offset, h.offset, h.status.value) for h in entries)))
 
 
+LAG_COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS", "METHOD", "STATUS",
+               "MESSAGE")
+TOP_COLUMNS = ("NAME", "STATE", "STATUS", "RECORDS/S", "LAG", "LAG-SECONDS", "MESSAGE")
+
+
+def _seconds(value: float | None) -> str | None:
+    return None if value is None else f"{value:.1f}"
+
+
+def lag_table(lag: StreamLag) -> Group:
+    """A stream's partitions with their lag, lag seconds and verdict; the stream's verdict below."""
+    return Group(table(LAG_COLUMNS, (
+        (p.topic, p.partition, p.committed_offset, p.log_end_offset, p.lag, _seconds(p.lag_seconds),
+         p.lag_seconds_method.value, p.status.value, p.message) for p in lag.partitions)), Text(lag_line(lag)))
+
+
+def lag_line(lag: StreamLag) -> str:
+    """`stream orders running: WARN (orders:1: lag grew ...); total lag 340, max 12.5 s, 220.0 records/s`."""
+    seconds = f", max {lag.max_lag_seconds:.1f} s" if lag.max_lag_seconds is not None else ""
+    sampled = lag.sampled_at.astimezone(datetime.timezone.utc).strftime("%H:%M:%SZ") if lag.sampled_at else "never"
+    line = (f"stream {lag.name} {lag.stream_status.value}: {lag.status.value} ({lag.message}); total lag "
+            f"{lag.total_lag}{seconds}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
+            f"(every {lag.interval_s:g} s)")
+    return line + (f"; {lag.error}" if lag.error else "")
+
+
+@cli.command()
+@click.argument("name")
+@json_option
+def lag(name: str, as_json: bool) -> None:
+    """Lag of stream NAME per partition: offsets, seconds, and Burrow's verdict (OK WARN STALL STOP REWIND)."""
+    result = _run(lambda: _client().lag(name))
+    if as_json:
+        _print_json(result)
+        return
+    _console().print(lag_table(result))
+
+
+def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
+    """`mgstreams top`'s view: a title line, one row per stream, and the last error if any."""
+    at = datetime.datetime.now().strftime("%H:%M:%S")
+    parts = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
+                  style="bold"),
+             table(TOP_COLUMNS, ((s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}",
+                                  s.total_lag, _seconds(s.max_lag_seconds), s.error or s.message) for s in streams))]
+    if error:
+        parts.append(Text(f"error: {error}"))
+    return Group(*parts)
+
+
+class _Keys:
+    """Single key presses from a terminal (cbreak mode, restored on exit); without one, only the clock."""
+
+    def __enter__(self) -> "_Keys":
+        self._fd, self._saved = None, None
+        if sys.stdin.isatty():
+            import termios
+            import tty
+            self._fd = sys.stdin.fileno()
+            self._saved = termios.tcgetattr(self._fd)
+            tty.setcbreak(self._fd)
+        return self
+
+    def wait(self, timeout: float) -> str:
+        """Keys pressed within `timeout` seconds ("" if none)."""
+        if self._fd is None:
+            time.sleep(timeout)
+            return ""
+        readable, _, _ = select.select([self._fd], [], [], timeout)
+        data = os.read(self._fd, 64) if readable else b""
+        if readable and not data:   # the terminal went away: no keys any more, only the clock
+            self._fd = None
+            time.sleep(timeout)
+        return data.decode(errors="ignore")
+
+    def __exit__(self, *exc) -> None:
+        if self._saved is not None:
+            import termios
+            termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
+
+
+@cli.command()
+@click.option("--interval", type=click.FloatRange(min=0.2, max=3600), default=1.0, show_default=True,
+              callback=_finite, help="Seconds between refreshes.")
+@click.option("--once", is_flag=True, help="Print the view once and exit (no terminal needed).")
+def top(interval: float, once: bool) -> None:
+    """A live view of every stream: state, lag verdict, records/s, lag and lag seconds; q quits."""
+    client = _client()
+    if once:
+        _console().print(top_table(_run(client.lag_all), client.url, interval))
+        return
+    console = _console()
+    streams: list[StreamLag] = []
+    try:
+        with _Keys() as keys, Live(console=console, auto_refresh=False, transient=False) as live:
+            while True:
+                began = time.monotonic()
+                error = None
+                try:
+                    streams = client.lag_all()
+                except StreamError as exc:   # the host went away: say so, keep the last view, retry
+                    error = " ".join(str(exc).split())
+                live.update(top_table(streams, client.url, interval, error), refresh=True)
+                pressed = ""
+                while (left := interval - (time.monotonic() - began)) > 0:
+                    pressed += keys.wait(left)
+                    if "q" in pressed.lower():
+                        return
+    except KeyboardInterrupt:
+        return
+
+
 def _print_status(info, as_json: bool) -> None:
     if as_json:
         _print_json({"name": info.name, "status": info.status.value, "error": info.error})
@@ -329,8 +447,12 @@ def drop(name: str, as_json: bool) -> None:
               show_default=True, metavar="SECONDS",
               help="How long a stream's process may take to finish its batch and commit when stopped; "
                    "then it is killed.")
+@click.option("--lag-sample-interval", type=click.FloatRange(min=0.05, max=3600), callback=_finite,
+              default=host.DEFAULT_LAG_SAMPLE_INTERVAL_S, show_default=True, metavar="SECONDS",
+              help="Seconds between samples of every stream's committed offsets and log ends "
+                   "(lag verdicts, lag seconds, metrics).")
 def serve(state_dir: str | None, listen: str, token_file: str | None, default_sink: str | None,
-          stop_timeout: float) -> None:
+          stop_timeout: float, lag_sample_interval: float) -> None:
     """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
 
     Each running stream runs in a process of its own. Streams that were running
@@ -344,7 +466,8 @@ def serve(state_dir: str | None, listen: str, token_file: str | None, default_si
     def ready(line: str) -> None:
         click.echo(line)
         sys.stdout.flush()
-    _run(lambda: host.serve(directory, listen, token, default_sink, ready=ready, stop_timeout=stop_timeout))
+    _run(lambda: host.serve(directory, listen, token, default_sink, ready=ready, stop_timeout=stop_timeout,
+                            lag_sample_interval=lag_sample_interval))
 
 
 def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:

@@ -6,6 +6,7 @@ host's one-line message.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 from urllib.parse import quote
@@ -14,6 +15,7 @@ import httpx
 
 from stream_registry import HistoryEntry, OffsetChange, PartitionOffsets, StreamInfo
 from stream_registry.errors import ConfigError, StreamError, StreamNotFound, StreamStateError
+from stream_registry.lag.collector import PartitionLag, StreamLag
 
 from .host.serve import DEFAULT_URL, TOKEN_ENV
 from .wire import from_json
@@ -81,6 +83,14 @@ class HostClient:
         return [from_json(HistoryEntry, r)
                 for r in self._request("GET", f"/streams/{_path(name)}/history", params=params)]
 
+    def lag(self, name: str) -> StreamLag:
+        """The stream's lag verdict, per partition lag and lag seconds, from the host's last sample."""
+        return _stream_lag(self._request("GET", f"/streams/{_path(name)}/lag"))
+
+    def lag_all(self) -> list[StreamLag]:
+        """Every stream's lag summary and partitions (`GET /lag`)."""
+        return [_stream_lag(s) for s in self._request("GET", "/lag")]
+
     # -- plumbing -------------------------------------------------------------------
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
@@ -100,6 +110,11 @@ class HostClient:
             return data
         message = data.get("error") if isinstance(data, dict) else None
         raise _ERRORS.get(response.status_code, StreamError)(message or f"host: HTTP {response.status_code}")
+
+
+def _stream_lag(data: Any) -> StreamLag:
+    lag = from_json(StreamLag, data)
+    return dataclasses.replace(lag, partitions=tuple(from_json(PartitionLag, p) for p in lag.partitions))
 
 
 def _checked_url(url: str) -> str:

@@ -64,6 +64,12 @@ SIGNATURES = {
     "streams.history": (
         "streams.history(name :: STRING) :: (changed_at :: LOCAL_DATE_TIME, offset :: INTEGER, "
         "partition :: INTEGER, previous_offset :: INTEGER?, status :: STRING, topic :: STRING)"),
+    "streams.lag": (
+        "streams.lag(name :: STRING) :: (lag :: INTEGER, lag_seconds :: FLOAT?, message :: STRING, "
+        "partition :: INTEGER, status :: STRING, topic :: STRING)"),
+    "streams.health": (
+        "streams.health() :: (max_lag_seconds :: FLOAT?, name :: STRING, records_per_second :: FLOAT, "
+        "status :: STRING, total_lag :: INTEGER)"),
 }
 
 # One call of every procedure, for checks that must hold whatever is called.

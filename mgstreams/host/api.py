@@ -27,6 +27,7 @@ from starlette.routing import Route
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import OPTION_FIELDS
 from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound, StreamStateError
+from stream_registry.lag.collector import LagCollector
 
 from ..wire import to_json
 from .metrics import registry_metrics
@@ -47,8 +48,13 @@ class BadRequest(ConfigError):
 
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
-               default_sink: str = "bolt://localhost:7687") -> Starlette:
-    """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`."""
+               default_sink: str = "bolt://localhost:7687", lag: LagCollector | None = None) -> Starlette:
+    """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`.
+
+    `lag` is the host's lag sampler; without one, a sampler that samples only when asked is made.
+    """
+    if lag is None:
+        lag = LagCollector(registry)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -96,7 +102,13 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         limit = _limit(request.query_params.get("limit"))
         return await _call(lambda: registry.history(_name(request), limit))
 
-    metrics_registry = registry_metrics(registry)
+    async def stream_lag(request: Request) -> Response:
+        return await _call(lambda: lag.lag(_name(request)))
+
+    async def all_lag(request: Request) -> Response:
+        return await _call(lag.streams)
+
+    metrics_registry = registry_metrics(registry, lag)
 
     async def metrics(request: Request) -> Response:
         text = await run_in_threadpool(generate_latest, metrics_registry)
@@ -114,6 +126,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams/{name}/offsets", offsets, methods=["GET"]),
         Route("/streams/{name}/offsets", set_offset, methods=["PATCH"]),
         Route("/streams/{name}/history", history, methods=["GET"]),
+        Route("/streams/{name}/lag", stream_lag, methods=["GET"]),
+        Route("/lag", all_lag, methods=["GET"]),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_require_token(token))] if token else []
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={
@@ -197,7 +211,7 @@ async def _stream_error(request: Request, exc: Exception) -> Response:
 
 # A stream's paths as sent (percent-encoded): a name holding "/" (%2F) or an empty one matches no route
 # once decoded, yet it is a stream name that is wrong, not the path.
-_STREAM_PATH = re.compile(r"/streams/(?P<name>[^/]*)(?P<rest>/(?:start|stop|offsets|history))?")
+_STREAM_PATH = re.compile(r"/streams/(?P<name>[^/]*)(?P<rest>/(?:start|stop|offsets|history|lag))?")
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

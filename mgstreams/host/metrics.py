@@ -1,41 +1,122 @@
-"""Prometheus metrics of a host, read from its registry at scrape time.
+"""Prometheus metrics of a host, read at scrape time from its registry and its lag sampler's last round.
 
-A first set (stream up and status, its process's memory and restarts); lag
-and throughput metrics in kafka-lag-exporter's names come with the
-observability work.
+Lag metrics take kafka-lag-exporter's names, so its Grafana dashboards work on
+an mgstreams host: per partition `kafka_consumergroup_group_offset`, `_lag`,
+`_lag_seconds`, `kafka_partition_latest_offset`, `kafka_partition_earliest_offset`
+(labels group, topic, partition, stream); per group `kafka_consumergroup_group_max_lag`,
+`_max_lag_seconds`, `_sum_lag` (labels group, stream). A scrape asks Kafka
+nothing: the values are the sampler's (every `serve --lag-sample-interval`).
+
+mgstreams' own: `mgstreams_stream_up`, `mgstreams_stream_status` (one series
+with the stream's status, `{status, stream}`, and one with its lag verdict,
+`{stream, verdict}`), `mgstreams_stream_resident_memory_bytes`,
+`mgstreams_stream_restarts`, `mgstreams_offset_changes_total`,
+`mgstreams_dead_letter_records_total`, and, once the stream's worker reports
+them in StreamInfo, `mgstreams_records_total`, `mgstreams_batches_total` and the
+`mgstreams_batch_seconds` histogram.
 """
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from stream_registry import StreamRegistry, StreamStatus
+from stream_registry.lag.collector import LagCollector
+
+PARTITION_LABELS = ["group", "topic", "partition", "stream"]
+GROUP_LABELS = ["group", "stream"]
 
 
 class RegistryCollector(Collector):
-    def __init__(self, registry: StreamRegistry):
+    def __init__(self, registry: StreamRegistry, lag: LagCollector | None = None):
         self._registry = registry
+        self._lag = lag
 
     def collect(self):
         up = GaugeMetricFamily("mgstreams_stream_up", "1 when the stream's consumer runs, else 0", labels=["stream"])
-        status = GaugeMetricFamily("mgstreams_stream_status", "1 for the stream's current status",
-                                   labels=["stream", "status"])
+        status = GaugeMetricFamily("mgstreams_stream_status",
+                                   "1 for the stream's current status ({status, stream}) and for its lag verdict "
+                                   "({stream, verdict}: OK, WARN, STALL, STOP, REWIND)", labels=["status", "stream"])
         rss = GaugeMetricFamily("mgstreams_stream_resident_memory_bytes",
                                 "Resident memory of the stream's process, while it runs", labels=["stream"])
         restarts = GaugeMetricFamily("mgstreams_stream_restarts",
                                      "Restarts after the stream's process died, since it was last started",
                                      labels=["stream"])
-        for info in self._registry.list():
+        dead = CounterMetricFamily("mgstreams_dead_letter_records",
+                                   "Messages the stream sent to its dead-letter topic", labels=["stream"])
+        records = CounterMetricFamily("mgstreams_records", "Messages the stream wrote to its sink (committed)",
+                                      labels=["stream"])
+        batches = CounterMetricFamily("mgstreams_batches", "Batches the stream wrote to its sink", labels=["stream"])
+        batch_seconds = HistogramMetricFamily("mgstreams_batch_seconds",
+                                              "Seconds per batch: transform, write, commit", labels=["stream"])
+        infos = self._registry.list()
+        for info in infos:
             up.add_metric([info.name], 1.0 if info.status == StreamStatus.RUNNING else 0.0)
-            status.add_metric([info.name, info.status.value], 1.0)
+            status.add_metric([info.status.value, info.name], 1.0)
             restarts.add_metric([info.name], float(info.restarts))
             if info.rss_bytes is not None:
                 rss.add_metric([info.name], float(info.rss_bytes))
-        yield from (up, status, rss, restarts)
+            dead.add_metric([info.name], float(info.dead_lettered))
+            # Counters the stream's worker reports through StreamInfo (absent until it does).
+            if getattr(info, "records", None) is not None:
+                records.add_metric([info.name], float(info.records))
+            if getattr(info, "batches", None) is not None:
+                batches.add_metric([info.name], float(info.batches))
+            buckets = getattr(info, "batch_seconds_buckets", None)
+            if buckets:
+                batch_seconds.add_metric([info.name], [(_le(le), float(n)) for le, n in buckets],
+                                         float(getattr(info, "batch_seconds_sum", 0.0) or 0.0))
+        yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead)
+
+    def _lag_metrics(self, status: GaugeMetricFamily):
+        offset = GaugeMetricFamily("kafka_consumergroup_group_offset", "The group's committed offset of a partition",
+                                   labels=PARTITION_LABELS)
+        lag = GaugeMetricFamily("kafka_consumergroup_group_lag",
+                                "Offsets between the group's committed offset and the log end", labels=PARTITION_LABELS)
+        lag_seconds = GaugeMetricFamily("kafka_consumergroup_group_lag_seconds",
+                                        "Age of the oldest unprocessed message, in seconds (from its timestamp, "
+                                        "else extrapolated from the log end's progress)", labels=PARTITION_LABELS)
+        max_lag = GaugeMetricFamily("kafka_consumergroup_group_max_lag", "The group's largest partition lag",
+                                    labels=GROUP_LABELS)
+        max_lag_seconds = GaugeMetricFamily("kafka_consumergroup_group_max_lag_seconds",
+                                            "The group's largest partition lag in seconds", labels=GROUP_LABELS)
+        sum_lag = GaugeMetricFamily("kafka_consumergroup_group_sum_lag", "The group's lag over all its partitions",
+                                    labels=GROUP_LABELS)
+        latest = GaugeMetricFamily("kafka_partition_latest_offset", "A partition's log end offset",
+                                   labels=PARTITION_LABELS)
+        earliest = GaugeMetricFamily("kafka_partition_earliest_offset", "A partition's log start offset",
+                                     labels=PARTITION_LABELS)
+        changes = CounterMetricFamily("mgstreams_offset_changes",
+                                      "Offset changes applied to the stream (set_stream_offset), as its history "
+                                      "records them", labels=["stream"])
+        for s in self._lag.latest() if self._lag is not None else ():
+            status.add_sample("mgstreams_stream_status", {"stream": s.name, "verdict": s.status.value}, 1.0)
+            changes.add_metric([s.name], float(s.offset_changes))
+            if s.sampled_at is None:
+                continue
+            group = [s.consumer_group, s.name]
+            max_lag.add_metric(group, float(s.max_lag))
+            sum_lag.add_metric(group, float(s.total_lag))
+            if s.max_lag_seconds is not None:
+                max_lag_seconds.add_metric(group, float(s.max_lag_seconds))
+            for p in s.partitions:
+                labels = [s.consumer_group, p.topic, str(p.partition), s.name]
+                if p.committed_offset is not None:
+                    offset.add_metric(labels, float(p.committed_offset))
+                lag.add_metric(labels, float(p.lag))
+                if p.lag_seconds is not None:
+                    lag_seconds.add_metric(labels, float(p.lag_seconds))
+                latest.add_metric(labels, float(p.log_end_offset))
+                earliest.add_metric(labels, float(p.log_start_offset))
+        return status, offset, lag, lag_seconds, max_lag, max_lag_seconds, sum_lag, latest, earliest, changes
 
 
-def registry_metrics(registry: StreamRegistry) -> CollectorRegistry:
+def _le(bound) -> str:
+    return "+Inf" if bound in ("+Inf", float("inf")) else repr(float(bound))
+
+
+def registry_metrics(registry: StreamRegistry, lag: LagCollector | None = None) -> CollectorRegistry:
     metrics = CollectorRegistry(auto_describe=False)
-    metrics.register(RegistryCollector(registry))
+    metrics.register(RegistryCollector(registry, lag))
     return metrics
