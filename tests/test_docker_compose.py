@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import base64
 import fnmatch
+import json
 import re
 import shlex
 import sys
@@ -325,3 +326,100 @@ def test_kafka_listeners_for_host_and_compose_network(services):
 def test_compose_network_address_is_documented(services):
     header = COMPOSE_FILE.read_text().split("services:")[0]
     assert "localhost:9092" in header and f"{services['kafka']['hostname']}:29092" in header
+
+
+# -- monitoring: Prometheus and Grafana behind the "monitoring" profile ------------------------------
+def mounts_of(service: dict) -> dict[str, Path]:
+    """Bind mounts of repository files: destination in the container -> the file or directory here."""
+    out = {}
+    for volume in service.get("volumes", []):
+        source, destination = volume.split(":")[:2]
+        if source.startswith("./"):
+            out[destination] = (COMPOSE_FILE.parent / source).resolve()
+    return out
+
+
+def exported_metric_names() -> set[str]:
+    """The sample names the host's /metrics can carry, from its own collector."""
+    from mgstreams.host.metrics import RegistryCollector
+
+    class NoStreams:
+        def list(self):
+            return []
+    names = set()
+    for family in RegistryCollector(NoStreams(), None).collect():
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        elif family.type == "histogram":
+            names |= {family.name + suffix for suffix in ("_bucket", "_sum", "_count")}
+        else:
+            names.add(family.name)
+    return names
+
+
+def test_monitoring_is_optional_behind_a_profile(services):
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["monitoring"], name
+        assert all(p.startswith("127.0.0.1:") for p in services[name]["ports"]), "published on loopback only"
+    assert services["prometheus"]["depends_on"]["mgstreams"]["condition"] == "service_healthy"
+    assert "prometheus" in services["grafana"]["depends_on"]
+    header = COMPOSE_FILE.read_text().split("services:")[0]
+    assert "--profile monitoring" in header
+
+
+def test_prometheus_scrapes_the_host_with_its_token(compose, services):
+    from mgstreams.host.serve import DEFAULT_LAG_SAMPLE_INTERVAL_S
+
+    prometheus = services["prometheus"]
+    config_path = flag(command_of(prometheus), "config.file")
+    config_file = mounts_of(prometheus)[config_path]
+    config = yaml.safe_load(config_file.read_text())
+    [job] = config["scrape_configs"]
+    host = services["mgstreams"]
+    port = command_of(host)[command_of(host).index("--listen") + 1].rpartition(":")[2]
+    assert job["static_configs"] == [{"targets": [f"mgstreams:{port}"]}]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+    assert job["scrape_interval"] == f"{DEFAULT_LAG_SAMPLE_INTERVAL_S:g}s", "as often as the host samples lag"
+    auth = job["authorization"]
+    assert auth.get("type", "Bearer") == "Bearer" and "credentials" not in auth, "no token in the repository"
+    secret = auth["credentials_file"].removeprefix("/run/secrets/")
+    assert secret in prometheus["secrets"]
+    assert compose["secrets"][secret] == {"environment": "MGSTREAMS_TOKEN"}, "the host's own token"
+    assert "MGSTREAMS_TOKEN" in env_of(host)
+
+
+def test_grafana_shows_the_lag_dashboard_from_prometheus(services):
+    grafana = services["grafana"]
+    mounts = mounts_of(grafana)
+    provisioning = mounts["/etc/grafana/provisioning"]
+    [datasource] = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+    assert any(p.endswith(":9090") for p in services["prometheus"]["ports"])
+    [provider] = yaml.safe_load((provisioning / "dashboards" / "mgstreams.yml").read_text())["providers"]
+    dashboards = mounts[provider["options"]["path"]]
+    home = env_of(grafana)["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(provider["options"]["path"] + "/")
+    dashboard = json.loads((dashboards / home.rpartition("/")[2]).read_text())
+    assert dashboard["uid"] == "mgstreams-lag" and dashboard["panels"]
+
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    exprs += [a["expr"] for a in dashboard["annotations"]["list"]]
+    exprs += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    used = {name for expr in exprs for name in re.findall(r"\b(?:kafka|mgstreams)_[a-z_]+\b", expr)}
+    exported = exported_metric_names()
+    assert used <= exported, f"the dashboard queries metrics the host does not export: {used - exported}"
+    for name in ("kafka_consumergroup_group_lag", "kafka_consumergroup_group_lag_seconds",
+                 "kafka_consumergroup_group_max_lag_seconds", "kafka_consumergroup_group_sum_lag",
+                 "mgstreams_stream_status", "mgstreams_offset_changes_total"):
+        assert name in used, f"the dashboard shows {name}"
+    assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {"${datasource}"}, \
+        "panels use the data source variable, so the JSON imports into any Grafana"
+
+
+def test_the_host_exports_kafka_lag_exporters_names():
+    assert {"kafka_consumergroup_group_offset", "kafka_consumergroup_group_lag", "kafka_consumergroup_group_lag_seconds",
+            "kafka_consumergroup_group_max_lag", "kafka_consumergroup_group_max_lag_seconds",
+            "kafka_consumergroup_group_sum_lag", "kafka_partition_latest_offset", "kafka_partition_earliest_offset",
+            "mgstreams_stream_up", "mgstreams_stream_status", "mgstreams_records_total", "mgstreams_batches_total",
+            "mgstreams_batch_seconds_bucket", "mgstreams_offset_changes_total",
+            "mgstreams_dead_letter_records_total"} <= exported_metric_names()
