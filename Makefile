@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo clean
+.PHONY: install test demo clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,8 +13,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# tests/test_ui.py loads the host's /ui in the distribution's headless Chromium; installed here when missing
+# and possible (as root, with apt-get), else that test is skipped and says why.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; }; } || \
+	echo "make: Chromium is not installed and could not be (apt-get install chromium needs root): tests/test_ui.py's browser test is skipped"
 
 demo: $(STAMP)
 	$(BIN)/python -m mgstreams.demo --out demo-out

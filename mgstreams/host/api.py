@@ -12,6 +12,7 @@ import hmac
 import json
 import logging
 import re
+import time
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
@@ -21,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
@@ -30,6 +31,7 @@ from stream_registry.errors import ConfigError, KafkaOperationError, StreamError
 from stream_registry.lag.collector import LagCollector
 
 from ..wire import to_json
+from . import ui
 from .metrics import registry_metrics
 
 log = logging.getLogger("mgstreams.host")
@@ -108,6 +110,17 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
     async def all_lag(request: Request) -> Response:
         return await _call(lag.streams)
 
+    async def ui_page(request: Request) -> Response:
+        def series(name: str):
+            try:
+                return lag.series(name)
+            except StreamNotFound:   # dropped while the page is drawn
+                return [], []
+
+        def render() -> str:
+            return ui.page(lag.streams(), series, time.time(), refresh_s=max(lag.interval, 2.0))
+        return HTMLResponse(await run_in_threadpool(render))
+
     metrics_registry = registry_metrics(registry, lag)
 
     async def metrics(request: Request) -> Response:
@@ -128,6 +141,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams/{name}/history", history, methods=["GET"]),
         Route("/streams/{name}/lag", stream_lag, methods=["GET"]),
         Route("/lag", all_lag, methods=["GET"]),
+        Route("/ui", ui_page, methods=["GET"]),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_require_token(token))] if token else []
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={

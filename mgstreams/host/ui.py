@@ -1,0 +1,141 @@
+"""The host's web page (`GET /ui`): every stream's verdict, its lag over the last hour, its partitions.
+
+Everything is drawn here, on the server, as HTML and inline SVG: no JavaScript
+and no third-party CSS. The page reloads itself every few seconds. Functions
+over the lag sampler's values (StreamLag, LagPoint, ChangePoint), so the page is
+tested without a browser as well as in one.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from html import escape
+from typing import Callable, Sequence
+
+from stream_registry.lag.collector import ChangePoint, LagPoint, StreamLag
+
+HOUR_S = 3600.0
+WIDTH, HEIGHT = 720, 160
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 24     # plot margins, px
+VERDICT_COLORS = {"OK": "#2e7d32", "REWIND": "#1565c0", "WARN": "#f9a825", "STALL": "#ef6c00", "STOP": "#c62828"}
+LINE = {"lag": "#1f77b4", "lag-seconds": "#9467bd"}
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
+table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
+th, td { text-align: left; padding: 0.2rem 0.7rem; border-bottom: 1px solid #ddd; font-variant-numeric: tabular-nums; }
+th { background: #f4f4f4; }
+.verdict { color: #fff; padding: 0.05rem 0.45rem; border-radius: 0.3rem; font-weight: 600; }
+section { margin-top: 2rem; border-top: 2px solid #eee; padding-top: 0.5rem; }
+figure { margin: 0.3rem 0; } figcaption { font-size: 0.85rem; color: #555; }
+svg text { font-size: 10px; fill: #555; } .muted { color: #777; font-size: 0.85rem; }
+"""
+
+
+def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoint], list[ChangePoint]]],
+         now: float, refresh_s: float = 5.0) -> str:
+    """The whole page: a summary table, then one section per stream."""
+    at = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    rows = "".join(
+        f'<tr data-stream="{escape(s.name)}" data-verdict="{s.status.value}"><td><a href="#stream-{escape(s.name)}">'
+        f"{escape(s.name)}</a></td><td>{s.stream_status.value}</td><td>{_verdict(s.status.value)}</td>"
+        f"<td>{s.total_lag}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
+        f"<td>{escape(s.error or s.message)}</td></tr>" for s in streams)
+    summary = (f'<table id="streams"><thead><tr><th>stream</th><th>state</th><th>verdict</th><th>lag</th>'
+               f"<th>lag seconds</th><th>records/s</th><th>why</th></tr></thead><tbody>{rows}</tbody></table>"
+               if streams else '<p id="streams">No streams yet: create one with <code>mgstreams</code>, the API or '
+                               "<code>CALL streams.create</code>.</p>")
+    sections = "".join(_section(s, *series(s.name), now) for s in streams)
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mgstreams: lag</title>'
+            f'<meta http-equiv="refresh" content="{refresh_s:g}"><style>{_STYLE}</style></head><body>'
+            f'<h1>mgstreams</h1><p class="muted">{len(streams)} stream(s) at {at}; lag sampled every '
+            f'{streams[0].interval_s if streams else refresh_s:g} s; this page reloads every {refresh_s:g} s.</p>'
+            f"{summary}{sections}</body></html>")
+
+
+def _section(s: StreamLag, points: list[LagPoint], changes: list[ChangePoint], now: float) -> str:
+    partitions = "".join(
+        f'<tr data-partition="{escape(p.topic)}:{p.partition}"><td>{escape(p.topic)}</td><td>{p.partition}</td>'
+        f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{p.lag}</td>"
+        f"<td>{_num(p.lag_seconds)}</td><td>{p.lag_seconds_method.value}</td><td>{_verdict(p.status.value)}</td>"
+        f"<td>{escape(p.message)}</td></tr>" for p in s.partitions)
+    lag_chart = chart([(p.at, float(p.total_lag)) for p in points], changes, now, kind="lag",
+                      title=f"{s.name}: lag (offsets) over the last hour")
+    seconds_chart = chart([(p.at, p.max_lag_seconds) for p in points if p.max_lag_seconds is not None], changes,
+                          now, kind="lag-seconds", title=f"{s.name}: lag (seconds) over the last hour", unit="s")
+    return (f'<section id="stream-{escape(s.name)}" data-stream="{escape(s.name)}">'
+            f"<h2>{escape(s.name)} {_verdict(s.status.value)} <span class=\"muted\">{s.stream_status.value}, "
+            f"group {escape(s.consumer_group)}</span></h2><p>{escape(s.error or s.message)}</p>"
+            f"<figure>{lag_chart}<figcaption>Total lag in offsets; dashed lines: offset changes "
+            f"(set_stream_offset).</figcaption></figure>"
+            f"<figure>{seconds_chart}<figcaption>Age of the oldest unprocessed message, in seconds (the largest "
+            f"of its partitions).</figcaption></figure>"
+            f'<table class="partitions"><thead><tr><th>topic</th><th>partition</th><th>committed</th>'
+            f"<th>log end</th><th>lag</th><th>lag seconds</th><th>method</th><th>verdict</th><th>why</th></tr>"
+            f"</thead><tbody>{partitions}</tbody></table></section>")
+
+
+def chart(points: Sequence[tuple[float, float]], changes: Sequence[ChangePoint], now: float, *, kind: str,
+          title: str, unit: str = "") -> str:
+    """An SVG line chart of (time, value) over the hour before `now`, with a dashed marker per change."""
+    start = now - HOUR_S
+    shown = [(t, v) for t, v in points if start <= t <= now]
+    top = max((v for _, v in shown), default=0.0) or 1.0
+    width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(t: float) -> float:
+        return LEFT + (t - start) / HOUR_S * width
+
+    def y(v: float) -> float:
+        return TOP + height - v / top * height
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-kind="{kind}" '
+             f'data-points="{len(shown)}" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+             f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+             f'<rect x="{LEFT}" y="{TOP}" width="{width}" height="{height}" fill="#fafafa" stroke="#ccc"/>']
+    for fraction in (0.0, 0.5, 1.0):
+        value = top * fraction
+        parts.append(f'<line x1="{LEFT}" x2="{LEFT + width}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
+                     f'stroke="#e4e4e4"/><text x="{LEFT - 4}" y="{y(value) + 3:.1f}" text-anchor="end">'
+                     f"{_axis(value)}{unit}</text>")
+    for minutes in range(0, 61, 10):
+        t = start + minutes * 60
+        label = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%H:%M")
+        anchor = "start" if minutes == 0 else "end" if minutes == 60 else "middle"
+        parts.append(f'<text x="{x(t):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}">{label}</text>')
+    for c in changes:
+        if start <= c.at <= now:
+            ident = f"change {c.change_id}" if c.change_id is not None else "offset change"
+            parts.append(f'<line class="change" data-change-id="{c.change_id if c.change_id is not None else ""}" '
+                         f'x1="{x(c.at):.1f}" x2="{x(c.at):.1f}" y1="{TOP}" y2="{TOP + height}" stroke="#1565c0" '
+                         f'stroke-dasharray="4 3" stroke-width="1.5"><title>{escape(ident)}: {escape(c.topic)}:'
+                         f"{c.partition} {_num(c.previous_offset)} to {c.offset}</title></line>")
+    if shown:
+        coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in shown)
+        parts.append(f'<polyline class="series" points="{coords}" fill="none" stroke="{LINE[kind]}" '
+                     f'stroke-width="2" stroke-linejoin="round"/>')
+        if len(shown) == 1:
+            [(t, v)] = shown
+            parts.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="{LINE[kind]}"/>')
+    else:
+        parts.append(f'<text x="{LEFT + width / 2}" y="{TOP + height / 2}" text-anchor="middle">no samples yet'
+                     f"</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _verdict(value: str) -> str:
+    return f'<span class="verdict" style="background:{VERDICT_COLORS.get(value, "#555")}">{escape(value)}</span>'
+
+
+def _num(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def _axis(value: float) -> str:
+    if value >= 1_000_000:
+        return f"{value / 1_000_000:.1f}M"
+    if value >= 10_000:
+        return f"{value / 1000:.0f}k"
+    return f"{value:.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"

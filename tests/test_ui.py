@@ -1,0 +1,197 @@
+"""The host's page at /ui: server-side HTML and SVG, checked as rendered values and in a real headless Chromium
+(the distribution's package) loading it from a real host: stream names, verdicts, plotted points, a marker for
+an offset change, and pixels of the chart in a screenshot kept as a test artifact."""
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import time
+import uuid
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import httpx
+import pytest
+
+from host_helpers import HostProcess
+from mgstreams.host import ui
+from stream_helpers import FAST_REJOIN, wait_until
+from stream_registry.lag import LagSecondsMethod, Verdict
+from stream_registry.lag.collector import ChangePoint, LagPoint, PartitionLag, StreamLag
+from stream_registry.stream_info import StreamStatus
+
+NOW = 1_800_000_000.0
+INTERVAL = 0.2
+
+
+class Dom(HTMLParser):
+    """Elements as (tag, attributes) and their text, from HTML the browser (or the host) produced."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.elements: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def find(self, tag: str, **attrs) -> list[dict]:
+        return [a for t, a in self.elements if t == tag and all(a.get(k.replace("_", "-")) == v
+                                                                  for k, v in attrs.items())]
+
+
+def stream_lag(name: str, status: Verdict, message: str = "every partition OK", lag: int = 0) -> StreamLag:
+    part = PartitionLag("orders", 0, 10, 0, 10 + lag, lag, 1.5 if lag else 0.0, LagSecondsMethod.TIMESTAMP, status,
+                        message)
+    return StreamLag(name, f"mgstreams_{name}", StreamStatus.RUNNING, status, message, lag, lag,
+                     part.lag_seconds, 12.0, None, 5.0, partitions=(part,))
+
+
+# -- the page as values ------------------------------------------------------------------------------------
+def test_page_lists_streams_draws_an_hour_and_marks_changes():
+    points = [LagPoint(NOW - 4000, 999, 9.0, 0.0, Verdict.OK)] + \
+        [LagPoint(NOW - 3000 + 300 * i, 10 * i, float(i), 1.0, Verdict.OK) for i in range(10)]
+    changes = [ChangePoint(7, NOW - 1200, "orders", 0, 50, 0), ChangePoint(3, NOW - 5000, "orders", 0, 9, 1)]
+    html = ui.page([stream_lag("orders", Verdict.REWIND, "orders:0: set_stream_offset moved it back"),
+                    stream_lag("evil", Verdict.STOP, "<script>alert(1)</script>", lag=4)],
+                   lambda name: (points, changes) if name == "orders" else ([], []), NOW)
+    dom = Dom(html)
+    assert [(r["data-stream"], r["data-verdict"]) for r in dom.find("tr") if "data-stream" in r] == \
+        [("orders", "REWIND"), ("evil", "STOP")]
+    lag_chart = dom.find("svg", data_kind="lag")[0]
+    assert lag_chart["data-points"] == "10", "the point older than an hour is not drawn"
+    polyline = dom.find("polyline")[0]
+    assert len(polyline["points"].split()) == 10
+    assert [c["data-change-id"] for c in dom.find("line") if c.get("class") == "change"] == ["7", "7"]
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert dom.find("svg", data_kind="lag", data_points="0"), "a stream without samples says so"
+    assert "no samples yet" in "".join(dom.text)
+    assert "<script" not in html.lower() and "http://" not in html.replace('http://www.w3.org/2000/svg', ""), \
+        "no script and nothing fetched from elsewhere"
+
+
+def test_page_without_streams():
+    dom = Dom(ui.page([], lambda name: ([], []), NOW))
+    assert "No streams yet" in "".join(dom.text)
+
+
+# -- the page in a browser ------------------------------------------------------------------------------------
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no headless browser: install the distribution's Chromium (`apt-get install chromium`; "
+                "`make test` does when it runs as root)")
+
+
+def browse(browser: str, profile: Path, url: str, *args: str) -> subprocess.CompletedProcess:
+    """Chromium headless (no sandbox: tests may run as root in a container) on a profile of its own."""
+    return subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}", *args, url],
+                          capture_output=True, text=True, timeout=90)
+
+
+def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
+    """(width, height, rows of RGB(A) bytes) of an 8-bit non-interlaced PNG, as Chromium writes them."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, color, _, _, interlace = header
+    assert depth == 8 and interlace == 0 and color in (2, 6), header
+    channels = 3 if color == 2 else 4
+    raw, stride, rows, previous = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, corner = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + up) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 0xFF
+        rows.append(bytes(line) if channels == 3 else bytes(b for j, b in enumerate(line) if j % 4 != 3))
+        previous = line
+    return width, height, rows
+
+
+def count_color(rows: list[bytes], rgb: str) -> int:
+    needle = bytes.fromhex(rgb.lstrip("#"))
+    return sum(sum(1 for i in range(0, len(row), 3) if row[i:i + 3] == needle) for row in rows)
+
+
+@pytest.fixture
+def ui_host(kafka, tmp_path):
+    if kafka.embedded is not None:
+        kafka.embedded.set_initial_rebalance_delay(200)
+    host = HostProcess(tmp_path / "state", extra_args=("--lag-sample-interval", str(INTERVAL))).start()
+    yield host
+    host.stop()
+    if kafka.embedded is not None:
+        kafka.embedded.set_initial_rebalance_delay(3000)
+
+
+def test_ui_in_headless_chromium(ui_host, kafka, tmp_path, tmp_path_factory):
+    browser = chromium()
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 40, partitions=2)
+    with httpx.Client(base_url=ui_host.url, timeout=30) as api:
+        for name in ("busy", "parked"):
+            body = {"name": name, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
+                    "sink": "null://", "consumer_group": f"ui_{uuid.uuid4().hex[:8]}", "batch_interval_ms": 20,
+                    "configs": FAST_REJOIN}
+            assert api.post("/streams", json=body).status_code == 201
+        api.put("/streams/busy/start")
+        wait_until(lambda: api.get("/streams/busy/lag").json()["total_lag"] == 0, timeout=30, what="busy caught up")
+        api.patch("/streams/busy/offsets", json={"offset": {f"{topic}:0": 5}})
+        [change] = api.get("/streams/busy/history").json()
+        wait_until(lambda: api.get("/streams/parked/lag").json()["status"] == "STOP", timeout=15, what="parked STOP")
+        time.sleep(1)   # a few more samples on the chart
+
+        dumped = browse(browser, tmp_path / "profile", f"{ui_host.url}/ui", "--dump-dom")
+        assert dumped.returncode == 0, dumped.stderr[-2000:]
+        dom = Dom(dumped.stdout)
+        verdicts = {s["name"]: s["status"] for s in api.get("/lag").json()}
+    rows = {r["data-stream"]: r["data-verdict"] for r in dom.find("tr") if "data-stream" in r}
+    assert set(rows) == {"busy", "parked"}
+    assert rows["parked"] == verdicts["parked"] == "STOP"
+    assert rows["busy"] in ("OK", "REWIND")
+    charts = {(a["aria-label"].split(":")[0], a["data-kind"]): int(a["data-points"]) for a in dom.find("svg")}
+    assert set(charts) == {(s, k) for s in ("busy", "parked") for k in ("lag", "lag-seconds")}
+    assert all(n >= 5 for n in charts.values()), charts   # a point per sample since each stream was created
+    markers = [m["data-change-id"] for m in dom.find("line") if m.get("class") == "change"]
+    assert markers == [str(change["change_id"])] * 2, "the change is marked on both of busy's charts"
+    text = " ".join(dom.text)
+    assert "caught up" in text and "no consumer of the stream polls this partition" in text
+
+    artifacts = Path(os.environ.get("MGSTREAMS_ARTIFACTS_DIR") or tmp_path_factory.getbasetemp()) / "ui.png"
+    artifacts.parent.mkdir(parents=True, exist_ok=True)
+    shot = browse(browser, tmp_path / "profile", f"{ui_host.url}/ui", f"--screenshot={artifacts}",
+                  "--window-size=1280,1800")
+    assert shot.returncode == 0 and artifacts.is_file(), shot.stderr[-2000:]
+    print(f"screenshot of /ui: {artifacts}")
+    width, height, rows_px = png_pixels(artifacts)
+    assert (width, height) == (1280, 1800)
+    assert count_color(rows_px, ui.LINE["lag"]) > 20, "the lag line is drawn"
+    assert count_color(rows_px, ui.VERDICT_COLORS["STOP"]) > 50, "parked's STOP badge is drawn"
