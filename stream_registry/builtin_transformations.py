@@ -13,6 +13,10 @@ over a range already ingested) leaves the graph as one delivery would:
 - `json_nodes`       idempotent: one :KafkaRecord node per message holding the
   payload's JSON object fields as properties.
 - `create_messages`  NOT idempotent: every delivery CREATEs another node.
+- `consumer_offsets` idempotent: for a stream on Kafka's `__consumer_offsets`
+  (configs `{"exclude.internal.topics": "false"}`), every group's commits as
+  `(:ConsumerGroup)-[:COMMITTED]->(:Partition)-[:OF]->(:Topic)` and the current
+  `(:ConsumerGroup)-[:AT]->(:Partition)` (see stream_registry.graph.consumer_offsets).
 
 Payloads and keys are stored as UTF-8 text; undecodable bytes become U+FFFD.
 They need `message.partition()`, which mgstreams messages have and Memgraph's
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from .graph import consumer_offsets as _consumer_offsets
 
 _SET_MESSAGE = "SET m.payload = $payload, m.key = $key, m.timestamp = $timestamp"
 MERGE_MESSAGE = f"MERGE (m:KafkaMessage {{topic: $topic, partition: $partition, offset: $offset}}) {_SET_MESSAGE}"
@@ -63,6 +69,18 @@ def json_nodes(messages) -> list[dict[str, Any]]:
         parameters["properties"] = properties
         records.append({"query": MERGE_JSON_RECORD, "parameters": parameters})
     return records
+
+
+def consumer_offsets(messages) -> list[dict[str, Any]]:
+    """Idempotent: Kafka's `__consumer_offsets` records as commit timelines and current offsets per group.
+
+    Offset commits (key versions 0-1, value versions 0-3) become
+    `(:ConsumerGroup {name})-[:COMMITTED {offset, committed_at, metadata}]->(:Partition {topic, partition})
+    -[:OF]->(:Topic {name})`, one COMMITTED per commit, and move the group's one
+    `-[:AT {offset, committed_at}]->` the partition; a tombstone removes AT; group
+    metadata records are skipped; malformed records are skipped and counted (logged).
+    """
+    return _consumer_offsets.statements(messages)
 
 
 def _each(messages):
