@@ -331,10 +331,17 @@ def lag(name: str, as_json: bool) -> None:
 def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
     """`mgstreams top`'s view: a title line, one row per stream, and the last error if any."""
     at = datetime.datetime.now().strftime("%H:%M:%S")
+    rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
+             _seconds(s.max_lag_seconds) or "-", s.error or s.message) for s in streams]
+    view = Table(box=None, header_style="bold", pad_edge=False)
+    for i, column in enumerate(TOP_COLUMNS):   # every column keeps its width; only MESSAGE gives way
+        last = i == len(TOP_COLUMNS) - 1
+        view.add_column(column, no_wrap=True, overflow="ellipsis" if last else "fold",
+                        min_width=None if last else max([len(column)] + [len(r[i]) for r in rows]))
+    for row in rows:
+        view.add_row(*row)
     parts = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
-                  style="bold"),
-             table(TOP_COLUMNS, ((s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}",
-                                  s.total_lag, _seconds(s.max_lag_seconds), s.error or s.message) for s in streams))]
+                  style="bold"), view]
     if error:
         parts.append(Text(f"error: {error}"))
     return Group(*parts)
@@ -383,6 +390,10 @@ def top(interval: float, once: bool) -> None:
         return
     console = _console()
     streams: list[StreamLag] = []
+
+    def interrupt(*_):   # SIGTERM ends it like q: the terminal gets its settings back
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         with _Keys() as keys, Live(console=console, auto_refresh=False, transient=False) as live:
             while True:
@@ -400,6 +411,8 @@ def top(interval: float, once: bool) -> None:
                         return
     except KeyboardInterrupt:
         return
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _print_status(info, as_json: bool) -> None:

@@ -38,7 +38,8 @@ DEFAULT_INTERVAL_S = 5.0
 KEEP_S = 3600.0             # an hour of totals per stream, and of samples per partition for extrapolation
 MAX_SAMPLES = 720           # per partition: an hour at the default interval
 PROBE_BUDGET_S = 1.0        # the longest one stream's timestamp reads may take per round
-PROBE_RETRY_S = 30.0        # a partition whose record could not be read is extrapolated this long before a retry
+PROBE_RETRY_S = 30.0        # a partition whose record could not be read is extrapolated this long (at most
+                            # 5 sample intervals) before a retry
 OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)
 TP = tuple[str, int]
 
@@ -281,7 +282,7 @@ class LagCollector:
 
     def _seconds(self, t: _Tracked, history: list[LagSample], record: FirstRecord | None, now: float
                  ) -> tuple[float | None, LagSecondsMethod]:
-        usable = self._read_timestamps and t.reader is not None
+        usable = self._read_timestamps and t.reader_error is None   # how lag would be measured here
         last = history[-1]
         if last.caught_up:
             return 0.0, LagSecondsMethod.TIMESTAMP if usable else LagSecondsMethod.EXTRAPOLATED
@@ -331,7 +332,7 @@ class LagCollector:
                         known[tp] = answers[tp]
                         t.unreadable.pop(tp, None)
                     else:   # no answer in time (leader away, offset deleted): extrapolate for a while
-                        t.unreadable[tp] = now + PROBE_RETRY_S
+                        t.unreadable[tp] = now + min(PROBE_RETRY_S, 5 * self.interval)
         return known
 
     def _reader(self, t: _Tracked, info: StreamInfo) -> FirstRecords | None:
