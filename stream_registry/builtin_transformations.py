@@ -14,7 +14,9 @@ over a range already ingested) leaves the graph as one delivery would:
   payload's JSON object fields as properties.
 - `create_messages`  NOT idempotent: every delivery CREATEs another node.
 - `consumer_offsets` idempotent: for a stream on Kafka's `__consumer_offsets`
-  (configs `{"exclude.internal.topics": "false"}`), every group's commits as
+  (named exactly: librdkafka hides internal topics only from pattern
+  subscriptions, and rejects the Java client's `exclude.internal.topics`
+  setting, so no `configs` are needed), every group's commits as
   `(:ConsumerGroup)-[:COMMITTED]->(:Partition)-[:OF]->(:Topic)` and the current
   `(:ConsumerGroup)-[:AT]->(:Partition)` (see stream_registry.graph.consumer_offsets).
 
