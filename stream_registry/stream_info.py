@@ -41,3 +41,8 @@ class StreamInfo:
     dead_letter_topic: str | None = None
     dead_lettered: int = 0             # messages sent to the dead-letter topic, since the stream was created
     skipped: int = 0                   # messages skipped (errors.tolerance 'all' without a dead-letter topic)
+    # Batches written since the host started (all runs of the stream), for /metrics:
+    records: int = 0
+    batches: int = 0
+    batch_seconds_sum: float = 0.0
+    batch_seconds_buckets: tuple[int, ...] = ()   # batches at or below each BATCH_SECONDS_BOUNDS, then all

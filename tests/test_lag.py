@@ -141,6 +141,14 @@ def test_caught_up_stream_is_ok_on_every_surface_and_metrics_agree_with_describe
     assert samples(text, "mgstreams_dead_letter_records_total")[(("stream", "calm"),)] == 0.0
     assert samples(text, "mgstreams_offset_changes_total")[(("stream", "calm"),)] == 0.0
     assert "# TYPE mgstreams_batch_seconds histogram" in text and "# TYPE mgstreams_records_total counter" in text
+    # what the stream's process wrote crossed its pipe: every message once, in batches counted by the histogram
+    wait_until(lambda: samples(api.get("/metrics").text, "mgstreams_records_total").get((("stream", "calm"),)) == 60,
+               what="the stream's batch counts reported")
+    text = api.get("/metrics").text
+    batches = samples(text, "mgstreams_batches_total")[(("stream", "calm"),)]
+    assert batches >= 1 and samples(text, "mgstreams_batch_seconds_count")[(("stream", "calm"),)] == batches
+    assert samples(text, "mgstreams_batch_seconds_bucket")[(("le", "+Inf"), ("stream", "calm"))] == batches
+    assert 0 < samples(text, "mgstreams_batch_seconds_sum")[(("stream", "calm"),)] < 60
 
     # Cypher: streams.lag and streams.health through the query module
     assert memgraph.call("streams.lag", "calm") == [

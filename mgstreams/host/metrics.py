@@ -11,9 +11,9 @@ mgstreams' own: `mgstreams_stream_up`, `mgstreams_stream_status` (one series
 with the stream's status, `{status, stream}`, and one with its lag verdict,
 `{stream, verdict}`), `mgstreams_stream_resident_memory_bytes`,
 `mgstreams_stream_restarts`, `mgstreams_offset_changes_total`,
-`mgstreams_dead_letter_records_total`, and, once the stream's worker reports
-them in StreamInfo, `mgstreams_records_total`, `mgstreams_batches_total` and the
-`mgstreams_batch_seconds` histogram.
+`mgstreams_dead_letter_records_total`, `mgstreams_records_total`,
+`mgstreams_batches_total` and the `mgstreams_batch_seconds` histogram (batches
+written since the host started, every run of the stream added up).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from stream_registry import StreamRegistry, StreamStatus
 from stream_registry.lag.collector import LagCollector
+from stream_registry.registry.batch_stats import BATCH_SECONDS_BOUNDS
 
 PARTITION_LABELS = ["group", "topic", "partition", "stream"]
 GROUP_LABELS = ["group", "stream"]
@@ -58,15 +59,13 @@ class RegistryCollector(Collector):
             if info.rss_bytes is not None:
                 rss.add_metric([info.name], float(info.rss_bytes))
             dead.add_metric([info.name], float(info.dead_lettered))
-            # Counters the stream's worker reports through StreamInfo (absent until it does).
-            if getattr(info, "records", None) is not None:
-                records.add_metric([info.name], float(info.records))
-            if getattr(info, "batches", None) is not None:
-                batches.add_metric([info.name], float(info.batches))
-            buckets = getattr(info, "batch_seconds_buckets", None)
-            if buckets:
-                batch_seconds.add_metric([info.name], [(_le(le), float(n)) for le, n in buckets],
-                                         float(getattr(info, "batch_seconds_sum", 0.0) or 0.0))
+            records.add_metric([info.name], float(info.records))
+            batches.add_metric([info.name], float(info.batches))
+            if info.batch_seconds_buckets:
+                bounds = (*(repr(float(b)) for b in BATCH_SECONDS_BOUNDS), "+Inf")
+                batch_seconds.add_metric([info.name], [(le, float(n)) for le, n in zip(bounds,
+                                                                                       info.batch_seconds_buckets)],
+                                         info.batch_seconds_sum)
         yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead)
 
     def _lag_metrics(self, status: GaugeMetricFamily):
@@ -112,8 +111,7 @@ class RegistryCollector(Collector):
         return status, offset, lag, lag_seconds, max_lag, max_lag_seconds, sum_lag, latest, earliest, changes
 
 
-def _le(bound) -> str:
-    return "+Inf" if bound in ("+Inf", float("inf")) else repr(float(bound))
+
 
 
 def registry_metrics(registry: StreamRegistry, lag: LagCollector | None = None) -> CollectorRegistry:

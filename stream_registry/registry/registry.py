@@ -35,6 +35,7 @@ from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
 from ..stream_info import StreamInfo, StreamStatus
+from .batch_stats import BatchStats
 from .dead_letter import SetAside
 from .worker import AppliedOffset, RetryPolicy, StreamEvents, WorkerSnapshot
 
@@ -74,6 +75,7 @@ class _Stream:
     unrecorded: list = field(default_factory=list)   # applied changes the state store has not taken yet
     store_error: str | None = None                    # why they wait (shown with the status)
     history_lock: threading.Lock = field(default_factory=threading.Lock)
+    stats: BatchStats = BatchStats()   # every run's batches since this registry opened (a new run adds to it)
 
 
 class StreamRegistry:
@@ -318,7 +320,8 @@ class StreamRegistry:
         config = stream.config
         events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
                               on_applied=lambda changes: self._on_applied(stream, changes),
-                              on_set_aside=lambda records: self._on_set_aside(stream, records))
+                              on_set_aside=lambda records: self._on_set_aside(stream, records),
+                              on_stats=lambda stats, earlier=stream.stats: setattr(stream, "stats", earlier + stats))
         common = dict(pending=self._store.pending(config.name), output=self._output_policy(), retry=self._retry,
                       events=events)
         if self._isolation == Isolation.PROCESS:
@@ -452,7 +455,9 @@ class StreamRegistry:
                           c.batch_size, c.batch_interval_ms, c.restart.value,
                           runner.pid if runner else None, runner.rss_bytes() if runner else None,
                           stream.restarts, c.delivery.value, c.errors_tolerance.value, c.dead_letter_topic,
-                          counts.get(ChangeStatus.DEAD_LETTERED, 0), counts.get(ChangeStatus.SKIPPED, 0))
+                          counts.get(ChangeStatus.DEAD_LETTERED, 0), counts.get(ChangeStatus.SKIPPED, 0),
+                          stream.stats.records, stream.stats.batches, stream.stats.seconds_sum,
+                          stream.stats.cumulative_buckets())
 
 
 def _grouped_reasons(resolved) -> str:

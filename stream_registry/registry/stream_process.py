@@ -16,7 +16,7 @@ the whole process group; children ignore it and wait for the host's stop.
 Messages are tuples. Host to child: ("stop", timeout), ("snapshot", id),
 ("offsets", id, offsets, timeout). Child to host: ("started", pid),
 ("start_failed", reason), ("status", value, error), ("applied", changes),
-("set_aside", records), ("reply", id, value), ("ended", cause) where cause is None when the stream
+("set_aside", records), ("stats", BatchStats), ("reply", id, value), ("ended", cause) where cause is None when the stream
 ended by itself (its status says why), else why the process is leaving.
 """
 from __future__ import annotations
@@ -185,6 +185,8 @@ class ProcessRunner:
                 self._events.on_applied(message[1])
             elif kind == "set_aside":
                 self._events.on_set_aside(message[1])
+            elif kind == "stats":
+                self._events.on_stats(message[1])
             elif kind == "reply":
                 reply = self._waiting.get(message[1])
                 if reply is not None:
@@ -269,7 +271,8 @@ def child_main(conn, spec: ChildSpec) -> None:
     runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry,
                           events=StreamEvents(on_status=lambda status, error: send(("status", status.value, error)),
                                               on_applied=lambda changes: send(("applied", changes)),
-                                              on_set_aside=lambda records: send(("set_aside", records))))
+                                              on_set_aside=lambda records: send(("set_aside", records)),
+                                              on_stats=lambda stats: send(("stats", stats))))
     try:
         runner.start()
     except StreamError as exc:

@@ -33,6 +33,7 @@ from ..kafka.client import new_consumer
 from ..redaction import redact
 from ..stream_info import StreamStatus
 from ..graph.transform import Message, run_transformation
+from .batch_stats import BatchStats
 from .dead_letter import DeadLetterQueue, SetAside
 from .poison import BatchDelivery
 
@@ -45,6 +46,7 @@ COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 CONFIRM_RETRY_S = 0.5       # between retries of a move whose commit failed
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 OUTAGE_PROBE_TIMEOUT_S = 0.5
+STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
 OFFSET_BEGINNING = -2       # librdkafka's raw constant
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
 # Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
@@ -100,6 +102,7 @@ class StreamEvents:
     on_status: Callable[[StreamStatus, str | None], None] = lambda status, error: None
     on_applied: Callable[[list[AppliedOffset]], None] = lambda changes: None  # committed offset changes
     on_set_aside: Callable[[list[SetAside]], None] = lambda records: None     # poison messages
+    on_stats: Callable[[BatchStats], None] = lambda stats: None               # since this worker started
 
 
 class _OffsetRequest:
@@ -165,6 +168,8 @@ class StreamWorker:
         self.status = StreamStatus.CREATED
         self.error: str | None = None
         self._moved = False  # an offset change was just applied
+        self._stats = BatchStats()
+        self._stats_reported_at = 0.0
         # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally. This
         # is a first guess from the config: the Python client does not expose rd_kafka_rebalance_protocol(),
         # but librdkafka refuses the wrong kind of assign with _STATE, and _assignment() then switches.
@@ -236,10 +241,12 @@ class StreamWorker:
                     return
                 if batch and not self._process(batch):
                     return  # went to ERROR; consumer already closed
+                self._report_stats()
         except BaseException as exc:  # never let a stream thread die silently
             log.exception("stream %s: poll loop failed", self.config.name)
             self._fail(f"poll loop failed: {exc}")
             return
+        self._report_stats(final=True)
         self._close_consumer()
         self._set_status(StreamStatus.STOPPED)
 
@@ -294,6 +301,7 @@ class StreamWorker:
 
     def _process(self, batch: list) -> bool:
         """Transform, write, commit. Returns False when the stream went to ERROR."""
+        started = time.perf_counter()
         next_offsets = _next_offsets(batch)
         delivery = BatchDelivery([(m, Message.from_kafka(m)) for m in batch], self._write,
                                  self._set_aside, tolerate=self._tolerant)
@@ -325,7 +333,13 @@ class StreamWorker:
                 self._record_applied(carried)
         with self._state_lock:
             self._positions.update(next_offsets)
+        self._stats = self._stats.add_batch(len(batch), time.perf_counter() - started)
         return True
+
+    def _report_stats(self, final: bool = False) -> None:
+        if self._stats.batches and (final or time.monotonic() - self._stats_reported_at >= STATS_EVERY_S):
+            self._stats_reported_at = time.monotonic()
+            self._events.on_stats(self._stats)
 
     def _write(self, chunk: list[tuple]) -> None:
         """Transform and write (part of) a batch; exactly-once, with the offsets that follow it."""
