@@ -944,7 +944,8 @@ def test_cypher_block(cluster, memgraph):
         if name == "mg.procedures":
             names = sorted(r["name"] for r in memgraph.procedures() if r["name"].startswith("streams."))
             assert names == sorted(f"streams.{p}" for p in ("create", "start", "stop", "drop", "list",
-                                                            "set_stream_offset", "offsets", "history"))
+                                                            "set_stream_offset", "offsets", "history", "lag",
+                                                            "health"))
             continue
         if name == "streams.stop":
             wait_until(lambda: caught_up(memgraph.host), 60, 0.1, "the stream to catch up")
