@@ -178,10 +178,12 @@ def _describe_table(name: str) -> Table:
 
 
 def process_line(info) -> str:
-    """`stream orders running, pid 4242, rss 61.3 MiB, restarts 0`: where the stream runs, below its offsets."""
+    """`stream orders running, pid 4242, rss 61.3 MiB, restarts 0`: where the stream runs, below its offsets;
+    with errors.tolerance 'all', also how many poison messages it dead-lettered and skipped."""
     where = f"pid {info.pid}, rss {info.rss_bytes / 2 ** 20:.1f} MiB" if info.pid and info.rss_bytes \
         else f"pid {info.pid}" if info.pid else "no process"
-    return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}" + \
+    poison = f", dead-lettered {info.dead_lettered}, skipped {info.skipped}" if info.errors_tolerance == "all" else ""
+    return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}{poison}" + \
         (f" ({info.error})" if info.error else "")
 
 

@@ -7,7 +7,11 @@ where the stream runs in its own process.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 import time
 import uuid
 
@@ -318,6 +322,16 @@ def test_through_the_host_the_counts_reach_the_api_and_the_file_holds_every_othe
                 [(0, 25), (1, 1)]
             rows = {(r["partition"], r["stored_offset"]) for r in api.get("/streams/orders/offsets").json()}
             assert rows == {(0, 40), (1, 40)}   # exactly-once: the stored offsets pass the messages set aside
+        # the operator's view: describe's caption counts them, history names each with its error
+        env = {**os.environ, "MGSTREAMS_URL": host.url}
+        described = subprocess.run([sys.executable, "-m", "mgstreams", "describe", "orders"], env=env,
+                                   capture_output=True, text=True, timeout=60)
+        assert described.returncode == 0 and "dead-lettered 2, skipped 0" in described.stdout, described
+        history = subprocess.run([sys.executable, "-m", "mgstreams", "history", "orders", "--json"], env=env,
+                                 capture_output=True, text=True, timeout=60)
+        rows = json.loads(history.stdout)
+        assert sorted(r["offset"] for r in rows if r["status"] == "dead_lettered") == [1, 25]
+        assert all("cannot read" in r["message"] for r in rows if r["status"] == "dead_lettered")
     finally:
         host.stop()
     assert by_partition(delivered_from_file(out)) == _expected(topic, 80, 2, poison)
