@@ -47,3 +47,15 @@ class HistoryEntry:
     status: ChangeStatus
     message: str | None = None
     change_id: int | None = None    # stable: the row's id in the state store
+
+
+@dataclass(frozen=True)
+class PendingOffset:
+    """An offset change waiting for its partition to be assigned (a stopped stream, or a partition another
+    member of the group holds); `previous_offset` is where the partition stood when it was requested."""
+    topic: str
+    partition: int
+    offset: int
+    requested_at: datetime
+    previous_offset: int | None = None
+    message: str | None = None     # e.g. "revert of change 12", recorded in the history once applied

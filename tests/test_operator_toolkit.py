@@ -1,0 +1,238 @@
+"""Issue 13: the operator toolkit for offsets, on the embedded cluster.
+
+Registry-level tests run the stream on a thread of this process (memory sinks);
+the surface tests drive a real host process through the query module and the
+CLI, as operators and Cypher users do.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry
+from stream_registry.registry.worker import RetryPolicy
+from stream_helpers import FAST_REJOIN, by_partition, wait_until
+
+MINUTE_MS = 60_000
+
+
+@pytest.fixture
+def registry(tmp_path):
+    reg = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
+    yield reg
+    reg.close()
+
+
+def _create(kafka, registry, topic, name="orders", transform="stream_helpers.offsets_transform", **fields):
+    registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
+                                 transform=transform, sink=f"memory://{name}",
+                                 consumer_group=f"g_{name}_{uuid.uuid4().hex[:8]}", batch_size=100,
+                                 configs=dict(FAST_REJOIN), **fields))
+
+
+def commit_as(kafka, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit offsets for `group` the way another application would (no subscription, no join)."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def first_offsets(delivered) -> dict:
+    return {tp: offsets[0] for tp, offsets in by_partition(delivered).items()}
+
+
+# -- spec forms: a duration back from now, another group's commits --------------------------------------------
+def test_a_duration_lands_on_the_first_record_at_or_after_now_minus_it(kafka, registry, memory_sinks):
+    """Record i of partition p is stamped base - (60 - i) min + 30 s: "-PT15M" (now = base + a few s) is
+    record 45 on every partition; "-P1D" is before all of them; "-PT1S" after all of them (the end)."""
+    topic = kafka.new_topic(partitions=2)
+    base = int(time.time() * 1000)
+    kafka.produce(topic, 120, partitions=2, timestamp_ms=lambda i: base - (60 - i // 2) * MINUTE_MS + 30_000)
+    _create(kafka, registry, topic)
+    planned = registry.set_offset("orders", "-PT15M", dry_run=True)
+    assert [(c.partition, c.offset, c.status) for c in planned] == [(p, 45, ChangeStatus.PLANNED) for p in (0, 1)]
+    assert {c.offset for c in registry.set_offset("orders", "-P1D", dry_run=True)} == {0}
+    at_end = registry.set_offset("orders", "-PT1S", dry_run=True)
+    assert {c.offset for c in at_end} == {60} and all("-PT1S (" in c.message and "end" in c.message for c in at_end)
+    per_partition = registry.set_offset("orders", {f"{topic}:0": "-PT15M", f"{topic}:1": "-PT30M"}, dry_run=True)
+    assert [(c.partition, c.offset) for c in per_partition] == [(0, 45), (1, 30)]
+
+    assert {c.status for c in registry.set_offset("orders", {f"{topic}:0": "-PT15M", topic: "-PT30M"})} == \
+        {ChangeStatus.PENDING}
+    registry.start("orders")
+    sink = memory_sinks["orders"]
+    wait_until(lambda: len(sink.delivered()) >= 15 + 30, what="the stream from the durations")
+    assert first_offsets(sink.delivered()) == {(topic, 0): 45, (topic, 1): 30}
+
+
+def test_bad_durations_change_nothing(kafka, registry, memory_sinks):
+    topic = kafka.new_topic(partitions=1)
+    _create(kafka, registry, topic)
+    for bad in ("-PT15X", "PT15M", "-P1W", {f"{topic}:0": "-P"}):
+        with pytest.raises(StreamError) as info:
+            registry.set_offset("orders", bad)
+        assert (bad if isinstance(bad, str) else "-P") in str(info.value)
+    assert registry.pending("orders") == [] and registry.history("orders") == []
+
+
+def test_group_copies_another_groups_commits(kafka, registry, memory_sinks):
+    topic = kafka.new_topic(partitions=3)
+    kafka.produce(topic, 60, partitions=3)                  # offsets 0..19 on each partition
+    _create(kafka, registry, topic)
+    other = f"other_{uuid.uuid4().hex[:8]}"
+    commit_as(kafka, other, {(topic, 0): 4, (topic, 1): 11})   # partition 2: never committed by that group
+    registry.set_offset("orders", 7)                        # pending; partition 2 keeps it
+    changes = {c.partition: c for c in registry.set_offset("orders", {"group": other})}
+    assert [(p, changes[p].offset, changes[p].status) for p in range(3)] == \
+        [(0, 4, ChangeStatus.PENDING), (1, 11, ChangeStatus.PENDING), (2, None, ChangeStatus.UNCHANGED)]
+    assert repr(other) in changes[2].message and "keeps its offset" in changes[2].message
+    assert {(p.partition, p.offset) for p in registry.pending("orders")} == {(0, 4), (1, 11), (2, 7)}
+    registry.start("orders")
+    sink = memory_sinks["orders"]
+    wait_until(lambda: len(sink.delivered()) >= 16 + 9 + 13, what="the copied offsets")
+    assert first_offsets(sink.delivered()) == {(topic, 0): 4, (topic, 1): 11, (topic, 2): 7}
+    assert sorted((h.partition, h.offset) for h in registry.history("orders")) == [(0, 4), (1, 11), (2, 7)]
+
+
+def test_unknown_group_is_refused_naming_it(kafka, registry, memory_sinks):
+    topic = kafka.new_topic(partitions=2)
+    _create(kafka, registry, topic)
+    elsewhere = kafka.new_topic(partitions=1)
+    ghost = f"ghost_{uuid.uuid4().hex[:8]}"
+    commit_as(kafka, ghost, {(elsewhere, 0): 1})            # commits, but none on the stream's topic
+    for spec in ({"group": ghost}, {f"{topic}:1": {"group": ghost}}):
+        with pytest.raises(StreamError, match=f"unknown consumer group '{ghost}'"):
+            registry.set_offset("orders", spec)
+    assert registry.pending("orders") == [] and registry.history("orders") == []
+
+
+# -- revert --------------------------------------------------------------------------------------------------
+def test_revert_restores_the_previous_offset_and_redelivers_from_it(kafka, registry, memory_sinks):
+    """The stream's group committed 6 on both partitions; "latest" is set while it is stopped and applied at
+    the first assignment (previous: 6, as planned). Reverting partition 0's change moves it back to 6 and
+    redelivers 6..9 there; partition 1 stays at the end. A poison message set aside is history, not a change."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 20, partitions=2)                   # offsets 0..9 on each partition
+    _create(kafka, registry, topic, transform="stream_helpers.poison_transform", errors_tolerance="all")
+    commit_as(kafka, registry.get("orders").consumer_group, {(topic, 0): 6, (topic, 1): 6})
+    registry.set_offset("orders", "latest")
+    registry.start("orders")
+    wait_until(lambda: len(registry.history("orders")) == 2, what="the pending change applied")
+    changes = {h.partition: h for h in registry.history("orders")}
+    assert [(changes[p].previous_offset, changes[p].offset) for p in (0, 1)] == [(6, 10), (6, 10)]
+    sink = memory_sinks["orders"]
+    assert sink.delivered() == []
+
+    change = changes[0].change_id
+    planned = registry.revert("orders", change, dry_run=True)
+    assert [(c.partition, c.previous_offset, c.offset, c.status) for c in planned] == \
+        [(0, 10, 6, ChangeStatus.PLANNED)]
+    assert planned[0].message == f"revert of change {change}"
+    [reverted] = registry.revert("orders", change)
+    assert (reverted.partition, reverted.previous_offset, reverted.offset, reverted.status) == \
+        (0, 10, 6, ChangeStatus.APPLIED)
+    wait_until(lambda: len(sink.delivered()) >= 4, what="the redelivery")
+    assert by_partition(sink.delivered()) == {(topic, 0): [6, 7, 8, 9]}
+    newest = registry.history("orders")[0]
+    assert (newest.partition, newest.previous_offset, newest.offset, newest.status, newest.message) == \
+        (0, 10, 6, ChangeStatus.APPLIED, f"revert of change {change}")
+
+    # a revert is a change too: reverting it moves partition 0 to the end again
+    [again] = registry.revert("orders", newest.change_id)
+    assert (again.offset, again.status, again.message) == (10, ChangeStatus.APPLIED,
+                                                           f"revert of change {newest.change_id}")
+
+    kafka.produce(topic, 1, partitions=1, payload=lambda i: b"poison pill")   # partition 0, offset 10: skipped
+    wait_until(lambda: registry.history("orders")[0].status == ChangeStatus.SKIPPED, what="the poison message")
+    poison = registry.history("orders")[0].change_id
+    before = registry.describe("orders"), registry.history("orders"), registry.pending("orders")
+    for bad, message in [(poison, f"change {poison} is a poison message set aside (skipped at {topic}:0@10)"),
+                         (999_999, "no change 999999 in the history of stream 'orders'"),
+                         (0, "change_id: must be a positive integer"), ("7", "got '7'"), (True, "got True")]:
+        with pytest.raises(StreamError) as info:
+            registry.revert("orders", bad)
+        assert message in str(info.value), str(info.value)
+    after = registry.describe("orders"), registry.history("orders"), registry.pending("orders")
+    assert [(r.partition, r.committed_offset) for r in after[0]] == [(r.partition, r.committed_offset)
+                                                                     for r in before[0]]
+    assert after[1:] == before[1:]
+
+
+def test_revert_refuses_a_change_without_previous_offset_and_clamps_below_the_log_start(kafka, registry,
+                                                                                       memory_sinks):
+    """The group committed 1 on partition 0 and nothing on partition 1; "latest" is applied at the first
+    assignment. Partition 1's change has no previous offset: refused, naming the id. Partition 0's previous
+    offset is gone from the log once the embedded cluster drops the oldest record sets (past 5 MB): the
+    revert clamps to the log start, and the result and the history say so."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 6, partitions=2)                    # offsets 0..2 on each partition
+    _create(kafka, registry, topic)
+    commit_as(kafka, registry.get("orders").consumer_group, {(topic, 0): 1})
+    registry.set_offset("orders", "latest")
+    registry.start("orders")
+    wait_until(lambda: len(registry.history("orders")) == 2, what="the pending change applied")
+    changes = {h.partition: h for h in registry.history("orders")}
+    assert [(changes[p].previous_offset, changes[p].offset) for p in (0, 1)] == [(1, 3), (None, 3)]
+    with pytest.raises(StreamError, match=f"change_id: change {changes[1].change_id} \\({topic}:1 to 3\\) has no "
+                                          "previous offset"):
+        registry.revert("orders", changes[1].change_id)
+
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 0})
+    for _ in range(7):                                        # 6.3 MB: the first record sets are deleted
+        producer.produce(topic, b"y" * 900_000, partition=0)
+        producer.flush(30)
+    log_start = registry.describe("orders")[0].log_start_offset
+    assert log_start > 1, "the embedded cluster dropped the oldest records"
+    [clamped] = registry.revert("orders", changes[0].change_id)
+    assert (clamped.partition, clamped.offset, clamped.status) == (0, log_start, ChangeStatus.CLAMPED), clamped
+    note = f"revert of change {changes[0].change_id}; requested 1 is outside [{log_start}, 10]; clamped to log " \
+           f"start {log_start}"
+    assert clamped.message == note
+    newest = registry.history("orders")[0]
+    assert (newest.partition, newest.offset, newest.status, newest.message) == (0, log_start, ChangeStatus.CLAMPED,
+                                                                                note)
+
+
+# -- pending ---------------------------------------------------------------------------------------------------
+def test_pending_lists_and_cancels_on_a_stopped_stream(kafka, registry, memory_sinks):
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 20, partitions=2)
+    _create(kafka, registry, topic)
+    assert registry.pending("orders") == []
+    before = time.time()
+    registry.set_offset("orders", {f"{topic}:0": 4, f"{topic}:1": "latest"})
+    rows = registry.pending("orders")
+    assert [(r.topic, r.partition, r.offset) for r in rows] == [(topic, 0, 4), (topic, 1, 10)]
+    assert all(before - 1 <= r.requested_at.timestamp() <= time.time() + 1 and r.requested_at.tzinfo for r in rows)
+    assert registry.cancel_pending("orders") == rows
+    assert registry.pending("orders") == [] and registry.cancel_pending("orders") == []
+    registry.start("orders")                                  # from the beginning: nothing was kept
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 20, what="every message")
+    assert first_offsets(memory_sinks["orders"].delivered()) == {(topic, 0): 0, (topic, 1): 0}
+    assert registry.history("orders") == []
+    with pytest.raises(StreamError, match="'ghost'"):
+        registry.pending("ghost")
+
+
+def test_cancel_reaches_a_running_streams_consumer(kafka, registry, memory_sinks):
+    """Set while the group's first assignment is still due (its initial rebalance delay, 3 s), the offset waits
+    in the running consumer; cancelled there, the assignment starts from the committed offsets instead."""
+    if kafka.embedded is not None:
+        kafka.embedded.set_initial_rebalance_delay(3000)
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 20, partitions=2)
+    _create(kafka, registry, topic)
+    registry.start("orders")
+    changes = registry.set_offset("orders", 8, timeout=0.2)
+    assert {c.status for c in changes} == {ChangeStatus.PENDING}, "assigned already: the test cannot tell"
+    assert [(r.partition, r.offset) for r in registry.cancel_pending("orders")] == [(0, 8), (1, 8)]
+    assert registry.pending("orders") == []
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 20, what="every message")
+    assert first_offsets(memory_sinks["orders"].delivered()) == {(topic, 0): 0, (topic, 1): 0}
+    assert registry.history("orders") == []
