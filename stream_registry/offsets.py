@@ -1,8 +1,9 @@
 """Offset values reported to users: changes, per-partition positions and the audit trail."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Mapping
 
 from .offset_spec import ChangeStatus
 
@@ -59,3 +60,14 @@ class PendingOffset:
     requested_at: datetime
     previous_offset: int | None = None
     message: str | None = None     # e.g. "revert of change 12", recorded in the history once applied
+
+
+@dataclass(frozen=True)
+class PreviewStatement:
+    """One statement the stream's transformation makes of the record at topic/partition/offset (a preview:
+    nothing was written); `parameters` are plain JSON values (bytes as text, times as ISO-8601)."""
+    topic: str
+    partition: int
+    offset: int
+    query: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)

@@ -236,3 +236,46 @@ def test_cancel_reaches_a_running_streams_consumer(kafka, registry, memory_sinks
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 20, what="every message")
     assert first_offsets(memory_sinks["orders"].delivered()) == {(topic, 0): 0, (topic, 1): 0}
     assert registry.history("orders") == []
+
+
+# -- preview ----------------------------------------------------------------------------------------------------
+def test_check_returns_the_statements_of_exactly_the_requested_offsets_and_changes_nothing(kafka, registry,
+                                                                                          memory_sinks):
+    topic = kafka.new_topic(partitions=3)
+    kafka.produce(topic, 30, partitions=3)                   # offsets 0..9 on each partition
+    _create(kafka, registry, topic)
+    with pytest.raises(StreamError, match="no committed offset"):   # the default, "committed": none yet
+        registry.check("orders", limit=2)
+    registry.start("orders")
+    sink = memory_sinks["orders"]
+    wait_until(lambda: all(r.committed_offset == 10 for r in registry.describe("orders")), what="caught up")
+    before = registry.describe("orders"), len(sink.delivered()), registry.history("orders")
+
+    rows = registry.check("orders", {f"{topic}:0": 3, f"{topic}:1": "earliest"}, limit=2)
+    assert [(r.topic, r.partition, r.offset) for r in rows] == [(topic, 0, 3), (topic, 0, 4), (topic, 1, 0),
+                                                                (topic, 1, 1)]
+    assert {r.query for r in rows} == {"CREATE (:Msg {topic: $topic, partition: $partition, offset: $offset})"}
+    assert [r.parameters for r in rows[:1]] == [{"topic": topic, "partition": 0, "offset": 3}]
+    near_end = registry.check("orders", {f"{topic}:2": 8}, limit=5)
+    assert [r.offset for r in near_end] == [8, 9], "stops at the log end, not at the limit"
+    assert registry.check("orders", "latest") == []
+    kafka.produce(topic, 3, partitions=3, payload=lambda i: b'{"late": true}')   # after the plan's log end
+    assert [(r.partition, r.offset) for r in registry.check("orders", "-1", limit=1)] == [(0, 9), (1, 9), (2, 9)]
+
+    wait_until(lambda: len(sink.delivered()) == before[1] + 3, what="the live stream's own records")
+    after = registry.describe("orders")
+    assert [(r.committed_offset, r.position, r.assigned) for r in after] == [(11, 11, True)] * 3
+    assert sorted(o for _, _, o in sink.delivered()) == sorted(list(range(11)) * 3), "the sink got only its own"
+    assert registry.history("orders") == before[2] == [] and registry.pending("orders") == []
+
+
+def test_check_refuses_bad_limits_and_specs_naming_them(kafka, registry, memory_sinks):
+    topic = kafka.new_topic(partitions=1)
+    _create(kafka, registry, topic)
+    for limit, shown in [(0, "got 0"), (1001, "got 1001"), (True, "got True"), ("5", "got '5'")]:
+        with pytest.raises(StreamError, match=f"^limit: must be an integer from 1 to 1000 .*{shown}"):
+            registry.check("orders", limit=limit)
+    with pytest.raises(StreamError, match="'-PT5Q'"):
+        registry.check("orders", "-PT5Q")
+    with pytest.raises(StreamError, match="unknown consumer group 'nobody_"):
+        registry.check("orders", {"group": f"nobody_{uuid.uuid4().hex[:6]}"})

@@ -26,8 +26,10 @@ from pathlib import Path
 from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
 from ..kafka.queries import PartitionQuery
+from ..kafka.sample import read_records
+from ..graph.transform import Message, plain_parameters, run_transformation
 from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, parse_offset_spec, resolve
-from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset
+from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
 from ..redaction import mask_all, redact
 from ..resume_point import resume_offsets
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
@@ -42,6 +44,7 @@ from .worker import AppliedOffset, RetryPolicy, StreamEvents, WorkerSnapshot
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
 _OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that fulfil a pending offset
+MAX_CHECK_LIMIT = 1000   # records per partition a preview reads at most (they are all held in memory)
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,7 @@ class StreamRegistry:
         stream = self._stream(name)
         with stream.lock:
             runner = self._running(stream)
-            resolved = self._resolve(stream, runner, spec, shown, deadline)
+            resolved, _ = self._resolve(stream, runner, spec, shown, deadline)
             order = [(r.topic, r.partition) for r in resolved]
             unchanged = {(r.topic, r.partition): OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
                                                               ChangeStatus.UNCHANGED, r.message)
@@ -282,9 +285,9 @@ class StreamRegistry:
         return [changes[tp] for tp in order]
 
     def _resolve(self, stream: _Stream, runner: StreamRunner | None, spec: OffsetSpec, shown: str,
-                 deadline: float) -> list:
-        """Every partition the spec targets, resolved against the cluster now (stream.lock held);
-        OffsetSpecError naming `shown` when any partition cannot be resolved."""
+                 deadline: float) -> tuple[list, dict]:
+        """Every partition the spec targets, resolved against the cluster now (stream.lock held), and the
+        snapshots of the stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved."""
         def left() -> float:
             return max(deadline - time.monotonic(), 0.1)
         query = self._query(stream)
@@ -298,7 +301,36 @@ class StreamRegistry:
         unresolved = [r for r in resolved if r.failed]
         if unresolved:
             raise OffsetSpecError(f"{shown}: " + _grouped_reasons(unresolved))
-        return resolved
+        return resolved, {(snap.topic, snap.partition): snap for snap in snapshots}
+
+    def check(self, name: str, offset: object = "committed", *, limit: int = 10,
+              timeout: float = 20.0) -> list[PreviewStatement]:
+        """The statements the stream's transformation makes of up to `limit` records per partition, from
+        where `offset` (any set_offset spec) resolves: Memgraph's CHECK STREAM at any offset. Read without
+        joining the stream's group and without committing; nothing is written anywhere (no sink is opened).
+        A partition the spec leaves alone is not read; one a group never committed is read from its offset."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHECK_LIMIT:
+            raise ConfigError(f"limit: must be an integer from 1 to {MAX_CHECK_LIMIT} (records per partition), "
+                              f"got {limit!r}")
+        _check_timeout(timeout)
+        spec = parse_offset_spec(offset)
+        deadline = time.monotonic() + timeout
+        stream = self._stream(name)
+        with stream.lock:
+            resolved, snapshots = self._resolve(stream, self._running(stream), spec, f"offset {offset!r}", deadline)
+        config = stream.config
+        transformation = load_stream_transformation(config)
+        starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
+        records = read_records(config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit,
+                               max(deadline - time.monotonic(), 0.1))
+        out = []
+        for tp in starts:
+            for record in records[tp]:   # one record at a time: each statement is known by its offset
+                for statement in run_transformation(transformation, [Message.from_kafka(record)],
+                                                    name=config.transform):
+                    out.append(PreviewStatement(tp[0], tp[1], record.offset(), statement.query,
+                                                plain_parameters(statement.parameters)))
+        return out
 
     def pending(self, name: str) -> list[PendingOffset]:
         """Offsets waiting for an assignment (a stopped stream, or partitions another member holds)."""
