@@ -28,7 +28,7 @@ STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "trans
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned", "stored_offset", "resume_offset"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message"}
-HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset", "status"}
+HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
 
 
 def http(host: HostProcess, token: str | None = None) -> httpx.Client:

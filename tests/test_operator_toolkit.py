@@ -6,6 +6,8 @@ CLI, as operators and Cypher users do.
 """
 from __future__ import annotations
 
+import datetime
+import json
 import time
 import uuid
 
@@ -14,9 +16,19 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry
 from stream_registry.registry.worker import RetryPolicy
-from stream_helpers import FAST_REJOIN, by_partition, wait_until
+from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 MINUTE_MS = 60_000
+
+
+@pytest.fixture(autouse=True)
+def quick_rebalance(kafka):
+    """Fresh groups here: no need to wait the brokers' initial rebalance delay (3 s) for the first assignment."""
+    if kafka.embedded is not None:
+        kafka.embedded.set_initial_rebalance_delay(200)
+    yield
+    if kafka.embedded is not None:
+        kafka.embedded.set_initial_rebalance_delay(3000)
 
 
 @pytest.fixture
@@ -279,3 +291,231 @@ def test_check_refuses_bad_limits_and_specs_naming_them(kafka, registry, memory_
         registry.check("orders", "-PT5Q")
     with pytest.raises(StreamError, match="unknown consumer group 'nobody_"):
         registry.check("orders", {"group": f"nobody_{uuid.uuid4().hex[:6]}"})
+
+
+# -- the surfaces: a real host, driven by the CLI and by the query module ----------------------------------------
+MERGE = "stream_registry.builtin_transformations.merge_messages"
+POISON_AT = {(0, 3), (1, 6), (2, 9)}    # (partition, offset): where the `copy` stream's poison_transform fails
+
+
+@pytest.fixture
+def toolkit(kafka, host, tmp_path):
+    """A 3-partition topic, 10 records per partition stamped one minute apart up to 30 s ago (record j of a
+    partition: now - (10 - j) min + 30 s, so "-PT5M" is offset 5), records (p, o) in POISON_AT reading
+    `poison`; stream `orders` (merge_messages, cypherl sink) on it, running and caught up."""
+    topic = kafka.new_topic(partitions=3)
+    base = int(time.time() * 1000)
+    kafka.produce(topic, 30, partitions=3, timestamp_ms=lambda i: base - (10 - i // 3) * MINUTE_MS + 30_000,
+                  payload=lambda i: b"poison" if (i % 3, i // 3) in POISON_AT else f'{{"i": {i}}}'.encode())
+    out = tmp_path / "orders.cypherl"
+    with host.client() as client:
+        client.create(name="orders", topics=[topic], bootstrap_servers=kafka.bootstrap_servers, transform=MERGE,
+                      sink=f"cypherl://{out}", consumer_group=f"orders_{uuid.uuid4().hex[:8]}", batch_interval_ms=20,
+                      configs=dict(FAST_REJOIN))
+        client.start("orders")
+        wait_until(lambda: [r.committed_offset for r in client.describe("orders")] == [10, 10, 10], timeout=30,
+                   what="orders caught up")
+    return type("Toolkit", (), {"topic": topic, "out": out, "host": host})
+
+
+def cli(host, *args):
+    """`mgstreams ARGS` in-process against `host`; (exit code, stdout, stderr)."""
+    from click.testing import CliRunner
+
+    from mgstreams.cli import cli as command
+
+    result = CliRunner(env={"MGSTREAMS_URL": host.url, "MGSTREAMS_TOKEN": ""}).invoke(
+        command, [str(a) for a in args], catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def cli_json(host, *args):
+    code, out, err = cli(host, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def sink_lines(path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_the_cli_previews_moves_reverts_exports_and_imports(toolkit, kafka, tmp_path):
+    host, topic = toolkit.host, toolkit.topic
+    with host.client() as client:
+        state = lambda: ([(r.committed_offset, r.position, r.assigned) for r in client.describe("orders")],  # noqa
+                         sink_lines(toolkit.out), client.history("orders"))
+        before = state()
+
+        # preview: the statements of exactly the offsets asked for; nothing moves, nothing is written
+        rows = cli_json(host, "check", "orders", json.dumps({f"{topic}:0": 3}), "--limit", "2")
+        assert [(r["partition"], r["offset"]) for r in rows] == [(0, 3), (0, 4)]
+        assert all("MERGE (m:KafkaMessage" in r["query"] for r in rows)
+        assert [(r["parameters"]["partition"], r["parameters"]["offset"], r["parameters"]["payload"])
+                for r in rows] == [(0, 3, "poison"), (0, 4, '{"i": 12}')]
+        code, out, _ = cli(host, "check", "orders", "-PT5M", "--limit", "1")
+        assert code == 0 and [line.split()[:3] for line in out.splitlines()[1:]] == \
+            [[topic, str(p), "5"] for p in range(3)], out
+        assert cli(host, "check", "orders")[1].splitlines()[1:] == [], "from the committed offsets: at the end"
+        assert state() == before
+
+        # a duration back from now: the first record at or after now - 5 min
+        changes = cli_json(host, "set-offset", "orders", "-PT5M", "--timeout", "5")
+        assert [(c["partition"], c["previous_offset"], c["offset"], c["status"]) for c in changes] == \
+            [(p, 10, 5, "applied") for p in range(3)]
+        wait_until(lambda: sink_lines(toolkit.out) == before[1] + 15, what="the replay from 5")
+
+        # another group's commits; the partition it never committed keeps its offset
+        other = f"other_{uuid.uuid4().hex[:8]}"
+        commit_as(kafka, other, {(topic, 0): 2, (topic, 1): 8})
+        copied = cli_json(host, "set-offset", "orders", json.dumps({"group": other}), "--timeout", "5")
+        assert [(c["partition"], c["offset"], c["status"]) for c in copied] == \
+            [(0, 2, "applied"), (1, 8, "applied"), (2, 10, "unchanged")]
+        assert copied[2]["message"] == f"group {other!r} has no committed offset for {topic}:2; it keeps its offset"
+
+        # revert the copy of partition 0 (back to where it stood: 10)
+        history = cli_json(host, "history", "orders")
+        change = next(h for h in history if h["partition"] == 0 and h["offset"] == 2)
+        [reverted] = cli_json(host, "revert", "orders", change["change_id"])
+        assert (reverted["partition"], reverted["offset"], reverted["status"], reverted["message"]) == \
+            (0, change["previous_offset"], "applied", f"revert of change {change['change_id']}")
+        code, out, _ = cli(host, "history", "orders", "--limit", "1")
+        header, row = out.splitlines()
+        assert header.split()[0] == "CHANGE-ID" and header.split()[-1] == "MESSAGE"
+        assert row.split()[0] == str(history[0]["change_id"] + 1)
+        assert row.endswith(f"revert of change {change['change_id']}")
+        for bad, message in [(999_999, "change_id: no change 999999 in the history of stream 'orders'")]:
+            assert cli(host, "revert", "orders", bad) == (1, "", f"mgstreams: error: {message}\n")
+        for bad_spec in ("-PT5X", json.dumps({"group": f"ghost_{uuid.uuid4().hex[:6]}"})):
+            code, out, err = cli(host, "set-offset", "orders", bad_spec)
+            assert code == 1 and out == "" and (bad_spec if "PT" in bad_spec else "unknown consumer group") in err
+
+        # export -> import into a second stream: identical committed offsets
+        client.create(name="src", topics=[topic], bootstrap_servers=kafka.bootstrap_servers, transform=MERGE,
+                      sink=f"cypherl://{tmp_path / 'src.cypherl'}", consumer_group=f"src_{uuid.uuid4().hex[:8]}")
+        commit_as(kafka, client.get("src").consumer_group, {(topic, p): o for p, o in POISON_AT})
+        code, exported, err = cli(host, "offsets", "export", "src")
+        assert (code, exported, err) == (0, "".join(f"{topic},{p},{o}\n" for p, o in sorted(POISON_AT)), "")
+        code, out, err = cli(host, "offsets", "export", "src", "--source", "position")
+        assert code == 0 and out == "" and err.count("has no position") == 3
+        offsets_file = tmp_path / "offsets.csv"
+        offsets_file.write_text(exported)
+        client.create(name="copy", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
+                      transform="stream_helpers.poison_transform", sink=f"cypherl://{tmp_path / 'copy.cypherl'}",
+                      consumer_group=f"copy_{uuid.uuid4().hex[:8]}", restart="never")
+        bad_file = tmp_path / "bad.csv"
+        bad_file.write_text(f"{topic},0,1\n{topic} 1\n")
+        assert cli(host, "set-offset", "copy", "--from-file", bad_file) == \
+            (1, "", f"mgstreams: error: --from-file {bad_file}: line 2: expected 'topic,partition,offset' or "
+                    f"'TOPIC PARTITION OFFSET', got '{topic} 1'; nothing was applied\n")
+        assert cli(host, "set-offset", "copy", "--from-file", tmp_path / "missing.csv")[0] == 2
+        planned = cli_json(host, "set-offset", "copy", "--from-file", offsets_file, "--dry-run")
+        assert {(c["partition"], c["offset"], c["status"]) for c in planned} == \
+            {(p, o, "planned") for p, o in POISON_AT}
+        assert client.pending("copy") == []
+        rpk_file = tmp_path / "offsets.txt"
+        rpk_file.write_text(exported.replace(",", " "))
+        imported = cli_json(host, "set-offset", "copy", "--from-file", rpk_file)
+        assert {(c["partition"], c["offset"], c["status"]) for c in imported} == \
+            {(p, o, "pending") for p, o in POISON_AT}
+
+        # pending: listed, cancelled, imported again, applied at start
+        code, out, _ = cli(host, "pending", "copy")
+        assert out.splitlines()[0].split()[:3] == ["TOPIC", "PARTITION", "OFFSET"]
+        assert [line.split()[:3] for line in out.splitlines()[1:]] == [[topic, str(p), str(o)]
+                                                                       for p, o in sorted(POISON_AT)]
+        code, out, err = cli(host, "pending", "copy", "--cancel")
+        assert code == 0 and len(out.splitlines()) == 4 and err == "cancelled 3 pending offset(s)\n"
+        assert cli_json(host, "pending", "copy") == []
+        cli_json(host, "set-offset", "copy", "--from-file", offsets_file)
+        client.start("copy")
+        wait_until(lambda: client.get("copy").status.value == "error", timeout=30,
+                   what="copy failing on its first record (poison)")
+        assert {(r.partition, r.committed_offset) for r in client.describe("copy")} == \
+            {(r.partition, r.committed_offset) for r in client.describe("src")} == set(POISON_AT)
+        assert cli(host, "offsets", "export", "copy")[1] == exported
+
+
+def test_cancel_reaches_a_stream_process(kafka, host, tmp_path):
+    """The cancel crosses the host's pipe to the stream's own process (see the registry-level test)."""
+    if kafka.embedded is not None:
+        kafka.embedded.set_initial_rebalance_delay(3000)
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 20, partitions=2)
+    out = tmp_path / "out.cypherl"
+    with host.client() as client:
+        client.create(name="orders", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
+                      transform="stream_helpers.offsets_transform", sink=f"cypherl://{out}",
+                      consumer_group=f"g_{uuid.uuid4().hex[:8]}", batch_interval_ms=20)
+        client.start("orders")
+        changes = client.set_offset("orders", 8, timeout=0.2)
+        assert {c.status.value for c in changes} == {"pending"}, "assigned already: the test cannot tell"
+        code, out_text, err = cli(host, "pending", "orders", "--cancel")
+        assert code == 0 and [line.split()[:3] for line in out_text.splitlines()[1:]] == \
+            [[topic, "0", "8"], [topic, "1", "8"]] and err == "cancelled 2 pending offset(s)\n"
+        wait_until(lambda: len(delivered_from_file(out)) >= 20, what="every message")
+        assert first_offsets(delivered_from_file(out)) == {(topic, 0): 0, (topic, 1): 0}
+        assert client.history("orders") == [] and client.pending("orders") == []
+
+
+def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path, monkeypatch):
+    from mgp_backend import QueryError, mgp_environment
+    from host_helpers import ROOT
+
+    host, topic = toolkit.host, toolkit.topic
+    monkeypatch.setenv("MGSTREAMS_URL", host.url)
+    monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)
+
+    def error_of(procedure, *args) -> str:
+        with pytest.raises(QueryError) as caught:
+            memgraph.call(procedure, *args)
+        return caught.value.last_line
+
+    with mgp_environment([ROOT / "query_modules"]) as memgraph, host.client() as client:
+        memgraph.load_all()
+        before = [(r.committed_offset, r.position) for r in client.describe("orders")], sink_lines(toolkit.out)
+        rows = memgraph.call("streams.check", "orders", {f"{topic}:1": "earliest", f"{topic}:2": 8}, 3)
+        assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == \
+            [(topic, 1, 0), (topic, 1, 1), (topic, 1, 2), (topic, 2, 8), (topic, 2, 9)]
+        assert rows[0]["parameters"]["payload"] == '{"i": 1}' and rows[0]["query"].startswith("MERGE ")
+        assert [r["offset"] for r in memgraph.call("streams.check", "orders", "-PT5M", 1)] == [5, 5, 5]
+        assert memgraph.call("streams.check", "orders") == []     # committed: at the end
+        assert ([(r.committed_offset, r.position) for r in client.describe("orders")], sink_lines(toolkit.out)) == \
+            before
+        assert error_of("streams.check", "orders", "earliest", 1001) == \
+            "Exception: limit: must be an integer from 1 to 1000 (records per partition), got 1001"
+
+        planned = memgraph.call("streams.set_stream_offset", "orders", {topic: "-PT5M", f"{topic}:0": "-P1D"},
+                                10000, True)
+        assert [(c["partition"], c["offset"], c["status"]) for c in planned] == \
+            [(0, 0, "planned"), (1, 5, "planned"), (2, 5, "planned")]
+        assert "'-PT5X'" in error_of("streams.set_stream_offset", "orders", "-PT5X")
+        other = f"other_{uuid.uuid4().hex[:8]}"
+        commit_as(kafka, other, {(topic, 2): 4})
+        [copied] = [c for c in memgraph.call("streams.set_stream_offset", "orders", {"group": other})
+                    if c["status"] != "unchanged"]
+        assert (copied["partition"], copied["previous_offset"], copied["offset"], copied["status"]) == \
+            (2, 10, 4, "applied")
+        wait_until(lambda: sink_lines(toolkit.out) == before[1] + 6, what="partition 2 replayed from 4")
+
+        [latest] = memgraph.call("streams.history", "orders")
+        assert (latest["partition"], latest["offset"], latest["message"]) == (2, 4, None) and latest["change_id"] > 0
+        [reverted] = memgraph.call("streams.revert", "orders", latest["change_id"])
+        assert (reverted["partition"], reverted["offset"], reverted["status"], reverted["message"]) == \
+            (2, 10, "applied", f"revert of change {latest['change_id']}")
+        newest = memgraph.call("streams.history", "orders")[0]
+        assert (newest["change_id"], newest["previous_offset"], newest["offset"], newest["message"]) == \
+            (latest["change_id"] + 1, 10, 10, f"revert of change {latest['change_id']}")
+        assert error_of("streams.revert", "orders", 424242) == \
+            "Exception: change_id: no change 424242 in the history of stream 'orders'"
+        assert error_of("streams.revert", "orders", 0).startswith("Exception: change_id: must be a positive integer")
+
+        assert memgraph.call("streams.stop", "orders") == [{"name": "orders", "status": "stopped"}]
+        memgraph.call("streams.set_stream_offset", "orders", {f"{topic}:1": 3})
+        [waiting] = memgraph.call("streams.pending", "orders")
+        assert (waiting["topic"], waiting["partition"], waiting["offset"], waiting["previous_offset"]) == \
+            (topic, 1, 3, 10)
+        assert abs(waiting["requested_at"] - datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)) < \
+            datetime.timedelta(minutes=1), "UTC wall clock"
+        assert memgraph.call("streams.pending", "orders", True) == [waiting]
+        assert memgraph.call("streams.pending", "orders") == []
+        assert [r.resume_offset for r in client.describe("orders")] == [10, 10, 10], "nothing left to apply"
