@@ -519,3 +519,26 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path,
         assert memgraph.call("streams.pending", "orders", True) == [waiting]
         assert memgraph.call("streams.pending", "orders") == []
         assert [r.resume_offset for r in client.describe("orders")] == [10, 10, 10], "nothing left to apply"
+
+
+def test_the_api_refuses_bad_requests_naming_the_value(host):
+    import httpx
+
+    with httpx.Client(base_url=host.url, timeout=30) as http:
+        for method, path, body, status, error in [
+            ("POST", "/streams/nope/history/1/revert", None, 404, "name: no stream named 'nope'"),
+            ("GET", "/streams/nope/pending", None, 404, "name: no stream named 'nope'"),
+            ("DELETE", "/streams/nope/pending", None, 404, "name: no stream named 'nope'"),
+            ("POST", "/streams/nope/check", {"offset": "earliest"}, 404, "name: no stream named 'nope'"),
+            ("POST", "/streams/nope/history/x1/revert", None, 400,
+             "change_id: must be a positive integer (a history row's change_id), got 'x1'"),
+            ("POST", "/streams/nope/history/0/revert", None, 400, "change_id: must be a positive integer"),
+            ("POST", "/streams/nope/history/1/revert", {"dry_run": "yes"}, 400,
+             "dry_run: must be true or false, got 'yes'"),
+            ("POST", "/streams/nope/check", {"offsets": 1}, 400, "body: unknown field 'offsets'"),
+            ("POST", "/streams/nope/check", {"timeout_ms": 0}, 400, "timeout_ms: must be a number of milliseconds"),
+            ("GET", "/streams/nope/history/1/revert", None, 405, "method: GET is not allowed"),
+            ("PUT", "/streams/nope/pending", None, 405, "method: PUT is not allowed"),
+        ]:
+            response = http.request(method, path, json=body)
+            assert (response.status_code, response.json()["error"][:len(error)]) == (status, error), (path, body)
