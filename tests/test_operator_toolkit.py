@@ -241,7 +241,7 @@ def test_cancel_reaches_a_running_streams_consumer(kafka, registry, memory_sinks
     kafka.produce(topic, 20, partitions=2)
     _create(kafka, registry, topic)
     registry.start("orders")
-    changes = registry.set_offset("orders", 8, timeout=0.2)
+    changes = registry.set_offset("orders", 8, timeout=1.0)
     assert {c.status for c in changes} == {ChangeStatus.PENDING}, "assigned already: the test cannot tell"
     assert [(r.partition, r.offset) for r in registry.cancel_pending("orders")] == [(0, 8), (1, 8)]
     assert registry.pending("orders") == []
@@ -447,7 +447,7 @@ def test_cancel_reaches_a_stream_process(kafka, host, tmp_path):
                       transform="stream_helpers.offsets_transform", sink=f"cypherl://{out}",
                       consumer_group=f"g_{uuid.uuid4().hex[:8]}", batch_interval_ms=20)
         client.start("orders")
-        changes = client.set_offset("orders", 8, timeout=0.2)
+        changes = client.set_offset("orders", 8, timeout=1.0)
         assert {c.status.value for c in changes} == {"pending"}, "assigned already: the test cannot tell"
         code, out_text, err = cli(host, "pending", "orders", "--cancel")
         assert code == 0 and [line.split()[:3] for line in out_text.splitlines()[1:]] == \

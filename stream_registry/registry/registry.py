@@ -76,6 +76,7 @@ class _Stream:
     lock: threading.Lock = field(default_factory=threading.Lock)
     clamped: set[TP] = field(default_factory=set)
     planned: dict = field(default_factory=dict)      # TP -> PendingOffset: the pending change, as planned
+    planned_lock: threading.Lock = field(default_factory=threading.Lock)   # also taken where the poll thread reports
     unrecorded: list = field(default_factory=list)   # applied changes the state store has not taken yet
     store_error: str | None = None                    # why they wait (shown with the status)
     history_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -267,8 +268,9 @@ class StreamRegistry:
             self._store.set_pending(name, offsets, clamped, previous, notes)
             stream.clamped = (stream.clamped - set(plan)) | clamped  # the last call wins, per partition
             now = datetime.now(timezone.utc)
-            stream.planned.update({tp: PendingOffset(tp[0], tp[1], offsets[tp], now, previous[tp], notes.get(tp))
-                                   for tp in plan})
+            with stream.planned_lock:
+                stream.planned.update({tp: PendingOffset(tp[0], tp[1], offsets[tp], now, previous[tp],
+                                                         notes.get(tp)) for tp in plan})
             applied, failed = runner.request_offsets(offsets, deadline - time.monotonic()) \
                 if runner and offsets else ({}, {})
         changes = dict(unchanged)
@@ -350,9 +352,10 @@ class StreamRegistry:
                 runner.cancel_pending(timeout)
             self._record_history(stream)
             cancelled = self._store.take_pending(name)
-            for row in cancelled:
-                stream.planned.pop((row.topic, row.partition), None)
-                stream.clamped.discard((row.topic, row.partition))
+            with stream.planned_lock:
+                for row in cancelled:
+                    stream.planned.pop((row.topic, row.partition), None)
+                    stream.clamped.discard((row.topic, row.partition))
         return cancelled
 
     def describe(self, name: str) -> list[PartitionOffsets]:
@@ -518,11 +521,12 @@ class StreamRegistry:
         """
         for c in changes:
             tp = (c.topic, c.partition)
-            planned = stream.planned.get(tp)
-            if planned is not None and planned.offset == c.offset:
-                del stream.planned[tp]
-            else:
-                planned = None
+            with stream.planned_lock:
+                planned = stream.planned.get(tp)
+                if planned is not None and planned.offset == c.offset:
+                    del stream.planned[tp]
+                else:
+                    planned = None
             previous = c.previous_offset if c.previous_offset is not None or planned is None \
                 else planned.previous_offset
             stream.unrecorded.append((c.topic, c.partition, previous, c.offset,
