@@ -3,10 +3,14 @@
     mgstreams serve [--state-dir DIR] [--listen HOST:PORT] [--token-file FILE] [--stop-timeout S]
     mgstreams [--url URL] list [--json]
     mgstreams describe NAME [--watch [--interval S] [--count N]] [--json]
-    mgstreams set-offset NAME SPEC [--dry-run] [--timeout S] [--json]
+    mgstreams set-offset NAME (SPEC | --from-file FILE) [--dry-run] [--timeout S] [--json]
     mgstreams history NAME [--limit N] [--json]
     mgstreams lag NAME [--json]
     mgstreams top [--interval S] [--once]
+    mgstreams revert NAME CHANGE_ID [--dry-run] [--timeout S] [--json]
+    mgstreams pending NAME [--cancel] [--json]
+    mgstreams offsets export NAME [--source committed|position]
+    mgstreams check NAME [SPEC] [--limit N] [--json]
     mgstreams start NAME | stop NAME | drop NAME
     mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
 
@@ -42,7 +46,9 @@ from rich.text import Text
 
 from stream_registry.errors import ConfigError, StreamError
 from stream_registry.lag.collector import StreamLag
+from stream_registry.offset_files import OffsetSource, export_offsets, offsets_spec, parse_offsets_file
 from stream_registry.offsets import OffsetChange, PartitionOffsets
+from stream_registry.registry.registry import MAX_CHECK_LIMIT
 
 from .client import URL_ENV, HostClient
 from .usage_errors import UsageGroup
@@ -54,9 +60,9 @@ _INTEGER = re.compile(r"-?[0-9]{1,30}")   # ASCII digits, matched whole; longer 
 
 
 # -- plumbing ---------------------------------------------------------------------
-def _console() -> Console:
+def _console(piped_width: int = 250) -> Console:
     """Tables on stdout; wide when piped so rows are never wrapped."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+    return Console(highlight=False, width=None if sys.stdout.isatty() else piped_width)
 
 
 def _fail(message: str) -> None:
@@ -140,7 +146,9 @@ STREAM_COLUMNS = ("NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRA
 DESCRIBE_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
                     "LOG-END-OFFSET", "LAG", "ASSIGNED", "STORED-OFFSET", "RESUME-OFFSET")
 CHANGE_COLUMNS = ("TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET", "STATUS", "MESSAGE")
-HISTORY_COLUMNS = ("CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS")
+HISTORY_COLUMNS = ("CHANGE-ID", "CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS", "MESSAGE")
+PENDING_COLUMNS = ("TOPIC", "PARTITION", "OFFSET", "PREVIOUS-OFFSET", "REQUESTED-AT", "MESSAGE")
+CHECK_COLUMNS = ("TOPIC", "PARTITION", "OFFSET", "QUERY", "PARAMETERS")
 
 
 @cli.command("list")
@@ -257,24 +265,48 @@ def _shown(text: str, limit: int = 80) -> str:
 
 @cli.command("set-offset", context_settings={"ignore_unknown_options": True})
 @click.argument("name")
-@click.argument("spec")
+@click.argument("spec", required=False)
+@click.option("--from-file", "from_file", type=click.File("r", encoding="utf-8-sig"), default=None, metavar="FILE",
+              help="Offsets per partition from FILE ('-' for stdin): 'topic,partition,offset' lines (as "
+                   "`mgstreams offsets export` and kafka-consumer-groups --export write them) or rpk's "
+                   "'TOPIC PARTITION OFFSET'. A file with any bad line applies nothing.")
 @click.option("--dry-run", is_flag=True, help="Show what would be set; change nothing.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=10.0, show_default=True,
               callback=_finite, help="Seconds to wait for a running stream to apply the change.")
 @json_option
-def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: bool) -> None:
-    """Set the offset of stream NAME on every partition SPEC targets.
+def set_offset(name: str, spec: str | None, from_file, dry_run: bool, timeout: float, as_json: bool) -> None:
+    """Set the offset of stream NAME on every partition SPEC (or the --from-file FILE) targets.
 
     \b
     SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | '"-N"' |
-          2024-05-01T12:00:00Z | '{"topic": "earliest", "topic:0": 42}'
+          2024-05-01T12:00:00Z | -PT15M (a duration back from now) | '{"group": "other_group"}' |
+          '{"topic": "earliest", "topic:0": 42, "topic:1": {"group": "g"}}'
     """
-    changes = _run(lambda: _client().set_offset(name, parse_spec_argument(spec), timeout=timeout,
-                                                  dry_run=dry_run))
+    if (spec is None) == (from_file is None):
+        raise click.UsageError("give either SPEC or --from-file FILE" if spec is None
+                               else "give SPEC or --from-file FILE, not both")
+    value = _run(lambda: parse_spec_argument(spec) if spec is not None else _offsets_file(from_file))
+    changes = _run(lambda: _client().set_offset(name, value, timeout=timeout, dry_run=dry_run))
+    _print_changes(changes, as_json)
+
+
+def _offsets_file(file) -> dict[str, int]:
+    try:
+        text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--from-file: cannot read {file.name!r}: {exc}") from None
+    return offsets_spec(parse_offsets_file(text, f"--from-file {file.name}"))
+
+
+def _print_changes(changes: list[OffsetChange], as_json: bool) -> None:
     if as_json:
         _print_json(changes)
         return
     _console().print(changes_table(changes))
+
+
+def _utc_text(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @cli.command()
@@ -282,14 +314,88 @@ def set_offset(name: str, spec: str, dry_run: bool, timeout: float, as_json: boo
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the newest N changes.")
 @json_option
 def history(name: str, limit: int | None, as_json: bool) -> None:
-    """Offset changes applied to stream NAME, newest first (times in UTC)."""
+    """Offset changes applied to stream NAME (and poison messages set aside), newest first (times in UTC).
+
+    CHANGE-ID is what `mgstreams revert` takes."""
     entries = _run(lambda: _client().history(name, limit))
     if as_json:
         _print_json(entries)
         return
     _console().print(table(HISTORY_COLUMNS, (
-        (h.changed_at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), h.topic, h.partition,
-         h.previous_offset, h.offset, h.status.value) for h in entries)))
+        (h.change_id, _utc_text(h.changed_at), h.topic, h.partition, h.previous_offset, h.offset, h.status.value,
+         h.message) for h in entries)))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("change_id", type=click.IntRange(min=1), metavar="CHANGE_ID")
+@click.option("--dry-run", is_flag=True, help="Show what would be set; change nothing.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=10.0, show_default=True,
+              callback=_finite, help="Seconds to wait for a running stream to apply the change.")
+@json_option
+def revert(name: str, change_id: int, dry_run: bool, timeout: float, as_json: bool) -> None:
+    """Move the partition of history change CHANGE_ID of stream NAME back to its previous offset.
+
+    Through the same gated path as set-offset; the history then shows the revert
+    ("revert of change CHANGE_ID"). A previous offset the log no longer holds is
+    clamped into [log start, log end], and the result says so."""
+    _print_changes(_run(lambda: _client().revert(name, change_id, timeout=timeout, dry_run=dry_run)), as_json)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--cancel", is_flag=True, help="Cancel them (a running stream forgets them too); prints what it cancelled.")
+@json_option
+def pending(name: str, cancel: bool, as_json: bool) -> None:
+    """Offsets of stream NAME waiting for an assignment: the stream is stopped, or another member of its
+    group holds the partition. They are applied when the group assigns the partition to the stream."""
+    client = _client()
+    rows = _run(lambda: client.cancel_pending(name) if cancel else client.pending(name))
+    if as_json:
+        _print_json(rows)
+        return
+    _console().print(table(PENDING_COLUMNS, (
+        (r.topic, r.partition, r.offset, r.previous_offset, _utc_text(r.requested_at), r.message) for r in rows)))
+    if cancel:
+        click.echo(f"cancelled {len(rows)} pending offset(s)", err=True)
+
+
+@cli.group()
+def offsets() -> None:
+    """Offsets as files: `export` prints what `set-offset --from-file` applies."""
+
+
+@offsets.command("export")
+@click.argument("name")
+@click.option("--source", type=click.Choice([s.value for s in OffsetSource]), default=OffsetSource.COMMITTED.value,
+              show_default=True, help="The group's committed offsets, or the running consumer's positions.")
+def export(name: str, source: str) -> None:
+    """Print stream NAME's offsets as `topic,partition,offset` lines, no header (kafka-consumer-groups
+    --export's format). Partitions without such an offset are left out, and named on stderr."""
+    lines, notes = export_offsets(_run(lambda: _client().describe(name)), source)
+    for note in notes:
+        click.echo(f"mgstreams: {note}", err=True)
+    if lines:
+        click.echo("\n".join(lines))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("spec", required=False, default="committed")
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_CHECK_LIMIT), default=10, show_default=True,
+              help="Records per partition.")
+@json_option
+def check(name: str, spec: str, limit: int, as_json: bool) -> None:
+    """Preview stream NAME from SPEC (any set-offset spec; default: committed): the statements its
+    transformation makes of up to --limit records per partition.
+
+    Read without joining the stream's group and without committing; nothing is written anywhere."""
+    rows = _run(lambda: _client().check(name, parse_spec_argument(spec), limit=limit))
+    if as_json:
+        _print_json(rows)
+        return
+    _console(piped_width=100_000).print(table(CHECK_COLUMNS, (   # statements are long: never cut when piped
+        (r.topic, r.partition, r.offset, r.query, json.dumps(r.parameters, ensure_ascii=False)) for r in rows)))
 
 
 LAG_COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS", "METHOD", "STATUS",

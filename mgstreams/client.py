@@ -14,6 +14,7 @@ from urllib.parse import quote
 import httpx
 
 from stream_registry import HistoryEntry, OffsetChange, PartitionOffsets, StreamInfo
+from stream_registry.offsets import PendingOffset, PreviewStatement
 from stream_registry.errors import ConfigError, StreamError, StreamNotFound, StreamStateError
 from stream_registry.lag.collector import PartitionLag, StreamLag
 
@@ -90,6 +91,25 @@ class HostClient:
     def lag_all(self) -> list[StreamLag]:
         """Every stream's lag summary and partitions (`GET /lag`)."""
         return [_stream_lag(s) for s in self._request("GET", "/lag")]
+
+    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False
+               ) -> list[OffsetChange]:
+        body = {"timeout_ms": max(1, round(timeout * 1000)), "dry_run": dry_run}
+        rows = self._request("POST", f"/streams/{_path(name)}/history/{_path(change_id)}/revert", json=body,
+                             timeout=timeout + MARGIN_S)
+        return [from_json(OffsetChange, r) for r in rows]
+
+    def pending(self, name: str) -> list[PendingOffset]:
+        return [from_json(PendingOffset, r) for r in self._request("GET", f"/streams/{_path(name)}/pending")]
+
+    def cancel_pending(self, name: str) -> list[PendingOffset]:
+        return [from_json(PendingOffset, r) for r in self._request("DELETE", f"/streams/{_path(name)}/pending")]
+
+    def check(self, name: str, offset: object = "committed", *, limit: int = 10,
+              timeout: float = 20.0) -> list[PreviewStatement]:
+        body = {"offset": offset, "limit": limit, "timeout_ms": max(1, round(timeout * 1000))}
+        rows = self._request("POST", f"/streams/{_path(name)}/check", json=body, timeout=timeout + MARGIN_S)
+        return [from_json(PreviewStatement, r) for r in rows]
 
     # -- plumbing -------------------------------------------------------------------
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -32,6 +32,8 @@ DEFAULT_SINK = os.environ.get("MGSTREAMS_DEFAULT_SINK", "bolt://localhost:7687")
 TIMEOUT_S = 30.0   # every call but set_stream_offset: a Bolt worker is held while we wait
 MARGIN_S = 5.0     # set_stream_offset waits its own timeout_ms, plus this for the host's queries
 MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
+MAX_CHECK_LIMIT = 1000       # records per partition a preview reads at most
+CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bolt worker waits meanwhile)
 
 StatusRecord = mgp.Record(name=str, status=str)
 OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
@@ -172,22 +174,17 @@ def set_stream_offset(name: str, offset: mgp.Any, timeout_ms: int = 10000, dry_r
     """Move the stream's consumer on every partition the offset spec targets.
 
     offset: an integer (-1 beginning, -2 end, N >= 0), a string ("earliest",
-    "latest", "committed", "+N"/"-N" relative, an ISO-8601 datetime) or a map
-    {topic: spec, "topic:partition": spec}. One record per partition: status
-    "applied"/"clamped" once the consumer holds the partition, "pending" while a
-    rebalance is due (applied at assignment), "planned" with dry_run.
+    "latest", "committed", "+N"/"-N" relative, an ISO-8601 datetime, a duration
+    back from now such as "-PT15M" or "-P1D"), {"group": "other_group"} (that
+    group's committed offsets) or a map {topic: spec, "topic:partition": spec}.
+    One record per partition: status "applied"/"clamped" once the consumer holds
+    the partition, "pending" while a rebalance is due (applied at assignment),
+    "planned" with dry_run, "unchanged" where the other group has no commit.
     """
-    if isinstance(timeout_ms, bool) or timeout_ms <= 0:
-        raise Exception(f"timeout_ms: must be a positive number of milliseconds, got {timeout_ms!r}")
-    if timeout_ms > MAX_TIMEOUT_MS:   # the host's bound; also, no socket takes a timeout of 10^15 s
-        raise Exception(f"timeout_ms: must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS}, "
-                        f"got {timeout_ms!r}")
-    changes = _host("PATCH", _stream(name, "/offsets"),
-                    {"offset": offset, "timeout_ms": timeout_ms, "dry_run": dry_run},
-                    timeout=timeout_ms / 1000.0 + MARGIN_S)
-    return [mgp.Record(topic=c["topic"], partition=c["partition"], previous_offset=c["previous_offset"],
-                       offset=c["offset"], status=c["status"], message=c.get("message") or "")
-            for c in changes]
+    _timeout_ms(timeout_ms)
+    return _change_records(_host("PATCH", _stream(name, "/offsets"),
+                                 {"offset": offset, "timeout_ms": timeout_ms, "dry_run": dry_run},
+                                 timeout=timeout_ms / 1000.0 + MARGIN_S))
 
 
 @mgp.read_proc
@@ -205,11 +202,14 @@ def offsets(name: str) -> mgp.Record(topic=str, partition=int, committed_offset=
 
 
 @mgp.read_proc
-def history(name: str) -> mgp.Record(changed_at=mgp.LocalDateTime, topic=str, partition=int,
-                                     previous_offset=mgp.Nullable[int], offset=int, status=str):
-    """The audit of offset changes applied to the stream, newest first; changed_at is UTC."""
-    return [mgp.Record(changed_at=_utc(h["changed_at"]), topic=h["topic"], partition=h["partition"],
-                       previous_offset=h["previous_offset"], offset=h["offset"], status=h["status"])
+def history(name: str) -> mgp.Record(change_id=int, changed_at=mgp.LocalDateTime, topic=str, partition=int,
+                                     previous_offset=mgp.Nullable[int], offset=int, status=str,
+                                     message=mgp.Nullable[str]):
+    """The audit of offset changes applied to the stream (and poison messages set aside), newest first;
+    changed_at is UTC; change_id is what streams.revert takes."""
+    return [mgp.Record(change_id=h["change_id"], changed_at=_utc(h["changed_at"]), topic=h["topic"],
+                       partition=h["partition"], previous_offset=h["previous_offset"], offset=h["offset"],
+                       status=h["status"], message=h.get("message"))
             for h in _host("GET", _stream(name, "/history"))]
 
 
@@ -232,6 +232,62 @@ def health() -> mgp.Record(name=str, status=str, total_lag=int, max_lag_seconds=
     return [mgp.Record(name=s["name"], status=s["status"], total_lag=s["total_lag"],
                        max_lag_seconds=s["max_lag_seconds"], records_per_second=float(s["records_per_second"]))
             for s in _host("GET", "/lag")]
+
+
+def _timeout_ms(timeout_ms: int) -> None:
+    if isinstance(timeout_ms, bool) or timeout_ms <= 0:
+        raise Exception(f"timeout_ms: must be a positive number of milliseconds, got {timeout_ms!r}")
+    if timeout_ms > MAX_TIMEOUT_MS:   # the host's bound; also, no socket takes a timeout of 10^15 s
+        raise Exception(f"timeout_ms: must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS}, "
+                        f"got {timeout_ms!r}")
+
+
+def _change_records(changes: list) -> list:
+    return [mgp.Record(topic=c["topic"], partition=c["partition"], previous_offset=c["previous_offset"],
+                       offset=c["offset"], status=c["status"], message=c.get("message") or "")
+            for c in changes]
+
+
+@mgp.read_proc
+def revert(name: str, change_id: int, timeout_ms: int = 10000, dry_run: bool = False
+           ) -> mgp.Record(topic=str, partition=int, previous_offset=mgp.Nullable[int], offset=mgp.Nullable[int],
+                           status=str, message=str):
+    """Move the partition of history change `change_id` (see streams.history) back to its previous offset,
+    through the same path as set_stream_offset; the history then records "revert of change <change_id>".
+    A previous offset the log no longer holds is clamped into [log start, log end], and the message says so."""
+    _timeout_ms(timeout_ms)
+    if isinstance(change_id, bool) or change_id <= 0:
+        raise Exception(f"change_id: must be a positive integer (a history row's change_id), got {change_id!r}")
+    return _change_records(_host("POST", _stream(name, f"/history/{change_id}/revert"),
+                                 {"timeout_ms": timeout_ms, "dry_run": dry_run}, timeout=timeout_ms / 1000.0 + MARGIN_S))
+
+
+@mgp.read_proc
+def pending(name: str, cancel: bool = False) -> mgp.Record(topic=str, partition=int, offset=int,
+                                                           requested_at=mgp.LocalDateTime,
+                                                           previous_offset=mgp.Nullable[int],
+                                                           message=mgp.Nullable[str]):
+    """Offsets waiting for an assignment (the stream is stopped, or another member of its group holds the
+    partition); requested_at is UTC. With cancel = true they are cancelled, and the records are those cancelled."""
+    rows = _host("DELETE" if cancel else "GET", _stream(name, "/pending"))
+    return [mgp.Record(topic=r["topic"], partition=r["partition"], offset=r["offset"],
+                       requested_at=_utc(r["requested_at"]), previous_offset=r.get("previous_offset"),
+                       message=r.get("message")) for r in rows]
+
+
+@mgp.read_proc
+def check(name: str, offset: mgp.Any = "committed", limit: int = 10
+          ) -> mgp.Record(topic=str, partition=int, offset=int, query=str, parameters=mgp.Map):
+    """Preview: the statements the stream's transformation makes of up to `limit` records per partition
+    (at most 1000), read from where `offset` resolves (any set_stream_offset spec), without joining the
+    stream's group and without committing. Nothing is written anywhere."""
+    if isinstance(limit, bool) or not 1 <= limit <= MAX_CHECK_LIMIT:
+        raise Exception(f"limit: must be an integer from 1 to {MAX_CHECK_LIMIT} (records per partition), "
+                        f"got {limit!r}")
+    rows = _host("POST", _stream(name, "/check"), {"offset": offset, "limit": limit, "timeout_ms": CHECK_TIMEOUT_MS},
+                 timeout=CHECK_TIMEOUT_MS / 1000.0 + MARGIN_S)
+    return [mgp.Record(topic=r["topic"], partition=r["partition"], offset=r["offset"], query=r["query"],
+                       parameters=r["parameters"]) for r in rows]
 
 
 def _utc(text: str) -> datetime.datetime:

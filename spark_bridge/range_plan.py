@@ -196,8 +196,8 @@ def _with_default(spec: OffsetSpec, default: Target) -> OffsetSpec:
 
 def _resolve_all(query: PartitionQuery, spec: OffsetSpec, snapshots: Sequence[PartitionSnapshot],
                  which: str) -> dict[tuple[str, int], ResolvedOffset]:
-    resolved = resolve(spec, snapshots, query.offsets_for_times, running=False)
-    failed = [r.message for r in resolved if r.failed]
+    resolved = resolve(spec, snapshots, query.offsets_for_times, running=False, lookup_group=query.group_committed)
+    failed = [r.message for r in resolved if r.failed or r.unchanged]   # a range needs an offset at both ends
     if failed:
         raise OffsetSpecError(f"{which}: " + "; ".join(failed))
     return {(r.topic, r.partition): r for r in resolved}

@@ -7,11 +7,12 @@ no pyspark and no HTTP here: the application (`mgstreams`) adds those.
 from .config import StreamConfig
 from .errors import StreamError
 from .offset_spec import ChangeStatus, parse_offset_spec
-from .offsets import HistoryEntry, OffsetChange, PartitionOffsets
+from .offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
 from .registry import StreamRegistry
 from .stream_info import StreamInfo, StreamStatus
 
 __all__ = [
-    "ChangeStatus", "HistoryEntry", "OffsetChange", "PartitionOffsets", "StreamConfig", "StreamError",
+    "ChangeStatus", "HistoryEntry", "OffsetChange", "PartitionOffsets", "PendingOffset", "PreviewStatement",
+    "StreamConfig", "StreamError",
     "StreamInfo", "StreamRegistry", "StreamStatus", "parse_offset_spec",
 ]

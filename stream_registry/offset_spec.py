@@ -7,10 +7,20 @@ never leak out of this module. Named forms (`earliest`, `latest`) are preferred.
 Parsing turns user input into frozen target values; resolving turns a target
 plus a partition's offsets into a concrete offset with a status and message,
 clamped to [log start, log end] like `kafka-consumer-groups --reset-offsets`.
+
+Two forms need the cluster beyond the partition's own offsets, through lookups
+the caller hands `resolve`: a datetime or a duration back from now (`"-PT15M"`,
+Java Duration's `PnDTnHnMn.nS` as `kafka-consumer-groups --by-duration` takes
+it) goes through the time index (`lookup_times`), and `{"group": NAME}` (rpk's
+`--to-group`) reads another consumer group's committed offsets (`lookup_group`).
+A partition that group never committed keeps its offset (status `unchanged`).
+In a map, the key "group" is that form, alone: a topic named `group` is named
+by its partitions (`"group:0"`).
 """
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
@@ -64,6 +74,29 @@ class AtTime:
 
 
 @dataclass(frozen=True)
+class BackFromNow:
+    """First offset whose timestamp is at or after now minus `nanoseconds` (resolved like AtTime)."""
+    nanoseconds: int
+    text: str
+
+    def describe(self) -> str:
+        return self.text
+
+    def timestamp_ms(self, now_ns: int) -> int:
+        """The first whole millisecond at or after now minus the duration (never below 0, as AtTime)."""
+        return max(0, -((self.nanoseconds - now_ns) // 1_000_000))
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    """The committed offset of another consumer group on the same partition."""
+    group: str
+
+    def describe(self) -> dict:
+        return {"group": self.group}   # the form that reads back: a group id has no string syntax of its own
+
+
+@dataclass(frozen=True)
 class Shift:
     """Move by `delta` from the current position (the committed offset when not running)."""
     delta: int
@@ -78,7 +111,7 @@ class Committed:
         return "committed"
 
 
-Target = Earliest | Latest | Absolute | AtTime | Shift | Committed
+Target = Earliest | Latest | Absolute | AtTime | BackFromNow | Shift | Committed | GroupOffsets
 
 
 @dataclass(frozen=True)
@@ -117,17 +150,26 @@ _SHIFT = re.compile(r"[+-][0-9]+")
 _INT = re.compile(r"[0-9]+")
 _PARTITION_KEY = re.compile(r"(?P<topic>[A-Za-z0-9._-]+):(?P<partition>[0-9]{1,10})")
 _TOPIC_KEY = re.compile(r"[A-Za-z0-9._-]+")
+# Java Duration.parse's grammar (what `kafka-consumer-groups --by-duration` reads), without signs inside:
+# days, hours, minutes, seconds with up to 9 decimals; at least one part, and one after a `T`.
+_DURATION = re.compile(r"(?P<sign>[+-]?)P(?:(?P<days>[0-9]{1,18})D)?(?P<time>T(?:(?P<hours>[0-9]{1,18})H)?"
+                       r"(?:(?P<minutes>[0-9]{1,18})M)?(?:(?P<seconds>[0-9]{1,18})(?:[.,](?P<fraction>[0-9]{0,9}))?S)?)?",
+                       re.IGNORECASE)
+_LOOKS_LIKE_DURATION = re.compile(r"[+-]?P", re.IGNORECASE)
+GROUP_KEY = "group"
 
 
 def parse_offset_spec(value: object) -> OffsetSpec:
     """Parse any accepted spec form; raise OffsetSpecError naming the value otherwise."""
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and GROUP_KEY not in value:
         return _parse_map(value)
     return OffsetSpec(default=parse_target(value))
 
 
 def parse_target(value: object, where: str = "offset") -> Target:
-    """One partition's target: int (Memgraph dialect) or string form."""
+    """One partition's target: int (Memgraph dialect), string form, or {"group": NAME}."""
+    if isinstance(value, Mapping):
+        return _parse_group(value, where)
     if isinstance(value, bool):
         raise OffsetSpecError(f"{where}: expected an integer or a string, got boolean {value!r}")
     if isinstance(value, int):
@@ -145,12 +187,15 @@ def parse_target(value: object, where: str = "offset") -> Target:
             return Shift(_bounded_int(text, where))
         if _INT.fullmatch(text):
             return _from_memgraph_int(_bounded_int(text, where), where)
+        if _LOOKS_LIKE_DURATION.match(text):
+            return _parse_duration(text, value, where)
         timestamp = _parse_datetime(text)
         if timestamp is not None:
             return AtTime(timestamp, text)
         raise OffsetSpecError(
             f"{where}: cannot parse {_shown(value)}; expected an offset >= 0, -1 (beginning), -2 (end), "
-            "'earliest', 'latest', 'committed', '+N', '-N', or an ISO-8601 datetime")
+            "'earliest', 'latest', 'committed', '+N', '-N', an ISO-8601 datetime, a duration back from now "
+            "('-PT15M', '-P1D') or {\"group\": NAME}")
     raise OffsetSpecError(f"{where}: expected an integer, string or map, got "
                           f"{type(value).__name__} {_shown(value)}")
 
@@ -215,6 +260,39 @@ def _parse_datetime(text: str) -> int | None:
     return max(0, -((_EPOCH - moment) // _MILLISECOND))
 
 
+def _parse_duration(text: str, value: object, where: str) -> BackFromNow:
+    """`-PnDTnHnMn.nS`: a moment that far back from now, resolved at each use (like --by-duration)."""
+    match = _DURATION.fullmatch(text)
+    parts = ("days", "hours", "minutes", "seconds")
+    if match is None or not any(match[p] for p in parts) or (match["time"] and not any(match[p] for p in parts[1:])):
+        raise OffsetSpecError(f"{where}: cannot parse {_shown(value)} as a duration; expected -PnDTnHnMn.nS "
+                              "(ISO-8601, as kafka-consumer-groups --by-duration), e.g. '-PT15M', '-P1D', "
+                              "'-P1DT2H'")
+    if match["sign"] != "-":
+        raise OffsetSpecError(f"{where}: the duration {_shown(value)} must start with '-' (back from now, e.g. "
+                              f"'-{text.lstrip('+')}'); there are no records after now")
+    seconds = (int(match["days"] or 0) * 86_400 + int(match["hours"] or 0) * 3_600
+               + int(match["minutes"] or 0) * 60 + int(match["seconds"] or 0))
+    nanoseconds = seconds * 1_000_000_000 + int((match["fraction"] or "").ljust(9, "0"))
+    return BackFromNow(nanoseconds, text)
+
+
+def _parse_group(value: Mapping, where: str) -> GroupOffsets:
+    """{"group": NAME}: another consumer group's committed offsets."""
+    if set(value) != {GROUP_KEY}:
+        extra = sorted((k for k in value if k != GROUP_KEY), key=str)
+        if GROUP_KEY in value:
+            raise OffsetSpecError(f"{where}: {{\"group\": ...}} names another consumer group and takes no other key, "
+                                  f"got {_shown(extra[0])} too (a topic named 'group' is named by its partitions, "
+                                  "'group:0')")
+        raise OffsetSpecError(f"{where}: a map here must be {{\"group\": NAME}}, got {_shown(value)}")
+    group = value[GROUP_KEY]
+    if not isinstance(group, str) or not group.strip() or any(ord(c) < 32 or ord(c) == 127 for c in group):
+        raise OffsetSpecError(f"{where}: group: expected a consumer group id (a non-empty string without "
+                              f"control characters), got {_shown(group)}")
+    return GroupOffsets(group)
+
+
 def _parse_map(value: Mapping) -> OffsetSpec:
     if not value:
         raise OffsetSpecError("offset: empty map names no topic or partition")
@@ -246,6 +324,7 @@ class ChangeStatus(str, Enum):
     APPLIED = "applied"
     CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
     PENDING = "pending"    # recorded; applied at the next assignment
+    UNCHANGED = "unchanged"   # targeted, but keeps its offset ({"group": ...} that group never committed)
     ERROR = "error"
     # Not offset changes: a poison message set aside by errors.tolerance 'all' (history only)
     SKIPPED = "skipped"
@@ -271,30 +350,67 @@ class ResolvedOffset:
     offset: int | None
     clamped: bool
     message: str
+    unchanged: bool = False   # keeps its offset (`offset` is the previous one, maybe None): nothing to apply
 
     @property
     def failed(self) -> bool:
-        return self.offset is None
+        return self.offset is None and not self.unchanged
 
 
 TimeLookup = Callable[[list[tuple[str, int, int]]], Mapping[tuple[str, int], int | None]]
+# (group, partitions) -> that group's committed offset per partition, None where it has none (one batched call)
+GroupLookup = Callable[[str, list[tuple[str, int]]], Mapping[tuple[str, int], int | None]]
 
 
 def resolve(spec: OffsetSpec, snapshots: Iterable[PartitionSnapshot], lookup_times: TimeLookup,
-            *, running: bool) -> list[ResolvedOffset]:
+            *, running: bool, lookup_group: GroupLookup | None = None,
+            now_ns: int | None = None) -> list[ResolvedOffset]:
     """Concrete offsets for every partition the spec targets (partitions it leaves alone are skipped).
 
     `lookup_times` maps (topic, partition, timestamp_ms) to the first offset at or
-    after that time, or None when the partition has none.
+    after that time, or None when the partition has none; a duration is taken back
+    from `now_ns` (default: the clock, read once for all partitions). `lookup_group`
+    reads another group's committed offsets, once per group named, over every
+    partition in `snapshots`: a group with no committed offset on any of them is
+    unknown, and refused naming it.
     """
+    snapshots = list(snapshots)
     targeted = [(snap, spec.target_for(snap.topic, snap.partition)) for snap in snapshots]
     targeted = [(snap, target) for snap, target in targeted if target is not None]
+    if any(isinstance(t, BackFromNow) for _, t in targeted):
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        targeted = [(s, AtTime(t.timestamp_ms(now_ns), f"{t.text} ({_utc_text(t.timestamp_ms(now_ns))})")
+                     if isinstance(t, BackFromNow) else t) for s, t in targeted]
     time_queries = [(s.topic, s.partition, t.timestamp_ms) for s, t in targeted if isinstance(t, AtTime)]
     times = lookup_times(time_queries) if time_queries else {}
-    return [_resolve_one(snap, target, times, running) for snap, target in targeted]
+    groups = _group_offsets({t.group for _, t in targeted if isinstance(t, GroupOffsets)}, snapshots, lookup_group)
+    return [_resolve_one(snap, target, times, running, groups) for snap, target in targeted]
 
 
-def _resolve_one(snap: PartitionSnapshot, target: Target, times, running: bool) -> ResolvedOffset:
+def _utc_text(timestamp_ms: int) -> str:
+    return (_EPOCH + timedelta(milliseconds=timestamp_ms)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _group_offsets(groups: set[str], snapshots: list[PartitionSnapshot],
+                   lookup_group: GroupLookup | None) -> dict[str, Mapping[tuple[str, int], int | None]]:
+    if not groups:
+        return {}
+    if lookup_group is None:
+        raise OffsetSpecError(f"offset: {{\"group\": {sorted(groups)[0]!r}}} cannot be resolved here "
+                              "(no access to other groups' offsets)")
+    tps = [(s.topic, s.partition) for s in snapshots]
+    out = {}
+    for group in sorted(groups):
+        committed = lookup_group(group, tps)
+        if not any(committed.get(tp) is not None for tp in tps):
+            topics = ", ".join(sorted({t for t, _ in tps}))
+            raise OffsetSpecError(f"offset: unknown consumer group {_shown(group)}: it has no committed offset on "
+                                  f"any partition of {topics}")
+        out[group] = committed
+    return out
+
+
+def _resolve_one(snap: PartitionSnapshot, target: Target, times, running: bool, groups) -> ResolvedOffset:
     current = snap.position if running and snap.position is not None else snap.committed
     previous = current
     note = ""
@@ -321,6 +437,12 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times, running: bool) 
                 note = f"no record at or after {text}; set to the end ({snap.log_end})"
             else:
                 wanted = found
+        case GroupOffsets(group=group):
+            wanted = groups[group].get((snap.topic, snap.partition))
+            if wanted is None:
+                return ResolvedOffset(snap.topic, snap.partition, previous, previous, False,
+                                      f"group {group!r} has no committed offset for {snap.topic}:{snap.partition}; "
+                                      f"it keeps its offset", unchanged=True)
         case _:
             raise OffsetSpecError(f"offset: unsupported target {target!r}")
     if wanted < snap.log_start or wanted > snap.log_end:

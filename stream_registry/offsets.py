@@ -1,8 +1,9 @@
 """Offset values reported to users: changes, per-partition positions and the audit trail."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, Mapping
 
 from .offset_spec import ChangeStatus
 
@@ -47,3 +48,26 @@ class HistoryEntry:
     status: ChangeStatus
     message: str | None = None
     change_id: int | None = None    # stable: the row's id in the state store
+
+
+@dataclass(frozen=True)
+class PendingOffset:
+    """An offset change waiting for its partition to be assigned (a stopped stream, or a partition another
+    member of the group holds); `previous_offset` is where the partition stood when it was requested."""
+    topic: str
+    partition: int
+    offset: int
+    requested_at: datetime
+    previous_offset: int | None = None
+    message: str | None = None     # e.g. "revert of change 12", recorded in the history once applied
+
+
+@dataclass(frozen=True)
+class PreviewStatement:
+    """One statement the stream's transformation makes of the record at topic/partition/offset (a preview:
+    nothing was written); `parameters` are plain JSON values (bytes as text, times as ISO-8601)."""
+    topic: str
+    partition: int
+    offset: int
+    query: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)

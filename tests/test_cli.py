@@ -66,7 +66,7 @@ def test_help_lists_the_commands():
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
     for command in ("serve", "list", "describe", "set-offset", "history", "start", "stop", "drop", "kafka",
-                    "--url", "MGSTREAMS_URL"):
+                    "revert", "pending", "offsets", "check", "--url", "MGSTREAMS_URL"):
         assert command in result.output
 
 
@@ -93,11 +93,18 @@ def test_bad_json_spec_is_a_config_error():
 
 def test_failures_exit_1_with_one_line_and_usage_errors_exit_2(host):
     for args in [("describe", "nope"), ("describe", "nope", "--json"), ("history", "nope"),
-                 ("set-offset", "nope", "-1"), ("start", "nope"), ("stop", "nope"), ("drop", "nope")]:
+                 ("set-offset", "nope", "-1"), ("start", "nope"), ("stop", "nope"), ("drop", "nope"),
+                 ("revert", "nope", "1"), ("pending", "nope"), ("pending", "nope", "--cancel"),
+                 ("offsets", "export", "nope"), ("check", "nope"), ("check", "nope", "-PT15M", "--limit", "3")]:
         result = run(host, *args)
         assert (result.exit_code, result.stdout, result.stderr) == (1, "", NO_STREAM), args
     assert run(host, "describe").exit_code == 2
-    assert run(host, "set-offset", "orders").exit_code == 2
+    assert run(host, "set-offset", "orders").exit_code == 2                  # neither SPEC nor --from-file
+    assert run(host, "revert", "orders").exit_code == 2
+    assert run(host, "revert", "orders", "0").exit_code == 2
+    assert run(host, "revert", "orders", "x").exit_code == 2
+    assert run(host, "check", "orders", "--limit", "1001").exit_code == 2
+    assert run(host, "offsets", "export", "orders", "--source", "lag").exit_code == 2
     assert run(host, "set-offset", "orders", "0", "--timeout", "0").exit_code == 2
     assert run(host, "set-offset", "orders", "0", "--timeout", "86400").exit_code == 2
     assert run(host, "history", "orders", "--limit", "0").exit_code == 2
@@ -211,8 +218,10 @@ def test_start_history_stop_and_drop(stream, host):
     assert sorted((h["partition"], h["offset"], h["status"]) for h in history) == [(p, 2, "applied")
                                                                                   for p in range(3)]
     table = run(host, "history", "orders", "--limit", "1").stdout.splitlines()
-    assert table[0].split() == ["CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS"]
-    assert len(table) == 2 and table[1].split()[0].endswith("Z")
+    assert table[0].split() == ["CHANGE-ID", "CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET",
+                                "STATUS", "MESSAGE"]
+    assert len(table) == 2 and table[1].split()[1].endswith("Z")
+    assert table[1].split()[0] == str(max(h["change_id"] for h in history)) and table[1].split()[-1] == "-"
     wait_until(lambda: [r["committed_offset"] for r in json.loads(run(host, "describe", "orders", "--json").stdout)]
                == [10, 10, 10], what="offsets committed")
     assert json.loads(run(host, "list", "--json").stdout)[0]["status"] == "running"

@@ -47,7 +47,7 @@ from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError, OffsetSpecError, SinkError, StreamError
 from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
 from stream_registry.offset_spec import (
-    AtTime, Absolute, Earliest, Latest, PartitionSnapshot, Shift, parse_offset_spec, parse_target,
+    AtTime, Absolute, Earliest, GroupOffsets, Latest, PartitionSnapshot, Shift, parse_offset_spec, parse_target,
     resolve,
 )
 from stream_registry.redaction import is_secret_key
@@ -129,7 +129,9 @@ datetime_texts = st.one_of(
     st.dates().map(lambda d: d.isoformat()),
     st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.+Zz-]{0,20}\Z"),
 )
-spec_texts = st.one_of(keyword_texts, number_texts, datetime_texts, any_text,
+duration_texts = st.from_regex(r"\A[+-]?[Pp]([0-9]{1,20}[Dd])?([Tt]([0-9]{1,3}[Hh])?([0-9]{1,3}[Mm])?"
+                               r"([0-9]{1,3}([.,][0-9]{0,10})?[Ss])?)?[WY]?\Z")
+spec_texts = st.one_of(keyword_texts, number_texts, datetime_texts, duration_texts, any_text,
                        st.text("0123456789+-:TZz. ", max_size=25))
 spec_scalars = st.one_of(st.integers(), st.integers(-5, 5), huge_ints, huge_ints.map(lambda n: -n), spec_texts,
                          st.floats(), st.booleans(), st.none())
@@ -176,7 +178,9 @@ def check_offset_spec(value) -> str:
             assert 0 <= number <= INT64_MAX, target
         if isinstance(target, AtTime):
             assert target.timestamp_ms == _first_ms_at_or_after(target.text), target
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and spec.default is not None:   # {"group": NAME}, alone
+        assert list(value) == ["group"] and spec.default == GroupOffsets(value["group"]), (value, spec)
+    elif isinstance(value, Mapping):
         named = {**{t: spec.topics[t] for t in spec.topics},
                  **{(t, p): target for (t, p), target in spec.partitions.items()}}
         assert len(named) == len(value), f"{value!r} -> {spec!r}: a key was lost or merged"
@@ -196,7 +200,8 @@ def test_offset_specs_parse_or_are_refused_naming_the_field(record_property):
          examples=("-²", "9" * 5000, "+" + "9" * 5000, "٣", {"orders:0\n": 1}, {"orders:٣": 1},
                    {"orders:1": 5, "orders:01": 7}, "2024-01-01T00:00:00.001Z", "2024-01-01T00:00:00.0005Z",
                    "1969-12-31T23:59:59.999Z", "0001-01-01T00:00:00+23:59", -(10 ** 5000), 10 ** 30,
-                   [10 ** 5000], {"orders": {"nested": 1}}))
+                   [10 ** 5000], {"orders": {"nested": 1}}, {"group": "g"}, {"group": ""}, {"group": "g", "orders": 1},
+                   {"orders:0": {"group": "g"}}, "-PT15M", "-P1D", "PT1M", "-P", "-PT", "-PT1.0000000001S"))
 
 
 snapshots = st.builds(
@@ -212,8 +217,18 @@ def check_resolve(case) -> str:
         spec = parse_offset_spec(value)
     except OffsetSpecError:
         return "refused"
-    results = resolve(spec, [snap], lambda queries: {(t, p): found for t, p, _ in queries}, running=running)
+    try:
+        results = resolve(spec, [snap], lambda queries: {(t, p): found for t, p, _ in queries}, running=running,
+                          lookup_group=lambda group, tps: {tp: found if found is None or found >= 0 else None
+                                                           for tp in tps})
+    except OffsetSpecError as exc:   # {"group": ...} that has no commit: an unknown group
+        assert found is None or found < 0, exc
+        assert "unknown consumer group" in str(exc), exc
+        return "refused"
     for r in results:
+        if r.unchanged:
+            assert r.offset == r.previous_offset and "keeps its offset" in r.message, r
+            continue
         if r.failed:
             assert r.message.startswith("orders:0: "), r.message
             continue

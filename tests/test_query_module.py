@@ -61,21 +61,34 @@ SIGNATURES = {
         "streams.offsets(name :: STRING) :: (assigned :: BOOLEAN, committed_offset :: INTEGER?, "
         "lag :: INTEGER?, log_end_offset :: INTEGER, log_start_offset :: INTEGER, partition :: INTEGER, "
         "position :: INTEGER?, resume_offset :: INTEGER?, stored_offset :: INTEGER?, topic :: STRING)"),
-    "streams.history": (
-        "streams.history(name :: STRING) :: (changed_at :: LOCAL_DATE_TIME, offset :: INTEGER, "
-        "partition :: INTEGER, previous_offset :: INTEGER?, status :: STRING, topic :: STRING)"),
     "streams.lag": (
         "streams.lag(name :: STRING) :: (lag :: INTEGER, lag_seconds :: FLOAT?, message :: STRING, "
         "partition :: INTEGER, status :: STRING, topic :: STRING)"),
     "streams.health": (
         "streams.health() :: (max_lag_seconds :: FLOAT?, name :: STRING, records_per_second :: FLOAT, "
         "status :: STRING, total_lag :: INTEGER)"),
+    "streams.history": (
+        "streams.history(name :: STRING) :: (change_id :: INTEGER, changed_at :: LOCAL_DATE_TIME, "
+        "message :: STRING?, offset :: INTEGER, partition :: INTEGER, previous_offset :: INTEGER?, status :: STRING, "
+        "topic :: STRING)"),
+    "streams.revert": (
+        "streams.revert(name :: STRING, change_id :: INTEGER, timeout_ms = 10000 :: INTEGER, "
+        "dry_run = false :: BOOLEAN) :: (message :: STRING, offset :: INTEGER?, partition :: INTEGER, "
+        "previous_offset :: INTEGER?, status :: STRING, topic :: STRING)"),
+    "streams.pending": (
+        "streams.pending(name :: STRING, cancel = false :: BOOLEAN) :: (message :: STRING?, offset :: INTEGER, "
+        "partition :: INTEGER, previous_offset :: INTEGER?, requested_at :: LOCAL_DATE_TIME, topic :: STRING)"),
+    "streams.check": (
+        'streams.check(name :: STRING, offset = "committed" :: ANY, limit = 10 :: INTEGER) :: (offset :: INTEGER, '
+        "parameters :: MAP, partition :: INTEGER, query :: STRING, topic :: STRING)"),
 }
 
 # One call of every procedure, for checks that must hold whatever is called.
 EVERY_CALL = [("streams.create", ("s", ["t"], "localhost:9092")), ("streams.start", ("s",)),
               ("streams.stop", ("s",)), ("streams.drop", ("s",)), ("streams.list", ()),
-              ("streams.set_stream_offset", ("s", 10)), ("streams.offsets", ("s",)), ("streams.history", ("s",))]
+              ("streams.set_stream_offset", ("s", 10)), ("streams.offsets", ("s",)), ("streams.history", ("s",)),
+              ("streams.revert", ("s", 1)), ("streams.pending", ("s",)), ("streams.pending", ("s", True)),
+              ("streams.check", ("s",))]
 
 
 @pytest.fixture(scope="module")
@@ -201,11 +214,14 @@ def test_validation_failures_name_the_field_and_value(memgraph, connected):
 
 
 def test_unknown_stream_is_an_error_everywhere(memgraph, connected):
-    for procedure in ("streams.start", "streams.stop", "streams.drop", "streams.offsets", "streams.history"):
+    for procedure in ("streams.start", "streams.stop", "streams.drop", "streams.offsets", "streams.history",
+                      "streams.pending", "streams.check"):
         error = error_of(memgraph, procedure, "foo")
         assert error.last_line == "Exception: name: no stream named 'foo'", procedure
-    error = error_of(memgraph, "streams.set_stream_offset", "foo", 10)
-    assert error.last_line == "Exception: name: no stream named 'foo'"
+    for procedure, args in [("streams.set_stream_offset", (10,)), ("streams.revert", (1,)),
+                            ("streams.pending", (True,)), ("streams.check", ("earliest", 5))]:
+        error = error_of(memgraph, procedure, "foo", *args)
+        assert error.last_line == "Exception: name: no stream named 'foo'", procedure
     assert memgraph.call("streams.list") == []
 
 

@@ -14,9 +14,13 @@ T0 = 1_700_000_000_000  # ms
 class FakeQuery:
     """Partitions, watermarks, committed offsets and one record per offset at T0 + offset seconds."""
 
-    def __init__(self, logs: dict[tuple[str, int], tuple[int, int]], committed=None):
+    def __init__(self, logs: dict[tuple[str, int], tuple[int, int]], committed=None, groups=None):
         self.logs = logs
         self.committed_offsets = committed or {}
+        self.groups = groups or {}   # other consumer groups' committed offsets
+
+    def group_committed(self, group, tps):
+        return {tp: self.groups.get(group, {}).get(tp) for tp in tps}
 
     def partitions(self, topics):
         out = {}
@@ -203,3 +207,14 @@ def test_plan_splits_after_resolving(query):
     assert len(result.ranges) == 5
     covers(result.ranges, [b.range for b in result.bounds])
     assert result.total_offsets == 140
+
+
+def test_another_groups_commits_bound_a_range_and_a_partition_it_never_committed_is_refused():
+    query = FakeQuery({("t", 0): (0, 100), ("t", 1): (0, 100)}, groups={"live": {("t", 0): 40, ("t", 1): 60}})
+    ranges = plan_ranges(query, ["t"], spec("earliest"), spec({"group": "live"}))
+    assert [(r.partition, r.from_offset, r.until_offset) for r in ranges] == [(0, 0, 40), (1, 0, 60)]
+    query.groups["live"].pop(("t", 1))
+    with pytest.raises(OffsetSpecError, match="'live' has no committed offset for t:1"):
+        plan_ranges(query, ["t"], spec("earliest"), spec({"group": "live"}))
+    with pytest.raises(OffsetSpecError, match="unknown consumer group 'ghost'"):
+        plan_ranges(query, ["t"], spec({"group": "ghost"}), spec("latest"))

@@ -163,6 +163,8 @@ def _split_outside_quotes(text: str, sep: str) -> list[str]:
 
 
 # -- rules: every command is claimed by exactly one ---------------------------------------
+# The operator toolkit's walk-through (its own section, run in order by bash: it redirects into a file).
+TOOLKIT = r"check |offsets |revert |pending |set-offset \S+ (?:-P|'\{\"group\"|--from-file)"
 SHELL_RULES = {
     "make": r"^(KAFKA_BOOTSTRAP_SERVERS=\S+ )?make (demo|test)$",
     "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole( --import-mode=batched-parallel)? "
@@ -170,7 +172,8 @@ SHELL_RULES = {
     "docker": r"^docker compose (?!exec -T memgraph mgconsole <)",
     "serve": r"^mgstreams serve( |$)",
     "backfill": r"^mgstreams backfill ",
-    "mgstreams": r"^mgstreams (?!backfill |serve( |$))",
+    "mgstreams": r"^mgstreams (?!backfill |serve( |$))(?!" + TOOLKIT + ")",
+    "toolkit": "^mgstreams (?:" + TOOLKIT + ")",
     "curl": r"^curl ",
     "export-token": r"^export MGSTREAMS_TOKEN=\$\(openssl rand -hex 24\)$",
     "export-url": r"^export MGSTREAMS_URL=http://[\w.-]+:\d+$",
@@ -422,6 +425,64 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
     assert json.loads(run_cli(["list", "--json"]).stdout) == []   # `drop orders` ran
 
 
+def test_operator_toolkit_commands(cluster, orders_host, tmp_path):
+    """The Operator toolkit block in order, each line by bash with the installed console script (one redirects
+    into a file), against a host whose `orders` stream has caught up; the group `orders_backup` has commits."""
+    out = tmp_path / "orders.cypherl"
+    with orders_host.client() as client:
+        client.create(name="orders", topics=["orders"], bootstrap_servers=cluster.bootstrap_servers,
+                      transform=MERGE_MESSAGES, sink=f"cypherl://{out}", batch_interval_ms=20)
+        client.start("orders")
+    wait_until(lambda: caught_up(orders_host), 60, 0.1, "the stream to commit every message")
+    backup = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "orders_backup"})
+    backup.commit(offsets=[TopicPartition("orders", 0, 7), TopicPartition("orders", 1, 8)], asynchronous=False)
+    backup.close()
+    work = tmp_path / "work"
+    work.mkdir()
+    # `mgstreams` as this checkout's entry point (`python -m mgstreams`), whatever the installed script points at
+    env = {**os.environ, "MGSTREAMS_URL": orders_host.url, "PYTHONPATH": str(ROOT)}
+    entry = f'mgstreams() {{ {shlex.quote(sys.executable)} -m mgstreams "$@"; }}\n'
+    commands = shell("toolkit")
+    assert len(commands) >= 8
+    for command in commands:
+        done = subprocess.run(["bash", "-c", entry + command], capture_output=True, text=True, timeout=60, env=env,
+                              cwd=work)
+        assert done.returncode == 0, f"{command}: exit {done.returncode}: {done.stderr}"
+        args = shlex.split(command.split(" > ")[0])[1:]
+        rows = [line.split() for line in done.stdout.splitlines()[1:]]
+        if args[:3] == ["check", "orders", '{"orders:0": 42}']:
+            assert [r[:3] for r in rows] == [["orders", "0", str(o)] for o in (42, 43, 44)], done.stdout
+        elif args[:3] == ["check", "orders", "-PT15M"]:   # every record is newer: 10 from the beginning each
+            assert sorted((r["partition"], r["offset"]) for r in json.loads(done.stdout)) == \
+                [(p, o) for p in range(PARTITIONS) for o in range(10)]
+        elif args[:2] == ["offsets", "export"]:
+            assert (work / "orders-offsets.csv").read_text() == \
+                "".join(f"orders,{p},{PER_PARTITION}\n" for p in range(PARTITIONS))
+        elif args[:3] == ["set-offset", "orders", "-PT15M"]:
+            assert [r[:5] for r in rows] == [["orders", str(p), str(PER_PARTITION), "0", "applied"]
+                                             for p in range(PARTITIONS)], done.stdout
+        elif args[:2] == ["set-offset", "orders"] and "group" in args[2]:
+            assert [r[:5] for r in rows] == [["orders", "0", str(PER_PARTITION), "7", "planned"],
+                                             ["orders", "1", str(PER_PARTITION), "8", "planned"],
+                                             ["orders", "2", str(PER_PARTITION), str(PER_PARTITION), "unchanged"]]
+        elif args[:2] == ["revert", "orders"]:
+            # back to 1300, where -PT15M found it (from wherever its replay from 0 has got to meanwhile)
+            assert [r[:2] + r[3:5] for r in rows] == [["orders", "0", str(PER_PARTITION), "applied"]], done.stdout
+            assert done.stdout.splitlines()[1].rstrip().endswith("revert of change 1")
+        elif "--from-file" in args:
+            assert [(r[1], r[3], r[4]) for r in rows] == [(str(p), str(PER_PARTITION), "planned")
+                                                          for p in range(PARTITIONS)], done.stdout
+        elif args[:2] == ["pending", "orders"]:
+            assert rows == [] and done.stdout.split() == ["TOPIC", "PARTITION", "OFFSET", "PREVIOUS-OFFSET",
+                                                          "REQUESTED-AT", "MESSAGE"]
+            assert done.stderr == ("cancelled 0 pending offset(s)\n" if "--cancel" in args else "")
+        else:
+            raise AssertionError(f"no check for {command}")
+    with orders_host.client() as client:
+        assert [(h.partition, h.offset, h.message) for h in client.history("orders")][0] == \
+            (0, PER_PARTITION, "revert of change 1")
+
+
 def test_mgstreams_kafka_runs_until_sigterm():
     [command] = [c for c in shell("mgstreams") if c.startswith("mgstreams kafka ")]
     process = subprocess.Popen([console_script(), *shlex.split(command)[1:]], stdout=subprocess.PIPE,
@@ -474,7 +535,9 @@ def test_curl_commands(cluster, orders_host, tmp_path):
         status, text = curl(adapted, orders_host.url)
         answer = json.loads(text) if path != "/metrics" else text
         seen.append((method, path))
-        assert status == (201 if method == "POST" else 200), (command, status, text)
+        assert status == (201 if (method, path) == ("POST", "/streams") else 200), (command, status, text)
+        if path.endswith("/start"):   # as a user would: later changes then know where each partition stood
+            wait_until(lambda: caught_up(orders_host), 60, 0.1, "the stream to catch up")
         if path == "/health":
             assert answer == {"status": "ok"}
         elif (method, path) == ("POST", "/streams"):
@@ -483,6 +546,15 @@ def test_curl_commands(cluster, orders_host, tmp_path):
                 "name": "orders", "topics": ["orders"], "bootstrap_servers": cluster.bootstrap_servers,
                 "sink": f"cypherl://{out}", "status": "created", "consumer_group": "mgstreams_orders",
                 "transform": MERGE_MESSAGES}, answer
+        elif path == "/streams/orders/check":
+            assert [(r["topic"], r["partition"], r["offset"]) for r in answer] == [("orders", 0, o) for o in (42, 43, 44)]
+            assert all(r["query"].startswith("MERGE (m:KafkaMessage") for r in answer), answer
+        elif path == "/streams/orders/history/1/revert":
+            # change 1: partition 0 from 1300 (caught up) to 0; back to 1300, from wherever its replay has got to
+            assert [(r["partition"], r["offset"], r["status"], r["message"]) for r in answer] == \
+                [(0, PER_PARTITION, "applied", "revert of change 1")], answer
+        elif path == "/streams/orders/pending":
+            assert answer == [], "a running stream holding every partition has nothing pending"
         elif path.endswith(("/start", "/stop")) or method == "DELETE":
             assert answer["name"] == "orders", answer
             assert answer["status"] in ({"starting", "running"} if path.endswith("/start") else {"stopped"}), answer
@@ -507,7 +579,9 @@ def test_curl_commands(cluster, orders_host, tmp_path):
     assert set(seen) == {("GET", "/health"), ("POST", "/streams"), ("PUT", "/streams/orders/start"),
                          ("GET", "/streams/orders/offsets"), ("PATCH", "/streams/orders/offsets"),
                          ("GET", "/streams/orders/history"), ("GET", "/metrics"), ("PUT", "/streams/orders/stop"),
-                         ("DELETE", "/streams/orders")}, seen
+                         ("DELETE", "/streams/orders"), ("POST", "/streams/orders/check"),
+                         ("POST", "/streams/orders/history/1/revert"), ("GET", "/streams/orders/pending"),
+                         ("DELETE", "/streams/orders/pending")}, seen
     assert seen[-1] == ("DELETE", "/streams/orders")
     with orders_host.client() as client:
         assert client.list() == []
@@ -945,11 +1019,13 @@ def test_cypher_block(cluster, memgraph):
             names = sorted(r["name"] for r in memgraph.procedures() if r["name"].startswith("streams."))
             assert names == sorted(f"streams.{p}" for p in ("create", "start", "stop", "drop", "list",
                                                             "set_stream_offset", "offsets", "history", "lag",
-                                                            "health"))
+                                                            "health", "revert", "pending", "check"))
             continue
         if name == "streams.stop":
             wait_until(lambda: caught_up(memgraph.host), 60, 0.1, "the stream to catch up")
         rows = memgraph.call(name, *args)
+        if name == "streams.start":   # as a user would: later changes then know where each partition stood
+            wait_until(lambda: caught_up(memgraph.host), 60, 0.1, "the stream to catch up")
         for row in rows:
             assert set(yielded) <= set(row), (statement, row)
         called.append((name, args, rows))
@@ -971,6 +1047,15 @@ def test_cypher_block(cluster, memgraph):
                 [("orders", ["orders"], "mgstreams_orders", None)], rows
         elif name in ("streams.offsets", "streams.history"):
             assert rows, statement
+        elif name == "streams.check":
+            assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == [("orders", 0, o) for o in (42, 43, 44)]
+            assert all(r["query"].startswith("MERGE (m:KafkaMessage") for r in rows), rows
+        elif name == "streams.revert":
+            [change] = [h for h in memgraph.call("streams.history", "orders") if h["change_id"] == args[1]]
+            assert [(r["partition"], r["offset"], r["status"], r["message"]) for r in rows] == \
+                [(change["partition"], change["previous_offset"], "applied", f"revert of change {args[1]}")], rows
+        elif name == "streams.pending":
+            assert rows == [], "a running stream holding every partition has nothing pending"
     assert [c[0] for c in called][0] == "streams.create" and called[-1][0] == "streams.drop"
     assert memgraph.call("streams.list") == []
     # The stream (empty transform: one idempotent :KafkaMessage per message) wrote to the default sink: what

@@ -40,6 +40,9 @@ DEFAULT_TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "consumer_group", "batch_size",
                  "batch_interval_ms", "configs", "credentials", *OPTION_FIELDS)
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
+REVERT_FIELDS = ("timeout_ms", "dry_run")
+CHECK_FIELDS = ("offset", "limit", "timeout_ms")
+DEFAULT_CHECK_TIMEOUT_MS = 20_000
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 3_600_000
 MAX_LIMIT = 2 ** 63 - 1
@@ -89,16 +92,9 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
     async def set_offset(request: Request) -> Response:
         body = await _body(request, OFFSET_FIELDS, required=("offset",))
-        timeout_ms = body.get("timeout_ms", DEFAULT_TIMEOUT_MS)
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= MAX_TIMEOUT_MS:
-            raise BadRequest(f"timeout_ms: must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS}, "
-                             f"got {timeout_ms!r}")
-        dry_run = body.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise BadRequest(f"dry_run: must be true or false, got {dry_run!r}")
+        timeout, dry_run = _timeout(body), _dry_run(body)
         name = _name(request)
-        return await _call(lambda: registry.set_offset(name, body["offset"], timeout=timeout_ms / 1000,
-                                                       dry_run=dry_run))
+        return await _call(lambda: registry.set_offset(name, body["offset"], timeout=timeout, dry_run=dry_run))
 
     async def history(request: Request) -> Response:
         limit = _limit(request.query_params.get("limit"))
@@ -121,6 +117,25 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
             return ui.page(lag.streams(), series, time.time(), refresh_s=max(lag.interval, 2.0))
         return HTMLResponse(await run_in_threadpool(render))
 
+    async def revert(request: Request) -> Response:
+        body = await _body(request, REVERT_FIELDS, required=(), empty_ok=True)
+        timeout, dry_run = _timeout(body), _dry_run(body)
+        name, change_id = _name(request), _change_id(request.path_params["change_id"])
+        return await _call(lambda: registry.revert(name, change_id, timeout=timeout, dry_run=dry_run))
+
+    async def pending(request: Request) -> Response:
+        return await _call(lambda: registry.pending(_name(request)))
+
+    async def cancel_pending(request: Request) -> Response:
+        return await _call(lambda: registry.cancel_pending(_name(request)))
+
+    async def check(request: Request) -> Response:
+        body = await _body(request, CHECK_FIELDS, required=(), empty_ok=True)
+        timeout = _timeout(body, DEFAULT_CHECK_TIMEOUT_MS)
+        name = _name(request)
+        return await _call(lambda: registry.check(name, body.get("offset", "committed"), limit=body.get("limit", 10),
+                                                  timeout=timeout))
+
     metrics_registry = registry_metrics(registry, lag)
 
     async def metrics(request: Request) -> Response:
@@ -142,6 +157,10 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams/{name}/lag", stream_lag, methods=["GET"]),
         Route("/lag", all_lag, methods=["GET"]),
         Route("/ui", ui_page, methods=["GET"]),
+        Route("/streams/{name}/history/{change_id}/revert", revert, methods=["POST"]),
+        Route("/streams/{name}/pending", pending, methods=["GET"]),
+        Route("/streams/{name}/pending", cancel_pending, methods=["DELETE"]),
+        Route("/streams/{name}/check", check, methods=["POST"]),
     ]
     middleware = [Middleware(BaseHTTPMiddleware, dispatch=_require_token(token))] if token else []
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={
@@ -167,8 +186,12 @@ def _name(request: Request) -> str:
     return request.path_params["name"]
 
 
-async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, Any]:
+async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str, ...],
+                empty_ok: bool = False) -> dict[str, Any]:
+    """The JSON object of the request; with `empty_ok`, no body at all is {} (every field has a default)."""
     raw = await request.body()
+    if empty_ok and not raw.strip():
+        return {}
     try:
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -186,6 +209,30 @@ async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str,
         if field not in body:
             raise BadRequest(f"{field}: required")
     return body
+
+
+def _timeout(body: dict[str, Any], default_ms: int = DEFAULT_TIMEOUT_MS) -> float:
+    """`timeout_ms` of a body, in seconds."""
+    timeout_ms = body.get("timeout_ms", default_ms)
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+        raise BadRequest(f"timeout_ms: must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS}, "
+                         f"got {timeout_ms!r}")
+    return timeout_ms / 1000
+
+
+def _dry_run(body: dict[str, Any]) -> bool:
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise BadRequest(f"dry_run: must be true or false, got {dry_run!r}")
+    return dry_run
+
+
+def _change_id(text: str) -> int:
+    """A history row's id from the path: ASCII digits, positive, an int64 (SQLite's rowid)."""
+    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+    if not re.fullmatch(r"[0-9]{1,19}", text) or not 0 < int(text) <= MAX_LIMIT:
+        raise BadRequest(f"change_id: must be a positive integer (a history row's change_id), got {shown}")
+    return int(text)
 
 
 def _limit(text: str | None) -> int | None:
@@ -225,7 +272,8 @@ async def _stream_error(request: Request, exc: Exception) -> Response:
 
 # A stream's paths as sent (percent-encoded): a name holding "/" (%2F) or an empty one matches no route
 # once decoded, yet it is a stream name that is wrong, not the path.
-_STREAM_PATH = re.compile(r"/streams/(?P<name>[^/]*)(?P<rest>/(?:start|stop|offsets|history|lag))?")
+_STREAM_PATH = re.compile(r"/streams/(?P<name>[^/]*)(?P<rest>/(?:start|stop|offsets|history|lag|pending|check|"
+                          r"history/[^/]*/revert))?")
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

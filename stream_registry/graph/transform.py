@@ -10,9 +10,11 @@ themselves. See `_mgp_registration` for how their decorator is satisfied.
 """
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import re
 import sys
@@ -418,6 +420,30 @@ def run_transformation(fn: Callable, messages: Sequence[Message] | Messages, *,
     except (Exception, SystemExit) as exc:
         raise TransformError(f"transform {_name(fn, name)!r} failed on the batch starting at "
                              f"{_batch_start(messages)}: {type(exc).__name__}: {exc}") from exc
+
+
+def plain_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """A statement's parameters as plain JSON values, for showing them (a preview): bytes as UTF-8 text
+    (invalid bytes replaced), dates and times as ISO-8601, durations in seconds, other values as text."""
+    return {str(key): _plain(value) for key, value in parameters.items()}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, (dt.date, dt.time)):   # datetime is a date
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    return str(value)
 
 
 def _records(result: Any) -> Iterable:

@@ -13,7 +13,8 @@ from typing import Iterable, Mapping
 
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException,
+                             TopicPartition)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigError, KafkaOperationError
@@ -138,6 +139,34 @@ class PartitionQuery:
             if tp.error is not None:
                 raise KafkaOperationError(f"committed offset of {tp.topic}:{tp.partition}: {tp.error.str()}",
                                           code=tp.error.name(), topic=tp.topic, partition=tp.partition)
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+        return out
+
+    def group_committed(self, group: str, tps: Iterable[TP], timeout: float | None = None) -> dict[TP, int | None]:
+        """Another consumer group's committed offset per partition, None where it has none: one batched
+        OffsetFetch to that group's coordinator (the admin client's ListConsumerGroupOffsets), never joining it."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        timeout = self.timeout if timeout is None else timeout
+
+        def ask():
+            futures = self._admin_client().list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])],
+                request_timeout=max(timeout, 0.1))
+            [future] = futures.values()
+            try:
+                return future.result(max(timeout, 0.1))
+            except FutureTimeout:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for group {group!r}"))
+
+        answer = self._call(ask, f"committed offsets of group {group!r}", timeout=timeout)
+        out: dict[TP, int | None] = {}
+        for tp in answer.topic_partitions:
+            if tp.error is not None:
+                raise KafkaOperationError(f"committed offset of group {group!r} on {tp.topic}:{tp.partition}: "
+                                          f"{tp.error.str()}", code=tp.error.name(), topic=tp.topic,
+                                          partition=tp.partition)
             out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
         return out
 

@@ -19,14 +19,17 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
 from ..kafka.queries import PartitionQuery
-from ..offset_spec import ChangeStatus, parse_offset_spec, resolve
-from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets
+from ..kafka.sample import read_records
+from ..graph.transform import Message, plain_parameters, run_transformation
+from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, parse_offset_spec, resolve
+from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
 from ..redaction import mask_all, redact
 from ..resume_point import resume_offsets
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
@@ -42,6 +45,7 @@ from .worker import AppliedOffset, RetryPolicy, StreamEvents, WorkerSnapshot
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
 _OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that fulfil a pending offset
+MAX_CHECK_LIMIT = 1000   # records per partition a preview reads at most (they are all held in memory)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class _Stream:
     query: PartitionQuery | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     clamped: set[TP] = field(default_factory=set)
+    planned: dict = field(default_factory=dict)      # TP -> PendingOffset: the pending change, as planned
+    planned_lock: threading.Lock = field(default_factory=threading.Lock)   # also taken where the poll thread reports
     unrecorded: list = field(default_factory=list)   # applied changes the state store has not taken yet
     store_error: str | None = None                    # why they wait (shown with the status)
     history_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -102,7 +108,9 @@ class StreamRegistry:
             if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
                 status = StreamStatus.STOPPED  # its consumer died with the old process
             self._streams[config.name] = _Stream(config, status, error,
-                                                 clamped=self._store.pending_clamped(config.name))
+                                                 clamped=self._store.pending_clamped(config.name),
+                                                 planned={(row.topic, row.partition): row
+                                                          for row in self._store.pending_rows(config.name)})
             if desired_running:
                 restart.append(config.name)
         for name in restart:
@@ -206,45 +214,151 @@ class StreamRegistry:
     def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
                    dry_run: bool = False) -> list[OffsetChange]:
         """Set the offset of every partition the spec targets; see the module docstring of offset_spec."""
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
-        spec = parse_offset_spec(offset)
+        _check_timeout(timeout)
+        return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", timeout, dry_run)
+
+    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False
+               ) -> list[OffsetChange]:
+        """Move the partition of history row `change_id` back to its previous offset, through set_offset's
+        gated path; the history then holds the revert, its message naming the change it reverts. A previous
+        offset the log no longer holds is clamped into [log start, log end], and the result says so."""
+        _check_timeout(timeout)
+        if isinstance(change_id, bool) or not isinstance(change_id, int) or change_id <= 0:
+            raise ConfigError(f"change_id: must be a positive integer (a history row's change_id), "
+                              f"got {change_id!r}")
+        stream = self._stream(name)
+        self._record_history(stream)
+        entry = self._store.history_entry(name, change_id)
+        if entry is None:
+            raise ConfigError(f"change_id: no change {change_id} in the history of stream {name!r}")
+        where = f"{entry.topic}:{entry.partition}"
+        if entry.status not in _OFFSET_CHANGES:
+            raise ConfigError(f"change_id: change {change_id} is a poison message set aside ({entry.status.value} "
+                              f"at {where}@{entry.offset}), not an offset change; it cannot be reverted")
+        if entry.previous_offset is None:
+            raise ConfigError(f"change_id: change {change_id} ({where} to {entry.offset}) has no previous offset "
+                              f"(the partition had none when it was applied); there is nothing to revert to")
+        note = f"revert of change {change_id}"
+        spec = OffsetSpec(partitions={(entry.topic, entry.partition): Absolute(entry.previous_offset)})
+        changes = self._move(name, spec, note, timeout, dry_run, note=note)
+        return [replace(c, message="; ".join(m for m in (note, c.message) if m)) for c in changes]
+
+    def _move(self, name: str, spec: OffsetSpec, shown: str, timeout: float, dry_run: bool,
+              note: str | None = None) -> list[OffsetChange]:
+        """Plan `spec`, record it as pending, hand it to a running stream, wait up to `timeout` (see set_offset).
+        `note` becomes the history message of the changes once applied."""
         deadline = time.monotonic() + timeout
         stream = self._stream(name)
         with stream.lock:
             runner = self._running(stream)
-            query = self._query(stream)
-            partitions = query.partitions(stream.config.topics, max(deadline - time.monotonic(), 0.1))
-            spec.check_against(partitions)
-            positions = runner.snapshot().positions if runner else {}
-            snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions,
-                                        deadline=deadline)
-            resolved = resolve(spec, snapshots, query.offsets_for_times, running=runner is not None)
-            unresolved = [r for r in resolved if r.failed]
-            if unresolved:
-                raise OffsetSpecError(f"offset {offset!r}: " + _grouped_reasons(unresolved))
-            plan = {(r.topic, r.partition): r for r in resolved}
+            resolved, _ = self._resolve(stream, runner, spec, shown, deadline)
+            order = [(r.topic, r.partition) for r in resolved]
+            unchanged = {(r.topic, r.partition): OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                                              ChangeStatus.UNCHANGED, r.message)
+                         for r in resolved if r.unchanged}   # not applied, not pending, not history
+            plan = {(r.topic, r.partition): r for r in resolved if not r.unchanged}
             if dry_run:
-                return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                     ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED, r.message)
-                        for r in resolved]
+                planned = {tp: OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                            ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED, r.message)
+                           for tp, r in plan.items()}
+                return [planned.get(tp) or unchanged[tp] for tp in order]
             offsets = {tp: r.offset for tp, r in plan.items()}
             clamped = {tp for tp, r in plan.items() if r.clamped}
-            self._store.set_pending(name, offsets, clamped)
+            previous = {tp: r.previous_offset for tp, r in plan.items()}
+            notes = {tp: "; ".join(m for m in (note, r.message if r.clamped else "") if m)
+                     for tp, r in plan.items()} if note else {}
+            self._store.set_pending(name, offsets, clamped, previous, notes)
             stream.clamped = (stream.clamped - set(plan)) | clamped  # the last call wins, per partition
-            applied, failed = runner.request_offsets(offsets, deadline - time.monotonic()) if runner else ({}, {})
-        changes = []
+            now = datetime.now(timezone.utc)
+            with stream.planned_lock:
+                stream.planned.update({tp: PendingOffset(tp[0], tp[1], offsets[tp], now, previous[tp],
+                                                         notes.get(tp)) for tp in plan})
+            applied, failed = runner.request_offsets(offsets, deadline - time.monotonic()) \
+                if runner and offsets else ({}, {})
+        changes = dict(unchanged)
         for tp, r in plan.items():
             if tp in applied:
                 status = ChangeStatus.CLAMPED if r.clamped else ChangeStatus.APPLIED
-                changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, status, r.message))
+                changes[tp] = OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, status, r.message)
             else:
                 why = ("stream is not running; applied at the first assignment after start" if runner is None
                        else failed.get(tp) or "not assigned to this stream's consumer yet (rebalance pending); "
                                               "applied when the group assigns it")
-                changes.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                            ChangeStatus.PENDING, "; ".join(m for m in (r.message, why) if m)))
-        return changes
+                changes[tp] = OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                           ChangeStatus.PENDING, "; ".join(m for m in (r.message, why) if m))
+        return [changes[tp] for tp in order]
+
+    def _resolve(self, stream: _Stream, runner: StreamRunner | None, spec: OffsetSpec, shown: str,
+                 deadline: float) -> tuple[list, dict]:
+        """Every partition the spec targets, resolved against the cluster now (stream.lock held), and the
+        snapshots of the stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved."""
+        def left() -> float:
+            return max(deadline - time.monotonic(), 0.1)
+        query = self._query(stream)
+        partitions = query.partitions(stream.config.topics, left())
+        spec.check_against(partitions)
+        positions = runner.snapshot().positions if runner else {}
+        snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions,
+                                    deadline=deadline)
+        resolved = resolve(spec, snapshots, query.offsets_for_times, running=runner is not None,
+                           lookup_group=lambda group, tps: query.group_committed(group, tps, left()))
+        unresolved = [r for r in resolved if r.failed]
+        if unresolved:
+            raise OffsetSpecError(f"{shown}: " + _grouped_reasons(unresolved))
+        return resolved, {(snap.topic, snap.partition): snap for snap in snapshots}
+
+    def check(self, name: str, offset: object = "committed", *, limit: int = 10,
+              timeout: float = 20.0) -> list[PreviewStatement]:
+        """The statements the stream's transformation makes of up to `limit` records per partition, from
+        where `offset` (any set_offset spec) resolves: Memgraph's CHECK STREAM at any offset. Read without
+        joining the stream's group and without committing; nothing is written anywhere (no sink is opened).
+        A partition the spec leaves alone is not read; one a group never committed is read from its offset."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHECK_LIMIT:
+            raise ConfigError(f"limit: must be an integer from 1 to {MAX_CHECK_LIMIT} (records per partition), "
+                              f"got {limit!r}")
+        _check_timeout(timeout)
+        spec = parse_offset_spec(offset)
+        deadline = time.monotonic() + timeout
+        stream = self._stream(name)
+        with stream.lock:
+            resolved, snapshots = self._resolve(stream, self._running(stream), spec, f"offset {offset!r}", deadline)
+        config = stream.config
+        transformation = load_stream_transformation(config)
+        starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
+        records = read_records(config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit,
+                               max(deadline - time.monotonic(), 0.1))
+        out = []
+        for tp in starts:
+            for record in records[tp]:   # one record at a time: each statement is known by its offset
+                for statement in run_transformation(transformation, [Message.from_kafka(record)],
+                                                    name=config.transform):
+                    out.append(PreviewStatement(tp[0], tp[1], record.offset(), statement.query,
+                                                plain_parameters(statement.parameters)))
+        return out
+
+    def pending(self, name: str) -> list[PendingOffset]:
+        """Offsets waiting for an assignment (a stopped stream, or partitions another member holds)."""
+        self._stream(name)
+        return self._store.pending_rows(name)
+
+    def cancel_pending(self, name: str, *, timeout: float = 10.0) -> list[PendingOffset]:
+        """Forget the stream's pending offsets: in the state store and in its running consumer; the rows
+        cancelled. One applied meanwhile (its assignment came first) is in the history, not in the result."""
+        _check_timeout(timeout)
+        stream = self._stream(name)
+        with stream.lock:
+            runner = self._running(stream)
+            if runner is not None:
+                # Its poll thread drops them between batches; an assignment it handled before that has
+                # recorded its change (and cleared its pending row) by the time this returns.
+                runner.cancel_pending(timeout)
+            self._record_history(stream)
+            cancelled = self._store.take_pending(name)
+            with stream.planned_lock:
+                for row in cancelled:
+                    stream.planned.pop((row.topic, row.partition), None)
+                    stream.clamped.discard((row.topic, row.partition))
+        return cancelled
 
     def describe(self, name: str) -> list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
@@ -400,13 +514,27 @@ class StreamRegistry:
     def _on_applied(self, stream: _Stream, changes: list[AppliedOffset]) -> None:
         """Record applied changes (poll thread, maybe inside a rebalance callback).
 
+        A partition applied at its assignment has no position before it: its
+        previous offset is the one the change was planned against. A change's note
+        (e.g. "revert of change 12") becomes its history message.
+
         A state-store failure (a busy or full disk) must not stop the stream: the
         rows wait in memory, are retried with the next change or read, and the
         stream's error says so meanwhile.
         """
-        stream.unrecorded += [(c.topic, c.partition, c.previous_offset, c.offset,
-                               ChangeStatus.CLAMPED if (c.topic, c.partition) in stream.clamped
-                               else ChangeStatus.APPLIED, None) for c in changes]
+        for c in changes:
+            tp = (c.topic, c.partition)
+            with stream.planned_lock:
+                planned = stream.planned.get(tp)
+                if planned is not None and planned.offset == c.offset:
+                    del stream.planned[tp]
+                else:
+                    planned = None
+            previous = c.previous_offset if c.previous_offset is not None or planned is None \
+                else planned.previous_offset
+            stream.unrecorded.append((c.topic, c.partition, previous, c.offset,
+                                      ChangeStatus.CLAMPED if tp in stream.clamped else ChangeStatus.APPLIED,
+                                      planned.message if planned else None))
         self._record_history(stream)
 
     def _on_set_aside(self, stream: _Stream, records: list[SetAside]) -> None:
@@ -458,6 +586,11 @@ class StreamRegistry:
                           counts.get(ChangeStatus.DEAD_LETTERED, 0), counts.get(ChangeStatus.SKIPPED, 0),
                           stream.stats.records, stream.stats.batches, stream.stats.seconds_sum,
                           stream.stats.cumulative_buckets())
+
+
+def _check_timeout(timeout: object) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
 
 
 def _grouped_reasons(resolved) -> str:

@@ -1,7 +1,7 @@
 """Where a running stream lives: on a thread of this process, or in a child process of its own.
 
 The registry drives both through one surface (start, stop, snapshot,
-request_offsets, pid, rss_bytes), so every guarantee of an offset change is
+request_offsets, cancel_pending, pid, rss_bytes), so every guarantee of an offset change is
 implemented once, in the worker, whichever way the stream runs. A stream host
 runs each stream in its own process (stream_process): a crash stays inside its
 stream, and streams do not share one GIL. Threads remain for embedding the
@@ -50,6 +50,8 @@ class StreamRunner(Protocol):
     def snapshot(self) -> WorkerSnapshot: ...
     def request_offsets(self, offsets: Mapping[TP, int], timeout: float
                         ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]: ...
+    def cancel_pending(self, timeout: float) -> dict[TP, int] | None:
+        """Drop the offsets waiting for an assignment; what was dropped, None if not confirmed in time."""
     def rss_bytes(self) -> int | None: ...
     def close(self) -> None:
         """Release what a stream that ended by itself still holds (its sink, its process)."""
@@ -100,6 +102,9 @@ class ThreadRunner:
 
     def request_offsets(self, offsets, timeout):
         return self._worker.request_offsets(offsets, timeout)
+
+    def cancel_pending(self, timeout):
+        return self._worker.cancel_pending(timeout)
 
     def rss_bytes(self) -> int | None:
         return process_rss(os.getpid())

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..offset_spec import ChangeStatus
-from ..offsets import HistoryEntry
+from ..offsets import HistoryEntry, PendingOffset
 from ..stream_info import StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
@@ -68,6 +68,8 @@ class StateStore:
             self._db.executescript(_SCHEMA)
             self._add_column("pending_offsets", "clamped", "INTEGER NOT NULL DEFAULT 0")
             self._add_column("offset_history", "message", "TEXT")
+            self._add_column("pending_offsets", "previous_offset", "INTEGER")
+            self._add_column("pending_offsets", "note", "TEXT")
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
         self._lock = threading.Lock()
@@ -83,12 +85,19 @@ class StateStore:
 
     def _write(self, *statements: tuple[str, tuple]) -> None:
         """Apply statements in one transaction: all or nothing."""
+        def run(db):
+            for sql, args in statements:
+                db.execute(sql, args)
+        self._transaction(run)
+
+    def _transaction(self, work):
+        """Run `work(db)` in one transaction (all or nothing) and return what it returns."""
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                for sql, args in statements:
-                    self._db.execute(sql, args)
+                result = work(self._db)
                 self._db.execute("COMMIT")
+                return result
             except sqlite3.Error as exc:
                 if self._db.in_transaction:  # a BEGIN that failed (database busy) left nothing to undo
                     try:
@@ -128,17 +137,33 @@ class StateStore:
 
     # -- offsets ----------------------------------------------------------
     def set_pending(self, name: str, offsets: dict[tuple[str, int], int],
-                    clamped: set[tuple[str, int]] = frozenset()) -> None:
-        """Offsets waiting to be applied; `clamped` ones were moved into the log's range when planned."""
+                    clamped: set[tuple[str, int]] = frozenset(),
+                    previous: dict[tuple[str, int], int | None] | None = None,
+                    notes: dict[tuple[str, int], str] | None = None) -> None:
+        """Offsets waiting to be applied; `clamped` ones were moved into the log's range when planned;
+        `previous`: where each partition stood then; `notes`: the history message once applied."""
         now = time.time()
+        previous, notes = previous or {}, notes or {}
         self._write(*[("INSERT OR REPLACE INTO pending_offsets (stream, topic, partition, offset, requested_at, "
-                       "clamped) VALUES (?, ?, ?, ?, ?, ?)",
-                       (name, topic, partition, offset, now, int((topic, partition) in clamped)))
+                       "clamped, previous_offset, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (name, topic, partition, offset, now, int((topic, partition) in clamped),
+                        previous.get((topic, partition)), notes.get((topic, partition))))
                       for (topic, partition), offset in offsets.items()])
 
     def pending(self, name: str) -> dict[tuple[str, int], int]:
         rows = self._read("SELECT topic, partition, offset FROM pending_offsets WHERE stream = ?", (name,))
         return {(topic, partition): offset for topic, partition, offset in rows}
+
+    def pending_rows(self, name: str) -> list[PendingOffset]:
+        return [_pending_row(row) for row in self._read(_PENDING_ROWS, (name,))]
+
+    def take_pending(self, name: str) -> list[PendingOffset]:
+        """Remove every pending offset of the stream, in one transaction; the rows removed."""
+        def take(db):
+            rows = db.execute(_PENDING_ROWS, (name,)).fetchall()
+            db.execute("DELETE FROM pending_offsets WHERE stream = ?", (name,))
+            return rows
+        return [_pending_row(row) for row in self._transaction(take)]
 
     def pending_clamped(self, name: str) -> set[tuple[str, int]]:
         rows = self._read("SELECT topic, partition FROM pending_offsets WHERE stream = ? AND clamped = 1", (name,))
@@ -160,14 +185,36 @@ class StateStore:
             self._write(*statements)
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
-        sql = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, id "
-               "FROM offset_history WHERE stream = ? ORDER BY id DESC")
+        sql = _HISTORY_ROWS + " ORDER BY id DESC"
         rows = self._read(sql + (" LIMIT ?" if limit else ""), (name, limit) if limit else (name,))
-        return [HistoryEntry(datetime.fromtimestamp(at, tz=timezone.utc), topic, partition, previous, offset,
-                             ChangeStatus(status), message, change_id)
-                for at, topic, partition, previous, offset, status, message, change_id in rows]
+        return [_history_row(row) for row in rows]
+
+    def history_entry(self, name: str, change_id: int) -> HistoryEntry | None:
+        """One row of the stream's history by its change id; None when the stream has no such row."""
+        rows = self._read(_HISTORY_ROWS + " AND id = ?", (name, change_id))
+        return _history_row(rows[0]) if rows else None
 
     def status_counts(self, name: str) -> dict[ChangeStatus, int]:
         """How many history rows of each status the stream has (e.g. messages skipped)."""
         rows = self._read("SELECT status, COUNT(*) FROM offset_history WHERE stream = ? GROUP BY status", (name,))
         return {ChangeStatus(status): count for status, count in rows}
+
+
+_PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note FROM pending_offsets "
+                 "WHERE stream = ? ORDER BY topic, partition")
+
+
+def _pending_row(row: tuple) -> PendingOffset:
+    topic, partition, offset, requested_at, previous, note = row
+    return PendingOffset(topic, partition, offset, datetime.fromtimestamp(requested_at, tz=timezone.utc), previous,
+                         note)
+
+
+_HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, id "
+                 "FROM offset_history WHERE stream = ?")
+
+
+def _history_row(row: tuple) -> HistoryEntry:
+    at, topic, partition, previous, offset, status, message, change_id = row
+    return HistoryEntry(datetime.fromtimestamp(at, tz=timezone.utc), topic, partition, previous, offset,
+                        ChangeStatus(status), message, change_id)

@@ -14,7 +14,7 @@ within its stop timeout, then exits. Ctrl-C at the host's terminal reaches
 the whole process group; children ignore it and wait for the host's stop.
 
 Messages are tuples. Host to child: ("stop", timeout), ("snapshot", id),
-("offsets", id, offsets, timeout). Child to host: ("started", pid),
+("offsets", id, offsets, timeout), ("cancel_pending", id, timeout). Child to host: ("started", pid),
 ("start_failed", reason), ("status", value, error), ("applied", changes),
 ("set_aside", records), ("stats", BatchStats), ("reply", id, value), ("ended", cause) where cause is None when the stream
 ended by itself (its status says why), else why the process is leaving.
@@ -132,6 +132,10 @@ class ProcessRunner:
     def request_offsets(self, offsets, timeout):
         answer = self._ask(("offsets", dict(offsets), timeout), timeout + REPLY_GRACE_S)
         return answer if answer is not None else ({}, {})
+
+    def cancel_pending(self, timeout):
+        """The child's answer comes after any change it applied before the cancel (one ordered pipe)."""
+        return self._ask(("cancel_pending", timeout), timeout + REPLY_GRACE_S)
 
     def rss_bytes(self) -> int | None:
         return process_rss(self.pid) if self._running else None
@@ -325,10 +329,15 @@ def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host: 
         if kind == "snapshot":
             send(("reply", message[1], runner.snapshot()))
         elif kind == "offsets":
-            request_id, offsets, timeout = message[1:]
-            threading.Thread(target=lambda: send(("reply", request_id, runner.request_offsets(offsets, timeout))),
-                             daemon=True).start()
+            _answer_later(send, message[1], runner.request_offsets, *message[2:])
+        elif kind == "cancel_pending":
+            _answer_later(send, message[1], runner.cancel_pending, *message[2:])
     return None
+
+
+def _answer_later(send, request_id: int, call, *args) -> None:
+    """Answer a request that waits (for the poll thread) on a thread of its own, so the pipe keeps being read."""
+    threading.Thread(target=lambda: send(("reply", request_id, call(*args))), daemon=True).start()
 
 
 def _exit_within(seconds: float) -> None:

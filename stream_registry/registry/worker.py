@@ -131,6 +131,14 @@ class _OffsetRequest:
                 self.failed[tp] = reason
 
 
+class _CancelRequest:
+    """Forget every pending offset (poll thread); `cancelled` holds what was dropped once `done` is set."""
+
+    def __init__(self):
+        self.cancelled: dict[TP, int] = {}
+        self.done = threading.Event()
+
+
 class StreamWorker:
     def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
                  pending: Mapping[TP, int] | None = None, events: StreamEvents = StreamEvents(),
@@ -219,6 +227,13 @@ class StreamWorker:
         request.done.wait(max(timeout, 0.0))
         applied = dict(request.applied)
         return applied, {tp: why for tp, why in dict(request.failed).items() if tp not in applied}
+
+    def cancel_pending(self, timeout: float) -> dict[TP, int] | None:
+        """Have the poll thread drop every offset still waiting for an assignment; what it dropped, or None
+        when it did not get to it within `timeout` (it still will, between batches)."""
+        request = _CancelRequest()
+        self._control.put(request)
+        return dict(request.cancelled) if request.done.wait(max(timeout, 0.0)) else None
 
     # -- the poll thread ----------------------------------------------------
     def _run(self) -> None:
@@ -407,6 +422,14 @@ class StreamWorker:
                 request = self._control.get_nowait()
             except queue.Empty:
                 break
+            if isinstance(request, _CancelRequest):
+                with self._state_lock:
+                    request.cancelled, self._pending = self._pending, {}
+                for waiting in self._requests:   # no caller waits for them any more (set_offset timed out)
+                    waiting.done.set()
+                self._requests = []
+                request.done.set()
+                continue
             self._requests = [r for r in self._requests if not r.done.is_set()]
             self._requests.append(request)
             with self._state_lock:
