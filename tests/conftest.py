@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import Producer
@@ -34,6 +35,19 @@ class KafkaCluster:
             for future in futures.values():
                 future.result(30)
         return name
+
+    @contextmanager
+    def quick_rebalance(self, delay_ms: int = 200):
+        """A short initial rebalance delay on the embedded brokers (as group.initial.rebalance.delay.ms, 3 s by
+        default) while fresh groups join: their first assignment comes at once. No-op on a real cluster."""
+        if self.embedded is None:
+            yield
+            return
+        self.embedded.set_initial_rebalance_delay(delay_ms)
+        try:
+            yield
+        finally:
+            self.embedded.set_initial_rebalance_delay(3000)
 
     def produce(self, topic: str, count: int, *, partitions: int | None = None, payload=None,
                 timestamp_ms=None, key=None) -> None:

@@ -28,6 +28,13 @@ from stream_registry.graph.transform import Statement
 from stream_registry.registry.worker import RetryPolicy
 
 
+@pytest.fixture(autouse=True, scope="module")
+def quick_rebalance(kafka):
+    """Restarted streams rejoin an empty group: no initial rebalance delay to wait each time."""
+    with kafka.quick_rebalance():
+        yield
+
+
 def http(host: HostProcess) -> httpx.Client:
     return httpx.Client(base_url=host.url, timeout=30)
 

@@ -38,14 +38,11 @@ QUERY_MODULES = ROOT / "query_modules"
 
 @pytest.fixture(scope="module")
 def lag_host(kafka, tmp_path_factory):
-    if kafka.embedded is not None:
-        kafka.embedded.set_initial_rebalance_delay(200)   # streams here join fresh groups; do not wait 3 s
-    host = HostProcess(tmp_path_factory.mktemp("lag") / "state",
-                       extra_args=("--lag-sample-interval", str(INTERVAL))).start()
-    yield host
-    host.stop()
-    if kafka.embedded is not None:
-        kafka.embedded.set_initial_rebalance_delay(3000)
+    with kafka.quick_rebalance():   # streams here join fresh groups; do not wait 3 s
+        host = HostProcess(tmp_path_factory.mktemp("lag") / "state",
+                           extra_args=("--lag-sample-interval", str(INTERVAL))).start()
+        yield host
+        host.stop()
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,8 @@ MINUTE_MS = 60_000
 @pytest.fixture(autouse=True)
 def quick_rebalance(kafka):
     """Fresh groups here: no need to wait the brokers' initial rebalance delay (3 s) for the first assignment."""
-    if kafka.embedded is not None:
-        kafka.embedded.set_initial_rebalance_delay(200)
-    yield
-    if kafka.embedded is not None:
-        kafka.embedded.set_initial_rebalance_delay(3000)
+    with kafka.quick_rebalance():
+        yield
 
 
 @pytest.fixture
@@ -216,6 +213,7 @@ def test_pending_lists_and_cancels_on_a_stopped_stream(kafka, registry, memory_s
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
     _create(kafka, registry, topic)
+    registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     assert registry.pending("orders") == []
     before = time.time()
     registry.set_offset("orders", {f"{topic}:0": 4, f"{topic}:1": "latest"})
@@ -240,6 +238,7 @@ def test_cancel_reaches_a_running_streams_consumer(kafka, registry, memory_sinks
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
     _create(kafka, registry, topic)
+    registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     registry.start("orders")
     changes = registry.set_offset("orders", 8, timeout=1.0)
     assert {c.status for c in changes} == {ChangeStatus.PENDING}, "assigned already: the test cannot tell"

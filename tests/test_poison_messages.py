@@ -36,6 +36,12 @@ CONNECT_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__co
 TOPIC_AUTHORIZATION_FAILED = 29
 
 
+@pytest.fixture(autouse=True, scope="module")
+def quick_rebalance(kafka):
+    with kafka.quick_rebalance():
+        yield
+
+
 # -- the bisection, as plain Python -----------------------------------------------------------
 def _deliver(n: int, poison: set[int], transient_calls: set[int] = frozenset()):
     written, aside, calls = [], [], [0]

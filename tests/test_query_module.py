@@ -112,11 +112,8 @@ def connected(host, monkeypatch):
 @pytest.fixture(scope="module")
 def quick_rebalance(kafka):
     """Stop/start cycles rejoin an empty group: keep the broker's initial delay short here."""
-    if kafka.embedded is not None:
-        kafka.embedded.set_initial_rebalance_delay(200)
-    yield
-    if kafka.embedded is not None:
-        kafka.embedded.set_initial_rebalance_delay(3000)
+    with kafka.quick_rebalance():
+        yield
 
 
 def create(memgraph, name, topic, bootstrap, out: Path, **options):

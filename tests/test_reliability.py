@@ -268,8 +268,12 @@ def test_a_partition_without_a_leader_refuses_the_change_instead_of_using_offset
         finally:
             embedded_kafka.broker_up(leader)
         assert registry.history("orders") == []
-        wait_until(lambda: {c.status.value for c in registry.set_offset("orders", 3)} == {"pending"}, 20,
-                   what="the change once the leader is back")
+        def accepted() -> bool:   # refused (naming the partition) until the clients see the leader again
+            try:
+                return {c.status.value for c in registry.set_offset("orders", 3)} == {"pending"}
+            except StreamError:
+                return False
+        wait_until(accepted, 30, what="the change once the leader is back")
     finally:
         registry.close()
 

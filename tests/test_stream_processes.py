@@ -20,11 +20,19 @@ import uuid
 
 import httpx
 import psutil
+import pytest
 
 from host_helpers import ROOT, HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 BATCH = 20
+
+
+@pytest.fixture(autouse=True, scope="module")
+def quick_rebalance(kafka):
+    """Restarted streams rejoin an empty group: no initial rebalance delay to wait each time."""
+    with kafka.quick_rebalance():
+        yield
 
 
 def http(host: HostProcess) -> httpx.Client:

@@ -20,7 +20,8 @@ from host_helpers import HostProcess
 from mgstreams.host import ui
 from stream_helpers import FAST_REJOIN, wait_until
 from stream_registry.lag import LagSecondsMethod, Verdict
-from stream_registry.lag.collector import ChangePoint, LagPoint, PartitionLag, StreamLag
+from stream_registry.lag.collector import LagPoint, PartitionLag, StreamLag
+from stream_registry.lag.verdict import OffsetChangeMark
 from stream_registry.stream_info import StreamStatus
 
 NOW = 1_800_000_000.0
@@ -58,7 +59,7 @@ def stream_lag(name: str, status: Verdict, message: str = "every partition OK", 
 def test_page_lists_streams_draws_an_hour_and_marks_changes():
     points = [LagPoint(NOW - 4000, 999, 9.0, 0.0, Verdict.OK)] + \
         [LagPoint(NOW - 3000 + 300 * i, 10 * i, float(i), 1.0, Verdict.OK) for i in range(10)]
-    changes = [ChangePoint(7, NOW - 1200, "orders", 0, 50, 0), ChangePoint(3, NOW - 5000, "orders", 0, 9, 1)]
+    changes = [OffsetChangeMark(7, NOW - 1200, "orders", 0, 50, 0), OffsetChangeMark(3, NOW - 5000, "orders", 0, 9, 1)]
     html = ui.page([stream_lag("orders", Verdict.REWIND, "orders:0: set_stream_offset moved it back"),
                     stream_lag("evil", Verdict.STOP, "<script>alert(1)</script>", lag=4)],
                    lambda name: (points, changes) if name == "orders" else ([], []), NOW)

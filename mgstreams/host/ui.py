@@ -2,7 +2,7 @@
 
 Everything is drawn here, on the server, as HTML and inline SVG: no JavaScript
 and no third-party CSS. The page reloads itself every few seconds. Functions
-over the lag sampler's values (StreamLag, LagPoint, ChangePoint), so the page is
+over the lag sampler's values (StreamLag, LagPoint, OffsetChangeMark), so the page is
 tested without a browser as well as in one.
 """
 from __future__ import annotations
@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 from html import escape
 from typing import Callable, Sequence
 
-from stream_registry.lag.collector import ChangePoint, LagPoint, StreamLag
+from stream_registry.lag.collector import LagPoint, StreamLag
+from stream_registry.lag.verdict import OffsetChangeMark
 
 HOUR_S = 3600.0
 WIDTH, HEIGHT = 720, 160
@@ -31,7 +32,7 @@ svg text { font-size: 10px; fill: #555; } .muted { color: #777; font-size: 0.85r
 """
 
 
-def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoint], list[ChangePoint]]],
+def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoint], list[OffsetChangeMark]]],
          now: float, refresh_s: float = 5.0) -> str:
     """The whole page: a summary table, then one section per stream."""
     at = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -52,7 +53,7 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
             f"{summary}{sections}</body></html>")
 
 
-def _section(s: StreamLag, points: list[LagPoint], changes: list[ChangePoint], now: float) -> str:
+def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMark], now: float) -> str:
     partitions = "".join(
         f'<tr data-partition="{escape(p.topic)}:{p.partition}"><td>{escape(p.topic)}</td><td>{p.partition}</td>'
         f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{p.lag}</td>"
@@ -74,7 +75,7 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[ChangePoint], n
             f"</thead><tbody>{partitions}</tbody></table></section>")
 
 
-def chart(points: Sequence[tuple[float, float]], changes: Sequence[ChangePoint], now: float, *, kind: str,
+def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeMark], now: float, *, kind: str,
           title: str, unit: str = "") -> str:
     """An SVG line chart of (time, value) over the hour before `now`, with a dashed marker per change."""
     start = now - HOUR_S

@@ -31,6 +31,10 @@ _TRANSIENT = {"_UNKNOWN_PARTITION", "_TRANSPORT", "_TIMED_OUT", "_WAIT_COORD", "
               "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
 # After a leader election the admin client can keep asking with the old leader epoch: start a new one.
 _STALE_LEADER = {"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
+# No leader known: once its broker is back, the admin client may still wait out its reconnect backoff (up to
+# reconnect.backoff.max.ms, 10 s): a new one connects at once. Renewed at most this often.
+_LEADERLESS = {"LEADER_NOT_AVAILABLE"}
+_RENEW_ADMIN_S = 1.0
 
 
 class PartitionQuery:
@@ -48,6 +52,7 @@ class PartitionQuery:
                            else IsolationLevel.READ_COMMITTED)
         self._bootstrap_servers = bootstrap_servers
         self._admin: AdminClient | None = None
+        self._admin_since = 0.0
         self._admin_client()  # made now, not on first use: a starting stream's first offset change must not wait
         self._lock = threading.Lock()
         self.timeout = timeout
@@ -121,6 +126,7 @@ class PartitionQuery:
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
+            self._admin_since = time.monotonic()
             self._admin = new_admin({**self._client_config, "bootstrap.servers": self._bootstrap_servers},
                                     self._secrets)
         return self._admin
@@ -264,7 +270,8 @@ class PartitionQuery:
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
             code = err.name() if isinstance(err, KafkaError) else None
-            if code in _STALE_LEADER:
+            if code in _STALE_LEADER or (code in _LEADERLESS and
+                                         time.monotonic() - self._admin_since >= _RENEW_ADMIN_S):
                 self._admin = None
             if code in _TRANSIENT and time.monotonic() + _RETRY_S < deadline:
                 time.sleep(_RETRY_S)

@@ -92,22 +92,11 @@ class LagPoint:
     status: Verdict
 
 
-@dataclass(frozen=True)
-class ChangePoint:
-    """An offset change applied to a stream, for chart markers."""
-    change_id: int | None
-    at: float
-    topic: str
-    partition: int
-    previous_offset: int | None
-    offset: int
-
-
 @dataclass
 class _Tracked:
     name: str
     samples: dict[TP, deque] = field(default_factory=dict)
-    changes: deque = field(default_factory=deque)          # ChangePoint, the last hour
+    changes: deque = field(default_factory=deque)          # OffsetChangeMark, the last hour
     changes_total: int | None = None
     last_change_id: int = 0
     points: deque = field(default_factory=deque)           # LagPoint, the last hour
@@ -188,7 +177,7 @@ class LagCollector:
             tracked = sorted(self._tracked.values(), key=lambda t: t.name)
         return [t.latest for t in tracked if t.latest is not None]
 
-    def series(self, name: str) -> tuple[list[LagPoint], list[ChangePoint]]:
+    def series(self, name: str) -> tuple[list[LagPoint], list[OffsetChangeMark]]:
         """The stream's totals over the last hour and the offset changes applied meanwhile, oldest first."""
         self._registry.get(name)
         tracked = self._track(name)
@@ -256,8 +245,7 @@ class LagCollector:
                     history.clear()
                 history.append(sample)
                 window = list(history)[-self._window:]
-                marks = [OffsetChangeMark(c.change_id, c.at, c.topic, c.partition, c.previous_offset, c.offset)
-                         for c in t.changes if (c.topic, c.partition) == tp]
+                marks = [c for c in t.changes if (c.topic, c.partition) == tp]
                 verdict = evaluate(window, marks, window=self._window)
                 verdicts[tp] = verdict
                 seconds, method = self._seconds(t, list(history), record, now)
@@ -370,7 +358,7 @@ class LagCollector:
         applied = [e for e in reversed(new) if e.status in OFFSET_CHANGES]   # oldest first
         t.changes_total += len(applied)
         horizon = self._clock() - self._keep_s
-        t.changes.extend(ChangePoint(getattr(e, "change_id", None), e.changed_at.timestamp(), e.topic, e.partition,
+        t.changes.extend(OffsetChangeMark(getattr(e, "change_id", None), e.changed_at.timestamp(), e.topic, e.partition,
                                      e.previous_offset, e.offset)
                          for e in applied if e.changed_at.timestamp() >= horizon)
 
