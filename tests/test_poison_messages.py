@@ -328,6 +328,9 @@ def test_through_the_host_the_counts_reach_the_api_and_the_file_holds_every_othe
                 [(0, 25), (1, 1)]
             rows = {(r["partition"], r["stored_offset"]) for r in api.get("/streams/orders/offsets").json()}
             assert rows == {(0, 40), (1, 40)}   # exactly-once: the stored offsets pass the messages set aside
+            metrics = api.get("/metrics").text
+            assert 'mgstreams_dead_letter_records_total{stream="orders"} 2.0' in metrics
+            assert 'mgstreams_skipped_records_total{stream="orders"} 0.0' in metrics
         # the operator's view: describe's caption counts them, history names each with its error
         env = {**os.environ, "MGSTREAMS_URL": host.url}
         described = subprocess.run([sys.executable, "-m", "mgstreams", "describe", "orders"], env=env,

@@ -11,7 +11,7 @@ mgstreams' own: `mgstreams_stream_up`, `mgstreams_stream_status` (one series
 with the stream's status, `{status, stream}`, and one with its lag verdict,
 `{stream, verdict}`), `mgstreams_stream_resident_memory_bytes`,
 `mgstreams_stream_restarts`, `mgstreams_offset_changes_total`,
-`mgstreams_dead_letter_records_total`, `mgstreams_records_total`,
+`mgstreams_dead_letter_records_total`, `mgstreams_skipped_records_total`, `mgstreams_records_total`,
 `mgstreams_batches_total` and the `mgstreams_batch_seconds` histogram (batches
 written since the host started, every run of the stream added up).
 """
@@ -46,6 +46,9 @@ class RegistryCollector(Collector):
                                      labels=["stream"])
         dead = CounterMetricFamily("mgstreams_dead_letter_records",
                                    "Messages the stream sent to its dead-letter topic", labels=["stream"])
+        skipped = CounterMetricFamily("mgstreams_skipped_records",
+                                      "Poison messages the stream skipped (errors.tolerance all, no dead-letter topic)",
+                                      labels=["stream"])
         records = CounterMetricFamily("mgstreams_records", "Messages the stream wrote to its sink (committed)",
                                       labels=["stream"])
         batches = CounterMetricFamily("mgstreams_batches", "Batches the stream wrote to its sink", labels=["stream"])
@@ -59,6 +62,7 @@ class RegistryCollector(Collector):
             if info.rss_bytes is not None:
                 rss.add_metric([info.name], float(info.rss_bytes))
             dead.add_metric([info.name], float(info.dead_lettered))
+            skipped.add_metric([info.name], float(info.skipped))
             records.add_metric([info.name], float(info.records))
             batches.add_metric([info.name], float(info.batches))
             if info.batch_seconds_buckets:
@@ -66,7 +70,7 @@ class RegistryCollector(Collector):
                 batch_seconds.add_metric([info.name], [(le, float(n)) for le, n in zip(bounds,
                                                                                        info.batch_seconds_buckets)],
                                          info.batch_seconds_sum)
-        yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead)
+        yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead, skipped)
 
     def _lag_metrics(self, status: GaugeMetricFamily):
         offset = GaugeMetricFamily("kafka_consumergroup_group_offset", "The group's committed offset of a partition",
