@@ -20,7 +20,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
@@ -76,8 +75,6 @@ class _Stream:
     query: PartitionQuery | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     clamped: set[TP] = field(default_factory=set)
-    planned: dict = field(default_factory=dict)      # TP -> PendingOffset: the pending change, as planned
-    planned_lock: threading.Lock = field(default_factory=threading.Lock)   # also taken where the poll thread reports
     unrecorded: list = field(default_factory=list)   # applied changes the state store has not taken yet
     store_error: str | None = None                    # why they wait (shown with the status)
     history_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -108,9 +105,7 @@ class StreamRegistry:
             if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
                 status = StreamStatus.STOPPED  # its consumer died with the old process
             self._streams[config.name] = _Stream(config, status, error,
-                                                 clamped=self._store.pending_clamped(config.name),
-                                                 planned={(row.topic, row.partition): row
-                                                          for row in self._store.pending_rows(config.name)})
+                                                 clamped=self._store.pending_clamped(config.name))
             if desired_running:
                 restart.append(config.name)
         for name in restart:
@@ -269,10 +264,6 @@ class StreamRegistry:
                      for tp, r in plan.items()} if note else {}
             self._store.set_pending(name, offsets, clamped, previous, notes)
             stream.clamped = (stream.clamped - set(plan)) | clamped  # the last call wins, per partition
-            now = datetime.now(timezone.utc)
-            with stream.planned_lock:
-                stream.planned.update({tp: PendingOffset(tp[0], tp[1], offsets[tp], now, previous[tp],
-                                                         notes.get(tp)) for tp in plan})
             applied, failed = runner.request_offsets(offsets, deadline - time.monotonic()) \
                 if runner and offsets else ({}, {})
         changes = dict(unchanged)
@@ -354,10 +345,7 @@ class StreamRegistry:
                 runner.cancel_pending(timeout)
             self._record_history(stream)
             cancelled = self._store.take_pending(name)
-            with stream.planned_lock:
-                for row in cancelled:
-                    stream.planned.pop((row.topic, row.partition), None)
-                    stream.clamped.discard((row.topic, row.partition))
+            stream.clamped -= {(row.topic, row.partition) for row in cancelled}
         return cancelled
 
     def describe(self, name: str) -> list[PartitionOffsets]:
@@ -515,21 +503,24 @@ class StreamRegistry:
         """Record applied changes (poll thread, maybe inside a rebalance callback).
 
         A partition applied at its assignment has no position before it: its
-        previous offset is the one the change was planned against. A change's note
-        (e.g. "revert of change 12") becomes its history message.
+        previous offset is the one the change was planned against, as its pending
+        row in the state store says. A change's note (e.g. "revert of change 12")
+        becomes its history message.
 
         A state-store failure (a busy or full disk) must not stop the stream: the
         rows wait in memory, are retried with the next change or read, and the
         stream's error says so meanwhile.
         """
+        try:
+            pending = {(row.topic, row.partition): row for row in self._store.pending_rows(stream.config.name)}
+        except Exception as exc:   # the store unreadable: recorded without what the plan said, not dropped
+            log.warning("stream %s: %s", stream.config.name, exc)
+            pending = {}
         for c in changes:
             tp = (c.topic, c.partition)
-            with stream.planned_lock:
-                planned = stream.planned.get(tp)
-                if planned is not None and planned.offset == c.offset:
-                    del stream.planned[tp]
-                else:
-                    planned = None
+            planned = pending.get(tp)
+            if planned is not None and planned.offset != c.offset:
+                planned = None
             previous = c.previous_offset if c.previous_offset is not None or planned is None \
                 else planned.previous_offset
             stream.unrecorded.append((c.topic, c.partition, previous, c.offset,
