@@ -96,6 +96,14 @@ def kafka():
         yield KafkaCluster(cluster.bootstrap_servers, cluster)
 
 
+@pytest.fixture(scope="module")
+def quick_rebalance(kafka):
+    """For a module whose streams keep joining fresh or emptied groups (restarts, new streams): no initial
+    rebalance delay to wait each time."""
+    with kafka.quick_rebalance():
+        yield
+
+
 @pytest.fixture
 def embedded_kafka(kafka):
     if kafka.embedded is None:

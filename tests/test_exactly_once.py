@@ -28,11 +28,7 @@ from stream_registry.graph.transform import Statement
 from stream_registry.registry.worker import RetryPolicy
 
 
-@pytest.fixture(autouse=True, scope="module")
-def quick_rebalance(kafka):
-    """Restarted streams rejoin an empty group: no initial rebalance delay to wait each time."""
-    with kafka.quick_rebalance():
-        yield
+pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 
 
 def http(host: HostProcess) -> httpx.Client:

@@ -36,10 +36,7 @@ CONNECT_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__co
 TOPIC_AUTHORIZATION_FAILED = 29
 
 
-@pytest.fixture(autouse=True, scope="module")
-def quick_rebalance(kafka):
-    with kafka.quick_rebalance():
-        yield
+pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 
 
 # -- the bisection, as plain Python -----------------------------------------------------------

@@ -109,13 +109,6 @@ def connected(host, monkeypatch):
     return host
 
 
-@pytest.fixture(scope="module")
-def quick_rebalance(kafka):
-    """Stop/start cycles rejoin an empty group: keep the broker's initial delay short here."""
-    with kafka.quick_rebalance():
-        yield
-
-
 def create(memgraph, name, topic, bootstrap, out: Path, **options):
     # A group of its own: on the embedded cluster a group whose member stopped takes ~44 s to rebalance.
     group = f"qm_{name}_{uuid.uuid4().hex[:8]}"

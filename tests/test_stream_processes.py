@@ -28,11 +28,7 @@ from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_
 BATCH = 20
 
 
-@pytest.fixture(autouse=True, scope="module")
-def quick_rebalance(kafka):
-    """Restarted streams rejoin an empty group: no initial rebalance delay to wait each time."""
-    with kafka.quick_rebalance():
-        yield
+pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 
 
 def http(host: HostProcess) -> httpx.Client:

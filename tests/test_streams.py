@@ -20,11 +20,7 @@ TRANSFORM = "stream_helpers.offsets_transform"
 FAST_RETRY = RetryPolicy(attempts=3, first_backoff_s=0.05, max_backoff_s=0.1)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def quick_rebalance(kafka):
-    """Restarted streams rejoin an empty group: no initial rebalance delay to wait each time."""
-    with kafka.quick_rebalance():
-        yield
+pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 
 
 @pytest.fixture
