@@ -499,8 +499,8 @@ class BoltSink(_Closing):
                 raise
             except Exception as exc:
                 self._abandon()
-                raise SinkError(f"sink {self.scheme}://{self.host}:{self.port}: reading the stored offsets "
-                                f"failed: {type(exc).__name__}: {exc}") from None
+                raise SinkError(f"sink {self._where()}: reading the stored offsets failed: "
+                                f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}") from None
         return {(topic, partition): offset for topic, partition, offset in rows}
 
     def run_autocommit(self, query: str, parameters: Mapping[str, Any] | None = None) -> None:
@@ -509,7 +509,7 @@ class BoltSink(_Closing):
         as CREATE INDEX and CREATE CONSTRAINT. Not retried. SinkError when the connection cannot be made
         (saying so), or naming the statement with the server's message; the next write is one
         transaction per batch again."""
-        secrets = [s for s in (self._password.reveal(),) if s]
+        secrets = self._secrets()
         with self._lock:
             try:
                 conn = self._connection()
@@ -585,8 +585,7 @@ class BoltSink(_Closing):
                 pass
 
     def _failure(self, count: int, attempts: int, exc: Exception) -> SinkError:
-        secrets = [s for s in (self._password.reveal(),) if s]
-        detail = redact(f"{type(exc).__name__}: {exc}", secrets)
+        detail = redact(f"{type(exc).__name__}: {exc}", self._secrets())
         kind = "transient " if is_transient(exc) else ""
         return SinkError(f"sink {self._where()}: a batch of {count} statements was not applied after "
                          f"{attempts} attempt(s), {kind}error {detail}", transient=bool(kind),
@@ -600,6 +599,9 @@ class BoltSink(_Closing):
                     conn.close()
                 except Exception:
                     pass
+
+    def _secrets(self) -> list[str]:
+        return [s for s in (self._password.reveal(),) if s]
 
     def _where(self) -> str:
         return f"{self.scheme}://{self.host}:{self.port}"
