@@ -26,7 +26,7 @@ from typing import Callable
 
 from ..errors import StreamError
 from ..offset_spec import ChangeStatus
-from ..registry.registry import StreamRegistry, stored_config
+from ..registry.registry import StreamRegistry
 from ..stream_info import StreamInfo, StreamStatus
 from ..kafka.timestamps import FirstRecord, FirstRecords
 from .seconds import LagSecondsMethod, extrapolated, from_timestamp
@@ -326,7 +326,7 @@ class LagCollector:
     def _reader(self, t: _Tracked, info: StreamInfo) -> FirstRecords | None:
         if t.reader is None and t.reader_error is None:
             try:
-                config = stored_config(self._registry.state_dir, info.name)   # the secrets the reader needs
+                config = self._registry.config(info.name)   # the secrets the reader needs
                 t.reader = FirstRecords(config.bootstrap_servers, {**config.configs, **config.kafka_credentials()},
                                         config.secret_values())
             except StreamError as exc:
@@ -358,11 +358,11 @@ class LagCollector:
         applied = [e for e in reversed(new) if e.status in OFFSET_CHANGES]   # oldest first
         t.changes_total += len(applied)
         horizon = self._clock() - self._keep_s
-        t.changes.extend(OffsetChangeMark(getattr(e, "change_id", None), e.changed_at.timestamp(), e.topic, e.partition,
-                                     e.previous_offset, e.offset)
+        t.changes.extend(OffsetChangeMark(e.change_id, e.changed_at.timestamp(), e.topic, e.partition,
+                                          e.previous_offset, e.offset)
                          for e in applied if e.changed_at.timestamp() >= horizon)
 
 
 def _change_id(entry) -> int:
-    """A history row's id (rows recorded before ids were reported count as 0: seen)."""
-    return getattr(entry, "change_id", None) or 0
+    """A history row's id (0 for a row without one: seen)."""
+    return entry.change_id or 0

@@ -179,6 +179,11 @@ class StreamRegistry:
     def get(self, name: str) -> StreamInfo:
         return self._info(self._stream(name))
 
+    def config(self, name: str) -> StreamConfig:
+        """The stream's configuration, secrets included: for helpers in this process that connect as the
+        stream does (the lag sampler's reader), never for an answer to a client."""
+        return self._stream(name).config
+
     def close(self) -> None:
         """Stop every consumer of this process; streams keep their desired state for the next start."""
         with self._lock:
