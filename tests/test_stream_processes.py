@@ -177,6 +177,38 @@ def test_with_restart_never_an_aborting_stream_stays_in_error_naming_the_abort(h
             "error": "restart: expected one of 'on-failure', 'never', got 'sometimes'"}
 
 
+def test_a_preview_whose_transformation_aborts_ends_the_preview_not_the_host(host, kafka, tmp_path):
+    """CHECK STREAM runs the stream's transformation too: in a stream host it runs in a process of its own."""
+    topic = kafka.new_topic(partitions=1)
+    other_topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 6, partitions=1, payload=lambda i: b"abort:always" if i == 3 else b"{}")
+    kafka.produce(other_topic, 20, partitions=1)
+    other_out = tmp_path / "other.cypherl"
+    with http(host) as api:
+        api.post("/streams", json=stream_body(kafka, "orders", topic, tmp_path / "out.cypherl")).raise_for_status()
+        api.post("/streams", json=stream_body(kafka, "other", other_topic, other_out)).raise_for_status()
+        api.put("/streams/other/start").raise_for_status()
+        wait_until(lambda: offsets_of(other_out).get(0) == list(range(20)), 30, what="the other stream delivering")
+        other_pid = api.get("/streams/other").json()["pid"]
+        before = api.get("/streams/orders").json()
+
+        crashed = api.post("/streams/orders/check", json={"offset": "earliest", "limit": 10})
+        assert crashed.status_code == 409, crashed.text
+        assert crashed.json()["error"] == ("check: the preview's process killed by signal 6 (SIGABRT) while "
+                                           "running transformation 'stream_helpers.crashing_transform'; "
+                                           "nothing was changed")
+        assert host.proc.poll() is None and api.get("/health").status_code == 200
+        past = api.post("/streams/orders/check", json={"offset": {f"{topic}:0": 4}, "limit": 10})
+        assert past.status_code == 200 and [r["offset"] for r in past.json()] == [4, 5]
+        assert api.get("/streams/orders").json() == before
+        kafka.produce(other_topic, 5, partitions=1)
+        wait_until(lambda: offsets_of(other_out).get(0) == list(range(25)), 30, what="the other stream going on")
+        assert api.get("/streams/other").json()["pid"] == other_pid
+        spawned = [p for p in psutil.Process(host.proc.pid).children(recursive=True)
+                   if p.pid != other_pid and "spawn_main" in " ".join(p.cmdline())]
+        assert all(gone(p.pid) for p in spawned), "no preview process is left behind"
+
+
 def test_stream_processes_end_with_their_host_sigterm_or_sigkill(tmp_path, kafka):
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 100, partitions=2)

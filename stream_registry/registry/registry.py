@@ -25,14 +25,13 @@ from pathlib import Path
 from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
 from ..kafka.queries import PartitionQuery
-from ..kafka.sample import read_records
-from ..graph.transform import Message, plain_parameters, run_transformation
 from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
 from ..redaction import mask_all, redact
 from ..resume_point import resume_offsets
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
 from .runner import Isolation, StreamRunner, ThreadRunner, load_stream_transformation
+from .preview import preview, preview_in_child
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
@@ -318,19 +317,10 @@ class StreamRegistry:
         stream = self._stream(name)
         with stream.lock:
             resolved, snapshots = self._resolve(stream, self._running(stream), spec, f"offset {offset!r}", deadline)
-        config = stream.config
-        transformation = load_stream_transformation(config)
         starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
-        records = read_records(config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit,
-                               max(deadline - time.monotonic(), 0.1))
-        out = []
-        for tp in starts:
-            for record in records[tp]:   # one record at a time: each statement is known by its offset
-                for statement in run_transformation(transformation, [Message.from_kafka(record)],
-                                                    name=config.transform):
-                    out.append(PreviewStatement(tp[0], tp[1], record.offset(), statement.query,
-                                                plain_parameters(statement.parameters)))
-        return out
+        run = preview_in_child if self._isolation == Isolation.PROCESS else preview
+        return run(stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit,
+                   max(deadline - time.monotonic(), 0.1))
 
     def pending(self, name: str) -> list[PendingOffset]:
         """Offsets waiting for an assignment (a stopped stream, or partitions another member holds)."""
