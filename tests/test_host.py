@@ -205,6 +205,14 @@ def test_bad_requests_are_400_naming_the_field_and_change_nothing(host, kafka, t
             assert response.status_code == 400 and response.json() == \
                 {"error": f"limit: must be a positive integer, got '{limit}'"}
 
+        # a body over 1 MiB is refused before the host holds it all, declared (Content-Length) or chunked
+        huge = json.dumps({"offset": {f"{topic}:{p}": 0 for p in range(60_000)}}).encode()
+        for response in (api.patch("/streams/orders/offsets", content=huge),
+                         api.patch("/streams/orders/offsets", content=iter([huge[i:i + 65536]
+                                                                            for i in range(0, len(huge), 65536)]))):
+            assert response.status_code == 413 and response.json() == {
+                "error": "body: larger than 1048576 bytes, the most the host reads"}, response.text
+
         assert api.get("/streams").json() == [before]
         assert api.get("/streams/orders/offsets").json() == offsets_before
         assert api.get("/streams/orders/history").json() == []

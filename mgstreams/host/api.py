@@ -3,8 +3,9 @@
 Handlers are thin: read the request, call the registry in a worker thread (its
 calls block: an offset change waits for the rebalance), encode the result.
 Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 404
-unknown stream, 409 state conflict, 503 Kafka did not answer; 500 only for a
-bug, and even then no traceback and no secret reaches the client.
+unknown stream, 409 state conflict, 413 a body over 1 MiB, 503 Kafka did not
+answer; 500 only for a bug, and even then no traceback and no secret reaches
+the client.
 """
 from __future__ import annotations
 
@@ -46,10 +47,15 @@ DEFAULT_CHECK_TIMEOUT_MS = 20_000
 DEFAULT_TIMEOUT_MS = 10_000
 MAX_TIMEOUT_MS = 3_600_000
 MAX_LIMIT = 2 ** 63 - 1
+MAX_BODY_BYTES = 1 << 20   # an offset map for 50,000 partitions fits; a client cannot make the host hold more
 
 
 class BadRequest(ConfigError):
     """The request itself (body, query string) is malformed."""
+
+
+class BodyTooLarge(BadRequest):
+    """The request body is larger than the host reads (413)."""
 
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
@@ -189,7 +195,7 @@ def _name(request: Request) -> str:
 async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str, ...],
                 empty_ok: bool = False) -> dict[str, Any]:
     """The JSON object of the request; with `empty_ok`, no body at all is {} (every field has a default)."""
-    raw = await request.body()
+    raw = await _capped_body(request)
     if empty_ok and not raw.strip():
         return {}
     try:
@@ -209,6 +215,21 @@ async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str,
         if field not in body:
             raise BadRequest(f"{field}: required")
     return body
+
+
+async def _capped_body(request: Request) -> bytes:
+    """The body, read no further than MAX_BODY_BYTES (a declared length is refused before reading)."""
+    too_large = BodyTooLarge(f"body: larger than {MAX_BODY_BYTES} bytes, the most the host reads")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _timeout(body: dict[str, Any], default_ms: int = DEFAULT_TIMEOUT_MS) -> float:
@@ -259,6 +280,8 @@ def _error(message: str, status: int, headers: dict[str, str] | None = None) -> 
 def _status_of(exc: StreamError) -> int:
     if isinstance(exc, StreamNotFound):
         return 404
+    if isinstance(exc, BodyTooLarge):
+        return 413
     if isinstance(exc, ConfigError):
         return 400
     if isinstance(exc, KafkaOperationError):
