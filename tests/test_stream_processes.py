@@ -194,9 +194,8 @@ def test_a_preview_whose_transformation_aborts_ends_the_preview_not_the_host(hos
 
         crashed = api.post("/streams/orders/check", json={"offset": "earliest", "limit": 10})
         assert crashed.status_code == 409, crashed.text
-        assert crashed.json()["error"] == ("check: the preview's process killed by signal 6 (SIGABRT) while "
-                                           "running transformation 'stream_helpers.crashing_transform'; "
-                                           "nothing was changed")
+        assert crashed.json()["error"] == ("check: the preview of transformation 'stream_helpers.crashing_transform':"
+                                           " its process killed by signal 6 (SIGABRT); nothing was changed")
         assert host.proc.poll() is None and api.get("/health").status_code == 200
         past = api.post("/streams/orders/check", json={"offset": {f"{topic}:0": 4}, "limit": 10})
         assert past.status_code == 200 and [r["offset"] for r in past.json()] == [4, 5]
@@ -207,6 +206,29 @@ def test_a_preview_whose_transformation_aborts_ends_the_preview_not_the_host(hos
         spawned = [p for p in psutil.Process(host.proc.pid).children(recursive=True)
                    if p.pid != other_pid and "spawn_main" in " ".join(p.cmdline())]
         assert all(gone(p.pid) for p in spawned), "no preview process is left behind"
+
+
+def test_a_transformation_module_that_aborts_at_import_is_refused_at_create_and_the_host_goes_on(tmp_path, kafka):
+    """Creating a stream imports its transformation to check it: a stream host does that in a child process."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "aborts_at_import.py").write_text("import os\nos.abort()\n\ndef transform(messages):\n    return []\n")
+    (modules / "fine.py").write_text("def transform(messages):\n    return []\n")
+    topic = kafka.new_topic(partitions=1)
+    host = HostProcess(tmp_path / "state", env={"MGSTREAMS_QUERY_MODULES_DIR": str(modules)}).start()
+    try:
+        with http(host) as api:
+            refused = api.post("/streams", json=stream_body(kafka, "orders", topic, tmp_path / "out.cypherl",
+                                                            transform="aborts_at_import.transform"))
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"] == ("transform: importing 'aborts_at_import.transform': its process "
+                                               "killed by signal 6 (SIGABRT); nothing was changed")
+            assert host.proc.poll() is None and api.get("/streams").json() == []
+            api.post("/streams", json=stream_body(kafka, "orders", topic, tmp_path / "out.cypherl",
+                                                  transform="fine.transform")).raise_for_status()
+            assert [s["name"] for s in api.get("/streams").json()] == ["orders"]
+    finally:
+        host.stop()
 
 
 def test_stream_processes_end_with_their_host_sigterm_or_sigkill(tmp_path, kafka):

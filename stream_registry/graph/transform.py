@@ -186,9 +186,7 @@ def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[
     `subprocess.run`, `builtins.eval` or a name a module merely imports are
     refused). Ship the path, not the function, to other processes (Spark executors).
     """
-    if not isinstance(path, str) or not _DOTTED_PATH.match(path):
-        raise TransformError(f"transform: expected 'module.function', got {path!r}")
-    module_name, function_name = path.rsplit(".", 1)
+    module_name, function_name = _split(path)
     dirs = _search_dirs(search_dirs)
     with _mgp_registration():
         module = _import_module(path, module_name, dirs)
@@ -212,6 +210,11 @@ def transform_packages() -> tuple[str, ...]:
     return (*BUILTIN_PACKAGES, *(p for p in listed if p))
 
 
+def is_builtin(path: str) -> bool:
+    """A transformation of stream_registry.builtin_transformations: the project's own code, not a user's."""
+    return isinstance(path, str) and "." in path and _in_packages(path.rsplit(".", 1)[0], BUILTIN_PACKAGES)
+
+
 def _in_packages(module_name: str, packages: Sequence[str]) -> bool:
     return any(module_name == p or module_name.startswith(p + ".") for p in packages)
 
@@ -227,23 +230,52 @@ def _search_dirs(explicit: Sequence[str]) -> list[str]:
 _FROM_QUERY_MODULES: dict[str, Any] = {}
 
 
-def _import_module(path: str, module_name: str, dirs: Sequence[str]):
+def locate_transformation(path: str, search_dirs: Sequence[str] = ()) -> None:
+    """The checks load_transformation makes before it imports anything (the name's form, where the module may
+    come from, shadowing); TransformError when one fails. A stream host makes them itself, then imports in a
+    child process."""
+    _locate(path, _split(path)[0], _search_dirs(search_dirs))
+
+
+def _split(path: object) -> tuple[str, str]:
+    """(module, function) of a `module.function` name."""
+    if not isinstance(path, str) or not _DOTTED_PATH.match(path):
+        raise TransformError(f"transform: expected 'module.function', got {path!r}")
+    module_name, function_name = path.rsplit(".", 1)
+    return module_name, function_name
+
+
+def _locate(path: str, module_name: str, dirs: Sequence[str]) -> Path | None:
+    """None for a module of an allowed package (imported by name), else the query module's file."""
     packages = transform_packages()
     if _in_packages(module_name, packages):
-        return _import_allowed(path, module_name)
-    loaded = _FROM_QUERY_MODULES.get(module_name)
-    if loaded is not None and sys.modules.get(module_name) is loaded:
-        return loaded
+        return None
+    if _loaded_by_us(module_name):
+        return Path(_FROM_QUERY_MODULES[module_name].__file__)
     relative = Path(*module_name.split(".")).with_suffix(".py")
     for directory in dirs:
         candidate = Path(directory) / relative
         if candidate.is_file():
             _refuse_shadowing(path, module_name, candidate)
-            return _load_file(path, module_name, candidate)
+            return candidate
     raise TransformError(f"transform {path!r}: refused: module {module_name!r} is not one transformations may "
                          f"come from: the packages {', '.join(packages)} (the host's {TRANSFORM_PACKAGES_ENV} "
                          f"adds more) and the query modules directories {list(dirs)!r} (no {str(relative)!r} "
                          f"there; pass search_dirs or set {QUERY_MODULES_ENV})")
+
+
+def _loaded_by_us(module_name: str) -> bool:
+    loaded = _FROM_QUERY_MODULES.get(module_name)
+    return loaded is not None and sys.modules.get(module_name) is loaded
+
+
+def _import_module(path: str, module_name: str, dirs: Sequence[str]):
+    file = _locate(path, module_name, dirs)
+    if file is None:
+        return _import_allowed(path, module_name)
+    if _loaded_by_us(module_name):
+        return _FROM_QUERY_MODULES[module_name]
+    return _load_file(path, module_name, file)
 
 
 def _import_allowed(path: str, module_name: str):

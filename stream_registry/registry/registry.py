@@ -23,15 +23,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
-from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError
+from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError, TransformError
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
 from ..redaction import mask_all, redact
 from ..resume_point import resume_offsets
+from ..graph.transform import is_builtin
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
-from .runner import Isolation, StreamRunner, ThreadRunner, load_stream_transformation
-from .preview import preview, preview_in_child
+from .runner import Isolation, StreamRunner, ThreadRunner, check_stream_transformation
+from .one_shot import call_in_child
+from .preview import preview
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
@@ -43,6 +45,7 @@ from .worker import AppliedOffset, RetryPolicy, StreamEvents, WorkerSnapshot
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
 _OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that fulfil a pending offset
+CHECK_IMPORT_TIMEOUT_S = 60.0   # importing a transformation's module at create (a large ML library takes long)
 MAX_CHECK_LIMIT = 1000   # records per partition a preview reads at most (they are all held in memory)
 
 
@@ -123,7 +126,7 @@ class StreamRegistry:
         with self._lock:
             if config.name in self._streams:
                 raise ConfigError(f"name: a stream named {config.name!r} already exists")
-        load_stream_transformation(config)
+        self._check_transformation(config)
         try:
             validate_sink_uri(config.sink, self._output_policy())
         except StreamError as exc:
@@ -318,9 +321,12 @@ class StreamRegistry:
         with stream.lock:
             resolved, snapshots = self._resolve(stream, self._running(stream), spec, f"offset {offset!r}", deadline)
         starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
-        run = preview_in_child if self._isolation == Isolation.PROCESS else preview
-        return run(stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit,
-                   max(deadline - time.monotonic(), 0.1))
+        args = (stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit,
+                max(deadline - time.monotonic(), 0.1))
+        if self._isolation == Isolation.PROCESS:
+            return call_in_child(preview, *args, timeout=args[-1], secrets=stream.config.secret_values(),
+                                 what=f"check: the preview of transformation {stream.config.transform!r}")
+        return preview(*args)
 
     def pending(self, name: str) -> list[PendingOffset]:
         """Offsets waiting for an assignment (a stopped stream, or partitions another member holds)."""
@@ -544,6 +550,20 @@ class StreamRegistry:
                 return
             del stream.unrecorded[:len(rows)]
             stream.store_error = None
+
+    def _check_transformation(self, config: StreamConfig) -> None:
+        """Import the transformation to refuse a bad one at create. A stream host imports a user's module in a
+        child process (its top-level code runs there, never in the host); the built-ins are the project's own."""
+        if self._isolation == Isolation.PROCESS and not is_builtin(config.transform):
+            check_stream_transformation(config, import_it=False)
+            what = f"transform: importing {config.transform!r}"
+            try:
+                call_in_child(check_stream_transformation, config, timeout=CHECK_IMPORT_TIMEOUT_S, what=what,
+                              secrets=config.secret_values())
+            except TransformError as exc:   # it died: a bad transformation all the same
+                raise ConfigError(str(exc)) from None
+        else:
+            check_stream_transformation(config)
 
     def _output_policy(self) -> OutputPolicy:
         """Where this registry's file sinks may write: $MGSTREAMS_OUTPUT_DIRS, else <state dir>/output."""

@@ -20,7 +20,7 @@ import psutil
 from ..config import Delivery, StreamConfig
 from ..errors import ConfigError, StreamError
 from ..graph.sinks import OutputPolicy, open_sink
-from ..graph.transform import load_transformation
+from ..graph.transform import load_transformation, locate_transformation
 from ..stream_info import StreamStatus
 from .worker import RetryPolicy, StreamEvents, StreamWorker, WorkerSnapshot
 
@@ -123,8 +123,23 @@ def load_stream_transformation(config: StreamConfig):
     try:
         return load_transformation(config.transform, search_dirs=query_module_dirs())
     except StreamError as exc:
-        text = str(exc)
-        raise ConfigError(text if text.startswith("transform") else f"transform: {text}") from None
+        raise ConfigError(_named_transform(str(exc))) from None
+
+
+def _named_transform(text: str) -> str:
+    return text if text.startswith("transform") else f"transform: {text}"
+
+
+def check_stream_transformation(config: StreamConfig, *, import_it: bool = True) -> None:
+    """load_stream_transformation for its errors only (what a child process can send back); without
+    `import_it`, only the checks made before importing (locate_transformation)."""
+    if import_it:
+        load_stream_transformation(config)
+        return
+    try:
+        locate_transformation(config.transform, search_dirs=query_module_dirs())
+    except StreamError as exc:
+        raise ConfigError(_named_transform(str(exc))) from None
 
 
 def query_module_dirs() -> list[str]:
