@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError
-from .redaction import mask_all, mask_secrets, redact, secret_values
+from .redaction import mask_all, mask_secrets, redact, redact_error, secret_values
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")    # \Z, not $: "a\n" is no name
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+\Z")
@@ -93,7 +93,7 @@ class StreamConfig:
         try:
             self._normalise()
         except ConfigError as exc:
-            raise ConfigError(redact(str(exc), _secrets_of(self.configs, self.credentials))) from None
+            raise ConfigError(redact_error(str(exc), _secrets_of(self.configs, self.credentials))) from None
 
     def _normalise(self) -> None:
         if isinstance(self.topics, str):
@@ -119,8 +119,9 @@ class StreamConfig:
             object.__setattr__(self, "dead_letter_topic", None)
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={self._shown(f.name)!r}" for f in fields(self))
-        return redact(f"StreamConfig({shown})", self.secret_values())
+        secrets = self.secret_values()   # values only: a secret `consumer` leaves the name consumer_group whole
+        shown = ", ".join(f"{f.name}={redact(repr(self._shown(f.name)), secrets)}" for f in fields(self))
+        return f"StreamConfig({shown})"
 
     __str__ = __repr__
 
@@ -164,7 +165,7 @@ class StreamConfig:
         try:
             self._validate()
         except ConfigError as exc:
-            raise ConfigError(redact(str(exc), self.secret_values())) from None
+            raise ConfigError(redact_error(str(exc), self.secret_values())) from None
 
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name) or len(self.name) > MAX_NAME_LENGTH:

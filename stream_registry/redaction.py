@@ -20,6 +20,8 @@ _SECRET_KEY = re.compile(
 # `key=value` pairs inside a secret config string (sasl.oauthbearer.config: "clientId=a clientSecret=b").
 _PAIR = re.compile(r"([\w.-]+)\s*=\s*([^\s,;]+)")
 MIN_SECRET_LENGTH = 3
+# A field name and its key, as errors begin: `consumer_group: `, `configs['fetch.min.bytes']: `.
+_FIELD_PREFIX = re.compile(r"[A-Za-z_]\w*(?:\[[^\]\s]*\])?: ")
 
 
 def is_secret_key(key: str) -> bool:
@@ -53,6 +55,15 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         if len(secret) >= MIN_SECRET_LENGTH:
             text = text.replace(secret, MASK)
     return text
+
+
+def redact_error(text: str, secrets: Iterable[str]) -> str:
+    """`redact` for a `field: reason` message, leaving the field's name whole: it is ours, never a secret
+    (a secret `consumer` must not turn `consumer_group: …` into `****_group: …`, which names no field)."""
+    match = _FIELD_PREFIX.match(text)
+    if match is None:
+        return redact(text, secrets)
+    return match.group(0) + redact(text[match.end():], secrets)
 
 
 def _scrubbed(value: object, secrets: list[str]) -> object:

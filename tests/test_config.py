@@ -47,3 +47,16 @@ def test_default_group_is_per_stream_and_secrets_are_masked():
     with pytest.raises(ConfigError) as info:
         _config(configs={"group.id": "x", "sasl.password": "hunter2-secret"}).validate()
     assert "hunter2-secret" not in str(info.value)
+
+
+def test_a_secret_that_is_part_of_a_field_name_leaves_the_field_named():
+    """Found by test_fuzz: an OAUTHBEARER config of `consumer` turned the error into `****_group: …`."""
+    config = StreamConfig(name="s", topics=["t"], bootstrap_servers="localhost:9092", transform="m.f",
+                          sink="null://", consumer_group="", configs={"sasl.oauthbearer.config": "consumer"})
+    with pytest.raises(ConfigError) as exc:
+        config.validate()
+    assert str(exc.value) == "consumer_group: '' is not a valid group id"
+    assert "consumer_group=''" in repr(config) and "'sasl.oauthbearer.config': '****'" in repr(config)
+    with pytest.raises(ConfigError, match=r"^configs\['group.id'\]: .*'\*\*\*\*'"):
+        StreamConfig(name="s", topics=["t"], bootstrap_servers="h:1", transform="m.f", sink="null://",
+                     configs={"group.id": "consumer", "sasl.oauthbearer.config": "consumer"}).validate()

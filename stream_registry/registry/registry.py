@@ -27,7 +27,7 @@ from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, 
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
-from ..redaction import mask_all, redact
+from ..redaction import mask_all, redact, redact_error
 from ..resume_point import resume_offsets
 from ..graph.transform import is_builtin
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
@@ -130,7 +130,7 @@ class StreamRegistry:
         try:
             validate_sink_uri(config.sink, self._output_policy())
         except StreamError as exc:
-            raise ConfigError(redact(str(exc), config.secret_values())) from None
+            raise ConfigError(redact_error(str(exc), config.secret_values())) from None
         with self._open_query(config) as query:
             query.partitions(config.topics)
         with self._lock:
