@@ -31,7 +31,8 @@ from ..redaction import mask_all, redact, redact_error
 from ..resume_point import resume_offsets
 from ..graph.transform import is_builtin
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
-from .runner import Isolation, StreamRunner, ThreadRunner, check_stream_transformation
+from .runner import (Isolation, StreamRunner, ThreadRunner, check_stream_transformation,
+                     locate_stream_transformation)
 from .one_shot import call_in_child
 from .preview import preview
 from .state_lock import StateLock
@@ -321,10 +322,10 @@ class StreamRegistry:
         with stream.lock:
             resolved, snapshots = self._resolve(stream, self._running(stream), spec, f"offset {offset!r}", deadline)
         starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
-        args = (stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit,
-                max(deadline - time.monotonic(), 0.1))
+        left = max(deadline - time.monotonic(), 0.1)
+        args = (stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit, left)
         if self._isolation == Isolation.PROCESS:
-            return call_in_child(preview, *args, timeout=args[-1], secrets=stream.config.secret_values(),
+            return call_in_child(preview, *args, timeout=left, secrets=stream.config.secret_values(),
                                  what=f"check: the preview of transformation {stream.config.transform!r}")
         return preview(*args)
 
@@ -555,7 +556,7 @@ class StreamRegistry:
         """Import the transformation to refuse a bad one at create. A stream host imports a user's module in a
         child process (its top-level code runs there, never in the host); the built-ins are the project's own."""
         if self._isolation == Isolation.PROCESS and not is_builtin(config.transform):
-            check_stream_transformation(config, import_it=False)
+            locate_stream_transformation(config)
             what = f"transform: importing {config.transform!r}"
             try:
                 call_in_child(check_stream_transformation, config, timeout=CHECK_IMPORT_TIMEOUT_S, what=what,

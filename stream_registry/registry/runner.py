@@ -130,12 +130,13 @@ def _named_transform(text: str) -> str:
     return text if text.startswith("transform") else f"transform: {text}"
 
 
-def check_stream_transformation(config: StreamConfig, *, import_it: bool = True) -> None:
-    """load_stream_transformation for its errors only (what a child process can send back); without
-    `import_it`, only the checks made before importing (locate_transformation)."""
-    if import_it:
-        load_stream_transformation(config)
-        return
+def check_stream_transformation(config: StreamConfig) -> None:
+    """load_stream_transformation for its errors only (what a child process can send back)."""
+    load_stream_transformation(config)
+
+
+def locate_stream_transformation(config: StreamConfig) -> None:
+    """The checks load_stream_transformation makes before importing anything (locate_transformation)."""
     try:
         locate_transformation(config.transform, search_dirs=query_module_dirs())
     except StreamError as exc:
