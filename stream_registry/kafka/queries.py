@@ -176,18 +176,23 @@ class PartitionQuery:
             out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
         return out
 
-    def offsets_for_times(self, queries: list[tuple[str, int, int]]) -> dict[TP, int | None]:
+    def offsets_for_times(self, queries: list[tuple[str, int, int]],
+                          deadline: float | None = None) -> dict[TP, int | None]:
         """First offset with timestamp >= ts per partition, None where there is none.
 
         The broker's answer is checked: when it says "none" but the partition's
         last record is at or after the time (brokers without a time index, such
         as the embedded cluster), the offset is found by binary search over
-        record timestamps instead of trusting the answer.
+        record timestamps instead of trusting the answer. The whole lookup ends
+        by `deadline` (time.monotonic(); default: `timeout` from now) or raises
+        KafkaOperationError saying so.
         """
         if not queries:
             return {}
+        deadline = time.monotonic() + self.timeout if deadline is None else deadline
         answer = self._call(lambda: self._consumer.offsets_for_times(
-            [TopicPartition(t, p, ts) for t, p, ts in queries], timeout=self.timeout), "offsets for times")
+            [TopicPartition(t, p, ts) for t, p, ts in queries], timeout=_left(deadline)),
+            "offsets for times", timeout=_left(deadline))
         wanted = {(t, p): ts for t, p, ts in queries}
         out: dict[TP, int | None] = {}
         for tp in answer:
@@ -198,7 +203,7 @@ class PartitionQuery:
             if tp.offset >= 0:
                 out[key] = tp.offset
             elif tp.offset == RD_OFFSET_END or tp.offset < 0:
-                out[key] = self._search_by_time(tp.topic, tp.partition, wanted[key])
+                out[key] = self._search_by_time(tp.topic, tp.partition, wanted[key], deadline)
         return out
 
     def snapshots(self, tps: Iterable[TP], positions: Mapping[TP, int] | None = None,
@@ -213,49 +218,85 @@ class PartitionQuery:
                                   positions.get((t, p))) for t, p in tps]
 
     # -- internals --------------------------------------------------------
-    def _search_by_time(self, topic: str, partition: int, ts: int) -> int | None:
-        low, high = self.watermarks([(topic, partition)])[(topic, partition)]
+    def _search_by_time(self, topic: str, partition: int, ts: int, deadline: float) -> int | None:
+        """Binary search over record timestamps: O(log n) probes, each bounded by `deadline`.
+
+        Offsets are not contiguous (transaction markers, aborted or compacted
+        records): a probe at `mid` answers the first record at or after it, so
+        each step either finds the records of [mid, hi) to start at or after the
+        time (the answer is that record or lies below mid) or moves `lo` past
+        `mid`; the interval shrinks every step whatever the gaps.
+        """
+        low, high = self.watermarks([(topic, partition)], _left(deadline))[(topic, partition)]
         if high <= low:
             return None
         reader = new_consumer({**self._client_config, "bootstrap.servers": self._bootstrap_servers,
                                "group.id": "mgstreams-time-probe", "enable.auto.commit": False,
                                "enable.partition.eof": True, "fetch.wait.max.ms": 10}, self._secrets)
         try:
-            last = self._record_at_or_after(reader, topic, partition, high - 1, high, backwards=True)
+            last = self._last_record(reader, topic, partition, low, high, deadline)
             if last is None or last[1] < ts:
                 return None
-            lo, hi = low, last[0]  # invariant: the answer lies in [lo, hi]
+            best, lo, hi = last[0], low, last[0]   # the answer is `best` or a record in [lo, hi)
             while lo < hi:
                 mid = (lo + hi) // 2
-                record = self._record_at_or_after(reader, topic, partition, mid, hi + 1)
-                if record is None or record[1] >= ts:
-                    hi = mid if record is None else min(hi, record[0])
+                record = self._record_at_or_after(reader, topic, partition, mid, hi, deadline)
+                if record is None:            # [mid, hi) holds no record
+                    hi = mid
+                elif record[1] >= ts:         # [mid, record) holds none: the answer is record or below mid
+                    best, hi = record[0], mid
                 else:
                     lo = record[0] + 1
-            return lo
+            return best
         finally:
             reader.close()
 
-    def _record_at_or_after(self, reader: Consumer, topic: str, partition: int, offset: int, end: int,
-                            backwards: bool = False) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after `offset` (below `end`).
-
-        With backwards=True, steps back from `offset` until a record is found
-        (the last offsets of a partition may be transaction markers).
-        """
-        start = offset
-        while start >= 0:
-            reader.assign([TopicPartition(topic, partition, start)])
-            msg = reader.poll(self.timeout)
-            if msg is None:
-                raise KafkaOperationError(f"timed out reading {topic}:{partition} at {start}",
-                                          topic=topic, partition=partition)
-            if msg.error() is None and msg.offset() < end:
-                return msg.offset(), msg.timestamp()[1]
-            if not backwards:
-                return None  # partition EOF, or the first record is past `end`
-            start -= 1
+    def _last_record(self, reader: Consumer, topic: str, partition: int, low: int, high: int,
+                     deadline: float) -> tuple[int, int] | None:
+        """The last record below `high`, in windows ending where the last one began, doubling (the last
+        offsets of a partition may be transaction markers or aborted records): O(log n) probes."""
+        end, width = high, 1
+        while end > low:
+            start = max(low, end - width)
+            found = None
+            for found in self._records(reader, topic, partition, start, end, deadline):
+                pass
+            if found is not None:
+                return found
+            end, width = start, width * 2
         return None
+
+    def _record_at_or_after(self, reader: Consumer, topic: str, partition: int, offset: int, end: int,
+                            deadline: float) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `offset` and below `end`, None if there is none."""
+        return next(self._records(reader, topic, partition, offset, end, deadline), None)
+
+    def _records(self, reader: Consumer, topic: str, partition: int, offset: int, end: int, deadline: float):
+        """(offset, timestamp) of the records in [offset, end), read from one assignment."""
+        if offset >= end:
+            return
+        reader.assign([TopicPartition(topic, partition, offset)])
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KafkaOperationError(f"offset by time of {topic}:{partition}: not found within the "
+                                          f"deadline (reading at offset {offset})", code="_TIMED_OUT",
+                                          topic=topic, partition=partition)
+            msg = reader.poll(min(left, self.timeout))
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is None:
+                if msg.offset() >= end:
+                    return
+                yield msg.offset(), msg.timestamp()[1]
+                if msg.offset() + 1 >= end:
+                    return
+            elif error.code() == KafkaError._PARTITION_EOF:
+                return
+            elif not error.retriable():
+                raise KafkaOperationError(f"offset by time of {topic}:{partition}: {error.str()}",
+                                          code=error.name(), topic=topic, partition=partition)
 
     def _call(self, fn, what: str, *, field: str | None = None, topic: str | None = None,
               partition: int | None = None, timeout: float | None = None):
@@ -280,3 +321,7 @@ class PartitionQuery:
             prefix = f"{field}: " if field else ""
             raise KafkaOperationError(f"{prefix}{what} failed: {redact(text, self._secrets)} ({code})",
                                       code=code, topic=topic, partition=partition)
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.1)
