@@ -35,6 +35,20 @@ class SinkError(StreamError):
         self.transient, self.rejected = transient, rejected
 
 
+class StoredOffsetsConflict(SinkError):
+    """An exactly-once batch does not continue from the offsets its sink stores: nothing was written.
+
+    `stored` maps (topic, partition) to the next offset the sink holds for the
+    batch's partitions (a partition absent from it has none stored): the
+    caller realigns there (seek, and a new batch from those offsets) instead of
+    retrying the same batch. Neither transient nor the messages' fault.
+    """
+
+    def __init__(self, message: str, *, stored: dict):
+        super().__init__(message)
+        self.stored = dict(stored)
+
+
 class KafkaOperationError(StreamError):
     """A Kafka call failed; carries the Kafka error code and the partition it concerns."""
 

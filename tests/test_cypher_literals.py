@@ -83,7 +83,14 @@ class LiteralParser:
             out.append(char)
             self.pos += 1
 
+    def comment(self):
+        """A block comment (Memgraph skips it): cypher_literals puts one holding a quote around a backticked key
+        that mgconsole's splitter would otherwise cut (console_safe_name)."""
+        if self.text.startswith("/*", self.pos):
+            self.pos = self.text.index("*/", self.pos) + 2
+
     def entry(self):
+        self.comment()
         if self.text.startswith("`", self.pos):
             end = self.pos + 1
             while True:
@@ -97,6 +104,7 @@ class LiteralParser:
         else:
             match = re.compile(r"[A-Za-z_][A-Za-z0-9_]*").match(self.text, self.pos)
             key, self.pos = match.group(), match.end()
+        self.comment()
         self.expect(": ")
         return key, self.value()
 

@@ -55,7 +55,7 @@ def test_without_an_output_policy_a_file_sink_writes_where_it_is_told(tmp_path, 
     validate_sink_uri(f"cypherl://{target}")
     with open_sink(f"cypherl://{target}") as sink:
         sink.write([Statement("RETURN 1")])
-    assert target.read_text() == "RETURN 1;\n"
+    assert [line for line in target.read_text().splitlines() if not line.startswith("//")] == ["RETURN 1;"]
 
 
 def test_validation_never_touches_the_file_system_or_network(tmp_path, monkeypatch):
@@ -80,23 +80,31 @@ def test_cypherl_appends_one_line_per_statement_and_creates_the_directory(tmp_pa
         sink.write([Statement("MERGE (n:A {id: $id})", {"id": 1}),
                     Statement("MATCH (n:A {id: $id})\nSET n.v = $v;", {"id": 1, "v": "multi\nline 'quoted'"})])
         sink.write([Statement("RETURN $x", {"x": [1.5, None]})])
-    assert path.read_text(encoding="utf-8").splitlines() == [
+    assert statements_in(path) == [
         "MERGE (n:A {id: 1});",
         "MATCH (n:A {id: 1}) SET n.v = \"multi\\nline \\'quoted\\'\";",
         "RETURN [1.5, null];",
     ]
     with open_sink(f"cypherl://{path}") as again:                     # reopening appends
         again.write([Statement("RETURN 2")])
-    assert path.read_text().splitlines()[-1] == "RETURN 2;"
+    assert statements_in(path)[-1] == "RETURN 2;"
+    lines = path.read_text().splitlines()
+    assert lines[0] == "// mgstreams-batch 0 00000000" and lines[-1].startswith("// mgstreams-batch ")
+    assert sum(line.startswith("// mgstreams-batch ") for line in lines) == 4   # the file's, then one a batch
+
+
+def statements_in(path) -> list[str]:
+    """The statement lines of a cypherl file, without its frame lines (comments)."""
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("//")]
 
 
 def test_cypherl_writes_a_batch_with_a_single_write(tmp_path, monkeypatch):
     calls = []
-    real_write = os.write
+    real_writev = os.writev
     sink = CypherlSink(str(tmp_path / "out.cypherl"))
-    monkeypatch.setattr(sinks.os, "write", lambda fd, data: calls.append(len(data)) or real_write(fd, data))
+    monkeypatch.setattr(sinks.os, "writev", lambda fd, data: calls.append(len(data)) or real_writev(fd, data))
     sink.write([Statement("RETURN $i", {"i": i}) for i in range(500)])
-    assert len(calls) == 1
+    assert calls == [2]    # the batch and its frame line, in one call
     sink.close()
 
 
@@ -106,25 +114,28 @@ def test_cypherl_batch_that_cannot_be_rendered_writes_nothing(tmp_path):
     sink.write([Statement("RETURN 1")])
     with pytest.raises(SinkError, match=r"statement 1 of the batch: parameter \$x: float nan"):
         sink.write([Statement("RETURN 2"), Statement("RETURN $x", {"x": float("nan")})])
-    assert path.read_text() == "RETURN 1;\n"
+    assert statements_in(path) == ["RETURN 1;"]
 
 
 def test_cypherl_failed_write_is_cut_back_to_the_previous_size(tmp_path, monkeypatch):
     path = tmp_path / "out.cypherl"
     sink = CypherlSink(str(path))
     sink.write([Statement("RETURN 1")])
-    real_write = os.write
+    real_writev = os.writev
+    before = path.read_bytes()
 
-    def half_then_fail(fd, data, state={"n": 0}):
+    def half_then_fail(fd, buffers, state={"n": 0}):
         state["n"] += 1
         if state["n"] == 1:
-            return real_write(fd, bytes(data[:len(data) // 2]))
+            return os.write(fd, bytes(buffers[0][:len(buffers[0]) // 2]))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(sinks.os, "write", half_then_fail)
-    with pytest.raises(SinkError, match="No space left on device"):
+    monkeypatch.setattr(sinks.os, "writev", half_then_fail)
+    with pytest.raises(SinkError, match="No space left on device") as failed:
         sink.write([Statement("RETURN $s", {"s": "x" * 1000})])
-    assert path.read_text() == "RETURN 1;\n"
+    assert failed.value.transient, "a full disk is the sink's trouble, retried, never a message's fault"
+    assert path.read_bytes() == before
+    monkeypatch.setattr(sinks.os, "writev", real_writev)
 
 
 def test_cypherl_fsync_option(tmp_path, monkeypatch):
@@ -132,9 +143,10 @@ def test_cypherl_fsync_option(tmp_path, monkeypatch):
     monkeypatch.setattr(sinks.os, "fsync", synced.append)
     with open_sink(f"cypherl://{tmp_path}/a.cypherl?fsync=true") as sink:
         sink.write([Statement("RETURN 1")])
+    assert len(synced) == 2    # the new file's first frame, then the batch
     with open_sink(f"cypherl://{tmp_path}/b.cypherl") as sink:
         sink.write([Statement("RETURN 1")])
-    assert len(synced) == 1
+    assert len(synced) == 2
 
 
 def test_cypherl_after_close_is_an_error(tmp_path):
@@ -154,6 +166,8 @@ class FakeCursor:
         self.conn.log.append(("execute", query, parameters))
         failure = self.conn.server.failures.pop(0) if self.conn.server.failures else None
         if failure is not None:
+            if getattr(failure, "breaks_session", False):   # pymgclient marks the connection CONN_STATUS_BAD
+                self.conn.status = mgclient.CONN_STATUS_BAD
             raise failure
 
 
@@ -161,6 +175,7 @@ class FakeConnection:
     def __init__(self, server, kwargs):
         self.server, self.kwargs, self.log = server, kwargs, server.log
         self.autocommit = True
+        self.status = mgclient.CONN_STATUS_READY
 
     def cursor(self):
         assert self.autocommit is False, "a batch must run in an explicit transaction"
@@ -259,8 +274,12 @@ def test_bolt_retries_the_whole_batch_after_a_transient_failure(server):
 
 
 def test_bolt_reconnects_after_a_lost_connection_with_exponential_backoff(server):
-    lost = mgclient.DatabaseError("failed to receive chunk size: connection closed by peer")
-    server.failures = [lost, lost, lost]
+    """pymgclient 1.6 raises TransientError for a transport failure; before, a DatabaseError on a session it then
+    marks bad (CONN_STATUS_BAD). Both are a lost connection, by type and state, whatever the text says."""
+    lost = mgclient.TransientError("failed to receive chunk size: connection closed by peer")
+    old_driver_lost = mgclient.DatabaseError("Query failed")
+    old_driver_lost.breaks_session = True
+    server.failures = [lost, old_driver_lost, lost]
     slept = []
     BoltSink("h", connect=server.connect, sleep=slept.append, backoff_s=0.1, max_backoff_s=0.25).write(BATCH[:1])
     assert len(server.connects) == 4 and server.count("commit") == 1

@@ -141,7 +141,44 @@ def _key(key: Any, name: str) -> str:
            for c in key):
         raise SinkError(f"parameter {name}: map key {key!r} holds a control character, "
                         f"which a Cypher name cannot escape")
-    return "`" + key.replace("`", "``") + "`"
+    return console_safe_name("`" + key.replace("`", "``") + "`", name)
+
+
+def console_safe_name(backticked: str, name: str) -> str:
+    """A backticked name that mgconsole splits where Memgraph does.
+
+    mgconsole's line splitter (`ParseLine` in memgraph/mgconsole) knows quotes
+    and backslash escapes but not backticks: a `;` in a name ends its statement
+    there, a quote in it opens a string. So, when the name needs it, a comment
+    holding one quote character (`/*"*/`, which Memgraph skips) is put before
+    it, to have mgconsole read the name as quoted, and another after it, to
+    close what the name left open. A name no such prefix can carry (it has a
+    `;` outside every quoting it can start in) is an error naming it.
+    """
+    if not any(c in backticked for c in ";'\"\\"):
+        return backticked
+    for opening in ("", '"', "'"):
+        closing = _console_state_after(backticked, opening)
+        if closing is not None:
+            return "".join((f"/*{opening}*/" if opening else "", backticked, f"/*{closing}*/" if closing else ""))
+    raise SinkError(f"parameter {name}: name {backticked} cannot be written so that mgconsole reads it "
+                    f"(a ';' outside the quotes its splitter sees); rename the key")
+
+
+def _console_state_after(text: str, quote: str) -> str | None:
+    """The quote mgconsole is in after `text`, entering in `quote` ('' for none); None if it would end the
+    statement inside `text` (mgconsole's ParseLine, memgraph/mgconsole src/utils/utils.cpp)."""
+    escaped = False
+    for c in text:
+        if quote and c == "\\":
+            escaped = not escaped
+            continue
+        if (not quote and c in "\"'") or (not escaped and c == quote):
+            quote = "" if quote else c
+        elif not quote and c == ";":
+            return None
+        escaped = False
+    return quote
 
 
 def _temporal(value: dt.date | dt.time | dt.timedelta, name: str) -> str:
@@ -252,7 +289,7 @@ def _template(query: str) -> tuple[tuple[bool, str], ...]:
         elif kind == "name":
             if any(c in _LINE_BREAKS for c in text):
                 raise SinkError(f"query: backticked name {text!r} spans lines: {_short(query)}")
-            parts.append((False, text))
+            parts.append((False, console_safe_name(text, "query")))
         else:
             parts.append((False, _BREAK_RUN.sub(" ", text)))
     return tuple(parts)

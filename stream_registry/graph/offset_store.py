@@ -9,17 +9,24 @@ Memgraph snapshot (or cutting a cypherl file back at a batch boundary) rewinds
 the stream to exactly what the graph holds.
 
 In a cypherl file the statements are rendered one per line, after the batch's
-own statements, in the shape `OFFSET_LINE` reads back.
+own statements, in the shape `OFFSET_LINE` reads back (cypherl_frames keeps
+them in its frame lines too, so they are read without a scan).
+
+A batch checks the offsets it continues from in its own transaction
+(`continuation`): a retried or duplicated batch writes nothing, and one that
+does not continue from what is stored raises StoredOffsetsConflict.
 """
 from __future__ import annotations
 
-import os
 import re
+from enum import Enum
 from typing import Iterable, Mapping, Sequence
 
+from ..errors import StoredOffsetsConflict
 from .transform import Statement
 
 TP = tuple[str, int]
+SP = tuple[str, str, int]   # (stream, topic, partition)
 OFFSET_LABEL = "MgstreamsOffset"
 WRITE_QUERY = (f"MERGE (o:{OFFSET_LABEL} {{stream: $stream, topic: $topic, partition: $partition}}) "
                f"SET o.next_offset = $next_offset")
@@ -29,7 +36,6 @@ READ_QUERY = (f"MATCH (o:{OFFSET_LABEL} {{stream: $stream}}) "
 OFFSET_LINE = re.compile(
     rf'^MERGE \(o:{OFFSET_LABEL} \{{stream: "(?P<stream>[A-Za-z0-9_]+)", topic: "(?P<topic>[A-Za-z0-9._-]+)", '
     r'partition: (?P<partition>\d+)\}\) SET o\.next_offset = (?P<offset>-?\d+);$', re.M)
-_CHUNK = 1 << 20
 
 
 def offset_statements(stream: str, offsets: Mapping[TP, int]) -> list[Statement]:
@@ -51,31 +57,46 @@ def offsets_in_statements(statements: Sequence[Statement]) -> dict[tuple[str, st
     return found
 
 
-def offsets_in_cypherl(path: str, stream: str, partitions: Iterable[TP] | None = None) -> dict[TP, int]:
-    """The last stored offset of each partition in a cypherl file, read from its end backwards.
+class Continuation(Enum):
+    """What an exactly-once batch is, against the offsets its sink stores (see `continuation`)."""
+    APPLY = "apply"        # it continues from them: write it
+    DONE = "done"          # they already are its end offsets: it was written (a lost ack, a retry): write nothing
 
-    Stops as soon as every partition in `partitions` was found; a missing file
-    holds no offsets.
+
+def continuation(stored: Mapping[SP, int], end: Mapping[SP, int],
+                 expect: Mapping[TP, int | None] | None = None) -> Continuation:
+    """The compare-and-set of an exactly-once batch, made inside its transaction (or under the file's lock).
+
+    `end`: the (stream, topic, partition) -> next offset the batch stores
+    (offsets_in_statements); `stored`: what the sink holds for those streams;
+    `expect`: (topic, partition) -> the offset the batch continues from, as
+    the writer last knew the stored one (None: none stored). DONE when every
+    one of `end` is already stored. Otherwise, with `expect`, each of the
+    batch's partitions must store exactly what is expected, or
+    StoredOffsetsConflict carries what is stored (the writer realigns there).
+    Without `expect` (an explicit move, offset_statements alone) the batch is
+    written whatever is stored.
     """
-    wanted = set(partitions) if partitions is not None else None
-    found: dict[TP, int] = {}
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        return found
-    with handle:
-        end = handle.seek(0, os.SEEK_END)
-        tail = b""
-        while end > 0 and (wanted is None or not wanted <= found.keys()):
-            start = max(0, end - _CHUNK)
-            handle.seek(start)
-            block = handle.read(end - start) + tail
-            end = start
-            tail = b""
-            if start > 0:   # the first line of the block may be cut: keep it for the next (earlier) block
-                cut = block.find(b"\n") + 1
-                block, tail = (block[cut:], block[:cut]) if cut else (b"", block)
-            for match in reversed(list(OFFSET_LINE.finditer(block.decode("utf-8", "replace")))):
-                if match["stream"] == stream:
-                    found.setdefault((match["topic"], int(match["partition"])), int(match["offset"]))
-    return found
+    if end and all(stored.get(key) == offset for key, offset in end.items()):
+        return Continuation.DONE
+    if expect is None:
+        return Continuation.APPLY
+    streams = {stream for stream, _, _ in end}
+    if len(streams) != 1:
+        raise ValueError(f"expect: a batch with expected offsets stores those of one stream, not {sorted(streams)}")
+    [stream] = streams
+    keys = set(expect) | {(topic, partition) for _, topic, partition in end}
+    now = {tp: stored.get((stream, *tp)) for tp in keys}
+    wrong = {tp: (expect.get(tp), value) for tp, value in now.items() if value != expect.get(tp)}
+    if not wrong:
+        return Continuation.APPLY
+    shown = ", ".join(f"{t}:{p} stored {value if value is not None else 'none'}, expected "
+                      f"{wanted if wanted is not None else 'none'}" for (t, p), (wanted, value) in sorted(wrong.items()))
+    raise StoredOffsetsConflict(f"stored offsets of stream {stream!r}: the batch does not continue from them "
+                                f"({shown}); nothing was written",
+                                stored={tp: value for tp, value in now.items() if value is not None})
+
+
+def stored_in_rows(stream: str, rows: Iterable[Sequence]) -> dict[SP, int]:
+    """READ_QUERY's rows as (stream, topic, partition) -> next offset."""
+    return {(stream, topic, partition): offset for topic, partition, offset in rows}

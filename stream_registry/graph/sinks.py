@@ -26,6 +26,7 @@ SinkError on failure. Add a scheme by adding an entry to `SCHEMES`.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -35,13 +36,17 @@ import stat
 import threading
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from . import cypherl_frames
 from .cypher_literals import render_statement, text_of_bytes
-from .offset_store import READ_QUERY, offsets_in_cypherl, offsets_in_statements
+from .cypherl_frames import offsets_in_cypherl
+from .offset_store import READ_QUERY, Continuation, continuation, offsets_in_statements, stored_in_rows
+from .sink_faults import is_refusal, is_transient
 from ..errors import ConfigError, SinkError
 from ..redaction import MASK, redact
 from .transform import Statement
@@ -57,8 +62,16 @@ _NO_CREDENTIALS: Mapping[str, str] = MappingProxyType({})
 
 
 class Sink(Protocol):
-    def write(self, statements: Sequence[Statement]) -> None:
-        """Apply one batch in one transaction; raise SinkError if it was not applied."""
+    def write(self, statements: Sequence[Statement], *,
+              expect: Mapping[tuple[str, int], int | None] | None = None) -> "Written":
+        """Apply one batch in one transaction; raise SinkError if it was not applied.
+
+        An exactly-once batch ends in offset_statements: one whose end offsets
+        are already stored is not applied again (ALREADY_APPLIED). With
+        `expect` ((topic, partition) -> the stored offset the batch continues
+        from, None for none), the stored offsets are compared with it in the
+        batch's own transaction first: StoredOffsetsConflict, nothing written,
+        when they differ (offset_store.continuation)."""
 
     def stored_offsets(self, stream: str, partitions: Iterable[tuple[str, int]] | None = None
                        ) -> dict[tuple[str, int], int]:
@@ -105,6 +118,35 @@ def read_stored_offsets(uri: str, stream: str, credentials: Mapping[str, str] = 
         return {}
     with SCHEMES[scheme].open(settings, credentials or _NO_CREDENTIALS) as sink:
         return sink.stored_offsets(stream, partitions)
+
+
+STORED_OFFSETS_DEADLINE_S = 10.0
+STORED_OFFSETS_RETRY_S = 0.2
+
+
+def read_stored_offsets_within(sink: Sink, stream: str, partitions: Iterable[tuple[str, int]] | None = None, *,
+                               deadline_s: float = STORED_OFFSETS_DEADLINE_S,
+                               retry_s: float = STORED_OFFSETS_RETRY_S,
+                               sleep: Callable[[float], None] = time.sleep) -> dict[tuple[str, int], int]:
+    """`sink.stored_offsets`, retried within `deadline_s` while it fails transiently (a short sink outage
+    during a rebalance). Past the deadline, a SinkError(transient=True) saying how long it tried; a
+    non-transient failure at once. For the rebalance path: show the error, keep the partitions unstarted,
+    and call again later, rather than failing the stream for good."""
+    partitions = list(partitions) if partitions is not None else None
+    deadline = time.monotonic() + deadline_s
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            return sink.stored_offsets(stream, partitions)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SinkError(f"sink: the stored offsets of stream {stream!r} could not be read within "
+                                f"{deadline_s:g} s ({attempts} attempt(s)): {exc}", transient=True) from None
+            sleep(min(retry_s * 2 ** min(attempts - 1, 5), left))
 
 
 # -- where file sinks may write -----------------------------------------------
@@ -245,10 +287,14 @@ class NullSink(_Closing):
         self.batches = 0
         self._offsets: dict[tuple[str, str, int], int] = {}
 
-    def write(self, statements: Sequence[Statement]) -> None:
+    def write(self, statements: Sequence[Statement], *, expect=None) -> "Written":
+        end = offsets_in_statements(statements)
+        if end and continuation(self._offsets, end, expect) is Continuation.DONE:
+            return Written.ALREADY_APPLIED
         self.statements += len(statements)
         self.batches += 1
-        self._offsets.update(offsets_in_statements(statements))
+        self._offsets.update(end)
+        return Written.APPLIED
 
     def stored_offsets(self, stream, partitions=None):
         """Kept in memory: an exactly-once stream on null:// survives a restart of its stream, not of its process."""
@@ -278,44 +324,93 @@ class CypherlSettings:
 
 
 class CypherlSink(_Closing):
-    """Appends rendered statements to a .cypherl file, one per line, one write per batch.
+    """Appends batches to a .cypherl file, one rendered statement per line, each batch framed
+    (cypherl_frames): whole or absent after any kill.
 
-    A batch is rendered completely before anything is written, then written
-    with a single append; if that write fails part-way the file is cut back to
-    its previous size, so a reader never sees half a batch from a failed write.
+    Opening the file cuts it back to the end of its last whole batch (a batch
+    torn by a kill, a torn line included), under an exclusive lock, before
+    anything is written. A batch is rendered completely, then written with its
+    frame in one append under the same lock; a write that fails part-way is
+    cut back. With `fsync`, each batch (and each cut) is on disk before
+    write() returns, so before its offsets are committed.
     """
 
     def __init__(self, path: str, *, fsync: bool = False, follow_symlinks: bool = True):
         self.path = path
         self.fsync = fsync
         self.statements = 0
+        self.trimmed = 0     # bytes cut from the end on open: a batch a kill left unfinished
         self._lock = threading.Lock()
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if follow_symlinks else os.O_NOFOLLOW)
+        self._known: dict[str, dict[tuple[str, int], int]] = {}   # per stream: its stored offsets, as in the file
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | (0 if follow_symlinks else os.O_NOFOLLOW)
         try:
             _make_dirs(os.path.dirname(path))
             self._fd: int | None = os.open(path, flags, FILE_MODE)
         except OSError as exc:
             raise SinkError(f"sink cypherl://{path}: cannot open for appending: {exc}") from None
+        try:
+            self._recover()
+        except OSError as exc:
+            self.close()
+            raise SinkError(f"sink cypherl://{path}: cannot recover the file's last whole batch: {exc}",
+                            transient=True) from None
 
-    def write(self, statements: Sequence[Statement]) -> None:
+    def _recover(self) -> None:
+        """Cut the file back to its last whole batch; a file without frames (written before them) keeps its
+        whole lines and gets an empty frame, so that what follows is framed."""
+        with _FileLock(self._fd):
+            size = os.fstat(self._fd).st_size
+            end = cypherl_frames.verified_end(self._fd, size)
+            if end is None:
+                end = _after_last_newline(self._fd, size)
+                os.ftruncate(self._fd, end)
+                _write_all(self._fd, [cypherl_frames.EMPTY_FRAME])
+            elif end < size:
+                os.ftruncate(self._fd, end)
+            self.trimmed = size - end
+            if self.fsync and (self.trimmed or end == 0):
+                os.fsync(self._fd)
+
+    def write(self, statements: Sequence[Statement], *, expect: Mapping[tuple[str, int], int | None] | None = None
+              ) -> "Written":
+        """Append one batch. An exactly-once batch (ending in offset statements) whose end offsets the file
+        already stores is not written again (ALREADY_APPLIED); with `expect`, the offsets it continues from
+        are checked first (offset_store.continuation, StoredOffsetsConflict)."""
         if not statements:
-            return
+            return Written.APPLIED
+        end = offsets_in_statements(statements)
         data = self._render(statements)
         with self._lock:
             if self._fd is None:
                 raise SinkError(f"sink cypherl://{self.path}: write after close")
-            size = os.fstat(self._fd).st_size
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(self._fd, view):]
-                if self.fsync:
-                    os.fsync(self._fd)
-            except OSError as exc:
-                self._cut_back(size)
-                raise SinkError(f"sink cypherl://{self.path}: writing a batch of {len(statements)} "
-                                f"statements failed: {exc}") from None
+            with _FileLock(self._fd):
+                known = self._stored_of({stream for stream, _, _ in end})
+                if end and continuation(known, end, expect) is Continuation.DONE:
+                    return Written.ALREADY_APPLIED
+                after = {**known, **end}
+                frame = cypherl_frames.frame_line(data, after)
+                size = os.fstat(self._fd).st_size
+                try:
+                    _write_all(self._fd, [data, frame])
+                    if self.fsync:
+                        os.fsync(self._fd)
+                except OSError as exc:
+                    self._cut_back(size)
+                    raise SinkError(f"sink cypherl://{self.path}: writing a batch of {len(statements)} "
+                                    f"statements failed: {exc}", transient=True) from None
+            for (stream, topic, partition), offset in end.items():
+                self._known[stream][(topic, partition)] = offset
             self.statements += len(statements)
+        return Written.APPLIED
+
+    def _stored_of(self, streams: set[str]) -> dict[tuple[str, str, int], int]:
+        """The stored offsets of `streams` (read from the file once, then kept as written), by (stream, tp)."""
+        out = {}
+        for stream in streams:
+            if stream not in self._known:
+                self._known[stream] = cypherl_frames.stored_offsets(self._fd, os.fstat(self._fd).st_size, stream)
+            out.update({(stream, t, p): o for (t, p), o in self._known[stream].items()})
+        return out
 
     def _render(self, statements: Sequence[Statement]) -> bytes:
         lines = []
@@ -333,11 +428,17 @@ class CypherlSink(_Closing):
                             f"({exc.reason})", rejected=True) from None
 
     def stored_offsets(self, stream, partitions=None):
+        """From memory once read: the file's last frame naming `stream`, then what this sink wrote."""
         with self._lock:
+            if self._fd is None:
+                raise SinkError(f"sink cypherl://{self.path}: read after close")
             try:
-                return offsets_in_cypherl(self.path, stream, partitions)
+                known = self._stored_of({stream})
             except OSError as exc:
-                raise SinkError(f"sink cypherl://{self.path}: reading the stored offsets failed: {exc}") from None
+                raise SinkError(f"sink cypherl://{self.path}: reading the stored offsets failed: {exc}",
+                                transient=True) from None
+        wanted = set(partitions) if partitions is not None else None
+        return {(t, p): o for (_, t, p), o in known.items() if wanted is None or (t, p) in wanted}
 
     def _cut_back(self, size: int) -> None:
         try:
@@ -353,6 +454,51 @@ class CypherlSink(_Closing):
 
     def __repr__(self) -> str:
         return f"CypherlSink({self.path!r}, fsync={self.fsync})"
+
+
+class Written(str, Enum):
+    """What write() did with an exactly-once batch."""
+    APPLIED = "applied"
+    ALREADY_APPLIED = "already applied"   # its end offsets were stored already: a lost ack, a retried batch
+
+
+class _FileLock:
+    """An exclusive flock on the file while a batch is written or a torn one cut: another sink on the same file
+    (another process) never cuts a batch that is being written."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def __enter__(self):
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+def _write_all(fd: int, buffers: list[bytes]) -> None:
+    """Append `buffers` with as few system calls as the kernel allows (one, usually)."""
+    views = [memoryview(b) for b in buffers if b]
+    while views:
+        written = os.writev(fd, views)
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
+def _after_last_newline(fd: int, size: int) -> int:
+    position = size
+    while position > 0:
+        start = max(0, position - (1 << 16))
+        block = os.pread(fd, position - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0
 
 
 def _make_dirs(directory: str) -> None:
@@ -415,6 +561,14 @@ class _Secret:
         return MASK if self._value else "None"
 
 
+def _conn_status_bad() -> int:
+    try:
+        import mgclient
+    except ImportError:
+        return -1
+    return getattr(mgclient, "CONN_STATUS_BAD", -1)
+
+
 def connect_mgclient(**kwargs):
     """The driver boundary: tests replace this to see exactly what the driver receives."""
     try:
@@ -424,34 +578,21 @@ def connect_mgclient(**kwargs):
     return mgclient.connect(**kwargs)
 
 
-_TRANSIENT_TEXT = re.compile(
-    r"conflicting transaction|serializ|retry this transaction|connection (?:is )?(?:closed|lost|reset|refused)"
-    r"|broken pipe|failed to (?:send|receive|read|write|connect)|bad (?:session|connection)|timed out"
-    r"|not connected|server (?:closed|unavailable)|socket", re.I)
-
-
-def is_rejected_data(exc: BaseException) -> bool:
-    """The server refused the statements themselves (a type error, a constraint violation): the DB-API
-    DatabaseError family pymgclient raises for query errors, without its operational and interface errors."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    return "DatabaseError" in names and not names & {"OperationalError", "InterfaceError"} and not is_transient(exc)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Worth retrying the whole batch: lost connections, conflicts, serialization errors."""
-    if isinstance(exc, (ConnectionError, TimeoutError)) or getattr(exc, "transient", False) is True:
-        return True
-    if any(cls.__name__ == "TransientError" for cls in type(exc).__mro__):
-        return True
-    return bool(_TRANSIENT_TEXT.search(str(exc)))
-
-
 class BoltSink(_Closing):
     """Writes each batch to Memgraph in one transaction through pymgclient.
 
-    Connects on the first write. A transient failure rolls back, drops the
-    connection and retries the whole batch with exponential backoff (at most
-    `retries` attempts in all); anything else, or the last failure, is a SinkError.
+    Connects on the first write. A transient failure (sink_faults: by the
+    error's type, or a driver error that left the session broken) rolls back,
+    drops the connection and retries the whole batch with exponential backoff
+    (at most `retries` attempts in all); anything else, or the last failure, is
+    a SinkError.
+
+    An exactly-once batch (ending in offset statements) first reads the stored
+    offsets in its own transaction: if they already are the batch's end
+    offsets it writes nothing. So a commit whose outcome is unknown (the
+    connection dropped during commit(): applied or not) is resolved by that
+    read on the next attempt, never by writing the batch blindly again. With
+    `expect`, the read is a compare-and-set (offset_store.continuation).
     """
 
     def __init__(self, host: str, port: int = DEFAULT_BOLT_PORT, *, scheme: str = "bolt",
@@ -468,40 +609,81 @@ class BoltSink(_Closing):
         self._lock = threading.Lock()
         self.batches = 0
         self.attempts = 0
+        self.unknown_commits = 0   # commits whose outcome was unknown, resolved by reading the stored offsets
 
-    def write(self, statements: Sequence[Statement]) -> None:
+    def write(self, statements: Sequence[Statement], *,
+              expect: Mapping[tuple[str, int], int | None] | None = None) -> Written:
         if not statements:
-            return
+            return Written.APPLIED
         work = [(s.query, _driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
+        end = offsets_in_statements(statements)
         with self._lock:
             for attempt in range(1, self.retries + 1):
                 self.attempts += 1
+                committing = False
                 try:
-                    self._apply(work)
+                    conn = self._connection()
+                    cursor = conn.cursor()
+                    if end:
+                        stored = self._stored_in_transaction(cursor, {stream for stream, _, _ in end})
+                        if continuation(stored, end, expect) is Continuation.DONE:
+                            conn.rollback()
+                            return Written.ALREADY_APPLIED
+                    for query, parameters in work:
+                        cursor.execute(query, parameters)
+                    committing = True
+                    conn.commit()
                     self.batches += 1
-                    return
+                    return Written.APPLIED
                 except SinkError:
+                    self._abandon()
                     raise
                 except Exception as exc:
+                    transient = self._lost(exc)
                     self._abandon()
-                    if attempt == self.retries or not is_transient(exc):
-                        raise self._failure(len(work), attempt, exc) from None
+                    if committing and transient:
+                        self.unknown_commits += 1   # applied or not: the next attempt reads the offsets first
+                    if attempt == self.retries or not transient:
+                        raise self._failure(len(work), attempt, exc, transient,
+                                            unknown=committing and transient and not end) from None
                 self._sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
+        raise AssertionError("unreachable")
+
+    def _stored_in_transaction(self, cursor, streams: set[str]) -> dict[tuple[str, str, int], int]:
+        stored: dict[tuple[str, str, int], int] = {}
+        for stream in sorted(streams):
+            cursor.execute(READ_QUERY, {"stream": stream})
+            stored.update(stored_in_rows(stream, cursor.fetchall()))
+        return stored
 
     def stored_offsets(self, stream, partitions=None):
+        """The stream's stored offsets, read in a transaction of their own. SinkError on failure, transient when
+        the connection or a timeout failed (retry it: see read_stored_offsets_within)."""
         with self._lock:
             try:
-                cursor = self._connection().cursor()
+                conn = self._connection()
+                cursor = conn.cursor()
                 cursor.execute(READ_QUERY, {"stream": stream})
                 rows = cursor.fetchall()
-                self._connection().commit()
+                conn.commit()
             except SinkError:
                 raise
             except Exception as exc:
+                transient = self._lost(exc)
                 self._abandon()
                 raise SinkError(f"sink {self._where()}: reading the stored offsets failed: "
-                                f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}") from None
-        return {(topic, partition): offset for topic, partition, offset in rows}
+                                f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}",
+                                transient=transient) from None
+        wanted = set(partitions) if partitions is not None else None
+        return {(topic, partition): offset for topic, partition, offset in rows
+                if wanted is None or (topic, partition) in wanted}
+
+    def _lost(self, exc: BaseException) -> bool:
+        """Transient by type, or a driver error that left the session broken (pymgclient before 1.6 raised
+        DatabaseError for a lost connection and marks the connection CONN_STATUS_BAD)."""
+        if is_transient(exc):
+            return True
+        return self._conn is not None and getattr(self._conn, "status", None) == _conn_status_bad()
 
     def run_autocommit(self, query: str, parameters: Mapping[str, Any] | None = None) -> None:
         """Run one statement in a transaction of its own (autocommit) on this sink's connection (TLS and
@@ -523,7 +705,7 @@ class BoltSink(_Closing):
                 conn.autocommit = True
                 conn.cursor().execute(query, _driver_parameters(parameters or {}, 0))
             except Exception as exc:
-                if is_transient(exc):
+                if self._lost(exc):
                     self._abandon()   # a lost connection: the next call connects afresh
                 raise SinkError(f"sink {self._where()}: {query!r} failed: "
                                 f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
@@ -533,13 +715,6 @@ class BoltSink(_Closing):
                         conn.autocommit = False
                     except Exception:
                         self._abandon()
-
-    def _apply(self, work: list[tuple[str, dict]]) -> None:
-        conn = self._connection()
-        cursor = conn.cursor()
-        for query, parameters in work:
-            cursor.execute(query, parameters)
-        conn.commit()
 
     def _connection(self):
         if self._conn is None:
@@ -584,12 +759,14 @@ class BoltSink(_Closing):
             except Exception:
                 pass
 
-    def _failure(self, count: int, attempts: int, exc: Exception) -> SinkError:
+    def _failure(self, count: int, attempts: int, exc: Exception, transient: bool, unknown: bool = False
+                 ) -> SinkError:
         detail = redact(f"{type(exc).__name__}: {exc}", self._secrets())
-        kind = "transient " if is_transient(exc) else ""
-        return SinkError(f"sink {self._where()}: a batch of {count} statements was not applied after "
-                         f"{attempts} attempt(s), {kind}error {detail}", transient=bool(kind),
-                         rejected=is_rejected_data(exc))
+        kind = "transient " if transient else ""
+        outcome = "may have been applied (its commit's outcome is unknown)" if unknown else "was not applied"
+        return SinkError(f"sink {self._where()}: a batch of {count} statements {outcome} after "
+                         f"{attempts} attempt(s), {kind}error {detail}", transient=transient,
+                         rejected=not transient and is_refusal(exc))
 
     def close(self) -> None:
         with self._lock:

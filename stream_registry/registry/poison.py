@@ -7,18 +7,20 @@ fail: one poison message in n costs about 2·log2(n) re-runs. Those are set
 aside (dead-lettered or skipped); every other message is written, in order.
 
 Only an error the messages may have caused starts a bisection: a failing
-transformation, or a sink that refused the statements themselves. Transient
-errors (a lost connection, a conflicting transaction) and a sink that cannot
-write at all (a full disk, an untrusted certificate) are never a message's
+transformation (a decode or deserialization error included), or a sink that
+refused the statements themselves. Transient errors (a lost connection, a
+timeout, a full disk, a conflicting transaction) and a sink that cannot write
+at all (an untrusted certificate) or must be realigned are never a message's
 fault: they leave the delivery where it is, for the batch's retry to continue
-from, so messages already written are not written again.
+from, so messages already written are not written again. The decision is by
+the error's type (graph.sink_faults), never by words in its text: topic names
+and payloads are in it.
 """
 from __future__ import annotations
 
 from typing import Callable, Generic, Sequence, TypeVar
 
-from ..errors import SinkError
-from ..graph.sinks import is_transient
+from ..graph.sink_faults import Fault, classify
 
 Item = TypeVar("Item")
 
@@ -62,10 +64,6 @@ class BatchDelivery(Generic[Item]):
 
 
 def may_be_poison(error: BaseException) -> bool:
-    """Whether the messages written may be at fault: not for transient errors, nor for a sink error other
-    than a refusal of the statements; any other failure (the transformation's) may be theirs."""
-    if is_transient(error):
-        return False
-    if isinstance(error, SinkError):
-        return error.rejected
-    return True
+    """Whether the messages written may be at fault (graph.sink_faults.classify): what the transformation
+    raised, or the database refusing the statements; never a transient or a sink-wide error."""
+    return classify(error) is Fault.MESSAGE
