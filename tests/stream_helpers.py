@@ -48,6 +48,28 @@ def poison_transform(messages):
     return offsets_transform(messages)
 
 
+def websocket_transform(messages):
+    """JSON events keyed by `socket_id`, as a websocket gateway sends them: a payload in Confluent's wire format
+    (magic byte 0) raises confluent-kafka's SerializationError, as its deserializers do for a payload they did not
+    write; an event without `socket_id` raises KeyError. Both the message's fault, whatever words they hold."""
+    import json
+
+    from confluent_kafka.serialization import SerializationError
+
+    out = []
+    for i in range(messages.total_messages()):
+        m = messages.message_at(i)
+        payload = m.payload() or b""
+        if payload[:1] == b"\x00":
+            raise SerializationError("Unknown magic byte. This message was not produced with a Confluent "
+                                     "Schema Registry serializer")
+        event = json.loads(payload)
+        socket = event["socket_id"]
+        out.append({"query": RECORD_QUERY, "parameters": {"topic": m.topic_name(), "partition": m.partition(),
+                                                          "offset": m.offset(), "socket": socket}})
+    return out
+
+
 def crashing_transform(messages):
     """offsets_transform, but a payload `abort:<marker file>` makes the process abort (SIGABRT), as a C
     extension failing an assertion does: once if the marker does not exist yet (it is created first), or every

@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 from host_helpers import HostProcess
 from stream_helpers import FAST_REJOIN, RecordingSink, RejectingSink, by_partition, delivered_from_file, wait_until
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
-from stream_registry.errors import SinkError, TransformError
+from stream_registry.errors import SinkError, StoredOffsetsConflict, TransformError
 from stream_registry.graph.sinks import BoltSink
 from stream_registry.graph.transform import Statement
 from stream_registry.offset_spec import ChangeStatus
@@ -87,15 +87,21 @@ def test_without_tolerance_the_first_failure_is_raised_and_nothing_is_set_aside(
     assert aside == [] and delivery.done == 0
 
 
-def _bolt_failure(raised: Exception) -> SinkError:
-    """What the Bolt sink raises when pymgclient's cursor raises `raised` on every attempt."""
+def _bolt_failure(raised: Exception, breaks_session: bool = False) -> SinkError:
+    """What the Bolt sink raises when pymgclient's cursor raises `raised` on every attempt (`breaks_session`:
+    and marks the connection CONN_STATUS_BAD, as pymgclient does when the session is lost)."""
+    import mgclient
+
     class Connection:
         autocommit = False
+        status = mgclient.CONN_STATUS_READY
 
         def cursor(self):
             return self
 
         def execute(self, query, parameters=None):
+            if breaks_session:
+                self.status = mgclient.CONN_STATUS_BAD
             raise raised
 
         def commit(self): ...
@@ -109,21 +115,44 @@ def _bolt_failure(raised: Exception) -> SinkError:
 
 
 def test_only_errors_the_messages_may_have_caused_start_a_bisection():
-    """pymgclient raises its DB-API DatabaseError for a query Memgraph refuses, and for a lost session
-    ("failed to receive chunk data"), OperationalError / InterfaceError for connections (mgclient module)."""
+    """By the error's type, never its text: pymgclient raises DatabaseError for a query Memgraph refuses,
+    TransientError for a conflict or a transport failure, OperationalError when it cannot connect, InterfaceError
+    on a lost session; before 1.6 a lost session was a DatabaseError on a connection it marks bad."""
     import mgclient
 
     assert may_be_poison(_bolt_failure(mgclient.DatabaseError(
         "Unable to commit due to unique constraint violation on :Msg(offset)")))
     assert may_be_poison(_bolt_failure(mgclient.DatabaseError("Invalid types: string and int for '+'.")))
-    assert not may_be_poison(_bolt_failure(mgclient.DatabaseError("failed to receive chunk data")))
+    assert may_be_poison(_bolt_failure(mgclient.DatabaseError("socket_id: connection timed out, retry")))
+    assert not may_be_poison(_bolt_failure(mgclient.DatabaseError("failed to receive chunk data"),
+                                           breaks_session=True))
+    assert not may_be_poison(_bolt_failure(mgclient.TransientError("Cannot resolve conflicting transactions")))
     assert not may_be_poison(_bolt_failure(mgclient.OperationalError("couldn't connect to host")))
     assert not may_be_poison(_bolt_failure(mgclient.InterfaceError("bad session")))
     assert not may_be_poison(SinkError("sink cypherl:///x: writing a batch of 3 statements failed: "
-                                       "[Errno 28] No space left on device"))   # the disk, not the data
+                                       "[Errno 28] No space left on device", transient=True))   # the disk
+    assert not may_be_poison(SinkError("sink bolt+s://h: the server's certificate is not trusted"))
+    assert not may_be_poison(StoredOffsetsConflict("stored offsets differ", stored={("t", 0): 5}))
     assert may_be_poison(TransformError("transform 'm.f' failed on the batch starting at t:0 offset 5: "
                                         "ValueError: not JSON"))
     assert not may_be_poison(ConnectionResetError("connection reset by peer"))
+    assert not may_be_poison(TimeoutError("timed out"))
+
+
+def test_the_words_in_an_error_decide_nothing():
+    """Issue 21: on a topic named websocket_events_*, or with a payload key 'socket_id', the old text match
+    ("socket", "serializ", "timed out") made every failure transient: retried, never set aside."""
+    from confluent_kafka.serialization import SerializationError
+
+    words = "websocket_events_1 socket serialization timed out connection reset broken pipe retry this transaction"
+    for cause in (SerializationError(f"Unknown magic byte ({words})"), KeyError("socket_id"), ValueError(words)):
+        wrapped = TransformError(f"transform 'm.f' failed on the batch starting at websocket_events_1:0 offset 3: "
+                                 f"{type(cause).__name__}: {cause}")
+        wrapped.__cause__ = cause
+        assert may_be_poison(wrapped), cause
+    assert not may_be_poison(SinkError(f"sink: {words}", transient=True))
+    assert not may_be_poison(SinkError(f"sink: {words}"))          # neither transient nor refused: the sink's
+    assert may_be_poison(SinkError(f"sink: {words}", rejected=True))
 
 
 # -- on the embedded cluster ----------------------------------------------------------------------
@@ -199,6 +228,44 @@ def test_messages_the_transformation_rejects_go_to_the_dead_letter_topic_with_co
         assert b"cannot read" in headers["__connect.errors.exception.message"]
         assert b"poison_transform" in headers["__connect.errors.exception.stacktrace"]
         assert headers["mgstreams.stream"] == b"orders"
+
+
+def test_typed_poison_on_a_websocket_topic_is_dead_lettered_and_the_stream_runs_on(kafka, tmp_path, memory_sinks):
+    """Issue 21, reproduction 4: the topic's name holds "socket", the errors hold "magic byte" and 'socket_id'.
+    Classified by type, the SerializationError and the KeyError are the messages' fault: dead-lettered with
+    Connect's headers, every other message written once, the stream running."""
+    topic, dlq = kafka.new_topic(partitions=2, prefix="websocket_events"), f"dlq_{uuid.uuid4().hex[:10]}"
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    bad = {5: b"\x00\x00\x00\x00\x07avro-bytes", 12: b'{"user": "no socket here"}'}
+    for i in range(30):
+        producer.produce(topic, value=bad.get(i, json.dumps({"socket_id": f"s-{i}"}).encode()),
+                         key=f"k-{i}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    memory_sinks["w"] = sink = RecordingSink()
+    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
+    try:
+        registry.create(_config(kafka, topic, "memory://w", errors_tolerance="all", dead_letter_topic=dlq,
+                                transform="stream_helpers.websocket_transform"))
+        registry.start("orders")
+        wait_until(lambda: {r.committed_offset for r in registry.describe("orders")} == {15}, 60,
+                   what="the whole topic committed")
+        assert by_partition(sink.delivered()) == _expected(topic, 30, 2, set(bad))
+        info = registry.get("orders")
+        assert info.status == StreamStatus.RUNNING and info.dead_lettered == 2, (info.status, info.error)
+    finally:
+        registry.close()
+    dead = {m.value(): dict(m.headers()) for m in _read_topic(kafka, dlq, 2)}
+    assert set(dead) == set(bad.values())
+    for i, value in bad.items():
+        headers = dead[value]
+        assert set(CONNECT_HEADERS) <= set(headers)
+        assert (headers["__connect.errors.topic"], headers["__connect.errors.partition"],
+                headers["__connect.errors.offset"]) == (topic.encode(), str(i % 2).encode(), str(i // 2).encode())
+    assert dead[bad[5]]["__connect.errors.exception.class.name"] == \
+        b"confluent_kafka.serialization.SerializationError"
+    assert b"Unknown magic byte" in dead[bad[5]]["__connect.errors.exception.message"]
+    assert dead[bad[12]]["__connect.errors.exception.class.name"] == b"KeyError"
+    assert b"socket_id" in dead[bad[12]]["__connect.errors.exception.message"]
 
 
 def test_a_statement_the_sink_rejects_skips_its_message_and_records_it_in_the_history(
