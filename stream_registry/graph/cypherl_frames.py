@@ -39,6 +39,7 @@ EMPTY_FRAME = FRAME_PREFIX + b"0 00000000\n"
 _FRAME = re.compile(rb"^// mgstreams-batch (\d+) ([0-9a-f]{8})((?: [A-Za-z0-9_]+:[A-Za-z0-9._-]+:\d+=-?\d+)*)\n$")
 _ENTRY = re.compile(rb"([A-Za-z0-9_]+):([A-Za-z0-9._-]+):(\d+)=(-?\d+)")
 _CHUNK = 1 << 20
+_FIRST_CHUNK = 1 << 14        # the last frame is usually the file's last line
 MAX_FRAME_LINE = 16 << 20    # longer lines are not frames (a frame names each partition in ~40 bytes)
 
 
@@ -78,9 +79,10 @@ def last_frame(fd: int, size: int, before: int | None = None) -> Frame | None:
     """The last complete frame line ending at or before `before` (default: the file's end)."""
     end = size if before is None else before
     needle = b"\n" + FRAME_PREFIX
-    high = end                       # looking for frame lines that start before `high`
+    high, chunk = end, _FIRST_CHUNK   # looking for frame lines that start before `high`
     while high > 0:
-        low = max(0, high - _CHUNK)
+        low = max(0, high - chunk)
+        chunk = min(chunk * 2, _CHUNK)
         block = os.pread(fd, min(high + len(needle), end) - low, low)
         at = min(len(block), high - low + len(needle) - 1)
         while (at := block.rfind(needle, 0, at)) >= 0:
