@@ -21,8 +21,9 @@ import pytest
 from host_helpers import HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
-from stream_registry.graph import offset_store, sinks
-from stream_registry.graph.offset_store import OFFSET_LINE, WRITE_QUERY, offset_statements, offsets_in_cypherl
+from stream_registry.graph import cypherl_frames, offset_store, sinks
+from stream_registry.graph.cypherl_frames import FRAME_PREFIX, offsets_in_cypherl
+from stream_registry.graph.offset_store import OFFSET_LINE, WRITE_QUERY, offset_statements
 from stream_registry.graph.sinks import CypherlSink
 from stream_registry.graph.transform import Statement
 from stream_registry.registry.worker import RetryPolicy
@@ -53,8 +54,10 @@ def test_offsets_are_read_back_from_the_end_of_a_cypherl_file(tmp_path, monkeypa
     sink.write(offset_statements("other", {("t", 0): 99}))   # another stream's offsets in the same file
     sink.write([Statement("CREATE (:X {s: $s})", {"s": "x" * 300}),
                 *offset_statements("orders", {("t", 0): 9})])
-    monkeypatch.setattr(offset_store, "_CHUNK", 64)   # lines cut across reads
-    assert all(OFFSET_LINE.match(line) or "CREATE" in line for line in path.read_text().splitlines())
+    monkeypatch.setattr(cypherl_frames, "_CHUNK", 64)   # lines cut across reads
+    monkeypatch.setattr(cypherl_frames, "_FIRST_CHUNK", 64)
+    assert all(OFFSET_LINE.match(line) or "CREATE" in line or line.startswith(FRAME_PREFIX.decode())
+               for line in path.read_text().splitlines())
     assert sink.stored_offsets("orders") == {("t", 0): 9, ("t", 1): 7}   # the last one of each partition
     assert sink.stored_offsets("orders", [("t", 0)]) == {("t", 0): 9}
     assert sink.stored_offsets("other") == {("t", 0): 99}
@@ -88,12 +91,10 @@ def test_sigkills_at_random_moments_repeat_nothing_and_a_file_cut_back_rewinds_t
         rows = api.get("/streams/orders/offsets").json()
         assert {r["partition"]: r["stored_offset"] for r in rows} == {p: produced for p in range(3)}
 
-        # cut the file back at a batch boundary (right after a batch's offsets lines), about half way
+        # cut the file back at a batch boundary (right after a batch's frame line), about half way
         api.put("/streams/orders/stop").raise_for_status()
         lines = out.read_text().splitlines(keepends=True)
-        boundaries = [i + 1 for i, line in enumerate(lines)
-                      if OFFSET_LINE.match(line.rstrip("\n")) and not (i + 1 < len(lines)
-                                                                         and OFFSET_LINE.match(lines[i + 1]))]
+        boundaries = [i + 1 for i, line in enumerate(lines) if line.startswith(FRAME_PREFIX.decode())]
         cut = min(boundaries, key=lambda b: abs(b - len(lines) // 2))
         out.write_text("".join(lines[:cut]))
         kept = set(counts(out))

@@ -4,7 +4,8 @@ A sink is named by a URI, validated when a stream is created (no I/O) and
 opened when it starts:
 
 - `cypherl:///abs/path/file.cypherl[?fsync=true]` appends one rendered
-  statement per line (`mgconsole < file` imports it); missing directories are
+  statement per line (`mgconsole < file` imports it), each batch framed so it
+  is whole or absent after any kill (cypherl_frames); missing directories are
   created 0750, the file 0640. Given an `OutputPolicy` (the registry always
   gives one: streams are created by any Cypher caller or API client), the file
   must lie under an allowed output directory: `..` and symlinks that lead
@@ -21,8 +22,11 @@ opened when it starts:
   keys `bolt.username` and `bolt.password`, never from the URI; the password
   never appears in a repr or an error.
 
-`write(statements)` is all or nothing from the caller's view and raises
-SinkError on failure. Add a scheme by adding an entry to `SCHEMES`.
+`write(statements, expect=...)` is all or nothing from the caller's view and
+raises SinkError on failure (graph.sink_faults says whose fault it is); an
+exactly-once batch checks the offsets it continues from in its own
+transaction (offset_store.continuation). Add a scheme by adding an entry to
+`SCHEMES`.
 """
 from __future__ import annotations
 
