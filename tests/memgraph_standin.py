@@ -11,7 +11,8 @@ raises them (its exception classes, connection status):
   DatabaseError on a connection marked CONN_STATUS_BAD, as before 1.6);
 - `drop_before_commit`: the next commits are lost before they reach the
   server (nothing applied), with the same error;
-- `down`: connecting fails (OperationalError) and an open connection is lost, as when the server stops.
+- `down`: connecting fails (OperationalError) and an open connection is lost, as when the server stops;
+- `fail_when(query, parameters)`: the statement is refused (DatabaseError), as for a query error.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ class Memgraph:
         self.down = False
         self.old_driver = old_driver
         self.connections = 0
+        self.transactions: list[list[str]] = []                 # the queries of each committed transaction
+        self.fail_when = None     # a predicate on (query, parameters): Memgraph refuses it (DatabaseError)
 
     def connect(self, **kwargs):
         with self.lock:
@@ -61,6 +64,7 @@ class Connection:
         self.status = mgclient.CONN_STATUS_READY
         self._offsets: dict = {}
         self._created: list = []
+        self._queries: list = []
 
     def cursor(self):
         if self.status == mgclient.CONN_STATUS_BAD:
@@ -76,12 +80,14 @@ class Connection:
         with server.lock:
             if server.drop_before_commit:
                 server.drop_before_commit -= 1
-                self._offsets, self._created = {}, []
+                self._offsets, self._created, self._queries = {}, [], []
                 raise server.lost(self)
             server.offsets.update(self._offsets)
             server.applied.update(self._created)
             server.commits += 1
-            self._offsets, self._created = {}, []
+            if self._queries:
+                server.transactions.append(self._queries)
+            self._offsets, self._created, self._queries = {}, [], []
             if server.drop_after_commit:
                 server.drop_after_commit -= 1
                 raise server.lost(self)
@@ -89,7 +95,7 @@ class Connection:
     def rollback(self):
         if self.status == mgclient.CONN_STATUS_BAD:
             raise mgclient.InterfaceError("bad session")
-        self._offsets, self._created = {}, []
+        self._offsets, self._created, self._queries = {}, [], []
 
     def close(self):
         self.status = mgclient.CONN_STATUS_CLOSED
@@ -104,6 +110,9 @@ class Cursor:
         if connection.status == mgclient.CONN_STATUS_BAD:
             raise mgclient.InterfaceError("bad session")
         parameters = parameters or {}
+        if server.fail_when and server.fail_when(query, parameters):
+            raise mgclient.DatabaseError("Query failed: Can't have a null value as a property")
+        connection._queries.append(query)
         if query == WRITE_QUERY:
             connection._offsets[(parameters["stream"], parameters["topic"], parameters["partition"])] = \
                 parameters["next_offset"]

@@ -6,6 +6,7 @@ import re
 import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 
 # The embedded cluster does not act on LeaveGroup for classic groups: a restarted
@@ -139,6 +140,32 @@ class RejectingSink(RecordingSink):
                 self.rejected += 1
                 raise RuntimeError("Unable to commit due to unique constraint violation on :Msg(offset)")
         super().write(statements)
+
+
+@contextmanager
+def bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size: int, attempts: int):
+    """(registry, topic): an exactly-once stream `orders` writing offsets_transform's CREATEs over Bolt to
+    `memgraph` (the pymgclient stand-in), once it stored the topic's first 10 messages."""
+    import uuid
+
+    from stream_registry import StreamConfig, StreamRegistry
+    from stream_registry.graph import sinks
+    from stream_registry.registry.worker import RetryPolicy
+
+    monkeypatch.setattr(sinks, "connect_mgclient", memgraph.connect)
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 10, partitions=1)
+    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=attempts, first_backoff_s=0.05))
+    try:
+        registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
+                                     "bolt://memgraph:7687", consumer_group=f"eos_{uuid.uuid4().hex[:8]}",
+                                     batch_size=batch_size, batch_interval_ms=20, configs=FAST_REJOIN,
+                                     delivery="exactly_once"))
+        registry.start("orders")
+        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 10, 30, what="10 messages stored")
+        yield registry, topic
+    finally:
+        registry.close()
 
 
 def by_partition(delivered) -> dict[tuple[str, int], list[int]]:

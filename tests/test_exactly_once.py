@@ -19,14 +19,14 @@ import httpx
 import pytest
 
 from host_helpers import HostProcess
-from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
+from memgraph_standin import Memgraph
+from stream_helpers import FAST_REJOIN, bolt_exactly_once_stream, by_partition, delivered_from_file, wait_until
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.graph import cypherl_frames, offset_store, sinks
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX, offsets_in_cypherl
 from stream_registry.graph.offset_store import OFFSET_LINE, WRITE_QUERY, offset_statements
 from stream_registry.graph.sinks import CypherlSink
 from stream_registry.graph.transform import Statement
-from stream_registry.registry.worker import RetryPolicy
 
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
@@ -129,76 +129,15 @@ def test_a_deliberate_rewind_of_an_exactly_once_stream_is_replayed(host, kafka, 
         assert by_partition(delivered_from_file(out))[(topic, 0)][50:] == list(range(30, 35))
 
 
-# -- Bolt, at the driver ------------------------------------------------------------------------
-class Memgraph:
-    """What pymgclient's connection does with a transaction (autocommit off: statements run in one transaction
-    until commit() or rollback(); see BoltSink._apply): a failed statement fails the transaction, and only a
-    commit makes the :MgstreamsOffset nodes visible to the next read."""
-
-    def __init__(self):
-        self.offsets: dict = {}          # (stream, topic, partition) -> next_offset, committed
-        self.transactions: list[list[str]] = []
-        self.fail_when = None            # a predicate on (query, parameters): raise a query error
-
-    def connect(self, **kwargs):
-        return _Connection(self)
-
-
-class _Connection:
-    def __init__(self, server):
-        self.server, self.autocommit, self.pending, self.queries = server, True, {}, []
-
-    def cursor(self):
-        return _Cursor(self)
-
-    def commit(self):
-        self.server.offsets.update(self.pending)
-        if self.queries:
-            self.server.transactions.append(self.queries)
-        self.pending, self.queries = {}, []
-
-    def rollback(self):
-        self.pending, self.queries = {}, []
-
-    def close(self):
-        pass
-
-
-class _Cursor:
-    def __init__(self, conn):
-        self.conn, self.rows = conn, []
-
-    def execute(self, query, parameters=None):
-        server = self.conn.server
-        if server.fail_when and server.fail_when(query, parameters):
-            raise RuntimeError("Query failed: Can't have a null value as a property")   # not transient
-        self.conn.queries.append(query)
-        if query == WRITE_QUERY:
-            p = parameters
-            self.conn.pending[(p["stream"], p["topic"], p["partition"])] = p["next_offset"]
-        elif query == offset_store.READ_QUERY:
-            self.rows = [(t, p, o) for (s, t, p), o in server.offsets.items() if s == parameters["stream"]]
-
-    def fetchall(self):
-        return self.rows
-
-
+# -- Bolt, at the driver (the shared pymgclient stand-in) ---------------------------------------------
 def test_bolt_offsets_go_in_the_batch_transaction_and_a_failed_one_writes_neither(kafka, tmp_path, monkeypatch):
     memgraph = Memgraph()
-    monkeypatch.setattr(sinks, "connect_mgclient", memgraph.connect)
-    topic = kafka.new_topic(partitions=1)
-    kafka.produce(topic, 10, partitions=1)
-    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
-    try:
-        registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
-                                     "bolt://memgraph:7687", consumer_group=f"eos_{uuid.uuid4().hex[:8]}",
-                                     batch_size=5, batch_interval_ms=20, configs=FAST_REJOIN,
-                                     delivery="exactly_once"))
-        registry.start("orders")
-        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 10, 30, what="10 messages stored")
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=5, attempts=2) as (registry,
+                                                                                                        topic):
         writes = [t for t in memgraph.transactions if t != [offset_store.READ_QUERY]]   # reads at assignment
         assert writes
         for transaction in writes:
+            assert transaction[0] == offset_store.READ_QUERY, "the stored offsets read in the batch's transaction"
             assert transaction[-1] == WRITE_QUERY and transaction.count(WRITE_QUERY) == 1, transaction
             assert all(q != WRITE_QUERY for q in transaction[:-1]), "the batch first, its offsets last"
 
@@ -210,8 +149,6 @@ def test_bolt_offsets_go_in_the_batch_transaction_and_a_failed_one_writes_neithe
         memgraph.fail_when = None
         registry.start("orders")
         wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 15, 30, what="the batch written")
-    finally:
-        registry.close()
 
 
 def test_exactly_once_needs_a_sink_that_stores_offsets(kafka, tmp_path, memory_sinks):

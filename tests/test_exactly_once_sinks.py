@@ -8,7 +8,6 @@ checked on every sink, and against a model with hypothesis.
 """
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 
 import pytest
@@ -16,14 +15,12 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from memgraph_standin import Memgraph
-from stream_helpers import FAST_REJOIN, wait_until
-from stream_registry import StreamConfig, StreamRegistry, StreamStatus
+from stream_helpers import bolt_exactly_once_stream, wait_until
+from stream_registry import StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict
-from stream_registry.graph import sinks
 from stream_registry.graph.offset_store import offset_statements
 from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, Written, read_stored_offsets_within
 from stream_registry.graph.transform import Statement
-from stream_registry.registry.worker import RetryPolicy
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 
@@ -40,17 +37,8 @@ def batch(stream: str, topic: str, partition: int, first: int, count: int) -> li
 @pytest.mark.parametrize("old_driver", [False, True], ids=["pymgclient-1.6", "pymgclient-before-1.6"])
 def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp_path, monkeypatch, old_driver):
     memgraph = Memgraph(old_driver=old_driver)
-    monkeypatch.setattr(sinks, "connect_mgclient", memgraph.connect)
-    topic = kafka.new_topic(partitions=1)
-    kafka.produce(topic, 10, partitions=1)
-    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=3, first_backoff_s=0.05))
-    try:
-        registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
-                                     "bolt://memgraph:7687", consumer_group=f"eos_{uuid.uuid4().hex[:8]}",
-                                     batch_size=10, batch_interval_ms=20, configs=FAST_REJOIN,
-                                     delivery="exactly_once"))
-        registry.start("orders")
-        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 10, 30, what="the first batch")
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
         memgraph.drop_after_commit = 3          # the next three commits are made, then the connection drops
         kafka.produce(topic, 30, partitions=1)  # offsets 10..39
         wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 40, 30, what="every batch stored")
@@ -60,8 +48,6 @@ def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp
         assert sorted(created) == [(topic, 0, o) for o in range(40)]
         assert [key for key, n in created.items() if n != 1] == [], "each CREATE applied once"
         assert registry.get("orders").status == StreamStatus.RUNNING
-    finally:
-        registry.close()
 
 
 def test_a_lost_ack_at_the_bolt_sink_is_resolved_by_reading_the_stored_offsets():

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -187,6 +188,20 @@ def _config(kafka, topic, sink, **kwargs) -> StreamConfig:
                         batch_size=50, batch_interval_ms=20, configs=FAST_REJOIN, **kwargs)
 
 
+@contextmanager
+def _committed_through(kafka, tmp_path, config: StreamConfig, offset: int, attempts: int = 2):
+    """A registry running `config` (its batches retried `attempts` times), once every partition committed `offset`."""
+    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=attempts, first_backoff_s=0.05))
+    try:
+        registry.create(config)
+        registry.start(config.name)
+        wait_until(lambda: {r.committed_offset for r in registry.describe(config.name)} == {offset}, 60,
+                   what="the whole topic committed")
+        yield registry
+    finally:
+        registry.close()
+
+
 def _expected(topic: str, count: int, partitions: int, skip: set[int]) -> dict:
     return by_partition((topic, i % partitions, i // partitions) for i in range(count) if i not in skip)
 
@@ -242,18 +257,12 @@ def test_typed_poison_on_a_websocket_topic_is_dead_lettered_and_the_stream_runs_
                          key=f"k-{i}".encode(), partition=i % 2)
     assert producer.flush(30) == 0
     memory_sinks["w"] = sink = RecordingSink()
-    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
-    try:
-        registry.create(_config(kafka, topic, "memory://w", errors_tolerance="all", dead_letter_topic=dlq,
-                                transform="stream_helpers.websocket_transform"))
-        registry.start("orders")
-        wait_until(lambda: {r.committed_offset for r in registry.describe("orders")} == {15}, 60,
-                   what="the whole topic committed")
+    with _committed_through(kafka, tmp_path, _config(kafka, topic, "memory://w", errors_tolerance="all",
+                                                     dead_letter_topic=dlq,
+                                                     transform="stream_helpers.websocket_transform"), 15) as registry:
         assert by_partition(sink.delivered()) == _expected(topic, 30, 2, set(bad))
         info = registry.get("orders")
         assert info.status == StreamStatus.RUNNING and info.dead_lettered == 2, (info.status, info.error)
-    finally:
-        registry.close()
     dead = {m.value(): dict(m.headers()) for m in _read_topic(kafka, dlq, 2)}
     assert set(dead) == set(bad.values())
     for i, value in bad.items():
@@ -309,17 +318,11 @@ def test_transient_sink_errors_are_retried_and_never_dead_lettered(kafka, tmp_pa
     topic, dlq = kafka.new_topic(partitions=2), f"dlq_{uuid.uuid4().hex[:10]}"
     kafka.produce(topic, 40, partitions=2)
     memory_sinks["l"] = sink = LosingConnectionSink(failures=2)
-    registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=4, first_backoff_s=0.05))
-    try:
-        registry.create(_config(kafka, topic, "memory://l", errors_tolerance="all", dead_letter_topic=dlq,
-                                transform="stream_helpers.offsets_transform"))
-        registry.start("orders")
-        wait_until(lambda: {r.committed_offset for r in registry.describe("orders")} == {20}, 60,
-                   what="the whole topic committed")
+    with _committed_through(kafka, tmp_path, _config(kafka, topic, "memory://l", errors_tolerance="all",
+                                                     dead_letter_topic=dlq, transform="stream_helpers.offsets_transform"),
+                            20, attempts=4) as registry:
         assert by_partition(sink.delivered()) == _expected(topic, 40, 2, set())
         assert registry.get("orders").dead_lettered == 0 and registry.history("orders") == []
-    finally:
-        registry.close()
 
 
 def test_without_tolerance_a_rejected_batch_stops_the_stream_as_before(kafka, tmp_path, memory_sinks):
