@@ -27,7 +27,7 @@ from spark_bridge.source_options import parse_source_options
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 from stream_registry.config import Delivery, StreamConfig
 from stream_registry.errors import StreamError
-from stream_registry.graph.offset_store import OFFSET_LINE
+from stream_registry.graph.cypherl_frames import FRAME_PREFIX
 from stream_registry.offset_spec import PartitionSnapshot
 from stream_registry.registry.registry import stored_config
 from stream_registry.resume_point import resume_offsets
@@ -155,8 +155,7 @@ def test_an_exactly_once_stream_hands_off_at_what_its_sink_stores(host, kafka, t
     # the graph lost its later part (a snapshot restored, a file cut back at a batch boundary): the sink
     # now stores less than the group committed, and the stream resumes where the sink's data ends
     lines = live.read_text().splitlines(keepends=True)
-    boundaries = [i + 1 for i, line in enumerate(lines)
-                  if OFFSET_LINE.match(line.rstrip("\n")) and not (i + 1 < len(lines) and OFFSET_LINE.match(lines[i + 1]))]
+    boundaries = [i + 1 for i, line in enumerate(lines) if line.startswith(FRAME_PREFIX.decode())]
     cut = min(boundaries, key=lambda b: abs(b - len(lines) // 3))
     live.write_text("".join(lines[:cut]))
     held = len(delivered_from_file(live))

@@ -12,10 +12,12 @@ as `mgconsole < file` does.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -140,6 +142,7 @@ def test_a_key_no_quoting_can_carry_is_refused_naming_it(tmp_path):
 # -- torn writes -------------------------------------------------------------------------------------------------
 WRITER = r"""
 import sys
+import tempfile
 from stream_registry.graph.offset_store import offset_statements
 from stream_registry.graph.sinks import CypherlSink
 from stream_registry.graph.transform import Statement
@@ -268,3 +271,11 @@ def test_reading_the_stored_offsets_costs_a_few_small_reads_whatever_the_size(tm
     read = _bytes_read_by_this_thread() - before
     assert read < 200_000, f"read {read} bytes of {path.stat().st_size}"
     assert OFFSET_LINE.search(path.read_text()[-2000:]), "the offsets are still statements Memgraph loads"
+
+
+def test_the_describe_cost_bench_runs_and_prints_its_ratio():
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "describe_cost.py"), "--gb", "0.01", "--reads", "5",
+                           "--dir", str(Path(tempfile.gettempdir()))], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"^  describe +[\d.]+ ms per read", done.stdout, re.M), done.stdout
+    assert re.search(r"^ratio: [\d,]+  \(scan / describe", done.stdout, re.M), done.stdout
