@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import stream_registry
 from stream_helpers import delivered_from_file
@@ -279,3 +280,35 @@ def test_the_describe_cost_bench_runs_and_prints_its_ratio():
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.search(r"^  describe +[\d.]+ ms per read", done.stdout, re.M), done.stdout
     assert re.search(r"^ratio: [\d,]+  \(scan / describe", done.stdout, re.M), done.stdout
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_a_kill_at_any_byte_of_any_append_leaves_exactly_the_whole_batches(tmp_path_factory, data):
+    """Against a model: a kill leaves a prefix of the last append (the kernel writes a file in order, a SIGKILL
+    stops it anywhere). Whatever the batches and wherever the cut, reopening keeps exactly the batches that were
+    whole, the stored offsets are the last whole batch's, and the next batch continues from them."""
+    path = tmp_path_factory.mktemp("model") / "out.cypherl"
+    sink = CypherlSink(str(path))
+    stored, whole = None, path.read_bytes()          # the new file's empty frame
+    for step in range(data.draw(st.integers(1, 6), label="batches")):
+        first = stored or 0
+        count = data.draw(st.integers(1, 5), label="statements")
+        size_before = path.stat().st_size
+        sink.write([Statement(CREATE, {"topic": "t", "partition": 0, "offset": o,
+                                       "pad": data.draw(st.text(max_size=30), label="pad")})
+                    for o in range(first, first + count)] + offset_statements("s", {("t", 0): first + count}),
+                   expect={("t", 0): stored})
+        appended = path.stat().st_size - size_before
+        cut = data.draw(st.integers(0, appended), label="bytes of the append kept")
+        if cut < appended:                             # killed inside this append
+            sink.close()
+            with open(path, "r+b") as f:
+                f.truncate(size_before + cut)
+            sink = CypherlSink(str(path))
+            assert path.read_bytes() == whole, "cut back to the last whole batch"
+        else:
+            stored, whole = first + count, path.read_bytes()
+        assert sink.stored_offsets("s") == ({("t", 0): stored} if stored is not None else {})
+    sink.close()
+    assert [o for _, _, o in delivered_from_file(path)] == list(range(stored or 0))
