@@ -141,10 +141,10 @@ def _key(key: Any, name: str) -> str:
            for c in key):
         raise SinkError(f"parameter {name}: map key {key!r} holds a control character, "
                         f"which a Cypher name cannot escape")
-    return console_safe_name("`" + key.replace("`", "``") + "`", name)
+    return console_safe_name("`" + key.replace("`", "``") + "`", f"parameter {name}")
 
 
-def console_safe_name(backticked: str, name: str) -> str:
+def console_safe_name(backticked: str, field: str) -> str:
     """A backticked name that mgconsole splits where Memgraph does.
 
     mgconsole's line splitter (`ParseLine` in memgraph/mgconsole) knows quotes
@@ -153,7 +153,7 @@ def console_safe_name(backticked: str, name: str) -> str:
     holding one quote character (`/*"*/`, which Memgraph skips) is put before
     it, to have mgconsole read the name as quoted, and another after it, to
     close what the name left open. A name no such prefix can carry (it has a
-    `;` outside every quoting it can start in) is an error naming it.
+    `;` outside every quoting it can start in) is an error naming `field`.
     """
     if not any(c in backticked for c in ";'\"\\"):
         return backticked
@@ -161,8 +161,8 @@ def console_safe_name(backticked: str, name: str) -> str:
         closing = _console_state_after(backticked, opening)
         if closing is not None:
             return "".join((f"/*{opening}*/" if opening else "", backticked, f"/*{closing}*/" if closing else ""))
-    raise SinkError(f"parameter {name}: name {backticked} cannot be written so that mgconsole reads it "
-                    f"(a ';' outside the quotes its splitter sees); rename the key")
+    raise SinkError(f"{field}: name {backticked} cannot be written so that mgconsole reads it "
+                    f"(a ';' outside every quote its line splitter can be in); rename it")
 
 
 def _console_state_after(text: str, quote: str) -> str | None:
@@ -228,6 +228,7 @@ _TOKEN = re.compile(r"""
   | (?P<semicolon> ; )
   | (?P<other> [^'"`/$;]+ | . )
 """, re.S | re.X)
+_QUOTE_COMMENTS = frozenset({'/*"*/', "/*'*/"})
 _BREAK_RUN = re.compile(f"[{_LINE_BREAKS}]+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED = re.compile(r"\\(.)", re.S)   # the escape pairs of a string literal, left to right
@@ -278,7 +279,11 @@ def _template(query: str) -> tuple[tuple[bool, str], ...]:
         if kind == "semicolon":
             ended_at = match.start()
         elif kind == "comment":
-            parts.append((False, " "))
+            # a quote comment beside a backticked name is console_safe_name's (a rendered statement rendered
+            # again stays the same): it goes without a space; any other comment becomes one
+            beside_name = text in _QUOTE_COMMENTS and "`" in (query[match.start() - 1:match.start()] +
+                                                            query[match.end():match.end() + 1])
+            parts.append((False, "" if beside_name else " "))
         elif kind == "param":
             parts.append((True, _param_name(text[1:])))
         elif kind == "string":
