@@ -79,6 +79,7 @@ from mgstreams.client import HostUnavailable  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host.process import HostProcess  # noqa: E402
 from stream_registry.errors import StreamError  # noqa: E402
+from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 
 TRANSFORM_MODULE = "soak_transform"
 TRANSFORM = f"{TRANSFORM_MODULE}.record"
@@ -360,7 +361,7 @@ def read_sink(path: Path) -> tuple[dict[tuple[str, int], list[Rec]], int]:
     data = path.read_bytes()
     pos = 0
     for line in data.split(b"\n"):
-        if line:
+        if line and not line.startswith(FRAME_PREFIX):    # a batch's frame line (cypherl_frames): a comment
             m = _LINE.fullmatch(line)
             if m is None:
                 corrupt += 1

@@ -85,8 +85,35 @@ class MgconsoleReader:
                 return "".join(query)
 
 
+_SPECIAL = re.compile(r"[\\\\\"';]")
+
+
 def parse_line(line: str, state: dict) -> tuple[str, bool]:
-    """mgconsole's ParseLine: quotes and backslash escapes, no backticks, no comments; ';' outside a quote ends."""
+    """mgconsole's ParseLine: quotes and backslash escapes, no backticks, no comments; ';' outside a quote ends.
+
+    Its loop, character by character, does nothing with a character other than `\\`, `"`, `'` and `;` but
+    append it and clear `escaped`: here runs of those are taken at once (the files hold 100 MB lines).
+    """
+    at = 0
+    for match in _SPECIAL.finditer(line):
+        if match.start() > at:
+            state["escaped"] = False          # ordinary characters before this one
+        c, at = match.group(), match.end()
+        if state["quote"] and c == "\\":
+            state["escaped"] = not state["escaped"]
+            continue
+        if (not state["quote"] and c in "\"'") or (not state["escaped"] and c == state["quote"]):
+            state["quote"] = "" if state["quote"] else c
+        elif not state["quote"] and c == ";":
+            return line[:match.start()], True
+        state["escaped"] = False
+    if len(line) > at:
+        state["escaped"] = False
+    return line, False
+
+
+def parse_line_char_by_char(line: str, state: dict) -> tuple[str, bool]:
+    """ParseLine as mgconsole writes it, one character at a time (parse_line takes runs at once)."""
     parsed = []
     for c in line:
         if state["quote"] and c == "\\":
@@ -100,6 +127,13 @@ def parse_line(line: str, state: dict) -> tuple[str, bool]:
         parsed.append(c)
         state["escaped"] = False
     return "".join(parsed), False
+
+
+@settings(max_examples=3000, deadline=None)
+@given(line=st.text("ab \\\"';`", max_size=14), quote=st.sampled_from(["", '"', "'"]), escaped=st.booleans())
+def test_the_splitter_taking_runs_at_once_is_mgconsoles_char_by_char(line, quote, escaped):
+    mine, theirs = {"quote": quote, "escaped": escaped}, {"quote": quote, "escaped": escaped}
+    assert parse_line(line, mine) == parse_line_char_by_char(line, theirs) and mine == theirs
 
 
 def without_comments(query: str) -> str:
@@ -177,7 +211,7 @@ def test_a_sigkill_in_the_middle_of_a_large_append_leaves_no_torn_line_and_no_of
     """Batches of 1000 statements of 100 kB (100 MB a write): the writer is killed as soon as the file grows
     past a batch, inside the write. Reopened, the file is cut back to its last whole batch; the rest appended
     after it, every offset is in the file once and every line splits as mgconsole splits it."""
-    path, total, size, pad = tmp_path / "big.cypherl", 5000, 1000, 100_000
+    path, total, size, pad = tmp_path / "big.cypherl", 4000, 1000, 100_000
     torn = 0
     for _ in range(4):
         writer = _writer(path, total, size, pad)
@@ -186,13 +220,13 @@ def test_a_sigkill_in_the_middle_of_a_large_append_leaves_no_torn_line_and_no_of
             boundary = path.stat().st_size
             deadline = time.monotonic() + 60
             while path.stat().st_size == boundary and time.monotonic() < deadline:
-                pass                      # the next append has begun
+                time.sleep(0.0005)        # until the next append has begun (a 100 MB write takes far longer)
             writer.send_signal(signal.SIGKILL)
         finally:
             writer.wait(30)
         if not _ends_with_whole_batch(path):
             torn += 1
-        if torn >= 2:
+        if torn:
             break
     assert torn, "a kill landed inside an append"
     assert writer.returncode == -signal.SIGKILL
