@@ -594,7 +594,7 @@ def read_cypherl(paths: Iterable[Path]) -> list[Record]:
             continue
         with path.open(encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
-                if not line.strip():
+                if not line.strip() or line.startswith("//"):   # a batch's frame line (a comment)
                     continue
                 text = normalize(line)
                 match = _WHERE.search(text)
@@ -883,7 +883,7 @@ def _lines(path: Path) -> int:
     if not path.exists():
         return 0
     with path.open("rb") as handle:
-        return sum(1 for line in handle if line.strip())
+        return sum(1 for line in handle if line.strip() and not line.startswith(b"//"))
 
 
 @contextlib.contextmanager
