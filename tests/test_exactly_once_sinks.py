@@ -63,6 +63,18 @@ def test_a_lost_ack_at_the_bolt_sink_is_resolved_by_reading_the_stored_offsets()
     assert set(memgraph.created().values()) == {1} and len(memgraph.created()) == 15
 
 
+def test_an_unknown_outcome_the_sink_cannot_resolve_yet_is_said_so_and_resolved_by_the_next_write():
+    memgraph = Memgraph()
+    sink = BoltSink("memgraph", connect=memgraph.connect, retries=2, sleep=lambda s: setattr(memgraph, "down", True))
+    memgraph.drop_after_commit = 1            # committed, the connection lost, and the server gone
+    with pytest.raises(SinkError, match="may have been applied") as failed:
+        sink.write(batch("s", "t", 0, 0, 3), expect={("t", 0): None})
+    assert failed.value.transient
+    memgraph.down = False                     # the worker's retry, later
+    assert sink.write(batch("s", "t", 0, 0, 3), expect={("t", 0): None}) is Written.ALREADY_APPLIED
+    assert set(memgraph.created().values()) == {1} and len(memgraph.created()) == 3
+
+
 @pytest.fixture(params=["bolt", "cypherl", "null"])
 def any_sink(request, tmp_path):
     if request.param == "bolt":

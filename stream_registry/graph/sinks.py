@@ -621,6 +621,7 @@ class BoltSink(_Closing):
             return Written.APPLIED
         work = [(s.query, _driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
         end = offsets_in_statements(statements)
+        unknown = False   # a commit of this batch failed in flight: it may have been applied
         with self._lock:
             for attempt in range(1, self.retries + 1):
                 self.attempts += 1
@@ -630,6 +631,7 @@ class BoltSink(_Closing):
                     cursor = conn.cursor()
                     if end:
                         stored = self._stored_in_transaction(cursor, {stream for stream, _, _ in end})
+                        unknown = False   # resolved by what is stored
                         if continuation(stored, end, expect) is Continuation.DONE:
                             conn.rollback()
                             return Written.ALREADY_APPLIED
@@ -647,9 +649,9 @@ class BoltSink(_Closing):
                     self._abandon()
                     if committing and transient:
                         self.unknown_commits += 1   # applied or not: the next attempt reads the offsets first
+                        unknown = True
                     if attempt == self.retries or not transient:
-                        raise self._failure(len(work), attempt, exc, transient,
-                                            unknown=committing and transient and not end) from None
+                        raise self._failure(len(work), attempt, exc, transient, unknown) from None
                 self._sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
         raise AssertionError("unreachable")
 
@@ -767,7 +769,8 @@ class BoltSink(_Closing):
                  ) -> SinkError:
         detail = redact(f"{type(exc).__name__}: {exc}", self._secrets())
         kind = "transient " if transient else ""
-        outcome = "may have been applied (its commit's outcome is unknown)" if unknown else "was not applied"
+        outcome = ("may have been applied (its commit's outcome is unknown; an exactly-once batch's next write "
+                   "reads the stored offsets first)" if unknown else "was not applied")
         return SinkError(f"sink {self._where()}: a batch of {count} statements {outcome} after "
                          f"{attempts} attempt(s), {kind}error {detail}", transient=transient,
                          rejected=not transient and is_refusal(exc))
