@@ -122,6 +122,13 @@ def test_folding_gives_the_same_statements_in_the_same_order_as_one_at_a_time(wo
     assert at == len(work)
 
 
+@given(queries(SUPPORTED), st.integers(2, 5))
+def test_supported_shapes_are_folded(query, count):
+    """Unless a parameter is named like the UNWIND's own variable."""
+    work = [(query, {name: i for name in _parameters(query)}) for i in range(count)]
+    assert fold(work) == work if "$mgstreams_rows" in query else len(fold(work)) == 1, query
+
+
 @given(queries(UNSUPPORTED), st.integers(2, 5))
 def test_unsupported_shapes_are_left_alone(query, count):
     work = [(query, {name: i for name in _parameters(query)}) for i in range(count)]
