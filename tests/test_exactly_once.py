@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from host_helpers import HostProcess
+from mgclient_standin import mgclient as standin
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.graph import offset_store, sinks
@@ -128,62 +129,10 @@ def test_a_deliberate_rewind_of_an_exactly_once_stream_is_replayed(host, kafka, 
         assert by_partition(delivered_from_file(out))[(topic, 0)][50:] == list(range(30, 35))
 
 
-# -- Bolt, at the driver ------------------------------------------------------------------------
-class Memgraph:
-    """What pymgclient's connection does with a transaction (autocommit off: statements run in one transaction
-    until commit() or rollback(); see BoltSink._apply): a failed statement fails the transaction, and only a
-    commit makes the :MgstreamsOffset nodes visible to the next read."""
-
-    def __init__(self):
-        self.offsets: dict = {}          # (stream, topic, partition) -> next_offset, committed
-        self.transactions: list[list[str]] = []
-        self.fail_when = None            # a predicate on (query, parameters): raise a query error
-
-    def connect(self, **kwargs):
-        return _Connection(self)
-
-
-class _Connection:
-    def __init__(self, server):
-        self.server, self.autocommit, self.pending, self.queries = server, True, {}, []
-
-    def cursor(self):
-        return _Cursor(self)
-
-    def commit(self):
-        self.server.offsets.update(self.pending)
-        if self.queries:
-            self.server.transactions.append(self.queries)
-        self.pending, self.queries = {}, []
-
-    def rollback(self):
-        self.pending, self.queries = {}, []
-
-    def close(self):
-        pass
-
-
-class _Cursor:
-    def __init__(self, conn):
-        self.conn, self.rows = conn, []
-
-    def execute(self, query, parameters=None):
-        server = self.conn.server
-        if server.fail_when and server.fail_when(query, parameters):
-            raise RuntimeError("Query failed: Can't have a null value as a property")   # not transient
-        self.conn.queries.append(query)
-        if query == WRITE_QUERY:
-            p = parameters
-            self.conn.pending[(p["stream"], p["topic"], p["partition"])] = p["next_offset"]
-        elif query == offset_store.READ_QUERY:
-            self.rows = [(t, p, o) for (s, t, p), o in server.offsets.items() if s == parameters["stream"]]
-
-    def fetchall(self):
-        return self.rows
-
-
+# -- Bolt, at the driver (the pymgclient stand-in: offsets visible after commit, a failed statement fails its
+# transaction) ------------------------------------------------------------------------------------------
 def test_bolt_offsets_go_in_the_batch_transaction_and_a_failed_one_writes_neither(kafka, tmp_path, monkeypatch):
-    memgraph = Memgraph()
+    memgraph = standin.Server(rtt_ms=0)
     monkeypatch.setattr(sinks, "connect_mgclient", memgraph.connect)
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 10, partitions=1)
@@ -195,7 +144,8 @@ def test_bolt_offsets_go_in_the_batch_transaction_and_a_failed_one_writes_neithe
                                      delivery="exactly_once"))
         registry.start("orders")
         wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 10, 30, what="10 messages stored")
-        writes = [t for t in memgraph.transactions if t != [offset_store.READ_QUERY]]   # reads at assignment
+        writes = [[query for query, _ in t["statements"]] for t in memgraph.transactions]
+        writes = [t for t in writes if t != [offset_store.READ_QUERY]]                # reads at assignment
         assert writes
         for transaction in writes:
             assert transaction[-1] == WRITE_QUERY and transaction.count(WRITE_QUERY) == 1, transaction

@@ -9,7 +9,8 @@ Two ways to use it:
   - `MGCLIENT_STANDIN_JOURNAL`: a file that gets one JSON line per committed transaction:
     `{"pid", "round_trips", "executes", "rows"}`, plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`;
   - `MGCLIENT_STANDIN_REJECT`: a statement whose parameters hold a string containing this text fails
-    with DatabaseError, as Memgraph fails a whole query on one bad row.
+    with DatabaseError, as Memgraph fails a whole query on one bad row (in a test's process, any predicate:
+    `Server.fail_when`).
 
 What the server understands of Cypher is what the tests look at: it runs
 `UNWIND $list AS v <query>` over a list of maps as one execution of `<query>`
@@ -134,7 +135,9 @@ class Server:
     def __init__(self, rtt_ms: float = 0.2, journal: str | None = None, record_rows: bool = False,
                  reject: str | None = None):
         self.rtt_s = rtt_ms / 1000
-        self.journal, self.record_rows, self.reject = journal, record_rows, reject
+        self.journal, self.record_rows = journal, record_rows
+        # a predicate on each statement as it takes effect (query, parameters): True fails the whole statement
+        self.fail_when = (lambda query, parameters: _holds(parameters, reject)) if reject else None
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.transactions: list[dict] = []    # committed: {"round_trips", "executes", "statements"}
         self.connects: list[dict] = []
@@ -227,11 +230,12 @@ class Connection:
         self.server._round_trip()
         self._open["round_trips"] += 1
         self._open["executes"] += 1
-        if self.server.reject and _holds(parameters, self.server.reject):
+        statements = effective(query, parameters)
+        if self.server.fail_when and any(self.server.fail_when(q, p) for q, p in statements):
             self._open, self._pending = None, {}     # Memgraph fails the transaction
-            raise DatabaseError(f"Query failed: a row holds {self.server.reject!r}")
+            raise DatabaseError("Query failed: Can't have a null value as a property")
         rows: list[tuple] = []
-        for statement, values in effective(query, parameters):
+        for statement, values in statements:
             self._open["statements"].append((statement, values))
             if statement == OFFSET_WRITE:
                 self._pending[(values["stream"], values["topic"], values["partition"])] = values["next_offset"]
