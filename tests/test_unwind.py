@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from host_helpers import ROOT, HostProcess
 from mgclient_standin import mgclient as standin
+from mgstreams.query_module import STREAMS_MODULE, QueryModule
 from stream_helpers import FAST_REJOIN, wait_until
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError
@@ -209,6 +210,24 @@ def transactions(journal: Path, topic: str) -> list[dict]:
 def messages_written(entries: list[dict], topic: str) -> list[int]:
     return [params["offset"] for entry in entries for query, params in entry["statements"]
             if query != WRITE_QUERY and params.get("topic") == topic]
+
+
+def test_bolt_unwind_false_from_cypher_writes_one_statement_per_round_trip(kafka, bolt_host):
+    """`options: {bolt_unwind: false}` on `CALL streams.create` reaches the stream's sink."""
+    host, journal = bolt_host
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 300, partitions=1)
+    with QueryModule(STREAMS_MODULE, host.url) as streams:
+        streams.call("create", "u_single", [topic], kafka.bootstrap_servers, MERGE_TRANSFORM, "bolt://memgraph:7687",
+                     f"unwind_{uuid.uuid4().hex[:8]}", 1000, 3000, FAST_REJOIN, {}, "on-failure",
+                     {"bolt_unwind": False})
+        streams.call("start", "u_single")
+        wait_until(lambda: len(messages_written(transactions(journal, topic), topic)) >= 300, 60,
+                   what="300 messages in the journal")
+        streams.call("stop", "u_single")
+    entries = transactions(journal, topic)
+    assert messages_written(entries, topic) == list(range(300))
+    assert sum(e["executes"] for e in entries) == 300 and all(e["round_trips"] == e["executes"] + 2 for e in entries)
 
 
 @pytest.mark.parametrize("case", ["at_least_once", "exactly_once", "poison"])
