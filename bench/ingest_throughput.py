@@ -57,8 +57,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))   # the pymgclient stand-in
@@ -66,6 +64,7 @@ sys.path.insert(0, str(ROOT / "tests"))   # the pymgclient stand-in
 from bench_data import check_topic, poison_count, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
+from multi_stream import cpu_of  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host.process import HostProcess  # noqa: E402
@@ -211,7 +210,7 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
                 raise SystemExit(f"bench: stream stuck at {committed}/{count} committed "
                                  f"(status {info.status.value}, error {info.error})")
             time.sleep(POLL_S)
-        cpu = process_cpu(pid)
+        cpu = cpu_of(pid)
     finally:
         watcher.close()
         client.stop(name)
@@ -220,14 +219,6 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
     if committed != count:
         raise SystemExit(f"bench: stream committed {committed} messages, expected {count}")
     return Run(count, first, first_at, elapsed, cpu, pid)
-
-
-def process_cpu(pid: int | None) -> float | None:
-    try:
-        times = psutil.Process(pid).cpu_times()
-        return times.user + times.system
-    except (psutil.Error, ValueError, TypeError):
-        return None
 
 
 def round_trips(journal: Path, pid: int | None) -> tuple[int, int, int]:
