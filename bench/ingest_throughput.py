@@ -12,8 +12,9 @@ topic from the beginning with its own consumer group:
 - stream: a stream created and started through the host's HTTP API (as the
   CLI, the query module and curl do): its own process, consumer, transformation
   and sink;
-- raw: one confluent-kafka Consumer in this process doing what the stream's
-  worker does per batch, called directly: consume(batch_size) ->
+- raw: one confluent-kafka Consumer in a process of its own (as the stream
+  has one; the embedded cluster's threads live in the bench's process) doing
+  what the stream's worker does per batch, called directly: consume(batch_size) ->
   run_transformation(fn, [Message.from_kafka(m) ...]) -> sink.write(statements)
   -> synchronous commit of the next offsets. Same transformation, same sink;
 - consume: the same loop without transformation and sink (consume and commit):
@@ -49,11 +50,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,9 +149,19 @@ def verify_and_clean(uri: str, count: int, label: str) -> None:
         raise SystemExit(f"bench: {label} wrote {lines} statements, expected {count}")
 
 
-def run_loop(bootstrap: str, count: int, transform: str | None, uri: str | None, group: str) -> Run:
-    """The baselines, in this process: the stream worker's per-batch work called directly (`transform` and
-    `uri`), or consume-and-commit only (None)."""
+def run_loop(bootstrap: str, count: int, transform: str | None, uri: str | None, group: str,
+             rtt_ms: float | None = None) -> Run:
+    """A baseline in a process of its own, as the stream has one (the embedded cluster's threads stay in this
+    one): the stream worker's per-batch work called directly (`transform` and `uri`), or consume-and-commit
+    only (None). `rtt_ms`: a bolt:// sink is the pymgclient stand-in at that round-trip time."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+        return child.submit(_loop, bootstrap, count, transform, uri, group, rtt_ms).result()
+
+
+def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, group: str,
+          rtt_ms: float | None) -> Run:
+    if rtt_ms is not None:
+        sinks.connect_mgclient = standin.Server(rtt_ms).connect
     started = time.perf_counter()
     fn = load_transformation(transform) if transform else None
     sink = open_sink(uri) if uri else None
@@ -284,8 +297,6 @@ def main(argv: list[str] | None = None) -> int:
              f"{measured_round_trip_ms(args.rtt_ms):.3f} ms measured)" if bolt else "")
           + f", batch {BATCH_SIZE}, transform {args.transform}; streams run in a `mgstreams serve` host",
           flush=True)
-    if bolt:   # the raw loop's sink, in this process
-        sinks.connect_mgclient = standin.Server(args.rtt_ms).connect
     runs: dict[str, list[Run]] = {side: [] for side in sides}
     trips: dict[str, list[tuple[int, int, int]]] = {side: [] for side in sides}
     host_env = {OUTPUT_DIRS_ENV: str(out_dir), "MGCLIENT_STANDIN_RTT_MS": str(args.rtt_ms),
@@ -314,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                         label = f"bench_{side}_{round_no}"
                         uri = sink_uri(args.sink, out_dir, label)
                         if side == "raw":
-                            run = run_loop(bootstrap, args.messages, args.transform, uri, label)
+                            run = run_loop(bootstrap, args.messages, args.transform, uri, label,
+                                           args.rtt_ms if bolt else None)
                         elif side == "consume":
                             run = run_loop(bootstrap, args.messages, None, None, label)
                         elif args.poison_every:
