@@ -1,69 +1,88 @@
-"""Live ingestion throughput: a running mgstreams stream against a raw confluent-kafka loop, in one run.
+"""Live ingestion throughput on the path users run: a stream process of a real host, against baselines.
 
     .venv/bin/python bench/ingest_throughput.py                      # 1M x 200 B over 6 partitions, cypherl
     .venv/bin/python bench/ingest_throughput.py --sink null --messages 200000
+    .venv/bin/python bench/ingest_throughput.py --sink bolt [--rtt-ms 0.2]   # 100k through the pymgclient stand-in
 
 The messages are produced once to a 6-partition topic on the embedded 3-broker
-cluster. Then, alternately (raw, stream, stream, raw, ...: `--rounds` pairs), each
-side consumes the whole topic from the beginning with its own consumer group:
+cluster. A stream host (`mgstreams serve`, a child process) runs for the whole
+bench. Then, alternately (ABBA over `--rounds`), each side consumes the whole
+topic from the beginning with its own consumer group:
 
-- raw: one confluent-kafka Consumer in the main thread doing exactly what the
-  stream does per batch: consume(batch_size) -> run_transformation(fn,
-  Messages.from_kafka(batch)) -> sink.write(statements) -> synchronous commit
-  of the next offsets;
-- stream: `StreamRegistry.create(StreamConfig(...))` + `start()`, same
-  transformation, same kind of sink, same batch size; the main thread only
-  polls the group's committed offsets every POLL_S (a consumer that never
-  joins the group, waiting in librdkafka with the GIL released).
+- stream: a stream created and started through the host's HTTP API (as the
+  CLI, the query module and curl do): its own process, consumer, transformation
+  and sink;
+- raw: one confluent-kafka Consumer in a process of its own (as the stream
+  has one; the embedded cluster's threads live in the bench's process) doing
+  what the stream's worker does per batch, called directly: consume(batch_size) ->
+  run_transformation(fn, [Message.from_kafka(m) ...]) -> sink.write(statements)
+  -> synchronous commit of the next offsets. Same transformation, same sink;
+- consume: the same loop without transformation and sink (consume and commit):
+  the limit, printed as the fraction of it the stream reaches.
 
-Each side is timed from the start (consumer creation / `start()`) until all N
-messages were written and committed; consumer close / stream stop are not
-timed. The cypherl sink writes to tmpfs (/dev/shm), and every file is checked
-to hold N lines. Prints every run with the process CPU time it used (embedded
-broker threads included; unlike wall time, it does not move with other load on
-the machine), the best rate of each side and `ratio: X` (best stream rate /
-best raw rate). Floor: 0.85.
+A side is timed from its first committed batch to the last (a stream's process
+spawn and every side's group join are start-up, not throughput; the totals are
+printed too). Prints every run, the best rate of each side, `stream / consume`
+and `ratio: X` (best stream rate / best raw rate). Floor: 0.85. The cypherl
+sink writes to tmpfs (/dev/shm), and every file is checked to hold N lines.
 
-With `--delivery exactly_once` the two sides are instead the same stream in
-each delivery mode (`at_least_once`, then `exactly_once`: each batch's offsets
+`--sink bolt`: the sink is `bolt://` through the pymgclient stand-in
+(tests/mgclient_standin: the host's processes import it as `mgclient`), every
+round trip (BEGIN, each execute, COMMIT) costing `--rtt-ms` (default 0.2). A
+fourth side runs the stream with `bolt_unwind: false` (one statement per
+round trip); printed: messages/s folded and one at a time, round trips per
+transaction and per 1000 messages (goal <= 5), and `speed-up: X` (goal >= 10).
+
+With `--delivery exactly_once` the two sides are instead host streams in each
+delivery mode (`at_least_once`, then `exactly_once`: each batch's offsets
 written with the batch), on the same sink; the cypherl files are checked to
 hold N statements plus the offsets statements and frame lines, and `ratio: X`
 is exactly-once / at-least-once. Floor: 0.9. (`bench/describe_cost.py` prints
 what reading an exactly-once file's stored offsets costs at 1 GB.)
 
-With `--poison-every N` the two sides are the same stream (errors.tolerance
-'all', a dead-letter topic, the `json_nodes` transformation) on two topics of
-the same size: a clean one, and one where one message in N is not JSON. Each
-poison message costs its batch a bisection and a dead-letter produce; the files
-are checked to hold every other message, the dead-letter topic every poison
-one, and `ratio: X` is poisoned / clean. Floor: 0.8.
+With `--poison-every N` the two sides are host streams (errors.tolerance 'all',
+a dead-letter topic, the `json_nodes` transformation) on two topics of the same
+size: a clean one, and one where one message in N is not JSON. Each poison
+message costs its batch a bisection and a dead-letter produce; the files are
+checked to hold every other message, the dead-letter topic every poison one,
+and `ratio: X` is poisoned / clean. Floor: 0.8.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))   # the pymgclient stand-in
 
 from bench_data import check_topic, poison_count, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from mgclient_standin import mgclient as standin  # noqa: E402
+from multi_stream import cpu_of  # noqa: E402
 
-from stream_registry import StreamConfig, StreamRegistry  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
+from mgstreams.host.process import HostProcess  # noqa: E402
+from stream_registry.graph import sinks  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
-from stream_registry.graph.transform import Messages, load_transformation, run_transformation  # noqa: E402
+from stream_registry.graph.transform import Message, load_transformation, run_transformation  # noqa: E402
 from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 0.85
 EXACTLY_ONCE_FLOOR = 0.9
 POISON_FLOOR = 0.8
+ROUND_TRIPS_GOAL = 5        # per 1000-message transaction
+SPEED_UP_GOAL = 10.0        # folded / one at a time, at 0.2 ms a round trip
 TOPIC = "ingest"
 POISONED_TOPIC = "ingest_poisoned"
 DEAD_LETTER_TOPIC = "ingest_dlq"
@@ -71,12 +90,31 @@ POISON_TRANSFORM = "stream_registry.builtin_transformations.json_nodes"
 PARTITIONS = 6
 BATCH_SIZE = 1000
 BATCH_INTERVAL_MS = 100
-POLL_S = 0.05
+POLL_S = 0.01
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
+BOLT_URI = "bolt://memgraph.standin:7687"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One side's pass over the topic: the rate from its first committed batch to its last, and the total."""
+    count: int
+    first: int          # messages committed at the first observation
+    first_at: float
+    total_s: float
+    cpu_s: float | None = None   # the stream process's CPU time
+    pid: int | None = None
+
+    @property
+    def rate(self) -> float:
+        steady = self.total_s - self.first_at
+        if self.first >= self.count or steady <= 0:
+            return self.count / self.total_s
+        return (self.count - self.first) / steady
 
 
 def sink_uri(kind: str, out_dir: Path, label: str) -> str:
-    return "null://" if kind == "null" else f"cypherl://{out_dir / (label + '.cypherl')}"
+    return {"null": "null://", "bolt": BOLT_URI}.get(kind) or f"cypherl://{out_dir / (label + '.cypherl')}"
 
 
 def count_lines(path: Path) -> int:
@@ -114,89 +152,138 @@ def verify_and_clean(uri: str, count: int, label: str) -> None:
         raise SystemExit(f"bench: {label} wrote {lines} statements, expected {count}")
 
 
-def run_raw(bootstrap: str, count: int, transform: str, uri: str, group: str) -> float:
-    """The baseline: the stream's per-batch work written as a plain confluent-kafka loop."""
+def run_loop(bootstrap: str, count: int, transform: str | None, uri: str | None, group: str,
+             rtt_ms: float | None = None) -> Run:
+    """A baseline in a process of its own, as the stream has one (the embedded cluster's threads stay in this
+    one): the stream worker's per-batch work called directly (`transform` and `uri`), or consume-and-commit
+    only (None). `rtt_ms`: a bolt:// sink is the pymgclient stand-in at that round-trip time."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
+        return child.submit(_loop, bootstrap, count, transform, uri, group, rtt_ms).result()
+
+
+def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, group: str,
+          rtt_ms: float | None) -> Run:
+    if rtt_ms is not None:
+        sinks.connect_mgclient = standin.Server(rtt_ms).connect
     started = time.perf_counter()
-    fn = load_transformation(transform)
-    sink = open_sink(uri)
+    fn = load_transformation(transform) if transform else None
+    sink = open_sink(uri) if uri else None
     consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "enable.auto.offset.store": False,
                          "enable.partition.eof": False})   # the stream's own fetch settings: a fair baseline
     consumer.subscribe([TOPIC])
-    done = 0
+    done, first, first_at = 0, 0, 0.0
     try:
         while done < count:
             batch = consumer.consume(BATCH_SIZE, BATCH_INTERVAL_MS / 1000)
             batch = [m for m in batch if m.error() is None]
             if not batch:
                 continue
-            statements = run_transformation(fn, Messages.from_kafka(batch))
-            sink.write(statements)
+            if fn is not None:
+                statements = run_transformation(fn, [Message.from_kafka(m) for m in batch])
+                sink.write(statements)
             next_offsets = {}
             for m in batch:
                 next_offsets[(m.topic(), m.partition())] = m.offset() + 1
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in next_offsets.items()],
                             asynchronous=False)
             done += len(batch)
+            if not first:
+                first, first_at = done, time.perf_counter() - started
         elapsed = time.perf_counter() - started
     finally:
         consumer.close()
-        sink.close()
+        if sink is not None:
+            sink.close()
     if done != count:
-        raise SystemExit(f"bench: raw loop consumed {done} messages, expected {count}")
-    return elapsed
+        raise SystemExit(f"bench: the {'raw' if fn else 'consume'} loop consumed {done} messages, expected {count}")
+    return Run(count, first, first_at, elapsed)
 
 
-def run_stream(registry: StreamRegistry, bootstrap: str, count: int, transform: str, uri: str,
-               name: str, timeout_s: float, delivery: str = "at_least_once", topic: str = TOPIC,
-               **settings) -> float:
-    """A running stream; done when its group's committed offsets cover all `count` messages."""
-    registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=bootstrap, transform=transform,
-                                 sink=uri, consumer_group=name, batch_size=BATCH_SIZE,
-                                 batch_interval_ms=BATCH_INTERVAL_MS, delivery=delivery, **settings))
+def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name: str, timeout_s: float,
+               topic: str = TOPIC, **settings) -> Run:
+    """A stream of the host; done when its group's committed offsets cover all `count` messages."""
+    client = host.client()
+    client.create(name=name, topics=[topic], bootstrap_servers=bootstrap, transform=transform, sink=uri,
+                  consumer_group=name, batch_size=BATCH_SIZE, batch_interval_ms=BATCH_INTERVAL_MS, **settings)
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False})
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    first, first_at, pid, cpu = 0, 0.0, None, None
     try:
         started = time.perf_counter()
-        registry.start(name)
+        client.start(name)
         while True:
             committed = sum(max(tp.offset, 0) for tp in watcher.committed(tps, timeout=10))
-            now = time.perf_counter()
+            now = time.perf_counter() - started
+            if committed and not first:
+                first, first_at = committed, now
+                pid = client.get(name).pid
             if committed >= count:
-                elapsed = now - started
+                elapsed = now
                 break
-            info = registry.get(name)
-            if info.error or now - started > timeout_s:
+            if now > timeout_s:
+                info = client.get(name)
                 raise SystemExit(f"bench: stream stuck at {committed}/{count} committed "
                                  f"(status {info.status.value}, error {info.error})")
             time.sleep(POLL_S)
+        cpu = cpu_of(pid)
     finally:
         watcher.close()
-        registry.drop(name)
+        client.stop(name)
+        client.drop(name)
+        client.close()
     if committed != count:
         raise SystemExit(f"bench: stream committed {committed} messages, expected {count}")
-    return elapsed
+    return Run(count, first, first_at, elapsed, cpu, pid)
+
+
+def round_trips(journal: Path, pid: int | None) -> tuple[int, int, int]:
+    """(transactions, round trips, messages) the stand-in journaled for the stream process `pid`: the
+    transactions that wrote messages (an exactly-once stream's offsets read at assignment is left out)."""
+    transactions = trips = rows = 0
+    if journal.exists():
+        for line in journal.read_text().splitlines():
+            entry = json.loads(line)
+            if entry["pid"] == pid and entry["rows"] > 1:
+                transactions, trips, rows = transactions + 1, trips + entry["round_trips"], rows + entry["rows"]
+    return transactions, trips, rows
+
+
+def measured_round_trip_ms(rtt_ms: float, samples: int = 500) -> float:
+    """What one of the stand-in's round trips costs here (a sleep of `rtt_ms`, plus the timer's slack)."""
+    server = standin.Server(rtt_ms)
+    started = time.perf_counter()
+    for _ in range(samples):
+        server._round_trip()
+    return (time.perf_counter() - started) / samples * 1000
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=1_000_000, help="messages to produce (default 1M)")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="messages to produce (default 1M; 100k with --sink bolt)")
     parser.add_argument("--size", type=int, default=200, help="payload bytes per message (default 200)")
-    parser.add_argument("--sink", choices=("cypherl", "null"), default="cypherl",
-                        help="cypherl: a file on tmpfs (/dev/shm); null: discard (default cypherl)")
-    parser.add_argument("--rounds", type=int, default=2, help="raw/stream pairs, run alternately (default 2)")
+    parser.add_argument("--sink", choices=("cypherl", "null", "bolt"), default="cypherl",
+                        help="cypherl: a file on tmpfs (/dev/shm); null: discard; bolt: the pymgclient stand-in "
+                             "(default cypherl)")
+    parser.add_argument("--rtt-ms", type=float, default=0.2, help="--sink bolt: cost of a round trip (default 0.2)")
+    parser.add_argument("--rounds", type=int, default=2, help="passes of every side, run alternately (default 2)")
     parser.add_argument("--transform", default=TRANSFORM, help=f"transformation (default {TRANSFORM})")
     parser.add_argument("--delivery", choices=("exactly_once",), default=None,
                         help="compare an exactly-once stream with an at-least-once one instead of stream/raw")
     parser.add_argument("--poison-every", type=int, default=0, metavar="N",
                         help="compare a stream on a topic where 1 message in N is poison with one on a clean topic")
     args = parser.parse_args(argv)
+    if args.messages is None:
+        args.messages = 100_000 if args.sink == "bolt" else 1_000_000
     if args.delivery and args.poison_every:
         parser.error("give --delivery or --poison-every, not both")
+    bolt = args.sink == "bolt"
     sides = ("at_least_once", "exactly_once") if args.delivery else \
-        ("clean", "poisoned") if args.poison_every else ("raw", "stream")
-    if args.messages < 1 or args.rounds < 1 or args.poison_every < 0:
-        parser.error("--messages, --rounds and --poison-every must be positive")
+        ("clean", "poisoned") if args.poison_every else \
+        ("raw", "stream", "consume") + (("one_at_a_time",) if bolt else ())
+    if args.messages < 1 or args.rounds < 1 or args.poison_every < 0 or args.rtt_ms < 0:
+        parser.error("--messages, --rounds, --poison-every and --rtt-ms must be positive")
     if args.poison_every and args.transform == TRANSFORM:
         args.transform = POISON_TRANSFORM   # poison: a payload that is not JSON
     poisons = poison_count(args.messages, args.poison_every)
@@ -204,13 +291,22 @@ def main(argv: list[str] | None = None) -> int:
     shm = Path("/dev/shm")
     out_dir = Path(tempfile.mkdtemp(prefix="mgstreams-bench-", dir=shm if shm.is_dir() else None))
     state_dir = Path(tempfile.mkdtemp(prefix="mgstreams-bench-state-"))
+    journal = state_dir / "standin.jsonl"
     timeout_s = max(120.0, args.messages / 2_000)
     print(f"ingest throughput: {args.messages:,} messages x {args.size} B over {PARTITIONS} partitions, "
           f"embedded 3-broker cluster, sink {args.sink}"
           + (f" ({out_dir})" if args.sink == "cypherl" else "")
-          + f", batch {BATCH_SIZE}, transform {args.transform}", flush=True)
-    rates: dict[str, list[float]] = {side: [] for side in sides}
-    cpus: dict[str, list[float]] = {side: [] for side in sides}
+          + (f" (pymgclient stand-in, {args.rtt_ms:g} ms a round trip: "
+             f"{measured_round_trip_ms(args.rtt_ms):.3f} ms measured)" if bolt else "")
+          + f", batch {BATCH_SIZE}, transform {args.transform}; streams run in a `mgstreams serve` host",
+          flush=True)
+    runs: dict[str, list[Run]] = {side: [] for side in sides}
+    trips: dict[str, list[tuple[int, int, int]]] = {side: [] for side in sides}
+    host_env = {OUTPUT_DIRS_ENV: str(out_dir), "MGCLIENT_STANDIN_RTT_MS": str(args.rtt_ms),
+                "MGCLIENT_STANDIN_JOURNAL": str(journal)}
+    if bolt:   # the host's processes import the stand-in as `mgclient`
+        host_env["PYTHONPATH"] = os.pathsep.join(filter(None, (standin.PYTHONPATH_ENTRY, str(ROOT),
+                                                               os.environ.get("PYTHONPATH"))))
     try:
         with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
             bootstrap = cluster.bootstrap_servers
@@ -225,51 +321,85 @@ def main(argv: list[str] | None = None) -> int:
                 check_topic(bootstrap, POISONED_TOPIC, PARTITIONS, args.messages)
                 print(f"{poisons} poison messages (1 in {args.poison_every:,}) on {POISONED_TOPIC}", flush=True)
             print(f"produced in {time.perf_counter() - t:.1f} s", flush=True)
-            # the stream's cypherl files go to out_dir (tmpfs), outside the registry's default <state>/output
-            os.environ[OUTPUT_DIRS_ENV] = os.pathsep.join(filter(None, (os.environ.get(OUTPUT_DIRS_ENV), str(out_dir))))
-            registry = StreamRegistry(state_dir)
-            try:
+            with HostProcess(state_dir / "host", log_path=state_dir / "host.log", env=host_env) as host:
                 for round_no in range(1, args.rounds + 1):
-                    # ABBA order (raw, stream, stream, raw, ...): neither side always goes first.
+                    # ABBA order: no side always goes first.
                     for side in sides if round_no % 2 else sides[::-1]:
                         label = f"bench_{side}_{round_no}"
                         uri = sink_uri(args.sink, out_dir, label)
-                        cpu = time.process_time()
                         if side == "raw":
-                            elapsed = run_raw(bootstrap, args.messages, args.transform, uri, label)
+                            run = run_loop(bootstrap, args.messages, args.transform, uri, label,
+                                           args.rtt_ms if bolt else None)
+                        elif side == "consume":
+                            run = run_loop(bootstrap, args.messages, None, None, label)
                         elif args.poison_every:
                             before = dead_lettered(bootstrap)
-                            elapsed = run_stream(registry, bootstrap, args.messages, args.transform, uri, label,
-                                                 timeout_s, topic=POISONED_TOPIC if side == "poisoned" else TOPIC,
-                                                 errors_tolerance="all", dead_letter_topic=DEAD_LETTER_TOPIC)
+                            run = run_stream(host, bootstrap, args.messages, args.transform, uri, label, timeout_s,
+                                             topic=POISONED_TOPIC if side == "poisoned" else TOPIC,
+                                             **{"errors.tolerance": "all",
+                                                "errors.deadletterqueue.topic.name": DEAD_LETTER_TOPIC})
                             expected = poisons if side == "poisoned" else 0
                             if dead_lettered(bootstrap) - before != expected:
                                 raise SystemExit(f"bench: {label} dead-lettered {dead_lettered(bootstrap) - before}"
                                                  f" messages, expected {expected}")
                         else:
-                            elapsed = run_stream(registry, bootstrap, args.messages, args.transform, uri,
-                                                 label, timeout_s, "at_least_once" if side == "stream" else side)
-                        cpu = time.process_time() - cpu
-                        verify_and_clean(uri, args.messages - (poisons if side == "poisoned" else 0), label)
-                        rate = args.messages / elapsed
-                        rates[side].append(rate)
-                        cpus[side].append(cpu / args.messages * 1e6)
-                        print(f"  round {round_no} {side:<13}  {elapsed:7.2f} s  {rate:12,.0f} msgs/s   "
-                              f"(process cpu {cpu:6.2f} s, {cpu / args.messages * 1e6:5.1f} us/msg)", flush=True)
-            finally:
-                registry.close()
+                            settings = {"delivery": side} if args.delivery else {}
+                            if side == "one_at_a_time":
+                                settings["bolt_unwind"] = False
+                            run = run_stream(host, bootstrap, args.messages, args.transform, uri, label,
+                                             timeout_s, **settings)
+                        if side != "consume":
+                            verify_and_clean(uri, args.messages - (poisons if side == "poisoned" else 0), label)
+                        runs[side].append(run)
+                        cpu = f"   (stream process cpu {run.cpu_s / args.messages * 1e6:5.1f} us/msg)" \
+                            if run.cpu_s is not None else ""
+                        each = ""
+                        if bolt and run.pid is not None:
+                            trips[side].append(round_trips(journal, run.pid))
+                            count, total, _ = trips[side][-1]
+                            each = f"   {count} transactions, {total / max(count, 1):.1f} round trips each"
+                        print(f"  round {round_no} {side:<14} {run.rate:12,.0f} msgs/s  "
+                              f"(total {run.total_s:6.2f} s with start-up){cpu}{each}", flush=True)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
         shutil.rmtree(state_dir, ignore_errors=True)
 
-    base, measured = sides
-    ratio = max(rates[measured]) / max(rates[base])
-    floor = EXACTLY_ONCE_FLOOR if args.delivery else POISON_FLOOR if args.poison_every else FLOOR
+    best = {side: max(r.rate for r in runs[side]) for side in sides}
     for side in sides:
-        print(f"{side} rate: {max(rates[side]):12,.0f} msgs/s (best of {len(rates[side])})")
-    print(f"cpu per message: " + ", ".join(f"{side} {min(cpus[side]):.2f} us" for side in sides) + " (lowest of each)")
+        print(f"{side} rate: {best[side]:12,.0f} msgs/s (best of {len(runs[side])})")
+    if "consume" in best:
+        print(f"stream / consume-only: {best['stream'] / best['consume']:.3f} (the fraction of the consumer's "
+              f"limit the stream reaches)")
+    if "one_at_a_time" in sides:
+        print_bolt_figures(trips["stream"], trips["one_at_a_time"], best["stream"], best["one_at_a_time"])
+    elif bolt:
+        for side in sides:
+            each, per_1000 = round_trips_per(trips[side])
+            print(f"{side} round trips per transaction: {each:.1f} ({per_1000:.1f} per 1000 messages)")
+    base, measured = ("raw", "stream") if "raw" in sides else sides
+    ratio = best[measured] / best[base]
+    floor = EXACTLY_ONCE_FLOOR if args.delivery else POISON_FLOOR if args.poison_every else FLOOR
     print(f"ratio: {ratio:.3f}  ({measured} / {base}; floor {floor}: {'ok' if ratio >= floor else 'BELOW FLOOR'})")
     return 0
+
+
+def round_trips_per(counts: list) -> tuple[float, float]:
+    """Round trips per transaction, and per 1000 messages, of round_trips() results."""
+    transactions = sum(c[0] for c in counts)
+    trips, rows = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    return trips / max(transactions, 1), trips / max(rows, 1) * 1000
+
+
+def print_bolt_figures(folded: list, single: list, folded_rate: float, single_rate: float) -> None:
+    per = round_trips_per
+    each, per_1000 = per(folded)
+    print(f"round trips per transaction: {each:.1f} folded ({per_1000:.1f} per 1000 messages; goal <= "
+          f"{ROUND_TRIPS_GOAL} per 1000-message transaction: {'ok' if per_1000 <= ROUND_TRIPS_GOAL else 'MISSED'}), "
+          f"{per(single)[0]:.1f} one at a time ({per(single)[1]:.0f} per 1000 messages)")
+    speed_up = folded_rate / single_rate
+    print(f"folded {folded_rate:,.0f} msgs/s, one statement at a time {single_rate:,.0f} msgs/s")
+    print(f"speed-up: {speed_up:.1f}x  (folded / one at a time; goal >= {SPEED_UP_GOAL:g}x at 0.2 ms: "
+          f"{'ok' if speed_up >= SPEED_UP_GOAL else 'MISSED'})")
 
 
 if __name__ == "__main__":

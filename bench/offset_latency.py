@@ -183,6 +183,8 @@ def main(argv=None) -> int:
     print(f"running path, CALL streams.set_stream_offset -> host -> applied -> first message at the new offset "
           f"on every partition ({len(running)} changes): {summary(running)}")
     print(f"  the call itself returned (every partition applied): {summary(returned)}")
+    print(f"  from the call's return to the first message at the new offset on every partition (the fetch in "
+          f"flight, the batch being collected, the write): {summary([r - c for r, c in zip(running, returned)])}")
     print(f"baseline, stop -> set -> start through the same procedures ({len(baseline)} changes): "
           f"{summary(baseline)}")
     print("  (the baseline waits for the group to rebalance: the broker's initial rebalance delay, and on the"

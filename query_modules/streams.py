@@ -37,7 +37,7 @@ CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bol
 
 StatusRecord = mgp.Record(name=str, status=str)
 OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
-               "errors.deadletterqueue.context.headers.enable")
+               "errors.deadletterqueue.context.headers.enable", "bolt_unwind")
 
 
 def _host(method: str, path: str, body: dict = None, timeout: float = TIMEOUT_S):
@@ -111,7 +111,8 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
     own; restart "on-failure" starts it again (with backoff) when that process
     dies, "never" leaves it in error. options takes Kafka Connect's keys: "delivery"
     ("at_least_once" | "exactly_once"), "errors.tolerance" ("none" | "all"),
-    "errors.deadletterqueue.topic.name", "errors.deadletterqueue.context.headers.enable".
+    "errors.deadletterqueue.topic.name", "errors.deadletterqueue.context.headers.enable",
+    "bolt_unwind" (true | false: a Bolt sink folds runs of one query into UNWIND statements).
     Nothing is stored when a check fails.
     """
     configs, credentials = _map(configs, "configs"), _map(credentials, "credentials")

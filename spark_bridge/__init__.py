@@ -6,7 +6,7 @@
 - `job`: the backfill job, loading one range, the report (plain Python: no pyspark, no pyarrow).
 - `local_engine`: every range in this process; `backfill`: one Spark task per range
   (classic PySpark and Spark Connect); `engine`: which of the two runs a plan (`--engine auto`).
-- `bolt_load`: UNWIND batches, nodes before relationships, writer slots per host, `--prepare`.
+- `bolt_load`: nodes before relationships (folded into UNWIND by the sink), writer slots per host, `--prepare`.
 - `spark_session`: classic sessions and Spark Connect (`sc://…`, `local[N]`).
 `mgstreams backfill` (mgstreams/backfill_cli.py) and its spark-submit entry point
 (mgstreams/backfill_main.py) are the application's.

@@ -1,19 +1,11 @@
 """Loading a backfill into Memgraph over Bolt the way Memgraph recommends for bulk imports.
 
-- **UNWIND batches.** The statements one batch of messages turned into are
-  grouped by query text, and each group becomes one
-  `UNWIND $mgstreams_rows AS mgstreams_row <query>` statement whose `$name`
-  parameters read `mgstreams_row.name`: one round trip per group instead of one
-  per message. A query that cannot be rewritten that way (it already starts
-  with UNWIND, carries WITH, or uses a parameter where Cypher wants a literal or
-  a property map: `LIMIT $n`, `(n $props)`) is written as it is.
-- **Nodes before relationships.** When a batch holds both node writes and
-  relationship writes (a transformation that declares both, as separate
-  statements), all node groups are written before the relationship groups, so
-  the relationship statements find their end nodes. Statements that could
-  depend on order in other ways (DELETE, REMOVE, CALL, FOREACH, LOAD, index
-  and constraint commands, anything not a MATCH/MERGE/CREATE/SET write) are
-  barriers: nothing moves across them.
+- **Nodes before relationships, in UNWIND batches.** A batch's statements are
+  grouped by query text, node writes before relationship writes, so the
+  relationship statements find their end nodes (`stream_registry.graph.unwind.
+  nodes_first`; barriers such as DELETE keep their place); the Bolt sink then
+  sends each group as one `UNWIND` statement (`unwind.fold`, the folding the
+  live streams use): one round trip per group instead of one per message.
 - **One transaction per batch** (the Bolt sink's contract), and a bounded
   number of **concurrent writers per executor host**: every transaction holds
   one of `writers` slots (file locks under the temporary directory, per target
@@ -47,12 +39,10 @@ from urllib.parse import urlsplit
 
 from stream_registry.errors import ConfigError, SinkError
 from stream_registry.graph.sinks import open_sink
-from stream_registry.graph.transform import Statement, load_transformation
+from stream_registry.graph.transform import load_transformation
 
 DEFAULT_WRITERS = 2
 MAX_WRITERS = 64
-ROWS_PARAMETER = "mgstreams_rows"
-ROW_VARIABLE = "mgstreams_row"
 PREPARE_ATTRIBUTE = "MGSTREAMS_PREPARE"
 BOLT_SCHEMES = ("bolt", "bolt+s", "bolt+ssc")
 
@@ -75,107 +65,6 @@ BUILTIN_PREPARE: Mapping[str, tuple[str, ...]] = {
 
 def is_bolt_uri(uri: str) -> bool:
     return isinstance(uri, str) and urlsplit(uri).scheme.lower() in BOLT_SCHEMES
-
-
-# -- statements into UNWIND batches -----------------------------------------------------
-class WriteKind(Enum):
-    NODE = "node"                  # MATCH/MERGE/CREATE/SET without a relationship pattern
-    RELATIONSHIP = "relationship"  # the same with a relationship pattern
-    BARRIER = "barrier"            # anything else: keeps its place, nothing moves across it
-
-
-_STRING_OR_COMMENT = re.compile(r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`|//[^\n]*|/\*.*?\*/""", re.S)
-_PARAMETER = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RELATIONSHIP = re.compile(r"\)\s*<?-\s*\[|\]\s*-\s*>?\s*\(|\)\s*<?--\s*>?\s*\(")
-# a keyword as a clause, not a property key (`{index: 1}`), a property (`n.load`) or a label (`:Call`)
-_CLAUSE = r"(?<![.:\w$])(?:{})\b(?!\s*:)"
-_WRITE = re.compile(_CLAUSE.format("MERGE|CREATE"), re.I)
-_SET = re.compile(_CLAUSE.format("SET"), re.I)
-_UNSAFE = re.compile(_CLAUSE.format("DELETE|DETACH|REMOVE|CALL|FOREACH|LOAD|DROP|INDEX|CONSTRAINT|STORAGE|USING|"
-                                    "PERIODIC|TRIGGER|ANALYZE|FREE"), re.I)
-_NO_ROW_SCOPE = re.compile(_CLAUSE.format("WITH"), re.I)
-# words after which a parameter is an ordinary expression (anything else before it is a variable
-# or a label: a property-map position, `(n $props)`, which takes no `row.field`)
-_EXPRESSION_WORDS = frozenset({"IN", "AND", "OR", "XOR", "NOT", "WHEN", "THEN", "ELSE", "RETURN", "WHERE",
-                               "CONTAINS", "STARTS", "ENDS", "IS", "DISTINCT", "CASE", "UNWIND", "SET", "AS"})
-_LITERAL_ONLY_WORDS = frozenset({"SKIP", "LIMIT"})
-
-
-@dataclass(frozen=True)
-class QueryShape:
-    """What `unwind_statements` needs to know about one query text."""
-    kind: WriteKind
-    unwindable: bool
-    unwound: str | None = None      # the query with `$p` replaced by `mgstreams_row.p`
-
-
-def query_shape(query: str) -> QueryShape:
-    code = _STRING_OR_COMMENT.sub(lambda m: " " * len(m.group(0)), query)  # same length, no literals
-    if _UNSAFE.search(code) or not _WRITE.search(code) and not _SET.search(code):
-        return QueryShape(WriteKind.BARRIER, False)
-    kind = WriteKind.RELATIONSHIP if _RELATIONSHIP.search(code) else WriteKind.NODE
-    stripped = code.lstrip()
-    if stripped[:6].upper() == "UNWIND" or _NO_ROW_SCOPE.search(code) or ROW_VARIABLE in query:
-        return QueryShape(kind, False)
-    pieces, at = [], 0
-    for match in _PARAMETER.finditer(code):
-        before = code[:match.start()].rstrip()
-        word = _WORD.search(before[-40:][::-1]) if before and (before[-1].isalnum() or before[-1] == "_") else None
-        if word is not None:
-            previous = word.group(0)[::-1].upper()
-            if previous in _LITERAL_ONLY_WORDS or previous not in _EXPRESSION_WORDS:
-                return QueryShape(kind, False)
-        pieces.append(query[at:match.start()])
-        pieces.append(f"{ROW_VARIABLE}.{match.group(1)}")
-        at = match.end()
-    pieces.append(query[at:])
-    return QueryShape(kind, True, f"UNWIND ${ROWS_PARAMETER} AS {ROW_VARIABLE} " + "".join(pieces))
-
-
-_SHAPES: dict[str, QueryShape] = {}
-
-
-def _shape(query: str) -> QueryShape:
-    shape = _SHAPES.get(query)
-    if shape is None:
-        if len(_SHAPES) > 1024:
-            _SHAPES.clear()
-        shape = _SHAPES[query] = query_shape(query)
-    return shape
-
-
-def unwind_statements(statements: Sequence[Statement]) -> list[Statement]:
-    """One batch's statements as UNWIND batches: grouped by query text, node groups before
-    relationship groups, barriers kept in place (see the module docstring)."""
-    out: list[Statement] = []
-    segment: list[Statement] = []
-    for statement in statements:
-        if _shape(statement.query).kind is WriteKind.BARRIER:
-            out.extend(_unwind_segment(segment))
-            segment = []
-            out.append(statement)
-        else:
-            segment.append(statement)
-    out.extend(_unwind_segment(segment))
-    return out
-
-
-def _unwind_segment(segment: list[Statement]) -> list[Statement]:
-    if not segment:
-        return []
-    groups: dict[str, list[Statement]] = {}
-    for statement in segment:
-        groups.setdefault(statement.query, []).append(statement)
-    ordered = sorted(groups.items(), key=lambda item: _shape(item[0]).kind is WriteKind.RELATIONSHIP)
-    out: list[Statement] = []
-    for query, members in ordered:
-        shape = _shape(query)
-        if shape.unwindable and len(members) > 1:
-            out.append(Statement(shape.unwound, {ROWS_PARAMETER: [dict(s.parameters) for s in members]}))
-        else:
-            out.extend(members)
-    return out
 
 
 # -- concurrent writers per executor host ----------------------------------------------------

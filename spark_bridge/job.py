@@ -29,10 +29,11 @@ from urllib.parse import quote, unquote, urlsplit
 from stream_registry.errors import ConfigError
 from stream_registry.graph.sinks import open_sink, validate_sink_uri
 from stream_registry.graph.transform import Message, load_transformation, run_transformation
+from stream_registry.graph.unwind import nodes_first
 from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.offset_spec import OffsetSpec
 
-from .bolt_load import DEFAULT_WRITERS, MAX_WRITERS, WriterSlots, is_bolt_uri, unwind_statements
+from .bolt_load import DEFAULT_WRITERS, MAX_WRITERS, WriterSlots, is_bolt_uri
 from .range_plan import OffsetRange, RangePlan, plan
 from .range_reader import RangeReader
 from .source_options import check_client_config
@@ -154,8 +155,8 @@ def plan_job(job: BackfillJob) -> RangePlan:
 class Loading:
     """How a task turns messages into graph writes: transformation, sink, batch size, Bolt writers.
 
-    For Bolt sinks each batch's statements are grouped into UNWIND statements
-    (nodes before relationships, `bolt_load.unwind_statements`) and written in
+    For Bolt sinks each batch's statements are grouped by query text, nodes before
+    relationships (`unwind.nodes_first`), folded into UNWIND statements by the sink, and written in
     one transaction, holding one of `writers` slots of this host for its duration.
     """
     transform: str
@@ -180,7 +181,7 @@ class Loading:
                 if produced:
                     if slots is not None:
                         with slots.slot():
-                            sink.write(unwind_statements(produced))
+                            sink.write(nodes_first(produced))
                     else:
                         sink.write(produced)
                     written += 1

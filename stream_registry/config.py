@@ -66,6 +66,7 @@ OPTION_FIELDS = {
     "errors.deadletterqueue.topic.name": "dead_letter_topic",
     "errors.deadletterqueue.context.headers.enable": "dead_letter_context_headers",
     "restart": "restart",
+    "bolt_unwind": "bolt_unwind",
 }
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
 
@@ -87,6 +88,7 @@ class StreamConfig:
     errors_tolerance: ErrorsTolerance = ErrorsTolerance.NONE
     dead_letter_topic: str | None = None
     dead_letter_context_headers: bool = True
+    bolt_unwind: bool = True     # a Bolt sink folds runs of one query text into UNWIND statements (graph/unwind.py)
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
@@ -210,9 +212,10 @@ class StreamConfig:
             if self.errors_tolerance != ErrorsTolerance.ALL:
                 raise ConfigError(f"{_option_name('dead_letter_topic')}: {topic!r} needs errors.tolerance 'all' "
                                   f"(got {self.errors_tolerance.value!r})")
-        if not isinstance(self.dead_letter_context_headers, bool):
-            raise ConfigError(f"{_option_name('dead_letter_context_headers')}: expected true or false, "
-                              f"got {_shown_value(self.dead_letter_context_headers)}")
+        for name in ("dead_letter_context_headers", "bolt_unwind"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{_option_name(name)}: expected true or false, "
+                                  f"got {_shown_value(getattr(self, name))}")
         if not isinstance(self.transform, str) or "." not in self.transform:
             raise ConfigError(f"transform: expected 'module.function', got {self.transform!r}")
         if not isinstance(self.sink, str) or not self.sink:

@@ -12,12 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from mgstreams.backfill_cli import backfill as backfill_command
-from spark_bridge.bolt_load import (ROWS_PARAMETER, WriteKind, WriterSlots, prepare_statements, query_shape,
-                                    unwind_statements)
+from spark_bridge.bolt_load import WriterSlots, prepare_statements
 from spark_bridge.job import BackfillJob
 from stream_registry.errors import ConfigError
 from stream_registry.graph import sinks
 from stream_registry.graph.transform import Statement
+from stream_registry.graph.unwind import ROWS_PARAMETER, WriteKind, fold_statements, nodes_first, query_shape
 from stream_registry.offset_spec import parse_offset_spec
 
 MERGE = "stream_registry.builtin_transformations.merge_messages"
@@ -27,6 +27,11 @@ REL = ("MATCH (a:Account {id: $src}), (b:Account {id: $dst}) MERGE (a)-[t:TRANSF
 
 
 # -- statements into UNWIND batches ------------------------------------------------------------------
+def unwind_statements(batch):
+    """What the backfill's Bolt sink sends: nodes first, then the sink's folding."""
+    return fold_statements(nodes_first(batch))
+
+
 def test_statements_become_unwind_batches_with_nodes_before_relationships():
     batch = []
     for i in range(3):
@@ -55,10 +60,10 @@ def test_order_is_kept_across_barriers_and_unrewritable_queries_pass_as_they_are
     for query in ("MATCH (n) WHERE n.id IN $ids MERGE (m:Seen {id: n.id}) WITH m LIMIT $n SET m.x = 1",
                   "UNWIND $rows AS r MERGE (m:KafkaMessage {offset: r.offset})",
                   "MERGE (m:M {id: $id}) RETURN m LIMIT $n"):
-        assert not query_shape(query).unwindable, query
-    assert query_shape("MATCH (n) WHERE n.id IN $ids SET n.x = $x").unwindable
+        assert not query_shape(query).foldable, query
+    assert query_shape("MATCH (n) WHERE n.id IN $ids SET n.x = $x").foldable
     keywords_as_names = query_shape("MERGE (n:Call {index: $index}) SET n.load = $load")   # names, not clauses
-    assert keywords_as_names.kind is WriteKind.NODE and keywords_as_names.unwindable
+    assert keywords_as_names.kind is WriteKind.NODE and keywords_as_names.foldable
 
 
 def test_prepare_statements_for_built_ins_and_declared_modules(tmp_path):

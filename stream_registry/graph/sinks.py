@@ -39,7 +39,7 @@ import ssl
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
@@ -54,6 +54,7 @@ from .sink_faults import is_refusal, is_transient
 from ..errors import ConfigError, SinkError
 from ..redaction import MASK, redact
 from .transform import Statement
+from .unwind import fold
 
 USERNAME_KEY = "bolt.username"
 PASSWORD_KEY = "bolt.password"
@@ -96,12 +97,15 @@ def validate_sink_uri(uri: str, output: "OutputPolicy | None" = None) -> None:
 
 
 def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
-              output: "OutputPolicy | None" = None) -> Sink:
+              output: "OutputPolicy | None" = None, *, bolt_unwind: bool = True) -> Sink:
     """Open the sink `uri` names; with `output`, the checks of validate_sink_uri are made again first
-    (the file system may have changed since the stream was created)."""
+    (the file system may have changed since the stream was created). `bolt_unwind=False`: a Bolt sink
+    runs a batch's statements one at a time instead of folding them (unwind.py)."""
     scheme, settings = _parse(uri)
     if output is not None:
         settings = output.admit(settings, uri)
+    if isinstance(settings, BoltSettings) and not bolt_unwind:
+        settings = replace(settings, unwind=False)
     return SCHEMES[scheme].open(settings, credentials or _NO_CREDENTIALS)
 
 
@@ -548,6 +552,7 @@ class BoltSettings:
     port: int
     fingerprint: str | None = None
     retries: int = 5
+    unwind: bool = True      # fold runs of one query text into UNWIND statements (unwind.py)
 
 
 class _Secret:
@@ -597,13 +602,18 @@ class BoltSink(_Closing):
     connection dropped during commit(): applied or not) is resolved by that
     read on the next attempt, never by writing the batch blindly again. With
     `expect`, the read is a compare-and-set (offset_store.continuation).
+
+    With `unwind` (the default), runs of statements of one query text are sent
+    as one UNWIND statement each (unwind.fold): one round trip per run.
     """
 
     def __init__(self, host: str, port: int = DEFAULT_BOLT_PORT, *, scheme: str = "bolt",
                  username: str | None = None, password: str | None = None, fingerprint: str | None = None,
                  retries: int = 5, backoff_s: float = 0.1, max_backoff_s: float = 2.0,
-                 connect: Callable[..., Any] | None = None, sleep: Callable[[float], None] = time.sleep):
+                 connect: Callable[..., Any] | None = None, sleep: Callable[[float], None] = time.sleep,
+                 unwind: bool = True):
         self.scheme, self.host, self.port = scheme, host, port
+        self.unwind = unwind
         self.username = username
         self._password = _Secret(password)
         self.fingerprint = _hex(fingerprint) if fingerprint else None
@@ -635,7 +645,7 @@ class BoltSink(_Closing):
                         if continuation(stored, end, expect) is Continuation.DONE:
                             conn.rollback()
                             return Written.ALREADY_APPLIED
-                    for query, parameters in work:
+                    for query, parameters in fold(work) if self.unwind else work:
                         cursor.execute(query, parameters)
                     committing = True
                     conn.commit()
@@ -910,7 +920,8 @@ def _open_bolt(settings: BoltSettings, credentials: Mapping[str, str]) -> BoltSi
         raise ConfigError(f"credentials: {PASSWORD_KEY!r} is set but {USERNAME_KEY!r} is not "
                           f"(sink {settings.scheme}://{settings.host}:{settings.port})")
     return BoltSink(settings.host, settings.port, scheme=settings.scheme, username=username,
-                    password=password, fingerprint=settings.fingerprint, retries=settings.retries)
+                    password=password, fingerprint=settings.fingerprint, retries=settings.retries,
+                    unwind=settings.unwind)
 
 
 SCHEMES: dict[str, Scheme] = {

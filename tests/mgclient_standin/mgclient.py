@@ -1,0 +1,272 @@
+"""A pymgclient stand-in: the `mgclient` module's surface over a small recording Cypher server.
+
+Two ways to use it:
+- in a test's own process, `Server()` and `monkeypatch.setattr(sinks, "connect_mgclient", server.connect)`;
+- for a stream host and its stream processes, put this directory first on PYTHONPATH (`PYTHONPATH_ENTRY`):
+  `import mgclient` then finds this module instead of pymgclient, and every process's connections share
+  the module's `SERVER`, configured from the environment:
+  - `MGCLIENT_STANDIN_RTT_MS`: the time each round trip costs (default 0.2);
+  - `MGCLIENT_STANDIN_JOURNAL`: a file that gets one JSON line per committed transaction:
+    `{"pid", "round_trips", "executes", "rows"}`, plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`;
+  - `MGCLIENT_STANDIN_REJECT`: a statement whose parameters hold a string containing this text fails
+    with DatabaseError, as Memgraph fails a whole query on one bad row (in a test's process, any predicate:
+    `Server.fail_when`).
+
+What the server understands of Cypher is what the tests look at: it runs
+`UNWIND $list AS v <query>` over a list of maps as one execution of `<query>`
+per row, `v.name` read as `$name` (string literals and comments left alone),
+and records each row's (query, parameters): the statements as they took
+effect, in order. It keeps mgstreams' exactly-once offsets (offset_store's
+write and read queries), visible after commit only.
+
+Round trips are counted as pymgclient makes them with autocommit off: BEGIN
+before a transaction's first statement, each execute(), COMMIT, ROLLBACK.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+
+MG_SSLMODE_DISABLE = 0
+MG_SSLMODE_REQUIRE = 1
+PYTHONPATH_ENTRY = os.path.dirname(os.path.abspath(__file__))
+
+# The offset statements of stream_registry.graph.offset_store, by their text (this module imports nothing of
+# the product: it stands for a server).
+OFFSET_WRITE = ("MERGE (o:MgstreamsOffset {stream: $stream, topic: $topic, partition: $partition}) "
+                "SET o.next_offset = $next_offset")
+OFFSET_READ = ("MATCH (o:MgstreamsOffset {stream: $stream}) "
+               "RETURN o.topic AS topic, o.partition AS partition, o.next_offset AS next_offset")
+
+
+class Warning(Exception):  # noqa: A001 - the DB-API name
+    pass
+
+
+class Error(Exception):
+    pass
+
+
+class InterfaceError(Error):
+    pass
+
+
+class DatabaseError(Error):
+    pass
+
+
+class DataError(DatabaseError):
+    pass
+
+
+class OperationalError(DatabaseError):
+    pass
+
+
+class IntegrityError(DatabaseError):
+    pass
+
+
+class InternalError(DatabaseError):
+    pass
+
+
+class ProgrammingError(DatabaseError):
+    pass
+
+
+class NotSupportedError(DatabaseError):
+    pass
+
+
+class TransientError(OperationalError):
+    pass
+
+
+_UNWIND = re.compile(r"\s*UNWIND\s+\$([A-Za-z_]\w*)\s+AS\s+([A-Za-z_]\w*)\s+(.*)\Z", re.S | re.I)
+_LITERAL = r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`|//[^\n]*|/\*.*?\*/"""
+
+
+def effective(query: str, parameters: dict) -> list[tuple[str, dict]]:
+    """The statements `query` amounts to, one per row of a top-level UNWIND over maps (see the module docstring);
+    the query itself when it is no such UNWIND, or when its rows are used other than as `v.name`."""
+    match = _UNWIND.match(query)
+    rows = parameters.get(match.group(1)) if match else None
+    if not match or not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        return [(query, parameters)]
+    variable, inner = match.group(2), match.group(3)
+    field = re.compile(rf"({_LITERAL})|(?<![\w.$]){re.escape(variable)}\.([A-Za-z_]\w*)|(?<![\w.$]){variable}\b",
+                       re.S)
+    names: set[str] = set()
+    bare = False
+
+    def swap(m: re.Match) -> str:
+        nonlocal bare
+        if m.group(1) is not None:
+            return m.group(1)
+        if m.group(2) is None:
+            bare = True
+            return m.group(0)
+        names.add(m.group(2))
+        return "$" + m.group(2)
+
+    unrolled = field.sub(swap, inner)
+    if bare or any(set(row) - names for row in rows) or any(names - set(row) for row in rows):
+        return [(query, parameters)]
+    return [(unrolled, dict(row)) for row in rows]
+
+
+def _holds(value, text: str) -> bool:
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, dict):
+        return any(_holds(v, text) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds(v, text) for v in value)
+    return False
+
+
+class Server:
+    """The state every connection of one process shares: committed offsets, committed transactions."""
+
+    def __init__(self, rtt_ms: float = 0.2, journal: str | None = None, record_rows: bool = False,
+                 reject: str | None = None):
+        self.rtt_s = rtt_ms / 1000
+        self.journal, self.record_rows = journal, record_rows
+        # a predicate on each statement as it takes effect (query, parameters): True fails the whole statement
+        self.fail_when = (lambda query, parameters: _holds(parameters, reject)) if reject else None
+        self.offsets: dict[tuple[str, str, int], int] = {}
+        self.transactions: list[dict] = []    # committed: {"round_trips", "executes", "statements"}
+        self.connects: list[dict] = []
+        self.round_trips = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_environment(cls) -> "Server":
+        return cls(float(os.environ.get("MGCLIENT_STANDIN_RTT_MS", "0.2")),
+                   os.environ.get("MGCLIENT_STANDIN_JOURNAL") or None,
+                   os.environ.get("MGCLIENT_STANDIN_RECORD") == "rows",
+                   os.environ.get("MGCLIENT_STANDIN_REJECT") or None)
+
+    def connect(self, **kwargs) -> "Connection":
+        self.connects.append(kwargs)
+        return Connection(self)
+
+    def statements(self) -> list[tuple[str, dict]]:
+        """Every committed statement as it took effect (UNWIND rows one by one), in commit order."""
+        return [s for t in self.transactions for s in t["statements"]]
+
+    def _round_trip(self) -> None:
+        self.round_trips += 1
+        if self.rtt_s > 0:
+            time.sleep(self.rtt_s)
+
+    def _committed(self, transaction: dict) -> None:
+        with self._lock:
+            self.transactions.append(transaction)
+        if self.journal:
+            line = {"pid": os.getpid(), "round_trips": transaction["round_trips"],
+                    "executes": transaction["executes"], "rows": len(transaction["statements"])}
+            if self.record_rows:
+                line["statements"] = transaction["statements"]
+            fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, (json.dumps(line) + "\n").encode())
+            finally:
+                os.close(fd)
+
+
+class Connection:
+    def __init__(self, server: Server):
+        self.server = server
+        self._autocommit = False
+        self._open: dict | None = None       # the transaction in progress
+        self._pending: dict = {}
+        self.closed = False
+
+    @property
+    def autocommit(self) -> bool:
+        return self._autocommit
+
+    @autocommit.setter
+    def autocommit(self, value: bool) -> None:
+        if self._open is not None:
+            raise InterfaceError("cannot change autocommit property while in a transaction")
+        self._autocommit = bool(value)
+
+    def cursor(self) -> "Cursor":
+        return Cursor(self)
+
+    def commit(self) -> None:
+        if self._open is None:
+            return
+        self.server._round_trip()
+        transaction, self._open = self._open, None
+        transaction["round_trips"] += 1
+        self.server.offsets.update(self._pending)
+        self._pending = {}
+        self.server._committed(transaction)
+
+    def rollback(self) -> None:
+        if self._open is None:
+            return
+        self.server._round_trip()
+        self._open, self._pending = None, {}
+
+    def close(self) -> None:
+        self._open, self._pending, self.closed = None, {}, True
+
+    def _run(self, query: str, parameters: dict) -> list[tuple]:
+        if self.closed:
+            raise InterfaceError("connection is closed")
+        if self._open is None:
+            self._open = {"round_trips": 0, "executes": 0, "statements": []}
+            if not self._autocommit:
+                self.server._round_trip()     # BEGIN
+                self._open["round_trips"] += 1
+        self.server._round_trip()
+        self._open["round_trips"] += 1
+        self._open["executes"] += 1
+        statements = effective(query, parameters)
+        if self.server.fail_when and any(self.server.fail_when(q, p) for q, p in statements):
+            self._open, self._pending = None, {}     # Memgraph fails the transaction
+            raise DatabaseError("Query failed: Can't have a null value as a property")
+        rows: list[tuple] = []
+        for statement, values in statements:
+            self._open["statements"].append((statement, values))
+            if statement == OFFSET_WRITE:
+                self._pending[(values["stream"], values["topic"], values["partition"])] = values["next_offset"]
+            elif statement == OFFSET_READ:
+                rows += [(t, p, o) for (s, t, p), o in sorted(self.server.offsets.items()) if s == values["stream"]]
+        if self._autocommit:
+            self.server.offsets.update(self._pending)
+            self._pending = {}
+            transaction, self._open = self._open, None
+            self.server._committed(transaction)
+        return rows
+
+
+class Cursor:
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self._rows: list[tuple] = []
+
+    def execute(self, query: str, parameters: dict | None = None) -> None:
+        self._rows = self.connection._run(query, dict(parameters or {}))
+
+    def fetchall(self) -> list[tuple]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def close(self) -> None:
+        pass
+
+
+SERVER = Server.from_environment()
+
+
+def connect(**kwargs) -> Connection:
+    return SERVER.connect(**kwargs)
