@@ -1,6 +1,8 @@
 """A pymgclient stand-in for Bolt sinks: what `mgclient.connect` returns, over a tiny Memgraph.
 
-It runs what the Bolt sink sends: CREATE statements (counted per parameters,
+It runs what the Bolt sink sends, a folded `UNWIND $mgstreams_rows AS mgstreams_row …`
+as its rows one by one (mgclient_standin.effective; `transactions` holds the
+statements as they took effect): CREATE statements (counted per parameters,
 so a test can assert each was applied once), the offset store's MERGE and
 MATCH (offset_store.WRITE_QUERY / READ_QUERY), in transactions (autocommit
 off: nothing is visible until commit()). Faults are injected as pymgclient
@@ -20,6 +22,7 @@ import threading
 from collections import Counter
 
 import mgclient
+from mgclient_standin.mgclient import effective
 
 from stream_registry.graph.offset_store import READ_QUERY, WRITE_QUERY
 
@@ -109,10 +112,17 @@ class Cursor:
         connection, server = self.connection, self.connection.server
         if connection.status == mgclient.CONN_STATUS_BAD:
             raise mgclient.InterfaceError("bad session")
-        parameters = parameters or {}
-        if server.fail_when and server.fail_when(query, parameters):
-            raise mgclient.DatabaseError("Query failed: Can't have a null value as a property")
-        connection._queries.append(query)
+        statements = effective(query, parameters or {})   # a folded UNWIND runs as its rows, as in Memgraph
+        if server.fail_when and any(server.fail_when(q, p) for q, p in statements):
+            raise mgclient.DatabaseError("Query failed: Can't have a null value as a property")   # the whole query
+        for query, parameters in statements:
+            connection._queries.append(query)
+            self._run(query, parameters)
+        if connection.autocommit:
+            connection.commit()
+
+    def _run(self, query, parameters):
+        connection, server = self.connection, self.connection.server
         if query == WRITE_QUERY:
             connection._offsets[(parameters["stream"], parameters["topic"], parameters["partition"])] = \
                 parameters["next_offset"]
@@ -125,8 +135,6 @@ class Cursor:
             connection._created.append(key)
         else:
             raise mgclient.DatabaseError(f"the stand-in does not run {query!r}")
-        if connection.autocommit:
-            connection.commit()
 
     def fetchall(self):
         return list(self.rows)

@@ -42,48 +42,66 @@ OFFSET_READ = ("MATCH (o:MgstreamsOffset {stream: $stream}) "
                "RETURN o.topic AS topic, o.partition AS partition, o.next_offset AS next_offset")
 
 
-class Warning(Exception):  # noqa: A001 - the DB-API name
-    pass
+# pymgclient's exception classes. Imported in a test's own process (as mgclient_standin.mgclient) next to the
+# real pymgclient, the stand-in raises pymgclient's own classes, so the sink classifies them as it does in
+# production (sink_faults); as `mgclient` itself on a host's PYTHONPATH, it defines the same hierarchy.
+_real = None
+if __name__ != "mgclient":
+    try:
+        import mgclient as _real  # type: ignore[no-redef]
+    except ImportError:
+        _real = None
+
+if _real is not None:
+    Warning, Error, InterfaceError, DatabaseError = (_real.Warning, _real.Error, _real.InterfaceError,  # noqa: A001
+                                                     _real.DatabaseError)
+    DataError, OperationalError, IntegrityError, InternalError = (_real.DataError, _real.OperationalError,
+                                                                  _real.IntegrityError, _real.InternalError)
+    ProgrammingError, NotSupportedError = _real.ProgrammingError, _real.NotSupportedError
+    TransientError = getattr(_real, "TransientError", _real.OperationalError)
+else:
+    class Warning(Exception):  # noqa: A001 - the DB-API name
+        pass
 
 
-class Error(Exception):
-    pass
+    class Error(Exception):
+        pass
 
 
-class InterfaceError(Error):
-    pass
+    class InterfaceError(Error):
+        pass
 
 
-class DatabaseError(Error):
-    pass
+    class DatabaseError(Error):
+        pass
 
 
-class DataError(DatabaseError):
-    pass
+    class DataError(DatabaseError):
+        pass
 
 
-class OperationalError(DatabaseError):
-    pass
+    class OperationalError(DatabaseError):
+        pass
 
 
-class IntegrityError(DatabaseError):
-    pass
+    class IntegrityError(DatabaseError):
+        pass
 
 
-class InternalError(DatabaseError):
-    pass
+    class InternalError(DatabaseError):
+        pass
 
 
-class ProgrammingError(DatabaseError):
-    pass
+    class ProgrammingError(DatabaseError):
+        pass
 
 
-class NotSupportedError(DatabaseError):
-    pass
+    class NotSupportedError(DatabaseError):
+        pass
 
 
-class TransientError(OperationalError):
-    pass
+    class TransientError(OperationalError):
+        pass
 
 
 _UNWIND = re.compile(r"\s*UNWIND\s+\$([A-Za-z_]\w*)\s+AS\s+([A-Za-z_]\w*)\s+(.*)\Z", re.S | re.I)
