@@ -99,7 +99,7 @@ def test_group_copies_another_groups_commits(kafka, registry, memory_sinks):
     registry.set_offset("orders", 7)                        # pending; partition 2 keeps it
     changes = {c.partition: c for c in registry.set_offset("orders", {"group": other})}
     assert [(p, changes[p].offset, changes[p].status) for p in range(3)] == \
-        [(0, 4, ChangeStatus.PENDING), (1, 11, ChangeStatus.PENDING), (2, None, ChangeStatus.UNCHANGED)]
+        [(0, 4, ChangeStatus.PENDING), (1, 11, ChangeStatus.PENDING), (2, 7, ChangeStatus.UNCHANGED)]   # where it resumes
     assert repr(other) in changes[2].message and "keeps its offset" in changes[2].message
     assert {(p.partition, p.offset) for p in registry.pending("orders")} == {(0, 4), (1, 11), (2, 7)}
     registry.start("orders")
