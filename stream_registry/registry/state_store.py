@@ -271,8 +271,7 @@ class PlannedRow:
 def _next_change_id(db) -> int:
     """Change ids grow over history and pending rows alike (a row of an older state file kept its id)."""
     return 1 + max(db.execute("SELECT COALESCE(MAX(change_id), 0) FROM offset_history").fetchone()[0],
-                   db.execute("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes").fetchone()[0],
-                   db.execute("SELECT COALESCE(MAX(id), 0) FROM offset_history").fetchone()[0])
+                   db.execute("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes").fetchone()[0])
 
 
 _PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note, reason, change_id "
