@@ -18,6 +18,7 @@ class OffsetChange:
     offset: int | None
     status: ChangeStatus
     message: str = ""
+    change_id: int | None = None   # the call's change (None: a dry run, or nothing to change)
 
 
 @dataclass(frozen=True)

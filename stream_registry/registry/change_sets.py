@@ -77,18 +77,19 @@ class ChangeSets:
                                         r.message))
             elif tp in applied:
                 h = applied[tp]
-                out.append(OffsetChange(h.topic, h.partition, h.previous_offset, h.offset, h.status, h.message or ""))
+                out.append(OffsetChange(h.topic, h.partition, h.previous_offset, h.offset, h.status, h.message or "",
+                                        change_id))
             elif tp in mine:
                 p = mine[tp]
                 why = NOT_RUNNING if not running else p.reason or NOT_ASSIGNED
                 out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, ChangeStatus.PENDING,
-                                        _joined(p.message, why)))
+                                        _joined(p.message, why), change_id))
             else:
                 later = self._later_change(name, change_id, tp, pending)
                 out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
                                         ChangeStatus.SUPERSEDED if later else ChangeStatus.CANCELLED,
                                         _joined(r.message, f"superseded by change {later}" if later else
-                                                "cancelled before it was applied")))
+                                                "cancelled before it was applied"), change_id))
         return out
 
     def _later_change(self, name: str, change_id: int, tp: TP, pending: dict) -> int | None:
