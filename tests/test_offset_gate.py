@@ -115,7 +115,7 @@ def test_a_process_that_dies_after_applying_reports_applied(kafka, tmp_path):
     topic = kafka.new_topic(partitions=2)
     marker = tmp_path / "aborted"
     payloads = {4: f"abort:{marker}".encode()}
-    kafka.produce(topic, 20, partitions=2, payload=lambda i: payloads.get(i // 2, b"x") if i % 2 == 0 else b"x")
+    kafka.produce(topic, 20, partitions=2, payload=lambda i: payloads.get(i // 2, b"x"))   # offset 4 of both
     registry = StreamRegistry(tmp_path / "state", isolation=Isolation.PROCESS,
                               retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
     intruder = None
@@ -132,13 +132,15 @@ def test_a_process_that_dies_after_applying_reports_applied(kafka, tmp_path):
         held = []
         intruder.subscribe([topic], on_assign=lambda c, parts: held.extend(p.partition for p in parts))
         wait_until(lambda: intruder.poll(0.1) is None and held, timeout=30, what="the intruder's assignment")
-        wait_until(lambda: {r.partition for r in registry.describe("orders") if r.assigned} == {0},
-                   timeout=30, what="the stream to hold partition 0")
+        [mine] = {0, 1} - set(held)
+        wait_until(lambda: {r.partition for r in registry.describe("orders") if r.assigned} == {mine},
+                   timeout=30, what="the stream to hold the other partition")
         changes = {c.partition: c for c in registry.set_offset("orders", 4, timeout=8)}
         assert marker.exists(), "the stream process aborted on the message at 4"
-        assert (changes[0].status, changes[1].status) == (ChangeStatus.APPLIED, ChangeStatus.PENDING), changes
+        assert (changes[mine].status, changes[1 - mine].status) == (ChangeStatus.APPLIED, ChangeStatus.PENDING), \
+            changes
         assert [(h.partition, h.offset, h.status) for h in registry.history("orders")] == \
-            [(0, 4, ChangeStatus.APPLIED)]
+            [(mine, 4, ChangeStatus.APPLIED)]
         assert registry.get("orders").status == StreamStatus.ERROR
     finally:
         if intruder is not None:
@@ -228,7 +230,9 @@ def test_nothing_waits_under_the_streams_lock_and_deadlines_count_from_arrival(k
     intruder.subscribe([topic], on_assign=lambda c, parts: held.extend(p.partition for p in parts))
     try:
         wait_until(lambda: intruder.poll(0.1) is None and held, timeout=30, what="the intruder's assignment")
-        wait_until(lambda: {r.partition for r in registry.describe("orders") if r.assigned} == {0}, timeout=30)
+        [mine] = {0, 1} - set(held)
+        wait_until(lambda: {r.partition for r in registry.describe("orders") if r.assigned} == {mine}, timeout=30,
+                   what="the stream to hold the other partition")
         results = {}
         waiting = threading.Thread(target=lambda: results.update(first=registry.set_offset("orders", 3, timeout=20)))
         started = time.monotonic()
@@ -240,14 +244,14 @@ def test_nothing_waits_under_the_streams_lock_and_deadlines_count_from_arrival(k
         t0 = time.monotonic()
         second = registry.set_offset("orders", 4, timeout=2)
         assert time.monotonic() - t0 < 2.0 + 1.0, "the second call outlived its own timeout"
-        assert {c.partition: c.status for c in second} == {0: ChangeStatus.APPLIED, 1: ChangeStatus.PENDING}
+        assert {c.partition: c.status for c in second} == {mine: ChangeStatus.APPLIED, 1 - mine: ChangeStatus.PENDING}
         t0 = time.monotonic()
         registry.stop("orders")
         assert time.monotonic() - t0 < 3.0, "stop waited for the change"
         waiting.join(5)
         assert not waiting.is_alive() and time.monotonic() - started < 10
         first = {c.partition: c.status for c in results["first"]}
-        assert first == {0: ChangeStatus.APPLIED, 1: ChangeStatus.SUPERSEDED}, results["first"]
+        assert first == {mine: ChangeStatus.APPLIED, 1 - mine: ChangeStatus.SUPERSEDED}, results["first"]
     finally:
         intruder.close()
 

@@ -82,7 +82,7 @@ class ConsumerPort(Protocol):
     def reassign(self, tp: TP, offset: int | None) -> None:
         """Assign the partition again at `offset` (None: where the group or the sink says it resumes)."""
     def persist(self, offsets: Mapping[TP, int]) -> str | None:
-        """Commit (exactly-once: store in the sink) the offsets; None when done, else why not."""
+        """Commit (exactly-once: store in the sink) the offsets; None when done, else what failed and why."""
 
 
 @dataclass
@@ -252,7 +252,7 @@ class OffsetGate:
                     self._port.reassign(move.tp, origin)
                 with self._lock:
                     part.position, part.settled, part.expect = origin, origin is not None, None
-            move.reason = f"persisting the new offset failed ({error}); retried until it succeeds"
+            move.reason = f"{error}; moved back, retried until it succeeds"
             move.retry_at = self._clock() + PERSIST_RETRY_S
             self._to(move, MoveState.WAITING)
             return

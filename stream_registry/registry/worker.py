@@ -423,12 +423,13 @@ class StreamWorker:
             try:
                 self._sink.write(offset_statements(self.config.name, offsets))
             except Exception as exc:
-                return f"storing the new offset in the sink failed: {self._redact(exc)}"
+                return f"storing the new offset in the sink failed ({self._redact(exc)})"
             with self._state_lock:
                 self._stored.update(offsets)
             self._commit(offsets)
             return None
-        return self._commit(offsets)
+        error = self._commit(offsets)
+        return None if error is None else f"committing the new offset failed ({error})"
 
     # -- rebalance callbacks (poll thread, inside consume()) ---------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
