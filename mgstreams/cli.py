@@ -323,7 +323,7 @@ def history(name: str, limit: int | None, as_json: bool) -> None:
         return
     _console().print(table(HISTORY_COLUMNS, (
         (h.change_id, _utc_text(h.changed_at), h.topic, h.partition, h.previous_offset, h.offset, h.status.value,
-         h.message) for h in entries)))
+         h.message or None) for h in entries)))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
