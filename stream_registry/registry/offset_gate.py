@@ -22,13 +22,15 @@ The gate's transitions are the only place where a partition's status is decided.
 poll thread, called at the worker's seams (drain, on_assign, on_revoke, after a batch), and drives the
 consumer through a small port, so the same code runs against a simulated consumer in the model test.
 
-Why a seek is not always enough (KIP-848 and cooperative groups): librdkafka looks a newly assigned
-partition's committed offset up asynchronously, and a seek made before that lookup finished can be
-overridden by it (librdkafka issue #2256: "it reverts to the original logical offset lookup"; the advice
-there is to set the start with assign(), or check the offset delivered). So a partition counts as settled
-only once it was assigned at an explicit offset or has delivered a message; an unsettled one is moved by
-re-assigning it at the target (an explicit start skips the lookup), and the first delivery after every
-move is checked against the target: a stale one is dropped and the partition moved again.
+Why a seek is not always enough (KIP-848 and cooperative groups), from librdkafka's source
+(src/rdkafka_partition.c, rd_kafka_toppar_seek): a seek on a partition whose fetcher has started is safe
+(in the offset-query state it aborts the pending committed-offset lookup, and the new version barrier
+makes a late lookup answer outdated); on one not started yet it fails with _STATE. An incremental
+assignment is served asynchronously, after incremental_assign() returned, and starts the partition from
+the committed offset it then looks up. So a partition counts as settled only once it was assigned at an
+explicit offset or has delivered a message; an unsettled one is moved by re-assigning it at the target
+(an explicit start needs no lookup), and the first delivery after every move is checked against the
+target: a stale one is dropped and the partition moved again (the check librdkafka issue #2256 advises).
 """
 from __future__ import annotations
 
