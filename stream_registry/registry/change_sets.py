@@ -124,14 +124,18 @@ class ChangeSets:
         spec = OffsetSpec(partitions={(r.topic, r.partition): Absolute(r.previous_offset) for r in rows})
         return spec, f"revert of change {change_id}"
 
-    def cancel(self, name: str, cancelled: list[GateEvent] | None, running: bool) -> list[PendingOffset]:
-        """Remove the stream's pending rows. A running stream's gate has cancelled its changes first
-        (`cancelled`); what it persisted before that was recorded before its answer came (one ordered pipe)."""
+    def last_change(self, name: str) -> int:
+        return self._store.last_change_id(name)
+
+    def cancel(self, name: str, cancelled: list[GateEvent] | None, running: bool, up_to: int) -> list[PendingOffset]:
+        """Remove the stream's pending rows of changes up to `up_to` (a call after the cancel is not cancelled).
+        A running stream's gate has cancelled them first (`cancelled`); what it persisted before that was
+        recorded before its answer came (one ordered pipe)."""
         if running and cancelled is None:
             raise StreamError("cancel_pending: the stream did not confirm the cancel in time (it is busy with a "
                               "batch); nothing was cancelled yet, it is cancelled between batches: ask again")
         self.flush(name)
-        rows = self._store.take_pending(name)
+        rows = self._store.take_pending(name, up_to)
         self.notify()
         return rows
 

@@ -144,12 +144,10 @@ class OffsetGate:
             if tp in self._assigned:
                 self._apply(move)
 
-    def cancel(self) -> list[GateEvent]:
-        """Cancel every change not persisted yet (drain); the cancelled ones."""
-        cancelled = []
-        for move in list(self._moves.values()):
-            cancelled.append(self._finish(move, MoveState.CANCELLED))
-        return cancelled
+    def cancel(self, up_to: int | None = None) -> list[GateEvent]:
+        """Cancel every change not persisted yet (of the calls up to change id `up_to`); the cancelled ones."""
+        return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
+                if up_to is None or move.change_id <= up_to]
 
     def on_assign(self, starts: Mapping[TP, int | None]) -> dict[TP, int | None]:
         """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:

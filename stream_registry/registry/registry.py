@@ -331,11 +331,13 @@ class StreamRegistry:
         _check_timeout(timeout)
         with self._locked(name) as stream:
             runner = self._running(stream)
+            up_to = self._changes.last_change(name)   # a call after this one is not cancelled
         # Its poll thread cancels them between batches; what it persisted before that has been recorded by
         # the time it answers (reported first, on the same ordered path).
-        cancelled = runner.cancel_pending(timeout) if runner is not None else []
+        cancelled = runner.cancel_pending(timeout, up_to) if runner is not None else []
         with self._locked(name) as stream:
-            return self._changes.cancel(name, cancelled, runner is not None and self._running(stream) is runner)
+            return self._changes.cancel(name, cancelled, runner is not None and self._running(stream) is runner,
+                                        up_to)
 
     def describe(self, name: str) -> list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the

@@ -51,8 +51,9 @@ class StreamRunner(Protocol):
     def snapshot(self) -> WorkerSnapshot: ...
     def request_offsets(self, change_id: int, offsets: Mapping[TP, int]) -> None:
         """Hand one call's offsets to the stream's offset gate; their fate comes as on_change events."""
-    def cancel_pending(self, timeout: float) -> list[GateEvent] | None:
-        """Cancel the changes not persisted yet; the cancelled ones, None if not confirmed in time."""
+    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
+        """Cancel the changes not persisted yet (of calls up to change id `up_to`); the cancelled ones, None if
+        not confirmed in time."""
     def rss_bytes(self) -> int | None: ...
     def close(self) -> None:
         """Release what a stream that ended by itself still holds (its sink, its process)."""
@@ -104,8 +105,8 @@ class ThreadRunner:
     def request_offsets(self, change_id, offsets):
         self._worker.request_offsets(change_id, offsets)
 
-    def cancel_pending(self, timeout):
-        return self._worker.cancel_pending(timeout)
+    def cancel_pending(self, timeout, up_to=None):
+        return self._worker.cancel_pending(timeout, up_to)
 
     def rss_bytes(self) -> int | None:
         return process_rss(os.getpid())

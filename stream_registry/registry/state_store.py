@@ -185,6 +185,10 @@ class StateStore:
         return [_pending_row(row) for row in self._read(_PENDING_ROWS + " AND change_id = ?" + _PENDING_ORDER,
                                                         (name, change_id))]
 
+    def last_change_id(self, name: str) -> int:
+        """The newest change id the stream's pending rows hold (0: none)."""
+        return self._read("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes WHERE stream = ?", (name,))[0][0]
+
     def drop_superseded(self, name: str) -> None:
         """Keep only each partition's latest pending change (a stream starting is handed those)."""
         self._write(("DELETE FROM pending_changes WHERE stream = ? AND change_id < (SELECT MAX(change_id) FROM "
@@ -201,11 +205,15 @@ class StateStore:
         self._write(("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ? AND change_id = ?",
                      (name, topic, partition, change_id)))
 
-    def take_pending(self, name: str) -> list[PendingOffset]:
-        """Remove every pending row of the stream in one transaction; the latest of each partition."""
+    def take_pending(self, name: str, up_to: int | None = None) -> list[PendingOffset]:
+        """Remove the stream's pending rows (of changes up to `up_to`) in one transaction; the latest of each
+        partition among them."""
+        limit = (1 << 62) if up_to is None else up_to
+
         def take(db):
-            rows = db.execute(_LATEST_PENDING + _PENDING_ORDER, (name, name)).fetchall()
-            db.execute("DELETE FROM pending_changes WHERE stream = ?", (name,))
+            rows = [row for row in db.execute(_LATEST_PENDING + _PENDING_ORDER, (name, name)).fetchall()
+                    if row[7] <= limit]
+            db.execute("DELETE FROM pending_changes WHERE stream = ? AND change_id <= ?", (name, limit))
             return rows
         return [_pending_row(row) for row in self._transaction(take)]
 

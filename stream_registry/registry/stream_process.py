@@ -82,6 +82,7 @@ class SetOffsets:
 class CancelRequest:
     request_id: int
     timeout: float
+    up_to: int | None
 
 
 # -- child to host -------------------------------------------------------------------
@@ -196,9 +197,9 @@ class ProcessRunner:
         if self._running:
             self._send(SetOffsets(change_id, dict(offsets)))
 
-    def cancel_pending(self, timeout):
+    def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
-        return self._ask(CancelRequest, (timeout,), timeout + REPLY_GRACE_S)
+        return self._ask(CancelRequest, (timeout, up_to), timeout + REPLY_GRACE_S)
 
     def rss_bytes(self) -> int | None:
         return process_rss(self.pid) if self._running else None
@@ -384,8 +385,9 @@ def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host_g
 def _child_handlers(runner: ThreadRunner, send) -> dict:
     """What the child does with each request but stop (which ends _serve)."""
     def cancel(message: CancelRequest) -> None:   # waits for the poll thread: on a thread of its own
-        threading.Thread(target=lambda: send(Reply(message.request_id, runner.cancel_pending(message.timeout))),
-                         daemon=True).start()
+        def answer() -> None:
+            send(Reply(message.request_id, runner.cancel_pending(message.timeout, message.up_to)))
+        threading.Thread(target=answer, daemon=True).start()
     return {SnapshotRequest: lambda m: send(Reply(m.request_id, runner.snapshot())),
             SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets),
             CancelRequest: cancel}

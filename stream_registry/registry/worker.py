@@ -108,7 +108,8 @@ class _OffsetRequest:
 class _CancelRequest:
     """Cancel every change not persisted yet (poll thread); `cancelled` holds them once `done` is set."""
 
-    def __init__(self):
+    def __init__(self, up_to: int | None):
+        self.up_to = up_to
         self.cancelled: list[GateEvent] = []
         self.done = threading.Event()
 
@@ -187,11 +188,11 @@ class StreamWorker:
         """Hand one call's offsets to the poll thread's gate; what becomes of them comes as on_change events."""
         self._control.put(_OffsetRequest(change_id, dict(offsets)))
 
-    def cancel_pending(self, timeout: float) -> list[GateEvent] | None:
+    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Have the poll thread cancel every change not persisted yet; the cancelled ones, or None when it did
         not get to it within `timeout` (it still will, between batches). A change persisted before the cancel
-        was reported (on_change) before this returns."""
-        request = _CancelRequest()
+        was reported (on_change) before this returns. `up_to`: only the changes of calls up to that change id."""
+        request = _CancelRequest(up_to)
         self._control.put(request)
         return list(request.cancelled) if request.done.wait(max(timeout, 0.0)) else None
 
@@ -379,7 +380,7 @@ class StreamWorker:
             except queue.Empty:
                 break
             if isinstance(request, _CancelRequest):
-                request.cancelled = self._gate.cancel()
+                request.cancelled = self._gate.cancel(request.up_to)
                 request.done.set()
             else:
                 self._gate.request(request.change_id, request.offsets)
