@@ -3,10 +3,11 @@
     .venv/bin/python bench/soak.py --minutes 2 [--seed N] [--keep DIR]
     .venv/bin/python bench/soak.py --seconds 20          # the short run the test suite makes
 
-A `mgstreams serve` child process (state in a temporary directory) runs three
-streams over 12 partitions: topics soak_a, soak_b, soak_c of 4 partitions each,
-one cypherl sink per stream, eager `range` assignment on two streams and
-`cooperative-sticky` on the third, 6 s sessions with 0.5 s heartbeats. Every
+A `mgstreams serve` child process (state in a temporary directory) runs four
+streams over 16 partitions: topics soak_a..soak_d of 4 partitions each, one
+cypherl sink per stream, eager `range` assignment on two streams,
+`cooperative-sticky` on the third (6 s sessions, 0.5 s heartbeats) and the
+KIP-848 `consumer` protocol on the fourth. Every
 stream carries secrets the embedded brokers ignore (credential `bolt.password`,
 config `ssl.key.password`). A producer thread writes keyed payloads
 `seq=<n>;...` at a steady rate and keeps, from its delivery reports, which
@@ -43,9 +44,12 @@ At the end: faults stop, the producer stops, every stream must catch up
 expected), and `check_partition` (below) reads each sink file independently.
 The host's log is searched for the configured secrets. The last line is
 
-    soak: N records, F faults (kind n, ...), lost L, stale S, duplicates D, secrets in logs X
+    soak: N records, F faults (kind n, ...), lost L, stale S, contradictions C, duplicates D, secrets in logs X
 
-(N = records produced) and the exit status is non-zero if lost, stale,
+(N = records produced; C = set_offset results the host's history contradicts:
+a partition told applied whose change the history lacks or shows otherwise,
+or told superseded/cancelled that the history shows applied) and the exit
+status is non-zero if lost, stale, contradictions,
 secrets, corrupt or mismatched lines, a catch-up timeout or a SIGTERM exit
 other than 0 occurred. On failure the work directory (state, host log, sink
 files, events.jsonl with every fault and call) is kept and named.
@@ -104,11 +108,18 @@ class StreamPlan:
     def group(self) -> str:
         return f"soak_group_{self.name}"
 
+    def group_config(self) -> dict:
+        """The protocol's settings: KIP-848 (`consumer`) takes its session from the broker, not the client."""
+        if self.strategy == "consumer":
+            return {"group.protocol": "consumer"}
+        return {**GROUP_CONFIG, "partition.assignment.strategy": self.strategy}
+
 
 STREAMS = (
     StreamPlan("soak_a", "soak_a", "range", 100, 100),
     StreamPlan("soak_b", "soak_b", "cooperative-sticky", 50, 300),
     StreamPlan("soak_c", "soak_c", "range", 200, 500),     # long batches: rebalances land mid-batch
+    StreamPlan("soak_d", "soak_d", "consumer", 100, 200),  # KIP-848: the broker assigns incrementally
 )
 
 # Transient errors a healthy cluster answers with now and then; none of them moves an offset by itself.
@@ -452,8 +463,7 @@ class SecondMember(threading.Thread):
         super().__init__(daemon=True, name=f"soak-member-{plan.name}")
         self.plan, self.seconds = plan, seconds
         self.config = {"bootstrap.servers": bootstrap, "group.id": plan.group, "enable.auto.commit": False,
-                       "auto.offset.reset": "earliest", "partition.assignment.strategy": plan.strategy,
-                       "log_level": 2, **GROUP_CONFIG}
+                       "auto.offset.reset": "earliest", "log_level": 2, **plan.group_config()}
         self.taken: set[int] = set()
         self.consumed = 0
 
@@ -546,7 +556,7 @@ class Soak:
                                transform=TRANSFORM, sink=f"cypherl://{self.sink_path(plan)}",
                                consumer_group=plan.group, batch_size=plan.batch_size,
                                batch_interval_ms=plan.batch_interval_ms,
-                               configs={**GROUP_CONFIG, "partition.assignment.strategy": plan.strategy,
+                               configs={**plan.group_config(),
                                         "ssl.key.password": self.secrets["ssl.key.password"]},
                                credentials={"bolt.password": self.secrets["bolt.password"]})
             self.client.start(plan.name)
@@ -841,6 +851,30 @@ class Soak:
         for plan in STREAMS:
             self.history[plan.name] = list(reversed(self.client.history(plan.name)))   # oldest first
 
+    def contradictions(self) -> list[str]:
+        """What a set_offset call was told that the host's history contradicts: a partition reported applied
+        (or clamped) whose change has no such history row, or one with another offset, previous offset, status
+        or message; one reported superseded or cancelled that the history shows applied."""
+        out = []
+        for call in self.calls:
+            history = {(h.change_id, h.topic, h.partition): h for h in self.history.get(call.stream, [])}
+            for row in call.rows or []:
+                if row.change_id is None:
+                    continue
+                entry = history.get((row.change_id, row.topic, row.partition))
+                told = row.status.value
+                if told in ("applied", "clamped"):
+                    seen = None if entry is None else \
+                        (entry.offset, entry.previous_offset, entry.status.value, entry.message or "")
+                    if seen != (row.offset, row.previous_offset, told, row.message):
+                        out.append(f"{call.stream} {row.topic}:{row.partition} change {row.change_id}: the call "
+                                   f"said {told} {row.previous_offset}->{row.offset} {row.message!r}, the history "
+                                   f"{seen}")
+                elif told in ("superseded", "cancelled") and entry is not None:
+                    out.append(f"{call.stream} {row.topic}:{row.partition} change {row.change_id}: the call said "
+                               f"{told}, the history shows it {entry.status.value}")
+        return out
+
     def fired(self) -> Counter:
         out: Counter = Counter()
         for path in self.ctl.glob("*.fired"):
@@ -978,7 +1012,8 @@ def main(argv=None) -> int:
     failed = True
     try:
         soak.setup()
-        soak.say(f"soak: host at {soak.host.url}, 3 streams x {PARTITIONS} partitions running; injecting faults")
+        soak.say(f"soak: host at {soak.host.url}, {len(STREAMS)} streams x {PARTITIONS} partitions running "
+                 f"(eager, cooperative-sticky and KIP-848 groups); injecting faults")
         soak.run_faults(seconds)
         soak.quiesce()
         caught_up, log_ends = soak.catch_up()
@@ -1016,16 +1051,20 @@ def main(argv=None) -> int:
             soak.say(f"  invalid offset: {text}")
         for problem in verdict.problems[:30]:
             soak.say(f"  problem: {problem}")
+        contradictions = soak.contradictions()
+        for text in contradictions[:10]:
+            soak.say(f"  contradiction: {text}")
         lost = verdict.lost + verdict.skipped
         leaked_total = sum(leaked.values())
         sigterm = soak.exit_codes[-1][1]
         failed = bool(lost or verdict.stale or leaked_total or corrupt or verdict.mismatched or not caught_up
-                      or sigterm != 0 or invalid)
+                      or sigterm != 0 or invalid or contradictions)
         by_kind = ", ".join(f"{k} {n}" for k, n in sorted(faults.items()))
         if failed:
             soak.say(f"soak: FAILED (seed {args.seed}); evidence kept in {work}")
         soak.say(f"soak: {produced} records, {sum(faults.values())} faults ({by_kind}), lost {lost}, "
-                 f"stale {verdict.stale}, duplicates {verdict.duplicates}, secrets in logs {leaked_total}")
+                 f"stale {verdict.stale}, contradictions {len(contradictions)}, duplicates {verdict.duplicates}, "
+                 f"secrets in logs {leaked_total}")
         return 1 if failed else 0
     finally:
         soak.close()

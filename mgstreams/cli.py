@@ -323,7 +323,7 @@ def history(name: str, limit: int | None, as_json: bool) -> None:
         return
     _console().print(table(HISTORY_COLUMNS, (
         (h.change_id, _utc_text(h.changed_at), h.topic, h.partition, h.previous_offset, h.offset, h.status.value,
-         h.message) for h in entries)))
+         h.message or None) for h in entries)))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -332,14 +332,18 @@ def history(name: str, limit: int | None, as_json: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Show what would be set; change nothing.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True, max=3600), default=10.0, show_default=True,
               callback=_finite, help="Seconds to wait for a running stream to apply the change.")
+@click.option("--partition", "partitions", multiple=True,
+              help="Revert only this partition of the change (a number, or TOPIC:PARTITION); repeatable.")
 @json_option
-def revert(name: str, change_id: int, dry_run: bool, timeout: float, as_json: bool) -> None:
-    """Move the partition of history change CHANGE_ID of stream NAME back to its previous offset.
+def revert(name: str, change_id: int, dry_run: bool, timeout: float, partitions: tuple, as_json: bool) -> None:
+    """Move every partition of history change CHANGE_ID of stream NAME back to its previous offset.
 
     Through the same gated path as set-offset; the history then shows the revert
     ("revert of change CHANGE_ID"). A previous offset the log no longer holds is
     clamped into [log start, log end], and the result says so."""
-    _print_changes(_run(lambda: _client().revert(name, change_id, timeout=timeout, dry_run=dry_run)), as_json)
+    chosen = [int(p) if p.isdigit() else p for p in partitions] or None
+    _print_changes(_run(lambda: _client().revert(name, change_id, timeout=timeout, dry_run=dry_run,
+                                                 partitions=chosen)), as_json)
 
 
 @cli.command()

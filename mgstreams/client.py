@@ -92,9 +92,12 @@ class HostClient:
         """Every stream's lag summary and partitions (`GET /lag`)."""
         return [_stream_lag(s) for s in self._request("GET", "/lag")]
 
-    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False
-               ) -> list[OffsetChange]:
+    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False,
+               partitions: list | None = None) -> list[OffsetChange]:
+        """Every partition of change `change_id` back to its previous offset (or only `partitions`)."""
         body = {"timeout_ms": max(1, round(timeout * 1000)), "dry_run": dry_run}
+        if partitions is not None:
+            body["partitions"] = list(partitions)
         rows = self._request("POST", f"/streams/{_path(name)}/history/{_path(change_id)}/revert", json=body,
                              timeout=timeout + MARGIN_S)
         return [from_json(OffsetChange, r) for r in rows]

@@ -250,17 +250,21 @@ def _change_records(changes: list) -> list:
 
 
 @mgp.read_proc
-def revert(name: str, change_id: int, timeout_ms: int = 10000, dry_run: bool = False
-           ) -> mgp.Record(topic=str, partition=int, previous_offset=mgp.Nullable[int], offset=mgp.Nullable[int],
+def revert(name: str, change_id: int, timeout_ms: int = 10000, dry_run: bool = False,
+           partitions: mgp.Nullable[mgp.List[mgp.Any]] = None) -> mgp.Record(topic=str, partition=int, previous_offset=mgp.Nullable[int], offset=mgp.Nullable[int],
                            status=str, message=str):
-    """Move the partition of history change `change_id` (see streams.history) back to its previous offset,
-    through the same path as set_stream_offset; the history then records "revert of change <change_id>".
+    """Move every partition of change `change_id` (one set_stream_offset call, see streams.history; or only
+    `partitions`: numbers or "topic:partition") back to its previous offset, through the same path as
+    set_stream_offset; the history then records "revert of change <change_id>".
     A previous offset the log no longer holds is clamped into [log start, log end], and the message says so."""
     _timeout_ms(timeout_ms)
     if isinstance(change_id, bool) or change_id <= 0:
         raise Exception(f"change_id: must be a positive integer (a history row's change_id), got {change_id!r}")
-    return _change_records(_host("POST", _stream(name, f"/history/{change_id}/revert"),
-                                 {"timeout_ms": timeout_ms, "dry_run": dry_run}, timeout=timeout_ms / 1000.0 + MARGIN_S))
+    body = {"timeout_ms": timeout_ms, "dry_run": dry_run}
+    if partitions is not None:
+        body["partitions"] = list(partitions)
+    return _change_records(_host("POST", _stream(name, f"/history/{change_id}/revert"), body,
+                                 timeout=timeout_ms / 1000.0 + MARGIN_S))
 
 
 @mgp.read_proc

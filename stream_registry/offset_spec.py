@@ -325,6 +325,8 @@ class ChangeStatus(str, Enum):
     CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
     PENDING = "pending"    # recorded; applied at the next assignment
     UNCHANGED = "unchanged"   # targeted, but keeps its offset ({"group": ...} that group never committed)
+    SUPERSEDED = "superseded"  # a later call moved the partition before this one was applied
+    CANCELLED = "cancelled"    # cancelled (cancel_pending) before it was applied
     ERROR = "error"
     # Not offset changes: a poison message set aside by errors.tolerance 'all' (history only)
     SKIPPED = "skipped"

@@ -18,6 +18,7 @@ class OffsetChange:
     offset: int | None
     status: ChangeStatus
     message: str = ""
+    change_id: int | None = None   # the call's change (None: a dry run, or nothing to change)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class HistoryEntry:
     offset: int
     status: ChangeStatus
     message: str | None = None
-    change_id: int | None = None    # stable: the row's id in the state store
+    change_id: int | None = None    # the call's: every partition one call changed shares it (revert takes it)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class PendingOffset:
     requested_at: datetime
     previous_offset: int | None = None
     message: str | None = None     # e.g. "revert of change 12", recorded in the history once applied
+    change_id: int | None = None   # the call it belongs to (every partition of one call shares it)
+    reason: str | None = None      # why it waits beyond an assignment (its commit failed, retried)
 
 
 @dataclass(frozen=True)

@@ -26,26 +26,27 @@ _FROM_END = ("latest", "end", "largest")
 
 
 def resume_offset(snap: PartitionSnapshot, *, pending: Mapping[TP, int], stored: Mapping[TP, int] | None,
-                  exactly_once: bool, from_end: bool) -> int | None:
-    """Where one partition resumes; None only for an exactly-once stream whose sink could not be
-    read (`stored` None) and that has no pending offset for the partition."""
+                  exactly_once: bool, from_end: bool, guess: bool = True) -> int | None:
+    """Where one partition resumes; None for an exactly-once stream whose sink could not be read (`stored`
+    None) and that has no pending offset for the partition, and with guess=False (where the stream stands
+    now, as relative offset changes count from it) for a partition without an offset yet (rule 4)."""
     key = (snap.topic, snap.partition)
     if key in pending:
         return pending[key]
     if exactly_once:
         return None if stored is None else stored.get(key, snap.log_start)
-    if snap.committed is not None:
+    if snap.committed is not None or not guess:
         return snap.committed
     return snap.log_end if from_end else snap.log_start
 
 
 def resume_offsets(config: StreamConfig, snapshots: Iterable[PartitionSnapshot], pending: Mapping[TP, int],
-                   stored: Mapping[TP, int] | None) -> dict[TP, int | None]:
+                   stored: Mapping[TP, int] | None, guess: bool = True) -> dict[TP, int | None]:
     """`resume_offset` of every snapshot, with the stream's delivery and auto.offset.reset."""
     exactly_once = config.delivery == Delivery.EXACTLY_ONCE
     from_end = str(config.configs.get("auto.offset.reset", _default_reset())).lower() in _FROM_END
     return {(s.topic, s.partition): resume_offset(s, pending=pending, stored=stored, exactly_once=exactly_once,
-                                                  from_end=from_end)
+                                                  from_end=from_end, guess=guess)
             for s in snapshots}
 
 

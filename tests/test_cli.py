@@ -186,6 +186,8 @@ def test_set_offset_table_json_dry_run_and_bad_specs(stream, host):
     dry = run(host, "set-offset", "orders", "5", "--dry-run", "--json")
     assert dry.exit_code == 0
     assert {(c["offset"], c["status"]) for c in json.loads(dry.stdout)} == {(5, "planned")}
+    bad = run(host, "set-offset", "orders", '"-1"')       # a shift: nothing committed, nothing pending yet
+    assert bad.exit_code == 1 and bad.stdout == "" and bad.stderr.startswith("mgstreams: error: offset '-1': ")
     result = run(host, "set-offset", "orders", json.dumps({f"{stream.topic}:0": 7}), "--timeout", "5")
     assert result.exit_code == 0
     assert result.stdout.splitlines()[0].split() == ["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET",
@@ -194,8 +196,7 @@ def test_set_offset_table_json_dry_run_and_bad_specs(stream, host):
     assert len(result.stdout.splitlines()) == 2                               # only the partition named
     assert run(host, "set-offset", "orders", "-1").exit_code == 0            # -1: Memgraph's beginning
 
-    for spec, message in [('"-1"', "mgstreams: error: offset '-1': "),      # a shift: nothing committed yet
-                          ("sometime", "mgstreams: error: offset: cannot parse 'sometime'"),
+    for spec, message in [("sometime", "mgstreams: error: offset: cannot parse 'sometime'"),
                           ("{bad", "mgstreams: error: SPEC: '{bad' is not valid JSON"),
                           ('{"other_topic": 0}', "mgstreams: error: offset: unknown topic 'other_topic'")]:
         bad = run(host, "set-offset", "orders", spec)

@@ -28,7 +28,7 @@ STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "trans
                  "records", "batches", "batch_seconds_sum", "batch_seconds_buckets"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned", "stored_offset", "resume_offset"}
-CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message"}
+CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
 HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
 
 

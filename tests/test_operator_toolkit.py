@@ -99,7 +99,7 @@ def test_group_copies_another_groups_commits(kafka, registry, memory_sinks):
     registry.set_offset("orders", 7)                        # pending; partition 2 keeps it
     changes = {c.partition: c for c in registry.set_offset("orders", {"group": other})}
     assert [(p, changes[p].offset, changes[p].status) for p in range(3)] == \
-        [(0, 4, ChangeStatus.PENDING), (1, 11, ChangeStatus.PENDING), (2, None, ChangeStatus.UNCHANGED)]
+        [(0, 4, ChangeStatus.PENDING), (1, 11, ChangeStatus.PENDING), (2, 7, ChangeStatus.UNCHANGED)]   # where it resumes
     assert repr(other) in changes[2].message and "keeps its offset" in changes[2].message
     assert {(p.partition, p.offset) for p in registry.pending("orders")} == {(0, 4), (1, 11), (2, 7)}
     registry.start("orders")
@@ -139,11 +139,12 @@ def test_revert_restores_the_previous_offset_and_redelivers_from_it(kafka, regis
     assert sink.delivered() == []
 
     change = changes[0].change_id
-    planned = registry.revert("orders", change, dry_run=True)
+    planned = registry.revert("orders", change, dry_run=True, partitions=[0])   # one call, one change: both
+    assert {c.partition for c in registry.revert("orders", change, dry_run=True)} == {0, 1}
     assert [(c.partition, c.previous_offset, c.offset, c.status) for c in planned] == \
         [(0, 10, 6, ChangeStatus.PLANNED)]
     assert planned[0].message == f"revert of change {change}"
-    [reverted] = registry.revert("orders", change)
+    [reverted] = registry.revert("orders", change, partitions=[f"{topic}:0"])
     assert (reverted.partition, reverted.previous_offset, reverted.offset, reverted.status) == \
         (0, 10, 6, ChangeStatus.APPLIED)
     wait_until(lambda: len(sink.delivered()) >= 4, what="the redelivery")
@@ -198,7 +199,7 @@ def test_revert_refuses_a_change_without_previous_offset_and_clamps_below_the_lo
         producer.flush(30)
     log_start = registry.describe("orders")[0].log_start_offset
     assert log_start > 1, "the embedded cluster dropped the oldest records"
-    [clamped] = registry.revert("orders", changes[0].change_id)
+    [clamped] = registry.revert("orders", changes[0].change_id, partitions=[0])
     assert (clamped.partition, clamped.offset, clamped.status) == (0, log_start, ChangeStatus.CLAMPED), clamped
     note = f"revert of change {changes[0].change_id}; requested 1 is outside [{log_start}, 10]; clamped to log " \
            f"start {log_start}"
@@ -375,7 +376,7 @@ def test_the_cli_previews_moves_reverts_exports_and_imports(toolkit, kafka, tmp_
         # revert the copy of partition 0 (back to where it stood: 10)
         history = cli_json(host, "history", "orders")
         change = next(h for h in history if h["partition"] == 0 and h["offset"] == 2)
-        [reverted] = cli_json(host, "revert", "orders", change["change_id"])
+        [reverted] = cli_json(host, "revert", "orders", change["change_id"], "--partition", "0")
         assert (reverted["partition"], reverted["offset"], reverted["status"], reverted["message"]) == \
             (0, change["previous_offset"], "applied", f"revert of change {change['change_id']}")
         code, out, _ = cli(host, "history", "orders", "--limit", "1")
@@ -498,7 +499,7 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path,
         wait_until(lambda: sink_lines(toolkit.out) == before[1] + 6, what="partition 2 replayed from 4")
 
         [latest] = memgraph.call("streams.history", "orders")
-        assert (latest["partition"], latest["offset"], latest["message"]) == (2, 4, None) and latest["change_id"] > 0
+        assert (latest["partition"], latest["offset"], latest["message"]) == (2, 4, "") and latest["change_id"] > 0
         [reverted] = memgraph.call("streams.revert", "orders", latest["change_id"])
         assert (reverted["partition"], reverted["offset"], reverted["status"], reverted["message"]) == \
             (2, 10, "applied", f"revert of change {latest['change_id']}")

@@ -73,7 +73,8 @@ SIGNATURES = {
         "topic :: STRING)"),
     "streams.revert": (
         "streams.revert(name :: STRING, change_id :: INTEGER, timeout_ms = 10000 :: INTEGER, "
-        "dry_run = false :: BOOLEAN) :: (message :: STRING, offset :: INTEGER?, partition :: INTEGER, "
+        "dry_run = false :: BOOLEAN, partitions = Null :: LIST? OF ANY) :: (message :: STRING, offset :: INTEGER?, "
+        "partition :: INTEGER, "
         "previous_offset :: INTEGER?, status :: STRING, topic :: STRING)"),
     "streams.pending": (
         "streams.pending(name :: STRING, cancel = false :: BOOLEAN) :: (message :: STRING?, offset :: INTEGER, "

@@ -465,10 +465,14 @@ def test_operator_toolkit_commands(cluster, orders_host, tmp_path):
             assert [r[:5] for r in rows] == [["orders", "0", str(PER_PARTITION), "7", "planned"],
                                              ["orders", "1", str(PER_PARTITION), "8", "planned"],
                                              ["orders", "2", str(PER_PARTITION), str(PER_PARTITION), "unchanged"]]
+        elif args[:2] == ["revert", "orders"] and "--dry-run" in args:   # one partition of the change
+            assert [r[:2] + r[3:5] for r in rows] == [["orders", "0", str(PER_PARTITION), "planned"]], done.stdout
         elif args[:2] == ["revert", "orders"]:
-            # back to 1300, where -PT15M found it (from wherever its replay from 0 has got to meanwhile)
-            assert [r[:2] + r[3:5] for r in rows] == [["orders", "0", str(PER_PARTITION), "applied"]], done.stdout
-            assert done.stdout.splitlines()[1].rstrip().endswith("revert of change 1")
+            # every partition of change 1 (one call) back to 1300, where -PT15M found it (from wherever its
+            # replay from 0 has got to meanwhile)
+            assert [r[:2] + r[3:5] for r in rows] == [["orders", str(p), str(PER_PARTITION), "applied"]
+                                                      for p in range(PARTITIONS)], done.stdout
+            assert all(line.rstrip().endswith("revert of change 1") for line in done.stdout.splitlines()[1:])
         elif "--from-file" in args:
             assert [(r[1], r[3], r[4]) for r in rows] == [(str(p), str(PER_PARTITION), "planned")
                                                           for p in range(PARTITIONS)], done.stdout
@@ -479,8 +483,8 @@ def test_operator_toolkit_commands(cluster, orders_host, tmp_path):
         else:
             raise AssertionError(f"no check for {command}")
     with orders_host.client() as client:
-        assert [(h.partition, h.offset, h.message) for h in client.history("orders")][0] == \
-            (0, PER_PARTITION, "revert of change 1")
+        assert sorted((h.partition, h.offset, h.message) for h in client.history("orders")[:PARTITIONS]) == \
+            [(p, PER_PARTITION, "revert of change 1") for p in range(PARTITIONS)]
 
 
 def test_mgstreams_kafka_runs_until_sigterm():
@@ -550,9 +554,10 @@ def test_curl_commands(cluster, orders_host, tmp_path):
             assert [(r["topic"], r["partition"], r["offset"]) for r in answer] == [("orders", 0, o) for o in (42, 43, 44)]
             assert all(r["query"].startswith("MERGE (m:KafkaMessage") for r in answer), answer
         elif path == "/streams/orders/history/1/revert":
-            # change 1: partition 0 from 1300 (caught up) to 0; back to 1300, from wherever its replay has got to
+            # change 1: every partition from 1300 (caught up) to 0 in one call; all back to 1300, from wherever
+            # their replay has got to
             assert [(r["partition"], r["offset"], r["status"], r["message"]) for r in answer] == \
-                [(0, PER_PARTITION, "applied", "revert of change 1")], answer
+                [(p, PER_PARTITION, "applied", "revert of change 1") for p in range(PARTITIONS)], answer
         elif path == "/streams/orders/pending":
             assert answer == [], "a running stream holding every partition has nothing pending"
         elif path.endswith(("/start", "/stop")) or method == "DELETE":
@@ -1051,9 +1056,10 @@ def test_cypher_block(cluster, memgraph):
             assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == [("orders", 0, o) for o in (42, 43, 44)]
             assert all(r["query"].startswith("MERGE (m:KafkaMessage") for r in rows), rows
         elif name == "streams.revert":
-            [change] = [h for h in memgraph.call("streams.history", "orders") if h["change_id"] == args[1]]
-            assert [(r["partition"], r["offset"], r["status"], r["message"]) for r in rows] == \
-                [(change["partition"], change["previous_offset"], "applied", f"revert of change {args[1]}")], rows
+            changes = [h for h in memgraph.call("streams.history", "orders") if h["change_id"] == args[1]]
+            assert sorted((r["partition"], r["offset"], r["status"], r["message"]) for r in rows) == \
+                sorted((c["partition"], c["previous_offset"], "applied", f"revert of change {args[1]}")
+                       for c in changes), rows
         elif name == "streams.pending":
             assert rows == [], "a running stream holding every partition has nothing pending"
     assert [c[0] for c in called][0] == "streams.create" and called[-1][0] == "streams.drop"

@@ -12,7 +12,7 @@ import pytest
 from stream_helpers import SLOW_S, wait_until
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.errors import StreamStateError
-from stream_registry.registry.state_store import STATE_FILE, StateStore
+from stream_registry.registry.state_store import STATE_FILE, StateStore, PlannedRow
 
 FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
 
@@ -80,11 +80,11 @@ def test_a_busy_state_store_raises_a_stream_error_not_sqlite(tmp_path):
     blocker.execute("BEGIN EXCLUSIVE")
     try:
         with pytest.raises(StreamError, match="state: cannot write .*database is locked"):
-            store.set_pending("orders", {("t", 0): 5})
+            store.add_change("orders", [PlannedRow("t", 0, 5, None, False, "")], supersede=True)
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    store.set_pending("orders", {("t", 0): 5})
+    store.add_change("orders", [PlannedRow("t", 0, 5, None, False, "")], supersede=True)
     assert store.pending("orders") == {("t", 0): 5}
     store.close()
 

@@ -150,8 +150,8 @@ def test_read_sink_keeps_file_order_and_counts_torn_lines(tmp_path):
     assert records[("t", 0)][1].pos == path.read_bytes().rindex(b"CREATE")
 
 
-LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), stale (\d+), duplicates (\d+), "
-                  r"secrets in logs (\d+)$")
+LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), stale (\d+), contradictions (\d+), "
+                  r"duplicates (\d+), secrets in logs (\d+)$")
 
 
 def test_a_short_soak_loses_nothing_and_leaks_no_secret():
@@ -162,9 +162,9 @@ def test_a_short_soak_loses_nothing_and_leaks_no_secret():
     assert lines, done.stderr[-3000:]
     match = LAST.match(lines[-1])
     assert match, done.stdout[-3000:] + done.stderr[-3000:]
-    records, faults, by_kind, lost, stale, duplicates, leaked = match.groups()
+    records, faults, by_kind, lost, stale, contradictions, duplicates, leaked = match.groups()
     kinds = dict((k, int(n)) for k, n in (part.rsplit(" ", 1) for part in by_kind.split(", ")))
-    assert (int(lost), int(stale), int(leaked)) == (0, 0, 0), done.stdout[-4000:]
+    assert (int(lost), int(stale), int(contradictions), int(leaked)) == (0, 0, 0, 0), done.stdout[-4000:]
     assert done.returncode == 0, done.stdout[-4000:]
     assert int(records) > 1000 and int(faults) == sum(kinds.values())
     assert {"host_kill", "member_join", "set_offset", "broker_down", "errors:OffsetCommit", "errors:Heartbeat",

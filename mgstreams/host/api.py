@@ -41,7 +41,7 @@ DEFAULT_TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "consumer_group", "batch_size",
                  "batch_interval_ms", "configs", "credentials", *OPTION_FIELDS)
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
-REVERT_FIELDS = ("timeout_ms", "dry_run")
+REVERT_FIELDS = ("timeout_ms", "dry_run", "partitions")
 CHECK_FIELDS = ("offset", "limit", "timeout_ms")
 DEFAULT_CHECK_TIMEOUT_MS = 20_000
 DEFAULT_TIMEOUT_MS = 10_000
@@ -127,7 +127,9 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         body = await _body(request, REVERT_FIELDS, required=(), empty_ok=True)
         timeout, dry_run = _timeout(body), _dry_run(body)
         name, change_id = _name(request), _change_id(request.path_params["change_id"])
-        return await _call(lambda: registry.revert(name, change_id, timeout=timeout, dry_run=dry_run))
+        partitions = body.get("partitions")
+        return await _call(lambda: registry.revert(name, change_id, timeout=timeout, dry_run=dry_run,
+                                                   partitions=partitions))
 
     async def pending(request: Request) -> Response:
         return await _call(lambda: registry.pending(_name(request)))

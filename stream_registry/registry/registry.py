@@ -1,7 +1,10 @@
 """The stream registry: stream names to consumers, persisted, with offset control.
 
-Calls on one stream are serialized by a per-stream lock; the poll thread of
-each running stream is the only one touching its consumer (see worker). With
+Calls on one stream are serialized by a per-stream lock, taken in the same
+step as the lookup (a dropped stream is never started again); nothing waits
+while holding it: an offset change waits for its stream's gate outside it
+(change_sets). The poll thread of each running stream is the only one touching
+its consumer (see worker). With
 `isolation=Isolation.PROCESS` (the stream host) each running stream lives in a
 child process of its own (stream_process): a process that dies makes its
 stream `error`, naming the cause, and the stream's restart policy brings it
@@ -19,13 +22,14 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError, TransformError
 from ..kafka.queries import PartitionQuery
-from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, parse_offset_spec, resolve
+from ..offset_spec import ChangeStatus, OffsetSpec, PartitionSnapshot, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
 from ..redaction import mask_all, redact, redact_error
 from ..resume_point import resume_offsets
@@ -40,12 +44,11 @@ from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
 from ..stream_info import StreamInfo, StreamStatus
 from .batch_stats import BatchStats
-from .dead_letter import SetAside
-from .worker import AppliedOffset, RetryPolicy, StreamEvents, WorkerSnapshot
+from .change_sets import ChangeSets
+from .worker import RetryPolicy, StreamEvents, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
 TP = tuple[str, int]
-_OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that fulfil a pending offset
 CHECK_IMPORT_TIMEOUT_S = 60.0   # importing a transformation's module at create (a large ML library takes long)
 MAX_CHECK_LIMIT = 1000   # records per partition a preview reads at most (they are all held in memory)
 
@@ -77,10 +80,7 @@ class _Stream:
     exit_cause: str | None = None   # how its process last died, until it starts again
     query: PartitionQuery | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
-    clamped: set[TP] = field(default_factory=set)
-    unrecorded: list = field(default_factory=list)   # applied changes the state store has not taken yet
-    store_error: str | None = None                    # why they wait (shown with the status)
-    history_lock: threading.Lock = field(default_factory=threading.Lock)
+    dropped: bool = False       # set under its lock by drop(): no call acts on it any more
     stats: BatchStats = BatchStats()   # every run's batches since this registry opened (a new run adds to it)
 
 
@@ -95,6 +95,7 @@ class StreamRegistry:
             self._dir_lock.release()
             raise
         self.state_dir = Path(state_dir)
+        self._changes = ChangeSets(self._store)
         self._stop_timeout = stop_timeout
         self._retry = retry
         self._query_timeout = query_timeout
@@ -107,8 +108,7 @@ class StreamRegistry:
         for config, desired_running, status, error in self._store.load_streams():
             if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
                 status = StreamStatus.STOPPED  # its consumer died with the old process
-            self._streams[config.name] = _Stream(config, status, error,
-                                                 clamped=self._store.pending_clamped(config.name))
+            self._streams[config.name] = _Stream(config, status, error)
             if desired_running:
                 restart.append(config.name)
         for name in restart:
@@ -142,8 +142,7 @@ class StreamRegistry:
         return self.get(config.name)
 
     def start(self, name: str) -> StreamInfo:
-        stream = self._stream(name)
-        with stream.lock:
+        with self._locked(name) as stream:
             if stream.runner is not None and stream.runner.alive:
                 state = "still stopping (its last stop timed out)" if stream.runner.stopping \
                     else f"already {stream.status.value}"
@@ -154,24 +153,27 @@ class StreamRegistry:
 
     def stop(self, name: str) -> StreamInfo:
         """Stop consuming and keep the stream from being restarted; stopping a stopped stream is a no-op."""
-        stream = self._stream(name)
-        with stream.lock:
+        with self._locked(name) as stream:
             if stream.runner is not None:
                 self._stop_locked(stream)
             self._store.set_status(name, stream.status, stream.error, desired_running=False)
+        self._changes.notify()   # set_offset calls waiting for it answer now
         return self.get(name)
 
     def drop(self, name: str) -> StreamInfo:
-        stream = self._stream(name)
-        with stream.lock:
+        """Stop and forget the stream; a second drop (even a concurrent one) is StreamNotFound."""
+        with self._locked(name) as stream:
             if stream.runner is not None:
                 self._stop_locked(stream)
             info = self._info(stream)
             if stream.query is not None:
                 stream.query.close()
             self._store.delete_stream(name)
+            stream.dropped = True
             with self._lock:
                 self._streams.pop(name, None)
+            self._changes.forget(name)
+        self._changes.notify()
         return info
 
     def list(self) -> list[StreamInfo]:
@@ -216,95 +218,83 @@ class StreamRegistry:
     # -- offsets --------------------------------------------------------------
     def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
                    dry_run: bool = False) -> list[OffsetChange]:
-        """Set the offset of every partition the spec targets; see the module docstring of offset_spec."""
-        _check_timeout(timeout)
-        return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", timeout, dry_run)
+        """Set the offset of every partition the spec targets; see the module docstring of offset_spec.
+        One call is one change: its partitions share one change id in the history."""
+        deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
+        return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", deadline, dry_run)
 
-    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False
-               ) -> list[OffsetChange]:
-        """Move the partition of history row `change_id` back to its previous offset, through set_offset's
-        gated path; the history then holds the revert, its message naming the change it reverts. A previous
-        offset the log no longer holds is clamped into [log start, log end], and the result says so."""
-        _check_timeout(timeout)
-        if isinstance(change_id, bool) or not isinstance(change_id, int) or change_id <= 0:
-            raise ConfigError(f"change_id: must be a positive integer (a history row's change_id), "
-                              f"got {change_id!r}")
-        stream = self._stream(name)
-        self._record_history(stream)
-        entry = self._store.history_entry(name, change_id)
-        if entry is None:
-            raise ConfigError(f"change_id: no change {change_id} in the history of stream {name!r}")
-        where = f"{entry.topic}:{entry.partition}"
-        if entry.status not in _OFFSET_CHANGES:
-            raise ConfigError(f"change_id: change {change_id} is a poison message set aside ({entry.status.value} "
-                              f"at {where}@{entry.offset}), not an offset change; it cannot be reverted")
-        if entry.previous_offset is None:
-            raise ConfigError(f"change_id: change {change_id} ({where} to {entry.offset}) has no previous offset "
-                              f"(the partition had none when it was applied); there is nothing to revert to")
-        note = f"revert of change {change_id}"
-        spec = OffsetSpec(partitions={(entry.topic, entry.partition): Absolute(entry.previous_offset)})
-        changes = self._move(name, spec, note, timeout, dry_run, note=note)
-        return [replace(c, message="; ".join(m for m in (note, c.message) if m)) for c in changes]
+    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False,
+               partitions: list | None = None) -> list[OffsetChange]:
+        """Move every partition of change `change_id` (one set_offset call; or only `partitions`) back to its
+        previous offset, through set_offset's gated path; the history then holds the revert, its message naming
+        the change it reverts. A previous offset the log no longer holds is clamped into [log start, log end],
+        and the result says so."""
+        deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
+        self._stream(name)
+        spec, note = self._changes.revert_spec(name, change_id, partitions)
+        changes = self._move(name, spec, note, deadline, dry_run, note=note)
+        return [c if c.message.startswith(note) else replace(c, message="; ".join(m for m in (note, c.message) if m))
+                for c in changes]
 
-    def _move(self, name: str, spec: OffsetSpec, shown: str, timeout: float, dry_run: bool,
+    def _move(self, name: str, spec: OffsetSpec, shown: str, deadline: float, dry_run: bool,
               note: str | None = None) -> list[OffsetChange]:
-        """Plan `spec`, record it as pending, hand it to a running stream, wait up to `timeout` (see set_offset).
+        """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
+        holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
         `note` becomes the history message of the changes once applied."""
-        deadline = time.monotonic() + timeout
-        stream = self._stream(name)
-        with stream.lock:
+        with self._locked(name) as stream:
             runner = self._running(stream)
             resolved, _ = self._resolve(stream, runner, spec, shown, deadline)
-            order = [(r.topic, r.partition) for r in resolved]
-            unchanged = {(r.topic, r.partition): OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                                              ChangeStatus.UNCHANGED, r.message)
-                         for r in resolved if r.unchanged}   # not applied, not pending, not history
-            plan = {(r.topic, r.partition): r for r in resolved if not r.unchanged}
+            plan = [r for r in resolved if not r.unchanged]
             if dry_run:
-                planned = {tp: OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                            ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED, r.message)
-                           for tp, r in plan.items()}
-                return [planned.get(tp) or unchanged[tp] for tp in order]
-            offsets = {tp: r.offset for tp, r in plan.items()}
-            clamped = {tp for tp, r in plan.items() if r.clamped}
-            previous = {tp: r.previous_offset for tp, r in plan.items()}
-            notes = {tp: "; ".join(m for m in (note, r.message if r.clamped else "") if m)
-                     for tp, r in plan.items()} if note else {}
-            self._store.set_pending(name, offsets, clamped, previous, notes)
-            stream.clamped = (stream.clamped - set(plan)) | clamped  # the last call wins, per partition
-            applied, failed = runner.request_offsets(offsets, deadline - time.monotonic()) \
-                if runner and offsets else ({}, {})
-        changes = dict(unchanged)
-        for tp, r in plan.items():
-            if tp in applied:
-                status = ChangeStatus.CLAMPED if r.clamped else ChangeStatus.APPLIED
-                changes[tp] = OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, status, r.message)
-            else:
-                why = ("stream is not running; applied at the first assignment after start" if runner is None
-                       else failed.get(tp) or "not assigned to this stream's consumer yet (rebalance pending); "
-                                              "applied when the group assigns it")
-                changes[tp] = OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                           ChangeStatus.PENDING, "; ".join(m for m in (r.message, why) if m))
-        return [changes[tp] for tp in order]
+                return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                     ChangeStatus.UNCHANGED if r.unchanged else
+                                     ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
+                                     "; ".join(m for m in (note, r.message) if m) if not r.unchanged else r.message)
+                        for r in resolved]
+            if not plan:
+                return self._changes.outcome(name, 0, resolved, runner is not None)
+            change_id = self._changes.open(name, plan, note, running=runner is not None)
+            if runner is not None:
+                runner.request_offsets(change_id, {(r.topic, r.partition): r.offset for r in plan})
+        if runner is not None:
+            self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
+        return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
 
     def _resolve(self, stream: _Stream, runner: StreamRunner | None, spec: OffsetSpec, shown: str,
                  deadline: float) -> tuple[list, dict]:
         """Every partition the spec targets, resolved against the cluster now (stream.lock held), and the
-        snapshots of the stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved."""
+        snapshots of the stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved.
+        Relative specs and previous offsets count from where the stream is: its position where its consumer
+        holds the partition, else its resume point (a pending change; an exactly-once sink's stored offset)."""
         def left() -> float:
             return max(deadline - time.monotonic(), 0.1)
         query = self._query(stream)
         partitions = query.partitions(stream.config.topics, left())
         spec.check_against(partitions)
-        positions = runner.snapshot().positions if runner else {}
-        snapshots = query.snapshots([(t, p) for t in stream.config.topics for p in partitions[t]], positions,
-                                    deadline=deadline)
-        resolved = resolve(spec, snapshots, query.offsets_for_times, running=runner is not None,
+        seen = runner.snapshot() if runner else WorkerSnapshot()
+        tps = [(t, p) for t in stream.config.topics for p in partitions[t]]
+        snapshots = query.snapshots(tps, seen.positions, deadline=deadline)
+        where = self._where(stream, snapshots, seen)
+        based = [PartitionSnapshot(s.topic, s.partition, s.log_start, s.log_end, s.committed,
+                                   where.get((s.topic, s.partition))) for s in snapshots]
+        resolved = resolve(spec, based, query.offsets_for_times, running=True,
                            lookup_group=lambda group, tps: query.group_committed(group, tps, left()))
         unresolved = [r for r in resolved if r.failed]
         if unresolved:
             raise OffsetSpecError(f"{shown}: " + _grouped_reasons(unresolved))
         return resolved, {(snap.topic, snap.partition): snap for snap in snapshots}
+
+    def _where(self, stream: _Stream, snapshots: list, seen: WorkerSnapshot) -> dict[TP, int | None]:
+        """Where each partition stands: the consumer's position, else the resume point without the
+        auto.offset.reset guess (None: the partition has no offset yet)."""
+        config = stream.config
+        stored: dict | None = {}
+        if config.delivery == Delivery.EXACTLY_ONCE:
+            missing = [(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in seen.stored]
+            offline = self._stored_offsets(config, missing) if missing else {}
+            stored = None if offline is None else {**offline, **seen.stored}
+        resume = resume_offsets(config, snapshots, self._store.pending(config.name), stored, guess=False)
+        return {tp: seen.positions.get(tp, resume[tp]) for tp in resume}
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
               timeout: float = 20.0) -> list[PreviewStatement]:
@@ -318,8 +308,7 @@ class StreamRegistry:
         _check_timeout(timeout)
         spec = parse_offset_spec(offset)
         deadline = time.monotonic() + timeout
-        stream = self._stream(name)
-        with stream.lock:
+        with self._locked(name) as stream:
             resolved, snapshots = self._resolve(stream, self._running(stream), spec, f"offset {offset!r}", deadline)
         starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
         left = max(deadline - time.monotonic(), 0.1)
@@ -332,30 +321,29 @@ class StreamRegistry:
     def pending(self, name: str) -> list[PendingOffset]:
         """Offsets waiting for an assignment (a stopped stream, or partitions another member holds)."""
         self._stream(name)
+        self._changes.flush(name)
         return self._store.pending_rows(name)
 
     def cancel_pending(self, name: str, *, timeout: float = 10.0) -> list[PendingOffset]:
-        """Forget the stream's pending offsets: in the state store and in its running consumer; the rows
-        cancelled. One applied meanwhile (its assignment came first) is in the history, not in the result."""
+        """Cancel the stream's pending offsets: in its running stream's gate first (a cancelled change is never
+        applied later), then in the state store; the rows cancelled. One applied meanwhile (its assignment came
+        first) is in the history, not in the result."""
         _check_timeout(timeout)
-        stream = self._stream(name)
-        with stream.lock:
+        with self._locked(name) as stream:
             runner = self._running(stream)
-            if runner is not None:
-                # Its poll thread drops them between batches; an assignment it handled before that has
-                # recorded its change (and cleared its pending row) by the time this returns.
-                runner.cancel_pending(timeout)
-            self._record_history(stream)
-            cancelled = self._store.take_pending(name)
-            stream.clamped -= {(row.topic, row.partition) for row in cancelled}
-        return cancelled
+            up_to = self._changes.last_change(name)   # a call after this one is not cancelled
+        # Its poll thread cancels them between batches; what it persisted before that has been recorded by
+        # the time it answers (reported first, on the same ordered path).
+        cancelled = runner.cancel_pending(timeout, up_to) if runner is not None else []
+        with self._locked(name) as stream:
+            return self._changes.cancel(name, cancelled, runner is not None and self._running(stream) is runner,
+                                        up_to)
 
     def describe(self, name: str) -> list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
-        stream = self._stream(name)
-        config = stream.config
-        with stream.lock:
+        with self._locked(name) as stream:
+            config = stream.config
             query = self._query(stream)
             partitions = query.partitions(config.topics)
             runner = self._running(stream)
@@ -386,9 +374,8 @@ class StreamRegistry:
             return None
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
-        stream = self._stream(name)
-        self._record_history(stream)
-        return self._store.history(name, limit)
+        self._stream(name)
+        return self._changes.history(name, limit)
 
     # -- internals ------------------------------------------------------------
     def _stream(self, name: str) -> _Stream:
@@ -401,6 +388,15 @@ class StreamRegistry:
         if stream is None:
             raise StreamNotFound(f"name: no stream named {name!r}")
         return stream
+
+    @contextmanager
+    def _locked(self, name: str):
+        """Look the stream up and take its lock in one step: a stream dropped meanwhile is not found."""
+        stream = self._stream(name)
+        with stream.lock:
+            if stream.dropped:
+                raise StreamNotFound(f"name: no stream named {name!r}")
+            yield stream
 
     def _running(self, stream: _Stream) -> StreamRunner | None:
         return stream.runner if stream.runner is not None and stream.runner.alive else None
@@ -422,11 +418,12 @@ class StreamRegistry:
 
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
+        name = config.name
         events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
-                              on_applied=lambda changes: self._on_applied(stream, changes),
-                              on_set_aside=lambda records: self._on_set_aside(stream, records),
+                              on_change=lambda event: self._changes.on_event(name, event),
+                              on_set_aside=lambda records: self._changes.on_set_aside(name, records),
                               on_stats=lambda stats, earlier=stream.stats: setattr(stream, "stats", earlier + stats))
-        common = dict(pending=self._store.pending(config.name), output=self._output_policy(), retry=self._retry,
+        common = dict(pending=self._changes.pending_moves(config.name), output=self._output_policy(), retry=self._retry,
                       events=events)
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, **common, stop_timeout=self._stop_timeout,
@@ -476,6 +473,7 @@ class StreamRegistry:
             timer.daemon = True
             timer.start()
         stream.status, stream.error = StreamStatus.ERROR, error
+        self._changes.notify()
         try:
             self._store.set_status(name, StreamStatus.ERROR, error)
         except StreamError as exc:
@@ -484,7 +482,7 @@ class StreamRegistry:
     def _restart(self, stream: _Stream, crashed: StreamRunner) -> None:
         """The restart policy's start: from the committed offsets (and pending changes), as a start is."""
         with stream.lock:
-            if self._closed or stream.runner is not crashed:
+            if self._closed or stream.dropped or stream.runner is not crashed:
                 return
             stream.restarts += 1
             try:
@@ -494,63 +492,13 @@ class StreamRegistry:
 
     def _on_status(self, stream: _Stream, status: StreamStatus, error: str | None) -> None:
         stream.status, stream.error = status, error
+        self._changes.notify()
         if status == StreamStatus.STOPPED:
             return  # stop()/close() store the final state and the desired state together
         try:
             self._store.set_status(stream.config.name, status, error)
         except StreamError as exc:
             log.warning("stream %s: cannot persist status: %s", stream.config.name, exc)
-
-    def _on_applied(self, stream: _Stream, changes: list[AppliedOffset]) -> None:
-        """Record applied changes (poll thread, maybe inside a rebalance callback).
-
-        A partition applied at its assignment has no position before it: its
-        previous offset is the one the change was planned against, as its pending
-        row in the state store says. A change's note (e.g. "revert of change 12")
-        becomes its history message.
-
-        A state-store failure (a busy or full disk) must not stop the stream: the
-        rows wait in memory, are retried with the next change or read, and the
-        stream's error says so meanwhile.
-        """
-        try:
-            pending = {(row.topic, row.partition): row for row in self._store.pending_rows(stream.config.name)}
-        except Exception as exc:   # the store unreadable: recorded without what the plan said, not dropped
-            log.warning("stream %s: %s", stream.config.name, exc)
-            pending = {}
-        for c in changes:
-            tp = (c.topic, c.partition)
-            planned = pending.get(tp)
-            if planned is not None and planned.offset != c.offset:
-                planned = None
-            previous = c.previous_offset if c.previous_offset is not None or planned is None \
-                else planned.previous_offset
-            stream.unrecorded.append((c.topic, c.partition, previous, c.offset,
-                                      ChangeStatus.CLAMPED if tp in stream.clamped else ChangeStatus.APPLIED,
-                                      planned.message if planned else None))
-        self._record_history(stream)
-
-    def _on_set_aside(self, stream: _Stream, records: list[SetAside]) -> None:
-        """Poison messages go to the history too: a skipped one is recorded nowhere else."""
-        stream.unrecorded += [(r.topic, r.partition, None, r.offset,
-                               ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED, r.error)
-                              for r in records]
-        self._record_history(stream)
-
-    def _record_history(self, stream: _Stream) -> None:
-        with stream.history_lock:
-            rows = list(stream.unrecorded)
-            if not rows:
-                return
-            try:
-                self._store.record_applied(stream.config.name, rows, {(t, p): o for t, p, _, o, status, _ in rows
-                                                                      if status in _OFFSET_CHANGES})
-            except StreamError as exc:
-                stream.store_error = f"{exc} (offset history kept in memory, retried)"
-                log.warning("stream %s: %s", stream.config.name, stream.store_error)
-                return
-            del stream.unrecorded[:len(rows)]
-            stream.store_error = None
 
     def _check_transformation(self, config: StreamConfig) -> None:
         """Import the transformation to refuse a bad one at create. A stream host imports a user's module in a
@@ -585,7 +533,8 @@ class StreamRegistry:
         runner = self._running(stream)
         counts = self._store.status_counts(c.name) if c.errors_tolerance == ErrorsTolerance.ALL else {}
         return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
-                          stream.status, "; ".join(e for e in (stream.error, stream.store_error) if e) or None,
+                          stream.status,
+                          "; ".join(e for e in (stream.error, self._changes.store_error(c.name)) if e) or None,
                           c.shown_configs(), mask_all(c.credentials),
                           c.batch_size, c.batch_interval_ms, c.restart.value,
                           runner.pid if runner else None, runner.rss_bytes() if runner else None,
@@ -595,9 +544,10 @@ class StreamRegistry:
                           stream.stats.cumulative_buckets())
 
 
-def _check_timeout(timeout: object) -> None:
+def _check_timeout(timeout: object) -> bool:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
+    return True
 
 
 def _grouped_reasons(resolved) -> str:

@@ -22,6 +22,7 @@ from ..errors import ConfigError, StreamError
 from ..graph.sinks import OutputPolicy, open_sink
 from ..graph.transform import load_transformation, locate_transformation
 from ..stream_info import StreamStatus
+from .offset_gate import GateEvent, PendingMove
 from .worker import RetryPolicy, StreamEvents, StreamWorker, WorkerSnapshot
 
 log = logging.getLogger("mgstreams.registry")
@@ -48,10 +49,11 @@ class StreamRunner(Protocol):
     @property
     def stopping(self) -> bool: ...
     def snapshot(self) -> WorkerSnapshot: ...
-    def request_offsets(self, offsets: Mapping[TP, int], timeout: float
-                        ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]: ...
-    def cancel_pending(self, timeout: float) -> dict[TP, int] | None:
-        """Drop the offsets waiting for an assignment; what was dropped, None if not confirmed in time."""
+    def request_offsets(self, change_id: int, offsets: Mapping[TP, int]) -> None:
+        """Hand one call's offsets to the stream's offset gate; their fate comes as on_change events."""
+    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
+        """Cancel the changes not persisted yet (of calls up to change id `up_to`); the cancelled ones, None if
+        not confirmed in time."""
     def rss_bytes(self) -> int | None: ...
     def close(self) -> None:
         """Release what a stream that ended by itself still holds (its sink, its process)."""
@@ -60,7 +62,7 @@ class StreamRunner(Protocol):
 class ThreadRunner:
     """A stream on a poll thread of this process: its transformation, its sink and its StreamWorker."""
 
-    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, int], output: OutputPolicy,
+    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents):
         self.config = config
         self.pid: int | None = os.getpid()
@@ -101,11 +103,11 @@ class ThreadRunner:
     def snapshot(self):
         return self._worker.snapshot() if self._worker is not None else WorkerSnapshot()
 
-    def request_offsets(self, offsets, timeout):
-        return self._worker.request_offsets(offsets, timeout)
+    def request_offsets(self, change_id, offsets):
+        self._worker.request_offsets(change_id, offsets)
 
-    def cancel_pending(self, timeout):
-        return self._worker.cancel_pending(timeout)
+    def cancel_pending(self, timeout, up_to=None):
+        return self._worker.cancel_pending(timeout, up_to)
 
     def rss_bytes(self) -> int | None:
         return process_rss(os.getpid())

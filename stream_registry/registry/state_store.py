@@ -11,7 +11,7 @@ import os
 import sqlite3
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,14 +31,18 @@ CREATE TABLE IF NOT EXISTS streams (
     status TEXT NOT NULL,
     error TEXT
 );
-CREATE TABLE IF NOT EXISTS pending_offsets (
+CREATE TABLE IF NOT EXISTS pending_changes (
     stream TEXT NOT NULL,
+    change_id INTEGER NOT NULL,
     topic TEXT NOT NULL,
     partition INTEGER NOT NULL,
     offset INTEGER NOT NULL,
     requested_at REAL NOT NULL,
     clamped INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (stream, topic, partition)
+    previous_offset INTEGER,
+    note TEXT,
+    reason TEXT,
+    PRIMARY KEY (stream, topic, partition, change_id)
 );
 CREATE TABLE IF NOT EXISTS offset_history (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -66,18 +70,33 @@ class StateStore:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(_SCHEMA)
-            self._add_column("pending_offsets", "clamped", "INTEGER NOT NULL DEFAULT 0")
             self._add_column("offset_history", "message", "TEXT")
-            self._add_column("pending_offsets", "previous_offset", "INTEGER")
-            self._add_column("pending_offsets", "note", "TEXT")
+            if self._add_column("offset_history", "change_id", "INTEGER"):   # one row was one change
+                self._db.execute("UPDATE offset_history SET change_id = id")
+            self._migrate_pending()
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
         self._lock = threading.Lock()
 
-    def _add_column(self, table: str, column: str, definition: str) -> None:
-        """Bring a state file written by an older version up to date."""
+    def _add_column(self, table: str, column: str, definition: str) -> bool:
+        """Bring a state file written by an older version up to date; True when the column was added."""
         if column not in [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")]:
             self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            return True
+        return False
+
+    def _migrate_pending(self) -> None:
+        """An older state file's pending_offsets (one row per partition, no change id): each row its own change."""
+        if not self._db.execute("SELECT name FROM sqlite_master WHERE name = 'pending_offsets'").fetchone():
+            return
+        for column, definition in (("clamped", "INTEGER NOT NULL DEFAULT 0"), ("previous_offset", "INTEGER"),
+                                   ("note", "TEXT")):
+            self._add_column("pending_offsets", column, definition)
+        self._db.execute("INSERT INTO pending_changes (stream, change_id, topic, partition, offset, requested_at, "
+                         "clamped, previous_offset, note) SELECT stream, rowid + (SELECT COALESCE(MAX(id), 0) FROM "
+                         "offset_history), topic, partition, offset, requested_at, clamped, previous_offset, note "
+                         "FROM pending_offsets")
+        self._db.execute("DROP TABLE pending_offsets")
 
     def close(self) -> None:
         with self._lock:
@@ -132,67 +151,113 @@ class StateStore:
 
     def delete_stream(self, name: str) -> None:
         self._write(("DELETE FROM streams WHERE name = ?", (name,)),
-                    ("DELETE FROM pending_offsets WHERE stream = ?", (name,)),
+                    ("DELETE FROM pending_changes WHERE stream = ?", (name,)),
                     ("DELETE FROM offset_history WHERE stream = ?", (name,)))
 
-    # -- offsets ----------------------------------------------------------
-    def set_pending(self, name: str, offsets: dict[tuple[str, int], int],
-                    clamped: set[tuple[str, int]] = frozenset(),
-                    previous: dict[tuple[str, int], int | None] | None = None,
-                    notes: dict[tuple[str, int], str] | None = None) -> None:
-        """Offsets waiting to be applied; `clamped` ones were moved into the log's range when planned;
-        `previous`: where each partition stood then; `notes`: the history message once applied."""
+    # -- offsets: change sets (owned by change_sets.ChangeSets) -------------------------
+    def add_change(self, name: str, rows: list[PlannedRow], supersede: bool) -> int:
+        """One call's offsets as pending rows sharing a new change id. The last call wins per partition: an
+        earlier row of the partition stays until the stream's gate says what became of it (`supersede=False`,
+        a running stream: it may have been applied just before), or goes now (a stopped stream)."""
         now = time.time()
-        previous, notes = previous or {}, notes or {}
-        self._write(*[("INSERT OR REPLACE INTO pending_offsets (stream, topic, partition, offset, requested_at, "
-                       "clamped, previous_offset, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (name, topic, partition, offset, now, int((topic, partition) in clamped),
-                        previous.get((topic, partition)), notes.get((topic, partition))))
-                      for (topic, partition), offset in offsets.items()])
+
+        def add(db) -> int:
+            change_id = _next_change_id(db)
+            for r in rows:
+                if supersede:
+                    db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ?",
+                               (name, r.topic, r.partition))
+                db.execute("INSERT INTO pending_changes (stream, change_id, topic, partition, offset, requested_at, "
+                           "clamped, previous_offset, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (name, change_id, r.topic, r.partition, r.offset, now, int(r.clamped), r.previous_offset,
+                            r.message))
+            return change_id
+        return self._transaction(add)
 
     def pending(self, name: str) -> dict[tuple[str, int], int]:
-        rows = self._read("SELECT topic, partition, offset FROM pending_offsets WHERE stream = ?", (name,))
-        return {(topic, partition): offset for topic, partition, offset in rows}
+        """The offset each partition waits for: its latest pending change's."""
+        return {(p.topic, p.partition): p.offset for p in self.pending_rows(name)}
 
-    def pending_rows(self, name: str) -> list[PendingOffset]:
-        return [_pending_row(row) for row in self._read(_PENDING_ROWS, (name,))]
+    def pending_rows(self, name: str, change_id: int | None = None) -> list[PendingOffset]:
+        """The latest pending change of each partition; with `change_id`, that change's rows still pending."""
+        if change_id is None:
+            return [_pending_row(row) for row in self._read(_LATEST_PENDING + _PENDING_ORDER, (name, name))]
+        return [_pending_row(row) for row in self._read(_PENDING_ROWS + " AND change_id = ?" + _PENDING_ORDER,
+                                                        (name, change_id))]
 
-    def take_pending(self, name: str) -> list[PendingOffset]:
-        """Remove every pending offset of the stream, in one transaction; the rows removed."""
+    def last_change_id(self, name: str) -> int:
+        """The newest change id the stream's pending rows hold (0: none)."""
+        return self._read("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes WHERE stream = ?", (name,))[0][0]
+
+    def drop_superseded(self, name: str) -> None:
+        """Keep only each partition's latest pending change (a stream starting is handed those)."""
+        self._write(("DELETE FROM pending_changes WHERE stream = ? AND change_id < (SELECT MAX(change_id) FROM "
+                     "pending_changes AS later WHERE later.stream = pending_changes.stream AND later.topic = "
+                     "pending_changes.topic AND later.partition = pending_changes.partition)", (name,)))
+
+    def set_reason(self, name: str, change_id: int, topic: str, partition: int, reason: str | None) -> None:
+        """Why a pending change is held back (its persist failed), shown until it is applied."""
+        self._write(("UPDATE pending_changes SET reason = ? WHERE stream = ? AND topic = ? AND partition = ? "
+                     "AND change_id = ?", (reason, name, topic, partition, change_id)))
+
+    def drop_pending(self, name: str, change_id: int, topic: str, partition: int) -> None:
+        """A change the stream's gate superseded or cancelled: it leaves without a history row."""
+        self._write(("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ? AND change_id = ?",
+                     (name, topic, partition, change_id)))
+
+    def take_pending(self, name: str, up_to: int | None = None) -> list[PendingOffset]:
+        """Remove the stream's pending rows (of changes up to `up_to`) in one transaction; the latest of each
+        partition among them."""
+        limit = (1 << 62) if up_to is None else up_to
+
         def take(db):
-            rows = db.execute(_PENDING_ROWS, (name,)).fetchall()
-            db.execute("DELETE FROM pending_offsets WHERE stream = ?", (name,))
+            rows = [row for row in db.execute(_LATEST_PENDING + _PENDING_ORDER, (name, name)).fetchall()
+                    if row[7] <= limit]
+            db.execute("DELETE FROM pending_changes WHERE stream = ? AND change_id <= ?", (name, limit))
             return rows
         return [_pending_row(row) for row in self._transaction(take)]
 
-    def pending_clamped(self, name: str) -> set[tuple[str, int]]:
-        rows = self._read("SELECT topic, partition FROM pending_offsets WHERE stream = ? AND clamped = 1", (name,))
-        return {(topic, partition) for topic, partition in rows}
-
-    def record_applied(self, name: str, changes: list[tuple[str, int, int | None, int, ChangeStatus, str | None]],
-                       pending_done: dict[tuple[str, int], int] | None = None) -> None:
-        """Append history rows (topic, partition, previous, offset, status, message) and clear the
-        pending entries the applied changes fulfilled."""
+    def record_applied(self, name: str, applied: list[tuple[int, str, int, int, int | None]]) -> None:
+        """Changes persisted by a stream, (change id, topic, partition, offset, previous seen by the stream):
+        each becomes a history row of its change id, with what its pending row planned (previous offset,
+        clamped, message), and the pending row goes. One transaction."""
         now = time.time()
-        statements = [("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
-                       "offset, status, message) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       (name, now, topic, partition, previous, offset, status.value, message))
-                      for topic, partition, previous, offset, status, message in changes]
-        for (topic, partition), offset in (pending_done or {}).items():
-            statements.append(("DELETE FROM pending_offsets WHERE stream = ? AND topic = ? AND partition = ? "
-                               "AND offset = ?", (name, topic, partition, offset)))
-        if statements:
-            self._write(*statements)
+
+        def record(db) -> None:
+            for change_id, topic, partition, offset, seen_previous in applied:
+                row = db.execute("SELECT previous_offset, clamped, note FROM pending_changes WHERE stream = ? AND "
+                                 "topic = ? AND partition = ? AND change_id = ? AND offset = ?",
+                                 (name, topic, partition, change_id, offset)).fetchone()
+                previous, clamped, message = row if row else (seen_previous, 0, "")
+                db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
+                           "offset, status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (name, now, topic, partition, previous, offset,
+                            (ChangeStatus.CLAMPED if clamped else ChangeStatus.APPLIED).value, message or "",
+                            change_id))
+                db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ? AND "
+                           "change_id = ?", (name, topic, partition, change_id))
+        self._transaction(record)
+
+    def record_set_aside(self, name: str, rows: list[tuple[str, int, int, ChangeStatus, str]]) -> None:
+        """Poison messages set aside (topic, partition, offset, status, error): history rows, one change each."""
+        now = time.time()
+
+        def record(db) -> None:
+            for topic, partition, offset, status, error in rows:
+                db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
+                           "offset, status, message, change_id) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?)",
+                           (name, now, topic, partition, offset, status.value, error, _next_change_id(db)))
+        self._transaction(record)
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
         sql = _HISTORY_ROWS + " ORDER BY id DESC"
         rows = self._read(sql + (" LIMIT ?" if limit else ""), (name, limit) if limit else (name,))
         return [_history_row(row) for row in rows]
 
-    def history_entry(self, name: str, change_id: int) -> HistoryEntry | None:
-        """One row of the stream's history by its change id; None when the stream has no such row."""
-        rows = self._read(_HISTORY_ROWS + " AND id = ?", (name, change_id))
-        return _history_row(rows[0]) if rows else None
+    def history_change(self, name: str, change_id: int) -> list[HistoryEntry]:
+        """The rows of one change (one call) in the stream's history, by topic and partition."""
+        rows = self._read(_HISTORY_ROWS + " AND change_id = ? ORDER BY topic, partition", (name, change_id))
+        return [_history_row(row) for row in rows]
 
     def status_counts(self, name: str) -> dict[ChangeStatus, int]:
         """How many history rows of each status the stream has (e.g. messages skipped)."""
@@ -200,17 +265,38 @@ class StateStore:
         return {ChangeStatus(status): count for status, count in rows}
 
 
-_PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note FROM pending_offsets "
-                 "WHERE stream = ? ORDER BY topic, partition")
+@dataclass(frozen=True)
+class PlannedRow:
+    """One partition of a change set as planned: where it goes, from where, and what the history will say."""
+    topic: str
+    partition: int
+    offset: int
+    previous_offset: int | None
+    clamped: bool
+    message: str
+
+
+def _next_change_id(db) -> int:
+    """Change ids grow over history and pending rows alike (a row of an older state file kept its id)."""
+    return 1 + max(db.execute("SELECT COALESCE(MAX(change_id), 0) FROM offset_history").fetchone()[0],
+                   db.execute("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes").fetchone()[0])
+
+
+_PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note, reason, change_id "
+                 "FROM pending_changes WHERE stream = ?")
+_LATEST_PENDING = _PENDING_ROWS + (" AND change_id = (SELECT MAX(change_id) FROM pending_changes AS later WHERE "
+                                   "later.stream = ? AND later.topic = pending_changes.topic AND "
+                                   "later.partition = pending_changes.partition)")
+_PENDING_ORDER = " ORDER BY topic, partition"
 
 
 def _pending_row(row: tuple) -> PendingOffset:
-    topic, partition, offset, requested_at, previous, note = row
+    topic, partition, offset, requested_at, previous, note, reason, change_id = row
     return PendingOffset(topic, partition, offset, datetime.fromtimestamp(requested_at, tz=timezone.utc), previous,
-                         note)
+                         note or None, change_id, reason)
 
 
-_HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, id "
+_HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, change_id "
                  "FROM offset_history WHERE stream = ?")
 
 

@@ -13,17 +13,17 @@ pipe closes (the host died, even by SIGKILL) it stops its consumer cleanly,
 within its stop timeout, then exits. Ctrl-C at the host's terminal reaches
 the whole process group; children ignore it and wait for the host's stop.
 
-Messages are tuples. Host to child: ("stop", timeout), ("snapshot", id),
-("offsets", id, offsets, timeout), ("cancel_pending", id, timeout). Child to host: ("started", pid),
-("start_failed", reason), ("status", value, error), ("applied", changes),
-("set_aside", records), ("stats", BatchStats), ("reply", id, value), ("ended", cause) where cause is None when the stream
-ended by itself (its status says why), else why the process is leaving.
+The pipe speaks typed messages (the frozen dataclasses below), each side
+dispatching on the message's type in one table. Offset changes are not
+questions: the host hands them over (SetOffsets) and learns their fate from the
+gate's events (OffsetEvent), which the host records in its state store, the
+one truth of a pending change. Spawning, watching the host and carrying errors
+back are child_process's, shared with one-shot calls.
 """
 from __future__ import annotations
 
 import itertools
 import logging
-import multiprocessing
 import os
 import signal
 import threading
@@ -34,8 +34,11 @@ from typing import Any, Callable, Mapping
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks import OutputPolicy
-from ..redaction import redact
 from ..stream_info import StreamStatus
+from .batch_stats import BatchStats
+from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
+from .dead_letter import SetAside
+from .offset_gate import GateEvent, PendingMove
 from .runner import ThreadRunner, process_rss
 from .worker import RetryPolicy, StreamEvents, WorkerSnapshot
 
@@ -44,7 +47,6 @@ TP = tuple[str, int]
 STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer and the sink
 REPLY_GRACE_S = 2.0       # beyond an offset request's own timeout
 SNAPSHOT_TIMEOUT_S = 5.0  # a child busy in a long GIL-holding write answers late: use its last answer
-CHILD_POLL_S = 0.2        # how often a child looks at its host and its worker between requests
 EXIT_STOP_TIMED_OUT = 75  # a child whose batch did not finish within the stop timeout leaves with this
 
 
@@ -52,17 +54,84 @@ EXIT_STOP_TIMED_OUT = 75  # a child whose batch did not finish within the stop t
 class ChildSpec:
     """Everything a child needs to run its stream (sent through the spawn pipe, never on a command line)."""
     config: StreamConfig
-    pending: Mapping[TP, int]
+    pending: Mapping[TP, PendingMove]
     output: OutputPolicy
     retry: RetryPolicy
     stop_timeout: float
     log_level: int
 
 
+# -- host to child -------------------------------------------------------------------
+@dataclass(frozen=True)
+class StopStream:
+    timeout: float
+
+
+@dataclass(frozen=True)
+class SnapshotRequest:
+    request_id: int
+
+
+@dataclass(frozen=True)
+class SetOffsets:
+    change_id: int
+    offsets: Mapping[TP, int]
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    request_id: int
+    timeout: float
+    up_to: int | None
+
+
+# -- child to host -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Started:
+    pid: int
+
+
+@dataclass(frozen=True)
+class StartFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class StatusChanged:
+    status: StreamStatus
+    error: str | None
+
+
+@dataclass(frozen=True)
+class OffsetEvent:
+    event: GateEvent
+
+
+@dataclass(frozen=True)
+class SetAsideRecords:
+    records: list[SetAside]
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    stats: BatchStats
+
+
+@dataclass(frozen=True)
+class Reply:
+    request_id: int
+    value: Any
+
+
+@dataclass(frozen=True)
+class Ended:
+    cause: str | None   # None: the stream ended by itself (its status says why); else why the process leaves
+
+
 class ProcessRunner:
     """The host's handle on one stream process (see the module docstring)."""
 
-    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, int], output: OutputPolicy,
+    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents,
                  on_exit: Callable[["ProcessRunner", str], None], stop_timeout: float = 30.0):
         self.config = config
@@ -85,12 +154,7 @@ class ProcessRunner:
 
     # -- control --------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child_end = context.Pipe()
-        self._process = context.Process(target=child_main, args=(child_end, self._spec), daemon=True,
-                                        name=f"mgstreams-stream-{self.config.name}")
-        self._process.start()
-        child_end.close()
+        self._process, self._conn = spawn_child(child_main, (self._spec,), f"mgstreams-stream-{self.config.name}")
         self.pid = self._process.pid
         self._reader = threading.Thread(target=self._read, name=f"mgstreams-pipe-{self.config.name}", daemon=True)
         self._reader.start()
@@ -105,7 +169,7 @@ class ProcessRunner:
         self._stop_requested = True
         if not self._reader.is_alive():   # it died or ended by itself: its status already says why
             return None
-        self._send(("stop", timeout))
+        self._send(StopStream(timeout))
         self._reader.join(timeout + STOP_GRACE_S)
         if self._reader.is_alive() or self._exitcode == EXIT_STOP_TIMED_OUT:
             self.close()
@@ -124,18 +188,18 @@ class ProcessRunner:
         return self._stop_requested
 
     def snapshot(self):
-        answer = self._ask(("snapshot",), SNAPSHOT_TIMEOUT_S)
+        answer = self._ask(SnapshotRequest, (), SNAPSHOT_TIMEOUT_S)
         if answer is not None:
             self._last_snapshot = answer
         return self._last_snapshot
 
-    def request_offsets(self, offsets, timeout):
-        answer = self._ask(("offsets", dict(offsets), timeout), timeout + REPLY_GRACE_S)
-        return answer if answer is not None else ({}, {})
+    def request_offsets(self, change_id, offsets):
+        if self._running:
+            self._send(SetOffsets(change_id, dict(offsets)))
 
-    def cancel_pending(self, timeout):
-        """The child's answer comes after any change it applied before the cancel (one ordered pipe)."""
-        return self._ask(("cancel_pending", timeout), timeout + REPLY_GRACE_S)
+    def cancel_pending(self, timeout, up_to=None):
+        """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
+        return self._ask(CancelRequest, (timeout, up_to), timeout + REPLY_GRACE_S)
 
     def rss_bytes(self) -> int | None:
         return process_rss(self.pid) if self._running else None
@@ -152,7 +216,7 @@ class ProcessRunner:
         self._reader.join(STOP_GRACE_S)
 
     # -- the pipe ---------------------------------------------------------------
-    def _send(self, message: tuple) -> bool:
+    def _send(self, message) -> bool:
         try:
             with self._send_lock:
                 self._conn.send(message)
@@ -160,14 +224,14 @@ class ProcessRunner:
         except (OSError, ValueError):   # the child is gone; its reader reports how
             return False
 
-    def _ask(self, request: tuple, timeout: float) -> Any:
+    def _ask(self, kind: type, args: tuple, timeout: float) -> Any:
         """Send a request and wait for its reply; None when the process is gone or too slow."""
         if not self._running:
             return None
         request_id = next(self._ids)
         reply = self._waiting[request_id] = _Reply()
         try:
-            if not self._send((request[0], request_id, *request[1:])):
+            if not self._send(kind(request_id, *args)):
                 return None
             reply.done.wait(timeout)
             return reply.value
@@ -176,35 +240,20 @@ class ProcessRunner:
 
     def _read(self) -> None:
         """Dispatch what the child says, in order; when the pipe closes, find out why."""
-        ended: tuple | None = None
+        self._ended = None
+        handlers = {StatusChanged: lambda m: self._events.on_status(m.status, m.error),
+                    OffsetEvent: lambda m: self._events.on_change(m.event),
+                    SetAsideRecords: lambda m: self._events.on_set_aside(m.records),
+                    StatsReport: lambda m: self._events.on_stats(m.stats),
+                    Reply: self._on_reply, Started: self._on_started, StartFailed: self._on_start_failed,
+                    Ended: self._on_ended}
         while True:
             try:
                 message = self._conn.recv()
             except (EOFError, OSError):
                 break
-            kind = message[0]
-            if kind == "status":
-                self._events.on_status(StreamStatus(message[1]), message[2])
-            elif kind == "applied":
-                self._events.on_applied(message[1])
-            elif kind == "set_aside":
-                self._events.on_set_aside(message[1])
-            elif kind == "stats":
-                self._events.on_stats(message[1])
-            elif kind == "reply":
-                reply = self._waiting.get(message[1])
-                if reply is not None:
-                    reply.value = message[2]
-                    reply.done.set()
-            elif kind == "started":
-                self._running = True
-                self._started.set()
-            elif kind == "start_failed":
-                self._start_error = message[1]
-                self._started.set()
-            elif kind == "ended":
-                ended = message
-                self._running = False
+            handlers[type(message)](message)
+        ended = self._ended
         self._running = False
         for reply in list(self._waiting.values()):
             reply.done.set()
@@ -218,12 +267,29 @@ class ProcessRunner:
             return
         if self._stop_requested or self._start_error is not None:
             return
-        cause = ended[1] if ended is not None else exit_cause(self._exitcode)
+        cause = ended.cause if ended is not None else exit_cause(self._exitcode)
         if ended is not None and cause is None:
             return  # the stream ended by itself (an error it reported); its process left cleanly
         log.warning("stream %s: its process (pid %s) %s", self.config.name, self.pid, cause)
         self._on_exit(self, cause)
 
+    def _on_reply(self, message: Reply) -> None:
+        reply = self._waiting.get(message.request_id)
+        if reply is not None:
+            reply.value = message.value
+            reply.done.set()
+
+    def _on_started(self, message: Started) -> None:
+        self._running = True
+        self._started.set()
+
+    def _on_start_failed(self, message: StartFailed) -> None:
+        self._start_error = message.reason
+        self._started.set()
+
+    def _on_ended(self, message: Ended) -> None:
+        self._ended = message
+        self._running = False
 
     def _reaped_exitcode(self) -> int | None:
         """The exit status. Process.start() of another stream reaps finished children too (multiprocessing's
@@ -241,19 +307,6 @@ class _Reply:
         self.value: Any = None
 
 
-def exit_cause(exitcode: int | None) -> str:
-    """`killed by signal 9 (SIGKILL)`, `exited with 3`: how a process ended, as an operator reads it."""
-    if exitcode is None:
-        return "ended (exit status unknown)"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"killed by signal {-exitcode} ({name})"
-    return f"exited with {exitcode}"
-
-
 # -- the child ----------------------------------------------------------------------
 def child_main(conn, spec: ChildSpec) -> None:
     """Run one stream until the host says stop, the stream ends by itself, or the host is gone."""
@@ -265,7 +318,7 @@ def child_main(conn, spec: ChildSpec) -> None:
                         format=f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
     send_lock = threading.Lock()
 
-    def send(message: tuple) -> None:
+    def send(message) -> None:
         try:
             with send_lock:
                 conn.send(message)
@@ -273,26 +326,24 @@ def child_main(conn, spec: ChildSpec) -> None:
             pass   # the host is gone: the loop below notices and stops
 
     runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry,
-                          events=StreamEvents(on_status=lambda status, error: send(("status", status.value, error)),
-                                              on_applied=lambda changes: send(("applied", changes)),
-                                              on_set_aside=lambda records: send(("set_aside", records)),
-                                              on_stats=lambda stats: send(("stats", stats))))
+                          events=StreamEvents(on_status=lambda status, error: send(StatusChanged(status, error)),
+                                              on_change=lambda event: send(OffsetEvent(event)),
+                                              on_set_aside=lambda records: send(SetAsideRecords(records)),
+                                              on_stats=lambda stats: send(StatsReport(stats))))
     try:
         runner.start()
-    except StreamError as exc:
-        send(("start_failed", str(exc)))
+    except BaseException as exc:  # ours, or a transformation module that fails oddly at import
+        send(StartFailed(child_error(exc, spec.config.secret_values()).message))
         return
-    except BaseException as exc:  # a transformation module that fails oddly at import
-        send(("start_failed", redact(f"{type(exc).__name__}: {exc}", spec.config.secret_values())))
-        return
-    send(("started", os.getpid()))
-    host = os.getppid()
-    why = _serve(conn, runner, send, terminated, host)
+    send(Started(os.getpid()))
+    host_gone = threading.Event()
+    watch_host(host_gone.set)
+    why = _serve(conn, runner, send, terminated, host_gone)
     if why == "stop":
         return
     if why is None:
         runner.close()
-        send(("ended", None))
+        send(Ended(None))
         return
     _exit_within(spec.stop_timeout + STOP_GRACE_S)
     log.warning("stream %s: %s; stopping", name, why)
@@ -301,43 +352,45 @@ def child_main(conn, spec: ChildSpec) -> None:
     except StreamError as exc:
         log.error("stream %s: %s", name, exc)
         os._exit(EXIT_STOP_TIMED_OUT)
-    send(("ended", why))
+    send(Ended(why))
 
 
-def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host: int) -> str | None:
+def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host_gone: threading.Event
+           ) -> str | None:
     """Answer the host until told to stop ("stop"), the stream ends (None) or we must leave (why)."""
+    handlers = _child_handlers(runner, send)
     while runner.alive:
         if terminated.is_set():
             return "stopped by SIGTERM"
         try:
             if not conn.poll(CHILD_POLL_S):
-                if os.getppid() != host:
+                if host_gone.is_set():
                     return "its host is gone"
                 continue
             message = conn.recv()
         except (EOFError, OSError):
             return "its host is gone"
-        kind = message[0]
-        if kind == "stop":
-            _exit_within(message[1] + STOP_GRACE_S)
+        if isinstance(message, StopStream):
+            _exit_within(message.timeout + STOP_GRACE_S)
             try:
-                runner.stop(message[1])
+                runner.stop(message.timeout)
             except StreamError as exc:
                 log.error("stream %s: %s", runner.config.name, exc)
                 os._exit(EXIT_STOP_TIMED_OUT)
             return "stop"
-        if kind == "snapshot":
-            send(("reply", message[1], runner.snapshot()))
-        elif kind == "offsets":
-            _answer_later(send, message[1], runner.request_offsets, *message[2:])
-        elif kind == "cancel_pending":
-            _answer_later(send, message[1], runner.cancel_pending, *message[2:])
+        handlers[type(message)](message)
     return None
 
 
-def _answer_later(send, request_id: int, call, *args) -> None:
-    """Answer a request that waits (for the poll thread) on a thread of its own, so the pipe keeps being read."""
-    threading.Thread(target=lambda: send(("reply", request_id, call(*args))), daemon=True).start()
+def _child_handlers(runner: ThreadRunner, send) -> dict:
+    """What the child does with each request but stop (which ends _serve)."""
+    def cancel(message: CancelRequest) -> None:   # waits for the poll thread: on a thread of its own
+        def answer() -> None:
+            send(Reply(message.request_id, runner.cancel_pending(message.timeout, message.up_to)))
+        threading.Thread(target=answer, daemon=True).start()
+    return {SnapshotRequest: lambda m: send(Reply(m.request_id, runner.snapshot())),
+            SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets),
+            CancelRequest: cancel}
 
 
 def _exit_within(seconds: float) -> None:

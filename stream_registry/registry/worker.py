@@ -2,10 +2,10 @@
 
 Every librdkafka call for the consumer happens on the poll thread. Other threads
 hand it requests (offset changes, stop) through a queue it drains between
-batches, so nothing races the poll loop. Offsets requested for partitions the
-group has not assigned yet wait in `_pending` and are applied inside the assign
-callback, before the first fetch: the first message a partition delivers is
-then the requested one.
+batches, so nothing races the poll loop. Offset changes belong to the offset
+gate (offset_gate.py): the worker calls it at its seams (drain, the rebalance
+callbacks, each delivered message, after each batch) and the gate alone decides
+a partition's status.
 
 The ingestion loop is at-least-once: poll a batch, transform, write to the sink,
 then commit the next offsets synchronously. A failed batch is retried from
@@ -35,6 +35,7 @@ from ..stream_info import StreamStatus
 from ..graph.transform import Message, run_transformation
 from .batch_stats import BatchStats
 from .dead_letter import DeadLetterQueue, SetAside
+from .offset_gate import GateEvent, MoveState, OffsetGate, PendingMove
 from .poison import BatchDelivery
 
 log = logging.getLogger("mgstreams.worker")
@@ -43,11 +44,11 @@ TP = tuple[str, int]
 CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
-CONFIRM_RETRY_S = 0.5       # between retries of a move whose commit failed
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
-OFFSET_BEGINNING = -2       # librdkafka's raw constant
+OFFSET_BEGINNING = -2       # librdkafka's raw constants
+OFFSET_STORED = -1000
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
 # Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
 NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
@@ -89,59 +90,33 @@ class WorkerSnapshot:
 
 
 @dataclass(frozen=True)
-class AppliedOffset:
-    topic: str
-    partition: int
-    previous_offset: int | None
-    offset: int
-
-
-@dataclass(frozen=True)
 class StreamEvents:
     """What a running stream tells whoever runs it (the registry, or a stream process's pipe)."""
     on_status: Callable[[StreamStatus, str | None], None] = lambda status, error: None
-    on_applied: Callable[[list[AppliedOffset]], None] = lambda changes: None  # committed offset changes
+    on_change: Callable[[GateEvent], None] = lambda event: None   # an offset change persisted, or held back
     on_set_aside: Callable[[list[SetAside]], None] = lambda records: None     # poison messages
     on_stats: Callable[[BatchStats], None] = lambda stats: None               # since this worker started
 
 
+@dataclass(frozen=True)
 class _OffsetRequest:
-    """An offset change waiting for its partitions to be applied (committed).
-
-    A failed commit is retried; its error is kept so that a caller whose timeout
-    runs out first is told why the partition is still pending.
-    """
-
-    def __init__(self, offsets: Mapping[TP, int]):
-        self.offsets = dict(offsets)
-        self.applied: dict[TP, AppliedOffset] = {}
-        self.failed: dict[TP, str] = {}
-        self.done = threading.Event()
-
-    def mark(self, tp: TP, change: AppliedOffset) -> None:
-        if self.offsets.get(tp) == change.offset:
-            self.applied[tp] = change
-            self.failed.pop(tp, None)
-            if len(self.applied) == len(self.offsets):
-                self.done.set()
-
-    def fail(self, offsets: Mapping[TP, int], reason: str) -> None:
-        for tp, offset in offsets.items():
-            if self.offsets.get(tp) == offset and tp not in self.applied:
-                self.failed[tp] = reason
+    """One call's offsets, for the poll thread's gate."""
+    change_id: int
+    offsets: Mapping
 
 
 class _CancelRequest:
-    """Forget every pending offset (poll thread); `cancelled` holds what was dropped once `done` is set."""
+    """Cancel every change not persisted yet (poll thread); `cancelled` holds them once `done` is set."""
 
-    def __init__(self):
-        self.cancelled: dict[TP, int] = {}
+    def __init__(self, up_to: int | None):
+        self.up_to = up_to
+        self.cancelled: list[GateEvent] = []
         self.done = threading.Event()
 
 
 class StreamWorker:
     def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
-                 pending: Mapping[TP, int] | None = None, events: StreamEvents = StreamEvents(),
+                 pending: Mapping[TP, PendingMove] | None = None, events: StreamEvents = StreamEvents(),
                  retry: RetryPolicy = RetryPolicy()):
         self.config = config
         self._transformation = transformation
@@ -157,25 +132,19 @@ class StreamWorker:
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         # Owned by the poll thread; read by others through snapshot().
-        self._pending: dict[TP, int] = dict(pending or {})
-        self._requests: list[_OffsetRequest] = []
-        self._assigned: set[TP] = set()
-        self._positions: dict[TP, int] = {}
+        self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
         self._stored: dict[TP, int] = {}
         self._exactly_once = config.delivery == Delivery.EXACTLY_ONCE
         self._batch: list = []   # the batch being collected (poll thread)
-        self._unconfirmed: dict[TP, int] = {}   # moved, but the commit failed: retried
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
         self._outage: str | None = None         # confirmed: shown as the stream's error until it clears
         self._outage_since: datetime | None = None
         self._next_probe = 0.0
-        self._next_confirm = 0.0
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
         self.status = StreamStatus.CREATED
         self.error: str | None = None
-        self._moved = False  # an offset change was just applied
         self._stats = BatchStats()
         self._stats_reported_at = 0.0
         # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally. This
@@ -212,28 +181,20 @@ class StreamWorker:
 
     def snapshot(self) -> WorkerSnapshot:
         with self._state_lock:
-            return WorkerSnapshot(frozenset(self._assigned), dict(self._positions), dict(self._pending),
-                                  dict(self._stored))
+            stored = dict(self._stored)
+        return WorkerSnapshot(self._gate.assigned(), self._gate.positions(), self._gate.waiting(), stored)
 
-    def request_offsets(self, offsets: Mapping[TP, int], timeout: float
-                        ) -> tuple[dict[TP, AppliedOffset], dict[TP, str]]:
-        """Hand offsets to the poll thread; wait until all are applied or the timeout.
+    def request_offsets(self, change_id: int, offsets: Mapping[TP, int]) -> None:
+        """Hand one call's offsets to the poll thread's gate; what becomes of them comes as on_change events."""
+        self._control.put(_OffsetRequest(change_id, dict(offsets)))
 
-        Returns (applied, the last commit error of those whose commit keeps failing);
-        the rest are still pending (not assigned yet).
-        """
-        request = _OffsetRequest(offsets)
+    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
+        """Have the poll thread cancel every change not persisted yet; the cancelled ones, or None when it did
+        not get to it within `timeout` (it still will, between batches). A change persisted before the cancel
+        was reported (on_change) before this returns. `up_to`: only the changes of calls up to that change id."""
+        request = _CancelRequest(up_to)
         self._control.put(request)
-        request.done.wait(max(timeout, 0.0))
-        applied = dict(request.applied)
-        return applied, {tp: why for tp, why in dict(request.failed).items() if tp not in applied}
-
-    def cancel_pending(self, timeout: float) -> dict[TP, int] | None:
-        """Have the poll thread drop every offset still waiting for an assignment; what it dropped, or None
-        when it did not get to it within `timeout` (it still will, between batches)."""
-        request = _CancelRequest()
-        self._control.put(request)
-        return dict(request.cancelled) if request.done.wait(max(timeout, 0.0)) else None
+        return list(request.cancelled) if request.done.wait(max(timeout, 0.0)) else None
 
     # -- the poll thread ----------------------------------------------------
     def _run(self) -> None:
@@ -248,7 +209,7 @@ class StreamWorker:
         try:
             while not self._stop.is_set():
                 self._drain_control()
-                self._confirm_moves()
+                self._gate.retry()
                 self._check_cluster()
                 batch = self._collect_batch()
                 if self._fatal:
@@ -300,18 +261,20 @@ class StreamWorker:
             if remaining <= 0:
                 break
             messages = self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
-            if not messages and batch and self._moved:
+            if not messages and batch and self._gate.moved:
                 break  # first batch after an offset change: deliver it as soon as the queue drains
             for msg in messages:
                 error = msg.error()
                 if error is None:
-                    batch.append(msg)
+                    if self._gate.check_delivery((msg.topic(), msg.partition()), msg.offset()):
+                        batch.append(msg)
                 elif error.fatal():
                     raise KafkaException(error)
                 elif error.code() != KafkaError._PARTITION_EOF:
                     log.warning("stream %s: %s", self.config.name, self._redact(error.str()))
         self._batch = []
-        self._moved = False if batch else self._moved
+        if batch:
+            self._gate.moved = False
         return batch
 
     def _process(self, batch: list) -> bool:
@@ -341,13 +304,8 @@ class StreamWorker:
         if self._exactly_once:
             with self._state_lock:
                 self._stored.update(next_offsets)
-        if self._commit(next_offsets) is None:   # exactly-once too: lag tools read the group's offsets
-            # A move whose own commit failed is committed now, past its offset: it is applied.
-            carried = {tp: self._unconfirmed[tp] for tp in next_offsets if tp in self._unconfirmed}
-            if carried:
-                self._record_applied(carried)
-        with self._state_lock:
-            self._positions.update(next_offsets)
+        self._commit(next_offsets)   # exactly-once too: lag tools read the group's offsets
+        self._gate.after_batch(next_offsets)
         self._stats = self._stats.add_batch(len(batch), time.perf_counter() - started)
         return True
 
@@ -384,8 +342,7 @@ class StreamWorker:
                 self._consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException:
                 pass  # partition no longer ours: its committed offset is still the batch start
-        with self._state_lock:
-            self._positions.update(first)
+        self._gate.rewound(first)
 
     def _commit(self, offsets: Mapping[TP, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
         """Synchronous commit; None when it succeeded, else the Kafka error as text.
@@ -423,159 +380,103 @@ class StreamWorker:
             except queue.Empty:
                 break
             if isinstance(request, _CancelRequest):
-                with self._state_lock:
-                    request.cancelled, self._pending = self._pending, {}
-                for waiting in self._requests:   # no caller waits for them any more (set_offset timed out)
-                    waiting.done.set()
-                self._requests = []
+                request.cancelled = self._gate.cancel(request.up_to)
                 request.done.set()
-                continue
-            self._requests = [r for r in self._requests if not r.done.is_set()]
-            self._requests.append(request)
-            with self._state_lock:
-                self._pending.update(request.offsets)
-            held = {tp: o for tp, o in request.offsets.items() if tp in self._assigned}
-            if held:
-                self._apply_to_assigned(held)
-
-    def _apply_to_assigned(self, offsets: Mapping[TP, int]) -> None:
-        """Move fetching partitions with seek(); re-assign those seek cannot move yet."""
-        reassign: dict[TP, int] = {}
-        for (topic, partition), offset in offsets.items():
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException:
-                reassign[(topic, partition)] = offset
-        if reassign:
-            if self._incremental:
-                tps = [TopicPartition(t, p, o) for (t, p), o in reassign.items()]
-                self._consumer.incremental_unassign([TopicPartition(t, p) for (t, p) in reassign])
-                self._consumer.incremental_assign(tps)
             else:
-                positions = self._current_positions()
-                self._consumer.assign([TopicPartition(t, p, reassign.get((t, p), positions.get((t, p), -1000)))
-                                       for (t, p) in self._assigned])
-        self._finish_applied(offsets)
+                self._gate.request(request.change_id, request.offsets)
 
-    def _current_positions(self) -> dict[TP, int]:
-        tps = [TopicPartition(t, p) for (t, p) in self._assigned]
-        out = {}
-        for tp in self._consumer.position(tps):
-            if tp.offset >= 0:
-                out[(tp.topic, tp.partition)] = tp.offset
-        return out
+    def _on_gate_event(self, event: GateEvent) -> None:
+        """What the host records: a persisted change, why a change is held back, one that was superseded (the
+        host keeps its pending row until told). A cancel is answered to the host's own request."""
+        if event.state in (MoveState.PERSISTED, MoveState.SUPERSEDED) or \
+                (event.state == MoveState.WAITING and event.reason):
+            self._events.on_change(event)
 
-    def _finish_applied(self, offsets: Mapping[TP, int]) -> None:
-        """Commit moved partitions; a change is applied only once its commit succeeded.
-
-        A move whose commit failed stays pending (the position already moved, the
-        group's offset did not): waiting requests learn why, and the commit is
-        retried between batches until it succeeds or the partition is revoked.
-        """
-        self._moved = True
-        error = self._store_in_sink(offsets) or self._commit(offsets)
-        if error is not None:
-            self._unconfirmed.update(offsets)
-            self._next_confirm = time.monotonic() + CONFIRM_RETRY_S
-            for request in self._requests:
-                request.fail(offsets, f"moved, but committing the new offset failed ({error}); "
-                                      "retried until it succeeds")
-            return
-        self._record_applied(offsets)
-
-    def _store_in_sink(self, offsets: Mapping[TP, int]) -> str | None:
-        """Exactly-once: a moved partition's new offset is stored in the graph first, so a deliberate
-        rewind is replayed after a restart, not skipped. None when stored (or nothing to store)."""
-        if not self._exactly_once:
-            return None
+    # -- the gate's port (poll thread) ------------------------------------------
+    def seek(self, tp: TP, offset: int) -> bool:
         try:
-            self._sink.write(offset_statements(self.config.name, offsets))
-        except Exception as exc:  # the sink is down: retried with the commit, as a failed commit is
-            return f"storing the new offset in the sink failed: {self._redact(exc)}"
-        with self._state_lock:
-            self._stored.update(offsets)
-        return None
+            self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
+            return True
+        except KafkaException:
+            return False
 
-    def _record_applied(self, offsets: Mapping[TP, int]) -> None:
-        """The moves are committed: update positions, resolve waiting requests, report."""
-        changes = []
-        with self._state_lock:
-            for tp, offset in offsets.items():
-                self._unconfirmed.pop(tp, None)
-                previous = self._positions.get(tp)
-                self._positions[tp] = offset
-                if self._pending.get(tp) == offset:
-                    del self._pending[tp]
-                changes.append(AppliedOffset(tp[0], tp[1], previous, offset))
-        self._events.on_applied(changes)  # reported before the caller is woken: its history then shows the change
-        for change in changes:
-            for request in self._requests:
-                request.mark((change.topic, change.partition), change)
-        self._requests = [r for r in self._requests if not r.done.is_set()]
+    def reassign(self, tp: TP, offset: int | None) -> None:
+        """Assign one partition again at `offset` (None: where the group or the sink resumes it)."""
+        start = OFFSET_STORED if offset is None else offset
+        if offset is None and self._exactly_once:
+            start = self._stored.get(tp, OFFSET_BEGINNING)
+        consumer = self._consumer
 
-    def _confirm_moves(self) -> None:
-        """Retry the commit of moves whose commit failed (poll thread, between batches)."""
-        if self._unconfirmed and time.monotonic() >= self._next_confirm:
-            held = {tp: o for tp, o in self._unconfirmed.items() if tp in self._assigned}
-            self._unconfirmed = dict(held)
-            if held:
-                self._finish_applied(held)
+        def incremental() -> None:
+            consumer.incremental_unassign([TopicPartition(*tp)])
+            consumer.incremental_assign([TopicPartition(tp[0], tp[1], start)])
+
+        def eager() -> None:
+            positions = self._gate.positions()
+            consumer.assign([TopicPartition(t, p, start if (t, p) == tp else positions.get((t, p), OFFSET_STORED))
+                             for (t, p) in self._gate.assigned()])
+        self._assignment(incremental, eager)
+
+    def persist(self, offsets: Mapping[TP, int]) -> str | None:
+        """Commit a change (exactly-once: store it in the sink first, the truth a restart resumes from; the
+        group's commit then only feeds lag tools)."""
+        if self._exactly_once:
+            try:
+                self._sink.write(offset_statements(self.config.name, offsets))
+            except Exception as exc:
+                return f"storing the new offset in the sink failed ({self._redact(exc)})"
+            with self._state_lock:
+                self._stored.update(offsets)
+            self._commit(offsets)
+            return None
+        error = self._commit(offsets)
+        return None if error is None else f"committing the new offset failed ({error})"
 
     # -- rebalance callbacks (poll thread, inside consume()) ---------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        applied: dict[TP, int] = {}
-        with self._state_lock:
-            for tp in partitions:
-                key = (tp.topic, tp.partition)
-                if key in self._pending:
-                    tp.offset = self._pending[key]
-                    applied[key] = tp.offset
-        if self._exactly_once and not self._resume_from_sink([tp for tp in partitions
-                                                              if (tp.topic, tp.partition) not in applied]):
-            return
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        starts: dict[TP, int | None] = dict.fromkeys(keys)
+        if self._exactly_once:
+            stored = self._resume_from_sink(partitions)
+            if stored is None:
+                return
+            starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
+        offsets = self._gate.on_assign(starts)
+        for tp, key in zip(partitions, keys):
+            if offsets[key] is not None:
+                tp.offset = offsets[key]
         try:
             self._assignment(lambda: consumer.incremental_assign(partitions), lambda: consumer.assign(partitions))
         except KafkaException as exc:
             # The group thinks these partitions are ours: leave it (from the poll loop, not from
             # inside the callback) so they go to another member, and say why.
+            self._gate.assign_failed(keys)
             self._fatal = f"assigning {_tps_text(partitions)} failed: {self._redact(exc)}"
             return
-        with self._state_lock:
-            if not self._incremental:
-                self._assigned.clear()
-            self._assigned.update((tp.topic, tp.partition) for tp in partitions)
-        if applied:
-            self._finish_applied(applied)
+        self._gate.after_assign()
         self._set_status(StreamStatus.RUNNING)
 
-    def _resume_from_sink(self, partitions: list[TopicPartition]) -> bool:
+    def _resume_from_sink(self, partitions: list[TopicPartition]) -> dict[TP, int] | None:
         """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
-        behind it after a snapshot restore); a partition the graph holds nothing of starts at the beginning."""
-        if not partitions:
-            return True
+        behind it after a snapshot restore); a partition the graph holds nothing of starts at the beginning.
+        None when the sink cannot be read (the stream fails)."""
         keys = [(tp.topic, tp.partition) for tp in partitions]
         try:
             stored = self._sink.stored_offsets(self.config.name, keys)
         except Exception as exc:
             self._fatal = f"reading the offsets stored in the sink for {_tps_text(partitions)} failed: " \
                           f"{self._redact(exc)}"
-            return False
+            return None
         with self._state_lock:
-            for tp, key in zip(partitions, keys):
-                tp.offset = stored.get(key, OFFSET_BEGINNING)
-                if key in stored:
-                    self._stored[key] = stored[key]
-        return True
+            self._stored.update({key: stored[key] for key in keys if key in stored})
+        return stored
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Give the partitions up: their uncollected messages leave the batch (uncommitted, the next
         owner reads them again), and what this consumer knew of their positions is forgotten."""
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self._batch[:] = [m for m in self._batch if (m.topic(), m.partition()) not in revoked]
-        with self._state_lock:
-            self._assigned -= revoked
-            for tp in revoked:
-                self._positions.pop(tp, None)
+        self._gate.on_revoke(revoked)
         try:
             self._assignment(lambda: consumer.incremental_unassign(partitions), consumer.unassign)
         except KafkaException:
@@ -652,8 +553,7 @@ class StreamWorker:
         except (KafkaException, RuntimeError) as exc:
             log.warning("stream %s: close failed: %s", self.config.name, self._redact(exc))
         self._consumer = None
-        with self._state_lock:
-            self._assigned.clear()
+        self._gate.lost_consumer()
 
     def _redact(self, value: object) -> str:
         return redact(str(value), self._secrets)

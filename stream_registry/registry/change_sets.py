@@ -1,0 +1,246 @@
+"""The host's side of offset changes: change sets, from a call to its record in the history.
+
+One call of set_offset (or revert) is one change set: its partitions share one
+change id, in the pending rows and then in the history. The SQLite row is the
+only truth about a change: pending while its row is in `pending_changes`,
+applied once its history row exists; gone without one, it was superseded (a
+later call moved the partition first: the gate says so, or a stopped stream's
+newer call replaced it) or cancelled. Nothing about a
+pending change is kept in memory; what waits in memory is only history a busy
+state store has not taken yet (retried, and shown in the stream's error).
+
+The stream's offset gate (offset_gate.py) reports what became of each partition
+(GateEvent); this module records it and wakes the callers that wait, never
+while holding a stream's lock.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Iterable, Sequence
+
+from ..errors import ConfigError, StreamError
+from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, ResolvedOffset
+from ..offsets import HistoryEntry, OffsetChange, PendingOffset
+from .dead_letter import SetAside
+from .offset_gate import GateEvent, MoveState, PendingMove
+from .state_store import PlannedRow, StateStore
+
+log = logging.getLogger("mgstreams.registry")
+TP = tuple[str, int]
+OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that are offset changes
+NOT_RUNNING = "stream is not running; applied at the first assignment after start"
+NOT_ASSIGNED = "not assigned to this stream's consumer yet (rebalance pending); applied when the group assigns it"
+
+
+class ChangeSets:
+    def __init__(self, store: StateStore):
+        self._store = store
+        self._changed = threading.Condition()
+        self._unrecorded: dict[str, list] = {}   # per stream: ("applied" | "set_aside", row) the store refused
+        self._store_errors: dict[str, str] = {}
+        self._record_lock = threading.Lock()
+
+    # -- calls ------------------------------------------------------------------
+    def open(self, name: str, plan: Sequence[ResolvedOffset], note: str | None, running: bool) -> int:
+        """Record a call's plan as pending rows of one new change; its change id. A running stream's gate
+        says what became of an earlier change of the same partitions; a stopped stream's is superseded now."""
+        rows = [PlannedRow(r.topic, r.partition, r.offset, r.previous_offset, r.clamped,
+                           _joined(note, r.message)) for r in plan]
+        change_id = self._store.add_change(name, rows, supersede=not running)
+        self.notify()   # a waiter whose partitions this call supersedes
+        return change_id
+
+    def wait(self, name: str, change_id: int, deadline: float, running: Callable[[], bool]) -> None:
+        """Until no row of the change is pending any more, the deadline (time.monotonic()), or its stream stops."""
+        with self._changed:
+            while running() and self._store.pending_rows(name, change_id):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(min(left, 0.5))
+
+    def outcome(self, name: str, change_id: int, resolved: Sequence[ResolvedOffset], running: bool
+                ) -> list[OffsetChange]:
+        """What became of each partition of the call, read from the state store (so it never contradicts the
+        history): applied/clamped with the history's message, pending with why, superseded or cancelled."""
+        self.flush(name)
+        applied = {(h.topic, h.partition): h for h in self._store.history_change(name, change_id)}
+        pending = {(p.topic, p.partition): p for p in self._store.pending_rows(name)}
+        mine = {(p.topic, p.partition): p for p in self._store.pending_rows(name, change_id)}
+        out = []
+        for r in resolved:
+            tp = (r.topic, r.partition)
+            if r.unchanged:
+                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, ChangeStatus.UNCHANGED,
+                                        r.message))
+            elif tp in applied:
+                h = applied[tp]
+                out.append(OffsetChange(h.topic, h.partition, h.previous_offset, h.offset, h.status, h.message or "",
+                                        change_id))
+            elif tp in mine:
+                p = mine[tp]
+                why = NOT_RUNNING if not running else p.reason or NOT_ASSIGNED
+                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, ChangeStatus.PENDING,
+                                        _joined(p.message, why), change_id))
+            else:
+                later = self._later_change(name, change_id, tp, pending)
+                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                        ChangeStatus.SUPERSEDED if later else ChangeStatus.CANCELLED,
+                                        _joined(r.message, f"superseded by change {later}" if later else
+                                                "cancelled before it was applied"), change_id))
+        return out
+
+    def _later_change(self, name: str, change_id: int, tp: TP, pending: dict) -> int | None:
+        """The id of a later change of the partition (pending or applied), if any."""
+        if tp in pending and (pending[tp].change_id or 0) > change_id:
+            return pending[tp].change_id
+        later = [h.change_id for h in self._store.history(name) if (h.topic, h.partition) == tp
+                 and (h.change_id or 0) > change_id and h.status in OFFSET_CHANGES]
+        return min(later) if later else None
+
+    def revert_spec(self, name: str, change_id: int, partitions: Iterable | None) -> tuple[OffsetSpec, str]:
+        """The spec that moves every partition of change `change_id` (or those of `partitions`: numbers, or
+        "topic:partition") back to its previous offset, and the note its history rows will carry."""
+        if isinstance(change_id, bool) or not isinstance(change_id, int) or change_id <= 0:
+            raise ConfigError(f"change_id: must be a positive integer (a history row's change_id), "
+                              f"got {change_id!r}")
+        self.flush(name)
+        rows = self._store.history_change(name, change_id)
+        if not rows:
+            raise ConfigError(f"change_id: no change {change_id} in the history of stream {name!r}")
+        if rows[0].status not in OFFSET_CHANGES:
+            r = rows[0]
+            raise ConfigError(f"change_id: change {change_id} is a poison message set aside ({r.status.value} "
+                              f"at {r.topic}:{r.partition}@{r.offset}), not an offset change; it cannot be reverted")
+        rows = _chosen(rows, partitions, change_id)
+        missing = [r for r in rows if r.previous_offset is None]
+        if missing:
+            where = ", ".join(f"{r.topic}:{r.partition} to {r.offset}" for r in missing)
+            raise ConfigError(f"change_id: change {change_id} ({where}) has no previous offset (the partition had "
+                              f"none when it was applied); there is nothing to revert to"
+                              + ("; name the other partitions with `partitions`" if len(missing) < len(rows) else ""))
+        spec = OffsetSpec(partitions={(r.topic, r.partition): Absolute(r.previous_offset) for r in rows})
+        return spec, f"revert of change {change_id}"
+
+    def last_change(self, name: str) -> int:
+        return self._store.last_change_id(name)
+
+    def cancel(self, name: str, cancelled: list[GateEvent] | None, running: bool, up_to: int) -> list[PendingOffset]:
+        """Remove the stream's pending rows of changes up to `up_to` (a call after the cancel is not cancelled).
+        A running stream's gate has cancelled them first (`cancelled`); what it persisted before that was
+        recorded before its answer came (one ordered pipe)."""
+        if running and cancelled is None:
+            raise StreamError("cancel_pending: the stream did not confirm the cancel in time (it is busy with a "
+                              "batch); nothing was cancelled yet, it is cancelled between batches: ask again")
+        self.flush(name)
+        rows = self._store.take_pending(name, up_to)
+        self.notify()
+        return rows
+
+    # -- what the stream reports ------------------------------------------------------
+    def on_event(self, name: str, event: GateEvent) -> None:
+        """A gate event from the stream's poll thread (or its pipe's reader): record it, wake the waiters."""
+        if event.state == MoveState.PERSISTED:
+            self._unrecorded.setdefault(name, []).append(
+                ("applied", (event.change_id, event.topic, event.partition, event.offset, event.previous_offset)))
+            self.flush(name)
+        else:
+            try:
+                if event.state == MoveState.SUPERSEDED:
+                    self._store.drop_pending(name, event.change_id, event.topic, event.partition)
+                elif event.state == MoveState.WAITING:
+                    self._store.set_reason(name, event.change_id, event.topic, event.partition, event.reason)
+            except StreamError as exc:
+                log.warning("stream %s: %s", name, exc)
+        self.notify()
+
+    def on_set_aside(self, name: str, records: list[SetAside]) -> None:
+        """Poison messages go to the history too: a skipped one is recorded nowhere else."""
+        self._unrecorded.setdefault(name, []).extend(
+            ("set_aside", (r.topic, r.partition, r.offset,
+                           ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED, r.error))
+            for r in records)
+        self.flush(name)
+
+    def flush(self, name: str) -> None:
+        """Write what waits for the state store, in order; on failure it waits on and the error is kept."""
+        with self._record_lock:
+            rows = list(self._unrecorded.get(name, ()))
+            if not rows:
+                return
+            try:
+                for kind, group in _runs(rows):
+                    if kind == "applied":
+                        self._store.record_applied(name, group)
+                    else:
+                        self._store.record_set_aside(name, group)
+                    del self._unrecorded[name][:len(group)]
+            except StreamError as exc:
+                self._store_errors[name] = f"{exc} (offset history kept in memory, retried)"
+                log.warning("stream %s: %s", name, self._store_errors[name])
+                return
+            self._store_errors.pop(name, None)
+
+    def store_error(self, name: str) -> str | None:
+        return self._store_errors.get(name)
+
+    def forget(self, name: str) -> None:
+        self._unrecorded.pop(name, None)
+        self._store_errors.pop(name, None)
+
+    def pending_moves(self, name: str) -> dict[TP, PendingMove]:
+        """What a stream starting now is handed: the latest pending change of each partition (earlier ones a
+        stream that ended never reported on are superseded)."""
+        self._store.drop_superseded(name)
+        return {(p.topic, p.partition): PendingMove(p.change_id, p.offset) for p in self._store.pending_rows(name)}
+
+    def history(self, name: str, limit: int | None) -> list[HistoryEntry]:
+        self.flush(name)
+        return self._store.history(name, limit)
+
+    def notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+
+def _joined(*parts: str | None) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _chosen(rows: list[HistoryEntry], partitions: Iterable | None, change_id: int) -> list[HistoryEntry]:
+    if partitions is None:
+        return rows
+    if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Iterable):
+        raise ConfigError(f"partitions: expected a list of partition numbers or 'topic:partition', got {partitions!r}")
+    chosen, seen = [], {(r.topic, r.partition) for r in rows}
+    for item in partitions:
+        match = [r for r in rows if _names(item, r)]
+        if isinstance(item, bool) or not match:
+            raise ConfigError(f"partitions: {item!r} is not a partition of change {change_id} "
+                              f"({', '.join(f'{t}:{p}' for t, p in sorted(seen))})")
+        chosen += [r for r in match if r not in chosen]
+    if not chosen:
+        raise ConfigError("partitions: empty; name at least one partition of the change, or leave it out")
+    return chosen
+
+
+def _names(item, row: HistoryEntry) -> bool:
+    if isinstance(item, int) and not isinstance(item, bool):
+        return row.partition == item
+    if isinstance(item, str) and ":" in item:
+        topic, _, partition = item.rpartition(":")
+        return topic == row.topic and partition.isdigit() and int(partition) == row.partition
+    return False
+
+
+def _runs(rows: list) -> list[tuple[str, list]]:
+    """Consecutive rows of one kind, grouped (order kept)."""
+    out: list[tuple[str, list]] = []
+    for kind, row in rows:
+        if out and out[-1][0] == kind:
+            out[-1][1].append(row)
+        else:
+            out.append((kind, [row]))
+    return out

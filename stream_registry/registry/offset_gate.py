@@ -1,0 +1,278 @@
+"""The offset gate: one state machine that owns every offset change of a running stream.
+
+A change of one partition lives from the call to its record in the history:
+
+    REQUESTED ──▶ WAITING ──▶ MOVED ──▶ PERSISTED ──▶ RECORDED
+        │            │  ▲        │
+        │            │  └────────┘ (the persist failed: moved back, retried)
+        ▼            ▼
+    SUPERSEDED / CANCELLED
+
+- REQUESTED: handed to the gate (drained by the poll thread).
+- WAITING: for the partition's assignment, or for a retry after a failed persist.
+- MOVED: the consumer reads the partition from the target (seek, or an assign at that offset).
+- PERSISTED: the target is committed to the group (exactly-once: stored in the sink, the truth a restart
+  resumes from). Only now is the change applied; a persist that fails moves the consumer back to where it
+  was, so a change is never half applied (nothing is delivered from a target that a restart would forget).
+- RECORDED: reported to whoever writes the history (the host).
+- SUPERSEDED: a later call moved the same partition first (the last call wins).
+- CANCELLED: cancelled before it was persisted; it is never applied later.
+
+The gate's transitions are the only place where a partition's status is decided. It runs on the stream's
+poll thread, called at the worker's seams (drain, on_assign, on_revoke, after a batch), and drives the
+consumer through a small port, so the same code runs against a simulated consumer in the model test.
+
+Why a seek is not always enough (KIP-848 and cooperative groups), from librdkafka's source
+(src/rdkafka_partition.c, rd_kafka_toppar_seek): a seek on a partition whose fetcher has started is safe
+(in the offset-query state it aborts the pending committed-offset lookup, and the new version barrier
+makes a late lookup answer outdated); on one not started yet it fails with _STATE. An incremental
+assignment is served asynchronously, after incremental_assign() returned, and starts the partition from
+the committed offset it then looks up. So a partition counts as settled only once it was assigned at an
+explicit offset or has delivered a message; an unsettled one is moved by re-assigning it at the target
+(an explicit start needs no lookup), and the first delivery after every move is checked against the
+target: a stale one is dropped and the partition moved again (the check librdkafka issue #2256 advises).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Iterable, Mapping, Protocol
+
+TP = tuple[str, int]
+PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed
+
+
+class MoveState(str, Enum):
+    REQUESTED = "requested"
+    WAITING = "waiting"
+    MOVED = "moved"
+    PERSISTED = "persisted"
+    RECORDED = "recorded"
+    SUPERSEDED = "superseded"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class PendingMove:
+    """A change the host holds as pending when it starts a stream: its change set and target."""
+    change_id: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class GateEvent:
+    """One transition the gate reports: what a waiting caller and the history need to know."""
+    change_id: int
+    topic: str
+    partition: int
+    offset: int
+    state: MoveState
+    previous_offset: int | None = None   # PERSISTED: where the partition stood before, when known
+    reason: str | None = None            # WAITING after a failed persist: why
+
+
+class ConsumerPort(Protocol):
+    """What the gate needs of the consumer (poll thread only)."""
+    def seek(self, tp: TP, offset: int) -> bool:
+        """Move a fetching partition; False when the consumer cannot seek it now."""
+    def reassign(self, tp: TP, offset: int | None) -> None:
+        """Assign the partition again at `offset` (None: where the group or the sink says it resumes)."""
+    def persist(self, offsets: Mapping[TP, int]) -> str | None:
+        """Commit (exactly-once: store in the sink) the offsets; None when done, else what failed and why."""
+
+
+@dataclass
+class _Move:
+    change_id: int
+    tp: TP
+    offset: int
+    state: MoveState = MoveState.REQUESTED
+    reason: str | None = None
+    retry_at: float = 0.0
+
+
+@dataclass
+class _Partition:
+    """An assigned partition as the gate sees it."""
+    position: int | None = None   # the next offset the stream delivers, when known
+    settled: bool = False         # its start is decided (explicit offset, or a message delivered)
+    expect: tuple[int, int | None] | None = None   # after a move: (target, origin) until the first delivery
+
+
+class OffsetGate:
+    def __init__(self, port: ConsumerPort, report: Callable[[GateEvent], None], *,
+                 pending: Mapping[TP, PendingMove] | None = None, clock: Callable[[], float] = time.monotonic):
+        self._port, self._report, self._clock = port, report, clock
+        self._moves: dict[TP, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING)
+                                        for tp, p in (pending or {}).items()}
+        self._assigned: dict[TP, _Partition] = {}
+        self._lock = threading.Lock()   # guards the views other threads read (snapshot)
+        self._assign_origins: dict[TP, int | None] = {}   # on_assign → after_assign: where a moved one would start
+        self.moved = False              # a change was just applied: the next batch is delivered early
+
+    # -- what other threads read ------------------------------------------------
+    def assigned(self) -> frozenset:
+        with self._lock:
+            return frozenset(self._assigned)
+
+    def positions(self) -> dict[TP, int]:
+        with self._lock:
+            return {tp: p.position for tp, p in self._assigned.items() if p.position is not None}
+
+    def waiting(self) -> dict[TP, int]:
+        with self._lock:
+            return {tp: m.offset for tp, m in self._moves.items()}
+
+    # -- seams (poll thread) ----------------------------------------------------
+    def request(self, change_id: int, offsets: Mapping[TP, int]) -> None:
+        """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now."""
+        for tp, offset in offsets.items():
+            old = self._moves.get(tp)
+            if old is not None:
+                self._finish(old, MoveState.SUPERSEDED)
+            move = _Move(change_id, tp, offset)
+            with self._lock:
+                self._moves[tp] = move
+            self._emit(move)
+            self._to(move, MoveState.WAITING)
+            if tp in self._assigned:
+                self._apply(move)
+
+    def cancel(self, up_to: int | None = None) -> list[GateEvent]:
+        """Cancel every change not persisted yet (of the calls up to change id `up_to`); the cancelled ones."""
+        return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
+                if up_to is None or move.change_id <= up_to]
+
+    def on_assign(self, starts: Mapping[TP, int | None]) -> dict[TP, int | None]:
+        """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:
+        None for where the group resumes). Call after_assign() once the consumer has them."""
+        out, self._assign_origins = {}, {}
+        with self._lock:
+            for tp, start in starts.items():
+                self._assigned[tp] = _Partition(position=start, settled=start is not None and start >= 0)
+        for tp, start in starts.items():
+            move = self._moves.get(tp)
+            if move is not None:
+                self._to(move, MoveState.MOVED)
+                self._assign_origins[tp] = start
+                with self._lock:
+                    self._assigned[tp] = _Partition(position=move.offset, settled=True, expect=(move.offset, None))
+                out[tp] = move.offset
+            else:
+                out[tp] = start
+        return out
+
+    def after_assign(self) -> None:
+        """Persist the changes on_assign moved; one whose persist fails goes back to where it would start."""
+        origins, self._assign_origins = self._assign_origins, {}
+        for tp, origin in origins.items():
+            move = self._moves.get(tp)
+            if move is not None and move.state == MoveState.MOVED:
+                self._persist(move, origin)
+
+    def assign_failed(self, tps: Iterable[TP]) -> None:
+        """The consumer refused the partitions on_assign prepared: their changes wait again."""
+        self._assign_origins = {}
+        self.on_revoke(tps)
+        for tp in tps:
+            move = self._moves.get(tp)
+            if move is not None and move.state == MoveState.MOVED:
+                self._to(move, MoveState.WAITING)
+
+    def on_revoke(self, tps: Iterable[TP]) -> None:
+        """Partitions leave: what this consumer knew of them is forgotten; their changes wait again."""
+        with self._lock:
+            for tp in tps:
+                self._assigned.pop(tp, None)
+
+    def retry(self) -> None:
+        """Between batches: retry the changes whose persist failed, when due."""
+        now = self._clock()
+        for move in list(self._moves.values()):
+            if move.state == MoveState.WAITING and move.reason is not None and move.tp in self._assigned \
+                    and now >= move.retry_at:
+                self._apply(move)
+
+    def check_delivery(self, tp: TP, offset: int) -> bool:
+        """Is a consumed message of `tp` at `offset` to be delivered? False for one the consumer fetched from
+        before the last move (a seek the committed-offset lookup overrode): the partition is moved again."""
+        part = self._assigned.get(tp)
+        if part is None:
+            return False   # not ours (revoked inside this consume)
+        if part.expect is not None:
+            target, origin = part.expect
+            stale = offset < target or (origin is not None and origin > target and offset >= origin)
+            if stale:
+                self._port.reassign(tp, target)
+                return False
+            part.expect = None
+        part.settled = True
+        return True
+
+    def after_batch(self, next_offsets: Mapping[TP, int]) -> None:
+        """A batch was written (its commit is the worker's): the stream stands after it."""
+        with self._lock:
+            for tp, offset in next_offsets.items():
+                part = self._assigned.get(tp)
+                if part is not None:
+                    part.position = offset
+
+    def rewound(self, first_offsets: Mapping[TP, int]) -> None:
+        """A failed batch was sought back to its first offsets."""
+        self.after_batch(first_offsets)
+
+    def lost_consumer(self) -> None:
+        with self._lock:
+            self._assigned.clear()
+
+    # -- transitions --------------------------------------------------------------
+    def _apply(self, move: _Move) -> None:
+        """WAITING → MOVED → PERSISTED on an assigned partition."""
+        part = self._assigned[move.tp]
+        origin = part.position
+        if not (part.settled and self._port.seek(move.tp, move.offset)):
+            self._port.reassign(move.tp, move.offset)
+        with self._lock:
+            part.position, part.settled, part.expect = move.offset, True, (move.offset, origin)
+        self._to(move, MoveState.MOVED)
+        self._persist(move, origin)
+
+    def _persist(self, move: _Move, origin: int | None) -> None:
+        error = self._port.persist({move.tp: move.offset})
+        if error is not None:
+            part = self._assigned.get(move.tp)
+            if part is not None:   # move back: nothing is delivered from a target a restart would forget
+                if not (origin is not None and part.settled and self._port.seek(move.tp, origin)):
+                    self._port.reassign(move.tp, origin)
+                with self._lock:
+                    part.position, part.settled, part.expect = origin, origin is not None, None
+            move.reason = f"{error}; moved back, retried until it succeeds"
+            move.retry_at = self._clock() + PERSIST_RETRY_S
+            self._to(move, MoveState.WAITING)
+            return
+        move.reason = None
+        self.moved = True
+        self._to(move, MoveState.PERSISTED, previous=origin)
+        self._finish(move, MoveState.RECORDED)
+
+    def _to(self, move: _Move, state: MoveState, previous: int | None = None) -> None:
+        move.state = state
+        self._emit(move, previous)
+
+    def _finish(self, move: _Move, state: MoveState) -> GateEvent:
+        move.state = state
+        with self._lock:
+            if self._moves.get(move.tp) is move:
+                del self._moves[move.tp]
+        return self._emit(move)
+
+    def _emit(self, move: _Move, previous: int | None = None) -> GateEvent:
+        event = GateEvent(move.change_id, move.tp[0], move.tp[1], move.offset, move.state, previous, move.reason)
+        self._report(event)
+        return event
