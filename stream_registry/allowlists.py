@@ -23,6 +23,7 @@ from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .redaction import MASK, is_secret_key
 
 ALLOWED_CONFIGS_ENV = "MGSTREAMS_ALLOWED_CONFIGS"
 ALLOWED_HOSTS_ENV = "MGSTREAMS_ALLOWED_HOSTS"
@@ -118,18 +119,26 @@ def check_properties(field: str, values: Mapping[str, object], *, sink_keys: boo
                 raise ConfigError(f"{field}[{key!r}]: unknown sink credential (allowed: "
                                   f"{', '.join(sorted(SINK_CREDENTIALS))})")
             continue
+        got = _shown(key, value, secret=field == "credentials")
         if _never(key):
             raise ConfigError(f"{field}[{key!r}]: loads code or runs a command in the host; it can never be set "
-                              f"by a stream's caller")
+                              f"by a stream's caller (got {got})")
         if key in OWNED:
-            raise ConfigError(f"{field}[{key!r}]: set by mgstreams itself and cannot be overridden")
+            raise ConfigError(f"{field}[{key!r}]: set by mgstreams itself and cannot be overridden (got {got})")
         if key not in allowed:
-            raise ConfigError(f"{field}[{key!r}]: not an allowed Kafka client property (an operator can allow "
-                              f"it with ${ALLOWED_CONFIGS_ENV} or `mgstreams serve --allow-config`)")
+            raise ConfigError(f"{field}[{key!r}]: not an allowed Kafka client property (got {got}; an operator "
+                              f"can allow it with ${ALLOWED_CONFIGS_ENV})")
         if key in PATH_PROPERTIES:
             check_file_path(f"{field}[{key!r}]", value, environ)
         if key in URL_PROPERTIES:
             check_url(f"{field}[{key!r}]", value, environ)
+
+
+def _shown(key: str, value: object, secret: bool, limit: int = 60) -> str:
+    if secret or is_secret_key(key):
+        return repr(MASK)
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # -- files ------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from .cypher_literals import render_statement, text_of_bytes
 from .offset_store import READ_QUERY, offsets_in_cypherl, offsets_in_statements
 from ..errors import ConfigError, SinkError
 from ..redaction import MASK, redact
+from ..safe_paths import check_private_dir, open_beneath
 from .transform import Statement
 
 USERNAME_KEY = "bolt.username"
@@ -129,6 +130,7 @@ class OutputPolicy:
         for directory in configured:
             if not os.path.isabs(directory):
                 raise ConfigError(f"{OUTPUT_DIRS_ENV}: {directory!r} is not an absolute path")
+            check_private_dir(directory, OUTPUT_DIRS_ENV)   # someone else's directory could be swapped under us
         state = os.path.realpath(os.fspath(state_dir))
         dirs = configured or [os.path.join(state, OUTPUT_SUBDIR)]
         return cls(tuple(os.path.realpath(d) for d in dirs), state)
@@ -285,16 +287,21 @@ class CypherlSink(_Closing):
     its previous size, so a reader never sees half a batch from a failed write.
     """
 
-    def __init__(self, path: str, *, fsync: bool = False, follow_symlinks: bool = True):
+    def __init__(self, path: str, *, fsync: bool = False, beneath: str | None = None):
         self.path = path
         self.fsync = fsync
         self.statements = 0
         self._lock = threading.Lock()
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (0 if follow_symlinks else os.O_NOFOLLOW)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         try:
-            _make_dirs(os.path.dirname(path))
-            self._fd: int | None = os.open(path, flags, FILE_MODE)
-        except OSError as exc:
+            if beneath is None:
+                _make_dirs(os.path.dirname(path))
+                self._fd: int | None = os.open(path, flags, FILE_MODE)
+            else:   # no symlink at any component below the allowed directory, whatever was swapped since
+                _make_dirs(beneath)
+                self._fd = open_beneath(beneath, os.path.relpath(path, beneath), flags, FILE_MODE,
+                                        dir_mode=DIR_MODE, make_dirs=True)
+        except (OSError, ValueError) as exc:
             raise SinkError(f"sink cypherl://{path}: cannot open for appending: {exc}") from None
 
     def write(self, statements: Sequence[Statement]) -> None:
@@ -386,8 +393,8 @@ def _cypherl_settings(parts, query: dict[str, str], uri: str) -> CypherlSettings
 def _open_cypherl(settings: CypherlSettings, credentials: Mapping[str, str]) -> CypherlSink:
     if settings.admitted_under is None:
         return CypherlSink(settings.path, fsync=settings.fsync)
-    # Admitted by an OutputPolicy: `path` is already real; a symlink put in its place since is not followed.
-    return CypherlSink(settings.path, fsync=settings.fsync, follow_symlinks=False)
+    # Admitted by an OutputPolicy: opened beneath the allowed directory, following no symlink on the way.
+    return CypherlSink(settings.path, fsync=settings.fsync, beneath=settings.admitted_under)
 
 
 # -- bolt:// ----------------------------------------------------------------
