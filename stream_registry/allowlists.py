@@ -64,9 +64,12 @@ DEFAULT_ALLOWED_CONFIGS = frozenset({
     "api.version.request", "api.version.request.timeout.ms", "api.version.fallback.ms", "broker.version.fallback",
     # security by value
     "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
-    "ssl.ca.pem", "ssl.certificate.pem", "ssl.key.pem", "ssl.key.password", "ssl.cipher.suites",
+    "ssl.ca.pem", "ssl.certificate.pem", "ssl.key.pem", "ssl.key.password", "ssl.keystore.password", "ssl.cipher.suites",
     "ssl.curves.list", "ssl.sigalgs.list", "enable.ssl.certificate.verification",
     "ssl.endpoint.identification.algorithm",
+    # TLS files by path: only under the operator's $MGSTREAMS_ALLOWED_FILE_DIRS (none by default)
+    "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location", "ssl.crl.location",
+    "https.ca.location",
     "sasl.oauthbearer.config", "sasl.oauthbearer.extensions", "sasl.oauthbearer.method",
     "sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret", "sasl.oauthbearer.scope",
     "sasl.oauthbearer.token.endpoint.url", "sasl.oauthbearer.grant.type",
@@ -137,6 +140,8 @@ def check_properties(field: str, values: Mapping[str, object], *, sink_keys: boo
 def _shown(key: str, value: object, secret: bool, limit: int = 60) -> str:
     if secret or is_secret_key(key):
         return repr(MASK)
+    if key in PATH_PROPERTIES:
+        return "a path"   # the same answer for every path
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 

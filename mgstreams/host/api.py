@@ -107,8 +107,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
     """
     if lag is None:
         lag = LagCollector(registry)
-    creating = _Cap("creates", limits.creates, "--max-creates")
-    previewing = _Cap("previews", limits.previews, "--max-previews")
+    creating = _Cap("creates", limits.creates, "$MGSTREAMS_MAX_CREATES")
+    previewing = _Cap("previews", limits.previews, "$MGSTREAMS_MAX_PREVIEWS")
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -196,7 +196,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
                     encoded = json.dumps(answer).encode()
                     if len(encoded) > limits.preview_bytes:
                         raise PreviewTooLarge(f"check: the preview holds {len(encoded)} bytes, more than the "
-                                              f"{limits.preview_bytes} the host returns (--max-preview-bytes); "
+                                              f"{limits.preview_bytes} the host returns ($MGSTREAMS_MAX_PREVIEW_BYTES); "
                                               f"ask for fewer records (limit)")
                     return encoded
                 finally:

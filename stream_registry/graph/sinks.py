@@ -143,7 +143,10 @@ class OutputPolicy:
         if settings.climbs:
             raise ConfigError(f"sink: {shown!r} contains '..'; name the file directly under an allowed output "
                               f"directory ({self._allowed()})")
-        real = _real_path(settings.path)
+        try:
+            real = _real_path(settings.path)
+        except OSError as exc:   # a component changed kind while it was resolved (a symlink swapped in or out)
+            raise ConfigError(f"sink: {shown!r} cannot be resolved: {exc.strerror}") from None
         if not any(_is_within(real, d) for d in self.dirs) or self._in_state_dir(real):
             where = f" (it resolves to {real!r})" if real != settings.path else ""
             raise ConfigError(f"sink: {shown!r} is outside the allowed output directories{where}; "
