@@ -696,7 +696,8 @@ def run_demo(settings: DemoSettings, bootstrap_servers: str, spark_factory: Call
         reporter.step(2, "a stream that builds the graph, created from Cypher")
         reporter.say(f"stream host: `mgstreams serve` (pid {host.proc.pid}) at {url}; "
                      f"the query module {settings.query_module.name} calls it (MGSTREAMS_URL)")
-        streams = QueryModule(settings.query_module, url, on_call=reporter.call).open()
+        # the module sends the token the host generated in its state directory (host.token read it there)
+        streams = QueryModule(settings.query_module, url, token=host.token, on_call=reporter.call).open()
         create_stream(streams, settings, bootstrap_servers, reporter)
 
         step = "rebalance race"

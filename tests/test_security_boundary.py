@@ -93,7 +93,8 @@ def create_body(kafka, topic: str, **overrides) -> dict:
 
 @pytest.fixture
 def guarded_host(tmp_path):
-    host = HostProcess(tmp_path / "state").start()
+    """A host as an operator starts it: no token given, so it generates one."""
+    host = HostProcess(tmp_path / "state", generated_token=True).start()
     yield host
     host.stop()
 
@@ -152,7 +153,7 @@ def test_a_planted_state_file_loads_no_library_at_start(tmp_path, kafka, probe):
     """A stored config is checked again when the host reads it back: the host refuses to start, naming it."""
     library, marker = probe
     topic = kafka.new_topic(partitions=1)
-    host = HostProcess(tmp_path / "state").start()
+    host = HostProcess(tmp_path / "state", generated_token=True).start()
     with api(host) as http:
         assert http.post("/streams", json=create_body(kafka, topic, name="planted")).status_code == 201
     assert host.terminate() == 0
@@ -163,7 +164,7 @@ def test_a_planted_state_file_loads_no_library_at_start(tmp_path, kafka, probe):
         config["configs"] = {"plugin.library.paths": str(library)}
         db.execute("UPDATE streams SET config = ?, desired_running = 1 WHERE name = 'planted'",
                    (json.dumps(config),))
-    again = HostProcess(tmp_path / "state")
+    again = HostProcess(tmp_path / "state", generated_token=True)
     with pytest.raises(Exception) as refused:
         again.start(timeout=30)
     again.stop()
@@ -219,6 +220,34 @@ def test_a_cross_origin_text_plain_post_and_a_foreign_host_are_refused(guarded_h
         same = http.post("/streams", content=body, headers={"Origin": guarded_host.url, **JSON})
         assert same.status_code == 201, same.text
         assert http.get("/streams", headers={"Host": f"localhost:{port}"}).status_code == 200
+
+
+def test_a_host_given_no_token_makes_one_and_its_clients_read_it(tmp_path):
+    state = tmp_path / "state"
+    host = HostProcess(state, generated_token=True).start()
+    try:
+        token_file = state / "api-token"
+        assert oct(token_file.stat().st_mode & 0o777) == "0o600" and len(host.token) >= 32
+        assert host.token == token_file.read_text().strip()
+        with httpx.Client(base_url=host.url, timeout=30) as http:
+            assert http.get("/streams").status_code == 401
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MGSTREAMS_")}
+        for extra in ({"MGSTREAMS_TOKEN_FILE": str(token_file)}, {"MGSTREAMS_STATE_DIR": str(state)}):
+            listed = subprocess.run([sys.executable, "-m", "mgstreams", "--url", host.url, "list", "--json"],
+                                    capture_output=True, text=True, cwd=ROOT, timeout=60, env={**env, **extra})
+            assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+        assert host.terminate() == 0
+    finally:
+        host.stop()
+    again = HostProcess(state, generated_token=True).start()      # a restart serves with the same token
+    try:
+        assert again.token == host.token
+    finally:
+        again.stop()
+    (state / "api-token").chmod(0o644)
+    refused = subprocess.run([sys.executable, "-m", "mgstreams", "serve", "--state-dir", str(state),
+                              "--listen", "127.0.0.1:0"], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    assert refused.returncode == 1 and "mode 0644" in refused.stderr and host.token not in refused.stderr
 
 
 # -- network reach and the file system --------------------------------------------------------

@@ -12,6 +12,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import secrets
 import signal
 import socket
 import stat
@@ -28,7 +29,7 @@ from stream_registry.registry import Isolation
 from stream_registry.errors import ConfigError
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S, LagCollector
 from stream_registry.redaction import is_secret_key
-from stream_registry.safe_paths import check_private_dir, owner_name as _owner
+from stream_registry.safe_paths import check_private_dir, open_beneath, owner_name as _owner
 
 from .api import Limits, create_app
 from .boundary import SERVER_NAMES_ENV
@@ -39,6 +40,8 @@ log = logging.getLogger("mgstreams.host")
 DEFAULT_LISTEN = "127.0.0.1:8765"
 DEFAULT_URL = f"http://{DEFAULT_LISTEN}"
 TOKEN_ENV = "MGSTREAMS_TOKEN"
+TOKEN_FILE_ENV = "MGSTREAMS_TOKEN_FILE"   # where clients (CLI, query module) read the token from
+TOKEN_FILE_NAME = "api-token"            # the generated token, in the state directory
 DEFAULT_SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
 DEFAULT_SINK = "bolt://localhost:7687"
 DEFAULT_STOP_TIMEOUT_S = 30.0   # a stream process finishing its batch before it is killed (compose allows for it)
@@ -80,13 +83,13 @@ def read_token(token_file: str | None) -> str | None:
     this process's environment once read, so no child (stream, preview) inherits it.
     """
     if token_file:
-        token = _read_token_file(token_file, "token_file")
+        token = read_token_file(token_file, "token_file")
         os.environ.pop(TOKEN_ENV, None)
         return token
     return os.environ.pop(TOKEN_ENV, None) or None
 
 
-def _read_token_file(path: str | os.PathLike, field: str) -> str:
+def read_token_file(path: str | os.PathLike, field: str) -> str:
     try:
         with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as handle:
             info = os.fstat(handle.fileno())
@@ -101,6 +104,40 @@ def _read_token_file(path: str | os.PathLike, field: str) -> str:
     if not token:
         raise ConfigError(f"{field}: {str(path)!r} is empty")
     return token
+
+
+def generated_token(state_dir: str | os.PathLike) -> tuple[str, Path]:
+    """The token of a host given none: `<state dir>/api-token`, made 0600 on first start (as Jupyter does),
+    read on every later one; (token, path). A file others can read, or a symlink, is refused."""
+    path = Path(state_dir) / TOKEN_FILE_NAME
+    try:
+        fd = open_beneath(state_dir, TOKEN_FILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_token_file(path, "token_file"), path
+    except OSError as exc:
+        raise ConfigError(f"token_file: cannot create {str(path)!r}: {exc.strerror or exc}") from None
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token, path
+
+
+def default_token_file() -> Path | None:
+    """The generated token of a host on the default state directory, if there is one (nothing is created)."""
+    configured = os.environ.get("MGSTREAMS_STATE_DIR")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    candidates = [Path(configured)] if configured else [Path(base) / "mgstreams",
+                                                        Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"]
+    return next((d / TOKEN_FILE_NAME for d in candidates if (d / TOKEN_FILE_NAME).is_file()), None)
+
+
+def client_token() -> str | None:
+    """A client's token: $MGSTREAMS_TOKEN, else the file $MGSTREAMS_TOKEN_FILE names, else None."""
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token
+    path = os.environ.get(TOKEN_FILE_ENV)
+    return read_token_file(path, TOKEN_FILE_ENV) if path else None
 
 
 def scrub_environment(environ: dict | None = None) -> list[str]:
@@ -249,16 +286,20 @@ def check_state_dir(state_dir: str | os.PathLike) -> None:
 
 def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token: str | None = None,
           default_sink: str | None = None, ready=print, stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
-          lag_sample_interval: float = DEFAULT_LAG_SAMPLE_INTERVAL_S) -> None:
+          lag_sample_interval: float = DEFAULT_LAG_SAMPLE_INTERVAL_S, no_token: bool = False) -> None:
     """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves.
 
-    Every `lag_sample_interval` seconds a background thread samples every stream's
-    partitions (committed offset, log end) for lag verdicts and lag in seconds.
+    Without a token (and without `no_token`, allowed on loopback only) the host
+    makes one in its state directory and says where. Every `lag_sample_interval`
+    seconds a background thread samples every stream's partitions (committed
+    offset, log end) for lag verdicts and lag in seconds.
     """
     listen = Listen.parse(listen_text)
     if not listen.loopback and not token:
         raise ConfigError(f"listen: {listen_text!r} is not a loopback address; a token is required "
                           f"(--token-file FILE or ${TOKEN_ENV})")
+    if no_token and token:
+        raise ConfigError("no_token: --no-token and a token (--token-file, $MGSTREAMS_TOKEN) exclude each other")
     if not listen.loopback and len(token) < MIN_REMOTE_TOKEN_LENGTH:
         raise ConfigError(f"token: {len(token)} characters; a host listening beyond loopback needs at least "
                           f"{MIN_REMOTE_TOKEN_LENGTH} (e.g. python -c 'import secrets; "
@@ -270,6 +311,11 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     max_connections = int(os.environ.get(MAX_CONNECTIONS_ENV, "") or DEFAULT_MAX_CONNECTIONS)
     server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
     check_state_dir(state_dir)
+    if token is None and not no_token:
+        token, token_path = generated_token(state_dir)
+        ready(f"mgstreams host token in {token_path} (clients: {TOKEN_FILE_ENV}={token_path})")
+    elif no_token:
+        log.warning("serving without a token (--no-token): every local user and process can drive this host")
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
