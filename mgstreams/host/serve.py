@@ -311,16 +311,17 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     max_connections = int(os.environ.get(MAX_CONNECTIONS_ENV, "") or DEFAULT_MAX_CONNECTIONS)
     server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
     check_state_dir(state_dir)
-    if token is None and not no_token:
-        token, token_path = generated_token(state_dir)
-        ready(f"mgstreams host token in {token_path} (clients: {TOKEN_FILE_ENV}={token_path})")
-    elif no_token:
-        log.warning("serving without a token (--no-token): every local user and process can drive this host")
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         lag = None
         try:
+            where = ""
+            if token is None and not no_token:   # once the state directory is ours
+                token, token_path = generated_token(state_dir)
+                where = f"; token in {token_path}"
+            elif no_token:
+                log.warning("serving without a token (--no-token): every local user and process can drive it")
             sock = bind(listen)
             host, port = sock.getsockname()[:2]
             url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
@@ -333,7 +334,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections)))
             shutdown.attach(server)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s))")
+                  f"{len(registry.list())} stream(s){where})")
             server.run(sockets=[sock])
         finally:
             if lag is not None:
