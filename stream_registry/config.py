@@ -10,7 +10,7 @@ from enum import Enum
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
-from . import allowlists
+from .allowlists import check_bootstrap, check_properties, check_sink_host
 from .errors import ConfigError
 from .redaction import mask_all, mask_secrets, redact, redact_error, secret_values
 
@@ -113,8 +113,8 @@ class StreamConfig:
             object.__setattr__(self, "dead_letter_topic", None)
         # The allowlist, at every construction: a create (before any Kafka client exists) and a stored
         # stream read back from the state store alike.
-        allowlists.check_properties("configs", self.configs)
-        allowlists.check_properties("credentials", self.credentials, sink_keys=True)
+        check_properties("configs", self.configs)
+        check_properties("credentials", self.credentials, sink_keys=True)
 
     def __repr__(self) -> str:
         secrets = self.secret_values()   # values only: a secret `consumer` leaves the name consumer_group whole
@@ -184,7 +184,7 @@ class StreamConfig:
             host, _, port = server.strip().rpartition(":")
             if not host or not _PORT.match(port) or not 0 < int(port) < 65536:
                 raise ConfigError(f"bootstrap_servers: {server.strip()!r} is not host:port")
-        allowlists.check_bootstrap("bootstrap_servers", self.bootstrap_servers)
+        check_bootstrap("bootstrap_servers", self.bootstrap_servers)
         if self.consumer_group is not None and (not isinstance(self.consumer_group, str)
                                                 or not self.consumer_group.strip()):
             raise ConfigError(f"consumer_group: {self.consumer_group!r} is not a valid group id")
@@ -216,7 +216,7 @@ class StreamConfig:
             raise ConfigError(f"transform: expected 'module.function', got {self.transform!r}")
         if not isinstance(self.sink, str) or not self.sink:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
-        allowlists.check_sink_host(self.sink)
+        check_sink_host(self.sink)
         self._validate_configs()
         for key, value in self.credentials.items():
             if not isinstance(key, str) or not key:

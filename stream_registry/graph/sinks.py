@@ -148,7 +148,10 @@ class OutputPolicy:
         except OSError as exc:   # a component changed kind while it was resolved (a symlink swapped in or out)
             raise ConfigError(f"sink: {shown!r} cannot be resolved: {exc.strerror}") from None
         if not any(_is_within(real, d) for d in self.dirs) or self._in_state_dir(real):
-            where = f" (it resolves to {real!r})" if real != settings.path else ""
+            # where a symlink leads is said only for one inside an allowed directory: elsewhere it would map
+            # the host's file system for the caller
+            inside = any(_is_within(settings.path, d) for d in self.dirs)
+            where = f" (it resolves to {real!r})" if real != settings.path and inside else ""
             raise ConfigError(f"sink: {shown!r} is outside the allowed output directories{where}; "
                               f"streams write files only under {self._allowed()} (set {OUTPUT_DIRS_ENV} "
                               f"on the host to change them)")
