@@ -629,8 +629,10 @@ def test_export_url_is_the_hosts_default_address(compose):
     assert export.split("=", 1)[1] == DEFAULT_URL == f"http://{DEFAULT_LISTEN}"
     assert all("$MGSTREAMS_URL/" in c for c in shell("curl"))
     assert re.search(r"^mgstreams serve --state-dir \S+\s+# 127\.0\.0\.1:8765;", README.read_text(), re.M)
-    for service in ("mgstreams", "memgraph"):   # compose refuses to start without the token
-        assert compose["services"][service]["environment"]["MGSTREAMS_TOKEN"].startswith("${MGSTREAMS_TOKEN:?")
+    # compose refuses to start without the token; Memgraph reads it from the secret made of it
+    assert compose["services"]["mgstreams"]["environment"]["MGSTREAMS_TOKEN"].startswith("${MGSTREAMS_TOKEN:?")
+    assert compose["secrets"]["mgstreams_token"] == {"environment": "MGSTREAMS_TOKEN"}
+    assert compose["services"]["memgraph"]["environment"]["MGSTREAMS_TOKEN_FILE"] == "/run/secrets/mgstreams_token"
 
 
 def test_install_module_command_copies_one_self_contained_file(compose, tmp_path):

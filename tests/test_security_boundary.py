@@ -231,6 +231,10 @@ def test_a_host_given_no_token_makes_one_and_its_clients_read_it(tmp_path):
         assert host.token == token_file.read_text().strip()
         with httpx.Client(base_url=host.url, timeout=30) as http:
             assert http.get("/streams").status_code == 401
+            # a browser opens the lag page with the token in its address; no other route takes it there
+            assert http.get("/ui", params={"token": host.token}).status_code == 200
+            assert http.get("/ui", params={"token": host.token + "x"}).status_code == 401
+            assert http.get("/streams", params={"token": host.token}).status_code == 401
         env = {k: v for k, v in os.environ.items() if not k.startswith("MGSTREAMS_")}
         for extra in ({"MGSTREAMS_TOKEN_FILE": str(token_file)}, {"MGSTREAMS_STATE_DIR": str(state)}):
             listed = subprocess.run([sys.executable, "-m", "mgstreams", "--url", host.url, "list", "--json"],

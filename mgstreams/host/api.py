@@ -412,6 +412,9 @@ def _require_token(token: str) -> Callable[[Request, Callable[[Request], Awaitab
 
     async def dispatch(request: Request, call_next) -> Response:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if not scheme and request.method == "GET" and request.url.path == "/ui":
+            # a browser cannot send a bearer header when it opens a page: /ui?token=... (as Jupyter's URLs)
+            scheme, given = "bearer", request.query_params.get("token", "")
         # compare_digest runs in constant time for any input; the scheme is case-insensitive (RFC 9110)
         if not hmac.compare_digest(given.strip().encode(), expected) or scheme.lower() != "bearer":
             return _error("authorization: a valid bearer token is required (Authorization: Bearer ...)", 401,
