@@ -333,6 +333,8 @@ def check_produced(produced: Produced, settings: DemoSettings) -> Check:
 def prepare_out(settings: DemoSettings) -> None:
     """Remove what an earlier run wrote (only the demo's own files: the cypherl sink appends)."""
     settings.out_dir.mkdir(parents=True, exist_ok=True)
+    # the host writes only into an output directory no one else can write (a umask of 002 would leave it open)
+    settings.out_dir.chmod(settings.out_dir.stat().st_mode & ~0o022)
     for path in (settings.live_path, settings.schema_path, settings.report_path, settings.host_log):
         path.unlink(missing_ok=True)
     for path in (settings.backfill_dir, settings.state_dir):

@@ -10,8 +10,8 @@ built and again when a stored stream is read back:
 - hosts the host may reach (bootstrap servers, Bolt sinks, OIDC token endpoints).
 - directories local files may be named under (TLS keys and CAs by path).
 
-Operators widen the lists with environment variables (the host's flags set
-them), which stream processes inherit. Errors are `field: reason`, and a path is
+Operators widen the lists with the host's environment variables, which its
+stream processes inherit. Errors are `field: reason`, and a path is
 judged by its text only, so an answer never tells whether a file exists.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import os
-from typing import Iterable, Mapping
+from typing import Mapping
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
@@ -249,10 +249,3 @@ def check_sink_host(uri: object, environ: Mapping[str, str] | None = None) -> No
         return   # the sink's own parser names what is wrong
     if host:
         check_host("sink", host, environ)
-
-
-def widen(environ: dict, name: str, values: Iterable[str], separator: str = ",") -> None:
-    """Add operator-given `values` to the list in `environ[name]` (the host's flags; children inherit it)."""
-    values = [v for v in values if v]
-    if values:
-        environ[name] = separator.join([environ.get(name, "")] + values).strip(separator)

@@ -36,7 +36,6 @@ import pytest
 from host_helpers import ROOT, HostProcess
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import wait_until
-from stream_registry import StreamConfig
 from stream_registry.errors import ConfigError, SinkError
 from stream_registry.graph.sinks import OutputPolicy, open_sink
 from stream_registry.kafka.client import new_consumer
@@ -133,8 +132,8 @@ def test_kinit_cmd_is_never_run(guarded_host, kafka, tmp_path):
 def test_no_library_is_loaded_through_the_query_module(guarded_host, kafka, probe, monkeypatch):
     library, marker = probe
     monkeypatch.setenv("MGSTREAMS_URL", guarded_host.url)
-    if guarded_host.token:
-        monkeypatch.setenv("MGSTREAMS_TOKEN", guarded_host.token)
+    monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)      # the documented setup: the host's token file
+    monkeypatch.setenv("MGSTREAMS_TOKEN_FILE", str(guarded_host.state_dir / "api-token"))
     topic = kafka.new_topic(partitions=1)
     with mgp_environment([ROOT / "query_modules"]) as memgraph:
         memgraph.load_all()
