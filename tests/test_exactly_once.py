@@ -185,6 +185,7 @@ class _Cursor:
 def test_bolt_offsets_go_in_the_batch_transaction_and_a_failed_one_writes_neither(kafka, tmp_path, monkeypatch):
     memgraph = Memgraph()
     monkeypatch.setattr(sinks, "connect_mgclient", memgraph.connect)
+    monkeypatch.setenv("MGSTREAMS_ALLOWED_HOSTS", "memgraph,localhost,127.0.0.0/8")   # the sink host, by name
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 10, partitions=1)
     registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
