@@ -360,12 +360,22 @@ def test_output_and_state_directories_must_be_private(tmp_path, kafka):
                               "--listen", "127.0.0.1:0"], capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert refused.returncode == 1 and refused.stderr.startswith("mgstreams: error: state_dir: ")
     assert "writable by group or others" in refused.stderr
-    host = HostProcess(tmp_path / "state", env={"MGSTREAMS_OUTPUT_DIRS": str(shared)}).start()
+    refused = subprocess.run([sys.executable, "-m", "mgstreams", "serve", "--state-dir", str(tmp_path / "state"),
+                              "--listen", "127.0.0.1:0", "--no-token"], capture_output=True, text=True, cwd=ROOT,
+                             timeout=30, env={**os.environ, "MGSTREAMS_OUTPUT_DIRS": str(shared)})
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.startswith(f"mgstreams: error: MGSTREAMS_OUTPUT_DIRS: {str(shared)!r} is writable by "
+                                     f"group or others"), refused.stderr
+    # a private output directory holding a symlink that leads out: the write never follows it
+    private = tmp_path / "private"
+    (private / "sub").mkdir(parents=True)
+    (private / "link").symlink_to(shared)
+    host = HostProcess(tmp_path / "state", env={"MGSTREAMS_OUTPUT_DIRS": str(private)}).start()
     try:
         topic = kafka.new_topic(partitions=1)
         with api(host) as http:
-            response = http.post("/streams", json=create_body(kafka, topic, sink=f"cypherl://{shared}/x.cypherl"))
-        assert response.status_code == 400 and "MGSTREAMS_OUTPUT_DIRS" in response.json()["error"]
+            response = http.post("/streams", json=create_body(kafka, topic, sink=f"cypherl://{private}/link/x.cypherl"))
+        assert response.status_code == 400 and response.json()["error"].startswith("sink: "), response.text
     finally:
         host.stop()
     assert not (shared / "x.cypherl").exists()

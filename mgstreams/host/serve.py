@@ -27,6 +27,7 @@ from stream_registry import StreamRegistry
 from stream_registry.allowlists import allowed_configs, allowed_file_dirs
 from stream_registry.registry import Isolation
 from stream_registry.errors import ConfigError
+from stream_registry.graph.sinks import OutputPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S, LagCollector
 from stream_registry.redaction import is_secret_key
 from stream_registry.safe_paths import check_private_dir, open_beneath, owner_name as _owner
@@ -311,6 +312,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     max_connections = int(os.environ.get(MAX_CONNECTIONS_ENV, "") or DEFAULT_MAX_CONNECTIONS)
     server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
     check_state_dir(state_dir)
+    OutputPolicy.for_state_dir(state_dir)   # output directories someone else can write stop the host here
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
