@@ -129,7 +129,15 @@ def default_token_file() -> Path | None:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     candidates = [Path(configured)] if configured else [Path(base) / "mgstreams",
                                                         Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"]
-    return next((d / TOKEN_FILE_NAME for d in candidates if (d / TOKEN_FILE_NAME).is_file()), None)
+    for directory in candidates:
+        path = directory / TOKEN_FILE_NAME
+        try:
+            ours = os.lstat(directory).st_uid == os.lstat(path).st_uid == os.getuid()
+        except OSError:
+            continue
+        if ours:   # in a shared /tmp another user could have made the fallback directory and planted one
+            return path
+    return None
 
 
 def client_token() -> str | None:
