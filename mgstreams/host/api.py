@@ -2,10 +2,11 @@
 
 Handlers are thin: read the request, call the registry in a worker thread (its
 calls block: an offset change waits for the rebalance), encode the result.
-Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 404
-unknown stream, 409 state conflict, 413 a body over 1 MiB, 503 Kafka did not
-answer; 500 only for a bug, and even then no traceback and no secret reaches
-the client.
+Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 403 /
+415 / 421 a request a web page made (boundary.py), 404 unknown stream, 409 state
+conflict, 413 a body over 1 MiB or a preview over its byte cap, 503 Kafka did not
+answer or a cap on concurrent creates or previews is reached; 500 only for a bug,
+and even then no traceback and no secret reaches the client.
 """
 from __future__ import annotations
 
