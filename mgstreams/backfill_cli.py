@@ -37,7 +37,7 @@ from rich.table import Table
 from stream_registry.errors import ConfigError, StreamError
 from stream_registry.offset_spec import parse_offset_spec
 from stream_registry.graph.sinks import PASSWORD_KEY, USERNAME_KEY
-from stream_registry.redaction import redact
+from stream_registry.redaction import is_secret_key, redact
 
 from spark_bridge.bolt_load import DEFAULT_WRITERS, MAX_WRITERS, is_bolt_uri, prepare_graph, prepare_statements
 from spark_bridge.engine import Engine, EngineChoice, choose_engine, shown_remote, spark_target
@@ -69,7 +69,10 @@ class BackfillFailed(click.ClickException):
 @click.option("--group", "group_id", help="Consumer group whose committed offsets `--until committed` "
               "and relative specs refer to (with --topics).")
 @click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
-              help="librdkafka setting for the readers (with --topics); repeatable.")
+              help="librdkafka setting for the readers (with --topics); repeatable. Not for secrets: a command "
+                   "line is visible to every local user (use --config-file).")
+@click.option("--config-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="File of librdkafka settings, one KEY=VALUE a line (# comments): where secrets go.")
 @click.option("--from", "start", required=True, metavar="SPEC", help="First offsets to replay.")
 @click.option("--until", default="latest", show_default=True, metavar="latest|committed|SPEC",
               help="End offsets (exclusive), resolved when the job is planned. With --stream, committed is "
@@ -93,19 +96,22 @@ class BackfillFailed(click.ClickException):
               show_default=True, help="spark, local (this process, no Spark), or auto: the faster for the "
               "plan's size.")
 @click.option("--master", help="Spark master (default: local[*], or spark-submit's).")
-@click.option("--remote", help="Spark Connect: sc://host:port (a running server) or local[N] (a server "
-              "started in this process).")
+@click.option("--remote", envvar="MGSTREAMS_SPARK_REMOTE", show_envvar=True,
+              help="Spark Connect: sc://host:port (a running server) or local[N] (a server "
+              "started in this process). A URL with a token belongs in the environment variable, not argv.")
+@click.option("--spark-ui", is_flag=True, help="Start the Spark web UI (off by default: it serves on every "
+              "interface and can kill jobs).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Also write the report as JSON.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit without starting Spark.")
-def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
-             modules_dirs, sink, sink_username, min_partitions, batch_size, writers, prepare, fail_on_data_loss,
-             engine_name, master, remote, report_path, dry_run) -> None:
+def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, config_file, start, until,
+             transform, modules_dirs, sink, sink_username, min_partitions, batch_size, writers, prepare,
+             fail_on_data_loss, engine_name, master, remote, spark_ui, report_path, dry_run) -> None:
     """Replay offset ranges through the stream's transformation into the graph, with Spark or locally."""
     out, err = _console(sys.stdout), _console(sys.stderr)
     _SECRETS[:] = _secrets_of(remote or master)
     job = _guard(lambda: build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start,
                                    until, transform, modules_dirs, sink, sink_username, min_partitions,
-                                   batch_size, fail_on_data_loss, writers))
+                                   batch_size, fail_on_data_loss, writers, config_file=config_file))
     _guard(job.validate)
     if master and master.startswith("sc://") and not remote:
         master, remote = None, master       # --master sc://… was how Spark Connect was named before --remote
@@ -140,7 +146,7 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
         report = _guard(lambda: _run_local_with_progress(job, range_plan, err))
     else:
         started = time.perf_counter()
-        spark, owned = _guard(lambda: _session(master, remote))
+        spark, owned = _guard(lambda: _session(master, remote, spark_ui))
         session_seconds = time.perf_counter() - started
         try:
             report = _guard(lambda: _run_with_progress(spark, job, range_plan, err))
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
 # -- building the job ----------------------------------------------------------------
 def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
               modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss,
-              writers: int = DEFAULT_WRITERS) -> BackfillJob:
+              writers: int = DEFAULT_WRITERS, config_file: str | None = None) -> BackfillJob:
     from stream_registry.registry.runner import query_module_dirs
 
     start_spec = parse_offset_spec(_spec_value(start, "--from"))
@@ -174,7 +180,7 @@ def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, confi
             credentials[PASSWORD_KEY] = os.environ[PASSWORD_ENV]
     search_dirs = (*modules_dirs, *query_module_dirs())
     if stream_name:
-        if topics or bootstrap_servers or group_id or configs:
+        if topics or bootstrap_servers or group_id or configs or config_file:
             raise ConfigError("--stream: takes the topics, servers, group and settings from the stream; "
                               "drop --topics/--bootstrap-servers/--group/--config")
         return _stream_job(stream_name, state_dir, start_spec, until_spec, transform, search_dirs, sink,
@@ -183,7 +189,7 @@ def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, confi
         raise ConfigError("--topics: give --stream NAME, or --topics with --bootstrap-servers")
     if not transform:
         raise ConfigError("--transform: required with --topics (MODULE.FUNCTION)")
-    client_config = dict(_setting(c) for c in configs)
+    client_config = {**_settings_file(config_file), **dict(_argv_setting(c) for c in configs)}
     if group_id:
         client_config["group.id"] = group_id
     return BackfillJob(bootstrap_servers, tuple(t.strip() for t in topics.split(",") if t.strip()), start_spec,
@@ -222,11 +228,37 @@ def _spec_value(text: str, option: str) -> object:
         raise ConfigError(f"{option}: {exc}") from None
 
 
-def _setting(text: str) -> tuple[str, str]:
+def _setting(text: str, option: str = "--config") -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--config: expected KEY=VALUE, got {text!r}")
+        shown = f", got {text!r}" if option == "--config" else ""    # a file's line may hold a secret
+        raise ConfigError(f"{option}: expected KEY=VALUE{shown}")
     return key.strip(), value
+
+
+def _argv_setting(text: str) -> tuple[str, str]:
+    """A --config setting; a secret there is refused: argv is readable by every local user (ps, /proc)."""
+    key, value = _setting(text)
+    if is_secret_key(key):
+        raise ConfigError(f"--config: {key!r} is a secret, and a command line is visible to every local user; "
+                          f"put it in a --config-file readable only by you")
+    return key, value
+
+
+def _settings_file(path: str | None) -> dict[str, str]:
+    """KEY=VALUE lines of a --config-file (blank lines and # comments skipped); values never echoed."""
+    if not path:
+        return {}
+    settings = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--config-file: cannot read {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    for number, line in enumerate(lines, 1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, value = _setting(line, f"--config-file: line {number} of {path!r}")
+            settings[key] = value.strip()
+    return settings
 
 
 # -- running -----------------------------------------------------------------------------
@@ -263,19 +295,20 @@ def _target(master: str | None, remote: str | None):
     return spark_target(master, remote, active_session=active, under_submit=under_spark_submit())
 
 
-def _session(master: str | None, remote: str | None = None):
+def _session(master: str | None, remote: str | None = None, spark_ui: bool = False):
     """A Spark Connect session for --remote (made here, stopped after); else the active SparkSession when
-    there is one (tests, notebooks, spark-submit), else a new one."""
+    there is one (tests, notebooks, spark-submit), else a new one (its web UI only with --spark-ui)."""
     from spark_bridge.spark_session import build_session
 
+    conf = {"spark.ui.enabled": "true"} if spark_ui else None
     if remote:
-        return build_session(remote=remote), True
+        return build_session(remote=remote, conf=conf if not remote.startswith("sc://") else None), True
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None and not master:
         return active, False
-    return build_session(master), active is None
+    return build_session(master, conf=conf), active is None
 
 
 def _progress_bar(console: Console) -> Progress:

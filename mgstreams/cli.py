@@ -1,6 +1,6 @@
 """`mgstreams`: the operator CLI, a client of the stream host (`mgstreams serve`).
 
-    mgstreams serve [--state-dir DIR] [--listen HOST:PORT] [--token-file FILE] [--stop-timeout S]
+    mgstreams serve [--state-dir DIR] [--listen HOST:PORT] [--token-file FILE | --no-token] [--stop-timeout S]
     mgstreams [--url URL] list [--json]
     mgstreams describe NAME [--watch [--interval S] [--count N]] [--json]
     mgstreams set-offset NAME (SPEC | --from-file FILE) [--dry-run] [--timeout S] [--json]
@@ -15,8 +15,10 @@
     mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
 
 Every command but `serve` and `kafka` talks to the host at $MGSTREAMS_URL
-(default http://127.0.0.1:8765), sending $MGSTREAMS_TOKEN when set, so an
-operator moves exactly the streams Memgraph users see through `CALL streams.*`.
+(default http://127.0.0.1:8765), sending $MGSTREAMS_TOKEN, else the content of
+$MGSTREAMS_TOKEN_FILE, else (for a host on this machine) the token a host on the
+default state directory generated, so an operator moves exactly the streams
+Memgraph users see through `CALL streams.*`.
 Exit status: 0 on success, 1 with a one-line reason on stderr otherwise, 2 on
 usage errors.
 
@@ -133,7 +135,7 @@ def cli(ctx: click.Context, url: str) -> None:
 
 
 def _client() -> HostClient:
-    """The host client of this invocation (token from $MGSTREAMS_TOKEN), closed with the context."""
+    """The host client of this invocation (its token as HostClient finds it), closed with the context."""
     ctx = click.get_current_context()
     root = ctx.find_root()
     if "client" not in root.obj:
@@ -566,6 +568,9 @@ def drop(name: str, as_json: bool) -> None:
               help="Address of the HTTP API; anything but loopback needs a token.")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
               help=f"File holding the API token (default: ${TOKEN_ENV}); clients send it as a bearer token.")
+@click.option("--no-token", is_flag=True, default=False,
+              help="Serve without a token (loopback only): any local user or process can drive the host. "
+                   "Without this flag or a token, the host makes one in its state directory (api-token).")
 @click.option("--default-sink", envvar=DEFAULT_SINK_ENV, default=None, show_envvar=True,
               help=f"Sink of streams created without one (default: {DEFAULT_SINK}).")
 @click.option("--stop-timeout", type=click.FloatRange(min=0.1), default=host.DEFAULT_STOP_TIMEOUT_S,
@@ -576,7 +581,7 @@ def drop(name: str, as_json: bool) -> None:
               default=host.DEFAULT_LAG_SAMPLE_INTERVAL_S, show_default=True, metavar="SECONDS",
               help="Seconds between samples of every stream's committed offsets and log ends "
                    "(lag verdicts, lag seconds, metrics).")
-def serve(state_dir: str | None, listen: str, token_file: str | None, default_sink: str | None,
+def serve(state_dir: str | None, listen: str, token_file: str | None, no_token: bool, default_sink: str | None,
           stop_timeout: float, lag_sample_interval: float) -> None:
     """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
 
@@ -592,7 +597,7 @@ def serve(state_dir: str | None, listen: str, token_file: str | None, default_si
         click.echo(line)
         sys.stdout.flush()
     _run(lambda: host.serve(directory, listen, token, default_sink, ready=ready, stop_timeout=stop_timeout,
-                            lag_sample_interval=lag_sample_interval))
+                            lag_sample_interval=lag_sample_interval, no_token=no_token))
 
 
 def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:

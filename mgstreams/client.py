@@ -18,7 +18,7 @@ from stream_registry.offsets import PendingOffset, PreviewStatement
 from stream_registry.errors import ConfigError, StreamError, StreamNotFound, StreamStateError
 from stream_registry.lag.collector import PartitionLag, StreamLag
 
-from .host.serve import DEFAULT_URL, TOKEN_ENV
+from .host.serve import DEFAULT_URL, client_token, default_token_file, read_token_file
 from .wire import from_json
 
 URL_ENV = "MGSTREAMS_URL"
@@ -32,10 +32,24 @@ class HostUnavailable(StreamError):
 _ERRORS = {400: ConfigError, 404: StreamNotFound, 409: StreamStateError}
 
 
+def _token_for(url: str) -> str | None:
+    """$MGSTREAMS_TOKEN, else $MGSTREAMS_TOKEN_FILE's content, else, for a host on this machine, the token a
+    host on the default state directory generated (never sent to another machine)."""
+    token = client_token()
+    if token:
+        return token
+    host = httpx.URL(url).host
+    if host in ("127.0.0.1", "localhost", "::1") or host.startswith("127."):
+        path = default_token_file()
+        if path is not None:
+            return read_token_file(path, "token_file")
+    return None
+
+
 class HostClient:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
         self.url = _checked_url((url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/"))
-        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        token = token if token is not None else _token_for(self.url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 

@@ -333,6 +333,8 @@ def check_produced(produced: Produced, settings: DemoSettings) -> Check:
 def prepare_out(settings: DemoSettings) -> None:
     """Remove what an earlier run wrote (only the demo's own files: the cypherl sink appends)."""
     settings.out_dir.mkdir(parents=True, exist_ok=True)
+    # the host writes only into an output directory no one else can write (a umask of 002 would leave it open)
+    settings.out_dir.chmod(settings.out_dir.stat().st_mode & ~0o022)
     for path in (settings.live_path, settings.schema_path, settings.report_path, settings.host_log):
         path.unlink(missing_ok=True)
     for path in (settings.backfill_dir, settings.state_dir):
@@ -696,7 +698,8 @@ def run_demo(settings: DemoSettings, bootstrap_servers: str, spark_factory: Call
         reporter.step(2, "a stream that builds the graph, created from Cypher")
         reporter.say(f"stream host: `mgstreams serve` (pid {host.proc.pid}) at {url}; "
                      f"the query module {settings.query_module.name} calls it (MGSTREAMS_URL)")
-        streams = QueryModule(settings.query_module, url, on_call=reporter.call).open()
+        # the module sends the token the host generated in its state directory (host.token read it there)
+        streams = QueryModule(settings.query_module, url, token=host.token, on_call=reporter.call).open()
         create_stream(streams, settings, bootstrap_servers, reporter)
 
         step = "rebalance race"

@@ -2,8 +2,9 @@
 
 The streams run in `mgstreams serve`, outside Memgraph: this file is only its
 client. Each procedure validates what it can locally, sends one HTTP request to
-the host at $MGSTREAMS_URL (default http://127.0.0.1:8765; $MGSTREAMS_TOKEN is
-sent as a bearer token when set; both read at call time) and shapes the answer
+the host at $MGSTREAMS_URL (default http://127.0.0.1:8765; the token is
+$MGSTREAMS_TOKEN, else the content of the file $MGSTREAMS_TOKEN_FILE names, sent
+as a bearer token; all read at call time) and shapes the answer
 into records. It imports only the standard library and mgp and starts no
 thread: Memgraph's module reload (which purges every package this file imports
 from sys.modules) has nothing to orphan, and the single file can be copied into
@@ -40,14 +41,28 @@ OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.nam
                "errors.deadletterqueue.context.headers.enable", "bolt_unwind")
 
 
+def _token() -> str:
+    """$MGSTREAMS_TOKEN, else the file $MGSTREAMS_TOKEN_FILE names (a compose secret, the host's token file)."""
+    token = os.environ.get("MGSTREAMS_TOKEN")
+    path = os.environ.get("MGSTREAMS_TOKEN_FILE")
+    if token or not path:
+        return token or ""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read(4096).strip()
+    except OSError as exc:
+        raise Exception(f"MGSTREAMS_TOKEN_FILE: cannot read {path!r}: {exc.strerror}") from None
+
+
 def _host(method: str, path: str, body: dict = None, timeout: float = TIMEOUT_S):
     """One request to the host: its JSON answer, or an Exception whose message is one line."""
     url = (os.environ.get("MGSTREAMS_URL") or DEFAULT_URL).rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise Exception(f"MGSTREAMS_URL: {url!r} is not an http:// URL")
     headers = {"Accept": "application/json", "Content-Type": "application/json"}
-    if os.environ.get("MGSTREAMS_TOKEN"):
-        headers["Authorization"] = "Bearer " + os.environ["MGSTREAMS_TOKEN"]
+    token = _token()
+    if token:
+        headers["Authorization"] = "Bearer " + token
     data = _json_body(body) if body is not None else None
     request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
     try:

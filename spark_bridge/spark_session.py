@@ -51,6 +51,10 @@ def check_remote(remote: str) -> str:
     return remote
 
 
+# The web UI listens on every interface and its kill links stop jobs: off unless asked for (--spark-ui).
+UI_OFF = {"spark.ui.enabled": "false"}
+
+
 def build_session(master: str | None = None, app_name: str = "mgstreams-backfill",
                   conf: Mapping[str, str] | None = None, remote: str | None = None):
     """A session for `master` (classic) or `remote` (Spark Connect); `--master sc://…` means `remote`."""
@@ -67,6 +71,8 @@ def build_session(master: str | None = None, app_name: str = "mgstreams-backfill
     elif not under_spark_submit():
         builder = builder.master("local[*]")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if not under_spark_submit():   # spark-submit's own --conf decides there
+        conf = {**UI_OFF, **(conf or {})}
     if not under_spark_submit() and _LOCAL.match(master or "local[*]"):
         conf = {**LOCAL_JVM_OPTIONS, **(conf or {})}
     for key, value in (conf or {}).items():
@@ -115,7 +121,7 @@ def start_local_connect_server(master: str, app_name: str = "mgstreams-backfill"
                .config("spark.connect.grpc.binding.address", "127.0.0.1")
                .config("spark.connect.grpc.binding.port", str(port))
                .config("spark.ui.showConsoleProgress", "false"))
-    for key, value in {**LOCAL_JVM_OPTIONS, **(conf or {})}.items():
+    for key, value in {**LOCAL_JVM_OPTIONS, **UI_OFF, **(conf or {})}.items():
         builder = builder.config(key, value)
     server = builder.getOrCreate()
     server.sparkContext.setLogLevel("ERROR")

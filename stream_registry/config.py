@@ -10,6 +10,7 @@ from enum import Enum
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Sequence
 
+from .allowlists import check_bootstrap, check_properties, check_sink_host
 from .errors import ConfigError
 from .redaction import mask_all, mask_secrets, redact, redact_error, secret_values
 
@@ -19,13 +20,6 @@ _PORT = re.compile(r"[0-9]{1,5}\Z")
 MAX_NAME_LENGTH = 128
 MAX_TOPIC_LENGTH = 249
 
-# librdkafka properties the plugin owns: the user may not set them.
-OWNED_CONFIG_KEYS = frozenset({
-    "group.id", "bootstrap.servers", "metadata.broker.list", "enable.auto.commit",
-    "enable.auto.offset.store", "enable.partition.eof",
-    "on_commit", "error_cb", "stats_cb", "throttle_cb", "oauth_cb", "logger",
-    "rebalance_cb", "offset_commit_cb", "consume_cb", "log_cb", "background_event_cb",
-})
 ASSIGNMENT_STRATEGIES = frozenset({"range", "roundrobin", "cooperative-sticky"})
 GROUP_PROTOCOLS = frozenset({"classic", "consumer"})
 # Credentials with this prefix are for the graph sink, not for librdkafka.
@@ -119,6 +113,10 @@ class StreamConfig:
                 object.__setattr__(self, name, kind(value))
         if self.dead_letter_topic == "":
             object.__setattr__(self, "dead_letter_topic", None)
+        # The allowlist, at every construction: a create (before any Kafka client exists) and a stored
+        # stream read back from the state store alike.
+        check_properties("configs", self.configs)
+        check_properties("credentials", self.credentials, sink_keys=True)
 
     def __repr__(self) -> str:
         secrets = self.secret_values()   # values only: a secret `consumer` leaves the name consumer_group whole
@@ -188,6 +186,7 @@ class StreamConfig:
             host, _, port = server.strip().rpartition(":")
             if not host or not _PORT.match(port) or not 0 < int(port) < 65536:
                 raise ConfigError(f"bootstrap_servers: {server.strip()!r} is not host:port")
+        check_bootstrap("bootstrap_servers", self.bootstrap_servers)
         if self.consumer_group is not None and (not isinstance(self.consumer_group, str)
                                                 or not self.consumer_group.strip()):
             raise ConfigError(f"consumer_group: {self.consumer_group!r} is not a valid group id")
@@ -220,6 +219,7 @@ class StreamConfig:
             raise ConfigError(f"transform: expected 'module.function', got {self.transform!r}")
         if not isinstance(self.sink, str) or not self.sink:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
+        check_sink_host(self.sink)
         self._validate_configs()
         for key, value in self.credentials.items():
             if not isinstance(key, str) or not key:
@@ -231,10 +231,6 @@ class StreamConfig:
         for key, value in self.configs.items():
             if not isinstance(key, str) or not key:
                 raise ConfigError(f"configs: keys must be non-empty strings, got {key!r}")
-            shown = mask_secrets({key: value}, self.secret_values())[key]
-            if key in OWNED_CONFIG_KEYS or key.endswith("_cb"):
-                raise ConfigError(f"configs[{key!r}]: set by mgstreams itself and cannot be overridden "
-                                  f"(got {shown!r})")
             if not isinstance(value, (str, int, float, bool)):
                 raise ConfigError(f"configs[{key!r}]: expected a string, number or boolean, "
                                   f"got {type(value).__name__}")

@@ -13,7 +13,8 @@ from typing import Iterable, Mapping
 
 MASK = "****"
 _SECRET_KEY = re.compile(
-    r"password|secret|token|jaas|credential|api\.key"
+    r"password|passphrase|secret|token|jaas|credential|api\.key"
+    r"|\.pem\Z"                                     # PEM content: ssl.ca.pem, ssl.certificate.pem, key.pem
     r"|ssl\.key"                                    # ssl.key.pem, ssl.key.password, ssl.key.location
     r"|sasl\.oauthbearer\.(?:config|extensions)",   # 'clientSecret=...', extension values
     re.I)

@@ -13,7 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class HostProcess(_HostProcess):
+    """`generated_token=False` (the default) serves without a token (`--no-token`) when none is given, so tests
+    of other things can use plain HTTP clients; the security tests use the product's default (a generated token)."""
+
     def __init__(self, state_dir: str | os.PathLike, *, token: str | None = None, env: dict | None = None,
-                 extra_args: tuple[str, ...] = ()):
+                 extra_args: tuple[str, ...] = (), generated_token: bool = False):
+        if token is None and not generated_token and "--token-file" not in extra_args:
+            extra_args = ("--no-token", *extra_args)
         super().__init__(state_dir, token=token, extra_args=extra_args, cwd=ROOT,
                          env={"PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}", **(env or {})})

@@ -153,6 +153,7 @@ def bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size:
     from stream_registry.registry.worker import RetryPolicy
 
     monkeypatch.setattr(sinks, "connect_mgclient", memgraph.connect)
+    monkeypatch.setenv("MGSTREAMS_ALLOWED_HOSTS", "memgraph,localhost,127.0.0.0/8")   # the sink host, by name
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 10, partitions=1)
     registry = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=attempts, first_backoff_s=0.05))

@@ -246,8 +246,11 @@ def test_serve_takes_its_state_dir_from_the_environment(tmp_path):
         assert line.startswith("mgstreams host serving at http://127.0.0.1:") and f"state: {state}" in line
         assert (state / "host.lock").is_file()
         url = line.split()[4]
-        listed = run_process("--url", url, "list", "--json")
-        assert (listed.returncode, json.loads(listed.stdout)) == (0, [])
+        assert f"token in {state / 'api-token'}" in line         # no token given: the host made one
+        # the CLI finds the token the host generated through the same $MGSTREAMS_STATE_DIR
+        listed = run_process("--url", url, "list", "--json", env={"MGSTREAMS_STATE_DIR": str(state),
+                                                                   "MGSTREAMS_TOKEN": ""})
+        assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:

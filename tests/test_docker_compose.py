@@ -175,9 +175,41 @@ def test_docker_stop_waits_for_every_stream_process_to_commit(services):
     assert grace.endswith("s") and float(grace[:-1]) >= timeout + 10, (grace, timeout)
 
 
-def test_ports(services):
-    assert "7687:7687" in services["memgraph"]["ports"]
-    assert services["mgstreams"]["ports"] == ["127.0.0.1:8765:8765"], "the API is published on loopback only"
+def published(port: str) -> tuple[str, str, str]:
+    """(host address, host port, container port) of a short-syntax port mapping ('' when no address)."""
+    parts = port.rsplit(":", 2)
+    return ("", *parts) if len(parts) == 2 else tuple(parts)
+
+
+def test_every_port_is_published_on_loopback_only(services):
+    """Anyone who reaches the machine must not reach Kafka (PLAINTEXT), Memgraph, Lab or the API (issue 26)."""
+    seen = []
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert isinstance(port, str), f"{name}: use the short syntax ADDRESS:HOST:CONTAINER ({port!r})"
+            address, host_port, _ = published(port)
+            assert address == "127.0.0.1", f"{name} publishes {port!r} beyond loopback"
+            seen.append((name, host_port))
+    assert {("kafka", "9092"), ("memgraph", "7687"), ("memgraph", "7444"), ("lab", "3000"),
+            ("mgstreams", "8765")} <= set(seen)
+    assert "expose" not in services["kafka"] and "network_mode" not in services["kafka"]
+    header = COMPOSE_FILE.read_text().split("services:")[0]
+    assert "127.0.0.1" in header and "deliberately" in header, "the file says how to open a port on purpose"
+
+
+def test_memgraph_runs_with_a_user_and_password(services):
+    env = env_of(services["memgraph"])
+    assert env["MEMGRAPH_USER"] and env["MEMGRAPH_PASSWORD"].startswith("${MEMGRAPH_PASSWORD:?"), \
+        "compose refuses to start Memgraph without a password; none is committed"
+    check = services["memgraph"]["healthcheck"]["test"][1]
+    assert "--username" in check and "--password" in check, "the health check logs in"
+
+
+def test_the_host_reaches_and_answers_only_the_compose_names(services):
+    env = env_of(services["mgstreams"])
+    assert set(env["MGSTREAMS_ALLOWED_HOSTS"].split(",")) >= {"kafka", "memgraph"}
+    assert "*" not in env["MGSTREAMS_ALLOWED_HOSTS"].split(",")
+    assert env["MGSTREAMS_SERVER_NAMES"].split(",") == ["mgstreams"], "Memgraph calls http://mgstreams:8765"
 
 
 def test_copy_sources_exist_and_pass_the_dockerignore(memgraph_build, dockerfile, host_build, host_dockerfile):
@@ -258,9 +290,12 @@ def test_module_reaches_the_host_with_its_token(services):
     host = services["mgstreams"]
     port = command_of(host)[command_of(host).index("--listen") + 1].rpartition(":")[2]
     assert env["MGSTREAMS_URL"] == f"http://mgstreams:{port}"
-    assert env["MGSTREAMS_TOKEN"] == env_of(host)["MGSTREAMS_TOKEN"]
+    # the token reaches Memgraph as a secret's file, not in its environment
+    assert "MGSTREAMS_TOKEN" not in env
+    assert env["MGSTREAMS_TOKEN_FILE"] == "/run/secrets/mgstreams_token"
+    assert "mgstreams_token" in services["memgraph"]["secrets"]
     module = (ROOT / "query_modules" / "streams.py").read_text()
-    assert "MGSTREAMS_URL" in module and "MGSTREAMS_TOKEN" in module
+    assert "MGSTREAMS_URL" in module and "MGSTREAMS_TOKEN_FILE" in module
 
 
 def test_query_modules_directory_keeps_mage_and_adds_ours(services, dockerfile):
@@ -317,7 +352,7 @@ def test_kafka_listeners_for_host_and_compose_network(services):
     assert "localhost" in hosts, "a listener for clients on the host"
     assert kafka["hostname"] in hosts, "a listener for clients on the compose network"
     [(host_name, (_, host_port))] = [(n, a) for n, a in advertised.items() if a[0] == "localhost"]
-    assert f"{host_port}:{host_port}" in kafka["ports"], "the host listener's port is published"
+    assert f"127.0.0.1:{host_port}:{host_port}" in kafka["ports"], "the host listener's port is published on loopback"
     assert host_port == 9092
     [(_, (_, network_port))] = [(n, a) for n, a in advertised.items() if a[0] == kafka["hostname"]]
     assert network_port == 29092

@@ -7,7 +7,10 @@ Property-based tests (hypothesis) over every way a user hands mgstreams a value:
 - Cypher literal rendering (`render_statement`): rendering then reading back round-trips, or is refused;
 - the host's HTTP API (a real `mgstreams serve`): POST /streams, PATCH /streams/{name}/offsets, every route;
 - the procedures' arguments through the query module (on the mgp test backend, against that host);
-- CLI arguments (click's runner against that host, and `parse_spec_argument`).
+- CLI arguments (click's runner against that host, and `parse_spec_argument`);
+- librdkafka property names, every one librdkafka documents (its CONFIGURATION.md
+  table, read from the installed client at test time), in `configs` and
+  `credentials`: only the host's allowlist is ever accepted (issue 26).
 
 A refusal is a StreamError whose message starts with the field it is about (a
 400 `{"error": "<field>: ..."}` on the API, one `Exception: <field>: ...` line on
@@ -51,6 +54,7 @@ from stream_registry.offset_spec import (
     AtTime, Absolute, Earliest, GroupOffsets, Latest, PartitionSnapshot, Shift, parse_offset_spec, parse_target,
     resolve,
 )
+from stream_registry.allowlists import DEFAULT_ALLOWED_CONFIGS, NEVER_SETTABLE, PATH_PROPERTIES
 from stream_registry.redaction import is_secret_key
 from test_cypher_literals import LiteralParser
 
@@ -1059,3 +1063,97 @@ def test_librdkafka_log_lines_never_show_a_credential(shared):
     if response.status_code == 201:
         shared.http.delete("/streams/log_probe")
     assert SECRET + "mech" not in shared.host.log()
+
+
+# -- librdkafka properties: only the allowlist gets through (issue 26) ----------------------------------
+def librdkafka_properties() -> list[str]:
+    """Every property librdkafka documents, from the installed client's own table (what CONFIGURATION.md is
+    generated from: rd_kafka_conf_properties_show), so the list is the client's, not a copy in this repo."""
+    import ctypes
+    import tempfile
+
+    from mgstreams.embedded_kafka import _load_librdkafka
+
+    lib, libc = _load_librdkafka(), ctypes.CDLL(None)
+    libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
+    libc.fclose.argtypes = [ctypes.c_void_p]
+    lib.rd_kafka_conf_properties_show.argtypes = [ctypes.c_void_p]
+    with tempfile.NamedTemporaryFile("r", suffix=".md") as table:
+        handle = libc.fopen(table.name.encode(), b"w")
+        lib.rd_kafka_conf_properties_show(handle)
+        libc.fclose(handle)
+        rows = [line.split("|")[0].strip() for line in table.read().splitlines() if "|" in line]
+    names = sorted({r for r in rows if re.fullmatch(r"[a-z_][a-z0-9_.]*", r) and r != "property"})
+    assert len(names) > 150 and "plugin.library.paths" in names and "ssl.engine.location" in names, names[:10]
+    return names
+
+
+LIBRDKAFKA_PROPERTIES = librdkafka_properties()
+property_values = st.one_of(st.sampled_from(["1", "100", "true", "false", "all", "none", "plaintext", "/tmp/x.so",
+                                             "https://idp.example/token", "127.0.0.1:9092", "probe"]),
+                            st.integers(0, 10 ** 6), st.booleans(), any_text.map(lambda t: SECRET + t))
+
+
+def check_librdkafka_property(case) -> str:
+    where, key, value = case
+    fields = {"name": "s", "topics": ["t"], "bootstrap_servers": "localhost:9092", "transform": "m.f",
+              "sink": "null://", where: {key: value}}
+    try:
+        StreamConfig(**fields).validate()
+    except ConfigError as exc:
+        assert str(exc).startswith(f"{where}[{key!r}]: "), str(exc)
+        secret = where == "credentials" or is_secret_key(key)     # a credential, or a secret-looking config
+        assert not (secret and isinstance(value, str) and len(value) > 6 and value in str(exc)), str(exc)
+        return "refused"
+    assert key in DEFAULT_ALLOWED_CONFIGS, f"{where}[{key!r}] = {value!r} was accepted but is not allowlisted"
+    assert key not in NEVER_SETTABLE and not key.endswith("_cb")
+    # no operator file directories here: a path is accepted only as librdkafka's own CA search ("probe")
+    assert key not in PATH_PROPERTIES or (key, value) == ("ssl.ca.location", "probe"), (key, value)
+    return "accepted"
+
+
+def test_only_allowlisted_librdkafka_properties_are_ever_accepted(record_property):
+    cases = st.tuples(st.sampled_from(["configs", "credentials"]),
+                      st.one_of(st.sampled_from(LIBRDKAFKA_PROPERTIES), st.sampled_from(sorted(NEVER_SETTABLE))),
+                      property_values)
+    outcomes = fuzz(record_property, "librdkafka_properties", cases, check_librdkafka_property, max_examples=1500,
+                    examples=tuple((w, k, "/tmp/x.so") for w in ("configs", "credentials")
+                                   for k in ("plugin.library.paths", "ssl.engine.location", "ssl.providers",
+                                             "sasl.kerberos.kinit.cmd", "oauthbearer_token_refresh_cb")))
+    assert outcomes["accepted"] and outcomes["refused"]
+
+
+def test_every_documented_property_is_refused_or_allowlisted():
+    """The whole table, each name once: what is not on the allowlist is refused in both maps."""
+    accepted = set()
+    for key in LIBRDKAFKA_PROPERTIES:
+        for where in ("configs", "credentials"):
+            if check_librdkafka_property((where, key, "1")) == "accepted":
+                accepted.add(key)
+    assert accepted <= DEFAULT_ALLOWED_CONFIGS
+    assert not accepted & (NEVER_SETTABLE | PATH_PROPERTIES)
+
+
+def test_api_create_accepts_only_allowlisted_properties(shared, record_property):
+    cases = st.tuples(st.sampled_from(["configs", "credentials"]), st.sampled_from(LIBRDKAFKA_PROPERTIES),
+                      st.sampled_from(["1", "100", "false", "/tmp/x.so"]))
+
+    def check(case) -> str:
+        where, key, value = case
+        response = _send(shared.http, "POST", "/streams", {
+            "name": "prop_probe", "topics": [shared.topic], "bootstrap_servers": shared.bootstrap,
+            "sink": "null://", where: {key: value}})
+        if response.status_code == 201:
+            assert key in DEFAULT_ALLOWED_CONFIGS and key not in PATH_PROPERTIES, (where, key)
+            assert shared.http.delete("/streams/prop_probe").status_code == 200
+            return "accepted"
+        assert response.status_code == 400, (where, key, response.status_code, response.text[:300])
+        error = _error_of(response, ("configs", "credentials", "bootstrap_servers"))
+        if key not in DEFAULT_ALLOWED_CONFIGS:
+            assert error.startswith(f"{where}[{key!r}]: "), error
+        shared.assert_unchanged()
+        return "refused"
+
+    fuzz(record_property, "api_librdkafka_properties", cases, check, max_examples=80,
+         examples=(("configs", "plugin.library.paths", "/tmp/x.so"), ("credentials", "plugin.library.paths", "/tmp/x.so"),
+                   ("configs", "ssl.engine.location", "/tmp/x.so"), ("configs", "client.id", "1")))

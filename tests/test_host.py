@@ -34,7 +34,8 @@ HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset
 
 def http(host: HostProcess, token: str | None = None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=host.url, headers=headers, timeout=30)
+    # raw bodies too are sent as JSON: the host refuses any other content type (415) before reading them
+    return httpx.Client(base_url=host.url, headers={"Content-Type": "application/json", **headers}, timeout=30)
 
 
 def group() -> str:
@@ -256,6 +257,7 @@ def test_a_configured_token_is_required_on_every_route(tmp_path):
     token = f"tok-{uuid.uuid4().hex}"
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
+    token_file.chmod(0o600)   # a token file others can read is refused
     host = HostProcess(tmp_path / "state", env={"MGSTREAMS_TOKEN": ""},
                        extra_args=("--token-file", str(token_file))).start()
     try:
@@ -291,13 +293,21 @@ def test_a_non_loopback_address_needs_a_token(tmp_path):
     assert time.monotonic() - started < 10
     assert not (tmp_path / "state").exists()      # refused before taking the state directory
 
-    # with a token the same address serves, and asks for the token
-    host = HostProcess(tmp_path / "state", token="t0ken", extra_args=("--listen", "0.0.0.0:0")).start()
+    # a short token is refused beyond loopback, naming its length and never its value
+    short = subprocess.run([sys.executable, "-m", "mgstreams", "serve", "--state-dir", str(tmp_path / "state"),
+                            "--listen", "0.0.0.0:0"], capture_output=True, text=True, cwd=ROOT, timeout=30,
+                           env={**env, "MGSTREAMS_TOKEN": "t0ken"})
+    assert short.returncode == 1 and short.stderr.startswith("mgstreams: error: token: 5 characters")
+    assert "t0ken" not in short.stderr
+
+    # with a long enough token the same address serves, and asks for the token
+    token = "t0ken-" + "x" * 32
+    host = HostProcess(tmp_path / "state", token=token, extra_args=("--listen", "0.0.0.0:0")).start()
     try:
         port = host.url.rsplit(":", 1)[1]
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as api:
             assert api.get("/health").status_code == 401
-            assert api.get("/health", headers={"Authorization": "Bearer t0ken"}).status_code == 200
+            assert api.get("/health", headers={"Authorization": f"Bearer {token}"}).status_code == 200
     finally:
         host.stop()
 

@@ -147,7 +147,7 @@ def test_every_procedure_has_a_docstring(memgraph):
 
 
 @pytest.mark.parametrize("env_sink, default", [(None, "bolt://localhost:7687"),
-                                               ("bolt://memgraph:7687", "bolt://memgraph:7687")])
+                                               ("bolt://127.0.0.2:7687", "bolt://127.0.0.2:7687")])
 def test_defaults_give_a_working_stream(connected, kafka, monkeypatch, env_sink, default):
     """sink defaults to $MGSTREAMS_DEFAULT_SINK as it was when Memgraph loaded the module (a container's
     compose Memgraph); transform "" stores messages as :KafkaMessage nodes; consumer_group "" is mgstreams_<name>."""

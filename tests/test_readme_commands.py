@@ -176,6 +176,7 @@ SHELL_RULES = {
     "toolkit": "^mgstreams (?:" + TOOLKIT + ")",
     "curl": r"^curl ",
     "export-token": r"^export MGSTREAMS_TOKEN=\$\(openssl rand -hex 24\)$",
+    "export-password": r"^export MEMGRAPH_PASSWORD=\$\(openssl rand -hex 24\)$",
     "export-url": r"^export MGSTREAMS_URL=http://[\w.-]+:\d+$",
     "install-module": r"^sudo cp query_modules/streams\.py /\S+/$",
     "export": r"^export PYSPARK_PYTHON=\$\(pwd\)/\.venv/bin/python$",
@@ -245,7 +246,7 @@ def state_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def orders_host(cluster, tmp_path):
     """A host (its own state directory) on the cluster; stopped with SIGTERM after the test."""
-    process = HostProcess(tmp_path / "host-state").start()
+    process = HostProcess(tmp_path / "host-state", generated_token=True).start()   # as `mgstreams serve` runs
     yield process
     process.stop()
 
@@ -338,6 +339,7 @@ def test_mgstreams_serve_commands(tmp_path, kafka):
             work.mkdir()
             token = f"token-{len(ran)}-{os.getpid()}"
             (work / "token").write_text(token + "\n")
+            (work / "token").chmod(0o600)        # a token file others can read is refused
             default_sink = work / "default.cypherl"
             placeholders = {"/var/lib/mgstreams": str(work / "var-lib-mgstreams"), "DIR": str(work / "state"),
                             "HOST:PORT": "127.0.0.1:0", "FILE": str(work / "token"),
@@ -356,12 +358,14 @@ def test_mgstreams_serve_commands(tmp_path, kafka):
                 assert Path(match.group(2)) == state.resolve() and state.is_dir(), line
                 if "--listen" not in args:
                     assert url == DEFAULT_URL
-                headers = {"Authorization": f"Bearer {token}"} if "--token-file" in args else {}
+                if "--token-file" not in args:     # given none, the host made one in its state directory
+                    assert f"token in {state.resolve() / 'api-token'}" in line, line
+                    token = (state / "api-token").read_text().strip()
+                headers = {"Authorization": f"Bearer {token}"}
                 with httpx.Client(base_url=url, headers=headers, timeout=30) as api:
                     health = api.get("/health")
                     assert (health.status_code, health.json()) == (200, {"status": "ok"}), health.text
-                    if headers:
-                        assert httpx.get(f"{url}/health", timeout=30).status_code == 401
+                    assert httpx.get(f"{url}/health", timeout=30).status_code == 401
                     if "--default-sink" in args:
                         created = api.post("/streams", json={"name": "orders", "topics": [topic],
                                                              "bootstrap_servers": kafka.bootstrap_servers})
@@ -385,6 +389,7 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
         client.create(name="orders", topics=["orders"], bootstrap_servers=cluster.bootstrap_servers,
                       transform=MERGE_MESSAGES, sink=f"cypherl://{out}", batch_interval_ms=20)
     monkeypatch.setenv("MGSTREAMS_URL", orders_host.url)
+    monkeypatch.setenv("MGSTREAMS_TOKEN_FILE", str(orders_host.state_dir / "api-token"))
     commands = [c for c in shell("mgstreams") if not c.startswith("mgstreams kafka ")]
     assert commands, "the README documents the operator CLI"
     ran = []
@@ -422,6 +427,7 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
     # `start` applied the pending change at assignment: partition 0 from 42, the others from the beginning.
     assert len(out.read_text().splitlines()) == PARTITIONS * PER_PARTITION - 42
     monkeypatch.setenv("MGSTREAMS_URL", orders_host.url)
+    monkeypatch.setenv("MGSTREAMS_TOKEN_FILE", str(orders_host.state_dir / "api-token"))
     assert json.loads(run_cli(["list", "--json"]).stdout) == []   # `drop orders` ran
 
 
@@ -440,7 +446,8 @@ def test_operator_toolkit_commands(cluster, orders_host, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     # `mgstreams` as this checkout's entry point (`python -m mgstreams`), whatever the installed script points at
-    env = {**os.environ, "MGSTREAMS_URL": orders_host.url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "MGSTREAMS_URL": orders_host.url, "PYTHONPATH": str(ROOT),
+           "MGSTREAMS_TOKEN_FILE": str(orders_host.state_dir / "api-token")}
     entry = f'mgstreams() {{ {shlex.quote(sys.executable)} -m mgstreams "$@"; }}\n'
     commands = shell("toolkit")
     assert len(commands) >= 8
@@ -536,7 +543,7 @@ def test_curl_commands(cluster, orders_host, tmp_path):
                    .replace("cypherl:///tmp/mgstreams-out/orders.cypherl", f"cypherl://{out}"))
         assert "localhost" not in adapted and "/tmp/orders" not in adapted, adapted
         method, path, body = route(command)
-        status, text = curl(adapted, orders_host.url)
+        status, text = curl(adapted, orders_host.url, {"MGSTREAMS_TOKEN": orders_host.token})
         answer = json.loads(text) if path != "/metrics" else text
         seen.append((method, path))
         assert status == (201 if (method, path) == ("POST", "/streams") else 200), (command, status, text)
@@ -611,6 +618,15 @@ def test_export_token_then_curl_with_the_token(tmp_path):
         host.stop()
 
 
+def test_export_memgraph_password_makes_a_password_compose_requires(compose):
+    """The README's password line, run by bash, gives compose the MEMGRAPH_PASSWORD it refuses to start without."""
+    [export] = shell("export-password")
+    done = subprocess.run(["bash", "-c", f'{export}\nprintf %s "$MEMGRAPH_PASSWORD"'], capture_output=True,
+                          text=True, timeout=30, check=True)
+    assert re.fullmatch(r"[0-9a-f]{48}", done.stdout), done.stdout
+    assert compose["services"]["memgraph"]["environment"]["MEMGRAPH_PASSWORD"].startswith("${MEMGRAPH_PASSWORD:?")
+
+
 def test_export_url_is_the_hosts_default_address(compose):
     """`export MGSTREAMS_URL=...` names where `mgstreams serve` listens by default (test_mgstreams_serve_commands
     checks a default host serves there); the curl test runs it with the test host's URL."""
@@ -618,8 +634,10 @@ def test_export_url_is_the_hosts_default_address(compose):
     assert export.split("=", 1)[1] == DEFAULT_URL == f"http://{DEFAULT_LISTEN}"
     assert all("$MGSTREAMS_URL/" in c for c in shell("curl"))
     assert re.search(r"^mgstreams serve --state-dir \S+\s+# 127\.0\.0\.1:8765;", README.read_text(), re.M)
-    for service in ("mgstreams", "memgraph"):   # compose refuses to start without the token
-        assert compose["services"][service]["environment"]["MGSTREAMS_TOKEN"].startswith("${MGSTREAMS_TOKEN:?")
+    # compose refuses to start without the token; Memgraph reads it from the secret made of it
+    assert compose["services"]["mgstreams"]["environment"]["MGSTREAMS_TOKEN"].startswith("${MGSTREAMS_TOKEN:?")
+    assert compose["secrets"]["mgstreams_token"] == {"environment": "MGSTREAMS_TOKEN"}
+    assert compose["services"]["memgraph"]["environment"]["MGSTREAMS_TOKEN_FILE"] == "/run/secrets/mgstreams_token"
 
 
 def test_install_module_command_copies_one_self_contained_file(compose, tmp_path):
@@ -985,6 +1003,7 @@ def memgraph(orders_host, tmp_path, monkeypatch):
     from mgp_backend import mgp_environment
 
     monkeypatch.setenv("MGSTREAMS_URL", orders_host.url)
+    monkeypatch.setenv("MGSTREAMS_TOKEN_FILE", str(orders_host.state_dir / "api-token"))
     monkeypatch.setenv("MGSTREAMS_DEFAULT_SINK", f"cypherl://{tmp_path / 'memgraph.cypherl'}")
     with mgp_environment([ROOT / "query_modules"]) as server:
         server.host = orders_host

@@ -2,18 +2,23 @@
 
 Handlers are thin: read the request, call the registry in a worker thread (its
 calls block: an offset change waits for the rebalance), encode the result.
-Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 404
-unknown stream, 409 state conflict, 413 a body over 1 MiB, 503 Kafka did not
-answer; 500 only for a bug, and even then no traceback and no secret reaches
-the client.
+Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 403 /
+415 / 421 a request a web page made (boundary.py), 404 unknown stream, 409 state
+conflict, 413 a body over 1 MiB or a preview over its byte cap, 503 Kafka did not
+answer or a cap on concurrent creates or previews is reached; 500 only for a bug,
+and even then no traceback and no secret reaches the client.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hmac
 import json
 import logging
 import re
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
@@ -33,6 +38,7 @@ from stream_registry.lag.collector import LagCollector
 
 from ..wire import to_json
 from . import ui
+from .boundary import BrowserBoundary
 from .metrics import registry_metrics
 
 log = logging.getLogger("mgstreams.host")
@@ -50,6 +56,39 @@ MAX_LIMIT = 2 ** 63 - 1
 MAX_BODY_BYTES = 1 << 20   # an offset map for 50,000 partitions fits; a client cannot make the host hold more
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How much one host does at once for its callers: beyond it, a 503 naming the cap."""
+    creates: int = 4                      # creates in progress (each may wait on an unreachable cluster)
+    previews: int = 2                     # previews (`check`) in progress, each a child process
+    preview_bytes: int = 16 << 20         # the most a preview's answer may hold
+
+
+class Busy(KafkaOperationError):
+    """A cap on concurrent work is reached (503)."""
+
+
+class _Cap:
+    """A count of work in progress that refuses, never queues: a queue would hold connections open."""
+
+    def __init__(self, what: str, most: int, flag: str):
+        self._what, self._most, self._flag = what, most, flag
+        self._lock = threading.Lock()
+        self._running = 0
+
+    def __enter__(self) -> "_Cap":
+        with self._lock:
+            if self._running >= self._most:
+                raise Busy(f"{self._what}: {self._running} already in progress, the most this host runs at once "
+                           f"({self._flag} {self._most}); try again shortly")
+            self._running += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._running -= 1
+
+
 class BadRequest(ConfigError):
     """The request itself (body, query string) is malformed."""
 
@@ -59,13 +98,18 @@ class BodyTooLarge(BadRequest):
 
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
-               default_sink: str = "bolt://localhost:7687", lag: LagCollector | None = None) -> Starlette:
+               default_sink: str = "bolt://localhost:7687", lag: LagCollector | None = None,
+               limits: Limits = Limits(), server_names: tuple[str, ...] = (), loopback: bool = True):
     """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`.
 
     `lag` is the host's lag sampler; without one, a sampler that samples only when asked is made.
+    The browser boundary (Host, Origin, Content-Type) wraps everything: `server_names` are the names
+    besides IP literals (and `localhost` when `loopback`) the host answers to.
     """
     if lag is None:
         lag = LagCollector(registry)
+    creating = _Cap("creates", limits.creates, "$MGSTREAMS_MAX_CREATES")
+    previewing = _Cap("previews", limits.previews, "$MGSTREAMS_MAX_PREVIEWS")
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -79,7 +123,12 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         body["transform"] = body.get("transform") or DEFAULT_TRANSFORM
         body["consumer_group"] = body.get("consumer_group") or None
         fields = {OPTION_FIELDS.get(key, key): value for key, value in body.items()}
-        return await _call(lambda: create_stream(registry, StreamConfig(**fields)), status=201)
+
+        def capped_create():
+            config = StreamConfig(**fields)   # the allowlists, before the cap is taken and any client is built
+            with creating:
+                return create_stream(registry, config)
+        return await _call(capped_create, status=201)
 
     async def get(request: Request) -> Response:
         return await _call(lambda: registry.get(_name(request)))
@@ -141,8 +190,22 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         body = await _body(request, CHECK_FIELDS, required=(), empty_ok=True)
         timeout = _timeout(body, DEFAULT_CHECK_TIMEOUT_MS)
         name = _name(request)
-        return await _call(lambda: registry.check(name, body.get("offset", "committed"), limit=body.get("limit", 10),
-                                                  timeout=timeout))
+
+        def capped_check():
+            with previewing:
+                try:
+                    answer = to_json(registry.check(name, body.get("offset", "committed"),
+                                                    limit=body.get("limit", 10), timeout=timeout))
+                    encoded = json.dumps(answer).encode()
+                    if len(encoded) > limits.preview_bytes:
+                        raise PreviewTooLarge(f"check: the preview holds {len(encoded)} bytes, more than the "
+                                              f"{limits.preview_bytes} the host returns ($MGSTREAMS_MAX_PREVIEW_BYTES); "
+                                              f"ask for fewer records (limit)")
+                    return encoded
+                finally:
+                    answer = encoded = None
+                    _return_memory()
+        return Response(await run_in_threadpool(capped_check), media_type="application/json")
 
     metrics_registry = registry_metrics(registry, lag)
 
@@ -176,7 +239,29 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
     # No 307 to the path without its trailing slash: a client that does not follow it (DELETE /streams/)
     # got an empty body; every unknown path gets a JSON 404 instead.
     app.router.redirect_slashes = False
-    return app
+    return BrowserBoundary(app, names=server_names, loopback=loopback)
+
+
+class PreviewTooLarge(BodyTooLarge):
+    """A preview's answer is over the byte cap (413)."""
+
+
+def _return_memory() -> None:
+    """Give the allocator's free pages back to the system after a preview's answer (glibc keeps them)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        return libc
+    except (OSError, AttributeError):   # not glibc: nothing to trim
+        return None
+
+
+_LIBC = _libc()
 
 
 def create_stream(registry: StreamRegistry, config: StreamConfig):
@@ -330,6 +415,9 @@ def _require_token(token: str) -> Callable[[Request, Callable[[Request], Awaitab
 
     async def dispatch(request: Request, call_next) -> Response:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if not scheme and request.method == "GET" and request.url.path == "/ui":
+            # a browser cannot send a bearer header when it opens a page: /ui?token=... (as Jupyter's URLs)
+            scheme, given = "bearer", request.query_params.get("token", "")
         # compare_digest runs in constant time for any input; the scheme is case-insensitive (RFC 9110)
         if not hmac.compare_digest(given.strip().encode(), expected) or scheme.lower() != "bearer":
             return _error("authorization: a valid bearer token is required (Authorization: Bearer ...)", 401,

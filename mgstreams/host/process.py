@@ -4,7 +4,8 @@ For programs that own the host they drive (the demo, benchmarks, tests): the
 child is a real process boundary, as in production. `spawn()` returns at once,
 so the caller can work while the host imports and binds; `wait_ready()` reads
 the URL from the host's ready line; `terminate()` sends SIGTERM and returns the
-exit status, which a clean shutdown makes 0.
+exit status, which a clean shutdown makes 0. Given no token, the child makes one
+in its state directory; `token` holds it once the child serves.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import Mapping, Sequence
 from stream_registry.errors import StreamError
 
 from ..client import HostClient
-from .serve import TOKEN_ENV
+from .serve import TOKEN_ENV, TOKEN_FILE_NAME, read_token_file
 
 _READY = re.compile(rb"serving at (http://\S+)")
 
@@ -77,6 +78,7 @@ class HostProcess:
             match = _READY.search(seen)
             if match:
                 self.url = match.group(1).decode()
+                self.token = self.token or self._served_token()
                 # Keep draining stdout so a chatty host can never block on a full pipe.
                 threading.Thread(target=self._drain, daemon=True, name="mgstreams-host-stdout").start()
                 return self.url
@@ -130,6 +132,14 @@ class HostProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _served_token(self) -> str | None:
+        """The token the child serves with when none was given: its --token-file, or the one it generated."""
+        args = list(self.extra_args)
+        if "--no-token" in args:
+            return None
+        path = args[args.index("--token-file") + 1] if "--token-file" in args else self.state_dir / TOKEN_FILE_NAME
+        return read_token_file(path, "token_file")
 
     def _drain(self) -> None:
         fd = self.proc.stdout.fileno()

@@ -12,7 +12,7 @@ import contextlib
 import ipaddress
 import logging
 import os
-import pwd
+import secrets
 import signal
 import socket
 import stat
@@ -24,20 +24,34 @@ from pathlib import Path
 import uvicorn
 
 from stream_registry import StreamRegistry
+from stream_registry.allowlists import allowed_configs, allowed_file_dirs
 from stream_registry.registry import Isolation
 from stream_registry.errors import ConfigError
+from stream_registry.graph.sinks import OutputPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S, LagCollector
+from stream_registry.redaction import is_secret_key
+from stream_registry.safe_paths import check_private_dir, open_beneath, owner_name as _owner
 
-from .api import create_app
+from .api import Limits, create_app
+from .boundary import SERVER_NAMES_ENV
+from .connections import MAX_CONNECTIONS_ENV, guarded_protocol
 
 log = logging.getLogger("mgstreams.host")
 
 DEFAULT_LISTEN = "127.0.0.1:8765"
 DEFAULT_URL = f"http://{DEFAULT_LISTEN}"
 TOKEN_ENV = "MGSTREAMS_TOKEN"
+TOKEN_FILE_ENV = "MGSTREAMS_TOKEN_FILE"   # where clients (CLI, query module) read the token from
+TOKEN_FILE_NAME = "api-token"            # the generated token, in the state directory
 DEFAULT_SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
 DEFAULT_SINK = "bolt://localhost:7687"
 DEFAULT_STOP_TIMEOUT_S = 30.0   # a stream process finishing its batch before it is killed (compose allows for it)
+MIN_REMOTE_TOKEN_LENGTH = 32     # a token guarding a non-loopback listen
+HEADER_TIMEOUT_S = 10.0          # a connection sends a request's headers within this, or is closed
+KEEP_ALIVE_S = 5.0               # an idle connection after a response is closed after this
+DEFAULT_MAX_CONNECTIONS = 64
+LIMIT_ENVS = {"creates": "MGSTREAMS_MAX_CREATES", "previews": "MGSTREAMS_MAX_PREVIEWS",
+              "preview_bytes": "MGSTREAMS_MAX_PREVIEW_BYTES"}
 
 
 @dataclass(frozen=True)
@@ -64,16 +78,86 @@ class Listen:
 
 
 def read_token(token_file: str | None) -> str | None:
-    """The API token: the file's content (stripped) when given, else $MGSTREAMS_TOKEN, else none."""
+    """The API token: the file's content (stripped) when given, else $MGSTREAMS_TOKEN, else none.
+
+    The file must be private (mode 0600 or 0400). $MGSTREAMS_TOKEN is removed from
+    this process's environment once read, so no child (stream, preview) inherits it.
+    """
     if token_file:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"token_file: cannot read {token_file!r}: {exc.strerror}") from None
-        if not token:
-            raise ConfigError(f"token_file: {token_file!r} is empty")
+        token = read_token_file(token_file, "token_file")
+        os.environ.pop(TOKEN_ENV, None)
         return token
-    return os.environ.get(TOKEN_ENV) or None
+    return os.environ.pop(TOKEN_ENV, None) or None
+
+
+def read_token_file(path: str | os.PathLike, field: str) -> str:
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise ConfigError(f"{field}: {str(path)!r} is not a regular file")
+            if info.st_mode & 0o077:
+                raise ConfigError(f"{field}: {str(path)!r} has mode {stat.S_IMODE(info.st_mode):04o}; a token file "
+                                  f"must be readable by its owner alone (chmod 600 it)")
+            token = handle.read(4096).decode("utf-8", errors="replace").strip()
+    except OSError as exc:
+        raise ConfigError(f"{field}: cannot read {str(path)!r}: {exc.strerror}") from None
+    if not token:
+        raise ConfigError(f"{field}: {str(path)!r} is empty")
+    return token
+
+
+def generated_token(state_dir: str | os.PathLike) -> tuple[str, Path]:
+    """The token of a host given none: `<state dir>/api-token`, made 0600 on first start (as Jupyter does),
+    read on every later one; (token, path). A file others can read, or a symlink, is refused."""
+    path = Path(state_dir) / TOKEN_FILE_NAME
+    try:
+        fd = open_beneath(state_dir, TOKEN_FILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_token_file(path, "token_file"), path
+    except OSError as exc:
+        raise ConfigError(f"token_file: cannot create {str(path)!r}: {exc.strerror or exc}") from None
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token, path
+
+
+def default_token_file() -> Path | None:
+    """The generated token of a host on the default state directory, if there is one (nothing is created)."""
+    configured = os.environ.get("MGSTREAMS_STATE_DIR")
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    candidates = [Path(configured)] if configured else [Path(base) / "mgstreams",
+                                                        Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"]
+    for directory in candidates:
+        path = directory / TOKEN_FILE_NAME
+        try:
+            ours = os.lstat(directory).st_uid == os.lstat(path).st_uid == os.getuid()
+        except OSError:
+            continue
+        if ours:   # in a shared /tmp another user could have made the fallback directory and planted one
+            return path
+    return None
+
+
+def client_token() -> str | None:
+    """A client's token: $MGSTREAMS_TOKEN, else the file $MGSTREAMS_TOKEN_FILE names, else None."""
+    token = os.environ.get(TOKEN_ENV)
+    if token:
+        return token
+    path = os.environ.get(TOKEN_FILE_ENV)
+    return read_token_file(path, TOKEN_FILE_ENV) if path else None
+
+
+def scrub_environment(environ: dict | None = None) -> list[str]:
+    """Remove the host's own secrets ($MGSTREAMS_* variables that look secret) from the environment its
+    children inherit; the names removed."""
+    environ = os.environ if environ is None else environ
+    removed = [k for k in list(environ) if k.startswith("MGSTREAMS_") and is_secret_key(k.lower().replace("_", "."))
+               and not k.endswith("_FILE")]
+    for key in removed:
+        del environ[key]
+    return removed
 
 
 def default_state_dir() -> Path:
@@ -128,13 +212,6 @@ def _private_dir(path: Path) -> bool:
                           f"(mode {stat.S_IMODE(info.st_mode):04o}); refusing it as the default state directory: "
                           f"chmod 700 it, pass --state-dir or set MGSTREAMS_STATE_DIR")
     return os.access(path, os.W_OK | os.X_OK)
-
-
-def _owner(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:
-        return f"uid {uid}"
 
 
 def bind(listen: Listen) -> socket.socket:
@@ -194,34 +271,80 @@ class Shutdown:
             self._server.handle_exit(sig, frame)
 
 
+def limits_from_env(environ=None) -> Limits:
+    """The caps on concurrent work, from $MGSTREAMS_MAX_CREATES, _PREVIEWS, _PREVIEW_BYTES."""
+    environ = os.environ if environ is None else environ
+    values = {}
+    for field, name in LIMIT_ENVS.items():
+        text = environ.get(name, "").strip()
+        if text:
+            if not text.isdigit() or int(text) < 1:
+                raise ConfigError(f"{name}: expected a positive integer, got {text!r}")
+            values[field] = int(text)
+    return Limits(**values)
+
+
+def check_state_dir(state_dir: str | os.PathLike) -> None:
+    """The state directory holds the streams' secrets and configs: private, however it was named
+    (the default, $MGSTREAMS_STATE_DIR or --state-dir), or a planted state file plants configs."""
+    path = Path(state_dir)
+    if not path.exists() and not path.is_symlink():
+        path.mkdir(parents=True, mode=0o700)
+    check_private_dir(path, "state_dir")
+
+
 def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token: str | None = None,
           default_sink: str | None = None, ready=print, stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
-          lag_sample_interval: float = DEFAULT_LAG_SAMPLE_INTERVAL_S) -> None:
+          lag_sample_interval: float = DEFAULT_LAG_SAMPLE_INTERVAL_S, no_token: bool = False) -> None:
     """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves.
 
-    Every `lag_sample_interval` seconds a background thread samples every stream's
-    partitions (committed offset, log end) for lag verdicts and lag in seconds.
+    Without a token (and without `no_token`, allowed on loopback only) the host
+    makes one in its state directory and says where. Every `lag_sample_interval`
+    seconds a background thread samples every stream's partitions (committed
+    offset, log end) for lag verdicts and lag in seconds.
     """
     listen = Listen.parse(listen_text)
     if not listen.loopback and not token:
         raise ConfigError(f"listen: {listen_text!r} is not a loopback address; a token is required "
                           f"(--token-file FILE or ${TOKEN_ENV})")
+    if no_token and token:
+        raise ConfigError("no_token: --no-token and a token (--token-file, $MGSTREAMS_TOKEN) exclude each other")
+    if not listen.loopback and len(token) < MIN_REMOTE_TOKEN_LENGTH:
+        raise ConfigError(f"token: {len(token)} characters; a host listening beyond loopback needs at least "
+                          f"{MIN_REMOTE_TOKEN_LENGTH} (e.g. python -c 'import secrets; "
+                          f"print(secrets.token_urlsafe(32))')")
+    scrub_environment()            # before any child is spawned: children inherit os.environ
+    allowed_configs()              # an operator's list naming a code-loading property stops the host here
+    allowed_file_dirs()
+    limits = limits_from_env()
+    max_connections = int(os.environ.get(MAX_CONNECTIONS_ENV, "") or DEFAULT_MAX_CONNECTIONS)
+    server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
+    check_state_dir(state_dir)
+    OutputPolicy.for_state_dir(state_dir)   # output directories someone else can write stop the host here
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         lag = None
         try:
+            where = ""
+            if token is None and not no_token:   # once the state directory is ours
+                token, token_path = generated_token(state_dir)
+                where = f"; token in {token_path}"
+            elif no_token:
+                log.warning("serving without a token (--no-token): every local user and process can drive it")
             sock = bind(listen)
             host, port = sock.getsockname()[:2]
             url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
             lag = LagCollector(registry, lag_sample_interval).start()
             app = create_app(registry, token=token,
-                             default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK, lag=lag)
+                             default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK, lag=lag,
+                             limits=limits, server_names=server_names, loopback=listen.loopback)
             server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                            timeout_graceful_shutdown=15))
+                                            timeout_graceful_shutdown=15, timeout_keep_alive=KEEP_ALIVE_S,
+                                            http=guarded_protocol(HEADER_TIMEOUT_S, max_connections)))
             shutdown.attach(server)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s))")
+                  f"{len(registry.list())} stream(s){where})")
             server.run(sockets=[sock])
         finally:
             if lag is not None:

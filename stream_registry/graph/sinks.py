@@ -53,6 +53,7 @@ from .offset_store import READ_QUERY, Continuation, continuation, offsets_in_sta
 from .sink_faults import is_refusal, is_transient
 from ..errors import ConfigError, SinkError
 from ..redaction import MASK, redact
+from ..safe_paths import check_private_dir, open_beneath
 from .transform import Statement
 from .unwind import fold
 
@@ -179,6 +180,7 @@ class OutputPolicy:
         for directory in configured:
             if not os.path.isabs(directory):
                 raise ConfigError(f"{OUTPUT_DIRS_ENV}: {directory!r} is not an absolute path")
+            check_private_dir(directory, OUTPUT_DIRS_ENV)   # someone else's directory could be swapped under us
         state = os.path.realpath(os.fspath(state_dir))
         dirs = configured or [os.path.join(state, OUTPUT_SUBDIR)]
         return cls(tuple(os.path.realpath(d) for d in dirs), state)
@@ -191,9 +193,15 @@ class OutputPolicy:
         if settings.climbs:
             raise ConfigError(f"sink: {shown!r} contains '..'; name the file directly under an allowed output "
                               f"directory ({self._allowed()})")
-        real = _real_path(settings.path)
+        try:
+            real = _real_path(settings.path)
+        except OSError as exc:   # a component changed kind while it was resolved (a symlink swapped in or out)
+            raise ConfigError(f"sink: {shown!r} cannot be resolved: {exc.strerror}") from None
         if not any(_is_within(real, d) for d in self.dirs) or self._in_state_dir(real):
-            where = f" (it resolves to {real!r})" if real != settings.path else ""
+            # where a symlink leads is said only for one inside an allowed directory: elsewhere it would map
+            # the host's file system for the caller
+            inside = any(_is_within(settings.path, d) for d in self.dirs)
+            where = f" (it resolves to {real!r})" if real != settings.path and inside else ""
             raise ConfigError(f"sink: {shown!r} is outside the allowed output directories{where}; "
                               f"streams write files only under {self._allowed()} (set {OUTPUT_DIRS_ENV} "
                               f"on the host to change them)")
@@ -343,18 +351,23 @@ class CypherlSink(_Closing):
     write() returns, so before its offsets are committed.
     """
 
-    def __init__(self, path: str, *, fsync: bool = False, follow_symlinks: bool = True):
+    def __init__(self, path: str, *, fsync: bool = False, beneath: str | None = None):
         self.path = path
         self.fsync = fsync
         self.statements = 0
         self.trimmed = 0     # bytes cut from the end on open: a batch a kill left unfinished
         self._lock = threading.Lock()
         self._known: dict[str, dict[tuple[str, int], int]] = {}   # per stream: its stored offsets, as in the file
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | (0 if follow_symlinks else os.O_NOFOLLOW)
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT   # read too: the sink reads its own tail (cypherl_frames)
         try:
-            _make_dirs(os.path.dirname(path))
-            self._fd: int | None = os.open(path, flags, FILE_MODE)
-        except OSError as exc:
+            if beneath is None:
+                _make_dirs(os.path.dirname(path))
+                self._fd: int | None = os.open(path, flags, FILE_MODE)
+            else:   # no symlink at any component below the allowed directory, whatever was swapped since
+                _make_dirs(beneath)
+                self._fd = open_beneath(beneath, os.path.relpath(path, beneath), flags, FILE_MODE,
+                                        dir_mode=DIR_MODE, make_dirs=True)
+        except (OSError, ValueError) as exc:
             raise SinkError(f"sink cypherl://{path}: cannot open for appending: {exc}") from None
         try:
             self._recover()
@@ -540,8 +553,8 @@ def _cypherl_settings(parts, query: dict[str, str], uri: str) -> CypherlSettings
 def _open_cypherl(settings: CypherlSettings, credentials: Mapping[str, str]) -> CypherlSink:
     if settings.admitted_under is None:
         return CypherlSink(settings.path, fsync=settings.fsync)
-    # Admitted by an OutputPolicy: `path` is already real; a symlink put in its place since is not followed.
-    return CypherlSink(settings.path, fsync=settings.fsync, follow_symlinks=False)
+    # Admitted by an OutputPolicy: opened beneath the allowed directory, following no symlink on the way.
+    return CypherlSink(settings.path, fsync=settings.fsync, beneath=settings.admitted_under)
 
 
 # -- bolt:// ----------------------------------------------------------------

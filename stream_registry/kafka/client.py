@@ -31,7 +31,9 @@ def new_consumer(config: Mapping[str, object], secrets: Iterable[str] = (), fiel
 def _new_client(kind: type, config: Mapping[str, object], secrets: Iterable[str], field: str):
     secrets = list(secrets)
     try:
-        return kind({"logger": RedactingLog(secrets), **config})
+        # The redacting logger always, whatever logger the caller's config names: every librdkafka client of
+        # every process logs through it (a password used as client.id is quoted by librdkafka's own lines).
+        return kind({**config, "logger": RedactingLog(secrets)})
     except (KafkaException, ValueError, TypeError) as exc:
         text = redact(str(exc.args[0] if exc.args else exc), secrets)
         raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None

@@ -21,7 +21,7 @@ class StateLock:
         self.path = Path(state_dir) / LOCK_FILE
         try:
             Path(state_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StreamStateError(f"state_dir: cannot use {str(state_dir)!r}: {exc.strerror}") from None
         try:
