@@ -41,28 +41,30 @@ from typing import Any, Callable, Iterable
 import click
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
-from stream_registry.errors import ConfigError, StreamError
+from stream_registry.errors import ConfigError, StreamError, StreamStateError
 from stream_registry.lag.collector import StreamLag
 from stream_registry.offset_files import OffsetSource, export_offsets, offsets_spec, parse_offsets_file
 from stream_registry.offsets import OffsetChange, PartitionOffsets
 from stream_registry.registry.registry import MAX_CHECK_LIMIT
+from stream_registry.stream_info import StreamStatus
 
 from .client import URL_ENV, HostClient
 from .usage_errors import UsageGroup
 from .host import serve as host
 from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
+from .tables import Column, FittedTable, extra, key, long
 from .wire import to_json
 
 _INTEGER = re.compile(r"-?[0-9]{1,30}")   # ASCII digits, matched whole; longer runs are the parser's to refuse
+PIPED_WIDTH = 1_000_000                   # piped tables are never cut: the console is wider than any row
 
 
 # -- plumbing ---------------------------------------------------------------------
-def _console(piped_width: int = 250) -> Console:
-    """Tables on stdout; wide when piped so rows are never wrapped."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else piped_width)
+def _console() -> Console:
+    """Tables on stdout: fitted to the terminal; piped, as wide as the widest row, so values are whole."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 def _fail(message: str) -> None:
@@ -79,17 +81,19 @@ def _run(action: Callable[[], Any]) -> Any:
 
 
 def _print_json(value: Any) -> None:
-    click.echo(json.dumps(to_json(value), sort_keys=False))
+    click.echo(json.dumps(to_json(value, zulu=True), sort_keys=False))
 
 
-def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
-    """Plain aligned columns with upper-case headers, as Kafka's own tools print them."""
-    table = Table(box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    for row in rows:
-        table.add_row(*("-" if cell is None else str(cell) for cell in row))
-    return table
+def _show(renderable: Any) -> None:
+    """Print a table (or a group of them) on stdout. Never cropped: key columns wider than the terminal make
+    longer lines, which the terminal wraps, rather than a column cut off."""
+    _console().print(renderable, crop=False)
+
+
+def table(columns: Iterable[str | Column], rows: Iterable[Iterable[Any]], title: str | None = None) -> FittedTable:
+    """Plain aligned columns with upper-case headers, as Kafka's own tools print them (a bare header is a key
+    column: never dropped nor cut)."""
+    return FittedTable([key(c) if isinstance(c, str) else c for c in columns], rows, title)
 
 
 class _Shutdown:
@@ -142,13 +146,20 @@ def _client() -> HostClient:
     return root.obj["client"]
 
 
-STREAM_COLUMNS = ("NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK", "ERROR")
-DESCRIBE_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
-                    "LOG-END-OFFSET", "LAG", "ASSIGNED", "STORED-OFFSET", "RESUME-OFFSET")
-CHANGE_COLUMNS = ("TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET", "STATUS", "MESSAGE")
-HISTORY_COLUMNS = ("CHANGE-ID", "CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS", "MESSAGE")
-PENDING_COLUMNS = ("TOPIC", "PARTITION", "OFFSET", "PREVIOUS-OFFSET", "REQUESTED-AT", "MESSAGE")
-CHECK_COLUMNS = ("TOPIC", "PARTITION", "OFFSET", "QUERY", "PARAMETERS")
+# Key columns (identity, state, offsets, lag) are never dropped nor cut; long ones give way; extra ones hide.
+STREAM_COLUMNS = (key("NAME"), key("STATUS"), key("TOPICS"), long("GROUP"), long("BOOTSTRAP-SERVERS"),
+                  long("TRANSFORM"), long("SINK"), long("ERROR", fold=True))
+DESCRIBE_COLUMNS = (extra("GROUP"), key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("POSITION"),
+                    extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"),
+                    extra("STORED-OFFSET"), extra("RESUME-OFFSET"))
+CHANGE_COLUMNS = (key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"), key("NEW-OFFSET"), key("STATUS"),
+                  long("MESSAGE", fold=True))
+HISTORY_COLUMNS = (key("CHANGE-ID"), key("CHANGED-AT"), key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"),
+                   key("OFFSET"), key("STATUS"), long("MESSAGE", fold=True))
+PENDING_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), extra("PREVIOUS-OFFSET"), key("REQUESTED-AT"),
+                   long("MESSAGE", fold=True))
+CHECK_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), long("QUERY", fold=True),
+                 long("PARAMETERS", fold=True))
 
 
 @cli.command("list")
@@ -159,25 +170,25 @@ def list_streams(as_json: bool) -> None:
     if as_json:
         _print_json(streams)
         return
-    _console().print(table(STREAM_COLUMNS, (
+    _show(table(STREAM_COLUMNS, (
         (s.name, s.status.value, ",".join(s.topics), s.consumer_group, s.bootstrap_servers, s.transform, s.sink,
          s.error) for s in streams)))
 
 
-def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> Table:
+def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
     """describe() rows as `kafka-consumer-groups --describe` prints them."""
     return table(DESCRIBE_COLUMNS, (
         (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
          "yes" if r.assigned else "no", r.stored_offset, r.resume_offset) for r in rows))
 
 
-def changes_table(changes: Iterable[OffsetChange]) -> Table:
+def changes_table(changes: Iterable[OffsetChange]) -> FittedTable:
     """set_offset() results, one row per partition."""
     return table(CHANGE_COLUMNS, (
         (c.topic, c.partition, c.previous_offset, c.offset, c.status.value, c.message) for c in changes))
 
 
-def _describe_table(name: str) -> Table:
+def _describe_table(name: str) -> FittedTable:
     client = _client()
     info = client.get(name)
     rendered = offsets_table(info.consumer_group, client.describe(name))
@@ -215,13 +226,20 @@ def describe(name: str, watch: bool, interval: float, count: int | None, as_json
             _print_json(_run(lambda: _client().describe(name)))
         return
     if not watch:
-        _console().print(_run(lambda: _describe_table(name)))
+        _show(_run(lambda: _describe_table(name)))
         return
-    console = _console()
-    with Live(console=console, auto_refresh=False) as live:
+    def frames() -> Iterable[FittedTable]:
         for _ in _refreshes(count, interval):
             rendered = _run(lambda: _describe_table(name))
             rendered.title = f"{name} at {datetime.datetime.now().strftime('%H:%M:%S')} (every {interval:g} s)"
+            yield rendered
+    if not sys.stdout.isatty():   # piped or redirected: every frame, one after the other (a log of the watch)
+        for rendered in frames():
+            _show(rendered)
+            sys.stdout.flush()
+        return
+    with Live(console=_console(), auto_refresh=False) as live:
+        for rendered in frames():
             live.update(rendered, refresh=True)
 
 
@@ -302,11 +320,12 @@ def _print_changes(changes: list[OffsetChange], as_json: bool) -> None:
     if as_json:
         _print_json(changes)
         return
-    _console().print(changes_table(changes))
+    _show(changes_table(changes))
 
 
 def _utc_text(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A moment in a table: UTC to the second (--json keeps the microseconds), as narrow as it is readable."""
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @cli.command()
@@ -321,7 +340,7 @@ def history(name: str, limit: int | None, as_json: bool) -> None:
     if as_json:
         _print_json(entries)
         return
-    _console().print(table(HISTORY_COLUMNS, (
+    _show(table(HISTORY_COLUMNS, (
         (h.change_id, _utc_text(h.changed_at), h.topic, h.partition, h.previous_offset, h.offset, h.status.value,
          h.message) for h in entries)))
 
@@ -354,7 +373,7 @@ def pending(name: str, cancel: bool, as_json: bool) -> None:
     if as_json:
         _print_json(rows)
         return
-    _console().print(table(PENDING_COLUMNS, (
+    _show(table(PENDING_COLUMNS, (
         (r.topic, r.partition, r.offset, r.previous_offset, _utc_text(r.requested_at), r.message) for r in rows)))
     if cancel:
         click.echo(f"cancelled {len(rows)} pending offset(s)", err=True)
@@ -394,13 +413,14 @@ def check(name: str, spec: str, limit: int, as_json: bool) -> None:
     if as_json:
         _print_json(rows)
         return
-    _console(piped_width=100_000).print(table(CHECK_COLUMNS, (   # statements are long: never cut when piped
+    _show(table(CHECK_COLUMNS, (
         (r.topic, r.partition, r.offset, r.query, json.dumps(r.parameters, ensure_ascii=False)) for r in rows)))
 
 
-LAG_COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS", "METHOD", "STATUS",
-               "MESSAGE")
-TOP_COLUMNS = ("NAME", "STATE", "STATUS", "RECORDS/S", "LAG", "LAG-SECONDS", "MESSAGE")
+LAG_COLUMNS = (key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("LOG-END-OFFSET"), key("LAG"),
+               key("LAG-SECONDS"), extra("METHOD"), key("STATUS"), long("MESSAGE", fold=True))
+TOP_COLUMNS = (key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
+               long("MESSAGE"))
 
 
 def _seconds(value: float | None) -> str | None:
@@ -433,7 +453,7 @@ def lag(name: str, as_json: bool) -> None:
     if as_json:
         _print_json(result)
         return
-    _console().print(lag_table(result))
+    _show(lag_table(result))
 
 
 def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
@@ -441,15 +461,8 @@ def top_table(streams: list[StreamLag], url: str, interval: float, error: str | 
     at = datetime.datetime.now().strftime("%H:%M:%S")
     rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
              _seconds(s.max_lag_seconds) or "-", s.error or s.message) for s in streams]
-    view = Table(box=None, header_style="bold", pad_edge=False)
-    for i, column in enumerate(TOP_COLUMNS):   # every column keeps its width; only MESSAGE gives way
-        last = i == len(TOP_COLUMNS) - 1
-        view.add_column(column, no_wrap=True, overflow="ellipsis" if last else "fold",
-                        min_width=None if last else max([len(column)] + [len(r[i]) for r in rows]))
-    for row in rows:
-        view.add_row(*row)
     parts = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
-                  style="bold"), view]
+                  style="bold"), table(TOP_COLUMNS, rows)]
     if error:
         parts.append(Text(f"error: {error}"))
     return Group(*parts)
@@ -494,7 +507,7 @@ def top(interval: float, once: bool) -> None:
     """A live view of every stream: state, lag verdict, records/s, lag and lag seconds; q quits."""
     client = _client()
     if once:
-        _console().print(top_table(_run(client.lag_all), client.url, interval))
+        _show(top_table(_run(client.lag_all), client.url, interval))
         return
     console = _console()
     streams: list[StreamLag] = []
@@ -534,8 +547,21 @@ def _print_status(info, as_json: bool) -> None:
 @click.argument("name")
 @json_option
 def start(name: str, as_json: bool) -> None:
-    """Start stream NAME on the host; it is "starting" until the group assigns partitions."""
-    _print_status(_run(lambda: _client().start(name)), as_json)
+    """Start stream NAME on the host; it is "starting" until the group assigns partitions. Idempotent, as
+    stop is: a stream already starting or running is left alone (exit 0, and it says so)."""
+    client = _client()
+    try:
+        info = client.start(name)
+    except StreamStateError as exc:   # refused: fine if it is because the stream runs already
+        info = _run(lambda: client.get(name))
+        if info.status not in (StreamStatus.STARTING, StreamStatus.RUNNING):
+            _fail(str(exc))
+        if not as_json:
+            click.echo(f"{info.name} already {info.status.value}")
+            return
+    except StreamError as exc:
+        _fail(str(exc))
+    _print_status(info, as_json)
 
 
 @cli.command()
@@ -550,8 +576,12 @@ def stop(name: str, as_json: bool) -> None:
 @click.argument("name")
 @json_option
 def drop(name: str, as_json: bool) -> None:
-    """Forget stream NAME (its committed offsets stay in Kafka)."""
-    _print_status(_run(lambda: _client().drop(name)), as_json)
+    """Stop and forget stream NAME (its committed offsets stay in Kafka); prints `NAME dropped`."""
+    info = _run(lambda: _client().drop(name))
+    if as_json:
+        _print_json({"name": info.name, "status": "dropped", "error": None})
+    else:
+        click.echo(f"{info.name} dropped")
 
 
 @cli.command()
