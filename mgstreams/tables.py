@@ -91,7 +91,9 @@ class FittedTable:
         def floor(i: int) -> int:   # the least column i may get
             if columns[i].fit != Fit.LONG:
                 return natural[i]
-            return min(natural[i], fold_min if columns[i].fold else LONG_MIN)
+            if columns[i].fold:   # folded text reads on; a folded header does not
+                return min(natural[i], max(fold_min, _width(columns[i].header)))
+            return min(natural[i], LONG_MIN)
 
         def needed(indexes: list[int]) -> int:
             return sum(floor(i) for i in indexes) + GAP * (len(indexes) - 1)
