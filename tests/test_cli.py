@@ -209,8 +209,9 @@ def test_start_history_stop_and_drop(stream, host):
     started = run(host, "start", "orders")
     assert started.exit_code == 0, started.stderr
     assert started.stdout in ("orders starting\n", "orders running\n")
-    again = run(host, "start", "orders")
-    assert again.exit_code == 1 and again.stderr.startswith("mgstreams: error: name: stream 'orders' is already ")
+    again = run(host, "start", "orders")   # idempotent, as stop is: exit 0, and it says so
+    assert again.exit_code == 0 and again.stdout in ("orders already starting\n", "orders already running\n"), \
+        (again.stdout, again.stderr)
     wait_until(lambda: len(delivered_from_file(stream.out)) >= 24, timeout=60, what="24 messages in the sink")
     assert sorted(o for _, _, o in delivered_from_file(stream.out)) == sorted(list(range(2, 10)) * 3)
 
@@ -229,8 +230,9 @@ def test_start_history_stop_and_drop(stream, host):
     assert run(host, "stop", "orders").stdout == "orders stopped\n"
     assert json.loads(run(host, "stop", "orders", "--json").stdout) == \
         {"name": "orders", "status": "stopped", "error": None}                # idempotent
-    assert run(host, "drop", "orders", "--json").stdout.strip() == \
-        json.dumps({"name": "orders", "status": "stopped", "error": None})
+    assert run(host, "start", "orders").exit_code == 0
+    dropped = run_process("--url", host.url, "drop", "orders")   # a running stream: stopped and forgotten
+    assert (dropped.returncode, dropped.stdout) == (0, "orders dropped\n"), dropped.stderr
     assert json.loads(run(host, "list", "--json").stdout) == []
     assert run(host, "describe", "orders").stderr == "mgstreams: error: name: no stream named 'orders'\n"
 
@@ -302,3 +304,17 @@ def test_an_option_missing_its_value_is_a_usage_error_with_the_usage(argv):
     lines = result.stderr.splitlines()
     assert lines[0].startswith("Usage: ") and lines[-1].startswith("Error: Option '") \
         and lines[-1].endswith("requires an argument."), result.stderr
+
+
+def test_drop_says_dropped_for_a_created_stream(stream, host):
+    """`mgstreams drop tmp1` printed `tmp1 created` (the stream as it was before the drop)."""
+    dropped = run(host, "drop", "orders")
+    assert (dropped.exit_code, dropped.stdout) == (0, "orders dropped\n")
+    assert json.loads(run(host, "list", "--json").stdout) == []
+
+
+def test_describe_watch_piped_prints_every_frame(stream, host):
+    """`describe --watch | cat` printed only the last frame (a live display's redraws)."""
+    result = run_process("--url", host.url, "describe", "orders", "--watch", "--interval", "0.1", "--count", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("orders at ") == 3 and result.stdout.count("LOG-END-OFFSET") == 3, result.stdout
