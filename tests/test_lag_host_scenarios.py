@@ -27,9 +27,9 @@ def observe(api, name: str, seconds: float = RUN_S) -> list[dict]:
 
 
 def settled(answers: list[dict]) -> list[tuple[str, float, int]]:
-    """(verdict, records/s, total lag) from the first answer past STARTING on."""
+    """(verdict, records/s, total lag) from the first answer of the running stream past STARTING on."""
     got = [(a["status"], a["records_per_second"], a["total_lag"]) for a in answers]
-    first = next(i for i, g in enumerate(got) if g[0] != "STARTING")
+    first = next(i for i, a in enumerate(answers) if a["stream_status"] == "running" and a["status"] != "STARTING")
     return got[first:]
 
 

@@ -104,7 +104,7 @@ def test_a_partition_not_reached_yet_is_starting_not_stall_while_the_stream_is_y
     young = [r for r in rounds if r[1][("orders", 1)].verdict != Verdict.OK and r[1][("orders", 0)].verdict == Verdict.OK]
     assert young, "partition 1 waited"
     assert all(r[1][("orders", 1)].verdict == Verdict.STARTING for r in young), [r[1][("orders", 1)] for r in young]
-    assert "not reached yet" in young[-1][1][("orders", 1)].message
+    assert "not reached yet" in young[0][1][("orders", 1)].message
     assert all(r[0].verdict in (Verdict.STARTING, Verdict.OK) for r in rounds)
     assert rounds[-1][0].verdict == Verdict.OK
 

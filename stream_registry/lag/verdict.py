@@ -184,6 +184,9 @@ def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] =
                                               f"in {last.at - moving[0].at:.1f} s", alarm=True)
     if rewind:
         return rewind[1]
+    if young and len(moving) < min_samples:   # just reached: its lag has no trend yet, either way
+        return PartitionVerdict(Verdict.STARTING, f"lag {last.lag}; consuming since {_time(moving[0].at)}, "
+                                                  f"{len(moving)} of {min_samples} samples needed for a trend")
     trend = "falling" if last.lag < samples[0].lag else "not falling" if last.lag > samples[0].lag else "steady"
     return PartitionVerdict(Verdict.OK, f"consuming: lag {last.lag}, {trend} over {span:.1f} s")
 
