@@ -11,8 +11,11 @@
     mgstreams pending NAME [--cancel] [--json]
     mgstreams offsets export NAME [--source committed|position]
     mgstreams check NAME [SPEC] [--limit N] [--json]
+    mgstreams create NAME --topic T --bootstrap B [--transform F] [--sink URI] [--config K=V ...] [--start]
     mgstreams start NAME | stop NAME | drop NAME
     mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
+    mgstreams kafka topic create NAME --bootstrap B [--partitions P]
+    mgstreams kafka produce TOPIC --bootstrap B [--sample transfers [--count N]] < lines.jsonl
 
 Every command but `serve` and `kafka` talks to the host at $MGSTREAMS_URL
 (default http://127.0.0.1:8765), sending $MGSTREAMS_TOKEN when set, so an
@@ -631,21 +634,30 @@ def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
     return topics
 
 
-@cli.command()
+@cli.group(invoke_without_command=True, cls=UsageGroup)
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True, help="Number of brokers.")
 @click.option("--partitions-topic", "topics", multiple=True, callback=_topic_spec, metavar="NAME:P",
               help="Create topic NAME with P partitions (repeatable).")
-def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
-    """Run an embedded Kafka cluster (librdkafka's mock brokers) in the foreground.
+@click.pass_context
+def kafka(ctx: click.Context, brokers: int, topics: list[tuple[str, int]]) -> None:
+    """Run an embedded Kafka cluster (librdkafka's mock brokers) in the foreground; or, with a subcommand,
+    create a topic or produce to one on it or on any cluster.
 
-    Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM.
+    Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM. `mgstreams kafka
+    topic create` reaches it through a control socket in the user's runtime directory (the mock brokers
+    cannot create topics through Kafka's CreateTopics).
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from mgstreams.embedded_kafka import EmbeddedKafka
+    from mgstreams.kafka_tools import ControlServer
 
     cluster = _run(lambda: EmbeddedKafka(brokers=brokers))
+    control = None
     try:
         for topic, partitions in topics:
             _run(lambda: cluster.create_topic(topic, partitions, replication=min(3, brokers)))
+        control = _run(lambda: ControlServer(cluster))
         with _Shutdown() as shutdown:
             click.echo(cluster.bootstrap_servers)
             sys.stdout.flush()
@@ -653,8 +665,115 @@ def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
             click.echo(f"embedded Kafka: {brokers} broker(s); topics: {created}; Ctrl-C to stop", err=True)
             shutdown.wait()
     finally:
+        if control is not None:
+            control.close()
         cluster.close()
     click.echo("embedded Kafka stopped", err=True)
+
+
+bootstrap_option = click.option("--bootstrap", "bootstrap_servers", envvar="KAFKA_BOOTSTRAP_SERVERS",
+                                required=True, show_envvar=True, metavar="HOST:PORT[,...]",
+                                help="The cluster: what `mgstreams kafka` printed, or any Kafka's bootstrap servers.")
+
+
+@kafka.group("topic", cls=UsageGroup)
+def kafka_topic() -> None:
+    """Topics of the embedded cluster or of any cluster."""
+
+
+@kafka_topic.command("create")
+@click.argument("name")
+@bootstrap_option
+@click.option("--partitions", type=click.IntRange(min=1, max=10_000), default=1, show_default=True)
+@click.option("--replication", type=click.IntRange(min=1, max=32), default=1, show_default=True,
+              help="Replicas per partition (at most the number of brokers).")
+def kafka_topic_create(name: str, bootstrap_servers: str, partitions: int, replication: int) -> None:
+    """Create topic NAME: on an embedded cluster through its control socket, else with CreateTopics."""
+    from mgstreams.kafka_tools import create_topic
+
+    created = _run(lambda: create_topic(bootstrap_servers, name, partitions, replication))
+    click.echo(f"topic {created.name} created ({created.partitions} partition(s))")
+
+
+@kafka.command("produce")
+@click.argument("topic")
+@bootstrap_option
+@click.option("--sample", type=click.Choice(["transfers"]), default=None,
+              help="Produce generated sample data instead of stdin: money transfers (what query_modules/"
+                   "transfers.py's `transfers.transfer` reads), keyed by the sending account.")
+@click.option("--count", type=click.IntRange(min=1, max=10_000_000), default=100, show_default=True,
+              help="With --sample: how many.")
+@click.option("--seed", type=int, default=1, show_default=True, help="With --sample: the generator's seed.")
+@click.option("--key-field", default=None, metavar="FIELD",
+              help="Stdin: key each message by this field of its JSON object (one key stays on one partition).")
+def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count: int, seed: int,
+                  key_field: str | None) -> None:
+    """Produce JSON lines from stdin (one document a line), or --sample data, to TOPIC.
+
+    A line that is not JSON stops it, naming the line; what was read before it is produced."""
+    from mgstreams.kafka_tools import Message, json_lines, produce
+    from mgstreams.samples import generate_transfers
+
+    if sample:
+        messages = (Message(t.payload(), t.source.encode()) for t in generate_transfers(seed, count, 50))
+    else:
+        messages = json_lines(click.get_text_stream("stdin"), key_field)
+    counts = _run(lambda: produce(bootstrap_servers, topic, messages))
+    per = ", ".join(f"{p}: {n}" for p, n in counts.items()) or "none"
+    click.echo(f"produced {sum(counts.values())} message(s) to {topic} (per partition {per})")
+
+
+def _config_pair(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE (e.g. auto.offset.reset=earliest)")
+        pairs[key.strip()] = setting
+    return pairs
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--topic", "topics", multiple=True, required=True, help="A topic to consume (repeatable).")
+@bootstrap_option
+@click.option("--transform", default=None, metavar="MODULE.FUNCTION",
+              help="The transformation (default: one :KafkaMessage node per message).")
+@click.option("--sink", default=None, metavar="URI",
+              help="bolt://HOST:PORT, cypherl:///PATH.cypherl or null:// (default: the host's --default-sink).")
+@click.option("--group", "consumer_group", default=None, help="Consumer group (default: mgstreams_NAME).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None)
+@click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
+@click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
+              help="A librdkafka property of the consumer, or a stream option (delivery, errors.tolerance, "
+                   "errors.deadletterqueue.topic.name, restart) (repeatable).")
+@click.option("--start", "start_now", is_flag=True, help="Start the stream once it is created.")
+@json_option
+def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform: str | None, sink: str | None,
+           consumer_group: str | None, batch_size: int | None, batch_interval_ms: int | None,
+           configs: dict[str, str], start_now: bool, as_json: bool) -> None:
+    """Create stream NAME on the host (POST /streams), as `CALL streams.create(...)` does.
+
+    Secrets (sasl.password and the like) given with --config are stored masked in
+    every listing, but a command line is visible to other local users: prefer
+    the API or Cypher for them."""
+    from stream_registry.config import OPTION_FIELDS
+
+    fields: dict[str, Any] = {"name": name, "topics": list(topics), "bootstrap_servers": bootstrap_servers}
+    for key, value in (("transform", transform), ("sink", sink), ("consumer_group", consumer_group),
+                       ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms)):
+        if value is not None:
+            fields[key] = value
+    options = {k: v for k, v in configs.items() if k in OPTION_FIELDS}
+    kafka_configs = {k: v for k, v in configs.items() if k not in OPTION_FIELDS}
+    if kafka_configs:
+        fields["configs"] = kafka_configs
+    fields.update(options)
+    client = _client()
+    info = _run(lambda: client.create(**fields))
+    if start_now:
+        info = _run(lambda: client.start(name))
+    _print_status(info, as_json)
 
 
 # -- entry point ----------------------------------------------------------------------
