@@ -261,8 +261,9 @@ def _refreshes(count: int | None, interval: float) -> Iterable[int]:
 def parse_spec_argument(text: str) -> object:
     """SPEC as typed in a shell: JSON when it starts with `{` or `"`, an integer, else the string.
 
-    An integer is Memgraph's dialect (-1 beginning, -2 end); a relative move back
-    is the JSON string '"-5"' (or "+5" forward); maps name topics or topic:partition.
+    An integer is Memgraph's dialect (-1 beginning, -2 end); below -2 it cannot
+    be an offset, so `-50` is a move back by 50, as `+50` is one forward. A move
+    back by 1 or 2 is the quoted '"-1"', '"-2"'; maps name topics or topic:partition.
     """
     stripped = text.strip()
     if stripped.startswith(("{", '"')):
@@ -275,7 +276,8 @@ def parse_spec_argument(text: str) -> object:
         except RecursionError:
             raise ConfigError(f"SPEC: {_shown(text)} is nested too deeply") from None
     if _INTEGER.fullmatch(stripped):
-        return int(stripped)
+        number = int(stripped)
+        return number if number >= -2 else stripped   # -N (N >= 3): a move back, as "+N" is one forward
     return text   # the offset parser refuses, naming the value, what is no spec (longer numbers too)
 
 
@@ -299,7 +301,8 @@ def set_offset(name: str, spec: str | None, from_file, dry_run: bool, timeout: f
     """Set the offset of stream NAME on every partition SPEC (or the --from-file FILE) targets.
 
     \b
-    SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | '"-N"' |
+    SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | -N (N >= 3; back 1 or 2
+          is '"-1"', '"-2"') |
           2024-05-01T12:00:00Z | -PT15M (a duration back from now) | '{"group": "other_group"}' |
           '{"topic": "earliest", "topic:0": 42, "topic:1": {"group": "g"}}'
     """

@@ -318,3 +318,22 @@ def test_describe_watch_piped_prints_every_frame(stream, host):
     result = run_process("--url", host.url, "describe", "orders", "--watch", "--interval", "0.1", "--count", "3")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("orders at ") == 3 and result.stdout.count("LOG-END-OFFSET") == 3, result.stdout
+
+
+def test_unquoted_minus_n_moves_back_where_it_cannot_mean_beginning_or_end(stream, host):
+    """`mgstreams set-offset orders -50` failed with `use >= 0, -1 (beginning) or -2 (end)` while `+10` worked."""
+    assert parse_spec_argument("-4") == "-4" and parse_spec_argument("-1") == -1 and parse_spec_argument("-2") == -2
+
+    def committed():
+        return [r["committed_offset"] for r in json.loads(run(host, "describe", "orders", "--json").stdout)]
+    assert run(host, "start", "orders").exit_code == 0
+    wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up")
+    moved = run(host, "set-offset", "orders", "-4", "--json")
+    assert moved.exit_code == 0, moved.stderr
+    assert {(c["previous_offset"], c["offset"], c["status"]) for c in json.loads(moved.stdout)} == {(10, 6, "applied")}
+    wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up again")
+    checked = run(host, "check", "orders", "-3", "--limit", "1", "--json")
+    assert checked.exit_code == 0, checked.stderr
+    assert sorted((r["partition"], r["offset"]) for r in json.loads(checked.stdout)) == [(p, 7) for p in range(3)]
+    help_text = run(host, "set-offset", "--help").stdout
+    assert "-N (N >= 3" in help_text and "'\"-1\"'" in help_text
