@@ -427,8 +427,10 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
             if args[:2] == ["start", "orders"]:
                 assert result.stdout.strip() in ("orders starting", "orders running"), result.stdout
                 wait_until(lambda: caught_up(orders_host), 60, 0.1, "the stream to commit every message")
-            if args[:2] in (["stop", "orders"], ["drop", "orders"]):
+            if args[:2] == ["stop", "orders"]:
                 assert result.stdout.strip() == "orders stopped", result.stdout
+            if args[:2] == ["drop", "orders"]:
+                assert result.stdout.strip() == "orders dropped", result.stdout
             if args[0] == "--url":
                 assert result.stdout.split()[:2] == ["NAME", "STATUS"] and "orders" not in result.stdout
     assert ran[-1] == "mgstreams --url http://db1:8765 list", ran
