@@ -48,6 +48,7 @@ from rich.text import Text
 
 from stream_registry.errors import ConfigError, StreamError, StreamStateError
 from stream_registry.lag.collector import StreamLag
+from stream_registry.log_repeats import collapse_repeats
 from stream_registry.offset_files import OffsetSource, export_offsets, offsets_spec, parse_offsets_file
 from stream_registry.offsets import OffsetChange, PartitionOffsets
 from stream_registry.registry.registry import MAX_CHECK_LIMIT
@@ -608,15 +609,20 @@ def drop(name: str, as_json: bool) -> None:
               default=host.DEFAULT_LAG_SAMPLE_INTERVAL_S, show_default=True, metavar="SECONDS",
               help="Seconds between samples of every stream's committed offsets and log ends "
                    "(lag verdicts, lag seconds, metrics).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              envvar="MGSTREAMS_LOG_LEVEL", default="info", show_default=True, show_envvar=True,
+              help="The host's and its stream processes' log level (stderr). librdkafka's repeated lines are "
+                   "collapsed to one per kind every 10 s, with a count.")
 def serve(state_dir: str | None, listen: str, token_file: str | None, default_sink: str | None,
-          stop_timeout: float, lag_sample_interval: float) -> None:
+          stop_timeout: float, lag_sample_interval: float, log_level: str) -> None:
     """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
 
     Each running stream runs in a process of its own. Streams that were running
     resume at once. A second host on the same state directory exits at once,
     naming the first.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    collapse_repeats()
     token = _run(lambda: host.read_token(token_file))
     directory = state_dir or host.default_state_dir()
 

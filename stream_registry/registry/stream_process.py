@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks import OutputPolicy
+from ..log_repeats import collapse_repeats
 from ..redaction import redact
 from ..stream_info import StreamStatus
 from .runner import ThreadRunner, process_rss
@@ -263,6 +264,7 @@ def child_main(conn, spec: ChildSpec) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
     logging.basicConfig(level=spec.log_level,
                         format=f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
+    collapse_repeats()   # librdkafka's reconnect failures: one line per kind and interval, with a count
     send_lock = threading.Lock()
 
     def send(message: tuple) -> None:
