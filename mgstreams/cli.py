@@ -131,9 +131,43 @@ def _finite(ctx, param, value: float | None) -> float | None:
 
 
 # -- the group ----------------------------------------------------------------------
-@click.group(cls=UsageGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class _Root(UsageGroup):
+    """The root group: its own options (--url, --version, ...) are taken after the subcommand too
+    (`mgstreams list --url URL`), as users of kubectl and rpk expect."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _hoisted(self, list(args)))
+
+
+def _hoisted(group: click.Group, args: list[str]) -> list[str]:
+    """`args` with the group's own options moved before the subcommand's name (up to a `--`)."""
+    options = {name: p for p in group.params if isinstance(p, click.Option) for name in p.opts + p.secondary_opts}
+    command = next((i for i, a in enumerate(args) if a in group.commands), None)
+    if command is None:
+        return args
+    front, rest, i = args[:command], [], command
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        option = options.get(arg.split("=", 1)[0]) if arg.startswith("--") else options.get(arg)
+        if option is None:
+            rest.append(arg)
+            i += 1
+        elif "=" in arg or option.is_flag or option.count:
+            front.append(arg)
+            i += 1
+        else:
+            front += args[i:i + 2]
+            i += 2
+    return front + rest
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", envvar=URL_ENV, default=DEFAULT_URL, show_default=True, show_envvar=True,
-              help="The stream host to talk to.")
+              help="The stream host to talk to (before or after the subcommand).")
+@click.version_option(package_name="mgstreams", prog_name="mgstreams", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, url: str) -> None:
     """Kafka streams of the mgstreams Memgraph plugin, from a shell."""
@@ -397,12 +431,20 @@ def offsets() -> None:
               show_default=True, help="The group's committed offsets, or the running consumer's positions.")
 def export(name: str, source: str) -> None:
     """Print stream NAME's offsets as `topic,partition,offset` lines, no header (kafka-consumer-groups
-    --export's format). Partitions without such an offset are left out, and named on stderr."""
-    lines, notes = export_offsets(_run(lambda: _client().describe(name)), source)
+    --export's format). Partitions without such an offset are left out, and named on stderr; when none has
+    one, it says why and exits 1."""
+    client = _client()
+    lines, notes = export_offsets(_run(lambda: client.describe(name)), source)
     for note in notes:
         click.echo(f"mgstreams: {note}", err=True)
     if lines:
         click.echo("\n".join(lines))
+        return
+    info = _run(lambda: client.get(name))   # nothing to export: say why, and exit 1 so a script notices
+    if source == OffsetSource.POSITION.value and info.status != StreamStatus.RUNNING:
+        _fail(f"source: stream {name!r} is {info.status.value}: positions exist only while it runs; "
+              f"use --source committed (the group's committed offsets)")
+    _fail(f"source: stream {name!r} has no {source} offset on any partition: nothing to export")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})

@@ -789,8 +789,13 @@ def test_make_commands():
     for command in shell("make"):
         target = command.split()[-1]
         assert target in targets, command
-        assert "$(STAMP)" in targets[target], "both commands create .venv and install first"
+        stamp = {"demo": "$(DEMO_STAMP)", "test": "$(STAMP)"}[target]
+        assert stamp in targets[target].splitlines()[0], "both commands create .venv and install first"
         assert {"demo": "-m mgstreams.demo", "test": "-m pytest"}[target] in targets[target]
+        if target == "demo":   # only what the demo needs: the Spark extra and mgp, not the test extra
+            text = (ROOT / "Makefile").read_text()
+            recipe = text[text.index("$(DEMO_STAMP): pyproject.toml"):].split("\n\n")[0]
+            assert "-e '.[spark]' 'mgp>=1.1'" in recipe and "[test]" not in recipe, recipe
         if command.startswith("KAFKA_BOOTSTRAP_SERVERS="):
             assert 'os.environ.get("KAFKA_BOOTSTRAP_SERVERS")' in (ROOT / "tests" / "conftest.py").read_text()
 
