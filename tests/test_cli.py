@@ -337,3 +337,22 @@ def test_unquoted_minus_n_moves_back_where_it_cannot_mean_beginning_or_end(strea
     assert sorted((r["partition"], r["offset"]) for r in json.loads(checked.stdout)) == [(p, 7) for p in range(3)]
     help_text = run(host, "set-offset", "--help").stdout
     assert "-N (N >= 3" in help_text and "'\"-1\"'" in help_text
+
+
+def test_global_options_after_the_subcommand_and_version(stream, host):
+    """`--url` worked only before the subcommand; there was no --version."""
+    after = run_process("list", "--json", "--url", host.url, env={"MGSTREAMS_URL": f"http://127.0.0.1:{free_port()}"})
+    assert after.returncode == 0 and [s["name"] for s in json.loads(after.stdout)] == ["orders"], after.stderr
+    equals = run_process("describe", "orders", f"--url={host.url}", "--json")
+    assert equals.returncode == 0 and len(json.loads(equals.stdout)) == 3, equals.stderr
+    version = run_process("--version")
+    assert version.returncode == 0 and version.stdout.startswith("mgstreams ") and version.stdout.split()[1][0].isdigit()
+
+
+def test_offsets_export_of_positions_on_a_stopped_stream_says_why(stream, host):
+    """`offsets export --source position` on a stopped stream printed nothing and exited 0."""
+    result = run(host, "offsets", "export", "orders", "--source", "position")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == ("mgstreams: error: source: stream 'orders' is created: positions exist "
+                                              "only while it runs; use --source committed (the group's committed "
+                                              "offsets)"), result.stderr
