@@ -10,9 +10,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from stream_registry.lag.verdict import (WINDOW, LagSample, Verdict, evaluate, keeping_up, lag_trend,
-                                         stream_verdict)
+from stream_registry.lag.verdict import (WINDOW, LagSample, PartitionVerdict, Verdict, evaluate, keeping_up,
+                                         lag_trend, stream_verdict)
 from stream_registry.stream_info import StreamStatus
 
 PARTITIONS = 3
@@ -125,3 +127,28 @@ def test_trend_helpers():
     assert not lag_trend([(0, 10), (1, 12), (2, 9), (3, 11), (4, 10)]).rising
     assert lag_trend([(0, 10), (1, 20)]) is None and lag_trend([(1, 1), (1, 2), (1, 3)]) is None
     assert keeping_up([(0, 5, 100), (5, 4, 150)]) and not keeping_up([(0, 500, 100), (5, 600, 150)])
+
+
+# -- properties ---------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 60)), min_size=1, max_size=25),
+       st.integers(0, 10_000), st.booleans())
+def test_a_lag_that_never_rises_is_never_warn(steps, backlog, young):
+    """Whatever the producer and the consumer do, a partition whose lag never grows is not WARN."""
+    committed, log_end, samples = 0, backlog, []
+    for i, (produced, consumed) in enumerate(steps):
+        log_end += produced
+        committed = max(committed, min(log_end, committed + max(consumed, produced)))   # keeps up or better
+        samples.append(LagSample(committed, log_end, float(i * 5)))
+    got = evaluate(samples, running_since=0.0 if young else None)
+    assert got.verdict != Verdict.WARN, (samples, got)
+
+
+@given(st.sampled_from([StreamStatus.STOPPED, StreamStatus.CREATED, StreamStatus.ERROR]),
+       st.lists(st.sampled_from(list(Verdict)), max_size=4))
+def test_a_stream_that_does_not_run_is_stop(status, partitions):
+    verdicts = {("t", i): PartitionVerdict(v, "m") for i, v in enumerate(partitions)}
+    got = stream_verdict(status, verdicts, [(0.0, 5, 0)])
+    assert got.verdict == Verdict.STOP and got.alarm == (status == StreamStatus.ERROR)
