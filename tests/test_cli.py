@@ -356,3 +356,9 @@ def test_offsets_export_of_positions_on_a_stopped_stream_says_why(stream, host):
     assert result.stderr.splitlines()[-1] == ("mgstreams: error: source: stream 'orders' is created: positions exist "
                                               "only while it runs; use --source committed (the group's committed "
                                               "offsets)"), result.stderr
+
+
+def test_a_negative_offset_in_a_map_says_how_to_move_back(stream, host):
+    result = run(host, "set-offset", "orders", json.dumps({f"{stream.topic}:0": -50}))
+    assert result.exit_code == 1 and result.stderr.rstrip().endswith('to move back 50, give the string "-50"'), \
+        result.stderr
