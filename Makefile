@@ -26,7 +26,17 @@ browser:
 	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; }; } || \
 	echo "make: Chromium is not installed and could not be (apt-get install chromium needs root): tests/test_ui.py's browser test is skipped"
 
-demo: $(STAMP)
+# The demo needs the Spark extra and Memgraph's mgp (it loads the query module as Memgraph does), not the test
+# extra (in a venv made by `make install` they are there already, and pip only checks).
+DEMO_STAMP := $(VENV)/.demo-installed
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[spark]' 'mgp>=1.1'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m mgstreams.demo --out demo-out
 
 clean:

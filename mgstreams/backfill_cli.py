@@ -27,11 +27,13 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.text import Text
 from rich.table import Table
 
 from stream_registry.errors import ConfigError, StreamError
@@ -311,27 +313,52 @@ def _session(master: str | None, remote: str | None = None, spark_ui: bool = Fal
     return build_session(master, conf=conf), active is None
 
 
+class _RecordsPerSecond(ProgressColumn):
+    """Offsets loaded per second, from the bar's own samples (rich keeps the last 30 s)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("- records/s" if speed is None else f"{speed:,.0f} records/s")
+
+
 def _progress_bar(console: Console) -> Progress:
-    columns = (SpinnerColumn(), TextColumn("backfill"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("ranges"), TimeElapsedColumn())
+    """Offsets done of all (as ranges finish), ranges done, records/s, elapsed and time left."""
+    columns = (SpinnerColumn(), TextColumn("backfill"), BarColumn(),
+               TextColumn("{task.completed:,.0f}/{task.total:,.0f} offsets, {task.fields[ranges]} ranges"),
+               _RecordsPerSecond(), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
     return Progress(*columns, console=console, transient=True)
+
+
+def _offsets_done(range_plan: RangePlan, in_order: bool) -> Callable[[int, int], int]:
+    """Offsets done when `done` ranges of `total` are: exact when ranges finish in order (here), else the
+    ranges' mean size times how many finished (Spark runs them in any order; they are of about one size)."""
+    sizes = [r.size for r in range_plan.ranges]
+    if in_order:
+        return lambda done, total: sum(sizes[:done])
+    return lambda done, total: round(range_plan.total_offsets * done / max(total, 1))
+
+
+def _with_progress(range_plan: RangePlan, console: Console, in_order: bool, run) -> BackfillReport:
+    offsets = _offsets_done(range_plan, in_order)
+    with _progress_bar(console) as progress:
+        ranges = len(range_plan.ranges)
+        task = progress.add_task("backfill", total=range_plan.total_offsets, ranges=f"0/{ranges}")
+        return run(lambda done, total: progress.update(task, completed=offsets(done, total),
+                                                       ranges=f"{done}/{total}"))
 
 
 def _run_with_progress(spark, job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
     from spark_bridge.backfill import run_backfill
 
-    with _progress_bar(console) as progress:
-        task = progress.add_task("backfill", total=len(range_plan.ranges))
-        return run_backfill(spark, job, range_plan,
-                            on_progress=lambda done, total: progress.update(task, completed=done))
+    return _with_progress(range_plan, console, False,
+                          lambda on_progress: run_backfill(spark, job, range_plan, on_progress=on_progress))
 
 
 def _run_local_with_progress(job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
     from spark_bridge.local_engine import run_local
 
-    with _progress_bar(console) as progress:
-        task = progress.add_task("backfill", total=len(range_plan.ranges))
-        return run_local(job, range_plan, on_progress=lambda done, total: progress.update(task, completed=done))
+    return _with_progress(range_plan, console, True,
+                          lambda on_progress: run_local(job, range_plan, on_progress=on_progress))
 
 
 # Values no message may show: the sink password, a Spark Connect URL's token.

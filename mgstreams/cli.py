@@ -11,8 +11,11 @@
     mgstreams pending NAME [--cancel] [--json]
     mgstreams offsets export NAME [--source committed|position]
     mgstreams check NAME [SPEC] [--limit N] [--json]
+    mgstreams create NAME --topic T --bootstrap B [--transform F] [--sink URI] [--config K=V ...] [--start]
     mgstreams start NAME | stop NAME | drop NAME
     mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
+    mgstreams kafka topic create NAME --bootstrap B [--partitions P]
+    mgstreams kafka produce TOPIC --bootstrap B [--sample transfers [--count N]] < lines.jsonl
 
 Every command but `serve` and `kafka` talks to the host at $MGSTREAMS_URL
 (default http://127.0.0.1:8765), sending $MGSTREAMS_TOKEN, else the content of
@@ -43,28 +46,31 @@ from typing import Any, Callable, Iterable
 import click
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
 from rich.text import Text
 
-from stream_registry.errors import ConfigError, StreamError
+from stream_registry.errors import ConfigError, StreamError, StreamStateError
 from stream_registry.lag.collector import StreamLag
+from stream_registry.log_repeats import collapse_repeats
 from stream_registry.offset_files import OffsetSource, export_offsets, offsets_spec, parse_offsets_file
 from stream_registry.offsets import OffsetChange, PartitionOffsets
 from stream_registry.registry.registry import MAX_CHECK_LIMIT
+from stream_registry.stream_info import StreamStatus
 
 from .client import URL_ENV, HostClient
 from .usage_errors import UsageGroup
 from .host import serve as host
 from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
+from .tables import Column, FittedTable, extra, key, long
 from .wire import to_json
 
 _INTEGER = re.compile(r"-?[0-9]{1,30}")   # ASCII digits, matched whole; longer runs are the parser's to refuse
+PIPED_WIDTH = 1_000_000                   # piped tables are never cut: the console is wider than any row
 
 
 # -- plumbing ---------------------------------------------------------------------
-def _console(piped_width: int = 250) -> Console:
-    """Tables on stdout; wide when piped so rows are never wrapped."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else piped_width)
+def _console() -> Console:
+    """Tables on stdout: fitted to the terminal; piped, as wide as the widest row, so values are whole."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 def _fail(message: str) -> None:
@@ -81,17 +87,19 @@ def _run(action: Callable[[], Any]) -> Any:
 
 
 def _print_json(value: Any) -> None:
-    click.echo(json.dumps(to_json(value), sort_keys=False))
+    click.echo(json.dumps(to_json(value, zulu=True), sort_keys=False))
 
 
-def table(columns: Iterable[str], rows: Iterable[Iterable[Any]], title: str | None = None) -> Table:
-    """Plain aligned columns with upper-case headers, as Kafka's own tools print them."""
-    table = Table(box=None, title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    for row in rows:
-        table.add_row(*("-" if cell is None else str(cell) for cell in row))
-    return table
+def _show(renderable: Any) -> None:
+    """Print a table (or a group of them) on stdout. Never cropped: key columns wider than the terminal make
+    longer lines, which the terminal wraps, rather than a column cut off."""
+    _console().print(renderable, crop=False)
+
+
+def table(columns: Iterable[str | Column], rows: Iterable[Iterable[Any]], title: str | None = None) -> FittedTable:
+    """Plain aligned columns with upper-case headers, as Kafka's own tools print them (a bare header is a key
+    column: never dropped nor cut)."""
+    return FittedTable([key(c) if isinstance(c, str) else c for c in columns], rows, title)
 
 
 class _Shutdown:
@@ -125,9 +133,43 @@ def _finite(ctx, param, value: float | None) -> float | None:
 
 
 # -- the group ----------------------------------------------------------------------
-@click.group(cls=UsageGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class _Root(UsageGroup):
+    """The root group: its own options (--url, --version, ...) are taken after the subcommand too
+    (`mgstreams list --url URL`), as users of kubectl and rpk expect."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _hoisted(self, list(args)))
+
+
+def _hoisted(group: click.Group, args: list[str]) -> list[str]:
+    """`args` with the group's own options moved before the subcommand's name (up to a `--`)."""
+    options = {name: p for p in group.params if isinstance(p, click.Option) for name in p.opts + p.secondary_opts}
+    command = next((i for i, a in enumerate(args) if a in group.commands), None)
+    if command is None:
+        return args
+    front, rest, i = args[:command], [], command
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        option = options.get(arg.split("=", 1)[0]) if arg.startswith("--") else options.get(arg)
+        if option is None:
+            rest.append(arg)
+            i += 1
+        elif "=" in arg or option.is_flag or option.count:
+            front.append(arg)
+            i += 1
+        else:
+            front += args[i:i + 2]
+            i += 2
+    return front + rest
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", envvar=URL_ENV, default=DEFAULT_URL, show_default=True, show_envvar=True,
-              help="The stream host to talk to.")
+              help="The stream host to talk to (before or after the subcommand).")
+@click.version_option(package_name="mgstreams", prog_name="mgstreams", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, url: str) -> None:
     """Kafka streams of the mgstreams Memgraph plugin, from a shell."""
@@ -144,13 +186,20 @@ def _client() -> HostClient:
     return root.obj["client"]
 
 
-STREAM_COLUMNS = ("NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK", "ERROR")
-DESCRIBE_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
-                    "LOG-END-OFFSET", "LAG", "ASSIGNED", "STORED-OFFSET", "RESUME-OFFSET")
-CHANGE_COLUMNS = ("TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET", "STATUS", "MESSAGE")
-HISTORY_COLUMNS = ("CHANGE-ID", "CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET", "STATUS", "MESSAGE")
-PENDING_COLUMNS = ("TOPIC", "PARTITION", "OFFSET", "PREVIOUS-OFFSET", "REQUESTED-AT", "MESSAGE")
-CHECK_COLUMNS = ("TOPIC", "PARTITION", "OFFSET", "QUERY", "PARAMETERS")
+# Key columns (identity, state, offsets, lag) are never dropped nor cut; long ones give way; extra ones hide.
+STREAM_COLUMNS = (key("NAME"), key("STATUS"), key("TOPICS"), long("GROUP"), long("BOOTSTRAP-SERVERS"),
+                  long("TRANSFORM"), long("SINK"), long("ERROR", fold=True))
+DESCRIBE_COLUMNS = (extra("GROUP"), key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("POSITION"),
+                    extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"),
+                    extra("STORED-OFFSET"), extra("RESUME-OFFSET"))
+CHANGE_COLUMNS = (key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"), key("NEW-OFFSET"), key("STATUS"),
+                  long("MESSAGE", fold=True))
+HISTORY_COLUMNS = (key("CHANGE-ID"), key("CHANGED-AT"), key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"),
+                   key("OFFSET"), key("STATUS"), long("MESSAGE", fold=True))
+PENDING_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), extra("PREVIOUS-OFFSET"), key("REQUESTED-AT"),
+                   long("MESSAGE", fold=True))
+CHECK_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), long("QUERY", fold=True),
+                 long("PARAMETERS", fold=True))
 
 
 @cli.command("list")
@@ -161,25 +210,25 @@ def list_streams(as_json: bool) -> None:
     if as_json:
         _print_json(streams)
         return
-    _console().print(table(STREAM_COLUMNS, (
+    _show(table(STREAM_COLUMNS, (
         (s.name, s.status.value, ",".join(s.topics), s.consumer_group, s.bootstrap_servers, s.transform, s.sink,
          s.error) for s in streams)))
 
 
-def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> Table:
+def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
     """describe() rows as `kafka-consumer-groups --describe` prints them."""
     return table(DESCRIBE_COLUMNS, (
         (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
          "yes" if r.assigned else "no", r.stored_offset, r.resume_offset) for r in rows))
 
 
-def changes_table(changes: Iterable[OffsetChange]) -> Table:
+def changes_table(changes: Iterable[OffsetChange]) -> FittedTable:
     """set_offset() results, one row per partition."""
     return table(CHANGE_COLUMNS, (
         (c.topic, c.partition, c.previous_offset, c.offset, c.status.value, c.message) for c in changes))
 
 
-def _describe_table(name: str) -> Table:
+def _describe_table(name: str) -> FittedTable:
     client = _client()
     info = client.get(name)
     rendered = offsets_table(info.consumer_group, client.describe(name))
@@ -217,13 +266,20 @@ def describe(name: str, watch: bool, interval: float, count: int | None, as_json
             _print_json(_run(lambda: _client().describe(name)))
         return
     if not watch:
-        _console().print(_run(lambda: _describe_table(name)))
+        _show(_run(lambda: _describe_table(name)))
         return
-    console = _console()
-    with Live(console=console, auto_refresh=False) as live:
+    def frames() -> Iterable[FittedTable]:
         for _ in _refreshes(count, interval):
             rendered = _run(lambda: _describe_table(name))
             rendered.title = f"{name} at {datetime.datetime.now().strftime('%H:%M:%S')} (every {interval:g} s)"
+            yield rendered
+    if not sys.stdout.isatty():   # piped or redirected: every frame, one after the other (a log of the watch)
+        for rendered in frames():
+            _show(rendered)
+            sys.stdout.flush()
+        return
+    with Live(console=_console(), auto_refresh=False) as live:
+        for rendered in frames():
             live.update(rendered, refresh=True)
 
 
@@ -242,8 +298,9 @@ def _refreshes(count: int | None, interval: float) -> Iterable[int]:
 def parse_spec_argument(text: str) -> object:
     """SPEC as typed in a shell: JSON when it starts with `{` or `"`, an integer, else the string.
 
-    An integer is Memgraph's dialect (-1 beginning, -2 end); a relative move back
-    is the JSON string '"-5"' (or "+5" forward); maps name topics or topic:partition.
+    An integer is Memgraph's dialect (-1 beginning, -2 end); below -2 it cannot
+    be an offset, so `-50` is a move back by 50, as `+50` is one forward. A move
+    back by 1 or 2 is the quoted '"-1"', '"-2"'; maps name topics or topic:partition.
     """
     stripped = text.strip()
     if stripped.startswith(("{", '"')):
@@ -256,7 +313,8 @@ def parse_spec_argument(text: str) -> object:
         except RecursionError:
             raise ConfigError(f"SPEC: {_shown(text)} is nested too deeply") from None
     if _INTEGER.fullmatch(stripped):
-        return int(stripped)
+        number = int(stripped)
+        return number if number >= -2 else stripped   # -N (N >= 3): a move back, as "+N" is one forward
     return text   # the offset parser refuses, naming the value, what is no spec (longer numbers too)
 
 
@@ -280,7 +338,8 @@ def set_offset(name: str, spec: str | None, from_file, dry_run: bool, timeout: f
     """Set the offset of stream NAME on every partition SPEC (or the --from-file FILE) targets.
 
     \b
-    SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | '"-N"' |
+    SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | -N (N >= 3; back 1 or 2
+          is '"-1"', '"-2"') |
           2024-05-01T12:00:00Z | -PT15M (a duration back from now) | '{"group": "other_group"}' |
           '{"topic": "earliest", "topic:0": 42, "topic:1": {"group": "g"}}'
     """
@@ -304,11 +363,12 @@ def _print_changes(changes: list[OffsetChange], as_json: bool) -> None:
     if as_json:
         _print_json(changes)
         return
-    _console().print(changes_table(changes))
+    _show(changes_table(changes))
 
 
 def _utc_text(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A moment in a table: UTC to the second (--json keeps the microseconds), as narrow as it is readable."""
+    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @cli.command()
@@ -323,7 +383,7 @@ def history(name: str, limit: int | None, as_json: bool) -> None:
     if as_json:
         _print_json(entries)
         return
-    _console().print(table(HISTORY_COLUMNS, (
+    _show(table(HISTORY_COLUMNS, (
         (h.change_id, _utc_text(h.changed_at), h.topic, h.partition, h.previous_offset, h.offset, h.status.value,
          h.message or None) for h in entries)))
 
@@ -360,7 +420,7 @@ def pending(name: str, cancel: bool, as_json: bool) -> None:
     if as_json:
         _print_json(rows)
         return
-    _console().print(table(PENDING_COLUMNS, (
+    _show(table(PENDING_COLUMNS, (
         (r.topic, r.partition, r.offset, r.previous_offset, _utc_text(r.requested_at), r.message) for r in rows)))
     if cancel:
         click.echo(f"cancelled {len(rows)} pending offset(s)", err=True)
@@ -377,12 +437,20 @@ def offsets() -> None:
               show_default=True, help="The group's committed offsets, or the running consumer's positions.")
 def export(name: str, source: str) -> None:
     """Print stream NAME's offsets as `topic,partition,offset` lines, no header (kafka-consumer-groups
-    --export's format). Partitions without such an offset are left out, and named on stderr."""
-    lines, notes = export_offsets(_run(lambda: _client().describe(name)), source)
+    --export's format). Partitions without such an offset are left out, and named on stderr; when none has
+    one, it says why and exits 1."""
+    client = _client()
+    lines, notes = export_offsets(_run(lambda: client.describe(name)), source)
     for note in notes:
         click.echo(f"mgstreams: {note}", err=True)
     if lines:
         click.echo("\n".join(lines))
+        return
+    info = _run(lambda: client.get(name))   # nothing to export: say why, and exit 1 so a script notices
+    if source == OffsetSource.POSITION.value and info.status != StreamStatus.RUNNING:
+        _fail(f"source: stream {name!r} is {info.status.value}: positions exist only while it runs; "
+              f"use --source committed (the group's committed offsets)")
+    _fail(f"source: stream {name!r} has no {source} offset on any partition: nothing to export")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -400,13 +468,14 @@ def check(name: str, spec: str, limit: int, as_json: bool) -> None:
     if as_json:
         _print_json(rows)
         return
-    _console(piped_width=100_000).print(table(CHECK_COLUMNS, (   # statements are long: never cut when piped
+    _show(table(CHECK_COLUMNS, (
         (r.topic, r.partition, r.offset, r.query, json.dumps(r.parameters, ensure_ascii=False)) for r in rows)))
 
 
-LAG_COLUMNS = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS", "METHOD", "STATUS",
-               "MESSAGE")
-TOP_COLUMNS = ("NAME", "STATE", "STATUS", "RECORDS/S", "LAG", "LAG-SECONDS", "MESSAGE")
+LAG_COLUMNS = (key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("LOG-END-OFFSET"), key("LAG"),
+               key("LAG-SECONDS"), extra("METHOD"), key("STATUS"), long("MESSAGE", fold=True))
+TOP_COLUMNS = (key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
+               long("MESSAGE"))
 
 
 def _seconds(value: float | None) -> str | None:
@@ -439,7 +508,7 @@ def lag(name: str, as_json: bool) -> None:
     if as_json:
         _print_json(result)
         return
-    _console().print(lag_table(result))
+    _show(lag_table(result))
 
 
 def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
@@ -447,15 +516,8 @@ def top_table(streams: list[StreamLag], url: str, interval: float, error: str | 
     at = datetime.datetime.now().strftime("%H:%M:%S")
     rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
              _seconds(s.max_lag_seconds) or "-", s.error or s.message) for s in streams]
-    view = Table(box=None, header_style="bold", pad_edge=False)
-    for i, column in enumerate(TOP_COLUMNS):   # every column keeps its width; only MESSAGE gives way
-        last = i == len(TOP_COLUMNS) - 1
-        view.add_column(column, no_wrap=True, overflow="ellipsis" if last else "fold",
-                        min_width=None if last else max([len(column)] + [len(r[i]) for r in rows]))
-    for row in rows:
-        view.add_row(*row)
     parts = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
-                  style="bold"), view]
+                  style="bold"), table(TOP_COLUMNS, rows)]
     if error:
         parts.append(Text(f"error: {error}"))
     return Group(*parts)
@@ -500,7 +562,7 @@ def top(interval: float, once: bool) -> None:
     """A live view of every stream: state, lag verdict, records/s, lag and lag seconds; q quits."""
     client = _client()
     if once:
-        _console().print(top_table(_run(client.lag_all), client.url, interval))
+        _show(top_table(_run(client.lag_all), client.url, interval))
         return
     console = _console()
     streams: list[StreamLag] = []
@@ -540,8 +602,21 @@ def _print_status(info, as_json: bool) -> None:
 @click.argument("name")
 @json_option
 def start(name: str, as_json: bool) -> None:
-    """Start stream NAME on the host; it is "starting" until the group assigns partitions."""
-    _print_status(_run(lambda: _client().start(name)), as_json)
+    """Start stream NAME on the host; it is "starting" until the group assigns partitions. Idempotent, as
+    stop is: a stream already starting or running is left alone (exit 0, and it says so)."""
+    client = _client()
+    try:
+        info = client.start(name)
+    except StreamStateError as exc:   # refused: fine if it is because the stream runs already
+        info = _run(lambda: client.get(name))
+        if info.status not in (StreamStatus.STARTING, StreamStatus.RUNNING):
+            _fail(str(exc))
+        if not as_json:
+            click.echo(f"{info.name} already {info.status.value}")
+            return
+    except StreamError as exc:
+        _fail(str(exc))
+    _print_status(info, as_json)
 
 
 @cli.command()
@@ -556,8 +631,12 @@ def stop(name: str, as_json: bool) -> None:
 @click.argument("name")
 @json_option
 def drop(name: str, as_json: bool) -> None:
-    """Forget stream NAME (its committed offsets stay in Kafka)."""
-    _print_status(_run(lambda: _client().drop(name)), as_json)
+    """Stop and forget stream NAME (its committed offsets stay in Kafka); prints `NAME dropped`."""
+    info = _run(lambda: _client().drop(name))
+    if as_json:
+        _print_json({"name": info.name, "status": "dropped", "error": None})
+    else:
+        click.echo(f"{info.name} dropped")
 
 
 @cli.command()
@@ -581,15 +660,20 @@ def drop(name: str, as_json: bool) -> None:
               default=host.DEFAULT_LAG_SAMPLE_INTERVAL_S, show_default=True, metavar="SECONDS",
               help="Seconds between samples of every stream's committed offsets and log ends "
                    "(lag verdicts, lag seconds, metrics).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+              envvar="MGSTREAMS_LOG_LEVEL", default="info", show_default=True, show_envvar=True,
+              help="The host's and its stream processes' log level (stderr). librdkafka's repeated lines are "
+                   "collapsed to one per kind every 10 s, with a count.")
 def serve(state_dir: str | None, listen: str, token_file: str | None, no_token: bool, default_sink: str | None,
-          stop_timeout: float, lag_sample_interval: float) -> None:
+          stop_timeout: float, lag_sample_interval: float, log_level: str) -> None:
     """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
 
     Each running stream runs in a process of its own. Streams that were running
     resume at once. A second host on the same state directory exits at once,
     naming the first.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    collapse_repeats()
     token = _run(lambda: host.read_token(token_file))
     directory = state_dir or host.default_state_dir()
 
@@ -610,21 +694,30 @@ def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
     return topics
 
 
-@cli.command()
+@cli.group(invoke_without_command=True, cls=UsageGroup)
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True, help="Number of brokers.")
 @click.option("--partitions-topic", "topics", multiple=True, callback=_topic_spec, metavar="NAME:P",
               help="Create topic NAME with P partitions (repeatable).")
-def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
-    """Run an embedded Kafka cluster (librdkafka's mock brokers) in the foreground.
+@click.pass_context
+def kafka(ctx: click.Context, brokers: int, topics: list[tuple[str, int]]) -> None:
+    """Run an embedded Kafka cluster (librdkafka's mock brokers) in the foreground; or, with a subcommand,
+    create a topic or produce to one on it or on any cluster.
 
-    Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM.
+    Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM. `mgstreams kafka
+    topic create` reaches it through a control socket in the user's runtime directory (the mock brokers
+    cannot create topics through Kafka's CreateTopics).
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from mgstreams.embedded_kafka import EmbeddedKafka
+    from mgstreams.kafka_tools import ControlServer
 
     cluster = _run(lambda: EmbeddedKafka(brokers=brokers))
+    control = None
     try:
         for topic, partitions in topics:
             _run(lambda: cluster.create_topic(topic, partitions, replication=min(3, brokers)))
+        control = _run(lambda: ControlServer(cluster))
         with _Shutdown() as shutdown:
             click.echo(cluster.bootstrap_servers)
             sys.stdout.flush()
@@ -632,8 +725,115 @@ def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
             click.echo(f"embedded Kafka: {brokers} broker(s); topics: {created}; Ctrl-C to stop", err=True)
             shutdown.wait()
     finally:
+        if control is not None:
+            control.close()
         cluster.close()
     click.echo("embedded Kafka stopped", err=True)
+
+
+bootstrap_option = click.option("--bootstrap", "bootstrap_servers", envvar="KAFKA_BOOTSTRAP_SERVERS",
+                                required=True, show_envvar=True, metavar="HOST:PORT[,...]",
+                                help="The cluster: what `mgstreams kafka` printed, or any Kafka's bootstrap servers.")
+
+
+@kafka.group("topic", cls=UsageGroup)
+def kafka_topic() -> None:
+    """Topics of the embedded cluster or of any cluster."""
+
+
+@kafka_topic.command("create")
+@click.argument("name")
+@bootstrap_option
+@click.option("--partitions", type=click.IntRange(min=1, max=10_000), default=1, show_default=True)
+@click.option("--replication", type=click.IntRange(min=1, max=32), default=1, show_default=True,
+              help="Replicas per partition (at most the number of brokers).")
+def kafka_topic_create(name: str, bootstrap_servers: str, partitions: int, replication: int) -> None:
+    """Create topic NAME: on an embedded cluster through its control socket, else with CreateTopics."""
+    from mgstreams.kafka_tools import create_topic
+
+    created = _run(lambda: create_topic(bootstrap_servers, name, partitions, replication))
+    click.echo(f"topic {created.name} created ({created.partitions} partition(s))")
+
+
+@kafka.command("produce")
+@click.argument("topic")
+@bootstrap_option
+@click.option("--sample", type=click.Choice(["transfers"]), default=None,
+              help="Produce generated sample data instead of stdin: money transfers (what query_modules/"
+                   "transfers.py's `transfers.transfer` reads), keyed by the sending account.")
+@click.option("--count", type=click.IntRange(min=1, max=10_000_000), default=100, show_default=True,
+              help="With --sample: how many.")
+@click.option("--seed", type=int, default=1, show_default=True, help="With --sample: the generator's seed.")
+@click.option("--key-field", default=None, metavar="FIELD",
+              help="Stdin: key each message by this field of its JSON object (one key stays on one partition).")
+def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count: int, seed: int,
+                  key_field: str | None) -> None:
+    """Produce JSON lines from stdin (one document a line), or --sample data, to TOPIC.
+
+    A line that is not JSON stops it, naming the line; what was read before it is produced."""
+    from mgstreams.kafka_tools import Message, json_lines, produce
+    from mgstreams.samples import generate_transfers
+
+    if sample:
+        messages = (Message(t.payload(), t.source.encode()) for t in generate_transfers(seed, count, 50))
+    else:
+        messages = json_lines(click.get_text_stream("stdin"), key_field)
+    counts = _run(lambda: produce(bootstrap_servers, topic, messages))
+    per = ", ".join(f"{p}: {n}" for p, n in counts.items()) or "none"
+    click.echo(f"produced {sum(counts.values())} message(s) to {topic} (per partition {per})")
+
+
+def _config_pair(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
+    pairs = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE (e.g. auto.offset.reset=earliest)")
+        pairs[key.strip()] = setting
+    return pairs
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--topic", "topics", multiple=True, required=True, help="A topic to consume (repeatable).")
+@bootstrap_option
+@click.option("--transform", default=None, metavar="MODULE.FUNCTION",
+              help="The transformation (default: one :KafkaMessage node per message).")
+@click.option("--sink", default=None, metavar="URI",
+              help="bolt://HOST:PORT, cypherl:///PATH.cypherl or null:// (default: the host's --default-sink).")
+@click.option("--group", "consumer_group", default=None, help="Consumer group (default: mgstreams_NAME).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None)
+@click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
+@click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
+              help="A librdkafka property of the consumer, or a stream option (delivery, errors.tolerance, "
+                   "errors.deadletterqueue.topic.name, restart) (repeatable).")
+@click.option("--start", "start_now", is_flag=True, help="Start the stream once it is created.")
+@json_option
+def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform: str | None, sink: str | None,
+           consumer_group: str | None, batch_size: int | None, batch_interval_ms: int | None,
+           configs: dict[str, str], start_now: bool, as_json: bool) -> None:
+    """Create stream NAME on the host (POST /streams), as `CALL streams.create(...)` does.
+
+    Secrets (sasl.password and the like) given with --config are stored masked in
+    every listing, but a command line is visible to other local users: prefer
+    the API or Cypher for them."""
+    from stream_registry.config import OPTION_FIELDS
+
+    fields: dict[str, Any] = {"name": name, "topics": list(topics), "bootstrap_servers": bootstrap_servers}
+    for key, value in (("transform", transform), ("sink", sink), ("consumer_group", consumer_group),
+                       ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms)):
+        if value is not None:
+            fields[key] = value
+    options = {k: v for k, v in configs.items() if k in OPTION_FIELDS}
+    kafka_configs = {k: v for k, v in configs.items() if k not in OPTION_FIELDS}
+    if kafka_configs:
+        fields["configs"] = kafka_configs
+    fields.update(options)
+    client = _client()
+    info = _run(lambda: client.create(**fields))
+    if start_now:
+        info = _run(lambda: client.start(name))
+    _print_status(info, as_json)
 
 
 # -- entry point ----------------------------------------------------------------------

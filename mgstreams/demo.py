@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import os
-import random
 import re
 import shutil
 import subprocess
@@ -36,7 +35,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import urlsplit
@@ -60,11 +59,10 @@ from .cli import table
 from .client import URL_ENV
 from .host.process import HostProcess
 from .query_module import STREAMS_MODULE, QueryModule
+from .samples import Transfer, generate_transfers
 
 TRANSFORM = "transfers.transfer"
 SCHEMA = "CREATE INDEX ON :Account(id);\n"
-CURRENCIES = (("EUR", 50), ("USD", 30), ("GBP", 15), ("CHF", 5))
-FIRST_TS = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -133,21 +131,6 @@ class Check:
     name: str
     ok: bool | None          # None: not observable with this setup (shown as –, never counted as passed)
     reason: str
-
-
-@dataclass(frozen=True)
-class Transfer:
-    transfer_id: str
-    source: str
-    target: str
-    amount: float
-    currency: str
-    ts: datetime
-
-    def payload(self) -> bytes:
-        return json.dumps({"transfer_id": self.transfer_id, "from": self.source, "to": self.target,
-                           "amount": self.amount, "currency": self.currency,
-                           "ts": self.ts.strftime("%Y-%m-%dT%H:%M:%SZ")}, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -257,28 +240,6 @@ def stream_row(streams: QueryModule, name: str, quiet: bool = False) -> dict[str
 
 
 # -- step 1: the event stream ------------------------------------------------------------
-def generate_transfers(seed: int, count: int, accounts: int) -> list[Transfer]:
-    """Seeded transfers: a few busy accounts (payroll, merchants) and a long tail; amounts
-    log-normal in the sender's home currency; Poisson arrivals, about three a minute."""
-    rng = random.Random(seed)
-    ids = [f"acc-{i:04d}" for i in range(1, accounts + 1)]
-    weights = [1 / (rank ** 0.8) for rank in range(1, accounts + 1)]
-    rng.shuffle(weights)
-    names, shares = zip(*CURRENCIES)
-    home = {account: rng.choices(names, shares)[0] for account in ids}
-    ts = FIRST_TS
-    out = []
-    for i in range(count):
-        source = rng.choices(ids, weights)[0]
-        target = source
-        while target == source:
-            target = rng.choices(ids, weights)[0]
-        amount = max(1.0, round(rng.lognormvariate(4.0, 1.2), 2))
-        ts += timedelta(seconds=round(rng.expovariate(1 / 20), 3))
-        out.append(Transfer(f"t-{i + 1:06d}", source, target, amount, home[source], ts))
-    return out
-
-
 def produce_transfers(bootstrap_servers: str, topic: str, transfers: Sequence[Transfer],
                       timeout_s: float = 30.0) -> Produced:
     """Produce keyed by source account (the default partitioner keeps an account on one partition),

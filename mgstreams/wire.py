@@ -18,18 +18,20 @@ from stream_registry.errors import StreamError
 T = TypeVar("T")
 
 
-def to_json(value: Any) -> Any:
-    """Frozen dataclasses, str enums, datetimes, mappings and sequences as JSON-ready data."""
+def to_json(value: Any, *, zulu: bool = False) -> Any:
+    """Frozen dataclasses, str enums, datetimes, mappings and sequences as JSON-ready data; `zulu` writes a UTC
+    moment with `Z` (as the CLI's tables do) instead of `+00:00`."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_json(getattr(value, f.name), zulu=zulu) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):
-        return to_json(value.value)
+        return to_json(value.value, zulu=zulu)
     if isinstance(value, datetime.datetime):
-        return value.isoformat()
+        text = value.isoformat()
+        return text[:-6] + "Z" if zulu and text.endswith("+00:00") else text
     if isinstance(value, Mapping):
-        return {str(k): to_json(v) for k, v in value.items()}
+        return {str(k): to_json(v, zulu=zulu) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_json(v) for v in value]
+        return [to_json(v, zulu=zulu) for v in value]
     return value
 
 

@@ -26,6 +26,39 @@ _LOCAL = re.compile(r"^local(\[(\d+|\*)(,\s*\d+)?\])?$")
 # Python workers. C2's compilations cost it more CPU than they save (measured: the JVM's CPU per job
 # halves with C1 alone, about 5% more records/s on 2 cores, and the session starts sooner).
 LOCAL_JVM_OPTIONS = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
+# Spark's default log4j profile prints WARN lines (a loopback hostname, no native Hadoop) on the terminal of a
+# backfill before setLogLevel can run: a JVM of ours starts with this profile instead, errors only, on stderr.
+QUIET_LOG4J = """status = error
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def quiet_log4j_option() -> str:
+    """The JVM option that makes log4j read QUIET_LOG4J (written once per user to the temporary directory)."""
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"mgstreams-log4j2-{os.getuid()}.properties")
+    try:
+        with open(path, encoding="utf-8") as existing:
+            current = existing.read()
+    except OSError:
+        current = None
+    if current != QUIET_LOG4J:
+        temporary = f"{path}.{os.getpid()}"
+        with open(temporary, "w", encoding="utf-8") as out:
+            out.write(QUIET_LOG4J)
+        os.replace(temporary, path)
+    return f"-Dlog4j2.configurationFile=file:{path}"
+
+
+def _local_jvm_options() -> dict[str, str]:
+    return {key: f"{value} {quiet_log4j_option()}" for key, value in LOCAL_JVM_OPTIONS.items()}
 
 
 def ensure_worker_python() -> None:
@@ -74,7 +107,7 @@ def build_session(master: str | None = None, app_name: str = "mgstreams-backfill
     if not under_spark_submit():   # spark-submit's own --conf decides there
         conf = {**UI_OFF, **(conf or {})}
     if not under_spark_submit() and _LOCAL.match(master or "local[*]"):
-        conf = {**LOCAL_JVM_OPTIONS, **(conf or {})}
+        conf = {**_local_jvm_options(), **(conf or {})}
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -121,7 +154,7 @@ def start_local_connect_server(master: str, app_name: str = "mgstreams-backfill"
                .config("spark.connect.grpc.binding.address", "127.0.0.1")
                .config("spark.connect.grpc.binding.port", str(port))
                .config("spark.ui.showConsoleProgress", "false"))
-    for key, value in {**LOCAL_JVM_OPTIONS, **UI_OFF, **(conf or {})}.items():
+    for key, value in {**_local_jvm_options(), **UI_OFF, **(conf or {})}.items():
         builder = builder.config(key, value)
     server = builder.getOrCreate()
     server.sparkContext.setLogLevel("ERROR")

@@ -238,7 +238,9 @@ def _from_memgraph_int(value: int, where: str) -> Target:
         return Earliest()
     if value == MEMGRAPH_END:
         return Latest()
-    raise OffsetSpecError(f"{where}: invalid offset {_shown_int(value)}; use >= 0, -1 (beginning) or -2 (end)")
+    back = f'; to move back {-value}, give the string "{value}"' if value.bit_length() <= 64 else ""
+    raise OffsetSpecError(f"{where}: invalid offset {_shown_int(value)}; use >= 0, -1 (beginning) or -2 (end)"
+                          f"{back}")
 
 
 def _parse_datetime(text: str) -> int | None:

@@ -210,8 +210,9 @@ def test_start_history_stop_and_drop(stream, host):
     started = run(host, "start", "orders")
     assert started.exit_code == 0, started.stderr
     assert started.stdout in ("orders starting\n", "orders running\n")
-    again = run(host, "start", "orders")
-    assert again.exit_code == 1 and again.stderr.startswith("mgstreams: error: name: stream 'orders' is already ")
+    again = run(host, "start", "orders")   # idempotent, as stop is: exit 0, and it says so
+    assert again.exit_code == 0 and again.stdout in ("orders already starting\n", "orders already running\n"), \
+        (again.stdout, again.stderr)
     wait_until(lambda: len(delivered_from_file(stream.out)) >= 24, timeout=60, what="24 messages in the sink")
     assert sorted(o for _, _, o in delivered_from_file(stream.out)) == sorted(list(range(2, 10)) * 3)
 
@@ -230,8 +231,9 @@ def test_start_history_stop_and_drop(stream, host):
     assert run(host, "stop", "orders").stdout == "orders stopped\n"
     assert json.loads(run(host, "stop", "orders", "--json").stdout) == \
         {"name": "orders", "status": "stopped", "error": None}                # idempotent
-    assert run(host, "drop", "orders", "--json").stdout.strip() == \
-        json.dumps({"name": "orders", "status": "stopped", "error": None})
+    assert run(host, "start", "orders").exit_code == 0
+    dropped = run_process("--url", host.url, "drop", "orders")   # a running stream: stopped and forgotten
+    assert (dropped.returncode, dropped.stdout) == (0, "orders dropped\n"), dropped.stderr
     assert json.loads(run(host, "list", "--json").stdout) == []
     assert run(host, "describe", "orders").stderr == "mgstreams: error: name: no stream named 'orders'\n"
 
@@ -306,3 +308,61 @@ def test_an_option_missing_its_value_is_a_usage_error_with_the_usage(argv):
     lines = result.stderr.splitlines()
     assert lines[0].startswith("Usage: ") and lines[-1].startswith("Error: Option '") \
         and lines[-1].endswith("requires an argument."), result.stderr
+
+
+def test_drop_says_dropped_for_a_created_stream(stream, host):
+    """`mgstreams drop tmp1` printed `tmp1 created` (the stream as it was before the drop)."""
+    dropped = run(host, "drop", "orders")
+    assert (dropped.exit_code, dropped.stdout) == (0, "orders dropped\n")
+    assert json.loads(run(host, "list", "--json").stdout) == []
+
+
+def test_describe_watch_piped_prints_every_frame(stream, host):
+    """`describe --watch | cat` printed only the last frame (a live display's redraws)."""
+    result = run_process("--url", host.url, "describe", "orders", "--watch", "--interval", "0.1", "--count", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("orders at ") == 3 and result.stdout.count("LOG-END-OFFSET") == 3, result.stdout
+
+
+def test_unquoted_minus_n_moves_back_where_it_cannot_mean_beginning_or_end(stream, host):
+    """`mgstreams set-offset orders -50` failed with `use >= 0, -1 (beginning) or -2 (end)` while `+10` worked."""
+    assert parse_spec_argument("-4") == "-4" and parse_spec_argument("-1") == -1 and parse_spec_argument("-2") == -2
+
+    def committed():
+        return [r["committed_offset"] for r in json.loads(run(host, "describe", "orders", "--json").stdout)]
+    assert run(host, "start", "orders").exit_code == 0
+    wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up")
+    moved = run(host, "set-offset", "orders", "-4", "--json")
+    assert moved.exit_code == 0, moved.stderr
+    assert {(c["previous_offset"], c["offset"], c["status"]) for c in json.loads(moved.stdout)} == {(10, 6, "applied")}
+    wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up again")
+    checked = run(host, "check", "orders", "-3", "--limit", "1", "--json")
+    assert checked.exit_code == 0, checked.stderr
+    assert sorted((r["partition"], r["offset"]) for r in json.loads(checked.stdout)) == [(p, 7) for p in range(3)]
+    help_text = run(host, "set-offset", "--help").stdout
+    assert "-N (N >= 3" in help_text and "'\"-1\"'" in help_text
+
+
+def test_global_options_after_the_subcommand_and_version(stream, host):
+    """`--url` worked only before the subcommand; there was no --version."""
+    after = run_process("list", "--json", "--url", host.url, env={"MGSTREAMS_URL": f"http://127.0.0.1:{free_port()}"})
+    assert after.returncode == 0 and [s["name"] for s in json.loads(after.stdout)] == ["orders"], after.stderr
+    equals = run_process("describe", "orders", f"--url={host.url}", "--json")
+    assert equals.returncode == 0 and len(json.loads(equals.stdout)) == 3, equals.stderr
+    version = run_process("--version")
+    assert version.returncode == 0 and version.stdout.startswith("mgstreams ") and version.stdout.split()[1][0].isdigit()
+
+
+def test_offsets_export_of_positions_on_a_stopped_stream_says_why(stream, host):
+    """`offsets export --source position` on a stopped stream printed nothing and exited 0."""
+    result = run(host, "offsets", "export", "orders", "--source", "position")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == ("mgstreams: error: source: stream 'orders' is created: positions exist "
+                                              "only while it runs; use --source committed (the group's committed "
+                                              "offsets)"), result.stderr
+
+
+def test_a_negative_offset_in_a_map_says_how_to_move_back(stream, host):
+    result = run(host, "set-offset", "orders", json.dumps({f"{stream.topic}:0": -50}))
+    assert result.exit_code == 1 and result.stderr.rstrip().endswith('to move back 50, give the string "-50"'), \
+        result.stderr

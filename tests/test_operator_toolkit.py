@@ -397,7 +397,8 @@ def test_the_cli_previews_moves_reverts_exports_and_imports(toolkit, kafka, tmp_
         code, exported, err = cli(host, "offsets", "export", "src")
         assert (code, exported, err) == (0, "".join(f"{topic},{p},{o}\n" for p, o in sorted(POISON_AT)), "")
         code, out, err = cli(host, "offsets", "export", "src", "--source", "position")
-        assert code == 0 and out == "" and err.count("has no position") == 3
+        assert code == 1 and out == "" and err.count("has no position") == 3   # nothing to export: exit 1
+        assert err.splitlines()[-1].startswith("mgstreams: error: source: stream 'src' is "), err
         offsets_file = tmp_path / "offsets.csv"
         offsets_file.write_text(exported)
         client.create(name="copy", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,

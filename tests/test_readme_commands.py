@@ -105,11 +105,24 @@ def code_blocks() -> list[tuple[str, str]]:
             re.finditer(r"^```(\w*)\n(.*?)^```", README.read_text(), flags=re.S | re.M)]
 
 
+GETTING_STARTED = "## Getting started"
+
+
+def getting_started_blocks() -> list[str]:
+    """The ```bash blocks of the getting-started section: run as one script each (test_getting_started_...)."""
+    text = README.read_text()
+    start = text.index(f"\n{GETTING_STARTED}\n")
+    section = text[start:text.index("\n## ", start + 1)]
+    return [m.group(2) for m in re.finditer(r"^```(\w*)\n(.*?)^```", section, flags=re.S | re.M) if m.group(1) == "bash"]
+
+
 def shell_commands() -> list[str]:
-    """Commands of ```bash blocks: continuation lines joined, comments and blank lines dropped."""
+    """Commands of ```bash blocks (but getting started's): continuation lines joined, comments and blank lines
+    dropped."""
     commands = []
+    started = getting_started_blocks()
     for lang, text in code_blocks():
-        if lang != "bash":
+        if lang != "bash" or text in started:
             continue
         text = re.sub(r"\\\n\s*", " ", text)
         for line in text.splitlines():
@@ -419,8 +432,10 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
             if args[:2] == ["start", "orders"]:
                 assert result.stdout.strip() in ("orders starting", "orders running"), result.stdout
                 wait_until(lambda: caught_up(orders_host), 60, 0.1, "the stream to commit every message")
-            if args[:2] in (["stop", "orders"], ["drop", "orders"]):
+            if args[:2] == ["stop", "orders"]:
                 assert result.stdout.strip() == "orders stopped", result.stdout
+            if args[:2] == ["drop", "orders"]:
+                assert result.stdout.strip() == "orders dropped", result.stdout
             if args[0] == "--url":
                 assert result.stdout.split()[:2] == ["NAME", "STATUS"] and "orders" not in result.stdout
     assert ran[-1] == "mgstreams --url http://db1:8765 list", ran
@@ -797,8 +812,13 @@ def test_make_commands():
     for command in shell("make"):
         target = command.split()[-1]
         assert target in targets, command
-        assert "$(STAMP)" in targets[target], "both commands create .venv and install first"
+        stamp = {"demo": "$(DEMO_STAMP)", "test": "$(STAMP)"}[target]
+        assert stamp in targets[target].splitlines()[0], "both commands create .venv and install first"
         assert {"demo": "-m mgstreams.demo", "test": "-m pytest"}[target] in targets[target]
+        if target == "demo":   # only what the demo needs: the Spark extra and mgp, not the test extra
+            text = (ROOT / "Makefile").read_text()
+            recipe = text[text.index("$(DEMO_STAMP): pyproject.toml"):].split("\n\n")[0]
+            assert "-e '.[spark]' 'mgp>=1.1'" in recipe and "[test]" not in recipe, recipe
         if command.startswith("KAFKA_BOOTSTRAP_SERVERS="):
             assert 'os.environ.get("KAFKA_BOOTSTRAP_SERVERS")' in (ROOT / "tests" / "conftest.py").read_text()
 
@@ -1089,3 +1109,47 @@ def test_cypher_block(cluster, memgraph):
     assert lines and all(MESSAGE_LINE.match(line) for line in lines), lines[:3]
     found = {(int(m.group(1)), int(m.group(2))) for m in map(MESSAGE_LINE.match, lines)}
     assert {(2, o) for o in range(PER_PARTITION)} | {(0, o) for o in range(42, PER_PARTITION)} <= found
+
+
+# -- getting started: the section's first block as one bash script, for real ------------------------------
+def test_getting_started_block_runs_as_written(tmp_path):
+    """The block as written, in bash, in an empty directory: embedded Kafka, a host, a topic with sample data, a
+    stream into a cypherl file, describe, set-offset, check, lag; then the Bolt switch's create. Only the
+    host's address is adapted when 127.0.0.1:8765 is taken on this shared machine. The background jobs are
+    ended when the script exits."""
+    first, bolt = getting_started_blocks()
+    script = first
+    url = DEFAULT_URL
+    if not port_free(DEFAULT_HOST, int(DEFAULT_PORT)):
+        port = closed_port()
+        script = script.replace("mgstreams serve >", f"mgstreams serve --listen 127.0.0.1:{port} >")
+        url = f"http://127.0.0.1:{port}"
+    assert script.count("mgstreams serve") == 1 and "mgstreams kafka > kafka.txt &" in script
+    checks = f"""
+{bolt}
+for i in $(seq 300); do [ "$(cat mgstreams-state/output/payments.cypherl | wc -l)" -ge 700 ] && break; sleep 0.2; done
+mgstreams list --json > list.json
+curl -sf {url}/ui -o ui.html
+"""
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+           "MGSTREAMS_URL": url}
+    for name in ("MGSTREAMS_STATE_DIR", "KAFKA_BOOTSTRAP_SERVERS", "MGSTREAMS_TOKEN"):
+        env.pop(name, None)
+    done = subprocess.run(["bash", "-e", "-c", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n" + script + checks],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    out = done.stdout
+    assert done.returncode == 0, f"exit {done.returncode}\n{out[-3000:]}\n{done.stderr[-3000:]}"
+    assert "topic transfers created (3 partition(s))" in out and "produced 1000 message(s) to transfers" in out
+    assert re.search(r"^payments (starting|running)$", out, re.M), out
+    described = [line.split() for line in out.splitlines() if line.startswith("mgstreams_payments ")]
+    assert [row[1:3] for row in described] == [["transfers", str(p)] for p in range(3)], out
+    moved = [line.split() for line in out.splitlines() if line.startswith("transfers ") and "applied" in line]
+    assert [(r[1], r[3]) for r in moved] == [(str(p), "100") for p in range(3)], out
+    previews = {tuple(line.split()[:3]) for line in out.splitlines() if re.match(r"transfers +\d +1[01] +\S", line)}
+    assert previews == {("transfers", str(p), str(o)) for p in range(3) for o in (10, 11)}, out
+    assert re.search(r"^stream payments (starting|running): [A-Z]+ ", out, re.M) and "payments_graph created" in out
+    listed = {s["name"]: s for s in json.loads((tmp_path / "list.json").read_text())}
+    assert listed["payments_graph"]["sink"] == "bolt://localhost:7687" and listed["payments"]["status"] == "running"
+    statements = (tmp_path / "mgstreams-state" / "output" / "payments.cypherl").read_text().splitlines()
+    assert len(statements) >= 700 and "payments" in (tmp_path / "ui.html").read_text()   # offsets 100 on
+    assert len(README.read_text()[README.read_text().index(GETTING_STARTED):].split("\n## ")[0].splitlines()) < 60

@@ -38,7 +38,7 @@ class RegistryCollector(Collector):
         up = GaugeMetricFamily("mgstreams_stream_up", "1 when the stream's consumer runs, else 0", labels=["stream"])
         status = GaugeMetricFamily("mgstreams_stream_status",
                                    "1 for the stream's current status ({status, stream}) and for its lag verdict "
-                                   "({stream, verdict}: OK, WARN, STALL, STOP, REWIND)", labels=["status", "stream"])
+                                   "({stream, verdict}: OK, STARTING, WARN, STALL, STOP, REWIND)", labels=["status", "stream"])
         rss = GaugeMetricFamily("mgstreams_stream_resident_memory_bytes",
                                 "Resident memory of the stream's process, while it runs", labels=["stream"])
         restarts = GaugeMetricFamily("mgstreams_stream_restarts",

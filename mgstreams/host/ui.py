@@ -17,7 +17,7 @@ from stream_registry.lag.verdict import OffsetChangeMark
 HOUR_S = 3600.0
 WIDTH, HEIGHT = 720, 160
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 24     # plot margins, px
-VERDICT_COLORS = {"OK": "#2e7d32", "REWIND": "#1565c0", "WARN": "#f9a825", "STALL": "#ef6c00", "STOP": "#c62828"}
+VERDICT_COLORS = {"OK": "#2e7d32", "STARTING": "#546e7a", "REWIND": "#1565c0", "WARN": "#f9a825", "STALL": "#ef6c00", "STOP": "#c62828"}
 LINE = {"lag": "#1f77b4", "lag-seconds": "#9467bd"}
 
 _STYLE = """

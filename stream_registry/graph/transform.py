@@ -261,7 +261,8 @@ def _locate(path: str, module_name: str, dirs: Sequence[str]) -> Path | None:
     raise TransformError(f"transform {path!r}: refused: module {module_name!r} is not one transformations may "
                          f"come from: the packages {', '.join(packages)} (the host's {TRANSFORM_PACKAGES_ENV} "
                          f"adds more) and the query modules directories {list(dirs)!r} (no {str(relative)!r} "
-                         f"there; pass search_dirs or set {QUERY_MODULES_ENV})")
+                         f"there; add its directory: `mgstreams backfill --modules-dir DIR`, or "
+                         f"{QUERY_MODULES_ENV}=DIR in the host's environment)")
 
 
 def _loaded_by_us(module_name: str) -> bool:

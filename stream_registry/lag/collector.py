@@ -16,6 +16,7 @@ hour (for charts), with the offset changes applied meanwhile.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -30,7 +31,7 @@ from ..registry.registry import StreamRegistry
 from ..stream_info import StreamInfo, StreamStatus
 from ..kafka.timestamps import FirstRecord, FirstRecords
 from .seconds import LagSecondsMethod, extrapolated, from_timestamp
-from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, Verdict, evaluate, worst
+from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, Verdict, evaluate, stream_verdict
 
 log = logging.getLogger("mgstreams.lag")
 
@@ -90,6 +91,7 @@ class LagPoint:
     max_lag_seconds: float | None
     records_per_second: float
     status: Verdict
+    committed: int = 0        # the committed offsets' sum (what the stream had consumed), for the trend
 
 
 @dataclass
@@ -105,6 +107,8 @@ class _Tracked:
     reader: FirstRecords | None = None
     reader_error: str | None = None
     latest: StreamLag | None = None
+    running_since: float | None = None   # when the current run was first sampled running (None: not running)
+    pid: int | None = None               # the process of that run: another pid is another run
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -224,6 +228,11 @@ class LagCollector:
                 return
             now = self._clock()
             running = info.status == StreamStatus.RUNNING
+            if not running:
+                t.running_since = None
+            elif t.running_since is None or info.pid != t.pid or (t.latest and t.latest.stream_status != info.status):
+                t.running_since = now
+            t.pid = info.pid
             lagging = {}
             for r in rows:
                 consumed = r.committed_offset if r.committed_offset is not None else r.log_start_offset
@@ -246,7 +255,7 @@ class LagCollector:
                 history.append(sample)
                 window = list(history)[-self._window:]
                 marks = [c for c in t.changes if (c.topic, c.partition) == tp]
-                verdict = evaluate(window, marks, window=self._window)
+                verdict = evaluate(window, marks, window=self._window, running_since=t.running_since)
                 verdicts[tp] = verdict
                 seconds, method = self._seconds(t, list(history), record, now)
                 partitions.append(PartitionLag(r.topic, r.partition, r.committed_offset, r.log_start_offset,
@@ -254,15 +263,22 @@ class LagCollector:
                                                verdict.message, verdict.alarm, verdict.change_id, r.assigned))
             for tp in [tp for tp in t.samples if tp not in seen]:   # a topic that went away
                 del t.samples[tp]
-            status, message = worst(verdicts)
             known = [p.lag_seconds for p in partitions if p.lag_seconds is not None]
             total = sum(p.lag for p in partitions)
-            rate = self._records_per_second(t)
+            committed = sum(p.committed_offset or 0 for p in partitions)
+            totals = [(p.at, p.total_lag, p.committed) for p in t.points if t.running_since is not None
+                      and p.at >= t.running_since][-(self._window - 1):] + [(now, total, committed)]
+            overall = stream_verdict(info.status, verdicts, totals, error=info.error)
+            status, message = overall.verdict, overall.message
+            if info.status != StreamStatus.RUNNING:   # what the stream is decides for its partitions too, at once
+                partitions = [dataclasses.replace(p, status=overall.verdict, message=overall.message,
+                                                  alarm=overall.alarm, change_id=None) for p in partitions]
+            rate = self._records_per_second(t) if running else 0.0
             t.latest = StreamLag(info.name, info.consumer_group, info.status, status, message, total,
                                  max((p.lag for p in partitions), default=0), max(known) if known else None,
                                  rate, datetime.fromtimestamp(now, tz=timezone.utc), self.interval,
                                  t.changes_total or 0, info.dead_lettered, None, tuple(partitions))
-            t.points.append(LagPoint(now, total, t.latest.max_lag_seconds, rate, status))
+            t.points.append(LagPoint(now, total, t.latest.max_lag_seconds, rate, status, committed))
             while t.points and t.points[0].at < now - self._keep_s:
                 t.points.popleft()
             while t.changes and t.changes[0].at < now - self._keep_s:
@@ -279,10 +295,11 @@ class LagCollector:
         return extrapolated(history, now), LagSecondsMethod.EXTRAPOLATED
 
     def _records_per_second(self, t: _Tracked) -> float:
-        """Offsets committed per second over the verdict window, summed over partitions (moves back ignored)."""
+        """Offsets committed per second over the verdict window of the current run, summed over partitions
+        (moves back ignored)."""
         total, span = 0, 0.0
         for history in t.samples.values():
-            window = list(history)[-self._window:]
+            window = [s for s in list(history)[-self._window:] if s.at >= (t.running_since or 0.0)]
             if len(window) < 2:
                 continue
             span = max(span, window[-1].at - window[0].at)

@@ -1,4 +1,4 @@
-"""Lag verdicts: Burrow's evaluation rules as a pure function over samples, without its false alarms.
+"""Lag verdicts: Burrow's evaluation rules as pure functions over samples, without its false alarms or flaps.
 
 A sample is what the host saw of one partition at one moment: the group's
 committed offset, the log end at that moment, and whether the stream's
@@ -12,39 +12,56 @@ consumer was polling the partition. Over a window of the last samples
 - **OK** when the partition was caught up in some sample (after the last rewind):
   lag 0, or nothing left to read (the offsets below the log end are transaction
   markers or aborted records, which no consumer can ever commit past).
+- **STARTING** while fewer than `MIN_SAMPLES` samples exist, and while the
+  stream's current run is younger than the window and the partition has not
+  moved in it (the consumer has not reached it yet): not a stall.
 - **STOP** when no commit happened over the whole window while lag exists and no
-  consumer of the stream polls the partition (stopped, failed, not assigned).
+  consumer of the stream polls the partition (not assigned).
 - **STALL** when the committed offset did not move over the window while lag
   exists and the consumer polls (a batch that never finishes, a stuck sink).
-- **WARN** when the lag grew in every sample: the consumer is falling behind.
+- **WARN** when the lag rises: the slope of a least-squares line through the
+  window's lags is positive and significant (`SIGNIFICANCE` standard errors
+  above zero). Burrow asks for growth in every sample, which a consumer
+  committing in batches breaks now and then: its verdict flapped OK/WARN on a
+  stream falling steadily behind. A slope does not; noise around a flat lag
+  is not significant.
 - else **OK**.
+
+A stream's verdict (`stream_verdict`) is STOP at once for a stream that is not
+running (stopped, created, failed), STARTING while its group has not assigned
+partitions, else its worst partition's, raised to WARN when the slope of its
+total lag is significantly positive (several partitions each a little behind).
 
 Where this differs from Burrow, on purpose: lag is taken from the log end at
 sample time, not only when the consumer commits (a consumer that committed at
 lag 0 and then stopped while producers went on is STOP, not OK); a quiet
 partition (no new data, so no new commits) is OK, not STOP, because the host
 samples it whether or not the consumer commits; an operator's rewind is said to
-be one. A stream's verdict is its worst partition's. Nothing here reads a clock
-or Kafka: collection (stream_registry.lag.collector) feeds it.
+be one. Nothing here reads a clock or Kafka: collection
+(stream_registry.lag.collector) feeds it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
+from ..stream_info import StreamStatus
 
 WINDOW = 10          # samples per partition a verdict looks at (Burrow's default window)
-MIN_SAMPLES = 3      # fewer than this say nothing about a trend: OK "not enough samples yet"
+MIN_SAMPLES = 3      # fewer than this say nothing about a trend: STARTING "not enough samples yet"
 REWIND_SLACK_S = 5.0 # an offset change recorded this close to a backwards move explains it
+SIGNIFICANCE = 3.0   # a rising lag is WARN when its slope is this many standard errors above zero
 TP = tuple[str, int]
 
 
 class Verdict(str, Enum):
-    """Burrow's partition statuses, ordered by how bad they are (`severity`)."""
+    """Burrow's partition statuses, ordered by how bad they are (`severity`), and STARTING: too early to say."""
     OK = "OK"
+    STARTING = "STARTING"
     REWIND = "REWIND"
     WARN = "WARN"
     STALL = "STALL"
@@ -58,7 +75,8 @@ class Verdict(str, Enum):
         return self.value
 
 
-_SEVERITY = {Verdict.OK: 0, Verdict.REWIND: 1, Verdict.WARN: 2, Verdict.STALL: 3, Verdict.STOP: 4}
+_SEVERITY = {Verdict.OK: 0, Verdict.STARTING: 1, Verdict.REWIND: 2, Verdict.WARN: 3, Verdict.STALL: 4,
+             Verdict.STOP: 5}
 
 
 @dataclass(frozen=True)
@@ -120,16 +138,18 @@ class PartitionVerdict:
 
 
 def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] = (), *,
-             window: int = WINDOW, min_samples: int = MIN_SAMPLES) -> PartitionVerdict:
+             window: int = WINDOW, min_samples: int = MIN_SAMPLES,
+             running_since: float | None = None) -> PartitionVerdict:
     """One partition's verdict over its last `window` samples (oldest first); `changes` are the operator's
-    offset changes of this partition (any order; those outside the window are ignored)."""
+    offset changes of this partition (any order; those outside the window are ignored); `running_since` is
+    when the stream's current run began (None: before these samples)."""
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
         raise ConfigError(f"window: must be an integer >= 2, got {window!r}")
     if isinstance(min_samples, bool) or not isinstance(min_samples, int) or not 2 <= min_samples <= window:
         raise ConfigError(f"min_samples: must be an integer from 2 to the window ({window}), got {min_samples!r}")
     samples = list(samples)[-window:]
     if not samples:
-        return PartitionVerdict(Verdict.OK, "no samples yet")
+        return PartitionVerdict(Verdict.STARTING, "no samples yet")
     if any(b.at < a.at for a, b in zip(samples, samples[1:])):
         raise ConfigError("samples: must be in time order, oldest first")
     rewind = _last_rewind(samples, list(changes))
@@ -139,8 +159,15 @@ def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] =
         return rewind[1] if rewind else PartitionVerdict(Verdict.OK, _caught_up_message(since))
     if len(samples) < min_samples:
         return rewind[1] if rewind else PartitionVerdict(
-            Verdict.OK, f"lag {last.lag}; {len(samples)} of {min_samples} samples needed for a trend")
+            Verdict.STARTING, f"lag {last.lag}; {len(samples)} of {min_samples} samples needed for a trend")
     span = last.at - samples[0].at
+    this_run = [s for s in samples if running_since is not None and s.at >= running_since]
+    young = running_since is not None and len(this_run) < window   # the run is younger than the window
+    if young and last.polling and len({s.committed for s in this_run}) <= 1 and not rewind:
+        age = last.at - running_since
+        return PartitionVerdict(Verdict.STARTING, f"lag {last.lag}; no commit on this partition since the stream "
+                                                  f"started {age:.1f} s ago (not reached yet); a stall needs "
+                                                  f"{window} samples without one")
     if not rewind and len({s.committed for s in samples}) == 1:   # no commit over the whole window
         where = "nothing committed yet" if last.committed is None else f"committed offset {last.committed}"
         if not last.polling:
@@ -148,13 +175,90 @@ def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] =
                                                   f"no consumer of the stream polls this partition", alarm=True)
         return PartitionVerdict(Verdict.STALL, f"{where} not moving for {span:.1f} s with lag {last.lag} "
                                                f"while the consumer polls", alarm=True)
-    if len(since) >= min_samples and all(b.lag > a.lag for a, b in zip(since, since[1:])):
-        return PartitionVerdict(Verdict.WARN, f"lag grew in every sample: {since[0].lag} to {last.lag} "
-                                              f"in {last.at - since[0].at:.1f} s", alarm=True)
+    # The trend from when the partition began moving: a wait before the consumer reached it is no trend.
+    moved = next((i for i, s in enumerate(since) if s.committed != since[0].committed), 1)
+    moving = since[moved - 1:]
+    rising = lag_trend([(s.at, s.lag) for s in moving])
+    if rising is not None and rising.rising and not keeping_up([(s.at, s.lag, s.committed) for s in moving]):
+        return PartitionVerdict(Verdict.WARN, f"lag rising {rising.slope:+.1f}/s: {moving[0].lag} to {last.lag} "
+                                              f"in {last.at - moving[0].at:.1f} s", alarm=True)
     if rewind:
         return rewind[1]
+    if young and len(moving) < min_samples:   # just reached: its lag has no trend yet, either way
+        return PartitionVerdict(Verdict.STARTING, f"lag {last.lag}; consuming since {_time(moving[0].at)}, "
+                                                  f"{len(moving)} of {min_samples} samples needed for a trend")
     trend = "falling" if last.lag < samples[0].lag else "not falling" if last.lag > samples[0].lag else "steady"
     return PartitionVerdict(Verdict.OK, f"consuming: lag {last.lag}, {trend} over {span:.1f} s")
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A least-squares line through (time, lag) points: `slope` in offsets per second, `t` its size in
+    standard errors (inf for points exactly on a line)."""
+    slope: float
+    t: float
+
+    @property
+    def rising(self) -> bool:
+        return self.slope > 0 and self.t >= SIGNIFICANCE
+
+
+def lag_trend(points: Sequence[tuple[float, int]], min_samples: int = MIN_SAMPLES) -> Trend | None:
+    """The trend of lags over time; None for fewer than `min_samples` points or no time between them."""
+    if len(points) < max(min_samples, 3):
+        return None
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((t - mean_t) ** 2 for t, _ in points)
+    if sxx <= 0:
+        return None
+    slope = sum((t - mean_t) * (y - mean_y) for t, y in points) / sxx
+    residual = sum((y - mean_y - slope * (t - mean_t)) ** 2 for t, y in points)
+    error = math.sqrt(residual / (n - 2) / sxx)
+    if error == 0:
+        return Trend(slope, math.inf if slope else 0.0)
+    return Trend(slope, slope / error)
+
+
+def keeping_up(points: Sequence[tuple[float, int, int | None]]) -> bool:
+    """Whether in some sample (time, lag, committed) the lag was no more than what the consumer committed since
+    the sample before: it could clear it within one interval. A consumer keeping up with a steady producer
+    is seldom seen at lag 0 exactly (the records of its next batch are there), and such lag is no trend."""
+    return any(a[2] is not None and b[2] is not None and 0 <= b[1] <= b[2] - a[2]
+               for a, b in zip(points, points[1:]))
+
+
+@dataclass(frozen=True)
+class StreamVerdict:
+    verdict: Verdict
+    message: str
+    alarm: bool = False
+
+
+def stream_verdict(status: StreamStatus, partitions: Mapping[TP, PartitionVerdict],
+                   totals: Sequence[tuple[float, int, int]] = (), *, error: str | None = None) -> StreamVerdict:
+    """A stream's verdict from its state, its partitions' verdicts and its totals over the window (`totals`:
+    (time, total lag, total committed) of the current run, oldest first)."""
+    if status in (StreamStatus.STOPPED, StreamStatus.CREATED, StreamStatus.ERROR):
+        lag = f"total lag {totals[-1][1]}" if totals else "not sampled"
+        if status == StreamStatus.ERROR:
+            return StreamVerdict(Verdict.STOP, f"the stream failed ({error or 'no reason given'}); {lag}",
+                                 alarm=True)
+        return StreamVerdict(Verdict.STOP, f"the stream is {status.value}: nothing consumes; {lag}")
+    if status == StreamStatus.STARTING:
+        return StreamVerdict(Verdict.STARTING, "waiting for the group to assign partitions")
+    verdict, message = worst(partitions)
+    alarm = any(v.alarm for v in partitions.values() if v.verdict == verdict)
+    if verdict.severity >= Verdict.WARN.severity or not totals or keeping_up(totals) \
+            or min(total for _, total, _ in totals) == 0 or any(v.verdict == Verdict.REWIND for v in partitions.values()):
+        return StreamVerdict(verdict, message, alarm)
+    rising = lag_trend([(at, total) for at, total, _ in totals])
+    if rising is not None and rising.rising:
+        span = totals[-1][0] - totals[0][0]
+        return StreamVerdict(Verdict.WARN, f"total lag rising {rising.slope:+.1f}/s: {totals[0][1]} to "
+                                           f"{totals[-1][1]} in {span:.1f} s", alarm=True)
+    return StreamVerdict(verdict, message, alarm)
 
 
 def _caught_up_message(samples: Sequence[LagSample]) -> str:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks import OutputPolicy
+from ..log_repeats import collapse_repeats
 from ..stream_info import StreamStatus
 from .batch_stats import BatchStats
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
@@ -316,6 +317,7 @@ def child_main(conn, spec: ChildSpec) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
     logging.basicConfig(level=spec.log_level,
                         format=f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
+    collapse_repeats()   # librdkafka's reconnect failures: one line per kind and interval, with a count
     send_lock = threading.Lock()
 
     def send(message) -> None:
