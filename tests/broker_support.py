@@ -1,0 +1,50 @@
+"""Which broker this test run talks to, and what the tests adapt to it.
+
+- `MGSTREAMS_TEST_BROKER=tansu` (`make test-tansu`): the session starts a Tansu broker process
+  (mgstreams.embedded_kafka.TansuBroker) and every broker-facing test runs against it;
+- else `KAFKA_BOOTSTRAP_SERVERS=host:port`: a cluster someone else runs;
+- else the embedded cluster (librdkafka's mock brokers, in this process).
+
+What Tansu gets wrong is marked where a test meets it: `tansu_limitation("...")` skips the test on Tansu
+only, and its reason names the limitation with the evidence (the request, Tansu's answer, what Kafka's
+protocol says), so `pytest -ra` lists every one.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+BROKER_ENV = "MGSTREAMS_TEST_BROKER"
+ENGINES = ("embedded", "tansu")
+
+_chosen = os.environ.get(BROKER_ENV, "embedded")
+if _chosen not in ENGINES:
+    raise pytest.UsageError(f"{BROKER_ENV}: expected one of {', '.join(ENGINES)}, got {_chosen!r}")
+
+ON_TANSU = _chosen == "tansu"
+EXTERNAL = not ON_TANSU and bool(os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
+ENGINE = "tansu" if ON_TANSU else "external" if EXTERNAL else "embedded"
+
+# Group timing for streams that restart or join fresh groups.
+# - The embedded cluster does not act on LeaveGroup for classic groups: a restarted stream rejoins only when
+#   the old member's session expires; it has no minimum session, so 3 s with a heartbeat every second.
+# - A real cluster's minimum session timeout is 6 s (group.min.session.timeout.ms).
+# - Tansu honours LeaveGroup and has no minimum, but a group's first join waits about half the session
+#   timeout: 2 s sessions make that wait 1 s.
+FAST_REJOIN = {
+    "embedded": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 1000},
+    "external": {"session.timeout.ms": 6000},
+    "tansu": {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500},
+}[ENGINE]
+
+# Producer settings the tests' own producers add on this broker. Tansu answers the high watermark after a
+# multi-record batch as the last batch's base offset + 1 (ListOffsets LATEST after one Produce of a 10-record
+# batch at offset 0 answers 1; Kafka's protocol says the offset after the last record, 10), so on Tansu every
+# record goes in a batch of its own and the watermarks the tests check are right.
+PRODUCER_CONFIG = {"batch.num.messages": 1} if ON_TANSU else {}
+
+
+def tansu_limitation(reason: str) -> pytest.MarkDecorator:
+    """Skip on Tansu only, naming what Tansu does differently from Kafka's protocol and the evidence."""
+    return pytest.mark.skipif(ON_TANSU, reason=f"Tansu limitation: {reason}")
