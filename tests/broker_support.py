@@ -48,3 +48,10 @@ PRODUCER_CONFIG = {"batch.num.messages": 1} if ON_TANSU else {}
 def tansu_limitation(reason: str) -> pytest.MarkDecorator:
     """Skip on Tansu only, naming what Tansu does differently from Kafka's protocol and the evidence."""
     return pytest.mark.skipif(ON_TANSU, reason=f"Tansu limitation: {reason}")
+
+
+# KIP-848 (group.protocol=consumer): Tansu's ApiVersions answer (v0) lists no ConsumerGroupHeartbeat (API key
+# 68), the new protocol's only request to join, heartbeat and be assigned; a member with group.protocol=consumer
+# is never assigned a partition there (librdkafka waits for a coordinator that supports it).
+NO_KIP848 = tansu_limitation("no KIP-848: ApiVersions lists no ConsumerGroupHeartbeat (API key 68), so a "
+                             "group.protocol=consumer member is never assigned a partition")

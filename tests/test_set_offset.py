@@ -15,12 +15,13 @@ from confluent_kafka import KafkaError
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.registry.worker import RetryPolicy
+from broker_support import NO_KIP848
 from stream_helpers import FAST_REJOIN, SLOW_S, by_partition, wait_until
 
 PROTOCOLS = [
     pytest.param({"partition.assignment.strategy": "range"}, id="eager-range"),
     pytest.param({"partition.assignment.strategy": "cooperative-sticky"}, id="cooperative-sticky"),
-    pytest.param({"group.protocol": "consumer"}, id="kip848-consumer"),
+    pytest.param({"group.protocol": "consumer"}, id="kip848-consumer", marks=NO_KIP848),
 ]
 
 
