@@ -55,3 +55,17 @@ def tansu_limitation(reason: str) -> pytest.MarkDecorator:
 # is never assigned a partition there (librdkafka waits for a coordinator that supports it).
 NO_KIP848 = tansu_limitation("no KIP-848: ApiVersions lists no ConsumerGroupHeartbeat (API key 68), so a "
                              "group.protocol=consumer member is never assigned a partition")
+
+# ListOffsets with a timestamp: records at offsets 0..49 stamped base + i s; asked for base + 20 s, Tansu answers
+# offset 0, and 0 again for a timestamp after every record. Kafka's protocol answers the earliest offset whose
+# timestamp is >= the one asked (20), and -1 when there is none (the caller goes to the end).
+LIST_OFFSETS_BY_TIME = tansu_limitation("ListOffsets by timestamp answers offset 0 whatever the timestamp (T = "
+                                        "record 20's answers 0, T after every record answers 0); Kafka answers "
+                                        "the first offset with timestamp >= T, or -1 when none is")
+
+# The log start never moves in Tansu's memory storage: it has no retention, and DeleteRecords (API key 21, to
+# offset 5 of a 10-record partition) panics the broker's handler ("panicked at tansu-storage/src/dynostore.rs:
+# 641:9: not yet implemented") and drops the connection; Kafka answers low watermark 5.
+NO_LOG_START_MOVE = tansu_limitation("the log start never moves: memory storage has no retention, and "
+                                     "DeleteRecords panics ('not yet implemented', dynostore.rs:641) instead of "
+                                     "answering the new low watermark")
