@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -237,13 +236,13 @@ class TansuBroker:
 
     def close(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
+        for stop in (process.terminate, process.kill) if process is not None else ():
+            stop()
             try:
                 process.wait(10)
+                break
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
+                continue
         if not self._log.closed:
             self._log.close()
             os.unlink(self._log.name)
