@@ -75,3 +75,8 @@ NO_LOG_START_MOVE = tansu_limitation("the log start never moves: memory storage 
 # 2 s). Streams that tests start with the default session get a short one on Tansu, so the first assignment
 # comes as soon as on Kafka; elsewhere they keep the default.
 QUICK_FIRST_JOIN = dict(FAST_REJOIN) if ON_TANSU else {}
+
+# A group whose leaving member the broker acts on at once: the embedded cluster ignores a classic member's
+# LeaveGroup but acts on a KIP-848 member's leave; Tansu has no KIP-848 (see NO_KIP848) and honours the classic
+# LeaveGroup, so there the classic protocol (with short sessions) is the one that shows a member leaving.
+LEAVES_AT_ONCE = dict(FAST_REJOIN) if ON_TANSU else {"group.protocol": "consumer"}
