@@ -130,6 +130,31 @@ def test_transformation_failure_on_one_message_loses_nothing(kafka, registry, me
     _assert_exactly_once(memory_sinks["orders"].delivered(), topic, {0: 20, 1: 20})
 
 
+def test_start_right_after_error_restarts_while_the_failed_thread_is_still_ending(kafka, registry, memory_sinks,
+                                                                                 monkeypatch):
+    """Found on Tansu: the poll thread reports ERROR and then ends; a start() in between (a user who saw ERROR)
+    was refused with "stream 'orders' is already error". Here the thread lingers 1 s after reporting ERROR."""
+    import time
+
+    from stream_registry.registry.worker import StreamWorker
+
+    fail = StreamWorker._fail
+    monkeypatch.setattr(StreamWorker, "_fail", lambda self, reason: (fail(self, reason), time.sleep(1.0)))
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 10, partitions=1, payload=lambda i: b"poison" if i == 3 else b"ok-%d" % i)
+    FAIL_PAYLOADS.add(b"poison")
+    FAILING.set()
+    try:
+        registry.create(_config(kafka, topic, batch_size=5))
+        registry.start("orders")
+        wait_until(lambda: registry.get("orders").status == StreamStatus.ERROR, what="ERROR")
+    finally:
+        FAILING.clear()
+    assert registry.start("orders").status in (StreamStatus.STARTING, StreamStatus.RUNNING)
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 10)
+    _assert_exactly_once(memory_sinks["orders"].delivered(), topic, {0: 10})
+
+
 def test_sigkill_mid_run_loses_nothing(kafka, tmp_path):
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 3000, partitions=3)
