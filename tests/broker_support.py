@@ -93,3 +93,7 @@ def skip_rest_on_tansu(reason: str) -> None:
     """What follows in this test meets a Tansu limitation: skip it there (the checks before it ran and passed)."""
     if ON_TANSU:
         pytest.skip(f"Tansu limitation: {reason}")
+
+# Race tests need a group's first assignment to come a while after the join (3 s: Kafka's and the embedded
+# cluster's initial rebalance delay). On Tansu that wait is half the session timeout: a 6 s session there.
+SLOW_FIRST_JOIN = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000} if ON_TANSU else {}

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry
 from stream_registry.registry.worker import RetryPolicy
-from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE
+from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE, SLOW_FIRST_JOIN
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 MINUTE_MS = 60_000
@@ -40,7 +40,7 @@ def _create(kafka, registry, topic, name="orders", transform="stream_helpers.off
     registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
                                  transform=transform, sink=f"memory://{name}",
                                  consumer_group=f"g_{name}_{uuid.uuid4().hex[:8]}", batch_size=100,
-                                 configs=dict(FAST_REJOIN), **fields))
+                                 configs={**FAST_REJOIN, **fields.pop("configs", {})}, **fields))
 
 
 def commit_as(kafka, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -215,7 +215,7 @@ def test_revert_refuses_a_change_without_previous_offset_and_clamps_below_the_lo
 def test_pending_lists_and_cancels_on_a_stopped_stream(kafka, registry, memory_sinks):
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
-    _create(kafka, registry, topic)
+    _create(kafka, registry, topic, configs=SLOW_FIRST_JOIN)   # on Tansu the first join's wait is session / 2
     registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     assert registry.pending("orders") == []
     before = time.time()
@@ -240,7 +240,7 @@ def test_cancel_reaches_a_running_streams_consumer(kafka, registry, memory_sinks
         kafka.embedded.set_initial_rebalance_delay(3000)
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
-    _create(kafka, registry, topic)
+    _create(kafka, registry, topic, configs=SLOW_FIRST_JOIN)   # on Tansu the first join's wait is session / 2
     registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     registry.start("orders")
     changes = registry.set_offset("orders", 8, timeout=1.0)
