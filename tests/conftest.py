@@ -210,3 +210,17 @@ def spark_connect(tmp_path_factory):
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait(10)
 
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Tansu leg (`make test-tansu`) leaves out slow tests that never meet its broker, to keep CI's time:
+    a test meets the session's broker only through the `kafka` fixture, and those without it that need Spark
+    or are marked slow (their own embedded cluster, a benchmark) prove nothing new there; `make test` runs them."""
+    if not broker_support.ON_TANSU:
+        return
+    left_out = [item for item in items if "kafka" not in item.fixturenames
+                and ({"spark", "spark_connect"} & set(item.fixturenames)
+                     or item.get_closest_marker("slow") or item.get_closest_marker("spark"))]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in set(left_out)]
