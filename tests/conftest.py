@@ -116,7 +116,8 @@ def quick_rebalance(kafka):
 @pytest.fixture
 def embedded_kafka(kafka):
     if kafka.embedded is None:
-        pytest.skip("needs the embedded cluster's fault injection")
+        pytest.skip("needs the embedded cluster's fault injection" +
+                    (" (Tansu injects no faults; `make test` runs it)" if broker_support.ON_TANSU else ""))
     return kafka.embedded
 
 
