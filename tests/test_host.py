@@ -19,6 +19,7 @@ import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from broker_support import LEAVES_AT_ONCE
 from host_helpers import ROOT, HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
@@ -326,11 +327,12 @@ def test_a_second_host_on_the_same_state_dir_exits_at_once_naming_the_first(host
 
 
 def test_sigterm_commits_what_the_sink_holds_closes_the_consumer_and_exits_0(tmp_path, kafka):
-    """KIP-848 groups: the embedded cluster acts on a leaving member at once (classic LeaveGroup it ignores)."""
+    """KIP-848 groups: the embedded cluster acts on a leaving member at once (classic LeaveGroup it ignores);
+    on Tansu (no KIP-848) the classic protocol, whose LeaveGroup it honours (LEAVES_AT_ONCE)."""
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 3000, partitions=3)
     out = tmp_path / "out.cypherl"
-    configs = {"group.protocol": "consumer"}
+    configs = LEAVES_AT_ONCE
     body = stream_body(kafka, topic, out, batch_size=20, batch_interval_ms=5, configs=configs)
     host = HostProcess(tmp_path / "state").start()
     try:
@@ -351,7 +353,7 @@ def test_sigterm_commits_what_the_sink_holds_closes_the_consumer_and_exits_0(tmp
     # its consumer left the group: a new member of the group is given every partition at once
     kafka.produce(topic, 30, partitions=3)
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": body["consumer_group"],
-                         "group.protocol": "consumer", "auto.offset.reset": "earliest"})
+                         **LEAVES_AT_ONCE, "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe([topic])
         started = time.monotonic()

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry
 from stream_registry.registry.worker import RetryPolicy
+from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE, SLOW_FIRST_JOIN
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 MINUTE_MS = 60_000
@@ -39,7 +40,7 @@ def _create(kafka, registry, topic, name="orders", transform="stream_helpers.off
     registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
                                  transform=transform, sink=f"memory://{name}",
                                  consumer_group=f"g_{name}_{uuid.uuid4().hex[:8]}", batch_size=100,
-                                 configs=dict(FAST_REJOIN), **fields))
+                                 configs={**FAST_REJOIN, **fields.pop("configs", {})}, **fields))
 
 
 def commit_as(kafka, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -57,6 +58,7 @@ def first_offsets(delivered) -> dict:
 
 
 # -- spec forms: a duration back from now, another group's commits --------------------------------------------
+@LIST_OFFSETS_BY_TIME
 def test_a_duration_lands_on_the_first_record_at_or_after_now_minus_it(kafka, registry, memory_sinks):
     """Record i of partition p is stamped base - (60 - i) min + 30 s: "-PT15M" (now = base + a few s) is
     record 45 on every partition; "-P1D" is before all of them; "-PT1S" after all of them (the end)."""
@@ -174,6 +176,7 @@ def test_revert_restores_the_previous_offset_and_redelivers_from_it(kafka, regis
     assert after[1:] == before[1:]
 
 
+@NO_LOG_START_MOVE
 def test_revert_refuses_a_change_without_previous_offset_and_clamps_below_the_log_start(kafka, registry,
                                                                                        memory_sinks):
     """The group committed 1 on partition 0 and nothing on partition 1; "latest" is applied at the first
@@ -213,7 +216,7 @@ def test_revert_refuses_a_change_without_previous_offset_and_clamps_below_the_lo
 def test_pending_lists_and_cancels_on_a_stopped_stream(kafka, registry, memory_sinks):
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
-    _create(kafka, registry, topic)
+    _create(kafka, registry, topic, configs=SLOW_FIRST_JOIN)   # on Tansu the first join's wait is session / 2
     registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     assert registry.pending("orders") == []
     before = time.time()
@@ -238,7 +241,7 @@ def test_cancel_reaches_a_running_streams_consumer(kafka, registry, memory_sinks
         kafka.embedded.set_initial_rebalance_delay(3000)
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
-    _create(kafka, registry, topic)
+    _create(kafka, registry, topic, configs=SLOW_FIRST_JOIN)   # on Tansu the first join's wait is session / 2
     registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     registry.start("orders")
     changes = registry.set_offset("orders", 8, timeout=1.0)
@@ -340,6 +343,7 @@ def sink_lines(path) -> int:
     return sum(1 for line in path.read_text().splitlines() if not line.startswith("//")) if path.exists() else 0
 
 
+@LIST_OFFSETS_BY_TIME
 def test_the_cli_previews_moves_reverts_exports_and_imports(toolkit, kafka, tmp_path):
     host, topic = toolkit.host, toolkit.topic
     with host.client() as client:
@@ -459,6 +463,7 @@ def test_cancel_reaches_a_stream_process(kafka, host, tmp_path):
         assert client.history("orders") == [] and client.pending("orders") == []
 
 
+@LIST_OFFSETS_BY_TIME
 def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path, monkeypatch):
     from mgp_backend import QueryError, mgp_environment
     from host_helpers import ROOT

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, Producer
 from hypothesis import given, settings, strategies as st
 
 from host_helpers import HostProcess
+from broker_support import QUICK_FIRST_JOIN
 from stream_helpers import FAST_REJOIN, RecordingSink, RejectingSink, by_partition, delivered_from_file, wait_until
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict, TransformError
@@ -169,7 +170,7 @@ def _produce(kafka, topic: str, count: int, partitions: int, poison: set[int]) -
 
 def _read_topic(kafka, topic: str, count: int, timeout: float = 30) -> list:
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"read_{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False, **QUICK_FIRST_JOIN})
     consumer.subscribe([topic])
     out, deadline = [], time.monotonic() + timeout
     try:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from broker_support import QUICK_FIRST_JOIN
 from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import by_partition, delivered_from_file, wait_until
@@ -112,9 +113,10 @@ def connected(host, monkeypatch):
 
 def create(memgraph, name, topic, bootstrap, out: Path, **options):
     # A group of its own: on the embedded cluster a group whose member stopped takes ~44 s to rebalance.
+    # QUICK_FIRST_JOIN: on Tansu a group's first join waits half the session timeout (see broker_support).
     group = f"qm_{name}_{uuid.uuid4().hex[:8]}"
     defaults = {"transform": TRANSFORM, "sink": f"cypherl://{out}", "consumer_group": group, "batch_size": 100,
-                "batch_interval_ms": 50, "configs": {}, "credentials": {}}
+                "batch_interval_ms": 50, "configs": dict(QUICK_FIRST_JOIN), "credentials": {}}
     defaults.update(options)
     return memgraph.call("streams.create", name, [topic], bootstrap, *defaults.values())
 

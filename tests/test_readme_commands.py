@@ -179,7 +179,7 @@ def _split_outside_quotes(text: str, sep: str) -> list[str]:
 # The operator toolkit's walk-through (its own section, run in order by bash: it redirects into a file).
 TOOLKIT = r"check |offsets |revert |pending |set-offset \S+ (?:-P|'\{\"group\"|--from-file)"
 SHELL_RULES = {
-    "make": r"^(KAFKA_BOOTSTRAP_SERVERS=\S+ )?make (demo|test)$",
+    "make": r"^(KAFKA_BOOTSTRAP_SERVERS=\S+ )?make (demo|test|test-tansu)$",
     "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole( --import-mode=batched-parallel)? "
                  r"< demo-out/\S+\.cypherl$|^cat demo-out/\S+ \| mgconsole --import-mode=batched-parallel$",
     "docker": r"^docker compose (?!exec -T memgraph mgconsole <)",
@@ -509,14 +509,17 @@ def test_operator_toolkit_commands(cluster, orders_host, tmp_path):
             [(p, PER_PARTITION, "revert of change 1") for p in range(PARTITIONS)]
 
 
-def test_mgstreams_kafka_runs_until_sigterm():
-    [command] = [c for c in shell("mgstreams") if c.startswith("mgstreams kafka ")]
+@pytest.mark.parametrize("engine", ["embedded", "tansu"])
+def test_mgstreams_kafka_runs_until_sigterm(engine):
+    [command] = [c for c in shell("mgstreams") if c.startswith("mgstreams kafka ")
+                 and ("--engine tansu" in c) == (engine == "tansu")]
     process = subprocess.Popen([console_script(), *shlex.split(command)[1:]], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
         bootstrap = process.stdout.readline().strip()
         metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
-        brokers = int(shlex.split(command)[shlex.split(command).index("--brokers") + 1])
+        words = shlex.split(command)
+        brokers = int(words[words.index("--brokers") + 1]) if "--brokers" in words else 1
         topic, partitions = shlex.split(command)[shlex.split(command).index("--partitions-topic") + 1].split(":")
         assert len(metadata.brokers) == brokers and len(metadata.topics[topic].partitions) == int(partitions)
         process.send_signal(signal.SIGTERM)
@@ -812,9 +815,10 @@ def test_make_commands():
     for command in shell("make"):
         target = command.split()[-1]
         assert target in targets, command
-        stamp = {"demo": "$(DEMO_STAMP)", "test": "$(STAMP)"}[target]
+        stamp = {"demo": "$(DEMO_STAMP)", "test": "$(STAMP)", "test-tansu": "$(STAMP)"}[target]
         assert stamp in targets[target].splitlines()[0], "both commands create .venv and install first"
-        assert {"demo": "-m mgstreams.demo", "test": "-m pytest"}[target] in targets[target]
+        assert {"demo": "-m mgstreams.demo", "test": "-m pytest",
+                "test-tansu": "MGSTREAMS_TEST_BROKER=tansu $(BIN)/python -m pytest"}[target] in targets[target]
         if target == "demo":   # only what the demo needs: the Spark extra and mgp, not the test extra
             text = (ROOT / "Makefile").read_text()
             recipe = text[text.index("$(DEMO_STAMP): pyproject.toml"):].split("\n\n")[0]

@@ -15,12 +15,13 @@ from confluent_kafka import KafkaError
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.registry.worker import RetryPolicy
+from broker_support import LIST_OFFSETS_BY_TIME, NO_KIP848
 from stream_helpers import FAST_REJOIN, SLOW_S, by_partition, wait_until
 
 PROTOCOLS = [
     pytest.param({"partition.assignment.strategy": "range"}, id="eager-range"),
     pytest.param({"partition.assignment.strategy": "cooperative-sticky"}, id="cooperative-sticky"),
-    pytest.param({"group.protocol": "consumer"}, id="kip848-consumer"),
+    pytest.param({"group.protocol": "consumer"}, id="kip848-consumer", marks=NO_KIP848),
 ]
 
 
@@ -117,6 +118,7 @@ def test_stopped_stream_records_pending_and_start_begins_there(kafka, registry, 
     assert sorted((h.partition, h.offset) for h in registry.history("orders")) == [(0, 40), (1, 40), (2, 0)]
 
 
+@LIST_OFFSETS_BY_TIME
 def test_every_spec_form_and_clamping(kafka, registry, memory_sinks):
     base = 1_790_000_000_000
     topic = kafka.new_topic(partitions=2)

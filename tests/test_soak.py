@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
@@ -154,6 +156,7 @@ LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), sta
                   r"duplicates (\d+), secrets in logs (\d+)$")
 
 
+@pytest.mark.slow
 def test_a_short_soak_loses_nothing_and_leaks_no_secret():
     # --seconds 10: the soak still goes through every fault kind once (about 12 steps of ~1 s) before it stops
     done = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--seconds", "10", "--interval", "0.8",

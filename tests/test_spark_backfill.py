@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from broker_support import QUICK_FIRST_JOIN
 from spark_bridge.backfill import BackfillJob, Loading, load_frame, plan_job, run_backfill
 from mgstreams.backfill_cli import backfill as backfill_command
 from spark_bridge.kafka_source import register
@@ -59,8 +60,8 @@ def test_backfill_writes_one_cypherl_file_per_range(spark, kafka, tmp_path):
 def test_hand_off_backfill_until_committed_then_live_stream_covers_every_offset_once(spark, kafka, tmp_path):
     topic, group = kafka.new_topic(2), f"live-{uuid.uuid4().hex[:8]}"
     kafka.produce(topic, 60, partitions=2)
-    live = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
-                     "enable.auto.commit": False, "enable.partition.eof": True})
+    live = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,   # QUICK_FIRST_JOIN: Tansu
+                     "enable.auto.commit": False, "enable.partition.eof": True, **QUICK_FIRST_JOIN})
     # the live stream ran for a while and stopped: it committed 12 and 19
     live.commit(offsets=[TopicPartition(topic, 0, 12), TopicPartition(topic, 1, 19)], asynchronous=False)
     out = tmp_path / "backfill"

@@ -112,9 +112,10 @@ def test_sink_failures_are_retried_then_error_then_resume_loses_nothing(kafka, r
     _assert_exactly_once(memory_sinks["orders"].delivered(), topic, {0: 30, 1: 30, 2: 30})
 
 
-def test_transformation_failure_on_one_message_loses_nothing(kafka, registry, memory_sinks):
-    topic = kafka.new_topic(partitions=2)
-    kafka.produce(topic, 40, partitions=2, payload=lambda i: b"poison" if i == 17 else b"ok-%d" % i)
+def _stream_in_error_on_a_poisoned_message(kafka, registry, partitions: int, count: int, poisoned: int) -> str:
+    """Stream 'orders' over a new topic whose message `poisoned` the transformation rejects: started, in ERROR."""
+    topic = kafka.new_topic(partitions=partitions)
+    kafka.produce(topic, count, partitions=partitions, payload=lambda i: b"poison" if i == poisoned else b"ok-%d" % i)
     FAIL_PAYLOADS.add(b"poison")
     FAILING.set()
     try:
@@ -122,12 +123,33 @@ def test_transformation_failure_on_one_message_loses_nothing(kafka, registry, me
         registry.start("orders")
         wait_until(lambda: registry.get("orders").status == StreamStatus.ERROR, what="ERROR")
         assert "poisoned payload" in registry.get("orders").error
-        assert len(memory_sinks["orders"].delivered()) < 40
     finally:
         FAILING.clear()
+    return topic
+
+
+def test_transformation_failure_on_one_message_loses_nothing(kafka, registry, memory_sinks):
+    topic = _stream_in_error_on_a_poisoned_message(kafka, registry, 2, 40, poisoned=17)
+    assert len(memory_sinks["orders"].delivered()) < 40
     registry.start("orders")
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 40)
     _assert_exactly_once(memory_sinks["orders"].delivered(), topic, {0: 20, 1: 20})
+
+
+def test_start_right_after_error_restarts_while_the_failed_thread_is_still_ending(kafka, registry, memory_sinks,
+                                                                                 monkeypatch):
+    """Found on Tansu: the poll thread reports ERROR and then ends; a start() in between (a user who saw ERROR)
+    was refused with "stream 'orders' is already error". Here the thread lingers 1 s after reporting ERROR."""
+    import time
+
+    from stream_registry.registry.worker import StreamWorker
+
+    fail = StreamWorker._fail
+    monkeypatch.setattr(StreamWorker, "_fail", lambda self, reason: (fail(self, reason), time.sleep(1.0)))
+    topic = _stream_in_error_on_a_poisoned_message(kafka, registry, 1, 10, poisoned=3)
+    assert registry.start("orders").status in (StreamStatus.STARTING, StreamStatus.RUNNING)
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 10)
+    _assert_exactly_once(memory_sinks["orders"].delivered(), topic, {0: 10})
 
 
 def test_sigkill_mid_run_loses_nothing(kafka, tmp_path):

@@ -143,6 +143,8 @@ class StreamRegistry:
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
+            if stream.status == StreamStatus.ERROR and self._running(stream) is not None:
+                self._stop_locked(stream, keep_desired=True)  # it reported ERROR and is ending: let it end
             if stream.runner is not None and stream.runner.alive:
                 state = "still stopping (its last stop timed out)" if stream.runner.stopping \
                     else f"already {stream.status.value}"
