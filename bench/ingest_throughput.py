@@ -303,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[Run]] = {side: [] for side in sides}
     trips: dict[str, list[tuple[int, int, int]]] = {side: [] for side in sides}
     host_env = {OUTPUT_DIRS_ENV: str(out_dir), "MGCLIENT_STANDIN_RTT_MS": str(args.rtt_ms),
-                "MGCLIENT_STANDIN_JOURNAL": str(journal)}
+                "MGCLIENT_STANDIN_JOURNAL": str(journal),
+                "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}   # the stand-in's host, by name
     if bolt:   # the host's processes import the stand-in as `mgclient`
         host_env["PYTHONPATH"] = os.pathsep.join(filter(None, (standin.PYTHONPATH_ENTRY, str(ROOT),
                                                                os.environ.get("PYTHONPATH"))))

@@ -85,6 +85,12 @@ def crashing_transform(messages):
     return offsets_transform(messages)
 
 
+def statement_lines(path: str | Path) -> list[str]:
+    """A cypherl file's statements, one a line: its batches' frame lines (`// mgstreams-batch …`, comments
+    to mgconsole and Memgraph) left out."""
+    return [line for line in Path(path).read_text().splitlines() if not line.startswith("//")]
+
+
 def delivered_from_file(path: str | Path) -> list[tuple[str, int, int]]:
     """(topic, partition, offset) of every statement in a cypherl file, in file order."""
     path = Path(path)

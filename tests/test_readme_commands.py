@@ -88,7 +88,7 @@ from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.host.serve import DEFAULT_LISTEN, DEFAULT_URL
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
-from stream_helpers import wait_until
+from stream_helpers import statement_lines, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -440,7 +440,7 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
                 assert result.stdout.split()[:2] == ["NAME", "STATUS"] and "orders" not in result.stdout
     assert ran[-1] == "mgstreams --url http://db1:8765 list", ran
     # `start` applied the pending change at assignment: partition 0 from 42, the others from the beginning.
-    assert len(out.read_text().splitlines()) == PARTITIONS * PER_PARTITION - 42
+    assert len(statement_lines(out)) == PARTITIONS * PER_PARTITION - 42
     monkeypatch.setenv("MGSTREAMS_URL", orders_host.url)
     monkeypatch.setenv("MGSTREAMS_TOKEN_FILE", str(orders_host.state_dir / "api-token"))
     assert json.loads(run_cli(["list", "--json"]).stdout) == []   # `drop orders` ran
@@ -744,7 +744,7 @@ def test_mgstreams_backfill_commands(cluster, state_dir, tmp_path, stream_with_c
             assert report["records"] == PER_PARTITION * PARTITIONS, report
             files = sorted((tmp_path / "backfill").glob("*.cypherl"))
             assert len(files) >= 8   # --min-partitions 8
-            assert sum(len(f.read_text().splitlines()) for f in files) == PER_PARTITION * PARTITIONS
+            assert sum(len(statement_lines(f)) for f in files) == PER_PARTITION * PARTITIONS
         else:   # --topics orders,refunds --group orders_live, Bolt sink substituted
             files = sorted((tmp_path / "bolt-substitute").glob("*.cypherl"))
             assert {f.name.rsplit("-", 2)[0] for f in files} == {f"orders-{p}" for p in range(PARTITIONS)}
@@ -905,7 +905,7 @@ def test_docker_compose_commands(compose):
 
 def test_bench_commands_exist_and_answer_help():
     commands = shell("bench")
-    assert len(commands) == 7
+    assert len(commands) == 8
     for command in commands:
         script = command.split()[1]
         assert (ROOT / script).is_file(), command
@@ -1109,7 +1109,7 @@ def test_cypher_block(cluster, memgraph):
     assert memgraph.call("streams.list") == []
     # The stream (empty transform: one idempotent :KafkaMessage per message) wrote to the default sink: what
     # `MATCH (m:KafkaMessage)` finds. -1 replayed partition 2 from its start; partition 0 from 42 on.
-    lines = memgraph.default_sink.read_text().splitlines()
+    lines = statement_lines(memgraph.default_sink)
     assert lines and all(MESSAGE_LINE.match(line) for line in lines), lines[:3]
     found = {(int(m.group(1)), int(m.group(2))) for m in map(MESSAGE_LINE.match, lines)}
     assert {(2, o) for o in range(PER_PARTITION)} | {(0, o) for o in range(42, PER_PARTITION)} <= found
@@ -1133,7 +1133,7 @@ def test_getting_started_block_runs_as_written(tmp_path):
 {bolt}
 for i in $(seq 300); do [ "$(cat mgstreams-state/output/payments.cypherl | wc -l)" -ge 700 ] && break; sleep 0.2; done
 mgstreams list --json > list.json
-curl -sf {url}/ui -o ui.html
+curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
 """
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
            "MGSTREAMS_URL": url}
@@ -1154,6 +1154,6 @@ curl -sf {url}/ui -o ui.html
     assert re.search(r"^stream payments (starting|running): [A-Z]+ ", out, re.M) and "payments_graph created" in out
     listed = {s["name"]: s for s in json.loads((tmp_path / "list.json").read_text())}
     assert listed["payments_graph"]["sink"] == "bolt://localhost:7687" and listed["payments"]["status"] == "running"
-    statements = (tmp_path / "mgstreams-state" / "output" / "payments.cypherl").read_text().splitlines()
+    statements = statement_lines(tmp_path / "mgstreams-state" / "output" / "payments.cypherl")
     assert len(statements) >= 700 and "payments" in (tmp_path / "ui.html").read_text()   # offsets 100 on
     assert len(README.read_text()[README.read_text().index(GETTING_STARTED):].split("\n## ")[0].splitlines()) < 60

@@ -181,9 +181,9 @@ def test_a_failing_folded_statement_fails_the_batch_as_rejected_data(monkeypatch
 
 
 def test_bolt_unwind_is_a_stream_setting_and_a_bad_value_names_it():
-    assert StreamConfig("s", ["t"], "k:9092", "m.f", "bolt://h").bolt_unwind is True
+    assert StreamConfig("s", ["t"], "127.0.0.1:9092", "m.f", "bolt://127.0.0.1").bolt_unwind is True
     with pytest.raises(ConfigError, match=r"^bolt_unwind: expected true or false, got 'no'"):
-        StreamConfig("s", ["t"], "k:9092", "m.f", "bolt://h", bolt_unwind="no").validate()
+        StreamConfig("s", ["t"], "127.0.0.1:9092", "m.f", "bolt://127.0.0.1", bolt_unwind="no").validate()
 
 
 # -- through a real host -------------------------------------------------------------------------------
@@ -196,7 +196,8 @@ def bolt_host(tmp_path_factory, quick_rebalance):
     host = HostProcess(tmp / "state", env={
         "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(ROOT / "tests"), str(ROOT))),
         "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
-        "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_REJECT": "poison"}).start()
+        "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_REJECT": "poison",
+        "MGSTREAMS_ALLOWED_HOSTS": "memgraph,localhost,127.0.0.0/8"}).start()   # the sink's host, by name
     yield host, journal
     host.stop()
 
@@ -221,7 +222,7 @@ def test_bolt_unwind_false_from_cypher_writes_one_statement_per_round_trip(kafka
     host, journal = bolt_host
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 300, partitions=1)
-    with QueryModule(STREAMS_MODULE, host.url) as streams:
+    with QueryModule(STREAMS_MODULE, host.url, token=host.token) as streams:
         streams.call("create", "u_single", [topic], kafka.bootstrap_servers, MERGE_TRANSFORM, "bolt://memgraph:7687",
                      f"unwind_{uuid.uuid4().hex[:8]}", 1000, 3000, FAST_REJOIN, {}, "on-failure",
                      {"bolt_unwind": False})
