@@ -246,7 +246,7 @@ def test_unknown_streams_paths_and_methods(host):
     assert "Traceback" not in host.log()
 
 
-ROUTES = [("GET", "/health", None), ("GET", "/metrics", None), ("GET", "/streams", None),
+ROUTES = [("GET", "/metrics", None), ("GET", "/streams", None), ("PATCH", "/streams/x", {"batch_size": 5}),
           ("POST", "/streams", {"name": "x"}), ("GET", "/streams/x", None), ("DELETE", "/streams/x", None),
           ("PUT", "/streams/x/start", None), ("PUT", "/streams/x/stop", None), ("GET", "/streams/x/offsets", None),
           ("PATCH", "/streams/x/offsets", {"offset": 0}), ("GET", "/streams/x/history", None),
@@ -272,10 +272,19 @@ def test_a_configured_token_is_required_on_every_route(tmp_path):
                         "error": "authorization: a valid bearer token is required (Authorization: Bearer ...)"}
         for scheme in ("Bearer", "bearer"):
             with httpx.Client(base_url=host.url, headers={"Authorization": f"{scheme} {token}"}) as api:
-                assert api.get("/health").json() == {"status": "ok"}
                 assert api.get("/streams").json() == []
                 assert api.get("/metrics").status_code == 200
                 assert api.get("/streams/x").status_code == 404     # past the token: an unknown stream
+        # A liveness probe carries no token: /health answers it, and says nothing else.
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            health = httpx.get(f"{host.url}/health", headers=headers, timeout=30)
+            assert (health.status_code, health.json()) == (200, {"status": "ok"}), health.text
+            assert set(health.headers) <= {"content-length", "content-type", "date", "server"}, health.headers
+        # The browser boundary still applies to it.
+        foreign = httpx.get(f"{host.url}/health", headers={"Origin": "https://evil.example"}, timeout=30)
+        assert foreign.status_code == 403, foreign.text
+        rebound = httpx.get(f"{host.url}/health", headers={"Host": "attacker.example"}, timeout=30)
+        assert rebound.status_code == 421, rebound.text
         assert host.terminate() == 0
     finally:
         host.stop()

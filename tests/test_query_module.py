@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 QUERY_MODULES = ROOT / "query_modules"
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
-NO_TOKEN = "Exception: authorization: a valid bearer token is required (Authorization: Bearer ...)"
+NO_TOKEN = ("Exception: authorization: a valid bearer token is required (Authorization: Bearer ...): set "
+            "MGSTREAMS_TOKEN or MGSTREAMS_TOKEN_FILE (the host's token file, <its state dir>/api-token when it "
+            "generated one) in Memgraph's environment")
 
 SIGNATURES = {
     "streams.create": (
@@ -44,13 +46,16 @@ SIGNATURES = {
         'batch_size = 1000 :: INTEGER, batch_interval_ms = 100 :: INTEGER, configs = {} :: MAP, '
         'credentials = {} :: MAP, restart = "on-failure" :: STRING, options = {} :: MAP) '
         ':: (name :: STRING, status :: STRING)'),
+    "streams.alter": "streams.alter(name :: STRING, changes :: MAP) :: (name :: STRING, status :: STRING)",
     "streams.start": "streams.start(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.stop": "streams.stop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.drop": "streams.drop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.list": (
-        "streams.list() :: (bootstrap_servers :: STRING, configs :: MAP, consumer_group :: STRING, "
+        "streams.list() :: (batch_interval_ms :: INTEGER, batch_size :: INTEGER, bootstrap_servers :: STRING, "
+        "configs :: MAP, consumer_group :: STRING, "
         "credentials :: MAP, dead_letter_topic :: STRING?, dead_lettered :: INTEGER, delivery :: STRING, "
-        "error :: STRING?, errors_tolerance :: STRING, name :: STRING, pid :: INTEGER?, restart :: STRING, "
+        "detail :: STRING?, error :: STRING?, errors_tolerance :: STRING, name :: STRING, pid :: INTEGER?, "
+        "restart :: STRING, "
         "restarts :: INTEGER, rss_bytes :: INTEGER?, sink :: STRING, skipped :: INTEGER, status :: STRING, "
         "topics :: LIST OF STRING, transform :: STRING)"),
     "streams.set_stream_offset": (
@@ -86,7 +91,8 @@ SIGNATURES = {
 
 # One call of every procedure, for checks that must hold whatever is called.
 EVERY_CALL = [("streams.create", ("s", ["t"], "localhost:9092")), ("streams.start", ("s",)),
-              ("streams.stop", ("s",)), ("streams.drop", ("s",)), ("streams.list", ()),
+              ("streams.alter", ("s", {"batch_size": 5})), ("streams.stop", ("s",)), ("streams.drop", ("s",)),
+              ("streams.list", ()),
               ("streams.set_stream_offset", ("s", 10)), ("streams.offsets", ("s",)), ("streams.history", ("s",)),
               ("streams.revert", ("s", 1)), ("streams.pending", ("s",)), ("streams.pending", ("s", True)),
               ("streams.check", ("s",))]

@@ -1,0 +1,165 @@
+"""Altering a stream (issue 24) through a real host: `PATCH /streams/{name}` and `mgstreams alter` as a child
+process (`streams.alter` is in test_query_module.py).
+
+What an operator relies on: what is given changes and nothing else; a running stream restarts itself to
+apply it and resumes from its committed offsets; a refused alter (the same checks as create, allowlists
+included) is a 400 naming the field and changes nothing, not even the running process; the state store
+keeps the new config across a host restart; pending offset changes and the history survive.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+
+from host_helpers import HostProcess
+from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
+
+pytestmark = pytest.mark.usefixtures("quick_rebalance")
+TRANSFORM = "stream_helpers.offsets_transform"
+
+
+def mgstreams(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable))
+    assert executable, "the console script is installed"
+    return subprocess.run([executable, *args], capture_output=True, text=True, timeout=180,
+                          env={**os.environ, **(env or {})})
+
+
+def new_stream(api: httpx.Client, kafka, name: str, topic: str, out, **overrides) -> dict:
+    created = api.post("/streams", json={
+        "name": name, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "transform": TRANSFORM,
+        "sink": f"cypherl://{out}", "consumer_group": f"alter_{uuid.uuid4().hex[:8]}", "batch_interval_ms": 20,
+        "configs": FAST_REJOIN, **overrides})
+    assert created.status_code == 201, created.text
+    return created.json()
+
+
+# Each refusal names its field; none changes anything.
+REFUSED = [
+    ({"batch_size": 0}, "batch_size: must be a positive integer, got 0"),
+    ({"batch_interval_ms": "fast"}, "batch_interval_ms: must be a positive integer, got 'fast'"),
+    ({"topics": ["other"]}, "topics: cannot be altered"),
+    ({"consumer_group": "other_group"}, "consumer_group: cannot be altered"),
+    ({"nonsense": 1}, "body: unknown field 'nonsense'"),
+    ({}, "changes: nothing to change"),
+    ({"configs": {"plugin.library.paths": "/tmp/probe.so"}}, "configs['plugin.library.paths']: loads code"),
+    ({"configs": {"group.id": "someone_else"}}, "configs['group.id']: set by mgstreams itself"),
+    ({"configs": {"ssl.ca.location": "/etc/passwd"}}, "configs['ssl.ca.location']: not under a directory"),
+    ({"configs": {"sasl.oauthbearer.token.endpoint.url": "https://evil.example/token"}},
+     "configs['sasl.oauthbearer.token.endpoint.url']: host 'evil.example' is not one the operator allows"),
+    ({"configs": "fetch.wait.max.ms=10"}, "configs: expected a map"),
+    ({"sink": "bolt://evil.example:7687"}, "sink: host 'evil.example' is not one the operator allows"),
+    ({"sink": "cypherl:///etc/mgstreams-alter.cypherl"}, "sink: "),
+    ({"sink": "gopher://x"}, "sink: "),
+    ({"transform": "no_such_module_xyz.fn"}, "transform 'no_such_module_xyz.fn': refused"),
+    ({"transform": "merge"}, "transform: expected 'module.function'"),
+]
+
+
+def test_alter_a_running_stream_restarts_it_with_the_new_config(host, kafka, tmp_path):
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 6, partitions=2)
+    first, second = tmp_path / "first.cypherl", tmp_path / "second.cypherl"
+    api = httpx.Client(base_url=host.wait_ready(), timeout=180)
+    new_stream(api, kafka, "orders", topic, first)
+    assert api.put("/streams/orders/start").status_code == 200
+    wait_until(lambda: len(delivered_from_file(first)) == 6, what="the first six messages")
+    wait_until(lambda: api.get("/streams/orders").json()["status"] == "running", what="running")
+    moved = api.patch("/streams/orders/offsets", json={"offset": {f"{topic}:0": 1}, "timeout_ms": 30_000})
+    assert moved.status_code == 200 and {c["status"] for c in moved.json()} == {"applied"}, moved.text
+    wait_until(lambda: len(delivered_from_file(first)) == 8, what="partition 0 redelivered from offset 1")
+    history = api.get("/streams/orders/history").json()
+    before = api.get("/streams/orders").json()
+
+    for body, message in REFUSED:
+        refused = api.patch("/streams/orders", json=body)
+        assert refused.status_code == 400, (body, refused.text)
+        assert refused.json()["error"].startswith(message), (body, refused.json())
+        now = api.get("/streams/orders").json()
+        assert (now["status"], now["pid"], now["sink"], now["transform"], now["batch_size"], now["configs"]) == \
+            (before["status"], before["pid"], before["sink"], before["transform"], before["batch_size"],
+             before["configs"]), f"{body} changed the stream"
+    assert api.patch("/streams/nosuch", json={"batch_size": 5}).status_code == 404
+
+    altered = api.patch("/streams/orders", json={"sink": f"cypherl://{second}", "batch_size": 7,
+                                                 "batch_interval_ms": 30, "configs": {"fetch.wait.max.ms": 10}})
+    assert altered.status_code == 200, altered.text
+    info = altered.json()
+    assert (info["sink"], info["batch_size"], info["batch_interval_ms"]) == (f"cypherl://{second}", 7, 30)
+    assert info["configs"] == {**FAST_REJOIN, "fetch.wait.max.ms": 10} and info["status"] in ("starting", "running")
+    assert info["pid"] and info["pid"] != before["pid"], "a running stream restarts in a new process to apply it"
+    assert info["consumer_group"] == before["consumer_group"] and info["topics"] == before["topics"]
+
+    kafka.produce(topic, 4, partitions=2)
+    wait_until(lambda: len(delivered_from_file(second)) == 4, what="new messages in the new sink")
+    assert by_partition(delivered_from_file(second)) == {(topic, 0): [3, 4], (topic, 1): [3, 4]}, \
+        "it resumed from its committed offsets, not from the beginning"
+    assert len(delivered_from_file(first)) == 8, "the old sink gets nothing more"
+    assert api.get("/streams/orders/history").json() == history, "the history survives"
+
+    # A stopped stream's pending change survives an alter, and is applied when it starts.
+    assert api.put("/streams/orders/stop").json()["status"] == "stopped"
+    pending = api.patch("/streams/orders/offsets", json={"offset": {f"{topic}:1": 0}}).json()
+    assert [c["status"] for c in pending] == ["pending"], pending
+    assert api.patch("/streams/orders", json={"configs": {"fetch.wait.max.ms": None}}).json()["status"] == \
+        "stopped", "a stopped stream stays stopped"
+    assert [(p["topic"], p["partition"], p["offset"]) for p in api.get("/streams/orders/pending").json()] == \
+        [(topic, 1, 0)]
+    assert api.get("/streams/orders").json()["configs"] == FAST_REJOIN, "a null value removes the key"
+
+    # The state store keeps it: a new host on the same state directory reads the altered stream back.
+    assert host.stop() == 0
+    with HostProcess(host.state_dir) as again:
+        api2 = httpx.Client(base_url=again.url, timeout=60)
+        info = api2.get("/streams/orders").json()
+        assert (info["sink"], info["batch_size"], info["batch_interval_ms"], info["configs"]) == \
+            (f"cypherl://{second}", 7, 30, FAST_REJOIN)
+        assert [p["offset"] for p in api2.get("/streams/orders/pending").json()] == [0]
+        assert api2.put("/streams/orders/start").status_code == 200
+        wait_until(lambda: (topic, 1, 0) in delivered_from_file(second)[4:], what="the pending change applied")
+        assert [h["change_id"] for h in api2.get("/streams/orders/history").json()][-len(history):] == \
+            [h["change_id"] for h in history]
+
+
+def test_mgstreams_alter(host, kafka, tmp_path):
+    topic = kafka.new_topic(partitions=1)
+    api = httpx.Client(base_url=host.wait_ready(), timeout=60)
+    new_stream(api, kafka, "cli_alter", topic, tmp_path / "out.cypherl")
+    url = ("--url", host.url)
+
+    done = mgstreams(*url, "alter", "cli_alter", "--batch-size", "50", "--batch-interval-ms", "40",
+                     "--config", "fetch.wait.max.ms=10", "--unset-config", "heartbeat.interval.ms",
+                     "--sink", f"cypherl://{tmp_path / 'other.cypherl'}")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "cli_alter altered (created)\n", "")
+    info = api.get("/streams/cli_alter").json()
+    assert (info["batch_size"], info["batch_interval_ms"], info["sink"]) == \
+        (50, 40, f"cypherl://{tmp_path / 'other.cypherl'}")
+    assert info["configs"] == {**{k: v for k, v in FAST_REJOIN.items() if k != "heartbeat.interval.ms"},
+                               "fetch.wait.max.ms": "10"}
+    as_json = mgstreams("alter", "cli_alter", "--transform", "stream_registry.builtin_transformations.merge_messages",
+                        "--json", *url)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout)["transform"] == "stream_registry.builtin_transformations.merge_messages"
+
+    before = api.get("/streams/cli_alter").json()
+    for args, message in [(("--config", "plugin.library.paths=/tmp/probe.so"), "configs['plugin.library.paths']: "),
+                          (("--transform", "no_such_module_xyz.fn"), "transform 'no_such_module_xyz.fn': "),
+                          (("--sink", "bolt://evil.example:7687"), "sink: host 'evil.example'")]:
+        refused = mgstreams(*url, "alter", "cli_alter", *args)
+        assert refused.returncode == 1 and refused.stdout == "", refused
+        assert refused.stderr.startswith(f"mgstreams: error: {message}") and refused.stderr.count("\n") == 1, \
+            refused.stderr
+    assert api.get("/streams/cli_alter").json() == before
+    nothing = mgstreams(*url, "alter", "cli_alter")
+    assert nothing.returncode == 2 and "nothing to change" in nothing.stderr
+    zero = mgstreams(*url, "alter", "cli_alter", "--batch-size", "0")
+    assert zero.returncode == 2 and "--batch-size" in zero.stderr
+    missing = mgstreams(*url, "alter", "nosuch", "--batch-size", "5")
+    assert missing.returncode == 1 and "no stream named 'nosuch'" in missing.stderr
