@@ -29,7 +29,7 @@ import pytest
 
 from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
-from stream_helpers import by_partition, delivered_from_file, wait_until
+from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERY_MODULES = ROOT / "query_modules"
@@ -369,6 +369,30 @@ def test_create_list_drop_and_masked_credentials(memgraph, connected, kafka, tmp
     assert memgraph.call("streams.drop", "orders") == [{"name": "orders", "status": "created"}]
     assert memgraph.call("streams.list") == []
     assert secret not in connected.log()
+
+
+def test_alter_from_cypher(memgraph, connected, kafka, quick_rebalance, tmp_path):
+    """streams.alter: a running stream restarts with the new config; a refusal names the field and changes nothing."""
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 3, partitions=1)
+    first, second = tmp_path / "first.cypherl", tmp_path / "second.cypherl"
+    create(memgraph, "altered", topic, kafka.bootstrap_servers, first, configs=FAST_REJOIN)
+    memgraph.call("streams.start", "altered")
+    wait_until(lambda: len(delivered_from_file(first)) == 3, what="the first messages")
+    [before] = memgraph.call("streams.list")
+    for changes, message in [({"batch_size": -5}, "batch_size: must be a positive integer, got -5"),
+                             ({"configs": {"plugin.library.paths": "/tmp/x.so"}}, "configs['plugin.library.paths']: "),
+                             ({"topics": ["x"]}, "topics: cannot be altered")]:
+        assert error_of(memgraph, "streams.alter", "altered", changes).last_line.startswith(f"Exception: {message}")
+        assert memgraph.call("streams.list") == [before]
+    [row] = memgraph.call("streams.alter", "altered", {"sink": f"cypherl://{second}", "batch_size": 20})
+    assert row["name"] == "altered" and row["status"] in ("starting", "running")
+    [after] = memgraph.call("streams.list")
+    assert (after["sink"], after["batch_size"], after["pid"] != before["pid"]) == (f"cypherl://{second}", 20, True)
+    kafka.produce(topic, 2, partitions=1)
+    wait_until(lambda: [o for _, _, o in delivered_from_file(second)] == [3, 4], what="the new sink, from offset 3")
+    assert error_of(memgraph, "streams.alter", "nosuch", {"batch_size": 5}).last_line == \
+        "Exception: name: no stream named 'nosuch'"
 
 
 def test_unknown_topic_is_rejected_at_create(memgraph, connected, kafka, tmp_path):
