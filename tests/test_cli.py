@@ -143,7 +143,7 @@ def test_the_token_comes_from_mgstreams_token(tmp_path):
             assert way in denied.stderr, (way, denied.stderr)
         assert denied.stderr.count("\n") == 1
         wrong = run_process("--url", host.url, "list", env={"MGSTREAMS_TOKEN": "wrong"})
-        assert wrong.returncode == 1 and "authorization" in wrong.stderr and "the token sent was refused" in wrong.stderr
+        assert wrong.returncode == 1 and "the token sent was refused" in wrong.stderr
         # --token, before or after the subcommand, wins over the environment
         for args in (("--token", host.token, "list", "--json"), ("list", "--json", "--token", host.token)):
             given = run_process("--url", host.url, *args, env={"MGSTREAMS_TOKEN": "wrong"})

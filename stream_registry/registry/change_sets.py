@@ -142,7 +142,8 @@ class ChangeSets:
         if rows:
             ids = sorted({r.change_id for r in rows if r.change_id})
             log.info("stream %s: change%s %s cancelled: %s", name, "s" if len(ids) > 1 else "",
-                     ", ".join(map(str, ids)), _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in rows))
+                     ", ".join(map(str, ids)),
+                     _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in rows))
         self.notify()
         return rows
 
@@ -184,8 +185,8 @@ class ChangeSets:
                     if kind == "applied":
                         self._store.record_applied(name, group)
                         for change_id in sorted({row[0] for row in group}):
-                            log.info("stream %s: change %d applied: %s", name, change_id,
-                                     _moves((t, p, before, after) for c, t, p, after, before in group if c == change_id))
+                            moves = [(t, p, before, after) for c, t, p, after, before in group if c == change_id]
+                            log.info("stream %s: change %d applied: %s", name, change_id, _moves(moves))
                     else:
                         self._store.record_set_aside(name, group)
                     del self._unrecorded[name][:len(group)]

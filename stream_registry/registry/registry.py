@@ -208,6 +208,7 @@ class StreamRegistry:
     def drop(self, name: str) -> StreamInfo:
         """Stop and forget the stream; a second drop (even a concurrent one) is StreamNotFound."""
         with self._locked(name) as stream:
+            was = stream.status
             if stream.runner is not None:
                 self._stop_locked(stream)
             info = self._info(stream)
@@ -218,7 +219,7 @@ class StreamRegistry:
             with self._lock:
                 self._streams.pop(name, None)
             self._changes.forget(name)
-        log.info("stream %s: dropped (was %s)", name, info.status.value)
+        log.info("stream %s: dropped (was %s)", name, was.value)
         self._changes.notify()
         return info
 
@@ -529,7 +530,8 @@ class StreamRegistry:
             timer.daemon = True
             timer.start()
         stream.status, stream.error = StreamStatus.ERROR, error
-        log.warning("stream %s: error: %s", name, error)
+        log.warning("stream %s: error: %s", name,
+                    error.replace("stream process", f"stream process (pid {runner.pid})", 1))
         self._changes.notify()
         try:
             self._store.set_status(name, StreamStatus.ERROR, error)
