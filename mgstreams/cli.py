@@ -194,7 +194,8 @@ def _client() -> HostClient:
 
 # Key columns (identity, state, offsets, lag) are never dropped nor cut; long ones give way; extra ones hide.
 STREAM_COLUMNS = (key("NAME"), key("STATUS"), key("TOPICS"), long("GROUP"), long("BOOTSTRAP-SERVERS"),
-                  long("TRANSFORM"), long("SINK"), long("ERROR", fold=True), long("DETAIL", fold=True))
+                  long("TRANSFORM"), long("SINK"), long("ERROR", fold=True))
+DETAIL_COLUMN = long("DETAIL", fold=True)   # shown while a stream has one (what a `starting` stream waits for)
 DESCRIBE_COLUMNS = (extra("GROUP"), key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("POSITION"),
                     extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"),
                     extra("STORED-OFFSET"), extra("RESUME-OFFSET"))
@@ -216,9 +217,10 @@ def list_streams(as_json: bool) -> None:
     if as_json:
         _print_json(streams)
         return
-    _show(table(STREAM_COLUMNS, (
+    detail = any(s.detail for s in streams)
+    _show(table(STREAM_COLUMNS + ((DETAIL_COLUMN,) if detail else ()), (
         (s.name, s.status.value, ",".join(s.topics), s.consumer_group, s.bootstrap_servers, s.transform, s.sink,
-         s.error, s.detail) for s in streams)))
+         s.error, *((s.detail,) if detail else ())) for s in streams)))
 
 
 def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:

@@ -104,8 +104,7 @@ def test_list_keeps_name_status_and_topics_at_every_width_and_pipes_whole_values
             assert "…" in out or "not shown" in out, (width, out)
     whole = piped(host.url, "list")
     header, *rows = whole.splitlines()
-    assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK", "ERROR",
-                              "DETAIL"]
+    assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK", "ERROR"]
     assert [r.split()[:3] for r in rows] == [["orders_with_a_long_name", "error", failed["topic"]],
                                              ["other", "created", failed["topic"]]]
     assert failed["error"] in rows[0] and failed["sink_dir"] in rows[0] and kafka.bootstrap_servers in rows[0]

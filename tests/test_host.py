@@ -25,7 +25,7 @@ from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
                  "configs", "credentials", "batch_size", "batch_interval_ms", "restart", "pid", "rss_bytes", "restarts",
                  "delivery", "errors_tolerance", "dead_letter_topic", "dead_lettered", "skipped",
-                 "records", "batches", "batch_seconds_sum", "batch_seconds_buckets"}
+                 "records", "batches", "batch_seconds_sum", "batch_seconds_buckets", "detail"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned", "stored_offset", "resume_offset"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
@@ -237,7 +237,7 @@ def test_unknown_streams_paths_and_methods(host):
             assert (response.status_code, response.json()) == (404, {"error": f"path: no resource at {path}"})
         for method, path, allowed in [("DELETE", "/streams", "GET, HEAD, POST"), ("POST", "/health", "GET, HEAD"),
                                       ("GET", "/streams/x/start", "PUT"), ("POST", "/metrics", "GET, HEAD"),
-                                      ("PUT", "/streams/x", "DELETE, GET, HEAD"),
+                                      ("PUT", "/streams/x", "DELETE, GET, HEAD, PATCH"),
                                       ("POST", "/streams/x/offsets", "GET, HEAD, PATCH")]:
             response = api.request(method, path)
             assert response.status_code == 405, (method, path)
@@ -315,8 +315,9 @@ def test_a_non_loopback_address_needs_a_token(tmp_path):
     try:
         port = host.url.rsplit(":", 1)[1]
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as api:
-            assert api.get("/health").status_code == 401
-            assert api.get("/health", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            assert api.get("/streams").status_code == 401
+            assert api.get("/streams", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            assert api.get("/health").json() == {"status": "ok"}   # a liveness probe's, without the token
     finally:
         host.stop()
 
