@@ -17,6 +17,7 @@ import uuid
 
 import httpx
 import pytest
+from hypothesis import given, strategies as st
 
 from host_helpers import HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
@@ -163,3 +164,45 @@ def test_mgstreams_alter(host, kafka, tmp_path):
     assert zero.returncode == 2 and "--batch-size" in zero.stderr
     missing = mgstreams(*url, "alter", "nosuch", "--batch-size", "5")
     assert missing.returncode == 1 and "no stream named 'nosuch'" in missing.stderr
+
+
+def test_concurrent_alters_leave_one_config_in_memory_and_in_the_state_store(host, kafka, tmp_path):
+    """Alters validate outside the stream's lock: one that raced another is a 409, never a lost or mixed update."""
+    import threading
+
+    topic = kafka.new_topic(partitions=1)
+    api = httpx.Client(base_url=host.wait_ready(), timeout=120)
+    new_stream(api, kafka, "raced", topic, tmp_path / "out.cypherl")
+    answers: dict[int, int] = {}
+
+    def alter(size: int) -> None:
+        with httpx.Client(base_url=host.url, timeout=120) as own:
+            answers[size] = own.patch("/streams/raced", json={"batch_size": size, "batch_interval_ms": size}).status_code
+    threads = [threading.Thread(target=alter, args=(size,)) for size in range(11, 19)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert set(answers.values()) <= {200, 409} and 200 in answers.values(), answers
+    info = api.get("/streams/raced").json()
+    assert info["batch_size"] == info["batch_interval_ms"] and answers[info["batch_size"]] == 200, (info, answers)
+    assert host.stop() == 0
+    with HostProcess(host.state_dir) as again:
+        stored = httpx.get(f"{again.url}/streams/raced", timeout=60).json()
+    assert (stored["batch_size"], stored["batch_interval_ms"]) == (info["batch_size"], info["batch_interval_ms"])
+
+
+KEYS = ("fetch.wait.max.ms", "client.id", "sasl.password", "session.timeout.ms")
+
+
+@given(start=st.dictionaries(st.sampled_from(KEYS), st.text("abc123", min_size=1, max_size=4)),
+       patch=st.dictionaries(st.sampled_from(KEYS), st.one_of(st.none(), st.text("xyz9", min_size=1, max_size=4))))
+def test_altered_merges_configs_and_leaves_the_original_alone(start, patch):
+    from stream_registry.config import StreamConfig
+
+    config = StreamConfig("s", ["t"], "localhost:9092", "m.f", "null://", configs=start)
+    altered = config.altered({"configs": patch})
+    expected = {k: v for k, v in {**start, **patch}.items() if v is not None}
+    assert dict(altered.configs) == expected and dict(config.configs) == start
+    assert (altered.name, altered.topics, altered.group_id) == (config.name, config.topics, config.group_id)
+    assert "abc" not in repr(altered.shown_configs().get("sasl.password", ""))
