@@ -384,7 +384,9 @@ def test_alter_from_cypher(memgraph, connected, kafka, quick_rebalance, tmp_path
                              ({"configs": {"plugin.library.paths": "/tmp/x.so"}}, "configs['plugin.library.paths']: "),
                              ({"topics": ["x"]}, "topics: cannot be altered")]:
         assert error_of(memgraph, "streams.alter", "altered", changes).last_line.startswith(f"Exception: {message}")
-        assert memgraph.call("streams.list") == [before]
+        [now] = memgraph.call("streams.list")
+        assert {k: v for k, v in now.items() if k != "rss_bytes"} == \
+            {k: v for k, v in before.items() if k != "rss_bytes"}, "a refused alter changes nothing"
     [row] = memgraph.call("streams.alter", "altered", {"sink": f"cypherl://{second}", "batch_size": 20})
     assert row["name"] == "altered" and row["status"] in ("starting", "running")
     [after] = memgraph.call("streams.list")
