@@ -9,6 +9,7 @@ keeps the new config across a host restart; pending offset changes and the histo
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -206,3 +207,60 @@ def test_altered_merges_configs_and_leaves_the_original_alone(start, patch):
     assert dict(altered.configs) == expected and dict(config.configs) == start
     assert (altered.name, altered.topics, altered.group_id) == (config.name, config.topics, config.group_id)
     assert "abc" not in repr(altered.shown_configs().get("sasl.password", ""))
+
+
+ALTER_FIELD_NAMES = ("batch_size", "batch_interval_ms", "transform", "sink", "configs")
+CONFIG_KEYS = ("fetch.wait.max.ms", "client.id", "plugin.library.paths", "group.id", "debug", "ssl.ca.location",
+               "sasl.password", "x")
+values = st.one_of(st.none(), st.booleans(), st.integers(-3, 300), st.text(max_size=12),
+                   st.sampled_from(["stream_registry.builtin_transformations.merge_messages", "null://",
+                                    "os.system", "bolt://evil.example:7687", "cypherl:///etc/x.cypherl"]))
+bodies = st.dictionaries(st.sampled_from((*ALTER_FIELD_NAMES, "topics", "name", "consumer_group", "junk")),
+                         st.one_of(values, st.dictionaries(st.sampled_from(CONFIG_KEYS),
+                                                           st.one_of(values, st.lists(st.integers(), max_size=2)),
+                                                           max_size=3)),
+                         max_size=3)
+valid_bodies = st.fixed_dictionaries({}, optional={
+    "batch_size": st.integers(1, 5000), "batch_interval_ms": st.integers(1, 5000),
+    "transform": st.just("stream_registry.builtin_transformations.merge_messages"), "sink": st.just("null://"),
+    "configs": st.fixed_dictionaries({}, optional={"fetch.wait.max.ms": st.one_of(st.none(), st.integers(1, 100)),
+                                                   "client.id": st.one_of(st.none(), st.from_regex(r"\Ac[a-z]{1,6}\Z")),
+                                                   "sasl.password": st.one_of(st.none(), st.just("pw-fuzz"))})})
+
+
+def test_fuzzed_alters_are_applied_as_a_merge_or_refused_naming_a_field_and_changing_nothing(host, kafka, tmp_path):
+    """Against a model: an accepted alter leaves exactly the merge of what was sent; a refused one (400, its error
+    naming a field) leaves the stream as it was; never a 500."""
+    from hypothesis import HealthCheck, settings
+
+    topic = kafka.new_topic(partitions=1)
+    api = httpx.Client(base_url=host.wait_ready(), timeout=60)
+    new_stream(api, kafka, "fuzzed", topic, tmp_path / "out.cypherl", configs={"fetch.wait.max.ms": 20})
+    shown = ("batch_size", "batch_interval_ms", "transform", "sink", "configs")
+    outcomes = {"applied": 0, "refused": 0}
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(body=st.one_of(bodies, valid_bodies))
+    def alter(body):
+        before = {k: api.get("/streams/fuzzed").json()[k] for k in shown}
+        response = api.patch("/streams/fuzzed", json=body)
+        after = {k: api.get("/streams/fuzzed").json()[k] for k in shown}
+        assert response.status_code in (200, 400), (body, response.status_code, response.text)
+        if response.status_code == 400:
+            error = response.json()["error"]
+            assert re.match(r"(body|changes|batch_size|batch_interval_ms|transform|sink|configs|topics|name|"
+                            r"consumer_group)\b", error), (body, error)
+            configs = body.get("configs")
+            secret = configs.get("sasl.password") if isinstance(configs, dict) else None
+            assert not (isinstance(secret, str) and len(secret) >= 4 and secret in error), (body, error)
+            assert after == before, (body, error)
+            outcomes["refused"] += 1
+            return
+        expected = {**before, **{k: v for k, v in body.items() if k != "configs"}}
+        if "configs" in body:
+            expected["configs"] = {k: v for k, v in {**before["configs"], **body["configs"]}.items() if v is not None}
+            expected["configs"] = {k: ("****" if k == "sasl.password" else v) for k, v in expected["configs"].items()}
+        assert after == expected, (body, after)
+        outcomes["applied"] += 1
+    alter()
+    assert outcomes["applied"] and outcomes["refused"], outcomes
