@@ -178,7 +178,8 @@ def test_concurrent_alters_leave_one_config_in_memory_and_in_the_state_store(hos
 
     def alter(size: int) -> None:
         with httpx.Client(base_url=host.url, timeout=120) as own:
-            answers[size] = own.patch("/streams/raced", json={"batch_size": size, "batch_interval_ms": size}).status_code
+            response = own.patch("/streams/raced", json={"batch_size": size, "batch_interval_ms": size})
+            answers[size] = response.status_code
     threads = [threading.Thread(target=alter, args=(size,)) for size in range(11, 19)]
     for t in threads:
         t.start()
