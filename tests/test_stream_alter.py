@@ -265,3 +265,4 @@ def test_fuzzed_alters_are_applied_as_a_merge_or_refused_naming_a_field_and_chan
         outcomes["applied"] += 1
     alter()
     assert outcomes["applied"] and outcomes["refused"], outcomes
+    assert "pw-fuzz" not in host.log() and "stream fuzzed: altered (" in host.log()

@@ -118,8 +118,8 @@ class StreamRegistry:
         for name in restart:
             try:
                 self.start(name)
-            except StreamError as exc:
-                log.warning("stream %s could not be restored: %s", name, exc)
+            except StreamError:
+                pass   # _start_locked logged why, and the stream is `error` saying so
 
     # -- lifecycle ----------------------------------------------------------
     def create(self, config: StreamConfig) -> StreamInfo:
