@@ -1,7 +1,7 @@
 """`mgstreams`: the operator CLI, a client of the stream host (`mgstreams serve`).
 
     mgstreams serve [--state-dir DIR] [--listen HOST:PORT] [--token-file FILE | --no-token] [--stop-timeout S]
-    mgstreams [--url URL] list [--json]
+    mgstreams [--url URL] [--token TOKEN] list [--json]
     mgstreams describe NAME [--watch [--interval S] [--count N]] [--json]
     mgstreams set-offset NAME (SPEC | --from-file FILE) [--dry-run] [--timeout S] [--json]
     mgstreams history NAME [--limit N] [--json]
@@ -12,6 +12,8 @@
     mgstreams offsets export NAME [--source committed|position]
     mgstreams check NAME [SPEC] [--limit N] [--json]
     mgstreams create NAME --topic T --bootstrap B [--transform F] [--sink URI] [--config K=V ...] [--start]
+    mgstreams alter NAME [--batch-size N] [--batch-interval-ms MS] [--transform F] [--sink URI]
+                         [--config K=V ...] [--unset-config K ...]
     mgstreams start NAME | stop NAME | drop NAME
     mgstreams kafka [--engine embedded|tansu] [--brokers N] [--partitions-topic NAME:P ...]
     mgstreams kafka topic create NAME --bootstrap B [--partitions P]
@@ -59,7 +61,7 @@ from stream_registry.stream_info import StreamStatus
 from .client import URL_ENV, HostClient
 from .usage_errors import UsageGroup
 from .host import serve as host
-from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV
+from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV
 from .tables import Column, FittedTable, extra, key, long
 from .wire import to_json
 
@@ -169,11 +171,15 @@ def _hoisted(group: click.Group, args: list[str]) -> list[str]:
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", envvar=URL_ENV, default=DEFAULT_URL, show_default=True, show_envvar=True,
               help="The stream host to talk to (before or after the subcommand).")
+@click.option("--token", default=None, metavar="TOKEN",
+              help=f"The host's API token (default: ${TOKEN_ENV}, else the file ${TOKEN_FILE_ENV} names, else the "
+                   f"token a host on this machine generated in its default state directory). A command line is "
+                   f"visible to other local users: prefer the variables.")
 @click.version_option(package_name="mgstreams", prog_name="mgstreams", message="%(prog)s %(version)s")
 @click.pass_context
-def cli(ctx: click.Context, url: str) -> None:
+def cli(ctx: click.Context, url: str, token: str | None) -> None:
     """Kafka streams of the mgstreams Memgraph plugin, from a shell."""
-    ctx.obj = {"url": url}
+    ctx.obj = {"url": url, "token": token}
 
 
 def _client() -> HostClient:
@@ -181,7 +187,7 @@ def _client() -> HostClient:
     ctx = click.get_current_context()
     root = ctx.find_root()
     if "client" not in root.obj:
-        root.obj["client"] = HostClient(root.obj["url"])
+        root.obj["client"] = HostClient(root.obj["url"], token=root.obj.get("token"))
         root.call_on_close(root.obj["client"].close)
     return root.obj["client"]
 
@@ -189,6 +195,7 @@ def _client() -> HostClient:
 # Key columns (identity, state, offsets, lag) are never dropped nor cut; long ones give way; extra ones hide.
 STREAM_COLUMNS = (key("NAME"), key("STATUS"), key("TOPICS"), long("GROUP"), long("BOOTSTRAP-SERVERS"),
                   long("TRANSFORM"), long("SINK"), long("ERROR", fold=True))
+DETAIL_COLUMN = long("DETAIL", fold=True)   # shown while a stream has one (what a `starting` stream waits for)
 DESCRIBE_COLUMNS = (extra("GROUP"), key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("POSITION"),
                     extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"),
                     extra("STORED-OFFSET"), extra("RESUME-OFFSET"))
@@ -210,9 +217,10 @@ def list_streams(as_json: bool) -> None:
     if as_json:
         _print_json(streams)
         return
-    _show(table(STREAM_COLUMNS, (
+    detail = any(s.detail for s in streams)
+    _show(table(STREAM_COLUMNS + ((DETAIL_COLUMN,) if detail else ()), (
         (s.name, s.status.value, ",".join(s.topics), s.consumer_group, s.bootstrap_servers, s.transform, s.sink,
-         s.error) for s in streams)))
+         s.error, *((s.detail,) if detail else ())) for s in streams)))
 
 
 def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
@@ -243,7 +251,7 @@ def process_line(info) -> str:
         else f"pid {info.pid}" if info.pid else "no process"
     poison = f", dead-lettered {info.dead_lettered}, skipped {info.skipped}" if info.errors_tolerance == "all" else ""
     return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}{poison}" + \
-        (f" ({info.error})" if info.error else "")
+        (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")
 
 
 @cli.command()
@@ -840,6 +848,37 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
     if start_now:
         info = _run(lambda: client.start(name))
     _print_status(info, as_json)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None)
+@click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
+@click.option("--transform", default=None, metavar="MODULE.FUNCTION", help="The new transformation.")
+@click.option("--sink", default=None, metavar="URI", help="The new sink (bolt://, cypherl:///..., null://).")
+@click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
+              help="Set a librdkafka property of the consumer (repeatable); the others stay.")
+@click.option("--unset-config", "unset", multiple=True, metavar="KEY",
+              help="Remove a librdkafka property (repeatable): librdkafka's default applies again.")
+@json_option
+def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, transform: str | None,
+          sink: str | None, configs: dict[str, str], unset: tuple[str, ...], as_json: bool) -> None:
+    """Change stream NAME (PATCH /streams/NAME, as `CALL streams.alter(...)`): what is given changes, the rest
+    stays. Checked as a create is; a refusal changes nothing. A running stream restarts to apply it, from its
+    committed offsets; pending offset changes and the history stay."""
+    changes: dict[str, Any] = {key: value for key, value in (
+        ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("transform", transform),
+        ("sink", sink)) if value is not None}
+    if configs or unset:
+        changes["configs"] = {**configs, **{key: None for key in unset}}
+    if not changes:
+        raise click.UsageError("nothing to change: give --batch-size, --batch-interval-ms, --transform, --sink, "
+                               "--config or --unset-config")
+    info = _run(lambda: _client().alter(name, **changes))
+    if as_json:
+        _print_json(info)
+    else:
+        click.echo(f"{info.name} altered ({info.status.value})")
 
 
 # -- entry point ----------------------------------------------------------------------

@@ -18,15 +18,23 @@ from stream_registry.offsets import PendingOffset, PreviewStatement
 from stream_registry.errors import ConfigError, StreamError, StreamNotFound, StreamStateError
 from stream_registry.lag.collector import PartitionLag, StreamLag
 
-from .host.serve import DEFAULT_URL, client_token, default_token_file, read_token_file
+from .host.serve import (DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, client_token, default_token_file,
+                         read_token_file)
 from .wire import from_json
 
 URL_ENV = "MGSTREAMS_URL"
 MARGIN_S = 5.0   # beyond an offset change's own timeout: the host answers within it, plus queries
+ALTER_TIMEOUT_S = 150.0   # an alter may import a transformation (60 s at most) and restart the stream (stop: 30 s)
+TOKEN_HINT = (f"pass the host's token with ${TOKEN_ENV}, the CLI's --token, or ${TOKEN_FILE_ENV}=FILE; a host "
+              f"started without one keeps the token it generated in <its state dir>/{TOKEN_FILE_NAME}")
 
 
 class HostUnavailable(StreamError):
     """No host answers at the URL."""
+
+
+class Unauthorized(StreamError):
+    """The host wants a token this client did not send, or not this one (401)."""
 
 
 _ERRORS = {400: ConfigError, 404: StreamNotFound, 409: StreamStateError}
@@ -74,6 +82,11 @@ class HostClient:
 
     def create(self, **fields: Any) -> StreamInfo:
         return from_json(StreamInfo, self._request("POST", "/streams", json=fields))
+
+    def alter(self, name: str, **changes: Any) -> StreamInfo:
+        """Change batch_size, batch_interval_ms, transform, sink or configs (merged; None removes a key)."""
+        return from_json(StreamInfo, self._request("PATCH", f"/streams/{_path(name)}", json=changes,
+                                                   timeout=ALTER_TIMEOUT_S))
 
     def start(self, name: str) -> StreamInfo:
         return from_json(StreamInfo, self._request("PUT", f"/streams/{_path(name)}/start"))
@@ -146,6 +159,9 @@ class HostClient:
         if response.is_success:
             return data
         message = data.get("error") if isinstance(data, dict) else None
+        if response.status_code == 401:
+            sent = "the token sent was refused" if "authorization" in self._http.headers else "no token was sent"
+            raise Unauthorized(f"{message or 'authorization: a token is required'} ({sent}): {TOKEN_HINT}")
         raise _ERRORS.get(response.status_code, StreamError)(message or f"host: HTTP {response.status_code}")
 
 

@@ -31,6 +31,7 @@ DEFAULT_URL = "http://127.0.0.1:8765"
 # Read at load: a Memgraph container sets it so Cypher-created streams write to that Memgraph.
 DEFAULT_SINK = os.environ.get("MGSTREAMS_DEFAULT_SINK", "bolt://localhost:7687")
 TIMEOUT_S = 30.0   # every call but set_stream_offset: a Bolt worker is held while we wait
+ALTER_TIMEOUT_S = 150.0   # alter may import a transformation (60 s at most) and restart the stream (stop: 30 s)
 MARGIN_S = 5.0     # set_stream_offset waits its own timeout_ms, plus this for the host's queries
 MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
 MAX_CHECK_LIMIT = 1000       # records per partition a preview reads at most
@@ -83,6 +84,10 @@ def _host(method: str, path: str, body: dict = None, timeout: float = TIMEOUT_S)
         raise Exception(f"host: {url} answered HTTP {status} without JSON; is it an mgstreams host?") from None
     if status >= 400:
         error = answer.get("error") if isinstance(answer, dict) else None
+        if status == 401:
+            error = (f"{error or 'authorization: a token is required'}: set MGSTREAMS_TOKEN or MGSTREAMS_TOKEN_FILE "
+                     f"(the host's token file, <its state dir>/api-token when it generated one) in Memgraph's "
+                     f"environment")
         raise Exception(error or f"host: {url} answered HTTP {status}")
     return answer
 
@@ -143,6 +148,15 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
 
 
 @mgp.read_proc
+def alter(name: str, changes: mgp.Map) -> StatusRecord:
+    """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink and configs (merged
+    into the stream's configs; a null value removes a key), e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
+    "10"}}. Checked as create is; a refusal changes nothing. A running stream restarts to apply it, from its
+    committed offsets; pending offset changes and the history stay."""
+    return _status(_host("PATCH", _stream(name), _map(changes, "changes"), timeout=ALTER_TIMEOUT_S))
+
+
+@mgp.read_proc
 def start(name: str) -> StatusRecord:
     """Start consuming; the status is "starting" until the group assigns partitions."""
     return _status(_host("PUT", _stream(name, "/start")))
@@ -174,12 +188,14 @@ def list_streams() -> mgp.Record(name=str, topics=mgp.List[str], consumer_group=
                          transform=str, sink=str, status=str, error=mgp.Nullable[str], configs=mgp.Map,
                          credentials=mgp.Map, restart=str, pid=mgp.Nullable[int],
                          rss_bytes=mgp.Nullable[int], restarts=int, delivery=str, errors_tolerance=str,
-                         dead_letter_topic=mgp.Nullable[str], dead_lettered=int, skipped=int):
+                         dead_letter_topic=mgp.Nullable[str], dead_lettered=int, skipped=int,
+                         batch_size=int, batch_interval_ms=int, detail=mgp.Nullable[str]):
     """Every stream with its configuration (secrets in configs and all credentials masked) and, while it
-    runs, its process: pid, resident memory, restarts after that process died."""
+    runs, its process: pid, resident memory, restarts after that process died; `detail` says what a
+    `starting` stream waits for."""
     fields = ("name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
               "configs", "credentials", "restart", "pid", "rss_bytes", "restarts", "delivery", "errors_tolerance",
-              "dead_letter_topic", "dead_lettered", "skipped")
+              "dead_letter_topic", "dead_lettered", "skipped", "batch_size", "batch_interval_ms", "detail")
     return [mgp.Record(**{field: info.get(field) for field in fields}) for info in _host("GET", "/streams")]
 
 

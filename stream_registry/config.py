@@ -5,6 +5,8 @@ cluster (reachable brokers, existing topics) before anything is stored.
 """
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 from enum import Enum
 from dataclasses import dataclass, field, fields, replace
@@ -63,6 +65,36 @@ OPTION_FIELDS = {
     "bolt_unwind": "bolt_unwind",
 }
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
+# What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
+ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs")
+
+ALLOWED_GROUPS_ENV = "MGSTREAMS_ALLOWED_GROUPS"
+GROUP_PREFIX = "mgstreams_"   # a stream's default group is mgstreams_<name>: the host's own namespace
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """Which consumer groups a stream may name: a group's commits are what set_stream_offset moves, so a
+    caller naming another application's group could move that application. `patterns` (fnmatch, `*` for
+    any) is checked at create, alter and every start (a stored stream read back)."""
+    patterns: tuple[str, ...] = ("*",)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, loopback: bool) -> "GroupPolicy":
+        """$MGSTREAMS_ALLOWED_GROUPS set: the host's prefix (mgstreams_*) plus its patterns (comma-separated).
+        Unset: any group on a loopback listen (one machine, one operator), the prefix alone beyond it."""
+        environ = os.environ if environ is None else environ
+        extra = tuple(p.strip() for p in environ.get(ALLOWED_GROUPS_ENV, "").split(",") if p.strip())
+        if extra:
+            return cls((GROUP_PREFIX + "*", *extra))
+        return cls() if loopback else cls((GROUP_PREFIX + "*",))
+
+    def check(self, config: "StreamConfig") -> None:
+        group = config.group_id
+        if not any(fnmatch.fnmatchcase(group, pattern) for pattern in self.patterns):
+            raise ConfigError(f"consumer_group: {_shown_value(group)} is not a group this host's streams may use "
+                              f"(allowed: {', '.join(self.patterns)}); leave it empty for {GROUP_PREFIX}<name>, "
+                              f"or an operator allows it with ${ALLOWED_GROUPS_ENV}")
 
 
 @dataclass(frozen=True)
@@ -148,6 +180,34 @@ class StreamConfig:
     def with_group(self) -> "StreamConfig":
         """The same config with its consumer group made explicit (stored form)."""
         return replace(self, consumer_group=self.group_id)
+
+    def altered(self, changes: Mapping[str, Any]) -> "StreamConfig":
+        """This stream with `changes` (a subset of ALTERABLE_FIELDS) applied and validated as a create is:
+        `configs` is merged into the present ones (a null value removes a key). ConfigError naming the first
+        bad field; nothing is changed then (the config is a value)."""
+        if not isinstance(changes, Mapping):
+            raise ConfigError(f"changes: expected a map of fields to change, got {type(changes).__name__}")
+        unknown = sorted(str(k) for k in changes if k not in ALTERABLE_FIELDS)
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: cannot be altered (alterable: {', '.join(ALTERABLE_FIELDS)}); drop "
+                              f"and create the stream to change it")
+        if not changes:
+            raise ConfigError(f"changes: nothing to change; give at least one of {', '.join(ALTERABLE_FIELDS)}")
+        fields = dict(changes)
+        if "configs" in fields:
+            patch = fields["configs"]
+            if not isinstance(patch, Mapping):
+                raise ConfigError(f"configs: expected a map, got {type(patch).__name__} {_shown_value(patch)}")
+            merged = dict(self.configs)
+            for key, value in patch.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            fields["configs"] = merged
+        new = replace(self, **fields)   # __post_init__: the property allowlist, before anything is built
+        new.validate()
+        return new
 
     def kafka_credentials(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.credentials.items() if not k.startswith(SINK_CREDENTIAL_PREFIX)}

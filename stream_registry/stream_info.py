@@ -46,3 +46,21 @@ class StreamInfo:
     batches: int = 0
     batch_seconds_sum: float = 0.0
     batch_seconds_buckets: tuple[int, ...] = ()   # batches at or below each BATCH_SECONDS_BOUNDS, then all
+    detail: str | None = None          # why it is in its state when that is not obvious (`starting`: what it waits for)
+
+
+SESSION_TIMEOUT_MS = 45_000        # librdkafka's default session.timeout.ms
+INITIAL_REBALANCE_DELAY_S = 3      # brokers' (and the embedded cluster's) group.initial.rebalance.delay.ms
+
+
+def starting_detail(configs: Mapping[str, object], waited_s: float) -> str:
+    """What a `starting` stream waits for, with the figures of its own consumer config: the group's first
+    assignment comes after the broker's initial rebalance delay, and a rejoin after a restart can wait until
+    the member of the stream's previous run is dropped, up to its session timeout."""
+    try:
+        session_s = int(configs.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
+    except (TypeError, ValueError):
+        session_s = SESSION_TIMEOUT_MS / 1000
+    return (f"waiting for the group to assign partitions ({waited_s:.0f} s so far): a first join waits about "
+            f"{INITIAL_REBALANCE_DELAY_S} s (the broker's group.initial.rebalance.delay.ms); a rejoin after a restart "
+            f"or a crash waits up to session.timeout.ms ({session_s:g} s) for the previous member to leave")

@@ -137,10 +137,20 @@ def test_the_token_comes_from_mgstreams_token(tmp_path):
     try:
         denied = run_process("--url", host.url, "list", env={"MGSTREAMS_TOKEN": ""})
         assert denied.returncode == 1
-        assert denied.stderr == ("mgstreams: error: authorization: a valid bearer token is required "
-                                 "(Authorization: Bearer ...)\n")
+        assert denied.stderr.startswith("mgstreams: error: authorization: a valid bearer token is required "
+                                        "(Authorization: Bearer ...) (no token was sent): ")
+        # it says where a token comes from
+        for way in ("$MGSTREAMS_TOKEN", "--token", "$MGSTREAMS_TOKEN_FILE", "api-token"):
+            assert way in denied.stderr, (way, denied.stderr)
+        assert denied.stderr.count("\n") == 1
         wrong = run_process("--url", host.url, "list", env={"MGSTREAMS_TOKEN": "wrong"})
-        assert wrong.returncode == 1 and "authorization" in wrong.stderr
+        assert wrong.returncode == 1 and "the token sent was refused" in wrong.stderr
+        # --token, before or after the subcommand, wins over the environment
+        for args in (("--token", host.token, "list", "--json"), ("list", "--json", "--token", host.token)):
+            given = run_process("--url", host.url, *args, env={"MGSTREAMS_TOKEN": "wrong"})
+            assert (given.returncode, json.loads(given.stdout or "null")) == (0, []), given.stderr
+        refused = run_process("--url", host.url, "--token", "wrong", "list", env={"MGSTREAMS_TOKEN": host.token})
+        assert refused.returncode == 1 and "the token sent was refused" in refused.stderr
         allowed = run_process("--url", host.url, "list", "--json", env={"MGSTREAMS_TOKEN": host.token})
         assert (allowed.returncode, json.loads(allowed.stdout)) == (0, [])
         assert host.token not in denied.stderr + wrong.stderr + allowed.stdout + allowed.stderr
@@ -153,7 +163,7 @@ def test_list_masks_secrets(stream, host):
     assert result.exit_code == 0
     header, row = result.stdout.splitlines()
     assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK",
-                              "ERROR"]
+                              "ERROR"]   # DETAIL only while a stream has one
     assert row.split()[:3] == ["orders", "created", stream.topic]
     listed_json = run(host, "list", "--json").stdout
     [listed] = json.loads(listed_json)

@@ -26,7 +26,7 @@ from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
                  "configs", "credentials", "batch_size", "batch_interval_ms", "restart", "pid", "rss_bytes", "restarts",
                  "delivery", "errors_tolerance", "dead_letter_topic", "dead_lettered", "skipped",
-                 "records", "batches", "batch_seconds_sum", "batch_seconds_buckets"}
+                 "records", "batches", "batch_seconds_sum", "batch_seconds_buckets", "detail"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned", "stored_offset", "resume_offset"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
@@ -238,7 +238,7 @@ def test_unknown_streams_paths_and_methods(host):
             assert (response.status_code, response.json()) == (404, {"error": f"path: no resource at {path}"})
         for method, path, allowed in [("DELETE", "/streams", "GET, HEAD, POST"), ("POST", "/health", "GET, HEAD"),
                                       ("GET", "/streams/x/start", "PUT"), ("POST", "/metrics", "GET, HEAD"),
-                                      ("PUT", "/streams/x", "DELETE, GET, HEAD"),
+                                      ("PUT", "/streams/x", "DELETE, GET, HEAD, PATCH"),
                                       ("POST", "/streams/x/offsets", "GET, HEAD, PATCH")]:
             response = api.request(method, path)
             assert response.status_code == 405, (method, path)
@@ -247,7 +247,7 @@ def test_unknown_streams_paths_and_methods(host):
     assert "Traceback" not in host.log()
 
 
-ROUTES = [("GET", "/health", None), ("GET", "/metrics", None), ("GET", "/streams", None),
+ROUTES = [("GET", "/metrics", None), ("GET", "/streams", None), ("PATCH", "/streams/x", {"batch_size": 5}),
           ("POST", "/streams", {"name": "x"}), ("GET", "/streams/x", None), ("DELETE", "/streams/x", None),
           ("PUT", "/streams/x/start", None), ("PUT", "/streams/x/stop", None), ("GET", "/streams/x/offsets", None),
           ("PATCH", "/streams/x/offsets", {"offset": 0}), ("GET", "/streams/x/history", None),
@@ -273,10 +273,19 @@ def test_a_configured_token_is_required_on_every_route(tmp_path):
                         "error": "authorization: a valid bearer token is required (Authorization: Bearer ...)"}
         for scheme in ("Bearer", "bearer"):
             with httpx.Client(base_url=host.url, headers={"Authorization": f"{scheme} {token}"}) as api:
-                assert api.get("/health").json() == {"status": "ok"}
                 assert api.get("/streams").json() == []
                 assert api.get("/metrics").status_code == 200
                 assert api.get("/streams/x").status_code == 404     # past the token: an unknown stream
+        # A liveness probe carries no token: /health answers it, and says nothing else.
+        for headers in ({}, {"Authorization": "Bearer wrong"}):
+            health = httpx.get(f"{host.url}/health", headers=headers, timeout=30)
+            assert (health.status_code, health.json()) == (200, {"status": "ok"}), health.text
+            assert set(health.headers) <= {"content-length", "content-type", "date", "server"}, health.headers
+        # The browser boundary still applies to it.
+        foreign = httpx.get(f"{host.url}/health", headers={"Origin": "https://evil.example"}, timeout=30)
+        assert foreign.status_code == 403, foreign.text
+        rebound = httpx.get(f"{host.url}/health", headers={"Host": "attacker.example"}, timeout=30)
+        assert rebound.status_code == 421, rebound.text
         assert host.terminate() == 0
     finally:
         host.stop()
@@ -307,8 +316,9 @@ def test_a_non_loopback_address_needs_a_token(tmp_path):
     try:
         port = host.url.rsplit(":", 1)[1]
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as api:
-            assert api.get("/health").status_code == 401
-            assert api.get("/health", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            assert api.get("/streams").status_code == 401
+            assert api.get("/streams", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            assert api.get("/health").json() == {"status": "ok"}   # a liveness probe's, without the token
     finally:
         host.stop()
 

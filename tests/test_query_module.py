@@ -30,13 +30,15 @@ import pytest
 from broker_support import QUICK_FIRST_JOIN
 from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
-from stream_helpers import by_partition, delivered_from_file, wait_until
+from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 QUERY_MODULES = ROOT / "query_modules"
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
-NO_TOKEN = "Exception: authorization: a valid bearer token is required (Authorization: Bearer ...)"
+NO_TOKEN = ("Exception: authorization: a valid bearer token is required (Authorization: Bearer ...): set "
+            "MGSTREAMS_TOKEN or MGSTREAMS_TOKEN_FILE (the host's token file, <its state dir>/api-token when it "
+            "generated one) in Memgraph's environment")
 
 SIGNATURES = {
     "streams.create": (
@@ -45,13 +47,16 @@ SIGNATURES = {
         'batch_size = 1000 :: INTEGER, batch_interval_ms = 100 :: INTEGER, configs = {} :: MAP, '
         'credentials = {} :: MAP, restart = "on-failure" :: STRING, options = {} :: MAP) '
         ':: (name :: STRING, status :: STRING)'),
+    "streams.alter": "streams.alter(name :: STRING, changes :: MAP) :: (name :: STRING, status :: STRING)",
     "streams.start": "streams.start(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.stop": "streams.stop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.drop": "streams.drop(name :: STRING) :: (name :: STRING, status :: STRING)",
     "streams.list": (
-        "streams.list() :: (bootstrap_servers :: STRING, configs :: MAP, consumer_group :: STRING, "
+        "streams.list() :: (batch_interval_ms :: INTEGER, batch_size :: INTEGER, bootstrap_servers :: STRING, "
+        "configs :: MAP, consumer_group :: STRING, "
         "credentials :: MAP, dead_letter_topic :: STRING?, dead_lettered :: INTEGER, delivery :: STRING, "
-        "error :: STRING?, errors_tolerance :: STRING, name :: STRING, pid :: INTEGER?, restart :: STRING, "
+        "detail :: STRING?, error :: STRING?, errors_tolerance :: STRING, name :: STRING, pid :: INTEGER?, "
+        "restart :: STRING, "
         "restarts :: INTEGER, rss_bytes :: INTEGER?, sink :: STRING, skipped :: INTEGER, status :: STRING, "
         "topics :: LIST OF STRING, transform :: STRING)"),
     "streams.set_stream_offset": (
@@ -87,7 +92,8 @@ SIGNATURES = {
 
 # One call of every procedure, for checks that must hold whatever is called.
 EVERY_CALL = [("streams.create", ("s", ["t"], "localhost:9092")), ("streams.start", ("s",)),
-              ("streams.stop", ("s",)), ("streams.drop", ("s",)), ("streams.list", ()),
+              ("streams.alter", ("s", {"batch_size": 5})), ("streams.stop", ("s",)), ("streams.drop", ("s",)),
+              ("streams.list", ()),
               ("streams.set_stream_offset", ("s", 10)), ("streams.offsets", ("s",)), ("streams.history", ("s",)),
               ("streams.revert", ("s", 1)), ("streams.pending", ("s",)), ("streams.pending", ("s", True)),
               ("streams.check", ("s",))]
@@ -365,6 +371,32 @@ def test_create_list_drop_and_masked_credentials(memgraph, connected, kafka, tmp
     assert memgraph.call("streams.drop", "orders") == [{"name": "orders", "status": "created"}]
     assert memgraph.call("streams.list") == []
     assert secret not in connected.log()
+
+
+def test_alter_from_cypher(memgraph, connected, kafka, quick_rebalance, tmp_path):
+    """streams.alter: a running stream restarts with the new config; a refusal names the field and changes nothing."""
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 3, partitions=1)
+    first, second = tmp_path / "first.cypherl", tmp_path / "second.cypherl"
+    create(memgraph, "altered", topic, kafka.bootstrap_servers, first, configs=FAST_REJOIN)
+    memgraph.call("streams.start", "altered")
+    wait_until(lambda: len(delivered_from_file(first)) == 3, what="the first messages")
+    [before] = memgraph.call("streams.list")
+    for changes, message in [({"batch_size": -5}, "batch_size: must be a positive integer, got -5"),
+                             ({"configs": {"plugin.library.paths": "/tmp/x.so"}}, "configs['plugin.library.paths']: "),
+                             ({"topics": ["x"]}, "topics: cannot be altered")]:
+        assert error_of(memgraph, "streams.alter", "altered", changes).last_line.startswith(f"Exception: {message}")
+        [now] = memgraph.call("streams.list")
+        assert {k: v for k, v in now.items() if k != "rss_bytes"} == \
+            {k: v for k, v in before.items() if k != "rss_bytes"}, "a refused alter changes nothing"
+    [row] = memgraph.call("streams.alter", "altered", {"sink": f"cypherl://{second}", "batch_size": 20})
+    assert row["name"] == "altered" and row["status"] in ("starting", "running")
+    [after] = memgraph.call("streams.list")
+    assert (after["sink"], after["batch_size"], after["pid"] != before["pid"]) == (f"cypherl://{second}", 20, True)
+    kafka.produce(topic, 2, partitions=1)
+    wait_until(lambda: [o for _, _, o in delivered_from_file(second)] == [3, 4], what="the new sink, from offset 3")
+    assert error_of(memgraph, "streams.alter", "nosuch", {"batch_size": 5}).last_line == \
+        "Exception: name: no stream named 'nosuch'"
 
 
 def test_unknown_topic_is_rejected_at_create(memgraph, connected, kafka, tmp_path):

@@ -16,7 +16,7 @@ hosts (`mgstreams serve` child processes, tests/host_helpers.py):
   documented default) points at a temporary directory. The default listen
   address is kept when 127.0.0.1:8765 is free, else `--listen 127.0.0.1:0` is
   added (another program on this shared machine may hold the port). Each host
-  must answer /health (with its token, 401 without), honour `--default-sink`,
+  must answer /health (with or without its token; /streams is 401 without), honour `--default-sink`,
   and exit 0 on SIGTERM.
 - `mgstreams ...` (the operator CLI): through click's CliRunner with
   $MGSTREAMS_URL set to a host holding the README's `orders` stream (created
@@ -378,7 +378,8 @@ def test_mgstreams_serve_commands(tmp_path, kafka):
                 with httpx.Client(base_url=url, headers=headers, timeout=30) as api:
                     health = api.get("/health")
                     assert (health.status_code, health.json()) == (200, {"status": "ok"}), health.text
-                    assert httpx.get(f"{url}/health", timeout=30).status_code == 401
+                    assert httpx.get(f"{url}/health", timeout=30).status_code == 200   # a probe needs no token
+                    assert httpx.get(f"{url}/streams", timeout=30).status_code == 401
                     if "--default-sink" in args:
                         created = api.post("/streams", json={"name": "orders", "topics": [topic],
                                                              "bootstrap_servers": kafka.bootstrap_servers})
@@ -434,6 +435,10 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
                 wait_until(lambda: caught_up(orders_host), 60, 0.1, "the stream to commit every message")
             if args[:2] == ["stop", "orders"]:
                 assert result.stdout.strip() == "orders stopped", result.stdout
+            if args[:2] == ["alter", "orders"]:
+                assert result.stdout.strip() == "orders altered (stopped)", result.stdout
+                [listed] = json.loads(run_cli(["list", "--json"]).stdout)
+                assert (listed["batch_size"], listed["configs"]) == (500, {"fetch.wait.max.ms": "50"}), listed
             if args[:2] == ["drop", "orders"]:
                 assert result.stdout.strip() == "orders dropped", result.stdout
             if args[0] == "--url":
@@ -585,6 +590,9 @@ def test_curl_commands(cluster, orders_host, tmp_path):
                 [(p, PER_PARTITION, "applied", "revert of change 1") for p in range(PARTITIONS)], answer
         elif path == "/streams/orders/pending":
             assert answer == [], "a running stream holding every partition has nothing pending"
+        elif (method, path) == ("PATCH", "/streams/orders"):
+            assert (answer["status"], answer["batch_size"], answer["configs"]) == \
+                ("stopped", 500, {"fetch.wait.max.ms": 50}), answer
         elif path.endswith(("/start", "/stop")) or method == "DELETE":
             assert answer["name"] == "orders", answer
             assert answer["status"] in ({"starting", "running"} if path.endswith("/start") else {"stopped"}), answer
@@ -611,7 +619,7 @@ def test_curl_commands(cluster, orders_host, tmp_path):
                          ("GET", "/streams/orders/history"), ("GET", "/metrics"), ("PUT", "/streams/orders/stop"),
                          ("DELETE", "/streams/orders"), ("POST", "/streams/orders/check"),
                          ("POST", "/streams/orders/history/1/revert"), ("GET", "/streams/orders/pending"),
-                         ("DELETE", "/streams/orders/pending")}, seen
+                         ("DELETE", "/streams/orders/pending"), ("PATCH", "/streams/orders")}, seen
     assert seen[-1] == ("DELETE", "/streams/orders")
     with orders_host.client() as client:
         assert client.list() == []
@@ -1065,7 +1073,7 @@ def test_cypher_block(cluster, memgraph):
             continue
         if name == "mg.procedures":
             names = sorted(r["name"] for r in memgraph.procedures() if r["name"].startswith("streams."))
-            assert names == sorted(f"streams.{p}" for p in ("create", "start", "stop", "drop", "list",
+            assert names == sorted(f"streams.{p}" for p in ("create", "alter", "start", "stop", "drop", "list",
                                                             "set_stream_offset", "offsets", "history", "lag",
                                                             "health", "revert", "pending", "check"))
             continue
@@ -1085,9 +1093,9 @@ def test_cypher_block(cluster, memgraph):
             if isinstance(args[1], dict):
                 got = {r["partition"]: r["offset"] for r in rows}
                 assert got == {0: 42, 1: PER_PARTITION}, rows
-        elif name in ("streams.create", "streams.start", "streams.stop", "streams.drop"):
+        elif name in ("streams.create", "streams.start", "streams.stop", "streams.drop", "streams.alter"):
             assert rows == [{"name": "orders", "status": {"streams.create": "created", "streams.start": "running",
-                                                          "streams.stop": "stopped",
+                                                          "streams.stop": "stopped", "streams.alter": "stopped",
                                                           "streams.drop": "stopped"}[name]}] or \
                 (name == "streams.start" and rows[0]["status"] == "starting"), rows
         elif name == "streams.list":

@@ -2,6 +2,8 @@
 
 Handlers are thin: read the request, call the registry in a worker thread (its
 calls block: an offset change waits for the rebalance), encode the result.
+`GET /health` needs no token (a liveness probe's; it says only `{"status": "ok"}`).
+`PATCH /streams/{name}` alters a stream (ALTERABLE_FIELDS); a running one restarts to apply it.
 Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 403 /
 415 / 421 a request a web page made (boundary.py), 404 unknown stream, 409 state
 conflict, 413 a body over 1 MiB or a preview over its byte cap, 503 Kafka did not
@@ -32,7 +34,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
-from stream_registry.config import OPTION_FIELDS
+from stream_registry.config import ALTERABLE_FIELDS, OPTION_FIELDS
 from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound, StreamStateError
 from stream_registry.lag.collector import LagCollector
 
@@ -133,6 +135,12 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
     async def get(request: Request) -> Response:
         return await _call(lambda: registry.get(_name(request)))
 
+    async def alter(request: Request) -> Response:
+        # Every create field is known here, so a field that cannot be altered is named as such (400).
+        body = await _body(request, tuple(dict.fromkeys((*ALTERABLE_FIELDS, *CREATE_FIELDS))), required=())
+        name = _name(request)
+        return await _call(lambda: registry.alter(name, body))
+
     async def drop(request: Request) -> Response:
         return await _call(lambda: registry.drop(_name(request)))
 
@@ -220,6 +228,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams", create, methods=["POST"]),
         Route("/streams/{name}", get, methods=["GET"]),
         Route("/streams/{name}", drop, methods=["DELETE"]),
+        Route("/streams/{name}", alter, methods=["PATCH"]),
         Route("/streams/{name}/start", start, methods=["PUT"]),
         Route("/streams/{name}/stop", stop, methods=["PUT"]),
         Route("/streams/{name}/offsets", offsets, methods=["GET"]),
@@ -414,6 +423,8 @@ def _require_token(token: str) -> Callable[[Request, Callable[[Request], Awaitab
     expected = token.encode()
 
     async def dispatch(request: Request, call_next) -> Response:
+        if request.method == "GET" and request.url.path == "/health":
+            return await call_next(request)   # liveness probes carry no token; it answers {"status": "ok"} only
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if not scheme and request.method == "GET" and request.url.path == "/ui":
             # a browser cannot send a bearer header when it opens a page: /ui?token=... (as Jupyter's URLs)

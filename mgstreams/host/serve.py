@@ -25,6 +25,7 @@ import uvicorn
 
 from stream_registry import StreamRegistry
 from stream_registry.allowlists import allowed_configs, allowed_file_dirs
+from stream_registry.config import GroupPolicy
 from stream_registry.registry import Isolation
 from stream_registry.errors import ConfigError
 from stream_registry.graph.sinks import OutputPolicy
@@ -317,12 +318,14 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     allowed_configs()              # an operator's list naming a code-loading property stops the host here
     allowed_file_dirs()
     limits = limits_from_env()
+    group_policy = GroupPolicy.from_env(loopback=listen.loopback)
     max_connections = int(os.environ.get(MAX_CONNECTIONS_ENV, "") or DEFAULT_MAX_CONNECTIONS)
     server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
     check_state_dir(state_dir)
     OutputPolicy.for_state_dir(state_dir)   # output directories someone else can write stop the host here
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
+                                  group_policy=group_policy,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         lag = None
         try:

@@ -49,6 +49,9 @@ class ChangeSets:
         rows = [PlannedRow(r.topic, r.partition, r.offset, r.previous_offset, r.clamped,
                            _joined(note, r.message)) for r in plan]
         change_id = self._store.add_change(name, rows, supersede=not running)
+        log.info("stream %s: change %d requested%s: %s%s", name, change_id, f" ({note})" if note else "",
+                 _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in plan),
+                 "" if running else " (stream not running: pending until it starts)")
         self.notify()   # a waiter whose partitions this call supersedes
         return change_id
 
@@ -136,6 +139,11 @@ class ChangeSets:
                               "batch); nothing was cancelled yet, it is cancelled between batches: ask again")
         self.flush(name)
         rows = self._store.take_pending(name, up_to)
+        if rows:
+            ids = sorted({r.change_id for r in rows if r.change_id})
+            log.info("stream %s: change%s %s cancelled: %s", name, "s" if len(ids) > 1 else "",
+                     ", ".join(map(str, ids)),
+                     _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in rows))
         self.notify()
         return rows
 
@@ -150,6 +158,8 @@ class ChangeSets:
             try:
                 if event.state == MoveState.SUPERSEDED:
                     self._store.drop_pending(name, event.change_id, event.topic, event.partition)
+                    log.info("stream %s: change %d superseded on %s:%d by a later change", name, event.change_id,
+                             event.topic, event.partition)
                 elif event.state == MoveState.WAITING:
                     self._store.set_reason(name, event.change_id, event.topic, event.partition, event.reason)
             except StreamError as exc:
@@ -174,6 +184,9 @@ class ChangeSets:
                 for kind, group in _runs(rows):
                     if kind == "applied":
                         self._store.record_applied(name, group)
+                        for change_id in sorted({row[0] for row in group}):
+                            moves = [(t, p, before, after) for c, t, p, after, before in group if c == change_id]
+                            log.info("stream %s: change %d applied: %s", name, change_id, _moves(moves))
                     else:
                         self._store.record_set_aside(name, group)
                     del self._unrecorded[name][:len(group)]
@@ -203,6 +216,14 @@ class ChangeSets:
     def notify(self) -> None:
         with self._changed:
             self._changed.notify_all()
+
+
+def _moves(moves: Iterable[tuple[str, int, int | None, int]], most: int = 8) -> str:
+    """`orders:0 120 -> 100, orders:1 (none) -> 100` for a log line; past `most` partitions, a count."""
+    moves = list(moves)
+    shown = ", ".join(f"{t}:{p} {'(none)' if before is None else before} -> {after}"
+                      for t, p, before, after in moves[:most])
+    return shown + (f" and {len(moves) - most} more partition(s)" if len(moves) > most else "")
 
 
 def _joined(*parts: str | None) -> str:

@@ -26,12 +26,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
+from typing import Any, Mapping
+
+from ..config import Delivery, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
 from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError, TransformError
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, OffsetSpec, PartitionSnapshot, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
-from ..redaction import mask_all, redact, redact_error
+from ..redaction import mask_all, mask_secrets, redact, redact_error
 from ..resume_point import resume_offsets
 from ..graph.transform import is_builtin
 from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
@@ -42,7 +44,7 @@ from .preview import preview
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
-from ..stream_info import StreamInfo, StreamStatus
+from ..stream_info import StreamInfo, StreamStatus, starting_detail
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
 from .worker import RetryPolicy, StreamEvents, WorkerSnapshot
@@ -87,7 +89,8 @@ class _Stream:
 class StreamRegistry:
     def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = RetryPolicy(),
                  query_timeout: float = 10.0, stop_timeout: float = 30.0, holder: str | None = None,
-                 isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff()):
+                 isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
+                 group_policy: GroupPolicy = GroupPolicy()):
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -101,6 +104,7 @@ class StreamRegistry:
         self._query_timeout = query_timeout
         self._isolation = Isolation(isolation)
         self._restart_backoff = restart_backoff
+        self._group_policy = group_policy
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._closed = False
@@ -114,8 +118,8 @@ class StreamRegistry:
         for name in restart:
             try:
                 self.start(name)
-            except StreamError as exc:
-                log.warning("stream %s could not be restored: %s", name, exc)
+            except StreamError:
+                pass   # _start_locked logged why, and the stream is `error` saying so
 
     # -- lifecycle ----------------------------------------------------------
     def create(self, config: StreamConfig) -> StreamInfo:
@@ -124,22 +128,60 @@ class StreamRegistry:
             raise ConfigError(f"config: expected a StreamConfig, got {type(config).__name__}")
         config.validate()
         config = config.with_group()
+        self._group_policy.check(config)
         with self._lock:
             if config.name in self._streams:
                 raise ConfigError(f"name: a stream named {config.name!r} already exists")
-        self._check_transformation(config)
-        try:
-            validate_sink_uri(config.sink, self._output_policy())
-        except StreamError as exc:
-            raise ConfigError(redact_error(str(exc), config.secret_values())) from None
-        with self._open_query(config) as query:
-            query.partitions(config.topics)
+        self._check_reachable(config)
         with self._lock:
             if config.name in self._streams:
                 raise ConfigError(f"name: a stream named {config.name!r} already exists")
             self._store.insert_stream(config)
             self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
+        log.info("stream %s: created (%s)", config.name, _described(config))
         return self.get(config.name)
+
+    def alter(self, name: str, changes: Mapping[str, Any]) -> StreamInfo:
+        """Change a stream's batch size, batch interval, transformation, sink or configs (`configs` merged, a
+        null value removing a key), validated as a create is, before anything is built; nothing changes on a
+        refusal. The state store keeps the new config; pending offset changes and the history stay. A running
+        (or starting) stream restarts to apply it, from its committed offsets and pending changes."""
+        before = self._stream(name).config
+        config = before.altered(changes)
+        self._group_policy.check(config)
+        self._check_reachable(config, before)   # outside the stream's lock: it may wait for the cluster
+        with self._locked(name) as stream:
+            if stream.config is not before:
+                raise StreamStateError(f"name: stream {name!r} was altered meanwhile; read it and alter it again")
+            running = self._running(stream) is not None
+            if running:
+                self._stop_locked(stream, keep_desired=True)
+            self._store.update_config(config)
+            stream.config = config
+            if stream.query is not None:   # it connected with the old configs
+                stream.query.close()
+                stream.query = None
+            shown = ", ".join(f"{key} {_shown_change(config, key, getattr(before, key), getattr(config, key))}"
+                              for key in changes)
+            log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if running else "")
+            if running:
+                stream.failures = stream.restarts = 0
+                self._start_locked(stream, why="restart (altered)")
+        return self.get(name)
+
+    def _check_reachable(self, config: StreamConfig, before: StreamConfig | None = None) -> None:
+        """What create checks beyond the config's own validation: the transformation imports, the sink URI is
+        allowed, the brokers answer with the topics. An alter re-checks only what it changes."""
+        if before is None or config.transform != before.transform:
+            self._check_transformation(config)
+        if before is None or config.sink != before.sink:
+            try:
+                validate_sink_uri(config.sink, self._output_policy())
+            except StreamError as exc:
+                raise ConfigError(redact_error(str(exc), config.secret_values())) from None
+        if before is None or config.configs != before.configs:
+            with self._open_query(config) as query:
+                query.partitions(config.topics)
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
@@ -150,21 +192,25 @@ class StreamRegistry:
                     else f"already {stream.status.value}"
                 raise StreamStateError(f"name: stream {name!r} is {state}")
             stream.failures = stream.restarts = 0
-            self._start_locked(stream)
+            self._start_locked(stream, why="start")
         return self.get(name)
 
     def stop(self, name: str) -> StreamInfo:
         """Stop consuming and keep the stream from being restarted; stopping a stopped stream is a no-op."""
         with self._locked(name) as stream:
+            was = stream.status
             if stream.runner is not None:
                 self._stop_locked(stream)
             self._store.set_status(name, stream.status, stream.error, desired_running=False)
+        if was in (StreamStatus.STARTING, StreamStatus.RUNNING, StreamStatus.ERROR):
+            log.info("stream %s: stopped (was %s)", name, was.value)
         self._changes.notify()   # set_offset calls waiting for it answer now
         return self.get(name)
 
     def drop(self, name: str) -> StreamInfo:
         """Stop and forget the stream; a second drop (even a concurrent one) is StreamNotFound."""
         with self._locked(name) as stream:
+            was = stream.status
             if stream.runner is not None:
                 self._stop_locked(stream)
             info = self._info(stream)
@@ -175,6 +221,7 @@ class StreamRegistry:
             with self._lock:
                 self._streams.pop(name, None)
             self._changes.forget(name)
+        log.info("stream %s: dropped (was %s)", name, was.value)
         self._changes.notify()
         return info
 
@@ -403,9 +450,17 @@ class StreamRegistry:
     def _running(self, stream: _Stream) -> StreamRunner | None:
         return stream.runner if stream.runner is not None and stream.runner.alive else None
 
-    def _start_locked(self, stream: _Stream) -> None:
+    def _start_locked(self, stream: _Stream, why: str) -> None:
         config = stream.config
         self._release(stream)  # a stream that went to ERROR by itself left its sink or process behind
+        try:   # a stored stream read back: the allowlists of today (bootstrap and Bolt hosts, group) apply to it
+            config.validate()
+            self._group_policy.check(config)
+        except ConfigError as exc:
+            stream.status, stream.error = StreamStatus.ERROR, f"not started: {exc}"
+            self._store.set_status(config.name, StreamStatus.ERROR, stream.error)
+            log.warning("stream %s: %s refused: %s", config.name, why, exc)
+            raise
         runner = self._new_runner(stream)
         stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
         try:
@@ -416,7 +471,9 @@ class StreamRegistry:
             self._release(stream)
             stream.status, stream.error = StreamStatus.ERROR, reason
             self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
+            log.warning("stream %s: error: %s failed: %s", config.name, why, reason)
             raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
+        log.info("stream %s: %s: starting%s", config.name, why, f" (pid {runner.pid})" if runner.pid else "")
 
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
@@ -475,6 +532,8 @@ class StreamRegistry:
             timer.daemon = True
             timer.start()
         stream.status, stream.error = StreamStatus.ERROR, error
+        log.warning("stream %s: error: %s", name,
+                    error.replace("stream process", f"stream process (pid {runner.pid})", 1))
         self._changes.notify()
         try:
             self._store.set_status(name, StreamStatus.ERROR, error)
@@ -488,12 +547,18 @@ class StreamRegistry:
                 return
             stream.restarts += 1
             try:
-                self._start_locked(stream)
+                self._start_locked(stream, why=f"restart {stream.restarts} (restart: {stream.config.restart.value})")
             except StreamError as exc:
                 log.warning("stream %s: restart failed: %s", stream.config.name, exc)
 
     def _on_status(self, stream: _Stream, status: StreamStatus, error: str | None) -> None:
+        was, was_error = stream.status, stream.error
         stream.status, stream.error = status, error
+        if status == StreamStatus.RUNNING and was != StreamStatus.RUNNING:
+            log.info("stream %s: running (the group assigned its partitions after %.1f s)", stream.config.name,
+                     time.monotonic() - stream.started_at)
+        elif status == StreamStatus.ERROR and (was != StreamStatus.ERROR or error != was_error):
+            log.warning("stream %s: error: %s", stream.config.name, error)
         self._changes.notify()
         if status == StreamStatus.STOPPED:
             return  # stop()/close() store the final state and the desired state together
@@ -543,7 +608,25 @@ class StreamRegistry:
                           stream.restarts, c.delivery.value, c.errors_tolerance.value, c.dead_letter_topic,
                           counts.get(ChangeStatus.DEAD_LETTERED, 0), counts.get(ChangeStatus.SKIPPED, 0),
                           stream.stats.records, stream.stats.batches, stream.stats.seconds_sum,
-                          stream.stats.cumulative_buckets())
+                          stream.stats.cumulative_buckets(),
+                          starting_detail(c.configs, time.monotonic() - stream.started_at)
+                          if stream.status == StreamStatus.STARTING and runner else None)
+
+
+def _described(config: StreamConfig) -> str:
+    """A stream's identity for a log line (secrets redacted)."""
+    return redact(f"topics {','.join(config.topics)}, group {config.group_id}, bootstrap {config.bootstrap_servers}, "
+                  f"transform {config.transform}, sink {config.sink}", config.secret_values())
+
+
+def _shown_change(config: StreamConfig, key: str, before: object, after: object) -> str:
+    """`batch_size 1000 -> 50` for a log line; configs by key, secret values masked."""
+    if key == "configs":
+        shown_before, shown_after = mask_secrets(before, config.secret_values()), config.shown_configs()
+        keys = sorted(k for k in {*before, *after} if before.get(k) != after.get(k))
+        return "{" + ", ".join(f"{k}: {shown_before.get(k, '(unset)')} -> {shown_after.get(k, '(unset)')}"
+                               for k in keys) + "}"
+    return redact(f"{before} -> {after}", config.secret_values())
 
 
 def _check_timeout(timeout: object) -> bool:

@@ -136,10 +136,12 @@ class StateStore:
                 for cfg, desired, status, error in rows]
 
     def insert_stream(self, config: StreamConfig) -> None:
-        data = asdict(config)
-        data["topics"] = list(config.topics)
         self._write(("INSERT INTO streams (name, config, desired_running, status) VALUES (?, ?, 0, ?)",
-                     (config.name, json.dumps(data), StreamStatus.CREATED.value)))
+                     (config.name, _config_json(config), StreamStatus.CREATED.value)))
+
+    def update_config(self, config: StreamConfig) -> None:
+        """An altered stream's config (its status, desired state, offsets and history stay)."""
+        self._write(("UPDATE streams SET config = ? WHERE name = ?", (_config_json(config), config.name)))
 
     def set_status(self, name: str, status: StreamStatus, error: str | None = None,
                    desired_running: bool | None = None) -> None:
@@ -274,6 +276,12 @@ class PlannedRow:
     previous_offset: int | None
     clamped: bool
     message: str
+
+
+def _config_json(config: StreamConfig) -> str:
+    data = asdict(config)
+    data["topics"] = list(config.topics)
+    return json.dumps(data)
 
 
 def _next_change_id(db) -> int:

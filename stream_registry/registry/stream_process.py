@@ -271,8 +271,7 @@ class ProcessRunner:
         cause = ended.cause if ended is not None else exit_cause(self._exitcode)
         if ended is not None and cause is None:
             return  # the stream ended by itself (an error it reported); its process left cleanly
-        log.warning("stream %s: its process (pid %s) %s", self.config.name, self.pid, cause)
-        self._on_exit(self, cause)
+        self._on_exit(self, cause)   # the registry logs it, with what its restart policy does
 
     def _on_reply(self, message: Reply) -> None:
         reply = self._waiting.get(message.request_id)
