@@ -8,6 +8,7 @@ checked on every sink, and against a model with hypothesis.
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -48,6 +49,54 @@ def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp
         assert sorted(created) == [(topic, 0, o) for o in range(40)]
         assert [key for key, n in created.items() if n != 1] == [], "each CREATE applied once"
         assert registry.get("orders").status == StreamStatus.RUNNING
+
+
+def test_a_stream_whose_stored_offsets_someone_else_moved_goes_on_from_them_and_writes_nothing_twice(
+        kafka, tmp_path, monkeypatch):
+    """A restored snapshot, a second writer: the sink stores 25 while the worker knows 10. Its next batch is
+    refused by the compare-and-set (nothing written), and the stream goes on from 25, still running."""
+    memgraph = Memgraph()
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
+        with memgraph.lock:
+            memgraph.offsets[("orders", topic, 0)] = 25
+        kafka.produce(topic, 30, partitions=1)  # offsets 10..39
+        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 40, 30, what="every batch stored")
+        wait_until(lambda: registry.describe("orders")[0].committed_offset == 40, 30, what="committed")
+        created = memgraph.created()
+        assert sorted(created) == [(topic, 0, o) for o in [*range(10), *range(25, 40)]], \
+            "10..24 lie before what the sink stores: never written"
+        assert set(created.values()) == {1}, "each CREATE applied once"
+        info = registry.get("orders")
+        assert info.status == StreamStatus.RUNNING and info.error is None
+        assert registry.describe("orders")[0].stored_offset == 40
+
+
+def test_a_sink_outage_at_assignment_is_shown_in_error_and_clears_when_the_sink_answers(
+        kafka, tmp_path, monkeypatch):
+    """Issue 21, reproduction 3 (Bolt): the stored offsets are read when partitions are assigned; a sink that
+    does not answer then used to put the stream in `error` for good. Now the partitions wait, the outage shows
+    in `error`, and the stream starts them where the sink says once it answers."""
+    memgraph = Memgraph()
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
+        registry.stop("orders")
+        memgraph.down = True
+        registry.start("orders")
+        kafka.produce(topic, 10, partitions=1)  # offsets 10..19
+        shown = wait_until(lambda: (registry.get("orders").error or "").find("reading the offsets stored") >= 0,
+                           30, what="the outage shown")
+        assert shown
+        assert registry.get("orders").status == StreamStatus.RUNNING
+        time.sleep(1.0)   # retried between batches, still not answering: still waiting, nothing written
+        assert registry.get("orders").status == StreamStatus.RUNNING
+        assert memgraph.offsets[("orders", topic, 0)] == 10
+        memgraph.down = False
+        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 20, 30, what="the rest stored")
+        wait_until(lambda: registry.get("orders").error is None, 10, what="the error cleared")
+        assert registry.get("orders").status == StreamStatus.RUNNING
+        created = memgraph.created()
+        assert sorted(created) == [(topic, 0, o) for o in range(20)] and set(created.values()) == {1}
 
 
 def test_a_lost_ack_at_the_bolt_sink_is_resolved_by_reading_the_stored_offsets():
