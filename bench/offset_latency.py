@@ -142,7 +142,7 @@ def main(argv=None) -> int:
             produce(cluster.bootstrap_servers, TOPIC, end * PARTITIONS, PARTITIONS, 100)
             sink_path = Path(tmp) / "sink.cypherl"
             tail = SinkTail(sink_path).start()
-            with QueryModule(STREAMS_MODULE, host.wait_ready()) as streams:
+            with QueryModule(STREAMS_MODULE, host.wait_ready(), token=host.token) as streams:
                 # "" transform: merge_messages; a short session timeout keeps the baseline's wait small
                 streams.call("create", STREAM, [TOPIC], cluster.bootstrap_servers, "", f"cypherl://{sink_path}",
                              "", 1000, 100, {"session.timeout.ms": 6000}, {})

@@ -56,7 +56,7 @@ from .poison import BatchDelivery
 log = logging.getLogger("mgstreams.worker")
 
 TP = tuple[str, int]
-CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at control requests
+CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
@@ -77,8 +77,9 @@ RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR
 CONSUMER_DEFAULTS = {
     "auto.offset.reset": "earliest",
     # A caught-up partition's fetch is held by the broker up to this long (default 500), and a
-    # seek waits for it: keep it short so offset changes act within tens of milliseconds.
-    "fetch.wait.max.ms": 20,
+    # seek waits for it: keep it short so offset changes act within tens of milliseconds
+    # (bench/offset_latency.py: 20 ms made the first message at the new offset come ~25 ms after the call).
+    "fetch.wait.max.ms": 5,
     # Once a partition's local queue holds more than queued.min.messages (one compressed fetch
     # often does), its next fetch waits this long (default 1000): a stream catching up then
     # idles most of the time. 50 ms made catching up about 3x faster (bench/multi_stream.py).
@@ -281,13 +282,15 @@ class StreamWorker:
         """
         size, deadline = self.config.batch_size, time.monotonic() + self.config.batch_interval_ms / 1000
         self._batch = batch = []
+        hurry = False   # a batch with the first messages after an offset change goes as soon as the queue drains
         while len(batch) < size and not self._stop.is_set() and self._control.empty():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            hurry = hurry or self._gate.moved
             messages = self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
-            if not messages and batch and self._gate.moved:
-                break  # first batch after an offset change: deliver it as soon as the queue drains
+            if not messages and batch and hurry:
+                break
             for msg in messages:
                 error = msg.error()
                 if error is None:
@@ -298,8 +301,6 @@ class StreamWorker:
                 elif error.code() != KafkaError._PARTITION_EOF:
                     log.warning("stream %s: %s", self.config.name, self._redact(error.str()))
         self._batch = []
-        if batch:
-            self._gate.moved = False
         return batch
 
     def _process(self, batch: list) -> bool:
