@@ -170,3 +170,22 @@ def test_a_short_soak_loses_nothing_and_leaks_no_secret():
     assert {"host_kill", "member_join", "set_offset", "broker_down", "errors:OffsetCommit", "errors:Heartbeat",
             "errors:JoinGroup", "errors:Fetch", "leader_move", "coordinator_move"} <= set(kinds), kinds
     assert {"sink_failure", "transform_failure"} & set(kinds), kinds    # counted when a batch hit them
+
+
+def test_a_short_exactly_once_soak_writes_each_offset_once_through_kills_and_ambiguous_commits():
+    """Issue 21: the same faults plus SIGKILLs of stream processes (often mid-append) and kills right after an
+    append, before its Kafka commit; every offset is in the sink file once per continuation."""
+    done = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--seconds", "10", "--interval", "0.8",
+                           "--seed", "3", "--delivery", "exactly_once"], capture_output=True, text=True, timeout=240)
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    match = LAST.match(lines[-1])
+    assert match, done.stdout[-3000:] + done.stderr[-3000:]
+    records, faults, by_kind, lost, stale, contradictions, duplicates, leaked = match.groups()
+    kinds = dict((k, int(n)) for k, n in (part.rsplit(" ", 1) for part in by_kind.split(", ")))
+    assert (int(lost), int(stale), int(contradictions), int(duplicates), int(leaked)) == (0, 0, 0, 0, 0), \
+        done.stdout[-4000:]
+    assert done.returncode == 0, done.stdout[-4000:]
+    assert int(records) > 1000
+    assert {"stream_kill", "ambiguous_commit", "host_kill", "set_offset", "member_join"} <= set(kinds), kinds
+    assert "killed by signal 9" in done.stdout, "a stream process was killed and restarted"

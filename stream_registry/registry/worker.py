@@ -156,6 +156,7 @@ class StreamWorker:
         self._held: set[TP] = set()             # exactly-once: assigned to us, not started: the sink did not answer
         self._held_error: str | None = None     # why, shown as the stream's error until the sink answers
         self._next_held_try = 0.0
+        self._commit_stored: set[TP] = set()   # exactly-once, just assigned: the group's offsets follow the sink's
         self._batch: list = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
@@ -236,6 +237,7 @@ class StreamWorker:
                 self._drain_control()
                 self._gate.retry()
                 self._start_held()
+                self._follow_sink()
                 self._check_cluster()
                 batch = self._collect_batch()
                 if self._fatal:
@@ -563,7 +565,21 @@ class StreamWorker:
                     self._stored[key] = stored[key]
                 else:
                     self._stored.pop(key, None)
+        self._commit_stored.update(key for key in keys if key in stored)
         return stored
+
+    def _follow_sink(self) -> None:
+        """Exactly-once, after an assignment: commit what the sink stores, so the group's offsets (what lag tools
+        read) are not left behind it by a crash between a batch's write and its commit, with nothing more to
+        read. Between batches, not in the rebalance callback; a failed commit is not retried (the next batch's
+        commit carries it)."""
+        if not self._commit_stored:
+            return
+        tps, self._commit_stored = self._commit_stored, set()
+        assigned = self._gate.assigned()
+        with self._state_lock:   # as stored now: a change applied at the assignment stored its own offset
+            offsets = {tp: self._stored[tp] for tp in tps if tp in assigned and tp in self._stored}
+        self._commit(offsets, deadline_s=0.0)
 
     def _start_held(self) -> None:
         """Between batches: ask the sink again for the stored offsets of the partitions held back; once it
