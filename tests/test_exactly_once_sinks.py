@@ -38,6 +38,14 @@ def batch(stream: str, topic: str, partition: int, first: int, count: int) -> li
 @pytest.mark.parametrize("old_driver", [False, True], ids=["pymgclient-1.6", "pymgclient-before-1.6"])
 def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp_path, monkeypatch, old_driver):
     memgraph = Memgraph(old_driver=old_driver)
+    expects = []   # what each of the worker's batch writes said it continues from
+    write = BoltSink.write
+
+    def recorded(sink, statements, *, expect=None):
+        expects.append(expect)
+        return write(sink, statements, expect=expect)
+
+    monkeypatch.setattr(BoltSink, "write", recorded)
     with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
                                                                                                          topic):
         memgraph.drop_after_commit = 3          # the next three commits are made, then the connection drops
@@ -45,6 +53,9 @@ def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp
         wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 40, 30, what="every batch stored")
         wait_until(lambda: registry.describe("orders")[0].committed_offset == 40, 30, what="committed")
         assert memgraph.drop_after_commit == 0, "the faults happened"
+        continued = [e[(topic, 0)] for e in expects if e is not None]
+        assert None not in expects and continued[0] is None and continued[1] == 10, expects
+        assert continued[1:] == sorted(continued[1:]) and continued[-1] < 40, "each from the stored offset before it"
         created = memgraph.created()
         assert sorted(created) == [(topic, 0, o) for o in range(40)]
         assert [key for key, n in created.items() if n != 1] == [], "each CREATE applied once"
