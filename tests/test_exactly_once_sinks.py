@@ -19,7 +19,7 @@ from memgraph_standin import Memgraph
 from stream_helpers import bolt_exactly_once_stream, wait_until
 from stream_registry import StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict
-from stream_registry.graph.offset_store import offset_statements
+from stream_registry.graph.offset_store import READ_QUERY, offset_statements
 from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, Written, read_stored_offsets_within
 from stream_registry.graph.transform import Statement
 
@@ -108,6 +108,19 @@ def test_a_sink_outage_at_assignment_is_shown_in_error_and_clears_when_the_sink_
         assert registry.get("orders").status == StreamStatus.RUNNING
         created = memgraph.created()
         assert sorted(created) == [(topic, 0, o) for o in range(20)] and set(created.values()) == {1}
+
+
+def test_a_sink_that_refuses_the_read_at_assignment_fails_the_stream(kafka, tmp_path, monkeypatch):
+    """Not an outage: Memgraph refuses the read of the stored offsets (not transient). The stream goes to `error`
+    at once, naming it, rather than waiting for an answer that will not come."""
+    memgraph = Memgraph()
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
+        registry.stop("orders")
+        memgraph.fail_when = lambda query, parameters: query == READ_QUERY
+        registry.start("orders")
+        wait_until(lambda: registry.get("orders").status == StreamStatus.ERROR, 30, what="the stream failed")
+        assert "reading the offsets stored in the sink" in registry.get("orders").error
 
 
 def test_a_lost_ack_at_the_bolt_sink_is_resolved_by_reading_the_stored_offsets():
@@ -257,3 +270,31 @@ class BoltExactlyOnce(RuleBasedStateMachine):
 
 TestBoltExactlyOnce = BoltExactlyOnce.TestCase
 TestBoltExactlyOnce.settings = settings(max_examples=60, stateful_step_count=20, deadline=None)
+
+
+def test_a_torn_batch_cut_on_open_is_logged_with_its_size(kafka, tmp_path, caplog):
+    """A kill left half a batch at the end of the file: the sink cuts it on open, and the stream says how much."""
+    import logging
+    import uuid
+
+    from stream_registry import StreamConfig, StreamRegistry
+
+    out = tmp_path / "state" / "output" / "orders.cypherl"
+    out.parent.mkdir(parents=True)
+    with CypherlSink(str(out)) as sink:
+        sink.write(batch("orders", "t", 0, 0, 2))
+    torn = b'CREATE (:Msg {topic: "t", partition: 0, offset: 2});\nCREATE (:Msg {top'
+    with out.open("ab") as handle:
+        handle.write(torn)
+    topic = kafka.new_topic(partitions=1)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        with caplog.at_level(logging.WARNING, logger="mgstreams.worker"):
+            registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
+                                         f"cypherl://{out}", consumer_group=f"eos_{uuid.uuid4().hex[:8]}",
+                                         delivery="exactly_once"))
+            registry.start("orders")
+            wait_until(lambda: "cut on open" in caplog.text, 10, what="the cut logged")
+        assert f"{len(torn)} byte(s) cut on open" in caplog.text
+    finally:
+        registry.close()
