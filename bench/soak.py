@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/soak.py --minutes 2 [--seed N] [--keep DIR]
     .venv/bin/python bench/soak.py --seconds 20          # the short run the test suite makes
+    .venv/bin/python bench/soak.py --delivery exactly_once --minutes 2
 
 A `mgstreams serve` child process (state in a temporary directory) runs four
 streams over 16 partitions: topics soak_a..soak_d of 4 partitions each, one
@@ -36,6 +37,16 @@ that long, so even a short run sees them all), each counted by kind:
   coordinator moves to another broker;
 - host_kill: SIGKILL the host, start a new one on the same state directory
   (the streams resume by themselves); at most one every 25 s.
+With `--delivery exactly_once` the streams store their offsets with each
+batch in the sink file, and two more faults kill stream processes:
+- stream_kill: SIGKILL a stream's process at a random moment (busy streams
+  are often appending); the host restarts it, the sink file is cut back to its
+  last whole batch, and the stream resumes from the offsets the file stores;
+- ambiguous_commit: the next batch of a stream kills its own process
+  (bench/soak_transform.py) as soon as its append reaches the file, before
+  the Kafka commit: the cypherl form of a commit whose outcome is unknown.
+Then every re-delivery within a continuation counts against the run: the
+promise is duplicates 0 (at-least-once keeps its duplicates at commit points).
 Streams that go to ERROR on their own are restarted through the API and
 listed (a finding, not a fault).
 
@@ -49,7 +60,7 @@ The host's log is searched for the configured secrets. The last line is
 (N = records produced; C = set_offset results the host's history contradicts:
 a partition told applied whose change the history lacks or shows otherwise,
 or told superseded/cancelled that the history shows applied) and the exit
-status is non-zero if lost, stale, contradictions,
+status is non-zero if lost, stale, contradictions, duplicates (exactly-once),
 secrets, corrupt or mismatched lines, a catch-up timeout or a SIGTERM exit
 other than 0 occurred. On failure the work directory (state, host log, sink
 files, events.jsonl with every fault and call) is kept and named.
@@ -64,6 +75,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -84,6 +96,7 @@ from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host.process import HostProcess  # noqa: E402
 from stream_registry.errors import StreamError  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
+from stream_registry.graph.offset_store import OFFSET_LABEL  # noqa: E402
 
 TRANSFORM_MODULE = "soak_transform"
 TRANSFORM = f"{TRANSFORM_MODULE}.record"
@@ -138,6 +151,8 @@ FAULT_WEIGHTS = {
     **{f"errors:{api}": 0.7 for api in REQUEST_ERRORS}, "leader_move": 0.5, "coordinator_move": 0.5,
     "host_kill": 0.4,
 }
+EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6}
+OFFSET_LINE_PREFIX = f"MERGE (o:{OFFSET_LABEL} ".encode()   # an exactly-once batch's stored offsets
 
 _LINE = re.compile(rb'CREATE \(:SoakMsg \{topic: "(?P<topic>[A-Za-z0-9._-]+)", partition: (?P<partition>\d+), '
                    rb'offset: (?P<offset>\d+), seq: (?P<seq>-?\d+), batch: "(?P<batch>[0-9-]+)"\}\);')
@@ -372,7 +387,7 @@ def read_sink(path: Path) -> tuple[dict[tuple[str, int], list[Rec]], int]:
     data = path.read_bytes()
     pos = 0
     for line in data.split(b"\n"):
-        if line and not line.startswith(FRAME_PREFIX):    # a batch's frame line (cypherl_frames): a comment
+        if line and not line.startswith((FRAME_PREFIX, OFFSET_LINE_PREFIX)):   # a batch's frame, its offsets
             m = _LINE.fullmatch(line)
             if m is None:
                 corrupt += 1
@@ -493,6 +508,8 @@ class Soak:
         self.events_path = work / "events.jsonl"
         for d in (self.out, self.ctl):
             d.mkdir(parents=True, exist_ok=True)
+        self.exactly_once = args.delivery == "exactly_once"
+        self.weights = {**FAULT_WEIGHTS, **(EXACTLY_ONCE_FAULTS if self.exactly_once else {})}
         self.secrets = {"bolt.password": f"soak-secret-bolt-{secrets.token_hex(8)}",
                         "ssl.key.password": f"soak-secret-ssl-{secrets.token_hex(8)}"}
         self.faults: Counter = Counter()
@@ -538,6 +555,7 @@ class Soak:
     def host_env(self) -> dict[str, str]:
         path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
         return {"MGSTREAMS_OUTPUT_DIRS": str(self.out), "MGSTREAMS_TRANSFORM_PACKAGES": TRANSFORM_MODULE,
+                "SOAK_SINK_DIR": str(self.out),
                 "MGSTREAMS_QUERY_MODULES_DIR": str(BENCH), "SOAK_CONTROL_DIR": str(self.ctl), "PYTHONPATH": path}
 
     def start_host(self) -> None:
@@ -555,7 +573,7 @@ class Soak:
             self.client.create(name=plan.name, topics=[plan.topic], bootstrap_servers=self.cluster.bootstrap_servers,
                                transform=TRANSFORM, sink=f"cypherl://{self.sink_path(plan)}",
                                consumer_group=plan.group, batch_size=plan.batch_size,
-                               batch_interval_ms=plan.batch_interval_ms,
+                               batch_interval_ms=plan.batch_interval_ms, delivery=self.args.delivery,
                                configs={**plan.group_config(),
                                         "ssl.key.password": self.secrets["ssl.key.password"]},
                                credentials={"bolt.password": self.secrets["bolt.password"]})
@@ -572,7 +590,7 @@ class Soak:
 
     # -- the fault loop ----------------------------------------------------------------
     def run_faults(self, seconds: float) -> None:
-        kinds = list(FAULT_WEIGHTS)
+        kinds = list(self.weights)
         first = kinds[:]
         self.rng.shuffle(first)
         first.remove("host_kill")
@@ -580,7 +598,7 @@ class Soak:
         end = time.monotonic() + seconds
         step = 0
         while time.monotonic() < end or step < len(first):      # every kind at least once, however short
-            kind = first[step] if step < len(first) else self.rng.choices(kinds, [FAULT_WEIGHTS[k] for k in kinds])[0]
+            kind = first[step] if step < len(first) else self.rng.choices(kinds, [self.weights[k] for k in kinds])[0]
             step += 1
             if kind == "host_kill" and step > len(first) and time.monotonic() - self.last_kill < KILL_MIN_GAP_S:
                 kind = "set_offset"
@@ -656,12 +674,31 @@ class Soak:
     def fault_sink_failure(self, kind: str) -> None:
         self._arm_batch_failure(kind, "sink")
 
-    def _arm_batch_failure(self, kind: str, what: str) -> None:
+    def fault_ambiguous_commit(self, kind: str) -> None:
+        self._arm_batch_failure(kind, "kill", 1)
+
+    def fault_stream_kill(self, kind: str) -> None:
+        """SIGKILL one stream's process (not the host's) wherever it is: often in the middle of an append."""
+        plan = self.rng.choice(STREAMS)
+        try:
+            pid = self.client.get(plan.name).pid
+        except StreamError:
+            pid = None
+        if not pid or pid == self.host.proc.pid:
+            return self.fault_set_offset("set_offset")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return self.fault_set_offset("set_offset")
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, pid=pid)
+
+    def _arm_batch_failure(self, kind: str, what: str, count: int | None = None) -> None:
         plan = self.rng.choice(STREAMS)
         path = self.ctl / f"{plan.topic}.fail"
         if path.exists():
             return
-        count = self.rng.randint(1, MAX_INJECTED_BATCH_FAILURES)
+        count = count or self.rng.randint(1, MAX_INJECTED_BATCH_FAILURES)
         tmp = self.ctl / f"{plan.topic}.fail.soak.tmp"
         tmp.write_text(f"{what} {count}")
         os.replace(tmp, path)
@@ -879,7 +916,7 @@ class Soak:
         out: Counter = Counter()
         for path in self.ctl.glob("*.fired"):
             for line in path.read_text().split():
-                out[f"{line}_failure"] += 1
+                out["ambiguous_commit" if line == "kill" else f"{line}_failure"] += 1
         return out
 
     # -- building the checker's input --------------------------------------------------
@@ -995,6 +1032,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="fault choice and order (default: random, printed)")
     parser.add_argument("--rate", type=float, default=150.0, help="messages per second, all topics (default 150)")
     parser.add_argument("--interval", type=float, default=1.5, help="mean seconds between faults (default 1.5)")
+    parser.add_argument("--delivery", choices=("at_least_once", "exactly_once"), default="at_least_once",
+                        help="the streams' delivery (exactly_once adds stream process kills and ambiguous commits)")
     parser.add_argument("--keep", metavar="DIR", help="keep the work directory here (kept anyway on failure)")
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else 60 * (args.minutes if args.minutes is not None else 2)
@@ -1007,7 +1046,8 @@ def main(argv=None) -> int:
         work.mkdir(parents=True, exist_ok=True)
     else:
         work = Path(tempfile.mkdtemp(prefix="mgstreams-soak-"))
-    print(f"soak: seed {args.seed}, {seconds:g} s of faults, {args.rate:g} msg/s, work dir {work}", flush=True)
+    print(f"soak: seed {args.seed}, {seconds:g} s of faults, {args.rate:g} msg/s, {args.delivery}, work dir {work}",
+          flush=True)
     soak = Soak(args, work)
     failed = True
     try:
@@ -1058,7 +1098,7 @@ def main(argv=None) -> int:
         leaked_total = sum(leaked.values())
         sigterm = soak.exit_codes[-1][1]
         failed = bool(lost or verdict.stale or leaked_total or corrupt or verdict.mismatched or not caught_up
-                      or sigterm != 0 or invalid or contradictions)
+                      or sigterm != 0 or invalid or contradictions or (soak.exactly_once and verdict.duplicates))
         by_kind = ", ".join(f"{k} {n}" for k, n in sorted(faults.items()))
         if failed:
             soak.say(f"soak: FAILED (seed {args.seed}); evidence kept in {work}")

@@ -15,7 +15,10 @@ holding `transform N` or `sink N`; the next N calls for that topic then raise
 naming a parameter it is not given: the sink raises SinkError before writing
 anything). Each injected failure is appended to `<topic>.fired`. N is kept
 below the host's retry attempts, so the stream retries the same batch from
-memory and goes on: a transient failure, never a skipped batch.
+memory and goes on: a transient failure, never a skipped batch. `kill 1`: the
+stream process kills itself (SIGKILL) as soon as the batch's append reaches its
+sink file, `$SOAK_SINK_DIR/<topic>.cypherl`, before the Kafka commit (a commit
+whose outcome the stream never learns; often in the middle of the append).
 
 One stream (one poll thread) per topic reads its control file, so the read,
 decrement and rewrite need no lock.
@@ -24,8 +27,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
+import threading
+import time
 
 CONTROL_ENV = "SOAK_CONTROL_DIR"
+SINK_DIR_ENV = "SOAK_SINK_DIR"
+KILL_WATCH_S = 10.0   # a batch that never reaches the file (it failed) does not kill anything
 QUERY = "CREATE (:SoakMsg {topic: $topic, partition: $partition, offset: $offset, seq: $seq, batch: $batch})"
 REFUSED_BY_SINK = {"query": "CREATE (:SoakFault {why: $not_given})", "parameters": {}}
 
@@ -41,6 +49,8 @@ def record(messages):
     injected = _take_fault(messages.message_at(0).topic_name())
     if injected == "transform":
         raise RuntimeError("soak: injected transformation failure")
+    if injected == "kill":
+        _kill_after_append(messages.message_at(0).topic_name())
     out = []
     for i in range(count):
         m = messages.message_at(i)
@@ -79,11 +89,32 @@ def _take_fault(topic: str) -> str | None:
         with open(tmp, "w") as handle:
             handle.write(f"{kind} {left_n - 1}")
         os.replace(tmp, path)
-    if left_n <= 0 or kind not in ("transform", "sink"):
+    if left_n <= 0 or kind not in ("transform", "sink", "kill"):
         return None
     with open(os.path.join(directory, f"{topic}.fired"), "a") as handle:
         handle.write(kind + "\n")
     return kind
+
+
+def _kill_after_append(topic: str) -> None:
+    """SIGKILL this process as soon as its sink file grows (the batch being returned is appended)."""
+    path = os.path.join(os.environ.get(SINK_DIR_ENV, ""), f"{topic}.cypherl")
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        size = 0
+
+    def watch() -> None:
+        deadline = time.monotonic() + KILL_WATCH_S
+        while time.monotonic() < deadline:
+            try:
+                if os.stat(path).st_size != size:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            except OSError:
+                pass
+            time.sleep(0.0001)
+
+    threading.Thread(target=watch, daemon=True, name="soak-kill").start()
 
 
 def _remove(path: str) -> None:

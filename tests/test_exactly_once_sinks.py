@@ -8,6 +8,7 @@ checked on every sink, and against a model with hypothesis.
 """
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -18,7 +19,7 @@ from memgraph_standin import Memgraph
 from stream_helpers import bolt_exactly_once_stream, wait_until
 from stream_registry import StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict
-from stream_registry.graph.offset_store import offset_statements
+from stream_registry.graph.offset_store import READ_QUERY, offset_statements
 from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, Written, read_stored_offsets_within
 from stream_registry.graph.transform import Statement
 
@@ -37,6 +38,14 @@ def batch(stream: str, topic: str, partition: int, first: int, count: int) -> li
 @pytest.mark.parametrize("old_driver", [False, True], ids=["pymgclient-1.6", "pymgclient-before-1.6"])
 def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp_path, monkeypatch, old_driver):
     memgraph = Memgraph(old_driver=old_driver)
+    expects = []   # what each of the worker's batch writes said it continues from
+    write = BoltSink.write
+
+    def recorded(sink, statements, *, expect=None):
+        expects.append(expect)
+        return write(sink, statements, expect=expect)
+
+    monkeypatch.setattr(BoltSink, "write", recorded)
     with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
                                                                                                          topic):
         memgraph.drop_after_commit = 3          # the next three commits are made, then the connection drops
@@ -44,10 +53,74 @@ def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp
         wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 40, 30, what="every batch stored")
         wait_until(lambda: registry.describe("orders")[0].committed_offset == 40, 30, what="committed")
         assert memgraph.drop_after_commit == 0, "the faults happened"
+        continued = [e[(topic, 0)] for e in expects if e is not None]
+        assert None not in expects and continued[0] is None and continued[1] == 10, expects
+        assert continued[1:] == sorted(continued[1:]) and continued[-1] < 40, "each from the stored offset before it"
         created = memgraph.created()
         assert sorted(created) == [(topic, 0, o) for o in range(40)]
         assert [key for key, n in created.items() if n != 1] == [], "each CREATE applied once"
         assert registry.get("orders").status == StreamStatus.RUNNING
+
+
+def test_a_stream_whose_stored_offsets_someone_else_moved_goes_on_from_them_and_writes_nothing_twice(
+        kafka, tmp_path, monkeypatch):
+    """A restored snapshot, a second writer: the sink stores 25 while the worker knows 10. Its next batch is
+    refused by the compare-and-set (nothing written), and the stream goes on from 25, still running."""
+    memgraph = Memgraph()
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
+        with memgraph.lock:
+            memgraph.offsets[("orders", topic, 0)] = 25
+        kafka.produce(topic, 30, partitions=1)  # offsets 10..39
+        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 40, 30, what="every batch stored")
+        wait_until(lambda: registry.describe("orders")[0].committed_offset == 40, 30, what="committed")
+        created = memgraph.created()
+        assert sorted(created) == [(topic, 0, o) for o in [*range(10), *range(25, 40)]], \
+            "10..24 lie before what the sink stores: never written"
+        assert set(created.values()) == {1}, "each CREATE applied once"
+        info = registry.get("orders")
+        assert info.status == StreamStatus.RUNNING and info.error is None
+        assert registry.describe("orders")[0].stored_offset == 40
+
+
+def test_a_sink_outage_at_assignment_is_shown_in_error_and_clears_when_the_sink_answers(
+        kafka, tmp_path, monkeypatch):
+    """Issue 21, reproduction 3 (Bolt): the stored offsets are read when partitions are assigned; a sink that
+    does not answer then used to put the stream in `error` for good. Now the partitions wait, the outage shows
+    in `error`, and the stream starts them where the sink says once it answers."""
+    memgraph = Memgraph()
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
+        registry.stop("orders")
+        memgraph.down = True
+        registry.start("orders")
+        kafka.produce(topic, 10, partitions=1)  # offsets 10..19
+        shown = wait_until(lambda: (registry.get("orders").error or "").find("reading the offsets stored") >= 0,
+                           30, what="the outage shown")
+        assert shown
+        assert registry.get("orders").status == StreamStatus.RUNNING
+        time.sleep(1.0)   # retried between batches, still not answering: still waiting, nothing written
+        assert registry.get("orders").status == StreamStatus.RUNNING
+        assert memgraph.offsets[("orders", topic, 0)] == 10
+        memgraph.down = False
+        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 20, 30, what="the rest stored")
+        wait_until(lambda: registry.get("orders").error is None, 10, what="the error cleared")
+        assert registry.get("orders").status == StreamStatus.RUNNING
+        created = memgraph.created()
+        assert sorted(created) == [(topic, 0, o) for o in range(20)] and set(created.values()) == {1}
+
+
+def test_a_sink_that_refuses_the_read_at_assignment_fails_the_stream(kafka, tmp_path, monkeypatch):
+    """Not an outage: Memgraph refuses the read of the stored offsets (not transient). The stream goes to `error`
+    at once, naming it, rather than waiting for an answer that will not come."""
+    memgraph = Memgraph()
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
+        registry.stop("orders")
+        memgraph.fail_when = lambda query, parameters: query == READ_QUERY
+        registry.start("orders")
+        wait_until(lambda: registry.get("orders").status == StreamStatus.ERROR, 30, what="the stream failed")
+        assert "reading the offsets stored in the sink" in registry.get("orders").error
 
 
 def test_a_lost_ack_at_the_bolt_sink_is_resolved_by_reading_the_stored_offsets():
@@ -197,3 +270,31 @@ class BoltExactlyOnce(RuleBasedStateMachine):
 
 TestBoltExactlyOnce = BoltExactlyOnce.TestCase
 TestBoltExactlyOnce.settings = settings(max_examples=60, stateful_step_count=20, deadline=None)
+
+
+def test_a_torn_batch_cut_on_open_is_logged_with_its_size(kafka, tmp_path, caplog):
+    """A kill left half a batch at the end of the file: the sink cuts it on open, and the stream says how much."""
+    import logging
+    import uuid
+
+    from stream_registry import StreamConfig, StreamRegistry
+
+    out = tmp_path / "state" / "output" / "orders.cypherl"
+    out.parent.mkdir(parents=True)
+    with CypherlSink(str(out)) as sink:
+        sink.write(batch("orders", "t", 0, 0, 2))
+    torn = b'CREATE (:Msg {topic: "t", partition: 0, offset: 2});\nCREATE (:Msg {top'
+    with out.open("ab") as handle:
+        handle.write(torn)
+    topic = kafka.new_topic(partitions=1)
+    registry = StreamRegistry(tmp_path / "state")
+    try:
+        with caplog.at_level(logging.WARNING, logger="mgstreams.worker"):
+            registry.create(StreamConfig("orders", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
+                                         f"cypherl://{out}", consumer_group=f"eos_{uuid.uuid4().hex[:8]}",
+                                         delivery="exactly_once"))
+            registry.start("orders")
+            wait_until(lambda: "cut on open" in caplog.text, 10, what="the cut logged")
+        assert f"{len(torn)} byte(s) cut on open" in caplog.text
+    finally:
+        registry.close()

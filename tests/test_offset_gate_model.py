@@ -36,7 +36,7 @@ class SimConsumer:
         self.fetch: dict = {}               # assigned partition -> next offset it fetches
         self.lookup: dict = {}              # assigned without an offset: the lookup's answer, still to arrive
         self.fail_commits = False
-        self.persisted_moves: list = []     # (tp, offset) persisted through the gate
+        self.persisted: list = []           # each persist through the gate: {tp: offset} (one per call)
 
     # the gate's port
     def seek(self, tp, offset) -> bool:
@@ -53,7 +53,7 @@ class SimConsumer:
             return "REBALANCE_IN_PROGRESS: injected"
         for tp, offset in offsets.items():
             self.committed[tp] = offset
-            self.persisted_moves.append((tp, offset))
+        self.persisted.append(dict(offsets))
         return None
 
     # the group
@@ -98,7 +98,7 @@ class GateMachine(RuleBasedStateMachine):
         assert key not in self.final, f"{key} reported {event.state} after its final state {self.final.get(key)}"
         if event.state == MoveState.PERSISTED:
             assert key in self.live, f"{key} persisted but not live (cancelled or superseded?)"
-            assert (key[1], event.offset) == self.sim.persisted_moves[-1]
+            assert self.sim.persisted[-1].get(key[1]) == event.offset, "persisted by the last persist"
             self.applied.setdefault(event.change_id, {})[key[1]] = event.previous_offset
             self.expect[key[1]] = event.offset
         if event.state in FINAL:
@@ -169,7 +169,6 @@ class GateMachine(RuleBasedStateMachine):
                     f"{tp}: a batch commit moves the committed offset back from {self.committed.get(tp)} to {offset}"
                 self.committed[tp] = offset
         self.gate.after_batch(next_offsets)
-        self.gate.moved = False
 
     @rule()
     def crash_and_restart(self):

@@ -149,10 +149,13 @@ class ChangeSets:
 
     # -- what the stream reports ------------------------------------------------------
     def on_event(self, name: str, event: GateEvent) -> None:
-        """A gate event from the stream's poll thread (or its pipe's reader): record it, wake the waiters."""
+        """A gate event from the stream's poll thread (or its pipe's reader): record it, wake the waiters. The
+        partitions of one persist (`more` on all but the last) are recorded in one transaction."""
         if event.state == MoveState.PERSISTED:
             self._unrecorded.setdefault(name, []).append(
                 ("applied", (event.change_id, event.topic, event.partition, event.offset, event.previous_offset)))
+            if event.more:
+                return
             self.flush(name)
         else:
             try:

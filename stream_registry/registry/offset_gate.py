@@ -42,6 +42,7 @@ from typing import Callable, Iterable, Mapping, Protocol
 
 TP = tuple[str, int]
 PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed
+EARLY_DELIVERY_S = 1.0  # after a move, batches are cut early until each moved partition delivered, at most this long
 
 
 class MoveState(str, Enum):
@@ -75,6 +76,7 @@ class GateEvent:
     state: MoveState
     previous_offset: int | None = None   # PERSISTED: where the partition stood before, when known
     reason: str | None = None            # WAITING after a failed persist: why
+    more: bool = False                   # PERSISTED: more of one persist follow at once (recorded together)
 
 
 class ConsumerPort(Protocol):
@@ -114,7 +116,18 @@ class OffsetGate:
         self._assigned: dict[TP, _Partition] = {}
         self._lock = threading.Lock()   # guards the views other threads read (snapshot)
         self._assign_origins: dict[TP, int | None] = {}   # on_assign → after_assign: where a moved one would start
-        self.moved = False              # a change was just applied: the next batch is delivered early
+        self._undelivered: dict[TP, float] = {}   # moved partitions not delivered from yet: until when to hurry
+
+    @property
+    def moved(self) -> bool:
+        """A change was just applied and a moved partition has not delivered from its target yet: deliver
+        batches as soon as the consumer's queue drains, not at batch_interval_ms (a partition whose fetch was in
+        flight during the move comes a little later than the others)."""
+        if self._undelivered:
+            now = self._clock()
+            for tp in [tp for tp, until in self._undelivered.items() if until <= now]:
+                del self._undelivered[tp]
+        return bool(self._undelivered)
 
     # -- what other threads read ------------------------------------------------
     def assigned(self) -> frozenset:
@@ -131,7 +144,9 @@ class OffsetGate:
 
     # -- seams (poll thread) ----------------------------------------------------
     def request(self, change_id: int, offsets: Mapping[TP, int]) -> None:
-        """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now."""
+        """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now (and are
+        persisted together: one commit, or one sink write, for the call)."""
+        ready = []
         for tp, offset in offsets.items():
             old = self._moves.get(tp)
             if old is not None:
@@ -142,7 +157,8 @@ class OffsetGate:
             self._emit(move)
             self._to(move, MoveState.WAITING)
             if tp in self._assigned:
-                self._apply(move)
+                ready.append(move)
+        self._apply(ready)
 
     def cancel(self, up_to: int | None = None) -> list[GateEvent]:
         """Cancel every change not persisted yet (of the calls up to change id `up_to`); the cancelled ones."""
@@ -171,10 +187,9 @@ class OffsetGate:
     def after_assign(self) -> None:
         """Persist the changes on_assign moved; one whose persist fails goes back to where it would start."""
         origins, self._assign_origins = self._assign_origins, {}
-        for tp, origin in origins.items():
-            move = self._moves.get(tp)
-            if move is not None and move.state == MoveState.MOVED:
-                self._persist(move, origin)
+        moved = [(move, origin) for move, origin in ((self._moves.get(tp), origin) for tp, origin in origins.items())
+                 if move is not None and move.state == MoveState.MOVED]
+        self._persist(moved)
 
     def assign_failed(self, tps: Iterable[TP]) -> None:
         """The consumer refused the partitions on_assign prepared: their changes wait again."""
@@ -190,14 +205,14 @@ class OffsetGate:
         with self._lock:
             for tp in tps:
                 self._assigned.pop(tp, None)
+                self._undelivered.pop(tp, None)
 
     def retry(self) -> None:
         """Between batches: retry the changes whose persist failed, when due."""
         now = self._clock()
-        for move in list(self._moves.values()):
-            if move.state == MoveState.WAITING and move.reason is not None and move.tp in self._assigned \
-                    and now >= move.retry_at:
-                self._apply(move)
+        self._apply([move for move in list(self._moves.values())
+                     if move.state == MoveState.WAITING and move.reason is not None and move.tp in self._assigned
+                     and now >= move.retry_at])
 
     def check_delivery(self, tp: TP, offset: int) -> bool:
         """Is a consumed message of `tp` at `offset` to be delivered? False for one the consumer fetched from
@@ -213,6 +228,7 @@ class OffsetGate:
                 return False
             part.expect = None
         part.settled = True
+        self._undelivered.pop(tp, None)
         return True
 
     def after_batch(self, next_offsets: Mapping[TP, int]) -> None:
@@ -232,38 +248,46 @@ class OffsetGate:
             self._assigned.clear()
 
     # -- transitions --------------------------------------------------------------
-    def _apply(self, move: _Move) -> None:
-        """WAITING → MOVED → PERSISTED on an assigned partition."""
-        part = self._assigned[move.tp]
-        origin = part.position
-        if not (part.settled and self._port.seek(move.tp, move.offset)):
-            self._port.reassign(move.tp, move.offset)
-        with self._lock:
-            part.position, part.settled, part.expect = move.offset, True, (move.offset, origin)
-        self._to(move, MoveState.MOVED)
-        self._persist(move, origin)
+    def _apply(self, moves: list[_Move]) -> None:
+        """WAITING → MOVED → PERSISTED on assigned partitions, persisted together."""
+        moved = []
+        for move in moves:
+            part = self._assigned[move.tp]
+            origin = part.position
+            if not (part.settled and self._port.seek(move.tp, move.offset)):
+                self._port.reassign(move.tp, move.offset)
+            with self._lock:
+                part.position, part.settled, part.expect = move.offset, True, (move.offset, origin)
+            self._to(move, MoveState.MOVED)
+            moved.append((move, origin))
+        self._persist(moved)
 
-    def _persist(self, move: _Move, origin: int | None) -> None:
-        error = self._port.persist({move.tp: move.offset})
-        if error is not None:
-            part = self._assigned.get(move.tp)
-            if part is not None:   # move back: nothing is delivered from a target a restart would forget
-                if not (origin is not None and part.settled and self._port.seek(move.tp, origin)):
-                    self._port.reassign(move.tp, origin)
-                with self._lock:
-                    part.position, part.settled, part.expect = origin, origin is not None, None
-            move.reason = f"{error}; moved back, retried until it succeeds"
-            move.retry_at = self._clock() + PERSIST_RETRY_S
-            self._to(move, MoveState.WAITING)
+    def _persist(self, moved: list[tuple[_Move, int | None]]) -> None:
+        """Persist moved changes in one go; if that fails, each is moved back and waits for a retry."""
+        if not moved:
             return
-        move.reason = None
-        self.moved = True
-        self._to(move, MoveState.PERSISTED, previous=origin)
-        self._finish(move, MoveState.RECORDED)
+        error = self._port.persist({move.tp: move.offset for move, _ in moved})
+        for index, (move, origin) in enumerate(moved):
+            if error is not None:
+                part = self._assigned.get(move.tp)
+                if part is not None:   # move back: nothing is delivered from a target a restart would forget
+                    if not (origin is not None and part.settled and self._port.seek(move.tp, origin)):
+                        self._port.reassign(move.tp, origin)
+                    with self._lock:
+                        part.position, part.settled, part.expect = origin, origin is not None, None
+                move.reason = f"{error}; moved back, retried until it succeeds"
+                move.retry_at = self._clock() + PERSIST_RETRY_S
+                self._to(move, MoveState.WAITING)
+                continue
+            move.reason = None
+            if move.tp in self._assigned:
+                self._undelivered[move.tp] = self._clock() + EARLY_DELIVERY_S
+            self._to(move, MoveState.PERSISTED, previous=origin, more=index < len(moved) - 1)
+            self._finish(move, MoveState.RECORDED)
 
-    def _to(self, move: _Move, state: MoveState, previous: int | None = None) -> None:
+    def _to(self, move: _Move, state: MoveState, previous: int | None = None, more: bool = False) -> None:
         move.state = state
-        self._emit(move, previous)
+        self._emit(move, previous, more)
 
     def _finish(self, move: _Move, state: MoveState) -> GateEvent:
         move.state = state
@@ -272,7 +296,8 @@ class OffsetGate:
                 del self._moves[move.tp]
         return self._emit(move)
 
-    def _emit(self, move: _Move, previous: int | None = None) -> GateEvent:
-        event = GateEvent(move.change_id, move.tp[0], move.tp[1], move.offset, move.state, previous, move.reason)
+    def _emit(self, move: _Move, previous: int | None = None, more: bool = False) -> GateEvent:
+        event = GateEvent(move.change_id, move.tp[0], move.tp[1], move.offset, move.state, previous, move.reason,
+                          more)
         self._report(event)
         return event

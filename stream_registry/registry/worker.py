@@ -12,7 +12,20 @@ then commit the next offsets synchronously. A failed batch is retried from
 memory with backoff and never committed; when retries run out the stream goes to
 ERROR and leaves the group, so a restart resumes at the failed batch. With
 errors.tolerance 'all', the messages a batch fails on are found and set aside
-(poison.py, dead_letter.py) and the rest is written.
+(poison.py, dead_letter.py) and the rest is written. What a failure leads to is
+decided by its type (sink_faults.classify): a transient one is retried, one the
+messages may have caused is bisected, one of the sink as a whole fails the
+stream at once.
+
+Exactly-once: each chunk of a batch is written with the offsets that follow it
+and a compare-and-set on the offsets it continues from (`expect`, the worker's
+running view of what the sink stores: `_stored`). A retried chunk whose first
+attempt was applied (a lost acknowledgement) is ALREADY_APPLIED, never applied
+twice. A StoredOffsetsConflict (someone else moved the stored offsets: a zombie
+writer, a restored snapshot, a cut-back file) drops the batch uncommitted and
+seeks the partitions to what the sink stores. The stored offsets are read at
+assignment within a bound; a sink that does not answer holds the partitions
+back (shown in `error`) and is asked again between batches.
 """
 from __future__ import annotations
 
@@ -27,8 +40,10 @@ from typing import Callable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..config import Delivery, ErrorsTolerance, StreamConfig
-from ..errors import StreamError
+from ..errors import StoredOffsetsConflict, StreamError
 from ..graph.offset_store import offset_statements
+from ..graph.sink_faults import Fault, classify
+from ..graph.sinks import read_stored_offsets_within
 from ..kafka.client import new_consumer
 from ..redaction import redact
 from ..stream_info import StreamStatus
@@ -41,12 +56,14 @@ from .poison import BatchDelivery
 log = logging.getLogger("mgstreams.worker")
 
 TP = tuple[str, int]
-CONTROL_SLICE_S = 0.01      # longest a batch wait goes without looking at control requests
+CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
+ASSIGN_STORED_DEADLINE_S = 2.0   # exactly-once: how long a rebalance callback retries reading the sink's offsets
+HELD_RETRY_S = 0.5          # then between batches, this often, while the partitions wait for the sink
 OFFSET_BEGINNING = -2       # librdkafka's raw constants
 OFFSET_STORED = -1000
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
@@ -60,8 +77,9 @@ RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR
 CONSUMER_DEFAULTS = {
     "auto.offset.reset": "earliest",
     # A caught-up partition's fetch is held by the broker up to this long (default 500), and a
-    # seek waits for it: keep it short so offset changes act within tens of milliseconds.
-    "fetch.wait.max.ms": 20,
+    # seek waits for it: keep it short so offset changes act within tens of milliseconds
+    # (bench/offset_latency.py: 20 ms made the first message at the new offset come ~25 ms after the call).
+    "fetch.wait.max.ms": 5,
     # Once a partition's local queue holds more than queued.min.messages (one compressed fetch
     # often does), its next fetch waits this long (default 1000): a stream catching up then
     # idles most of the time. 50 ms made catching up about 3x faster (bench/multi_stream.py).
@@ -135,6 +153,10 @@ class StreamWorker:
         self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
         self._stored: dict[TP, int] = {}
         self._exactly_once = config.delivery == Delivery.EXACTLY_ONCE
+        self._held: set[TP] = set()             # exactly-once: assigned to us, not started: the sink did not answer
+        self._held_error: str | None = None     # why, shown as the stream's error until the sink answers
+        self._next_held_try = 0.0
+        self._commit_stored: set[TP] = set()   # exactly-once, just assigned: the group's offsets follow the sink's
         self._batch: list = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
@@ -206,10 +228,16 @@ class StreamWorker:
             return
         self._set_status(StreamStatus.STARTING)
         self._started.set()
+        trimmed = getattr(self._sink, "trimmed", 0)
+        if trimmed:
+            log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
+                        "open (%s)", self.config.name, trimmed, self._sink)
         try:
             while not self._stop.is_set():
                 self._drain_control()
                 self._gate.retry()
+                self._start_held()
+                self._follow_sink()
                 self._check_cluster()
                 batch = self._collect_batch()
                 if self._fatal:
@@ -256,13 +284,15 @@ class StreamWorker:
         """
         size, deadline = self.config.batch_size, time.monotonic() + self.config.batch_interval_ms / 1000
         self._batch = batch = []
+        hurry = False   # a batch with the first messages after an offset change goes as soon as the queue drains
         while len(batch) < size and not self._stop.is_set() and self._control.empty():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
+            hurry = hurry or self._gate.moved
             messages = self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
-            if not messages and batch and self._gate.moved:
-                break  # first batch after an offset change: deliver it as soon as the queue drains
+            if not messages and batch and hurry:
+                break
             for msg in messages:
                 error = msg.error()
                 if error is None:
@@ -273,8 +303,6 @@ class StreamWorker:
                 elif error.code() != KafkaError._PARTITION_EOF:
                     log.warning("stream %s: %s", self.config.name, self._redact(error.str()))
         self._batch = []
-        if batch:
-            self._gate.moved = False
         return batch
 
     def _process(self, batch: list) -> bool:
@@ -288,11 +316,18 @@ class StreamWorker:
             try:
                 delivery.run()   # a retry continues after what an earlier attempt delivered
                 if self._exactly_once and delivery.set_aside:   # stored offsets pass the last ones set aside too
-                    self._sink.write(offset_statements(self.config.name, next_offsets))
+                    self._write_offsets(next_offsets)
                 break
+            except StoredOffsetsConflict as exc:   # the sink stores other offsets: go on from them
+                self._realign(batch, exc)
+                return True
             except Exception as exc:  # transformation, sink or dead-letter topic: retry, never skip
                 attempt += 1
                 reason = self._redact(exc)
+                if classify(exc) is Fault.SINK:   # no batch can be written now: retrying the same one helps not
+                    self._rewind(batch)
+                    self._fail(f"batch at {_first_offsets_text(batch)} failed: {reason}")
+                    return False
                 if attempt >= self._retry.attempts or self._stop.is_set():
                     self._rewind(batch)
                     self._fail(f"batch at {_first_offsets_text(batch)} failed {attempt} time(s): {reason}")
@@ -301,9 +336,6 @@ class StreamWorker:
                 if self._stop.wait(self._retry.backoff(attempt)):
                     self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
                     return True
-        if self._exactly_once:
-            with self._state_lock:
-                self._stored.update(next_offsets)
         self._commit(next_offsets)   # exactly-once too: lag tools read the group's offsets
         self._gate.after_batch(next_offsets)
         self._stats = self._stats.add_batch(len(batch), time.perf_counter() - started)
@@ -318,9 +350,44 @@ class StreamWorker:
         """Transform and write (part of) a batch; exactly-once, with the offsets that follow it."""
         statements = run_transformation(self._transformation, [message for _, message in chunk])
         if self._exactly_once:   # the offsets go with the batch, in its transaction or its append
-            statements = [*statements, *offset_statements(self.config.name,
-                                                          _next_offsets([raw for raw, _ in chunk]))]
-        self._sink.write(statements)
+            self._write_offsets(_next_offsets([raw for raw, _ in chunk]), statements)
+        else:
+            self._sink.write(statements)
+
+    def _write_offsets(self, next_offsets: Mapping[TP, int], statements: list = ()) -> None:
+        """Exactly-once: write `statements` with the offsets that follow them, if the sink still stores what
+        this worker last knew (`expect`: not the first message's offset, gaps of transaction markers and set-aside
+        messages lie between). Applied or already applied (a lost acknowledgement), the stored view moves on, so
+        the batch's next chunk expects these offsets. StoredOffsetsConflict when the sink stores others."""
+        with self._state_lock:
+            expect = {tp: self._stored.get(tp) for tp in next_offsets}
+        try:
+            self._sink.write([*statements, *offset_statements(self.config.name, next_offsets)], expect=expect)
+        except StoredOffsetsConflict as exc:   # the view becomes what the sink says it stores
+            with self._state_lock:
+                for tp in expect:
+                    if tp in exc.stored:
+                        self._stored[tp] = exc.stored[tp]
+                    else:
+                        self._stored.pop(tp, None)
+            raise
+        with self._state_lock:
+            self._stored.update(next_offsets)
+
+    def _realign(self, batch: list, conflict: StoredOffsetsConflict) -> None:
+        """The sink stores other offsets than this worker's view (someone else moved them): drop the batch
+        uncommitted, take the sink's offsets as the view, and read each of the batch's partitions from them
+        (from the beginning where it stores none)."""
+        with self._state_lock:   # _write_offsets took the sink's offsets as the view
+            starts = {tp: self._stored.get(tp, OFFSET_BEGINNING) for tp in _first_offsets(batch)}
+        assigned = self._gate.assigned()
+        for tp, offset in sorted(starts.items()):
+            if tp in assigned and not self.seek(tp, offset):
+                self.reassign(tp, offset)
+        self._gate.rewound({tp: o for tp, o in starts.items() if o >= 0})
+        log.warning("stream %s: %s; the batch at %s is dropped, the stream goes on from %s", self.config.name,
+                    self._redact(conflict), _first_offsets_text(batch),
+                    ", ".join(f"{t}:{p}@{'beginning' if o < 0 else o}" for (t, p), o in sorted(starts.items())))
 
     def _set_aside(self, item: tuple, error: BaseException) -> None:
         """A message the batch fails on (errors.tolerance 'all'): dead-letter it, or skip it; report it."""
@@ -412,10 +479,17 @@ class StreamWorker:
             consumer.incremental_assign([TopicPartition(tp[0], tp[1], start)])
 
         def eager() -> None:
-            positions = self._gate.positions()
-            consumer.assign([TopicPartition(t, p, start if (t, p) == tp else positions.get((t, p), OFFSET_STORED))
+            consumer.assign([TopicPartition(t, p, start if (t, p) == tp else self._eager_start((t, p)))
                              for (t, p) in self._gate.assigned()])
         self._assignment(incremental, eager)
+
+    def _eager_start(self, tp: TP) -> int:
+        """Where a running partition resumes when an eager assign() names it again: where it stands, else where
+        the group (exactly-once: the sink) says."""
+        position = self._gate.positions().get(tp)
+        if position is not None:
+            return position
+        return self._stored.get(tp, OFFSET_BEGINNING) if self._exactly_once else OFFSET_STORED
 
     def persist(self, offsets: Mapping[TP, int]) -> str | None:
         """Commit a change (exactly-once: store it in the sink first, the truth a restart resumes from; the
@@ -437,10 +511,20 @@ class StreamWorker:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         starts: dict[TP, int | None] = dict.fromkeys(keys)
         if self._exactly_once:
-            stored = self._resume_from_sink(partitions)
-            if stored is None:
+            stored = self._resume_from_sink(keys, ASSIGN_STORED_DEADLINE_S)
+            if stored is None:   # an empty assign, or confluent-kafka assigns them where Kafka says
+                self._assignment(lambda: consumer.incremental_assign([]), lambda: consumer.assign([]))
+                if not self._fatal:
+                    self._held.update(keys)   # the group gave them to us: start them once the sink answers
+                    self._set_status(StreamStatus.RUNNING)
                 return
             starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
+        self._start_partitions(consumer, partitions, starts)
+
+    def _start_partitions(self, consumer: Consumer, partitions: list[TopicPartition],
+                          starts: Mapping[TP, int | None]) -> None:
+        """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
+        keys = [(tp.topic, tp.partition) for tp in partitions]
         offsets = self._gate.on_assign(starts)
         for tp, key in zip(partitions, keys):
             if offsets[key] is not None:
@@ -456,20 +540,69 @@ class StreamWorker:
         self._gate.after_assign()
         self._set_status(StreamStatus.RUNNING)
 
-    def _resume_from_sink(self, partitions: list[TopicPartition]) -> dict[TP, int] | None:
+    def _resume_from_sink(self, keys: list[TP], deadline_s: float) -> dict[TP, int] | None:
         """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
         behind it after a snapshot restore); a partition the graph holds nothing of starts at the beginning.
-        None when the sink cannot be read (the stream fails)."""
-        keys = [(tp.topic, tp.partition) for tp in partitions]
+        Read within `deadline_s` while the sink fails transiently; None when it could not be read: a transient
+        failure is shown as the stream's error (held partitions wait for the sink), any other fails the stream."""
         try:
-            stored = self._sink.stored_offsets(self.config.name, keys)
+            stored = read_stored_offsets_within(self._sink, self.config.name, keys, deadline_s=deadline_s)
         except Exception as exc:
-            self._fatal = f"reading the offsets stored in the sink for {_tps_text(partitions)} failed: " \
-                          f"{self._redact(exc)}"
+            reason = f"reading the offsets stored in the sink for {_keys_text(keys)} failed: {self._redact(exc)}"
+            if classify(exc) is not Fault.TRANSIENT:
+                self._fatal = reason
+            else:
+                self._next_held_try = time.monotonic() + HELD_RETRY_S
+                if self._held_error is None:   # the first failure is shown until the sink answers
+                    log.warning("stream %s: %s; the partitions wait, asked again every %g s", self.config.name,
+                                reason, HELD_RETRY_S)
+                    self._held_error = f"{reason}; its partitions wait for the sink"
+                    self._set_status(self.status)
             return None
         with self._state_lock:
-            self._stored.update({key: stored[key] for key in keys if key in stored})
+            for key in keys:
+                if key in stored:
+                    self._stored[key] = stored[key]
+                else:
+                    self._stored.pop(key, None)
+        self._commit_stored.update(key for key in keys if key in stored)
         return stored
+
+    def _follow_sink(self) -> None:
+        """Exactly-once, after an assignment: commit what the sink stores, so the group's offsets (what lag tools
+        read) are not left behind it by a crash between a batch's write and its commit, with nothing more to
+        read. Between batches, not in the rebalance callback; a failed commit is not retried (the next batch's
+        commit carries it)."""
+        if not self._commit_stored:
+            return
+        tps, self._commit_stored = self._commit_stored, set()
+        assigned = self._gate.assigned()
+        with self._state_lock:   # as stored now: a change applied at the assignment stored its own offset
+            offsets = {tp: self._stored[tp] for tp in tps if tp in assigned and tp in self._stored}
+        self._commit(offsets, deadline_s=0.0)
+
+    def _start_held(self) -> None:
+        """Between batches: ask the sink again for the stored offsets of the partitions held back; once it
+        answers, start them there and clear the error."""
+        if not self._held or time.monotonic() < self._next_held_try:
+            return
+        self._next_held_try = time.monotonic() + HELD_RETRY_S
+        keys = sorted(self._held)
+        stored = self._resume_from_sink(keys, 0.0)
+        if stored is None:
+            return   # shown as the stream's error (a non-transient one fails it: the poll loop sees _fatal)
+        self._held.clear()
+        log.info("stream %s: the sink answers again; starting %s", self.config.name, _keys_text(keys))
+        self._held_error = None
+        starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
+        consumer = self._consumer
+        if self._incremental:
+            self._start_partitions(consumer, [TopicPartition(t, p) for t, p in keys], starts)
+        else:   # eager: the whole assignment, the running partitions where they stand
+            running = self._gate.assigned()
+            self._start_partitions(consumer, [TopicPartition(t, p) for t, p in sorted(running | set(keys))],
+                                   {**{tp: self._eager_start(tp) for tp in running}, **starts})
+        self._set_status(self.status)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Give the partitions up: their uncollected messages leave the batch (uncommitted, the next
@@ -477,8 +610,16 @@ class StreamWorker:
         revoked = {(tp.topic, tp.partition) for tp in partitions}
         self._batch[:] = [m for m in self._batch if (m.topic(), m.partition()) not in revoked]
         self._gate.on_revoke(revoked)
+        started = [tp for tp in partitions if (tp.topic, tp.partition) not in self._held]   # held: never assigned
+        self._held -= revoked
+        if not self._held and self._held_error:
+            self._held_error = None
+            self._set_status(self.status)
+        with self._state_lock:   # the next owner may move them: read again at the next assignment
+            for tp in revoked:
+                self._stored.pop(tp, None)
         try:
-            self._assignment(lambda: consumer.incremental_unassign(partitions), consumer.unassign)
+            self._assignment(lambda: consumer.incremental_unassign(started), consumer.unassign)
         except KafkaException:
             pass
 
@@ -533,7 +674,7 @@ class StreamWorker:
     # -- state ----------------------------------------------------------------
     def _set_status(self, status: StreamStatus, error: str | None = None) -> None:
         if error is None and status != StreamStatus.STOPPED:
-            error = self._outage  # an outage stays visible until the cluster answers again
+            error = self._outage or self._held_error  # an outage stays visible until the cluster/sink answers
         if self.status == status and self.error == error:
             return
         self.status, self.error = status, error
@@ -572,7 +713,11 @@ def _first_offsets(batch: list) -> dict[TP, int]:
 
 
 def _tps_text(partitions: list[TopicPartition]) -> str:
-    return ", ".join(f"{tp.topic}:{tp.partition}" for tp in partitions)
+    return _keys_text([(tp.topic, tp.partition) for tp in partitions])
+
+
+def _keys_text(keys) -> str:
+    return ", ".join(f"{t}:{p}" for t, p in keys)
 
 
 def _first_offsets_text(batch: list) -> str:
