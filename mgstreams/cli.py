@@ -798,11 +798,19 @@ def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count:
 
 
 def _config_pair(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
+    """KEY=VALUE settings; a secret is refused (a command line is visible to every local user), and no value is
+    ever echoed in an error."""
+    from stream_registry.redaction import is_secret_key
+
     pairs = {}
     for value in values:
         key, sep, setting = value.partition("=")
         if not sep or not key.strip():
-            raise click.BadParameter(f"{value!r} is not KEY=VALUE (e.g. auto.offset.reset=earliest)")
+            raise click.BadParameter("expected KEY=VALUE (e.g. auto.offset.reset=earliest); the value given is "
+                                     "not shown, it may hold a secret")
+        if is_secret_key(key.strip()):
+            raise click.BadParameter(f"{key.strip()!r} is a secret, and a command line is visible to every local "
+                                     f"user: give it through the API (curl with a JSON body) or CALL streams.create")
         pairs[key.strip()] = setting
     return pairs
 

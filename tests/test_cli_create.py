@@ -113,7 +113,11 @@ def test_create_start_and_write_a_cypherl_file(embedded, host, tmp_path):
     twice = mgstreams("create", "payments", "--topic", "transfers", "--bootstrap", bootstrap, env=env)
     assert twice.returncode == 1 and "already exists" in twice.stderr
     usage = mgstreams("create", "p2", "--topic", "transfers", "--bootstrap", bootstrap, "--config", "nope", env=env)
-    assert usage.returncode == 2 and "'nope' is not KEY=VALUE" in usage.stderr
+    assert usage.returncode == 2 and "expected KEY=VALUE" in usage.stderr
+    secret = mgstreams("create", "p2", "--topic", "transfers", "--bootstrap", bootstrap,
+                       "--config", "sasl.password=hunter2-on-argv", env=env)
+    assert secret.returncode == 2 and "'sasl.password' is a secret" in secret.stderr, secret.stderr
+    assert "hunter2-on-argv" not in secret.stderr + secret.stdout
 
 
 def test_topic_create_without_a_control_socket_says_why(tmp_path, monkeypatch):

@@ -286,3 +286,40 @@ def test_one_call_is_one_change_reverted_whole_through_the_host(host, kafka):
             {c.message for c in reverted}
         [one] = client.revert("orders", history[0].change_id, timeout=10, partitions=[f"{topic}:1"], dry_run=True)
         assert (one.partition, one.offset, one.status) == (1, 20, ChangeStatus.PLANNED)
+
+
+# -- issue 21: time lookups hold no lock and keep the caller's deadline ---------------------------------
+def test_a_slow_time_lookup_holds_no_lock_and_gets_the_callers_deadline(kafka, registry, memory_sinks, monkeypatch):
+    """A datetime spec is resolved by a time lookup against the cluster (a binary search over record timestamps
+    where the broker has no time index). While one is slow, stop and describe answer at once, and the lookup
+    is handed the deadline of the call that asked for it (its timeout counted from its arrival)."""
+    from stream_registry.kafka.queries import PartitionQuery
+
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 10, partitions=1)
+    _create(kafka, registry, topic)
+    looking, deadlines = threading.Event(), []
+    real = PartitionQuery.offsets_for_times
+
+    def slow(self, queries, deadline=None):
+        deadlines.append(deadline)
+        looking.set()
+        time.sleep(3.0)
+        return real(self, queries, deadline)
+
+    monkeypatch.setattr(PartitionQuery, "offsets_for_times", slow)
+    results = {}
+    arrived = time.monotonic()
+    caller = threading.Thread(target=lambda: results.update(
+        changes=registry.set_offset("orders", "2020-01-01T00:00:00Z", timeout=5)))
+    caller.start()
+    assert looking.wait(10), "the spec was not looked up by time"
+    t0 = time.monotonic()
+    registry.describe("orders")
+    registry.stop("orders")
+    assert time.monotonic() - t0 < 1.5, "describe and stop waited for the time lookup"
+    caller.join(15)
+    assert not caller.is_alive()
+    [deadline] = deadlines
+    assert deadline is not None and arrived < deadline <= arrived + 5.0 + 0.1, "not the caller's deadline"
+    assert [c.offset for c in results["changes"]] == [0]   # a time before every record: the log start

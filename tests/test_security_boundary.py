@@ -175,7 +175,7 @@ def test_a_planted_state_file_loads_no_library_at_start(tmp_path, kafka, probe):
     with pytest.raises(Exception) as refused:
         again.start(timeout=30)
     again.stop()
-    assert "plugin.library.paths" in str(refused.value)
+    assert "plugin.library.paths" in str(refused.value) and "stream 'planted'" in str(refused.value)
     time.sleep(1)
     assert not marker.exists()
 
@@ -256,10 +256,11 @@ def test_a_host_given_no_token_makes_one_and_its_clients_read_it(tmp_path):
         assert again.token == host.token
     finally:
         again.stop()
-    (state / "api-token").chmod(0o644)
-    refused = subprocess.run([sys.executable, "-m", "mgstreams", "serve", "--state-dir", str(state),
-                              "--listen", "127.0.0.1:0"], capture_output=True, text=True, cwd=ROOT, timeout=30)
-    assert refused.returncode == 1 and "mode 0644" in refused.stderr and host.token not in refused.stderr
+    for mode in (0o644, 0o700):   # readable by others; or executable: a token file is 0600 or 0400
+        (state / "api-token").chmod(mode)
+        refused = subprocess.run([sys.executable, "-m", "mgstreams", "serve", "--state-dir", str(state),
+                                  "--listen", "127.0.0.1:0"], capture_output=True, text=True, cwd=ROOT, timeout=30)
+        assert refused.returncode == 1 and f"mode {mode:04o}" in refused.stderr and host.token not in refused.stderr
 
 
 # -- network reach and the file system --------------------------------------------------------

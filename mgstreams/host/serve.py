@@ -97,9 +97,12 @@ def read_token_file(path: str | os.PathLike, field: str) -> str:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise ConfigError(f"{field}: {str(path)!r} is not a regular file")
-            if info.st_mode & 0o077:
+            if stat.S_IMODE(info.st_mode) not in (0o600, 0o400):
                 raise ConfigError(f"{field}: {str(path)!r} has mode {stat.S_IMODE(info.st_mode):04o}; a token file "
-                                  f"must be readable by its owner alone (chmod 600 it)")
+                                  f"must be 0600 or 0400, readable by its owner alone (chmod 600 it)")
+            if info.st_uid != os.getuid():
+                raise ConfigError(f"{field}: {str(path)!r} belongs to uid {info.st_uid}, not to this user "
+                                  f"(uid {os.getuid()}); a token file must be the host's own")
             token = handle.read(4096).decode("utf-8", errors="replace").strip()
     except OSError as exc:
         raise ConfigError(f"{field}: cannot read {str(path)!r}: {exc.strerror}") from None

@@ -291,17 +291,23 @@ class StreamRegistry:
         holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
         `note` becomes the history message of the changes once applied."""
         with self._locked(name) as stream:
-            runner = self._running(stream)
-            resolved, _ = self._resolve(stream, runner, spec, shown, deadline)
-            plan = [r for r in resolved if not r.unchanged]
-            if dry_run:
-                return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                     ChangeStatus.UNCHANGED if r.unchanged else
-                                     ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
-                                     "; ".join(m for m in (note, r.message) if m) if not r.unchanged else r.message)
-                        for r in resolved]
-            if not plan:
-                return self._changes.outcome(name, 0, resolved, runner is not None)
+            runner, config, query = self._running(stream), stream.config, self._query(stream)
+        # Resolving asks the cluster (metadata, watermarks, time lookups, another group's commits): no lock is
+        # held meanwhile, so stop, drop and describe answer at once; the change is opened under the lock after.
+        resolved, _ = self._resolve(config, query, runner, spec, shown, deadline)
+        plan = [r for r in resolved if not r.unchanged]
+        if dry_run:
+            return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
+                                 ChangeStatus.UNCHANGED if r.unchanged else
+                                 ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
+                                 "; ".join(m for m in (note, r.message) if m) if not r.unchanged else r.message)
+                    for r in resolved]
+        if not plan:
+            return self._changes.outcome(name, 0, resolved, runner is not None)
+        with self._locked(name) as stream:
+            if stream.config is not config or self._running(stream) is not runner:
+                raise StreamStateError(f"name: stream {name!r} was started, stopped or altered while {shown} was "
+                                       f"resolved; nothing changed, call again")
             change_id = self._changes.open(name, plan, note, running=runner is not None)
             if runner is not None:
                 runner.request_offsets(change_id, {(r.topic, r.partition): r.offset for r in plan})
@@ -309,34 +315,32 @@ class StreamRegistry:
             self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
         return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
 
-    def _resolve(self, stream: _Stream, runner: StreamRunner | None, spec: OffsetSpec, shown: str,
-                 deadline: float) -> tuple[list, dict]:
-        """Every partition the spec targets, resolved against the cluster now (stream.lock held), and the
+    def _resolve(self, config: StreamConfig, query: PartitionQuery, runner: StreamRunner | None, spec: OffsetSpec,
+                 shown: str, deadline: float) -> tuple[list, dict]:
+        """Every partition the spec targets, resolved against the cluster now (no lock held), and the
         snapshots of the stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved.
         Relative specs and previous offsets count from where the stream is: its position where its consumer
         holds the partition, else its resume point (a pending change; an exactly-once sink's stored offset)."""
         def left() -> float:
             return max(deadline - time.monotonic(), 0.1)
-        query = self._query(stream)
-        partitions = query.partitions(stream.config.topics, left())
+        partitions = query.partitions(config.topics, left())
         spec.check_against(partitions)
         seen = runner.snapshot() if runner else WorkerSnapshot()
-        tps = [(t, p) for t in stream.config.topics for p in partitions[t]]
+        tps = [(t, p) for t in config.topics for p in partitions[t]]
         snapshots = query.snapshots(tps, seen.positions, deadline=deadline)
-        where = self._where(stream, snapshots, seen)
+        where = self._where(config, snapshots, seen)
         based = [PartitionSnapshot(s.topic, s.partition, s.log_start, s.log_end, s.committed,
                                    where.get((s.topic, s.partition))) for s in snapshots]
-        resolved = resolve(spec, based, query.offsets_for_times, running=True,
+        resolved = resolve(spec, based, lambda times: query.offsets_for_times(times, deadline), running=True,
                            lookup_group=lambda group, tps: query.group_committed(group, tps, left()))
         unresolved = [r for r in resolved if r.failed]
         if unresolved:
             raise OffsetSpecError(f"{shown}: " + _grouped_reasons(unresolved))
         return resolved, {(snap.topic, snap.partition): snap for snap in snapshots}
 
-    def _where(self, stream: _Stream, snapshots: list, seen: WorkerSnapshot) -> dict[TP, int | None]:
+    def _where(self, config: StreamConfig, snapshots: list, seen: WorkerSnapshot) -> dict[TP, int | None]:
         """Where each partition stands: the consumer's position, else the resume point without the
         auto.offset.reset guess (None: the partition has no offset yet)."""
-        config = stream.config
         stored: dict | None = {}
         if config.delivery == Delivery.EXACTLY_ONCE:
             missing = [(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in seen.stored]
@@ -358,7 +362,8 @@ class StreamRegistry:
         spec = parse_offset_spec(offset)
         deadline = time.monotonic() + timeout
         with self._locked(name) as stream:
-            resolved, snapshots = self._resolve(stream, self._running(stream), spec, f"offset {offset!r}", deadline)
+            runner, config, query = self._running(stream), stream.config, self._query(stream)
+        resolved, snapshots = self._resolve(config, query, runner, spec, f"offset {offset!r}", deadline)  # no lock
         starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
         left = max(deadline - time.monotonic(), 0.1)
         args = (stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit, left)
@@ -392,17 +397,16 @@ class StreamRegistry:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
         with self._locked(name) as stream:
-            config = stream.config
-            query = self._query(stream)
-            partitions = query.partitions(config.topics)
-            runner = self._running(stream)
-            seen = runner.snapshot() if runner else WorkerSnapshot()
-            tps = [(t, p) for t in config.topics for p in partitions[t]]
-            snapshots = query.snapshots(tps, seen.positions)
-            missing = [tp for tp in tps if tp not in seen.stored]   # not assigned since its process started
-            offline = self._stored_offsets(config, missing) if missing else {}
-            stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
-            pending = self._store.pending(name)
+            runner, config, query = self._running(stream), stream.config, self._query(stream)
+        # The cluster and the sink are asked with no lock held: stop and drop never wait for them.
+        partitions = query.partitions(config.topics)
+        seen = runner.snapshot() if runner else WorkerSnapshot()
+        tps = [(t, p) for t in config.topics for p in partitions[t]]
+        snapshots = query.snapshots(tps, seen.positions)
+        missing = [tp for tp in tps if tp not in seen.stored]   # not assigned since its process started
+        offline = self._stored_offsets(config, missing) if missing else {}
+        stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
+        pending = self._store.pending(name)
         resume = resume_offsets(config, snapshots, pending, stored)
         return [PartitionOffsets(s.topic, s.partition, s.committed, s.position, s.log_start, s.log_end,
                                  None if s.committed is None else max(s.log_end - s.committed, 0),
@@ -416,6 +420,7 @@ class StreamRegistry:
         if config.delivery != Delivery.EXACTLY_ONCE:
             return {}
         try:
+            config.validate()   # the sink's host is one the operator allows today
             return read_stored_offsets(config.sink, config.name, config.sink_credentials(), self._output_policy(),
                                        partitions)
         except StreamError as exc:
@@ -592,6 +597,10 @@ class StreamRegistry:
 
     def _query(self, stream: _Stream) -> PartitionQuery:
         if stream.query is None:
+            # A stored stream read back: today's allowlists (its hosts, its group) apply before anything
+            # connects on its behalf, as they do at start.
+            stream.config.validate()
+            self._group_policy.check(stream.config)
             stream.query = self._open_query(stream.config)
         return stream.query
 

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..config import StreamConfig
-from ..errors import StreamError
+from ..errors import ConfigError, StreamError
 from ..offset_spec import ChangeStatus
 from ..offsets import HistoryEntry, PendingOffset
 from ..stream_info import StreamStatus
@@ -131,9 +131,9 @@ class StateStore:
 
     # -- streams ----------------------------------------------------------
     def load_streams(self) -> list[tuple[StreamConfig, bool, StreamStatus, str | None]]:
-        rows = self._read("SELECT config, desired_running, status, error FROM streams ORDER BY name")
-        return [(StreamConfig(**json.loads(cfg)), bool(desired), StreamStatus(status), error)
-                for cfg, desired, status, error in rows]
+        rows = self._read("SELECT name, config, desired_running, status, error FROM streams ORDER BY name")
+        return [(_stored_config(name, cfg), bool(desired), StreamStatus(status), error)
+                for name, cfg, desired, status, error in rows]
 
     def insert_stream(self, config: StreamConfig) -> None:
         self._write(("INSERT INTO streams (name, config, desired_running, status) VALUES (?, ?, 0, ?)",
@@ -312,3 +312,12 @@ def _history_row(row: tuple) -> HistoryEntry:
     at, topic, partition, previous, offset, status, message, change_id = row
     return HistoryEntry(datetime.fromtimestamp(at, tz=timezone.utc), topic, partition, previous, offset,
                         ChangeStatus(status), message, change_id)
+
+
+def _stored_config(name: str, text: str) -> StreamConfig:
+    """A stream's config read back; one today's allowlists refuse (a planted row, a narrowed allowlist) is a
+    ConfigError naming the stream, so the operator knows which one to fix or drop."""
+    try:
+        return StreamConfig(**json.loads(text))
+    except ConfigError as exc:
+        raise ConfigError(f"stream {name!r} in the state store: {exc}") from None
