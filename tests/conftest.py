@@ -116,8 +116,9 @@ def quick_rebalance(kafka):
 @pytest.fixture
 def embedded_kafka(kafka):
     if kafka.embedded is None:
-        pytest.skip("needs the embedded cluster's fault injection" +
-                    (" (Tansu injects no faults; `make test` runs it)" if broker_support.ON_TANSU else ""))
+        pytest.skip("Tansu limitation: no fault injection (the embedded cluster's push_request_errors, "
+                    "broker_set_down and coordinator moves have no Tansu counterpart); `make test` runs it"
+                    if broker_support.ON_TANSU else "needs the embedded cluster's fault injection")
     return kafka.embedded
 
 
