@@ -239,7 +239,8 @@ def test_stopped_stream_with_lag_turns_stop_and_its_lag_seconds_grow_then_fall_t
     assert api.put("/streams/halted/stop").json()["status"] == "stopped"
     # Produced a minute ago (by their timestamps): only reading them says so; the log end moved just now.
     kafka.produce(topic, 10, partitions=2, timestamp_ms=lambda i: int((time.time() - 60) * 1000))
-    lag = wait_lag(api, "halted", lambda lag: lag["status"] == "STOP" and all(
+    # STOP comes at once on a stopped stream: wait for a sample that has seen the 10 new records too
+    lag = wait_lag(api, "halted", lambda lag: lag["status"] == "STOP" and lag["total_lag"] == 10 and all(
         p["lag_seconds_method"] == "timestamp" for p in lag["partitions"]), "STOP, timestamps read", timeout=15)
     assert lag["total_lag"] == 10 and lag["stream_status"] == "stopped"
     assert all(p["status"] == "STOP" and "the stream is stopped: nothing consumes" in p["message"]

@@ -293,7 +293,9 @@ def test_an_offset_change_made_while_the_stream_process_is_down_is_applied_when_
         wait_until(lambda: len(delivered_from_file(out)) == 40, 60, what="the first 40 messages")
         os.kill(api.get("/streams/orders").json()["pid"], signal.SIGKILL)
         wait_until(lambda: api.get("/streams/orders").json()["status"] == "error", 5, interval=0.02, what="error")
-        changes = api.patch("/streams/orders/offsets", json={"offset": {f"{topic}:1": 5}, "timeout_ms": 500}).json()
+        answer = api.patch("/streams/orders/offsets", json={"offset": {f"{topic}:1": 5}, "timeout_ms": 500})
+        changes = answer.json()
+        assert answer.status_code == 200, answer.text
         assert [(c["partition"], c["offset"], c["status"]) for c in changes] == [(1, 5, "pending")]
         since = len(delivered_from_file(out))
         wait_until(lambda: api.get("/streams/orders").json()["status"] == "running", 60, what="restarted")

@@ -305,9 +305,12 @@ class StreamRegistry:
         if not plan:
             return self._changes.outcome(name, 0, resolved, runner is not None)
         with self._locked(name) as stream:
-            if stream.config is not config or self._running(stream) is not runner:
-                raise StreamStateError(f"name: stream {name!r} was started, stopped or altered while {shown} was "
-                                       f"resolved; nothing changed, call again")
+            if stream.config is not config:
+                raise StreamStateError(f"name: stream {name!r} was altered while {shown} was resolved; nothing "
+                                       f"changed, call again")
+            # Started or stopped meanwhile: the targets stand; the change goes to whichever runner holds the
+            # stream now (or waits for its first assignment, as on a stopped stream).
+            runner = self._running(stream)
             change_id = self._changes.open(name, plan, note, running=runner is not None)
             if runner is not None:
                 runner.request_offsets(change_id, {(r.topic, r.partition): r.offset for r in plan})
