@@ -15,7 +15,7 @@ import httpx
 
 from stream_registry import HistoryEntry, OffsetChange, PartitionOffsets, StreamInfo
 from stream_registry.offsets import PendingOffset, PreviewStatement
-from stream_registry.errors import ConfigError, StreamError, StreamNotFound, StreamStateError
+from stream_registry.errors import ConfigError, StreamError, class_for_status
 from stream_registry.lag.collector import PartitionLag, StreamLag
 
 from .host.serve import (DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, client_token, default_token_file,
@@ -35,9 +35,6 @@ class HostUnavailable(StreamError):
 
 class Unauthorized(StreamError):
     """The host wants a token this client did not send, or not this one (401)."""
-
-
-_ERRORS = {400: ConfigError, 404: StreamNotFound, 409: StreamStateError}
 
 
 def _token_for(url: str) -> str | None:
@@ -162,7 +159,7 @@ class HostClient:
         if response.status_code == 401:
             sent = "the token sent was refused" if "authorization" in self._http.headers else "no token was sent"
             raise Unauthorized(f"{message or 'authorization: a token is required'} ({sent}): {TOKEN_HINT}")
-        raise _ERRORS.get(response.status_code, StreamError)(message or f"host: HTTP {response.status_code}")
+        raise class_for_status(response.status_code)(message or f"host: HTTP {response.status_code}")
 
 
 def _stream_lag(data: Any) -> StreamLag:

@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import ALTERABLE_FIELDS, OPTION_FIELDS
-from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound, StreamStateError
+from stream_registry.errors import BodyTooLarge, Busy, ConfigError, StreamError, StreamExists, StreamNotFound
 from stream_registry.lag.collector import LagCollector
 
 from ..wire import to_json
@@ -66,10 +66,6 @@ class Limits:
     preview_bytes: int = 16 << 20         # the most a preview's answer may hold
 
 
-class Busy(KafkaOperationError):
-    """A cap on concurrent work is reached (503)."""
-
-
 class _Cap:
     """A count of work in progress that refuses, never queues: a queue would hold connections open."""
 
@@ -93,10 +89,6 @@ class _Cap:
 
 class BadRequest(ConfigError):
     """The request itself (body, query string) is malformed."""
-
-
-class BodyTooLarge(BadRequest):
-    """The request body is larger than the host reads (413)."""
 
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
@@ -280,7 +272,7 @@ def create_stream(registry: StreamRegistry, config: StreamConfig):
         registry.get(config.name)
     except StreamNotFound:
         return registry.create(config)
-    raise StreamStateError(f"name: a stream named {config.name!r} already exists")
+    raise StreamExists(f"name: a stream named {config.name!r} already exists")
 
 
 # -- request parts ----------------------------------------------------------------------
@@ -373,20 +365,8 @@ def _error(message: str, status: int, headers: dict[str, str] | None = None) -> 
     return JSONResponse({"error": " ".join(str(message).split())}, status_code=status, headers=headers)
 
 
-def _status_of(exc: StreamError) -> int:
-    if isinstance(exc, StreamNotFound):
-        return 404
-    if isinstance(exc, BodyTooLarge):
-        return 413
-    if isinstance(exc, ConfigError):
-        return 400
-    if isinstance(exc, KafkaOperationError):
-        return 503
-    return 409  # StreamStateError, and a stream that cannot start in its present state
-
-
-async def _stream_error(request: Request, exc: Exception) -> Response:
-    return _error(str(exc), _status_of(exc))
+async def _stream_error(request: Request, exc: StreamError) -> Response:
+    return _error(str(exc), exc.http_status)   # each error class owns its status (stream_registry.errors)
 
 
 # A stream's paths as sent (percent-encoded): a name holding "/" (%2F) or an empty one matches no route

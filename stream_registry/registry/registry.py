@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import Delivery, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
-from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError, TransformError
+from ..errors import (ConfigError, OffsetSpecError, StreamError, StreamExists, StreamNotFound, StreamStateError,
+                      TransformError)
 from ..kafka.queries import PartitionQuery
 from ..offset_spec import ChangeStatus, OffsetSpec, PartitionSnapshot, parse_offset_spec, resolve
 from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
@@ -131,11 +132,11 @@ class StreamRegistry:
         self._group_policy.check(config)
         with self._lock:
             if config.name in self._streams:
-                raise ConfigError(f"name: a stream named {config.name!r} already exists")
+                raise StreamExists(f"name: a stream named {config.name!r} already exists")
         self._check_reachable(config)
         with self._lock:
             if config.name in self._streams:
-                raise ConfigError(f"name: a stream named {config.name!r} already exists")
+                raise StreamExists(f"name: a stream named {config.name!r} already exists")
             self._store.insert_stream(config)
             self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
         log.info("stream %s: created (%s)", config.name, _described(config))
