@@ -37,6 +37,7 @@ from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import ALTERABLE_FIELDS, OPTION_FIELDS
 from stream_registry.errors import BodyTooLarge, Busy, ConfigError, StreamError, StreamExists, StreamNotFound
 from stream_registry.lag.collector import LagCollector
+from stream_registry.model import CHECK_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_BODY_BYTES, MAX_LIMIT, MAX_TIMEOUT_MS
 
 from ..wire import to_json
 from . import ui
@@ -51,11 +52,6 @@ CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "co
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
 REVERT_FIELDS = ("timeout_ms", "dry_run", "partitions")
 CHECK_FIELDS = ("offset", "limit", "timeout_ms")
-DEFAULT_CHECK_TIMEOUT_MS = 20_000
-DEFAULT_TIMEOUT_MS = 10_000
-MAX_TIMEOUT_MS = 3_600_000
-MAX_LIMIT = 2 ** 63 - 1
-MAX_BODY_BYTES = 1 << 20   # an offset map for 50,000 partitions fits; a client cannot make the host hold more
 
 
 @dataclass(frozen=True)
@@ -188,7 +184,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
     async def check(request: Request) -> Response:
         body = await _body(request, CHECK_FIELDS, required=(), empty_ok=True)
-        timeout = _timeout(body, DEFAULT_CHECK_TIMEOUT_MS)
+        timeout = _timeout(body, CHECK_TIMEOUT_MS)
         name = _name(request)
 
         def capped_check():

@@ -21,14 +21,12 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from ..errors import ConfigError, StreamError
-from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, ResolvedOffset
-from ..offsets import HistoryEntry, OffsetChange, PendingOffset
-from .dead_letter import SetAside
-from .offset_gate import GateEvent, MoveState, PendingMove
+from ..offset_spec import Absolute, OffsetSpec
+from ..model import (ChangeStatus, GateEvent, HistoryEntry, MoveState, OffsetChange, PartitionKey, PendingMove,
+                     PendingOffset, ResolvedOffset, SetAside)
 from .state_store import PlannedRow, StateStore
 
 log = logging.getLogger("mgstreams.registry")
-TP = tuple[str, int]
 OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that are offset changes
 NOT_RUNNING = "stream is not running; applied at the first assignment after start"
 NOT_ASSIGNED = "not assigned to this stream's consumer yet (rebalance pending); applied when the group assigns it"
@@ -76,26 +74,30 @@ class ChangeSets:
         for r in resolved:
             tp = (r.topic, r.partition)
             if r.unchanged:
-                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, ChangeStatus.UNCHANGED,
-                                        r.message))
+                out.append(OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                        offset=r.offset, status=ChangeStatus.UNCHANGED,
+                                        message=r.message))
             elif tp in applied:
                 h = applied[tp]
-                out.append(OffsetChange(h.topic, h.partition, h.previous_offset, h.offset, h.status, h.message or "",
-                                        change_id))
+                out.append(OffsetChange(topic=h.topic, partition=h.partition, previous_offset=h.previous_offset,
+                                        offset=h.offset, status=h.status, message=h.message or "",
+                                        change_id=change_id))
             elif tp in mine:
                 p = mine[tp]
                 why = NOT_RUNNING if not running else p.reason or NOT_ASSIGNED
-                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, ChangeStatus.PENDING,
-                                        _joined(p.message, why), change_id))
+                out.append(OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                        offset=r.offset, status=ChangeStatus.PENDING,
+                                        message=_joined(p.message, why), change_id=change_id))
             else:
                 later = self._later_change(name, change_id, tp, pending)
-                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                        ChangeStatus.SUPERSEDED if later else ChangeStatus.CANCELLED,
-                                        _joined(r.message, f"superseded by change {later}" if later else
-                                                "cancelled before it was applied"), change_id))
+                out.append(OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                        offset=r.offset,
+                                        status=ChangeStatus.SUPERSEDED if later else ChangeStatus.CANCELLED,
+                                        message=_joined(r.message, f"superseded by change {later}" if later else
+                                                "cancelled before it was applied"), change_id=change_id))
         return out
 
-    def _later_change(self, name: str, change_id: int, tp: TP, pending: dict) -> int | None:
+    def _later_change(self, name: str, change_id: int, tp: PartitionKey, pending: dict) -> int | None:
         """The id of a later change of the partition (pending or applied), if any."""
         if tp in pending and (pending[tp].change_id or 0) > change_id:
             return pending[tp].change_id
@@ -206,11 +208,12 @@ class ChangeSets:
         self._unrecorded.pop(name, None)
         self._store_errors.pop(name, None)
 
-    def pending_moves(self, name: str) -> dict[TP, PendingMove]:
+    def pending_moves(self, name: str) -> dict[PartitionKey, PendingMove]:
         """What a stream starting now is handed: the latest pending change of each partition (earlier ones a
         stream that ended never reported on are superseded)."""
         self._store.drop_superseded(name)
-        return {(p.topic, p.partition): PendingMove(p.change_id, p.offset) for p in self._store.pending_rows(name)}
+        return {(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset)
+                for p in self._store.pending_rows(name)}
 
     def history(self, name: str, limit: int | None) -> list[HistoryEntry]:
         self.flush(name)

@@ -17,9 +17,7 @@ from pathlib import Path
 
 from ..config import StreamConfig
 from ..errors import StreamError
-from ..offset_spec import ChangeStatus
-from ..offsets import HistoryEntry, PendingOffset
-from ..stream_info import StreamStatus
+from ..model import ChangeStatus, HistoryEntry, PendingOffset, StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
 
@@ -300,8 +298,9 @@ _PENDING_ORDER = " ORDER BY topic, partition"
 
 def _pending_row(row: tuple) -> PendingOffset:
     topic, partition, offset, requested_at, previous, note, reason, change_id = row
-    return PendingOffset(topic, partition, offset, datetime.fromtimestamp(requested_at, tz=timezone.utc), previous,
-                         note or None, change_id, reason)
+    return PendingOffset(topic=topic, partition=partition, offset=offset,
+                         requested_at=datetime.fromtimestamp(requested_at, tz=timezone.utc), previous_offset=previous,
+                         message=note or None, change_id=change_id, reason=reason)
 
 
 _HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, change_id "
@@ -310,5 +309,6 @@ _HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, 
 
 def _history_row(row: tuple) -> HistoryEntry:
     at, topic, partition, previous, offset, status, message, change_id = row
-    return HistoryEntry(datetime.fromtimestamp(at, tz=timezone.utc), topic, partition, previous, offset,
-                        ChangeStatus(status), message, change_id)
+    return HistoryEntry(changed_at=datetime.fromtimestamp(at, tz=timezone.utc), topic=topic, partition=partition,
+                        previous_offset=previous, offset=offset,
+                        status=ChangeStatus(status), message=message, change_id=change_id)
