@@ -292,7 +292,7 @@ def test_the_client_raises_the_class_the_host_answered_with(host, kafka, tmp_pat
                   "body: larger than"),
                  (KafkaOperationError, lambda: client.create(**{**body, "name": "far",
                                                                 "bootstrap_servers": "127.0.0.1:1",
-                                                                "configs": {"socket.timeout.ms": "1000"}}), "")]
+                                                                "configs": {"socket.timeout.ms": "1000"}}), "bootstrap_servers")]
         for cls, call, words in cases:
             with pytest.raises(cls, match=words) as raised:
                 call()
