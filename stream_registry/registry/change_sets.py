@@ -36,7 +36,7 @@ class ChangeSets:
     def __init__(self, store: StateStore):
         self._store = store
         self._changed = threading.Condition()
-        self._unrecorded: dict[str, list] = {}   # per stream: ("applied" | "set_aside", row) the store refused
+        self._unrecorded: dict[str, list[GateEvent | SetAside]] = {}   # per stream: what the store has not taken
         self._store_errors: dict[str, str] = {}
         self._record_lock = threading.Lock()
 
@@ -154,8 +154,7 @@ class ChangeSets:
         """A gate event from the stream's poll thread (or its pipe's reader): record it, wake the waiters. The
         partitions of one persist (`more` on all but the last) are recorded in one transaction."""
         if event.state == MoveState.PERSISTED:
-            self._unrecorded.setdefault(name, []).append(
-                ("applied", (event.change_id, event.topic, event.partition, event.offset, event.previous_offset)))
+            self._unrecorded.setdefault(name, []).append(event)
             if event.more:
                 return
             self.flush(name)
@@ -173,10 +172,7 @@ class ChangeSets:
 
     def on_set_aside(self, name: str, records: list[SetAside]) -> None:
         """Poison messages go to the history too: a skipped one is recorded nowhere else."""
-        self._unrecorded.setdefault(name, []).extend(
-            ("set_aside", (r.topic, r.partition, r.offset,
-                           ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED, r.error))
-            for r in records)
+        self._unrecorded.setdefault(name, []).extend(records)
         self.flush(name)
 
     def flush(self, name: str) -> None:
@@ -186,11 +182,12 @@ class ChangeSets:
             if not rows:
                 return
             try:
-                for kind, group in _runs(rows):
-                    if kind == "applied":
+                for group in _runs(rows):
+                    if isinstance(group[0], GateEvent):
                         self._store.record_applied(name, group)
-                        for change_id in sorted({row[0] for row in group}):
-                            moves = [(t, p, before, after) for c, t, p, after, before in group if c == change_id]
+                        for change_id in sorted({e.change_id for e in group}):
+                            moves = [(e.topic, e.partition, e.previous_offset, e.offset) for e in group
+                                     if e.change_id == change_id]
                             log.info("stream %s: change %d applied: %s", name, change_id, _moves(moves))
                     else:
                         self._store.record_set_aside(name, group)
@@ -262,12 +259,12 @@ def _names(item, row: HistoryEntry) -> bool:
     return False
 
 
-def _runs(rows: list) -> list[tuple[str, list]]:
-    """Consecutive rows of one kind, grouped (order kept)."""
-    out: list[tuple[str, list]] = []
-    for kind, row in rows:
-        if out and out[-1][0] == kind:
-            out[-1][1].append(row)
+def _runs(rows: list) -> list[list]:
+    """Consecutive rows of one kind (applied changes, set-aside messages), grouped (order kept)."""
+    out: list[list] = []
+    for row in rows:
+        if out and type(out[-1][0]) is type(row):
+            out[-1].append(row)
         else:
-            out.append((kind, [row]))
+            out.append([row])
     return out

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import StreamConfig
 from ..errors import StreamError
-from ..model import ChangeStatus, HistoryEntry, PendingOffset, StreamStatus
+from ..model import ChangeStatus, GateEvent, HistoryEntry, PendingOffset, SetAside, StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
 
@@ -217,14 +217,16 @@ class StateStore:
             return rows
         return [_pending_row(row) for row in self._transaction(take)]
 
-    def record_applied(self, name: str, applied: list[tuple[int, str, int, int, int | None]]) -> None:
-        """Changes persisted by a stream, (change id, topic, partition, offset, previous seen by the stream):
+    def record_applied(self, name: str, applied: list[GateEvent]) -> None:
+        """Changes persisted by a stream (PERSISTED gate events; `previous_offset` is what the stream saw):
         each becomes a history row of its change id, with what its pending row planned (previous offset,
         clamped, message), and the pending row goes. One transaction."""
         now = time.time()
 
         def record(db) -> None:
-            for change_id, topic, partition, offset, seen_previous in applied:
+            for event in applied:
+                change_id, topic, partition, offset = event.change_id, event.topic, event.partition, event.offset
+                seen_previous = event.previous_offset
                 row = db.execute("SELECT previous_offset, clamped, note FROM pending_changes WHERE stream = ? AND "
                                  "topic = ? AND partition = ? AND change_id = ? AND offset = ?",
                                  (name, topic, partition, change_id, offset)).fetchone()
@@ -238,15 +240,16 @@ class StateStore:
                            "change_id = ?", (name, topic, partition, change_id))
         self._transaction(record)
 
-    def record_set_aside(self, name: str, rows: list[tuple[str, int, int, ChangeStatus, str]]) -> None:
-        """Poison messages set aside (topic, partition, offset, status, error): history rows, one change each."""
+    def record_set_aside(self, name: str, records: list[SetAside]) -> None:
+        """Poison messages set aside (dead-lettered, or skipped): history rows, one change each."""
         now = time.time()
 
         def record(db) -> None:
-            for topic, partition, offset, status, error in rows:
+            for r in records:
+                status = ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED
                 db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?)",
-                           (name, now, topic, partition, offset, status.value, error, _next_change_id(db)))
+                           (name, now, r.topic, r.partition, r.offset, status.value, r.error, _next_change_id(db)))
         self._transaction(record)
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
