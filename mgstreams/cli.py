@@ -51,12 +51,9 @@ from rich.live import Live
 from rich.text import Text
 
 from stream_registry.errors import ConfigError, StreamError, StreamStateError
-from stream_registry.lag.collector import StreamLag
+from stream_registry.model import MAX_CHECK_LIMIT, OffsetChange, PartitionOffsets, StreamLag, StreamStatus
 from stream_registry.log_repeats import collapse_repeats
 from stream_registry.offset_files import OffsetSource, export_offsets, offsets_spec, parse_offsets_file
-from stream_registry.offsets import OffsetChange, PartitionOffsets
-from stream_registry.registry.registry import MAX_CHECK_LIMIT
-from stream_registry.stream_info import StreamStatus
 
 from .client import URL_ENV, HostClient
 from .usage_errors import UsageGroup

@@ -14,17 +14,15 @@ from urllib.parse import quote
 import httpx
 
 from stream_registry import HistoryEntry, OffsetChange, PartitionOffsets, StreamInfo
-from stream_registry.offsets import PendingOffset, PreviewStatement
-from stream_registry.errors import ConfigError, StreamError, StreamNotFound, StreamStateError
-from stream_registry.lag.collector import PartitionLag, StreamLag
+from stream_registry.model import (ALTER_TIMEOUT_S, MARGIN_S, REQUEST_TIMEOUT_S, PartitionLag, PendingOffset,
+                                   PreviewStatement, StreamLag)
+from stream_registry.errors import ConfigError, StreamError, class_for_status
 
 from .host.serve import (DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, client_token, default_token_file,
                          read_token_file)
 from .wire import from_json
 
 URL_ENV = "MGSTREAMS_URL"
-MARGIN_S = 5.0   # beyond an offset change's own timeout: the host answers within it, plus queries
-ALTER_TIMEOUT_S = 150.0   # an alter may import a transformation (60 s at most) and restart the stream (stop: 30 s)
 TOKEN_HINT = (f"pass the host's token with ${TOKEN_ENV}, the CLI's --token, or ${TOKEN_FILE_ENV}=FILE; a host "
               f"started without one keeps the token it generated in <its state dir>/{TOKEN_FILE_NAME}")
 
@@ -35,9 +33,6 @@ class HostUnavailable(StreamError):
 
 class Unauthorized(StreamError):
     """The host wants a token this client did not send, or not this one (401)."""
-
-
-_ERRORS = {400: ConfigError, 404: StreamNotFound, 409: StreamStateError}
 
 
 def _token_for(url: str) -> str | None:
@@ -55,7 +50,7 @@ def _token_for(url: str) -> str | None:
 
 
 class HostClient:
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = REQUEST_TIMEOUT_S):
         self.url = _checked_url((url or os.environ.get(URL_ENV) or DEFAULT_URL).rstrip("/"))
         token = token if token is not None else _token_for(self.url)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -162,7 +157,7 @@ class HostClient:
         if response.status_code == 401:
             sent = "the token sent was refused" if "authorization" in self._http.headers else "no token was sent"
             raise Unauthorized(f"{message or 'authorization: a token is required'} ({sent}): {TOKEN_HINT}")
-        raise _ERRORS.get(response.status_code, StreamError)(message or f"host: HTTP {response.status_code}")
+        raise class_for_status(response.status_code)(message or f"host: HTTP {response.status_code}")
 
 
 def _stream_lag(data: Any) -> StreamLag:

@@ -225,13 +225,16 @@ def run_cli(url: str, *args: str, reporter: Reporter = Reporter(), timeout: floa
 
 
 def offset_change(row: Mapping[str, Any]) -> OffsetChange:
-    return OffsetChange(row["topic"], row["partition"], row["previous_offset"], row["offset"],
-                        ChangeStatus(row["status"]), row.get("message") or "")
+    return OffsetChange(topic=row["topic"], partition=row["partition"], previous_offset=row["previous_offset"],
+                        offset=row["offset"],
+                        status=ChangeStatus(row["status"]), message=row.get("message") or "")
 
 
 def partition_offsets(row: Mapping[str, Any]) -> PartitionOffsets:
-    return PartitionOffsets(row["topic"], row["partition"], row["committed_offset"], row["position"],
-                            row["log_start_offset"], row["log_end_offset"], row["lag"], bool(row["assigned"]))
+    return PartitionOffsets(topic=row["topic"], partition=row["partition"], committed_offset=row["committed_offset"],
+                            position=row["position"],
+                            log_start_offset=row["log_start_offset"], log_end_offset=row["log_end_offset"],
+                            lag=row["lag"], assigned=bool(row["assigned"]))
 
 
 def stream_row(streams: QueryModule, name: str, quiet: bool = False) -> dict[str, Any]:

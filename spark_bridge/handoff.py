@@ -16,12 +16,12 @@ from stream_registry.config import Delivery, StreamConfig
 from stream_registry.errors import StreamError
 from stream_registry.graph.sinks import read_stored_offsets
 from stream_registry.kafka.queries import PartitionQuery
+from stream_registry.model import PartitionKey
 from stream_registry.offset_spec import Committed, OffsetSpec, Shift
 from stream_registry.redaction import redact
 from stream_registry.registry.state_store import StateStore
 from stream_registry.resume_point import resume_offsets
 
-TP = tuple[str, int]
 
 
 def uses_committed(*specs: OffsetSpec) -> bool:
@@ -31,7 +31,7 @@ def uses_committed(*specs: OffsetSpec) -> bool:
 
 
 def stream_resume_offsets(state_dir: str | os.PathLike, config: StreamConfig,
-                          timeout: float = 10.0) -> dict[TP, int]:
+                          timeout: float = 10.0) -> dict[PartitionKey, int]:
     """The resume point of every partition of the stream `config` describes, hosted in `state_dir`.
 
     Raises StreamError when it cannot be known: the cluster or the state cannot
@@ -48,7 +48,7 @@ def stream_resume_offsets(state_dir: str | os.PathLike, config: StreamConfig,
                         timeout=timeout, secrets=secrets) as query:
         partitions = query.partitions(config.topics)
         snapshots = query.snapshots([(t, p) for t in config.topics for p in partitions[t]])
-    stored: dict[TP, int] = {}
+    stored: dict[PartitionKey, int] = {}
     unpending = [(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in pending]
     if config.delivery == Delivery.EXACTLY_ONCE and unpending:
         try:

@@ -21,8 +21,8 @@ from typing import Iterable, Mapping, Sequence
 
 from stream_registry.errors import KafkaOperationError, OffsetSpecError
 from stream_registry.kafka.queries import PartitionQuery
-from stream_registry.offset_spec import (Absolute, Committed, Earliest, Latest, OffsetSpec,
-                                         PartitionSnapshot, ResolvedOffset, Target, resolve)
+from stream_registry.offset_spec import Absolute, Committed, Earliest, Latest, OffsetSpec, Target, resolve
+from stream_registry.model import PartitionSnapshot, ResolvedOffset
 
 # What a partition the spec does not name gets (the JVM Kafka source's batch defaults).
 DEFAULT_START: Target = Earliest()

@@ -6,10 +6,10 @@ no pyspark and no HTTP here: the application (`mgstreams`) adds those.
 """
 from .config import StreamConfig
 from .errors import StreamError
-from .offset_spec import ChangeStatus, parse_offset_spec
-from .offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
+from .offset_spec import parse_offset_spec
+from .model import (ChangeStatus, HistoryEntry, OffsetChange, PartitionOffsets,
+                    PendingOffset, PreviewStatement, StreamInfo, StreamStatus)
 from .registry import StreamRegistry
-from .stream_info import StreamInfo, StreamStatus
 
 __all__ = [
     "ChangeStatus", "HistoryEntry", "OffsetChange", "PartitionOffsets", "PendingOffset", "PreviewStatement",

@@ -1,13 +1,25 @@
-"""One error hierarchy: every failure a user can see is a StreamError."""
+"""One error hierarchy: every failure a user can see is a StreamError.
+
+Each class owns the HTTP status the host answers it with (`http_status`): the
+API, the client (`class_for_status`) and the pipe from a child process
+(`class_named`) all map through this one module.
+"""
 from __future__ import annotations
 
 
 class StreamError(Exception):
     """Base of every mgstreams error; the message names the field and the value."""
+    http_status = 409   # a conflict with the stream's present state, unless a subclass says otherwise
 
 
 class ConfigError(StreamError):
     """A stream configuration or argument was rejected; nothing was changed."""
+    http_status = 400
+
+
+class BodyTooLarge(ConfigError):
+    """A request body, or a preview's answer, is larger than the host handles."""
+    http_status = 413
 
 
 class OffsetSpecError(ConfigError):
@@ -16,10 +28,16 @@ class OffsetSpecError(ConfigError):
 
 class StreamNotFound(StreamError):
     """No stream of that name is registered."""
+    http_status = 404
 
 
 class StreamStateError(StreamError):
     """The operation does not fit the stream's current state."""
+    http_status = 409
+
+
+class StreamExists(StreamStateError):
+    """A stream of that name is already registered: one error (409, as in Kafka Connect) wherever it is found."""
 
 
 class TransformError(StreamError):
@@ -51,8 +69,32 @@ class StoredOffsetsConflict(SinkError):
 
 class KafkaOperationError(StreamError):
     """A Kafka call failed; carries the Kafka error code and the partition it concerns."""
+    http_status = 503
 
     def __init__(self, message: str, *, code: str | None = None, topic: str | None = None,
                  partition: int | None = None):
         super().__init__(message)
         self.code, self.topic, self.partition = code, topic, partition
+
+
+class Busy(KafkaOperationError):
+    """A cap on concurrent work is reached (503): try again shortly."""
+
+
+# What a client raises for a host's status: the most general class that answers with it.
+_BY_STATUS = {cls.http_status: cls for cls in (ConfigError, BodyTooLarge, StreamNotFound, StreamStateError,
+                                               KafkaOperationError)}
+# What crosses a pipe by name: every class that is built from its message alone.
+_BY_NAME = {cls.__name__: cls for cls in (StreamError, ConfigError, BodyTooLarge, OffsetSpecError, StreamNotFound,
+                                          StreamStateError, StreamExists, TransformError, SinkError,
+                                          KafkaOperationError, Busy)}
+
+
+def class_for_status(status: int) -> type[StreamError]:
+    """The error class a client raises for an HTTP status the host answered (StreamError if none is ours)."""
+    return _BY_STATUS.get(status, StreamError)
+
+
+def class_named(name: str) -> type[StreamError]:
+    """The error class of that name, as a child process reports it (StreamError for a name we do not know)."""
+    return _BY_NAME.get(name, StreamError)

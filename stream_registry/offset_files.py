@@ -15,9 +15,8 @@ from typing import Iterable
 
 from .errors import ConfigError
 from .offset_spec import INT64_MAX
-from .offsets import PartitionOffsets
+from .model import PartitionKey, PartitionOffsets
 
-TP = tuple[str, int]
 INT32_MAX = 2 ** 31 - 1
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _DIGITS = re.compile(r"[0-9]{1,19}")
@@ -52,10 +51,10 @@ def export_offsets(rows: Iterable[PartitionOffsets], source: OffsetSource | str 
     return lines, notes
 
 
-def parse_offsets_file(text: str, where: str = "file") -> dict[TP, int]:
+def parse_offsets_file(text: str, where: str = "file") -> dict[PartitionKey, int]:
     """Offsets per partition from a file's text; OffsetFileError naming every bad line (up to a few)."""
-    offsets: dict[TP, int] = {}
-    first_seen: dict[TP, int] = {}
+    offsets: dict[PartitionKey, int] = {}
+    first_seen: dict[PartitionKey, int] = {}
     errors: list[str] = []
     for number, raw in enumerate(text.removeprefix("\ufeff").splitlines(), start=1):
         line = raw.strip()
@@ -81,12 +80,12 @@ def parse_offsets_file(text: str, where: str = "file") -> dict[TP, int]:
     return offsets
 
 
-def offsets_spec(offsets: dict[TP, int]) -> dict[str, int]:
+def offsets_spec(offsets: dict[PartitionKey, int]) -> dict[str, int]:
     """The offset spec (a per-partition map) that sets exactly these offsets."""
     return {f"{topic}:{partition}": offset for (topic, partition), offset in offsets.items()}
 
 
-def _parse_line(line: str) -> tuple[TP, int]:
+def _parse_line(line: str) -> tuple[PartitionKey, int]:
     fields = [f.strip() for f in line.split(",")] if "," in line else line.split()
     if len(fields) != 3:
         raise ValueError(f"expected 'topic,partition,offset' or 'TOPIC PARTITION OFFSET', got {_shown(line)}")

@@ -23,10 +23,10 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from enum import Enum
 from typing import Callable, Iterable, Mapping
 
 from .errors import OffsetSpecError
+from .model import PartitionSnapshot, ResolvedOffset
 
 # Memgraph's dialect at the user surface.
 MEMGRAPH_BEGINNING = -1
@@ -321,44 +321,6 @@ def _parse_map(value: Mapping) -> OffsetSpec:
 
 
 # -- resolving ------------------------------------------------------------------
-class ChangeStatus(str, Enum):
-    PLANNED = "planned"    # dry run: what would be applied
-    APPLIED = "applied"
-    CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
-    PENDING = "pending"    # recorded; applied at the next assignment
-    UNCHANGED = "unchanged"   # targeted, but keeps its offset ({"group": ...} that group never committed)
-    SUPERSEDED = "superseded"  # a later call moved the partition before this one was applied
-    CANCELLED = "cancelled"    # cancelled (cancel_pending) before it was applied
-    ERROR = "error"
-    # Not offset changes: a poison message set aside by errors.tolerance 'all' (history only)
-    SKIPPED = "skipped"
-    DEAD_LETTERED = "dead_lettered"
-
-
-@dataclass(frozen=True)
-class PartitionSnapshot:
-    """What is known of one partition when a spec is resolved."""
-    topic: str
-    partition: int
-    log_start: int
-    log_end: int
-    committed: int | None = None
-    position: int | None = None
-
-
-@dataclass(frozen=True)
-class ResolvedOffset:
-    topic: str
-    partition: int
-    previous_offset: int | None
-    offset: int | None
-    clamped: bool
-    message: str
-    unchanged: bool = False   # keeps its offset (`offset` is the previous one, maybe None): nothing to apply
-
-    @property
-    def failed(self) -> bool:
-        return self.offset is None and not self.unchanged
 
 
 TimeLookup = Callable[[list[tuple[str, int, int]]], Mapping[tuple[str, int], int | None]]
@@ -444,20 +406,22 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times, running: bool, 
         case GroupOffsets(group=group):
             wanted = groups[group].get((snap.topic, snap.partition))
             if wanted is None:
-                return ResolvedOffset(snap.topic, snap.partition, previous, previous, False,
-                                      f"group {group!r} has no committed offset for {snap.topic}:{snap.partition}; "
-                                      f"it keeps its offset", unchanged=True)
+                return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous,
+                                      offset=previous, clamped=False, unchanged=True,
+                                      message=f"group {group!r} has no committed offset for "
+                                              f"{snap.topic}:{snap.partition}; it keeps its offset")
         case _:
             raise OffsetSpecError(f"offset: unsupported target {target!r}")
     if wanted < snap.log_start or wanted > snap.log_end:
         bound = snap.log_start if wanted < snap.log_start else snap.log_end
         which = "log start" if wanted < snap.log_start else "log end"
-        return ResolvedOffset(snap.topic, snap.partition, previous, bound, True,
-                              f"requested {wanted} is outside [{snap.log_start}, {snap.log_end}]; "
-                              f"clamped to {which} {bound}")
-    return ResolvedOffset(snap.topic, snap.partition, previous, wanted, False, note)
+        return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous, offset=bound,
+                              clamped=True, message=f"requested {wanted} is outside [{snap.log_start}, "
+                                                    f"{snap.log_end}]; clamped to {which} {bound}")
+    return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous, offset=wanted,
+                          clamped=False, message=note)
 
 
 def _failed(snap: PartitionSnapshot, previous: int | None, why: str) -> ResolvedOffset:
-    return ResolvedOffset(snap.topic, snap.partition, previous, None, False,
-                          f"{snap.topic}:{snap.partition}: {why}")
+    return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous, offset=None,
+                          clamped=False, message=f"{snap.topic}:{snap.partition}: {why}")

@@ -19,14 +19,14 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from .config import Delivery, StreamConfig
-from .offset_spec import PartitionSnapshot
+from .model import PartitionKey, PartitionSnapshot
 
-TP = tuple[str, int]
 _FROM_END = ("latest", "end", "largest")
 
 
-def resume_offset(snap: PartitionSnapshot, *, pending: Mapping[TP, int], stored: Mapping[TP, int] | None,
-                  exactly_once: bool, from_end: bool, guess: bool = True) -> int | None:
+def resume_offset(snap: PartitionSnapshot, *, pending: Mapping[PartitionKey, int],
+                  stored: Mapping[PartitionKey, int] | None, exactly_once: bool, from_end: bool,
+                  guess: bool = True) -> int | None:
     """Where one partition resumes; None for an exactly-once stream whose sink could not be read (`stored`
     None) and that has no pending offset for the partition, and with guess=False (where the stream stands
     now, as relative offset changes count from it) for a partition without an offset yet (rule 4)."""
@@ -40,8 +40,8 @@ def resume_offset(snap: PartitionSnapshot, *, pending: Mapping[TP, int], stored:
     return snap.log_end if from_end else snap.log_start
 
 
-def resume_offsets(config: StreamConfig, snapshots: Iterable[PartitionSnapshot], pending: Mapping[TP, int],
-                   stored: Mapping[TP, int] | None, guess: bool = True) -> dict[TP, int | None]:
+def resume_offsets(config: StreamConfig, snapshots: Iterable[PartitionSnapshot], pending: Mapping[PartitionKey, int],
+                   stored: Mapping[PartitionKey, int] | None, guess: bool = True) -> dict[PartitionKey, int | None]:
     """`resume_offset` of every snapshot, with the stream's delivery and auto.offset.reset."""
     exactly_once = config.delivery == Delivery.EXACTLY_ONCE
     from_end = str(config.configs.get("auto.offset.reset", _default_reset())).lower() in _FROM_END

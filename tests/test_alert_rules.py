@@ -6,8 +6,7 @@ import re
 
 import yaml
 
-from stream_registry.lag.verdict import Verdict
-from stream_registry.stream_info import StreamStatus
+from stream_registry.model import StreamStatus, Verdict
 from test_docker_compose import COMPOSE_FILE, ROOT, command_of, exported_metric_names, flag, mounts_of
 
 RULES = ROOT / "docker" / "prometheus" / "alerts.yml"

@@ -28,7 +28,7 @@ from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 from stream_registry.config import Delivery, StreamConfig
 from stream_registry.errors import StreamError
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX
-from stream_registry.offset_spec import PartitionSnapshot
+from stream_registry.model import PartitionSnapshot
 from stream_registry.registry.registry import stored_config
 from stream_registry.resume_point import resume_offsets
 
@@ -91,8 +91,10 @@ def every_offset_once(topic: str, ends_at: dict[int, int]) -> Counter:
 
 
 def test_the_resume_point_rule_in_its_order():
-    snaps = [PartitionSnapshot("t", 0, 5, 90, committed=40), PartitionSnapshot("t", 1, 5, 90, committed=40),
-             PartitionSnapshot("t", 2, 5, 90, committed=None), PartitionSnapshot("t", 3, 5, 90, committed=40)]
+    snaps = [PartitionSnapshot(topic="t", partition=0, log_start=5, log_end=90, committed=40),
+             PartitionSnapshot(topic="t", partition=1, log_start=5, log_end=90, committed=40),
+             PartitionSnapshot(topic="t", partition=2, log_start=5, log_end=90, committed=None),
+             PartitionSnapshot(topic="t", partition=3, log_start=5, log_end=90, committed=40)]
     pending, stored = {("t", 0): 70}, {("t", 1): 60}
     base = StreamConfig(name="s", topics=("t",), bootstrap_servers="k:9092", transform="m.f", sink="null://")
     assert resume_offsets(base, snaps, pending, stored) == \

@@ -105,12 +105,14 @@ def test_first_delivered_fails_when_a_partition_starts_elsewhere_or_skips():
 def test_rewind_fails_when_other_partitions_move_or_redelivery_starts_late():
     produced = _produced({0: 10, 1: 10})
     settings = DemoSettings(out="unused", topic="t", rewind_by=4, rewind_partitions=(0,))
-    rewind = RewindResult({"t:0": "-4"}, (OffsetChange("t", 0, 10, 6, ChangeStatus.APPLIED),), 2, 0.01)
+    rewind = RewindResult({"t:0": "-4"}, (OffsetChange(topic="t", partition=0, previous_offset=10, offset=6,
+                                                       status=ChangeStatus.APPLIED),), 2, 0.01)
     before = _records(1, [8, 9])
     assert check_rewind(rewind, before + _records(0, range(6, 10)), produced, settings).ok
     assert not check_rewind(rewind, before + _records(0, range(7, 10)), produced, settings).ok
     assert not check_rewind(rewind, before + _records(0, range(6, 10)) + _records(1, [9]), produced, settings).ok
-    pending = RewindResult(rewind.spec, (OffsetChange("t", 0, 10, 6, ChangeStatus.PENDING, "not assigned"),), 2, 15)
+    pending = RewindResult(rewind.spec, (OffsetChange(topic="t", partition=0, previous_offset=10, offset=6,
+                                                      status=ChangeStatus.PENDING, message="not assigned"),), 2, 15)
     assert not check_rewind(pending, before + _records(0, range(6, 10)), produced, settings).ok
 
 
@@ -128,14 +130,21 @@ def test_backfill_comparison_fails_on_one_changed_statement():
 
 def test_offsets_check_fails_with_lag_or_unassigned_partitions():
     produced = _produced({0: 10})
-    assert check_offsets([PartitionOffsets("t", 0, 10, 10, 0, 10, 0, True)], produced).ok
-    assert not check_offsets([PartitionOffsets("t", 0, 8, 8, 0, 10, 2, True)], produced).ok
-    assert not check_offsets([PartitionOffsets("t", 0, 10, None, 0, 10, 0, False)], produced).ok
+    assert check_offsets([PartitionOffsets(topic="t", partition=0, committed_offset=10, position=10,
+                                           log_start_offset=0, log_end_offset=10, lag=0, assigned=True)], produced).ok
+    assert not check_offsets([PartitionOffsets(topic="t", partition=0, committed_offset=8, position=8,
+                                               log_start_offset=0, log_end_offset=10, lag=2, assigned=True)],
+                                               produced).ok
+    assert not check_offsets([PartitionOffsets(topic="t", partition=0, committed_offset=10, position=None,
+                                               log_start_offset=0, log_end_offset=10, lag=0, assigned=False)],
+                                               produced).ok
 
 
 def test_history_check_fails_on_a_missing_or_extra_entry_or_wrong_order():
-    changes = [OffsetChange("t", 0, None, 5, ChangeStatus.APPLIED), OffsetChange("t", 0, 9, 7, ChangeStatus.APPLIED),
-               OffsetChange("t", 1, None, 5, ChangeStatus.PENDING, "not assigned")]
+    changes = [OffsetChange(topic="t", partition=0, previous_offset=None, offset=5, status=ChangeStatus.APPLIED),
+               OffsetChange(topic="t", partition=0, previous_offset=9, offset=7, status=ChangeStatus.APPLIED),
+               OffsetChange(topic="t", partition=1, previous_offset=None, offset=5, status=ChangeStatus.PENDING,
+                            message="not assigned")]
     newer, older = datetime(2026, 11, 1, 9, tzinfo=timezone.utc), datetime(2026, 11, 1, 8, tzinfo=timezone.utc)
     entries = [{"changed_at": newer, "topic": "t", "partition": 0, "previous_offset": 9, "offset": 7},
                {"changed_at": older, "topic": "t", "partition": 0, "previous_offset": None, "offset": 5}]

@@ -50,10 +50,9 @@ from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError, OffsetSpecError, SinkError, StreamError
 from stream_registry.graph.cypher_literals import (INT64_MAX, INT64_MIN, console_safe_name, render_statement,
                                                   to_cypher_literal)
-from stream_registry.offset_spec import (
-    AtTime, Absolute, Earliest, GroupOffsets, Latest, PartitionSnapshot, Shift, parse_offset_spec, parse_target,
-    resolve,
-)
+from stream_registry.offset_spec import (Absolute, AtTime, Earliest, GroupOffsets, Latest, Shift, parse_offset_spec,
+                                         parse_target, resolve)
+from stream_registry.model import PartitionSnapshot
 from stream_registry.allowlists import DEFAULT_ALLOWED_CONFIGS, NEVER_SETTABLE, PATH_PROPERTIES
 from stream_registry.redaction import is_secret_key
 from test_cypher_literals import LiteralParser
@@ -210,8 +209,9 @@ def test_offset_specs_parse_or_are_refused_naming_the_field(record_property):
 
 
 snapshots = st.builds(
-    lambda start, length, committed, position: PartitionSnapshot("orders", 0, start, start + length, committed,
-                                                                 position),
+    lambda start, length, committed, position: PartitionSnapshot(topic="orders", partition=0, log_start=start,
+                                                                 log_end=start + length, committed=committed,
+                                                                 position=position),
     st.integers(0, 10 ** 6), st.integers(0, 10 ** 6), st.none() | st.integers(0, 3 * 10 ** 6),
     st.none() | st.integers(0, 3 * 10 ** 6))
 

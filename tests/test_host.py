@@ -247,6 +247,58 @@ def test_unknown_streams_paths_and_methods(host):
     assert "Traceback" not in host.log()
 
 
+def test_two_racing_creates_of_one_name_get_201_and_409_never_400(host, kafka, tmp_path):
+    """A taken name is one StreamExists (409) whether the API's pre-check or the registry finds it: two
+    creates sent at once both pass the pre-check, and the loser is told 409 by the registry too."""
+    import threading
+
+    topic = kafka.new_topic(partitions=1)
+    for round_ in range(4):
+        name = f"race{round_}"
+        body = stream_body(kafka, topic, tmp_path / f"{name}.cypherl", name=name)
+        barrier, answers = threading.Barrier(2), []
+
+        def create() -> None:
+            with http(host) as api:
+                barrier.wait()
+                response = api.post("/streams", json=body)
+                answers.append((response.status_code, response.json()))
+        threads = [threading.Thread(target=create) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        statuses = sorted(status for status, _ in answers)
+        assert statuses == [201, 409], answers
+        assert {"error": f"name: a stream named {name!r} already exists"} in [answer for _, answer in answers]
+    assert "Traceback" not in host.log()
+
+
+def test_the_client_raises_the_class_the_host_answered_with(host, kafka, tmp_path):
+    """One table (stream_registry.errors): 400, 404, 409, 413 and 503 come back through HostClient as the
+    classes that own them, not as the base StreamError."""
+    from mgstreams.client import HostClient
+    from stream_registry.errors import (BodyTooLarge, ConfigError, KafkaOperationError, StreamNotFound,
+                                        StreamStateError)
+
+    topic = kafka.new_topic(partitions=1)
+    with HostClient(host.url) as client:
+        body = stream_body(kafka, topic, tmp_path / "out.cypherl")
+        client.create(**body)
+        cases = [(ConfigError, lambda: client.create(**{**body, "name": "bad", "batch_size": 0}), "batch_size"),
+                 (StreamNotFound, lambda: client.get("nope"), "name"),
+                 (StreamStateError, lambda: client.create(**body), "already exists"),
+                 (BodyTooLarge, lambda: client.create(**{**body, "name": "big", "configs": {"x": "y" * (1 << 20)}}),
+                  "body: larger than"),
+                 (KafkaOperationError, lambda: client.create(**{**body, "name": "far",
+                                                                "bootstrap_servers": "127.0.0.1:1",
+                                                                "configs": {"socket.timeout.ms": "1000"}}), "bootstrap_servers")]
+        for cls, call, words in cases:
+            with pytest.raises(cls, match=words) as raised:
+                call()
+            assert type(raised.value) is cls, (cls, raised.value)
+
+
 ROUTES = [("GET", "/metrics", None), ("GET", "/streams", None), ("PATCH", "/streams/x", {"batch_size": 5}),
           ("POST", "/streams", {"name": "x"}), ("GET", "/streams/x", None), ("DELETE", "/streams/x", None),
           ("PUT", "/streams/x/start", None), ("PUT", "/streams/x/stop", None), ("GET", "/streams/x/offsets", None),

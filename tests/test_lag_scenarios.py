@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_registry.lag.verdict import (WINDOW, LagSample, PartitionVerdict, Verdict, evaluate, keeping_up,
-                                         lag_trend, stream_verdict)
-from stream_registry.stream_info import StreamStatus
+from stream_registry.lag.verdict import (LagSample, PartitionVerdict, WINDOW, evaluate, keeping_up, lag_trend,
+                                         stream_verdict)
+from stream_registry.model import StreamStatus, Verdict
 
 PARTITIONS = 3
 DT = 0.05

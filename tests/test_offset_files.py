@@ -4,11 +4,12 @@ from hypothesis import given, strategies as st
 
 from stream_registry.errors import ConfigError
 from stream_registry.offset_files import OffsetFileError, export_offsets, offsets_spec, parse_offsets_file
-from stream_registry.offsets import PartitionOffsets
+from stream_registry.model import PartitionOffsets
 
 
 def _row(partition, committed, position=None):
-    return PartitionOffsets("orders", partition, committed, position, 0, 100, None, position is not None)
+    return PartitionOffsets(topic="orders", partition=partition, committed_offset=committed, position=position,
+                            log_start_offset=0, log_end_offset=100, lag=None, assigned=position is not None)
 
 
 def test_export_is_kafka_consumer_groups_csv_without_header():
@@ -57,7 +58,8 @@ def test_numbers_beyond_kafkas_ranges_are_bad_lines(line, what):
 @given(st.dictionaries(st.tuples(st.from_regex(r"\A[A-Za-z0-9._-]{1,20}\Z"), st.integers(0, 2 ** 31 - 1)),
                        st.integers(0, 2 ** 63 - 1), min_size=1, max_size=20), st.booleans())
 def test_an_export_reads_back_as_the_same_offsets(offsets, rpk):
-    rows = [PartitionOffsets(t, p, o, None, 0, o, 0, False) for (t, p), o in offsets.items()]
+    rows = [PartitionOffsets(topic=t, partition=p, committed_offset=o, position=None, log_start_offset=0,
+                             log_end_offset=o, lag=0, assigned=False) for (t, p), o in offsets.items()]
     lines, notes = export_offsets(rows)
     text = "\n".join(line.replace(",", " ") if rpk else line for line in lines)
     assert notes == [] and parse_offsets_file(text) == offsets

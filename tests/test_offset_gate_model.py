@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from stream_registry.registry.offset_gate import PERSIST_RETRY_S, GateEvent, MoveState, OffsetGate, PendingMove
+from stream_registry.registry.offset_gate import OffsetGate, PERSIST_RETRY_S
+from stream_registry.model import GateEvent, MoveState, PendingMove
 
 TPS = [("t", 0), ("t", 1)]
 LOG_END = 30
@@ -176,8 +177,8 @@ class GateMachine(RuleBasedStateMachine):
         self._step()
         pending = {}
         for (change_id, tp), offset in sorted(self.live.items()):
-            pending[tp] = PendingMove(change_id, offset)    # the latest per partition wins
-        for key in [k for k in self.live if pending.get(k[1], PendingMove(0, 0)).change_id != k[0]]:
+            pending[tp] = PendingMove(change_id=change_id, offset=offset)    # the latest per partition wins
+        for key in [k for k in self.live if pending.get(k[1], PendingMove(change_id=0, offset=0)).change_id != k[0]]:
             self.final[key] = MoveState.SUPERSEDED           # the host drops the older rows at start
             self.live.pop(key)
         for tp in list(self.sim.fetch):

@@ -2,10 +2,9 @@
 import pytest
 
 from stream_registry.errors import OffsetSpecError
-from stream_registry.offset_spec import (
-    Absolute, AtTime, Committed, Earliest, Latest, PartitionSnapshot, Shift, parse_offset_spec, parse_target,
-    resolve,
-)
+from stream_registry.offset_spec import (Absolute, AtTime, Committed, Earliest, Latest, Shift, parse_offset_spec,
+                                         parse_target, resolve)
+from stream_registry.model import ChangeStatus, PartitionSnapshot
 
 
 @pytest.mark.parametrize("value, target", [
@@ -45,7 +44,8 @@ def test_map_targets_partitions_topics_and_leaves_the_rest():
 
 
 def _snap(partition=0, start=10, end=100, committed=None, position=None):
-    return PartitionSnapshot("t", partition, start, end, committed, position)
+    return PartitionSnapshot(topic="t", partition=partition, log_start=start, log_end=end, committed=committed,
+                             position=position)
 
 
 def _one(spec, snap, running=False, times=None):
@@ -84,7 +84,7 @@ import datetime as dt  # noqa: E402
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from stream_registry.offset_spec import BackFromNow, ChangeStatus, GroupOffsets  # noqa: E402
+from stream_registry.offset_spec import BackFromNow, GroupOffsets
 
 SECOND_NS = 1_000_000_000
 

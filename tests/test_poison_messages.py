@@ -28,7 +28,7 @@ from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict, TransformError
 from stream_registry.graph.sinks import BoltSink
 from stream_registry.graph.transform import Statement
-from stream_registry.offset_spec import ChangeStatus
+from stream_registry.model import ChangeStatus
 from stream_registry.registry.poison import BatchDelivery, may_be_poison
 from stream_registry.registry.worker import RetryPolicy
 

@@ -6,7 +6,8 @@ import pytest
 from spark_bridge.range_plan import (DataLossError, OffsetRange, plan, plan_ranges, ranges_from_json,
                                      ranges_to_json, resolve_bounds, split_ranges)
 from stream_registry.errors import ConfigError, OffsetSpecError
-from stream_registry.offset_spec import PartitionSnapshot, parse_offset_spec
+from stream_registry.offset_spec import parse_offset_spec
+from stream_registry.model import PartitionSnapshot
 
 T0 = 1_700_000_000_000  # ms
 
@@ -32,7 +33,8 @@ class FakeQuery:
         return out
 
     def snapshots(self, tps):
-        return [PartitionSnapshot(t, p, *self.logs[(t, p)], self.committed_offsets.get((t, p))) for t, p in tps]
+        return [PartitionSnapshot(topic=t, partition=p, log_start=self.logs[(t, p)][0], log_end=self.logs[(t, p)][1],
+                                  committed=self.committed_offsets.get((t, p))) for t, p in tps]
 
     def offsets_for_times(self, queries):
         out = {}

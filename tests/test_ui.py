@@ -20,9 +20,8 @@ from host_helpers import HostProcess
 from mgstreams.host import ui
 from stream_helpers import FAST_REJOIN, wait_until
 from stream_registry.lag import LagSecondsMethod, Verdict
-from stream_registry.lag.collector import LagPoint, PartitionLag, StreamLag
+from stream_registry.model import LagPoint, PartitionLag, StreamLag, StreamStatus
 from stream_registry.lag.verdict import OffsetChangeMark
-from stream_registry.stream_info import StreamStatus
 
 NOW = 1_800_000_000.0
 INTERVAL = 0.2
@@ -49,16 +48,22 @@ class Dom(HTMLParser):
 
 
 def stream_lag(name: str, status: Verdict, message: str = "every partition OK", lag: int = 0) -> StreamLag:
-    part = PartitionLag("orders", 0, 10, 0, 10 + lag, lag, 1.5 if lag else 0.0, LagSecondsMethod.TIMESTAMP, status,
-                        message)
-    return StreamLag(name, f"mgstreams_{name}", StreamStatus.RUNNING, status, message, lag, lag,
-                     part.lag_seconds, 12.0, None, 5.0, partitions=(part,))
+    part = PartitionLag(topic="orders", partition=0, committed_offset=10, log_start_offset=0, log_end_offset=10 + lag,
+                        lag=lag, lag_seconds=1.5 if lag else 0.0, lag_seconds_method=LagSecondsMethod.TIMESTAMP,
+                        status=status,
+                        message=message)
+    return StreamLag(name=name, consumer_group=f"mgstreams_{name}", stream_status=StreamStatus.RUNNING, status=status,
+                     message=message, total_lag=lag, max_lag=lag,
+                     max_lag_seconds=part.lag_seconds, records_per_second=12.0, sampled_at=None, interval_s=5.0,
+                     partitions=(part,))
 
 
 # -- the page as values ------------------------------------------------------------------------------------
 def test_page_lists_streams_draws_an_hour_and_marks_changes():
-    points = [LagPoint(NOW - 4000, 999, 9.0, 0.0, Verdict.OK)] + \
-        [LagPoint(NOW - 3000 + 300 * i, 10 * i, float(i), 1.0, Verdict.OK) for i in range(10)]
+    points = [LagPoint(at=NOW - 4000, total_lag=999, max_lag_seconds=9.0, records_per_second=0.0,
+                       status=Verdict.OK)] + \
+        [LagPoint(at=NOW - 3000 + 300 * i, total_lag=10 * i, max_lag_seconds=float(i), records_per_second=1.0,
+                  status=Verdict.OK) for i in range(10)]
     changes = [OffsetChangeMark(7, NOW - 1200, "orders", 0, 50, 0), OffsetChangeMark(3, NOW - 5000, "orders", 0, 9, 1)]
     html = ui.page([stream_lag("orders", Verdict.REWIND, "orders:0: set_stream_offset moved it back"),
                     stream_lag("evil", Verdict.STOP, "<script>alert(1)</script>", lag=4)],

@@ -35,8 +35,9 @@ from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import ALTERABLE_FIELDS, OPTION_FIELDS
-from stream_registry.errors import ConfigError, KafkaOperationError, StreamError, StreamNotFound, StreamStateError
+from stream_registry.errors import BodyTooLarge, Busy, ConfigError, StreamError, StreamExists, StreamNotFound
 from stream_registry.lag.collector import LagCollector
+from stream_registry.model import CHECK_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_BODY_BYTES, MAX_LIMIT, MAX_TIMEOUT_MS
 
 from ..wire import to_json
 from . import ui
@@ -51,11 +52,6 @@ CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "co
 OFFSET_FIELDS = ("offset", "timeout_ms", "dry_run")
 REVERT_FIELDS = ("timeout_ms", "dry_run", "partitions")
 CHECK_FIELDS = ("offset", "limit", "timeout_ms")
-DEFAULT_CHECK_TIMEOUT_MS = 20_000
-DEFAULT_TIMEOUT_MS = 10_000
-MAX_TIMEOUT_MS = 3_600_000
-MAX_LIMIT = 2 ** 63 - 1
-MAX_BODY_BYTES = 1 << 20   # an offset map for 50,000 partitions fits; a client cannot make the host hold more
 
 
 @dataclass(frozen=True)
@@ -64,10 +60,6 @@ class Limits:
     creates: int = 4                      # creates in progress (each may wait on an unreachable cluster)
     previews: int = 2                     # previews (`check`) in progress, each a child process
     preview_bytes: int = 16 << 20         # the most a preview's answer may hold
-
-
-class Busy(KafkaOperationError):
-    """A cap on concurrent work is reached (503)."""
 
 
 class _Cap:
@@ -93,10 +85,6 @@ class _Cap:
 
 class BadRequest(ConfigError):
     """The request itself (body, query string) is malformed."""
-
-
-class BodyTooLarge(BadRequest):
-    """The request body is larger than the host reads (413)."""
 
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
@@ -196,7 +184,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
     async def check(request: Request) -> Response:
         body = await _body(request, CHECK_FIELDS, required=(), empty_ok=True)
-        timeout = _timeout(body, DEFAULT_CHECK_TIMEOUT_MS)
+        timeout = _timeout(body, CHECK_TIMEOUT_MS)
         name = _name(request)
 
         def capped_check():
@@ -280,7 +268,7 @@ def create_stream(registry: StreamRegistry, config: StreamConfig):
         registry.get(config.name)
     except StreamNotFound:
         return registry.create(config)
-    raise StreamStateError(f"name: a stream named {config.name!r} already exists")
+    raise StreamExists(f"name: a stream named {config.name!r} already exists")
 
 
 # -- request parts ----------------------------------------------------------------------
@@ -373,20 +361,8 @@ def _error(message: str, status: int, headers: dict[str, str] | None = None) -> 
     return JSONResponse({"error": " ".join(str(message).split())}, status_code=status, headers=headers)
 
 
-def _status_of(exc: StreamError) -> int:
-    if isinstance(exc, StreamNotFound):
-        return 404
-    if isinstance(exc, BodyTooLarge):
-        return 413
-    if isinstance(exc, ConfigError):
-        return 400
-    if isinstance(exc, KafkaOperationError):
-        return 503
-    return 409  # StreamStateError, and a stream that cannot start in its present state
-
-
-async def _stream_error(request: Request, exc: Exception) -> Response:
-    return _error(str(exc), _status_of(exc))
+async def _stream_error(request: Request, exc: StreamError) -> Response:
+    return _error(str(exc), exc.http_status)   # each error class owns its status (stream_registry.errors)
 
 
 # A stream's paths as sent (percent-encoded): a name holding "/" (%2F) or an empty one matches no route

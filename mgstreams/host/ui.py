@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from html import escape
 from typing import Callable, Sequence
 
-from stream_registry.lag.collector import LagPoint, StreamLag
+from stream_registry.model import LagPoint, StreamLag
 from stream_registry.lag.verdict import OffsetChangeMark
 
 HOUR_S = 3600.0

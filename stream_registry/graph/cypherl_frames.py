@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from .offset_store import OFFSET_LINE
+from ..model import PartitionKey
 
-TP = tuple[str, int]
 SP = tuple[str, str, int]    # (stream, topic, partition)
 FRAME_PREFIX = b"// mgstreams-batch "
 EMPTY_FRAME = FRAME_PREFIX + b"0 00000000\n"
@@ -118,8 +118,8 @@ def verified_end(fd: int, size: int) -> int | None:
     return None
 
 
-def stored_offsets(fd: int, size: int, stream: str, partitions: Iterable[TP] | None = None,
-                   end: int | None = None) -> dict[TP, int]:
+def stored_offsets(fd: int, size: int, stream: str, partitions: Iterable[PartitionKey] | None = None,
+                   end: int | None = None) -> dict[PartitionKey, int]:
     """`stream`'s offsets as its last frame (before `end`) names them; files without frames are scanned."""
     wanted = set(partitions) if partitions is not None else None
     frame = last_frame(fd, size, before=end)
@@ -133,7 +133,8 @@ def stored_offsets(fd: int, size: int, stream: str, partitions: Iterable[TP] | N
     return _scan_offset_lines(fd, legacy_end, stream, wanted)
 
 
-def offsets_in_cypherl(path: str, stream: str, partitions: Iterable[TP] | None = None) -> dict[TP, int]:
+def offsets_in_cypherl(path: str, stream: str,
+                       partitions: Iterable[PartitionKey] | None = None) -> dict[PartitionKey, int]:
     """A cypherl file's stored offsets for `stream` (a missing file holds none); never writes."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -200,9 +201,9 @@ def _body_matches(fd: int, frame: Frame) -> bool:
     return crc == frame.crc
 
 
-def _scan_offset_lines(fd: int, end: int, stream: str, wanted: set[TP] | None) -> dict[TP, int]:
+def _scan_offset_lines(fd: int, end: int, stream: str, wanted: set[PartitionKey] | None) -> dict[PartitionKey, int]:
     """Unframed content: the last offset line of each partition, read backwards from `end`."""
-    found: dict[TP, int] = {}
+    found: dict[PartitionKey, int] = {}
     tail = b""
     while end > 0 and (wanted is None or not wanted <= found.keys()):
         start = max(0, end - _CHUNK)

@@ -23,9 +23,9 @@ from enum import Enum
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import StoredOffsetsConflict
+from ..model import PartitionKey
 from .transform import Statement
 
-TP = tuple[str, int]
 SP = tuple[str, str, int]   # (stream, topic, partition)
 OFFSET_LABEL = "MgstreamsOffset"
 WRITE_QUERY = (f"MERGE (o:{OFFSET_LABEL} {{stream: $stream, topic: $topic, partition: $partition}}) "
@@ -38,7 +38,7 @@ OFFSET_LINE = re.compile(
     r'partition: (?P<partition>\d+)\}\) SET o\.next_offset = (?P<offset>-?\d+);$', re.M)
 
 
-def offset_statements(stream: str, offsets: Mapping[TP, int]) -> list[Statement]:
+def offset_statements(stream: str, offsets: Mapping[PartitionKey, int]) -> list[Statement]:
     """The statements that store `offsets` (next offset to read, per partition) for `stream`."""
     return [Statement(WRITE_QUERY, {"stream": stream, "topic": topic, "partition": partition,
                                     "next_offset": offset})
@@ -64,7 +64,7 @@ class Continuation(Enum):
 
 
 def continuation(stored: Mapping[SP, int], end: Mapping[SP, int],
-                 expect: Mapping[TP, int | None] | None = None) -> Continuation:
+                 expect: Mapping[PartitionKey, int | None] | None = None) -> Continuation:
     """The compare-and-set of an exactly-once batch, made inside its transaction (or under the file's lock).
 
     `end`: the (stream, topic, partition) -> next offset the batch stores

@@ -18,11 +18,11 @@ from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, IsolationLe
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigError, KafkaOperationError
-from ..offset_spec import RD_OFFSET_END, PartitionSnapshot
+from ..offset_spec import RD_OFFSET_END
+from ..model import PartitionKey, PartitionSnapshot
 from .client import new_admin, new_consumer
 from ..redaction import redact, secret_values
 
-TP = tuple[str, int]
 _RETRY_S = 0.1
 # Errors that mean "not now" (a leader is moving, a broker is down), not "never".
 _TRANSIENT = {"_UNKNOWN_PARTITION", "_TRANSPORT", "_TIMED_OUT", "_WAIT_COORD", "LEADER_NOT_AVAILABLE",
@@ -86,7 +86,8 @@ class PartitionQuery:
         return result
 
     # -- offsets ----------------------------------------------------------
-    def watermarks(self, tps: Iterable[TP], timeout: float | None = None) -> dict[TP, tuple[int, int]]:
+    def watermarks(self, tps: Iterable[PartitionKey],
+                   timeout: float | None = None) -> dict[PartitionKey, tuple[int, int]]:
         """(log start, log end) per partition; log end is the last stable offset under read_committed.
 
         Two batched ListOffsets (earliest, latest) for all partitions: one request per
@@ -102,7 +103,7 @@ class PartitionQuery:
                                     timeout=timeout)
         return {tp: (ends["earliest"][tp], ends["latest"][tp]) for tp in tps}
 
-    def _list_offsets(self, tps: list[TP], spec, timeout: float) -> dict[TP, int]:
+    def _list_offsets(self, tps: list[PartitionKey], spec, timeout: float) -> dict[PartitionKey, int]:
         futures = self._admin_client().list_offsets(
             {TopicPartition(t, p): spec for t, p in tps}, isolation_level=self._isolation,
             request_timeout=max(timeout, 0.1))
@@ -131,7 +132,7 @@ class PartitionQuery:
                                     self._secrets)
         return self._admin
 
-    def committed(self, tps: Iterable[TP], timeout: float | None = None) -> dict[TP, int | None]:
+    def committed(self, tps: Iterable[PartitionKey], timeout: float | None = None) -> dict[PartitionKey, int | None]:
         """The group's committed offset per partition, None where it has none (one batched request)."""
         tps = list(tps)
         if not tps:
@@ -148,7 +149,8 @@ class PartitionQuery:
             out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
         return out
 
-    def group_committed(self, group: str, tps: Iterable[TP], timeout: float | None = None) -> dict[TP, int | None]:
+    def group_committed(self, group: str, tps: Iterable[PartitionKey],
+                        timeout: float | None = None) -> dict[PartitionKey, int | None]:
         """Another consumer group's committed offset per partition, None where it has none: one batched
         OffsetFetch to that group's coordinator (the admin client's ListConsumerGroupOffsets), never joining it."""
         tps = list(tps)
@@ -167,7 +169,7 @@ class PartitionQuery:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for group {group!r}"))
 
         answer = self._call(ask, f"committed offsets of group {group!r}", timeout=timeout)
-        out: dict[TP, int | None] = {}
+        out: dict[PartitionKey, int | None] = {}
         for tp in answer.topic_partitions:
             if tp.error is not None:
                 raise KafkaOperationError(f"committed offset of group {group!r} on {tp.topic}:{tp.partition}: "
@@ -177,7 +179,7 @@ class PartitionQuery:
         return out
 
     def offsets_for_times(self, queries: list[tuple[str, int, int]],
-                          deadline: float | None = None) -> dict[TP, int | None]:
+                          deadline: float | None = None) -> dict[PartitionKey, int | None]:
         """First offset with timestamp >= ts per partition, None where there is none.
 
         The broker's answer is checked: when it says "none" but the partition's
@@ -194,7 +196,7 @@ class PartitionQuery:
             [TopicPartition(t, p, ts) for t, p, ts in queries], timeout=_left(deadline)),
             "offsets for times", timeout=_left(deadline))
         wanted = {(t, p): ts for t, p, ts in queries}
-        out: dict[TP, int | None] = {}
+        out: dict[PartitionKey, int | None] = {}
         for tp in answer:
             key = (tp.topic, tp.partition)
             if tp.error is not None:
@@ -206,7 +208,7 @@ class PartitionQuery:
                 out[key] = self._search_by_time(tp.topic, tp.partition, wanted[key], deadline)
         return out
 
-    def snapshots(self, tps: Iterable[TP], positions: Mapping[TP, int] | None = None,
+    def snapshots(self, tps: Iterable[PartitionKey], positions: Mapping[PartitionKey, int] | None = None,
                   deadline: float | None = None) -> list[PartitionSnapshot]:
         """Watermarks and committed offsets of `tps`, finished by `deadline` (time.monotonic()) if given."""
         tps = list(tps)
@@ -214,8 +216,9 @@ class PartitionQuery:
         marks = self.watermarks(tps, left())
         committed = self.committed(tps, left())
         positions = positions or {}
-        return [PartitionSnapshot(t, p, marks[(t, p)][0], marks[(t, p)][1], committed.get((t, p)),
-                                  positions.get((t, p))) for t, p in tps]
+        return [PartitionSnapshot(topic=t, partition=p, log_start=marks[(t, p)][0], log_end=marks[(t, p)][1],
+                                  committed=committed.get((t, p)),
+                                  position=positions.get((t, p))) for t, p in tps]
 
     # -- internals --------------------------------------------------------
     def _search_by_time(self, topic: str, partition: int, ts: int, deadline: float) -> int | None:

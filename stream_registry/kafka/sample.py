@@ -17,20 +17,20 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from ..config import StreamConfig
 from ..errors import KafkaOperationError
+from ..model import PartitionKey
 from ..redaction import redact
 from .client import new_consumer
 
-TP = tuple[str, int]
 _CONSUME_WAIT_S = 0.2
 # Settings that would make the reader a member of something (or commit on its behalf).
 _MEMBERSHIP = ("group.instance.id", "group.protocol", "group.remote.assignor", "partition.assignment.strategy")
 
 
-def read_records(config: StreamConfig, starts: Mapping[TP, int], ends: Mapping[TP, int], limit: int,
-                 timeout: float) -> dict[TP, list]:
+def read_records(config: StreamConfig, starts: Mapping[PartitionKey, int], ends: Mapping[PartitionKey, int], limit: int,
+                 timeout: float) -> dict[PartitionKey, list]:
     """Up to `limit` confluent_kafka Messages per partition from `starts[tp]` (exclusive end `ends[tp]`)."""
     wanted = {tp: start for tp, start in starts.items() if start < ends[tp]}
-    out: dict[TP, list] = {tp: [] for tp in starts}
+    out: dict[PartitionKey, list] = {tp: [] for tp in starts}
     if not wanted or limit <= 0:
         return out
     secrets = config.secret_values()

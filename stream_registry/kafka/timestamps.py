@@ -18,8 +18,8 @@ from typing import Iterable, Mapping
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, TopicPartition
 
 from .client import new_consumer
+from ..model import PartitionKey
 
-TP = tuple[str, int]
 PROBE_GROUP = "mgstreams-lag-probe"   # never joined, never committed to: assign() only
 
 
@@ -52,7 +52,7 @@ class FirstRecords:
                 self._consumer.close()
                 self._consumer = None
 
-    def read(self, wanted: Mapping[TP, tuple[int, int]], timeout: float) -> dict[TP, FirstRecord]:
+    def read(self, wanted: Mapping[PartitionKey, tuple[int, int]], timeout: float) -> dict[PartitionKey, FirstRecord]:
         """For each partition, (offset, log end) → the first record at or after offset and below log end.
 
         Partitions without an answer by the deadline (a leader away, an offset
@@ -64,7 +64,7 @@ class FirstRecords:
             consumer = self._consumer
             if consumer is None:
                 return {}
-            found: dict[TP, FirstRecord] = {}
+            found: dict[PartitionKey, FirstRecord] = {}
             partitions = [TopicPartition(t, p, offset) for (t, p), (offset, _) in wanted.items()]
             consumer.assign(partitions)
             consumer.resume(partitions)   # librdkafka keeps a partition paused across assignments

@@ -4,7 +4,7 @@
 `collector` samples a StreamRegistry's streams on a background thread and keeps
 the last hour per partition for the host's API, metrics and pages.
 """
-from .seconds import LagSecondsMethod
-from .verdict import LagSample, OffsetChangeMark, PartitionVerdict, Verdict, evaluate, worst
+from ..model import LagSecondsMethod, Verdict
+from .verdict import LagSample, OffsetChangeMark, PartitionVerdict, evaluate, worst
 
 __all__ = ["LagSample", "LagSecondsMethod", "OffsetChangeMark", "PartitionVerdict", "Verdict", "evaluate", "worst"]

@@ -26,12 +26,12 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from ..errors import StreamError
-from ..offset_spec import ChangeStatus
+from ..model import (ChangeStatus, LagPoint, LagSecondsMethod, PartitionKey, PartitionLag, StreamInfo, StreamLag,
+                     StreamStatus, Verdict)
 from ..registry.registry import StreamRegistry
-from ..stream_info import StreamInfo, StreamStatus
 from ..kafka.timestamps import FirstRecord, FirstRecords
-from .seconds import LagSecondsMethod, extrapolated, from_timestamp
-from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, Verdict, evaluate, stream_verdict
+from .seconds import extrapolated, from_timestamp
+from .verdict import LagSample, OffsetChangeMark, PartitionVerdict, WINDOW, evaluate, stream_verdict
 
 log = logging.getLogger("mgstreams.lag")
 
@@ -42,68 +42,19 @@ PROBE_BUDGET_S = 1.0        # the longest one stream's timestamp reads may take 
 PROBE_RETRY_S = 30.0        # a partition whose record could not be read is extrapolated this long (at most
                             # 5 sample intervals) before a retry
 OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)
-TP = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class PartitionLag:
-    """One partition in a stream's last round: offsets, lag, lag in seconds (and how it was found), verdict."""
-    topic: str
-    partition: int
-    committed_offset: int | None
-    log_start_offset: int
-    log_end_offset: int
-    lag: int
-    lag_seconds: float | None
-    lag_seconds_method: LagSecondsMethod
-    status: Verdict
-    message: str
-    alarm: bool = False
-    change_id: int | None = None
-    assigned: bool = False
-
-
-@dataclass(frozen=True)
-class StreamLag:
-    """A stream's last round: `status` is its verdict (its worst partition's), `stream_status` its state."""
-    name: str
-    consumer_group: str
-    stream_status: StreamStatus
-    status: Verdict
-    message: str
-    total_lag: int
-    max_lag: int
-    max_lag_seconds: float | None
-    records_per_second: float
-    sampled_at: datetime | None
-    interval_s: float
-    offset_changes: int = 0            # applied offset changes recorded for the stream (history rows)
-    dead_lettered: int = 0             # from the stream's StreamInfo
-    error: str | None = None           # why the last round could not sample it (Kafka unreachable)
-    partitions: tuple[PartitionLag, ...] = ()
-
-
-@dataclass(frozen=True)
-class LagPoint:
-    """A stream's totals at one round, for charts."""
-    at: float
-    total_lag: int
-    max_lag_seconds: float | None
-    records_per_second: float
-    status: Verdict
-    committed: int = 0        # the committed offsets' sum (what the stream had consumed), for the trend
 
 
 @dataclass
 class _Tracked:
     name: str
-    samples: dict[TP, deque] = field(default_factory=dict)
+    samples: dict[PartitionKey, deque] = field(default_factory=dict)
     changes: deque = field(default_factory=deque)          # OffsetChangeMark, the last hour
     changes_total: int | None = None
     last_change_id: int = 0
     points: deque = field(default_factory=deque)           # LagPoint, the last hour
-    first_records: dict[TP, tuple[int, int, FirstRecord]] = field(default_factory=dict)  # tp: (offset, end, answer)
-    unreadable: dict[TP, float] = field(default_factory=dict)   # tp: when to try reading it again
+    # per partition: (offset, end, answer)
+    first_records: dict[PartitionKey, tuple[int, int, FirstRecord]] = field(default_factory=dict)
+    unreadable: dict[PartitionKey, float] = field(default_factory=dict)   # tp: when to try reading it again
     reader: FirstRecords | None = None
     reader_error: str | None = None
     latest: StreamLag | None = None
@@ -216,15 +167,17 @@ class LagCollector:
                 self._changes(t)
             except StreamError as exc:   # Kafka away, or dropped meanwhile: say so, keep the samples
                 previous = t.latest
-                t.latest = StreamLag(info.name, info.consumer_group, info.status,
-                                     previous.status if previous else Verdict.OK,
-                                     previous.message if previous else "not sampled yet",
-                                     previous.total_lag if previous else 0, previous.max_lag if previous else 0,
-                                     previous.max_lag_seconds if previous else None,
-                                     previous.records_per_second if previous else 0.0,
-                                     previous.sampled_at if previous else None, self.interval,
-                                     t.changes_total or 0, info.dead_lettered, f"lag: cannot sample: {exc}",
-                                     previous.partitions if previous else ())
+                t.latest = StreamLag(name=info.name, consumer_group=info.consumer_group, stream_status=info.status,
+                                     status=previous.status if previous else Verdict.OK,
+                                     message=previous.message if previous else "not sampled yet",
+                                     total_lag=previous.total_lag if previous else 0,
+                                     max_lag=previous.max_lag if previous else 0,
+                                     max_lag_seconds=previous.max_lag_seconds if previous else None,
+                                     records_per_second=previous.records_per_second if previous else 0.0,
+                                     sampled_at=previous.sampled_at if previous else None, interval_s=self.interval,
+                                     offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered,
+                                     error=f"lag: cannot sample: {exc}",
+                                     partitions=previous.partitions if previous else ())
                 return
             now = self._clock()
             running = info.status == StreamStatus.RUNNING
@@ -239,7 +192,7 @@ class LagCollector:
                 if r.log_end_offset > consumed:
                     lagging[(r.topic, r.partition)] = (consumed, r.log_end_offset)
             first = self._first_records(t, info, lagging)
-            verdicts: dict[TP, PartitionVerdict] = {}
+            verdicts: dict[PartitionKey, PartitionVerdict] = {}
             partitions = []
             seen = set()
             for r in rows:
@@ -258,9 +211,12 @@ class LagCollector:
                 verdict = evaluate(window, marks, window=self._window, running_since=t.running_since)
                 verdicts[tp] = verdict
                 seconds, method = self._seconds(t, list(history), record, now)
-                partitions.append(PartitionLag(r.topic, r.partition, r.committed_offset, r.log_start_offset,
-                                               r.log_end_offset, sample.lag, seconds, method, verdict.verdict,
-                                               verdict.message, verdict.alarm, verdict.change_id, r.assigned))
+                partitions.append(PartitionLag(topic=r.topic, partition=r.partition,
+                                               committed_offset=r.committed_offset, log_start_offset=r.log_start_offset,
+                                               log_end_offset=r.log_end_offset, lag=sample.lag, lag_seconds=seconds,
+                                               lag_seconds_method=method, status=verdict.verdict,
+                                               message=verdict.message, alarm=verdict.alarm,
+                                               change_id=verdict.change_id, assigned=r.assigned))
             for tp in [tp for tp in t.samples if tp not in seen]:   # a topic that went away
                 del t.samples[tp]
             known = [p.lag_seconds for p in partitions if p.lag_seconds is not None]
@@ -274,11 +230,15 @@ class LagCollector:
                 partitions = [dataclasses.replace(p, status=overall.verdict, message=overall.message,
                                                   alarm=overall.alarm, change_id=None) for p in partitions]
             rate = self._records_per_second(t) if running else 0.0
-            t.latest = StreamLag(info.name, info.consumer_group, info.status, status, message, total,
-                                 max((p.lag for p in partitions), default=0), max(known) if known else None,
-                                 rate, datetime.fromtimestamp(now, tz=timezone.utc), self.interval,
-                                 t.changes_total or 0, info.dead_lettered, None, tuple(partitions))
-            t.points.append(LagPoint(now, total, t.latest.max_lag_seconds, rate, status, committed))
+            t.latest = StreamLag(name=info.name, consumer_group=info.consumer_group, stream_status=info.status,
+                                 status=status, message=message, total_lag=total,
+                                 max_lag=max((p.lag for p in partitions), default=0),
+                                 max_lag_seconds=max(known) if known else None, records_per_second=rate,
+                                 sampled_at=datetime.fromtimestamp(now, tz=timezone.utc), interval_s=self.interval,
+                                 offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
+                                 partitions=tuple(partitions))
+            t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=t.latest.max_lag_seconds,
+                                     records_per_second=rate, status=status, committed=committed))
             while t.points and t.points[0].at < now - self._keep_s:
                 t.points.popleft()
             while t.changes and t.changes[0].at < now - self._keep_s:
@@ -307,8 +267,8 @@ class LagCollector:
                          if a.committed is not None and b.committed is not None)
         return round(total / span, 3) if span > 0 else 0.0
 
-    def _first_records(self, t: _Tracked, info: StreamInfo, lagging: dict[TP, tuple[int, int]]
-                       ) -> dict[TP, FirstRecord]:
+    def _first_records(self, t: _Tracked, info: StreamInfo, lagging: dict[PartitionKey, tuple[int, int]]
+                       ) -> dict[PartitionKey, FirstRecord]:
         """The first record at each lagging partition's committed offset: remembered while the offset stays
         (a record found stays the first one; "nothing there" only while the log end stays too)."""
         for tp in [tp for tp in t.first_records if tp not in lagging]:

@@ -15,18 +15,9 @@ Pure functions: the collector passes the samples and the clock.
 """
 from __future__ import annotations
 
-from enum import Enum
 from typing import Sequence
 
 from .verdict import LagSample
-
-
-class LagSecondsMethod(str, Enum):
-    TIMESTAMP = "timestamp"
-    EXTRAPOLATED = "extrapolated"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def from_timestamp(timestamp_ms: int, now: float) -> float:

@@ -45,38 +45,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from enum import Enum
 from typing import Iterable, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..stream_info import StreamStatus
+from ..model import PartitionKey, StreamStatus, Verdict
 
 WINDOW = 10          # samples per partition a verdict looks at (Burrow's default window)
 MIN_SAMPLES = 3      # fewer than this say nothing about a trend: STARTING "not enough samples yet"
 REWIND_SLACK_S = 5.0 # an offset change recorded this close to a backwards move explains it
 SIGNIFICANCE = 3.0   # a rising lag is WARN when its slope is this many standard errors above zero
-TP = tuple[str, int]
-
-
-class Verdict(str, Enum):
-    """Burrow's partition statuses, ordered by how bad they are (`severity`), and STARTING: too early to say."""
-    OK = "OK"
-    STARTING = "STARTING"
-    REWIND = "REWIND"
-    WARN = "WARN"
-    STALL = "STALL"
-    STOP = "STOP"
-
-    @property
-    def severity(self) -> int:
-        return _SEVERITY[self]
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_SEVERITY = {Verdict.OK: 0, Verdict.STARTING: 1, Verdict.REWIND: 2, Verdict.WARN: 3, Verdict.STALL: 4,
-             Verdict.STOP: 5}
 
 
 @dataclass(frozen=True)
@@ -236,7 +213,7 @@ class StreamVerdict:
     alarm: bool = False
 
 
-def stream_verdict(status: StreamStatus, partitions: Mapping[TP, PartitionVerdict],
+def stream_verdict(status: StreamStatus, partitions: Mapping[PartitionKey, PartitionVerdict],
                    totals: Sequence[tuple[float, int, int]] = (), *, error: str | None = None) -> StreamVerdict:
     """A stream's verdict from its state, its partitions' verdicts and its totals over the window (`totals`:
     (time, total lag, total committed) of the current run, oldest first)."""
@@ -319,7 +296,7 @@ def _time(at: float) -> str:
     return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def worst(verdicts: Mapping[TP, PartitionVerdict]) -> tuple[Verdict, str]:
+def worst(verdicts: Mapping[PartitionKey, PartitionVerdict]) -> tuple[Verdict, str]:
     """A stream's verdict: its worst partition's, with that partition named in the message (a tie goes to the
     first partition in topic/partition order); OK "no partitions" for none."""
     if not verdicts:

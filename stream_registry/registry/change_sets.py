@@ -21,14 +21,12 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from ..errors import ConfigError, StreamError
-from ..offset_spec import Absolute, ChangeStatus, OffsetSpec, ResolvedOffset
-from ..offsets import HistoryEntry, OffsetChange, PendingOffset
-from .dead_letter import SetAside
-from .offset_gate import GateEvent, MoveState, PendingMove
+from ..offset_spec import Absolute, OffsetSpec
+from ..model import (ChangeStatus, GateEvent, HistoryEntry, MoveState, OffsetChange, PartitionKey, PendingMove,
+                     PendingOffset, ResolvedOffset, SetAside)
 from .state_store import PlannedRow, StateStore
 
 log = logging.getLogger("mgstreams.registry")
-TP = tuple[str, int]
 OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that are offset changes
 NOT_RUNNING = "stream is not running; applied at the first assignment after start"
 NOT_ASSIGNED = "not assigned to this stream's consumer yet (rebalance pending); applied when the group assigns it"
@@ -38,7 +36,7 @@ class ChangeSets:
     def __init__(self, store: StateStore):
         self._store = store
         self._changed = threading.Condition()
-        self._unrecorded: dict[str, list] = {}   # per stream: ("applied" | "set_aside", row) the store refused
+        self._unrecorded: dict[str, list[GateEvent | SetAside]] = {}   # per stream: what the store has not taken
         self._store_errors: dict[str, str] = {}
         self._record_lock = threading.Lock()
 
@@ -76,26 +74,30 @@ class ChangeSets:
         for r in resolved:
             tp = (r.topic, r.partition)
             if r.unchanged:
-                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, ChangeStatus.UNCHANGED,
-                                        r.message))
+                out.append(OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                        offset=r.offset, status=ChangeStatus.UNCHANGED,
+                                        message=r.message))
             elif tp in applied:
                 h = applied[tp]
-                out.append(OffsetChange(h.topic, h.partition, h.previous_offset, h.offset, h.status, h.message or "",
-                                        change_id))
+                out.append(OffsetChange(topic=h.topic, partition=h.partition, previous_offset=h.previous_offset,
+                                        offset=h.offset, status=h.status, message=h.message or "",
+                                        change_id=change_id))
             elif tp in mine:
                 p = mine[tp]
                 why = NOT_RUNNING if not running else p.reason or NOT_ASSIGNED
-                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset, ChangeStatus.PENDING,
-                                        _joined(p.message, why), change_id))
+                out.append(OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                        offset=r.offset, status=ChangeStatus.PENDING,
+                                        message=_joined(p.message, why), change_id=change_id))
             else:
                 later = self._later_change(name, change_id, tp, pending)
-                out.append(OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                        ChangeStatus.SUPERSEDED if later else ChangeStatus.CANCELLED,
-                                        _joined(r.message, f"superseded by change {later}" if later else
-                                                "cancelled before it was applied"), change_id))
+                out.append(OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                        offset=r.offset,
+                                        status=ChangeStatus.SUPERSEDED if later else ChangeStatus.CANCELLED,
+                                        message=_joined(r.message, f"superseded by change {later}" if later else
+                                                "cancelled before it was applied"), change_id=change_id))
         return out
 
-    def _later_change(self, name: str, change_id: int, tp: TP, pending: dict) -> int | None:
+    def _later_change(self, name: str, change_id: int, tp: PartitionKey, pending: dict) -> int | None:
         """The id of a later change of the partition (pending or applied), if any."""
         if tp in pending and (pending[tp].change_id or 0) > change_id:
             return pending[tp].change_id
@@ -152,8 +154,7 @@ class ChangeSets:
         """A gate event from the stream's poll thread (or its pipe's reader): record it, wake the waiters. The
         partitions of one persist (`more` on all but the last) are recorded in one transaction."""
         if event.state == MoveState.PERSISTED:
-            self._unrecorded.setdefault(name, []).append(
-                ("applied", (event.change_id, event.topic, event.partition, event.offset, event.previous_offset)))
+            self._unrecorded.setdefault(name, []).append(event)
             if event.more:
                 return
             self.flush(name)
@@ -171,10 +172,7 @@ class ChangeSets:
 
     def on_set_aside(self, name: str, records: list[SetAside]) -> None:
         """Poison messages go to the history too: a skipped one is recorded nowhere else."""
-        self._unrecorded.setdefault(name, []).extend(
-            ("set_aside", (r.topic, r.partition, r.offset,
-                           ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED, r.error))
-            for r in records)
+        self._unrecorded.setdefault(name, []).extend(records)
         self.flush(name)
 
     def flush(self, name: str) -> None:
@@ -184,11 +182,12 @@ class ChangeSets:
             if not rows:
                 return
             try:
-                for kind, group in _runs(rows):
-                    if kind == "applied":
+                for group in _runs(rows):
+                    if isinstance(group[0], GateEvent):
                         self._store.record_applied(name, group)
-                        for change_id in sorted({row[0] for row in group}):
-                            moves = [(t, p, before, after) for c, t, p, after, before in group if c == change_id]
+                        for change_id in sorted({e.change_id for e in group}):
+                            moves = [(e.topic, e.partition, e.previous_offset, e.offset) for e in group
+                                     if e.change_id == change_id]
                             log.info("stream %s: change %d applied: %s", name, change_id, _moves(moves))
                     else:
                         self._store.record_set_aside(name, group)
@@ -206,11 +205,12 @@ class ChangeSets:
         self._unrecorded.pop(name, None)
         self._store_errors.pop(name, None)
 
-    def pending_moves(self, name: str) -> dict[TP, PendingMove]:
+    def pending_moves(self, name: str) -> dict[PartitionKey, PendingMove]:
         """What a stream starting now is handed: the latest pending change of each partition (earlier ones a
         stream that ended never reported on are superseded)."""
         self._store.drop_superseded(name)
-        return {(p.topic, p.partition): PendingMove(p.change_id, p.offset) for p in self._store.pending_rows(name)}
+        return {(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset)
+                for p in self._store.pending_rows(name)}
 
     def history(self, name: str, limit: int | None) -> list[HistoryEntry]:
         self.flush(name)
@@ -259,12 +259,12 @@ def _names(item, row: HistoryEntry) -> bool:
     return False
 
 
-def _runs(rows: list) -> list[tuple[str, list]]:
-    """Consecutive rows of one kind, grouped (order kept)."""
-    out: list[tuple[str, list]] = []
-    for kind, row in rows:
-        if out and out[-1][0] == kind:
-            out[-1][1].append(row)
+def _runs(rows: list) -> list[list]:
+    """Consecutive rows of one kind (applied changes, set-aside messages), grouped (order kept)."""
+    out: list[list] = []
+    for row in rows:
+        if out and type(out[-1][0]) is type(row):
+            out[-1].append(row)
         else:
-            out.append((kind, [row]))
+            out.append([row])
     return out

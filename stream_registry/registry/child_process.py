@@ -16,13 +16,10 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import (ConfigError, KafkaOperationError, OffsetSpecError, SinkError, StreamError,
-                      TransformError)
+from ..errors import StreamError, class_named
 from ..redaction import redact
 
 CHILD_POLL_S = 0.2   # how often a child looks at its host
-_ERRORS = {cls.__name__: cls for cls in (StreamError, ConfigError, OffsetSpecError, TransformError,
-                                         KafkaOperationError, SinkError)}
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,7 @@ class ChildError:
     message: str
 
     def exception(self) -> StreamError:
-        return _ERRORS.get(self.kind, StreamError)(self.message)
+        return class_named(self.kind)(self.message)
 
 
 def child_error(exc: BaseException, secrets=()) -> ChildError:
@@ -40,7 +37,7 @@ def child_error(exc: BaseException, secrets=()) -> ChildError:
     stream's own code, SystemExit too) is a TransformError with its type, redacted."""
     if isinstance(exc, StreamError):
         name = type(exc).__name__
-        return ChildError(name if name in _ERRORS else "StreamError", str(exc))
+        return ChildError(name if class_named(name) is type(exc) else "StreamError", str(exc))
     return ChildError("TransformError", redact(f"{type(exc).__name__}: {exc}", secrets))
 
 

@@ -9,7 +9,6 @@ not committed, so a message is never lost.
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
@@ -32,16 +31,6 @@ class Stage(str, Enum):
     """Where a message failed, in Connect's `__connect.errors.stage` terms."""
     TRANSFORMATION = "TRANSFORMATION"
     SINK = "TASK_PUT"
-
-
-@dataclass(frozen=True)
-class SetAside:
-    """A message the stream did not write to the graph, and why."""
-    topic: str
-    partition: int
-    offset: int
-    error: str
-    dead_lettered: bool    # False: skipped (no dead-letter topic), recorded in the stream's history
 
 
 def failure_cause(error: BaseException) -> BaseException:

@@ -37,62 +37,27 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from enum import Enum
 from typing import Callable, Iterable, Mapping, Protocol
+from ..model import GateEvent, MoveState, PartitionKey, PendingMove
 
-TP = tuple[str, int]
 PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed
 EARLY_DELIVERY_S = 1.0  # after a move, batches are cut early until each moved partition delivered, at most this long
 
 
-class MoveState(str, Enum):
-    REQUESTED = "requested"
-    WAITING = "waiting"
-    MOVED = "moved"
-    PERSISTED = "persisted"
-    RECORDED = "recorded"
-    SUPERSEDED = "superseded"
-    CANCELLED = "cancelled"
-
-    @property
-    def final(self) -> bool:
-        return self in (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
-
-
-@dataclass(frozen=True)
-class PendingMove:
-    """A change the host holds as pending when it starts a stream: its change set and target."""
-    change_id: int
-    offset: int
-
-
-@dataclass(frozen=True)
-class GateEvent:
-    """One transition the gate reports: what a waiting caller and the history need to know."""
-    change_id: int
-    topic: str
-    partition: int
-    offset: int
-    state: MoveState
-    previous_offset: int | None = None   # PERSISTED: where the partition stood before, when known
-    reason: str | None = None            # WAITING after a failed persist: why
-    more: bool = False                   # PERSISTED: more of one persist follow at once (recorded together)
-
-
 class ConsumerPort(Protocol):
     """What the gate needs of the consumer (poll thread only)."""
-    def seek(self, tp: TP, offset: int) -> bool:
+    def seek(self, tp: PartitionKey, offset: int) -> bool:
         """Move a fetching partition; False when the consumer cannot seek it now."""
-    def reassign(self, tp: TP, offset: int | None) -> None:
+    def reassign(self, tp: PartitionKey, offset: int | None) -> None:
         """Assign the partition again at `offset` (None: where the group or the sink says it resumes)."""
-    def persist(self, offsets: Mapping[TP, int]) -> str | None:
+    def persist(self, offsets: Mapping[PartitionKey, int]) -> str | None:
         """Commit (exactly-once: store in the sink) the offsets; None when done, else what failed and why."""
 
 
 @dataclass
 class _Move:
     change_id: int
-    tp: TP
+    tp: PartitionKey
     offset: int
     state: MoveState = MoveState.REQUESTED
     reason: str | None = None
@@ -109,14 +74,16 @@ class _Partition:
 
 class OffsetGate:
     def __init__(self, port: ConsumerPort, report: Callable[[GateEvent], None], *,
-                 pending: Mapping[TP, PendingMove] | None = None, clock: Callable[[], float] = time.monotonic):
+                 pending: Mapping[PartitionKey, PendingMove] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self._port, self._report, self._clock = port, report, clock
-        self._moves: dict[TP, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING)
+        self._moves: dict[PartitionKey, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING)
                                         for tp, p in (pending or {}).items()}
-        self._assigned: dict[TP, _Partition] = {}
+        self._assigned: dict[PartitionKey, _Partition] = {}
         self._lock = threading.Lock()   # guards the views other threads read (snapshot)
-        self._assign_origins: dict[TP, int | None] = {}   # on_assign → after_assign: where a moved one would start
-        self._undelivered: dict[TP, float] = {}   # moved partitions not delivered from yet: until when to hurry
+        # on_assign → after_assign: where a moved one would start
+        self._assign_origins: dict[PartitionKey, int | None] = {}
+        self._undelivered: dict[PartitionKey, float] = {}   # moved, not delivered from yet: until when to hurry
 
     @property
     def moved(self) -> bool:
@@ -134,16 +101,16 @@ class OffsetGate:
         with self._lock:
             return frozenset(self._assigned)
 
-    def positions(self) -> dict[TP, int]:
+    def positions(self) -> dict[PartitionKey, int]:
         with self._lock:
             return {tp: p.position for tp, p in self._assigned.items() if p.position is not None}
 
-    def waiting(self) -> dict[TP, int]:
+    def waiting(self) -> dict[PartitionKey, int]:
         with self._lock:
             return {tp: m.offset for tp, m in self._moves.items()}
 
     # -- seams (poll thread) ----------------------------------------------------
-    def request(self, change_id: int, offsets: Mapping[TP, int]) -> None:
+    def request(self, change_id: int, offsets: Mapping[PartitionKey, int]) -> None:
         """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now (and are
         persisted together: one commit, or one sink write, for the call)."""
         ready = []
@@ -165,7 +132,7 @@ class OffsetGate:
         return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
                 if up_to is None or move.change_id <= up_to]
 
-    def on_assign(self, starts: Mapping[TP, int | None]) -> dict[TP, int | None]:
+    def on_assign(self, starts: Mapping[PartitionKey, int | None]) -> dict[PartitionKey, int | None]:
         """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:
         None for where the group resumes). Call after_assign() once the consumer has them."""
         out, self._assign_origins = {}, {}
@@ -191,7 +158,7 @@ class OffsetGate:
                  if move is not None and move.state == MoveState.MOVED]
         self._persist(moved)
 
-    def assign_failed(self, tps: Iterable[TP]) -> None:
+    def assign_failed(self, tps: Iterable[PartitionKey]) -> None:
         """The consumer refused the partitions on_assign prepared: their changes wait again."""
         self._assign_origins = {}
         self.on_revoke(tps)
@@ -200,7 +167,7 @@ class OffsetGate:
             if move is not None and move.state == MoveState.MOVED:
                 self._to(move, MoveState.WAITING)
 
-    def on_revoke(self, tps: Iterable[TP]) -> None:
+    def on_revoke(self, tps: Iterable[PartitionKey]) -> None:
         """Partitions leave: what this consumer knew of them is forgotten; their changes wait again."""
         with self._lock:
             for tp in tps:
@@ -214,7 +181,7 @@ class OffsetGate:
                      if move.state == MoveState.WAITING and move.reason is not None and move.tp in self._assigned
                      and now >= move.retry_at])
 
-    def check_delivery(self, tp: TP, offset: int) -> bool:
+    def check_delivery(self, tp: PartitionKey, offset: int) -> bool:
         """Is a consumed message of `tp` at `offset` to be delivered? False for one the consumer fetched from
         before the last move (a seek the committed-offset lookup overrode): the partition is moved again."""
         part = self._assigned.get(tp)
@@ -231,7 +198,7 @@ class OffsetGate:
         self._undelivered.pop(tp, None)
         return True
 
-    def after_batch(self, next_offsets: Mapping[TP, int]) -> None:
+    def after_batch(self, next_offsets: Mapping[PartitionKey, int]) -> None:
         """A batch was written (its commit is the worker's): the stream stands after it."""
         with self._lock:
             for tp, offset in next_offsets.items():
@@ -239,7 +206,7 @@ class OffsetGate:
                 if part is not None:
                     part.position = offset
 
-    def rewound(self, first_offsets: Mapping[TP, int]) -> None:
+    def rewound(self, first_offsets: Mapping[PartitionKey, int]) -> None:
         """A failed batch was sought back to its first offsets."""
         self.after_batch(first_offsets)
 
@@ -297,7 +264,8 @@ class OffsetGate:
         return self._emit(move)
 
     def _emit(self, move: _Move, previous: int | None = None, more: bool = False) -> GateEvent:
-        event = GateEvent(move.change_id, move.tp[0], move.tp[1], move.offset, move.state, previous, move.reason,
-                          more)
+        event = GateEvent(change_id=move.change_id, topic=move.tp[0], partition=move.tp[1], offset=move.offset,
+                          state=move.state, previous_offset=previous, reason=move.reason,
+                          more=more)
         self._report(event)
         return event

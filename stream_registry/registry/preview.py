@@ -9,13 +9,12 @@ from typing import Mapping
 from ..config import StreamConfig
 from ..graph.transform import Message, plain_parameters, run_transformation
 from ..kafka.sample import read_records
-from ..offsets import PreviewStatement
+from ..model import PartitionKey, PreviewStatement
 from .runner import load_stream_transformation
 
-TP = tuple[str, int]
 
 
-def preview(config: StreamConfig, starts: Mapping[TP, int], ends: Mapping[TP, int], limit: int,
+def preview(config: StreamConfig, starts: Mapping[PartitionKey, int], ends: Mapping[PartitionKey, int], limit: int,
             timeout: float) -> list[PreviewStatement]:
     """The statements the transformation makes of up to `limit` records per partition from `starts`,
     one record at a time (each statement is known by its offset). Nothing is committed or written."""
@@ -26,6 +25,6 @@ def preview(config: StreamConfig, starts: Mapping[TP, int], ends: Mapping[TP, in
         for record in records[tp]:
             for statement in run_transformation(transformation, [Message.from_kafka(record)],
                                                 name=config.transform):
-                out.append(PreviewStatement(tp[0], tp[1], record.offset(), statement.query,
-                                            plain_parameters(statement.parameters)))
+                out.append(PreviewStatement(topic=tp[0], partition=tp[1], offset=record.offset(), query=statement.query,
+                                            parameters=plain_parameters(statement.parameters)))
     return out

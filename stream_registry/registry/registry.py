@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import Delivery, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
-from ..errors import ConfigError, OffsetSpecError, StreamError, StreamNotFound, StreamStateError, TransformError
+from ..errors import (ConfigError, OffsetSpecError, StreamError, StreamExists, StreamNotFound, StreamStateError,
+                      TransformError)
 from ..kafka.queries import PartitionQuery
-from ..offset_spec import ChangeStatus, OffsetSpec, PartitionSnapshot, parse_offset_spec, resolve
-from ..offsets import HistoryEntry, OffsetChange, PartitionOffsets, PendingOffset, PreviewStatement
+from ..offset_spec import OffsetSpec, parse_offset_spec, resolve
+from ..model import (ChangeStatus, HistoryEntry, MAX_CHECK_LIMIT, OffsetChange, PartitionKey, PartitionOffsets,
+                     PartitionSnapshot, PendingOffset, PreviewStatement, StreamInfo, StreamStatus, WorkerSnapshot)
 from ..redaction import mask_all, mask_secrets, redact, redact_error
 from ..resume_point import resume_offsets
 from ..graph.transform import is_builtin
@@ -44,15 +46,13 @@ from .preview import preview
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
-from ..stream_info import StreamInfo, StreamStatus, starting_detail
+from .starting import starting_detail
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
-from .worker import RetryPolicy, StreamEvents, WorkerSnapshot
+from .worker import RetryPolicy, StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
-TP = tuple[str, int]
 CHECK_IMPORT_TIMEOUT_S = 60.0   # importing a transformation's module at create (a large ML library takes long)
-MAX_CHECK_LIMIT = 1000   # records per partition a preview reads at most (they are all held in memory)
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,11 @@ class StreamRegistry:
         self._group_policy.check(config)
         with self._lock:
             if config.name in self._streams:
-                raise ConfigError(f"name: a stream named {config.name!r} already exists")
+                raise StreamExists(f"name: a stream named {config.name!r} already exists")
         self._check_reachable(config)
         with self._lock:
             if config.name in self._streams:
-                raise ConfigError(f"name: a stream named {config.name!r} already exists")
+                raise StreamExists(f"name: a stream named {config.name!r} already exists")
             self._store.insert_stream(config)
             self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
         log.info("stream %s: created (%s)", config.name, _described(config))
@@ -297,10 +297,12 @@ class StreamRegistry:
         resolved, _ = self._resolve(config, query, runner, spec, shown, deadline)
         plan = [r for r in resolved if not r.unchanged]
         if dry_run:
-            return [OffsetChange(r.topic, r.partition, r.previous_offset, r.offset,
-                                 ChangeStatus.UNCHANGED if r.unchanged else
+            return [OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                 offset=r.offset,
+                                 status=ChangeStatus.UNCHANGED if r.unchanged else
                                  ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
-                                 "; ".join(m for m in (note, r.message) if m) if not r.unchanged else r.message)
+                                 message="; ".join(m for m in (note, r.message) if m) if not r.unchanged
+                                 else r.message)
                     for r in resolved]
         if not plan:
             return self._changes.outcome(name, 0, resolved, runner is not None)
@@ -332,8 +334,9 @@ class StreamRegistry:
         tps = [(t, p) for t in config.topics for p in partitions[t]]
         snapshots = query.snapshots(tps, seen.positions, deadline=deadline)
         where = self._where(config, snapshots, seen)
-        based = [PartitionSnapshot(s.topic, s.partition, s.log_start, s.log_end, s.committed,
-                                   where.get((s.topic, s.partition))) for s in snapshots]
+        based = [PartitionSnapshot(topic=s.topic, partition=s.partition, log_start=s.log_start, log_end=s.log_end,
+                                   committed=s.committed,
+                                   position=where.get((s.topic, s.partition))) for s in snapshots]
         resolved = resolve(spec, based, lambda times: query.offsets_for_times(times, deadline), running=True,
                            lookup_group=lambda group, tps: query.group_committed(group, tps, left()))
         unresolved = [r for r in resolved if r.failed]
@@ -341,7 +344,7 @@ class StreamRegistry:
             raise OffsetSpecError(f"{shown}: " + _grouped_reasons(unresolved))
         return resolved, {(snap.topic, snap.partition): snap for snap in snapshots}
 
-    def _where(self, config: StreamConfig, snapshots: list, seen: WorkerSnapshot) -> dict[TP, int | None]:
+    def _where(self, config: StreamConfig, snapshots: list, seen: WorkerSnapshot) -> dict[PartitionKey, int | None]:
         """Where each partition stands: the consumer's position, else the resume point without the
         auto.offset.reset guess (None: the partition has no offset yet)."""
         stored: dict | None = {}
@@ -411,11 +414,12 @@ class StreamRegistry:
         stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
         pending = self._store.pending(name)
         resume = resume_offsets(config, snapshots, pending, stored)
-        return [PartitionOffsets(s.topic, s.partition, s.committed, s.position, s.log_start, s.log_end,
-                                 None if s.committed is None else max(s.log_end - s.committed, 0),
-                                 (s.topic, s.partition) in seen.assigned,
-                                 stored.get((s.topic, s.partition)) if stored else None,
-                                 resume[(s.topic, s.partition)])
+        return [PartitionOffsets(topic=s.topic, partition=s.partition, committed_offset=s.committed,
+                                 position=s.position, log_start_offset=s.log_start, log_end_offset=s.log_end,
+                                 lag=None if s.committed is None else max(s.log_end - s.committed, 0),
+                                 assigned=(s.topic, s.partition) in seen.assigned,
+                                 stored_offset=stored.get((s.topic, s.partition)) if stored else None,
+                                 resume_offset=resume[(s.topic, s.partition)])
                 for s in snapshots]
 
     def _stored_offsets(self, config: StreamConfig, partitions: list) -> dict | None:
@@ -611,17 +615,21 @@ class StreamRegistry:
         c = stream.config
         runner = self._running(stream)
         counts = self._store.status_counts(c.name) if c.errors_tolerance == ErrorsTolerance.ALL else {}
-        return StreamInfo(c.name, tuple(c.topics), c.group_id, c.bootstrap_servers, c.transform, c.sink,
-                          stream.status,
-                          "; ".join(e for e in (stream.error, self._changes.store_error(c.name)) if e) or None,
-                          c.shown_configs(), mask_all(c.credentials),
-                          c.batch_size, c.batch_interval_ms, c.restart.value,
-                          runner.pid if runner else None, runner.rss_bytes() if runner else None,
-                          stream.restarts, c.delivery.value, c.errors_tolerance.value, c.dead_letter_topic,
-                          counts.get(ChangeStatus.DEAD_LETTERED, 0), counts.get(ChangeStatus.SKIPPED, 0),
-                          stream.stats.records, stream.stats.batches, stream.stats.seconds_sum,
-                          stream.stats.cumulative_buckets(),
-                          starting_detail(c.configs, time.monotonic() - stream.started_at)
+        return StreamInfo(name=c.name, topics=tuple(c.topics), consumer_group=c.group_id,
+                          bootstrap_servers=c.bootstrap_servers, transform=c.transform, sink=c.sink,
+                          status=stream.status,
+                          error="; ".join(e for e in (stream.error, self._changes.store_error(c.name)) if e) or None,
+                          configs=c.shown_configs(), credentials=mask_all(c.credentials),
+                          batch_size=c.batch_size, batch_interval_ms=c.batch_interval_ms, restart=c.restart.value,
+                          pid=runner.pid if runner else None, rss_bytes=runner.rss_bytes() if runner else None,
+                          restarts=stream.restarts, delivery=c.delivery.value,
+                          errors_tolerance=c.errors_tolerance.value, dead_letter_topic=c.dead_letter_topic,
+                          dead_lettered=counts.get(ChangeStatus.DEAD_LETTERED, 0),
+                          skipped=counts.get(ChangeStatus.SKIPPED, 0),
+                          records=stream.stats.records, batches=stream.stats.batches,
+                          batch_seconds_sum=stream.stats.seconds_sum,
+                          batch_seconds_buckets=stream.stats.cumulative_buckets(),
+                          detail=starting_detail(c.configs, time.monotonic() - stream.started_at)
                           if stream.status == StreamStatus.STARTING and runner else None)
 
 

@@ -21,12 +21,10 @@ from ..config import Delivery, StreamConfig
 from ..errors import ConfigError, StreamError
 from ..graph.sinks import OutputPolicy, open_sink
 from ..graph.transform import load_transformation, locate_transformation
-from ..stream_info import StreamStatus
-from .offset_gate import GateEvent, PendingMove
-from .worker import RetryPolicy, StreamEvents, StreamWorker, WorkerSnapshot
+from ..model import GateEvent, PartitionKey, PendingMove, StreamStatus, WorkerSnapshot
+from .worker import RetryPolicy, StreamEvents, StreamWorker
 
 log = logging.getLogger("mgstreams.registry")
-TP = tuple[str, int]
 
 
 class Isolation(str, Enum):
@@ -49,7 +47,7 @@ class StreamRunner(Protocol):
     @property
     def stopping(self) -> bool: ...
     def snapshot(self) -> WorkerSnapshot: ...
-    def request_offsets(self, change_id: int, offsets: Mapping[TP, int]) -> None:
+    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int]) -> None:
         """Hand one call's offsets to the stream's offset gate; their fate comes as on_change events."""
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Cancel the changes not persisted yet (of calls up to change id `up_to`); the cancelled ones, None if
@@ -62,7 +60,7 @@ class StreamRunner(Protocol):
 class ThreadRunner:
     """A stream on a poll thread of this process: its transformation, its sink and its StreamWorker."""
 
-    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, PendingMove], output: OutputPolicy,
+    def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents):
         self.config = config
         self.pid: int | None = os.getpid()

@@ -17,9 +17,7 @@ from pathlib import Path
 
 from ..config import StreamConfig
 from ..errors import ConfigError, StreamError
-from ..offset_spec import ChangeStatus
-from ..offsets import HistoryEntry, PendingOffset
-from ..stream_info import StreamStatus
+from ..model import ChangeStatus, GateEvent, HistoryEntry, PendingOffset, SetAside, StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
 
@@ -219,14 +217,16 @@ class StateStore:
             return rows
         return [_pending_row(row) for row in self._transaction(take)]
 
-    def record_applied(self, name: str, applied: list[tuple[int, str, int, int, int | None]]) -> None:
-        """Changes persisted by a stream, (change id, topic, partition, offset, previous seen by the stream):
+    def record_applied(self, name: str, applied: list[GateEvent]) -> None:
+        """Changes persisted by a stream (PERSISTED gate events; `previous_offset` is what the stream saw):
         each becomes a history row of its change id, with what its pending row planned (previous offset,
         clamped, message), and the pending row goes. One transaction."""
         now = time.time()
 
         def record(db) -> None:
-            for change_id, topic, partition, offset, seen_previous in applied:
+            for event in applied:
+                change_id, topic, partition, offset = event.change_id, event.topic, event.partition, event.offset
+                seen_previous = event.previous_offset
                 row = db.execute("SELECT previous_offset, clamped, note FROM pending_changes WHERE stream = ? AND "
                                  "topic = ? AND partition = ? AND change_id = ? AND offset = ?",
                                  (name, topic, partition, change_id, offset)).fetchone()
@@ -240,15 +240,16 @@ class StateStore:
                            "change_id = ?", (name, topic, partition, change_id))
         self._transaction(record)
 
-    def record_set_aside(self, name: str, rows: list[tuple[str, int, int, ChangeStatus, str]]) -> None:
-        """Poison messages set aside (topic, partition, offset, status, error): history rows, one change each."""
+    def record_set_aside(self, name: str, records: list[SetAside]) -> None:
+        """Poison messages set aside (dead-lettered, or skipped): history rows, one change each."""
         now = time.time()
 
         def record(db) -> None:
-            for topic, partition, offset, status, error in rows:
+            for r in records:
+                status = ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED
                 db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?)",
-                           (name, now, topic, partition, offset, status.value, error, _next_change_id(db)))
+                           (name, now, r.topic, r.partition, r.offset, status.value, r.error, _next_change_id(db)))
         self._transaction(record)
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
@@ -300,8 +301,9 @@ _PENDING_ORDER = " ORDER BY topic, partition"
 
 def _pending_row(row: tuple) -> PendingOffset:
     topic, partition, offset, requested_at, previous, note, reason, change_id = row
-    return PendingOffset(topic, partition, offset, datetime.fromtimestamp(requested_at, tz=timezone.utc), previous,
-                         note or None, change_id, reason)
+    return PendingOffset(topic=topic, partition=partition, offset=offset,
+                         requested_at=datetime.fromtimestamp(requested_at, tz=timezone.utc), previous_offset=previous,
+                         message=note or None, change_id=change_id, reason=reason)
 
 
 _HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, change_id "
@@ -310,8 +312,9 @@ _HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, 
 
 def _history_row(row: tuple) -> HistoryEntry:
     at, topic, partition, previous, offset, status, message, change_id = row
-    return HistoryEntry(datetime.fromtimestamp(at, tz=timezone.utc), topic, partition, previous, offset,
-                        ChangeStatus(status), message, change_id)
+    return HistoryEntry(changed_at=datetime.fromtimestamp(at, tz=timezone.utc), topic=topic, partition=partition,
+                        previous_offset=previous, offset=offset,
+                        status=ChangeStatus(status), message=message, change_id=change_id)
 
 
 def _stored_config(name: str, text: str) -> StreamConfig:

@@ -35,16 +35,13 @@ from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks import OutputPolicy
 from ..log_repeats import collapse_repeats
-from ..stream_info import StreamStatus
+from ..model import GateEvent, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
 from .batch_stats import BatchStats
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
-from .dead_letter import SetAside
-from .offset_gate import GateEvent, PendingMove
 from .runner import ThreadRunner, process_rss
-from .worker import RetryPolicy, StreamEvents, WorkerSnapshot
+from .worker import RetryPolicy, StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
-TP = tuple[str, int]
 STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer and the sink
 REPLY_GRACE_S = 2.0       # beyond an offset request's own timeout
 SNAPSHOT_TIMEOUT_S = 5.0  # a child busy in a long GIL-holding write answers late: use its last answer
@@ -55,7 +52,7 @@ EXIT_STOP_TIMED_OUT = 75  # a child whose batch did not finish within the stop t
 class ChildSpec:
     """Everything a child needs to run its stream (sent through the spawn pipe, never on a command line)."""
     config: StreamConfig
-    pending: Mapping[TP, PendingMove]
+    pending: Mapping[PartitionKey, PendingMove]
     output: OutputPolicy
     retry: RetryPolicy
     stop_timeout: float
@@ -76,7 +73,7 @@ class SnapshotRequest:
 @dataclass(frozen=True)
 class SetOffsets:
     change_id: int
-    offsets: Mapping[TP, int]
+    offsets: Mapping[PartitionKey, int]
 
 
 @dataclass(frozen=True)
@@ -132,7 +129,7 @@ class Ended:
 class ProcessRunner:
     """The host's handle on one stream process (see the module docstring)."""
 
-    def __init__(self, config: StreamConfig, *, pending: Mapping[TP, PendingMove], output: OutputPolicy,
+    def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents,
                  on_exit: Callable[["ProcessRunner", str], None], stop_timeout: float = 30.0):
         self.config = config

@@ -33,7 +33,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Mapping
 
@@ -46,16 +46,15 @@ from ..graph.sink_faults import Fault, classify
 from ..graph.sinks import read_stored_offsets_within
 from ..kafka.client import new_consumer
 from ..redaction import redact
-from ..stream_info import StreamStatus
+from ..model import GateEvent, MoveState, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
 from ..graph.transform import Message, run_transformation
 from .batch_stats import BatchStats
-from .dead_letter import DeadLetterQueue, SetAside
-from .offset_gate import GateEvent, MoveState, OffsetGate, PendingMove
+from .dead_letter import DeadLetterQueue
+from .offset_gate import OffsetGate
 from .poison import BatchDelivery
 
 log = logging.getLogger("mgstreams.worker")
 
-TP = tuple[str, int]
 CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
@@ -99,15 +98,6 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
-class WorkerSnapshot:
-    """What the poll thread last saw, for describe() and offset changes."""
-    assigned: frozenset = frozenset()
-    positions: Mapping = field(default_factory=dict)
-    pending: Mapping = field(default_factory=dict)
-    stored: Mapping = field(default_factory=dict)   # exactly-once: the offsets the sink holds, as last written
-
-
-@dataclass(frozen=True)
 class StreamEvents:
     """What a running stream tells whoever runs it (the registry, or a stream process's pipe)."""
     on_status: Callable[[StreamStatus, str | None], None] = lambda status, error: None
@@ -134,7 +124,7 @@ class _CancelRequest:
 
 class StreamWorker:
     def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
-                 pending: Mapping[TP, PendingMove] | None = None, events: StreamEvents = StreamEvents(),
+                 pending: Mapping[PartitionKey, PendingMove] | None = None, events: StreamEvents = StreamEvents(),
                  retry: RetryPolicy = RetryPolicy()):
         self.config = config
         self._transformation = transformation
@@ -151,12 +141,12 @@ class StreamWorker:
         self._start_error: BaseException | None = None
         # Owned by the poll thread; read by others through snapshot().
         self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
-        self._stored: dict[TP, int] = {}
+        self._stored: dict[PartitionKey, int] = {}
         self._exactly_once = config.delivery == Delivery.EXACTLY_ONCE
-        self._held: set[TP] = set()             # exactly-once: assigned to us, not started: the sink did not answer
+        self._held: set[PartitionKey] = set()   # exactly-once: assigned to us, not started: the sink did not answer
         self._held_error: str | None = None     # why, shown as the stream's error until the sink answers
         self._next_held_try = 0.0
-        self._commit_stored: set[TP] = set()   # exactly-once, just assigned: the group's offsets follow the sink's
+        self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
         self._batch: list = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
@@ -204,9 +194,10 @@ class StreamWorker:
     def snapshot(self) -> WorkerSnapshot:
         with self._state_lock:
             stored = dict(self._stored)
-        return WorkerSnapshot(self._gate.assigned(), self._gate.positions(), self._gate.waiting(), stored)
+        return WorkerSnapshot(assigned=self._gate.assigned(), positions=self._gate.positions(),
+                              pending=self._gate.waiting(), stored=stored)
 
-    def request_offsets(self, change_id: int, offsets: Mapping[TP, int]) -> None:
+    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int]) -> None:
         """Hand one call's offsets to the poll thread's gate; what becomes of them comes as on_change events."""
         self._control.put(_OffsetRequest(change_id, dict(offsets)))
 
@@ -354,7 +345,7 @@ class StreamWorker:
         else:
             self._sink.write(statements)
 
-    def _write_offsets(self, next_offsets: Mapping[TP, int], statements: list = ()) -> None:
+    def _write_offsets(self, next_offsets: Mapping[PartitionKey, int], statements: list = ()) -> None:
         """Exactly-once: write `statements` with the offsets that follow them, if the sink still stores what
         this worker last knew (`expect`: not the first message's offset, gaps of transaction markers and set-aside
         messages lie between). Applied or already applied (a lost acknowledgement), the stored view moves on, so
@@ -394,8 +385,8 @@ class StreamWorker:
         raw = item[0]
         if self._dead_letters is not None:
             self._dead_letters.send(raw, error)   # raises: the batch is retried, nothing is committed
-        record = SetAside(raw.topic(), raw.partition(), raw.offset(), self._redact(error),
-                          self._dead_letters is not None)
+        record = SetAside(topic=raw.topic(), partition=raw.partition(), offset=raw.offset(), error=self._redact(error),
+                          dead_lettered=self._dead_letters is not None)
         log.warning("stream %s: %s %s:%d@%d: %s", self.config.name,
                     "dead-lettered" if record.dead_lettered else "skipped", record.topic, record.partition,
                     record.offset, record.error)
@@ -411,7 +402,7 @@ class StreamWorker:
                 pass  # partition no longer ours: its committed offset is still the batch start
         self._gate.rewound(first)
 
-    def _commit(self, offsets: Mapping[TP, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
+    def _commit(self, offsets: Mapping[PartitionKey, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
         """Synchronous commit; None when it succeeded, else the Kafka error as text.
 
         Transient errors (a coordinator moving) are retried until the deadline.
@@ -460,14 +451,14 @@ class StreamWorker:
             self._events.on_change(event)
 
     # -- the gate's port (poll thread) ------------------------------------------
-    def seek(self, tp: TP, offset: int) -> bool:
+    def seek(self, tp: PartitionKey, offset: int) -> bool:
         try:
             self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
             return True
         except KafkaException:
             return False
 
-    def reassign(self, tp: TP, offset: int | None) -> None:
+    def reassign(self, tp: PartitionKey, offset: int | None) -> None:
         """Assign one partition again at `offset` (None: where the group or the sink resumes it)."""
         start = OFFSET_STORED if offset is None else offset
         if offset is None and self._exactly_once:
@@ -483,7 +474,7 @@ class StreamWorker:
                              for (t, p) in self._gate.assigned()])
         self._assignment(incremental, eager)
 
-    def _eager_start(self, tp: TP) -> int:
+    def _eager_start(self, tp: PartitionKey) -> int:
         """Where a running partition resumes when an eager assign() names it again: where it stands, else where
         the group (exactly-once: the sink) says."""
         position = self._gate.positions().get(tp)
@@ -491,7 +482,7 @@ class StreamWorker:
             return position
         return self._stored.get(tp, OFFSET_BEGINNING) if self._exactly_once else OFFSET_STORED
 
-    def persist(self, offsets: Mapping[TP, int]) -> str | None:
+    def persist(self, offsets: Mapping[PartitionKey, int]) -> str | None:
         """Commit a change (exactly-once: store it in the sink first, the truth a restart resumes from; the
         group's commit then only feeds lag tools)."""
         if self._exactly_once:
@@ -509,7 +500,7 @@ class StreamWorker:
     # -- rebalance callbacks (poll thread, inside consume()) ---------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        starts: dict[TP, int | None] = dict.fromkeys(keys)
+        starts: dict[PartitionKey, int | None] = dict.fromkeys(keys)
         if self._exactly_once:
             stored = self._resume_from_sink(keys, ASSIGN_STORED_DEADLINE_S)
             if stored is None:   # an empty assign, or confluent-kafka assigns them where Kafka says
@@ -522,7 +513,7 @@ class StreamWorker:
         self._start_partitions(consumer, partitions, starts)
 
     def _start_partitions(self, consumer: Consumer, partitions: list[TopicPartition],
-                          starts: Mapping[TP, int | None]) -> None:
+                          starts: Mapping[PartitionKey, int | None]) -> None:
         """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
         keys = [(tp.topic, tp.partition) for tp in partitions]
         offsets = self._gate.on_assign(starts)
@@ -540,7 +531,7 @@ class StreamWorker:
         self._gate.after_assign()
         self._set_status(StreamStatus.RUNNING)
 
-    def _resume_from_sink(self, keys: list[TP], deadline_s: float) -> dict[TP, int] | None:
+    def _resume_from_sink(self, keys: list[PartitionKey], deadline_s: float) -> dict[PartitionKey, int] | None:
         """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
         behind it after a snapshot restore); a partition the graph holds nothing of starts at the beginning.
         Read within `deadline_s` while the sink fails transiently; None when it could not be read: a transient
@@ -700,13 +691,13 @@ class StreamWorker:
         return redact(str(value), self._secrets)
 
 
-def _next_offsets(batch) -> dict[TP, int]:
+def _next_offsets(batch) -> dict[PartitionKey, int]:
     """The offset after each partition's last message: what a commit of `batch` stores."""
     return {(m.topic(), m.partition()): m.offset() + 1 for m in batch}
 
 
-def _first_offsets(batch: list) -> dict[TP, int]:
-    first: dict[TP, int] = {}
+def _first_offsets(batch: list) -> dict[PartitionKey, int]:
+    first: dict[PartitionKey, int] = {}
     for m in batch:
         first.setdefault((m.topic(), m.partition()), m.offset())
     return first

@@ -1,0 +1,324 @@
+"""The values mgstreams passes around: every one that crosses HTTP, a stream process's pipe or SQLite.
+
+Frozen dataclasses built by keyword, str enums for states, and `PartitionKey`
+for a (topic, partition) pair. Nothing here does I/O or imports another
+mgstreams module: every layer (registry, lag, host, client, CLI) imports its
+values from here, so none needs a module that does work just for its types.
+The limits the API, the registry and the query module share live here too;
+query_modules/streams.py (stdlib + mgp only) keeps copies that a test compares.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Mapping, NamedTuple
+
+
+class PartitionKey(NamedTuple):
+    """A (topic, partition) pair as a dict key or a set member. Named apart from confluent_kafka's
+    TopicPartition (a mutable C object that also carries an offset); a plain tuple still compares equal."""
+    topic: str
+    partition: int
+
+
+# -- limits: shared by the HTTP API, the client, the registry and (as copies) the query module ----------
+REQUEST_TIMEOUT_S = 30.0     # a client's wait for any call but an offset change, an alter or a preview
+ALTER_TIMEOUT_S = 150.0      # an alter may import a transformation (60 s at most) and restart the stream (stop: 30 s)
+MARGIN_S = 5.0               # beyond an offset change's (or preview's) own timeout: the host answers within it
+DEFAULT_TIMEOUT_MS = 10_000  # an offset change waits this long for the rebalance unless told otherwise
+MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
+MAX_CHECK_LIMIT = 1000       # records per partition a preview reads at most (they are all held in memory)
+CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bolt worker waits meanwhile)
+MAX_LIMIT = 2 ** 63 - 1      # the most history rows a `limit` may ask for
+MAX_BODY_BYTES = 1 << 20     # an offset map for 50,000 partitions fits; a client cannot make the host hold more
+SESSION_TIMEOUT_MS = 45_000        # librdkafka's default session.timeout.ms
+
+INITIAL_REBALANCE_DELAY_S = 3      # brokers' (and the embedded cluster's) group.initial.rebalance.delay.ms
+
+
+# -- states ------------------------------------------------------------------------------------------
+class StreamStatus(str, Enum):
+    CREATED = "created"
+    STARTING = "starting"   # subscribed, the group has not assigned partitions yet
+    RUNNING = "running"
+    STOPPED = "stopped"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ChangeStatus(str, Enum):
+    PLANNED = "planned"    # dry run: what would be applied
+    APPLIED = "applied"
+    CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
+    PENDING = "pending"    # recorded; applied at the next assignment
+    UNCHANGED = "unchanged"   # targeted, but keeps its offset ({"group": ...} that group never committed)
+    SUPERSEDED = "superseded"  # a later call moved the partition before this one was applied
+    CANCELLED = "cancelled"    # cancelled (cancel_pending) before it was applied
+    ERROR = "error"
+    # Not offset changes: a poison message set aside by errors.tolerance 'all' (history only)
+    SKIPPED = "skipped"
+    DEAD_LETTERED = "dead_lettered"
+
+
+class MoveState(str, Enum):
+    REQUESTED = "requested"
+    WAITING = "waiting"
+    MOVED = "moved"
+    PERSISTED = "persisted"
+    RECORDED = "recorded"
+    SUPERSEDED = "superseded"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
+
+
+class Verdict(str, Enum):
+    """Burrow's partition statuses, ordered by how bad they are (`severity`), and STARTING: too early to say."""
+    OK = "OK"
+    STARTING = "STARTING"
+    REWIND = "REWIND"
+    WARN = "WARN"
+    STALL = "STALL"
+    STOP = "STOP"
+
+    @property
+    def severity(self) -> int:
+        return _SEVERITY[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_SEVERITY = {Verdict.OK: 0, Verdict.STARTING: 1, Verdict.REWIND: 2, Verdict.WARN: 3, Verdict.STALL: 4,
+             Verdict.STOP: 5}
+
+
+class LagSecondsMethod(str, Enum):
+    TIMESTAMP = "timestamp"
+    EXTRAPOLATED = "extrapolated"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# -- a stream ------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class StreamInfo:
+    """A snapshot for list()/get(): secrets in configs and credentials are masked."""
+    name: str
+    topics: tuple[str, ...]
+    consumer_group: str
+    bootstrap_servers: str
+    transform: str
+    sink: str
+    status: StreamStatus
+    error: str | None
+    configs: Mapping[str, str]
+    credentials: Mapping[str, str]
+    batch_size: int
+    batch_interval_ms: int
+    restart: str = "on-failure"        # the stream's RestartPolicy, as text
+    pid: int | None = None             # the process that runs the stream's consumer, while it runs
+    rss_bytes: int | None = None       # that process's resident memory
+    restarts: int = 0                  # restarts after its process died, since the stream was last started
+    delivery: str = "at_least_once"    # its Delivery, as text
+    errors_tolerance: str = "none"     # its ErrorsTolerance, as text
+    dead_letter_topic: str | None = None
+    dead_lettered: int = 0             # messages sent to the dead-letter topic, since the stream was created
+    skipped: int = 0                   # messages skipped (errors.tolerance 'all' without a dead-letter topic)
+    # Batches written since the host started (all runs of the stream), for /metrics:
+    records: int = 0
+    batches: int = 0
+    batch_seconds_sum: float = 0.0
+    batch_seconds_buckets: tuple[int, ...] = ()   # batches at or below each BATCH_SECONDS_BOUNDS, then all
+    detail: str | None = None          # why it is in its state when that is not obvious (`starting`: what it waits for)
+
+
+# -- offsets: reports, history, pending changes, previews ----------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class OffsetChange:
+    """One partition's outcome of set_offset (Memgraph dialect offsets are never stored here:
+    `offset` is the concrete offset, None when the partition could not be changed)."""
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int | None
+    status: ChangeStatus
+    message: str = ""
+    change_id: int | None = None   # the call's change (None: a dry run, or nothing to change)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionOffsets:
+    """One row of describe(), like `kafka-consumer-groups --describe`."""
+    topic: str
+    partition: int
+    committed_offset: int | None
+    position: int | None
+    log_start_offset: int
+    log_end_offset: int
+    lag: int | None
+    assigned: bool
+    stored_offset: int | None = None   # exactly-once: the next offset the sink holds with the data
+    resume_offset: int | None = None   # where the stream resumes if started now: pending, else stored
+                                       # (exactly-once), else committed, else auto.offset.reset
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryEntry:
+    """A row of the registry's audit history: an applied offset change, or a poison message set aside
+    (status skipped or dead_lettered: `offset` is that message's, `message` the error it raised)."""
+    changed_at: datetime
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int
+    status: ChangeStatus
+    message: str | None = None
+    change_id: int | None = None    # the call's: every partition one call changed shares it (revert takes it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PendingOffset:
+    """An offset change waiting for its partition to be assigned (a stopped stream, or a partition another
+    member of the group holds); `previous_offset` is where the partition stood when it was requested."""
+    topic: str
+    partition: int
+    offset: int
+    requested_at: datetime
+    previous_offset: int | None = None
+    message: str | None = None     # e.g. "revert of change 12", recorded in the history once applied
+    change_id: int | None = None   # the call it belongs to (every partition of one call shares it)
+    reason: str | None = None      # why it waits beyond an assignment (its commit failed, retried)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreviewStatement:
+    """One statement the stream's transformation makes of the record at topic/partition/offset (a preview:
+    nothing was written); `parameters` are plain JSON values (bytes as text, times as ISO-8601)."""
+    topic: str
+    partition: int
+    offset: int
+    query: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PartitionSnapshot:
+    """What is known of one partition when a spec is resolved."""
+    topic: str
+    partition: int
+    log_start: int
+    log_end: int
+    committed: int | None = None
+    position: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedOffset:
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int | None
+    clamped: bool
+    message: str
+    unchanged: bool = False   # keeps its offset (`offset` is the previous one, maybe None): nothing to apply
+
+    @property
+    def failed(self) -> bool:
+        return self.offset is None and not self.unchanged
+
+
+# -- what a stream process reports through its pipe ---------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class PendingMove:
+    """A change the host holds as pending when it starts a stream: its change set and target."""
+    change_id: int
+    offset: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateEvent:
+    """One transition the gate reports: what a waiting caller and the history need to know."""
+    change_id: int
+    topic: str
+    partition: int
+    offset: int
+    state: MoveState
+    previous_offset: int | None = None   # PERSISTED: where the partition stood before, when known
+    reason: str | None = None            # WAITING after a failed persist: why
+    more: bool = False                   # PERSISTED: more of one persist follow at once (recorded together)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetAside:
+    """A message the stream did not write to the graph, and why."""
+    topic: str
+    partition: int
+    offset: int
+    error: str
+    dead_lettered: bool    # False: skipped (no dead-letter topic), recorded in the stream's history
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSnapshot:
+    """What the poll thread last saw, for describe() and offset changes."""
+    assigned: frozenset = frozenset()
+    positions: Mapping = field(default_factory=dict)
+    pending: Mapping = field(default_factory=dict)
+    stored: Mapping = field(default_factory=dict)   # exactly-once: the offsets the sink holds, as last written
+
+
+# -- lag ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class PartitionLag:
+    """One partition in a stream's last round: offsets, lag, lag in seconds (and how it was found), verdict."""
+    topic: str
+    partition: int
+    committed_offset: int | None
+    log_start_offset: int
+    log_end_offset: int
+    lag: int
+    lag_seconds: float | None
+    lag_seconds_method: LagSecondsMethod
+    status: Verdict
+    message: str
+    alarm: bool = False
+    change_id: int | None = None
+    assigned: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamLag:
+    """A stream's last round: `status` is its verdict (its worst partition's), `stream_status` its state."""
+    name: str
+    consumer_group: str
+    stream_status: StreamStatus
+    status: Verdict
+    message: str
+    total_lag: int
+    max_lag: int
+    max_lag_seconds: float | None
+    records_per_second: float
+    sampled_at: datetime | None
+    interval_s: float
+    offset_changes: int = 0            # applied offset changes recorded for the stream (history rows)
+    dead_lettered: int = 0             # from the stream's StreamInfo
+    error: str | None = None           # why the last round could not sample it (Kafka unreachable)
+    partitions: tuple[PartitionLag, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LagPoint:
+    """A stream's totals at one round, for charts."""
+    at: float
+    total_lag: int
+    max_lag_seconds: float | None
+    records_per_second: float
+    status: Verdict
+    committed: int = 0        # the committed offsets' sum (what the stream had consumed), for the trend

@@ -1,0 +1,18 @@
+"""What a `starting` stream waits for, said with the figures of its own consumer config."""
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..model import INITIAL_REBALANCE_DELAY_S, SESSION_TIMEOUT_MS
+
+
+def starting_detail(configs: Mapping[str, object], waited_s: float) -> str:
+    """The group's first assignment comes after the broker's initial rebalance delay, and a rejoin after a
+    restart can wait until the member of the stream's previous run is dropped, up to its session timeout."""
+    try:
+        session_s = int(configs.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
+    except (TypeError, ValueError):
+        session_s = SESSION_TIMEOUT_MS / 1000
+    return (f"waiting for the group to assign partitions ({waited_s:.0f} s so far): a first join waits about "
+            f"{INITIAL_REBALANCE_DELAY_S} s (the broker's group.initial.rebalance.delay.ms); a rejoin after a restart "
+            f"or a crash waits up to session.timeout.ms ({session_s:g} s) for the previous member to leave")
