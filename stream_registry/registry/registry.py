@@ -337,7 +337,8 @@ class StreamRegistry:
         based = [PartitionSnapshot(topic=s.topic, partition=s.partition, log_start=s.log_start, log_end=s.log_end,
                                    committed=s.committed,
                                    position=where.get((s.topic, s.partition))) for s in snapshots]
-        resolved = resolve(spec, based, lambda times: query.offsets_for_times(times, deadline), running=True,
+        resolved = resolve(spec, based, lambda times: query.offsets_for_times(times, time.monotonic() + left()),
+                           running=True,
                            lookup_group=lambda group, tps: query.group_committed(group, tps, left()))
         unresolved = [r for r in resolved if r.failed]
         if unresolved:
