@@ -290,8 +290,7 @@ class StreamRegistry:
         """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
         holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
         `note` becomes the history message of the changes once applied."""
-        with self._locked(name) as stream:
-            runner, config, query = self._running(stream), stream.config, self._query(stream)
+        stream, runner, config, query = self._view(name)
         # Resolving asks the cluster (metadata, watermarks, time lookups, another group's commits): no lock is
         # held meanwhile, so stop, drop and describe answer at once; the change is opened under the lock after.
         resolved, _ = self._resolve(config, query, runner, spec, shown, deadline)
@@ -368,8 +367,7 @@ class StreamRegistry:
         _check_timeout(timeout)
         spec = parse_offset_spec(offset)
         deadline = time.monotonic() + timeout
-        with self._locked(name) as stream:
-            runner, config, query = self._running(stream), stream.config, self._query(stream)
+        stream, runner, config, query = self._view(name)
         resolved, snapshots = self._resolve(config, query, runner, spec, f"offset {offset!r}", deadline)  # no lock
         starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
         left = max(deadline - time.monotonic(), 0.1)
@@ -403,8 +401,7 @@ class StreamRegistry:
     def describe(self, name: str) -> list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
-        with self._locked(name) as stream:
-            runner, config, query = self._running(stream), stream.config, self._query(stream)
+        stream, runner, config, query = self._view(name)
         # The cluster and the sink are asked with no lock held: stop and drop never wait for them.
         partitions = query.partitions(config.topics)
         seen = runner.snapshot() if runner else WorkerSnapshot()
@@ -459,6 +456,12 @@ class StreamRegistry:
             if stream.dropped:
                 raise StreamNotFound(f"name: no stream named {name!r}")
             yield stream
+
+    def _view(self, name: str) -> tuple[_Stream, StreamRunner | None, StreamConfig, PartitionQuery]:
+        """What a call needs to ask the cluster with no lock held: the stream, its runner, config and query,
+        read together under its lock."""
+        with self._locked(name) as stream:
+            return stream, self._running(stream), stream.config, self._query(stream)
 
     def _running(self, stream: _Stream) -> StreamRunner | None:
         return stream.runner if stream.runner is not None and stream.runner.alive else None
