@@ -45,10 +45,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench_data import produce  # noqa: E402
 
+from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from spark_bridge.backfill import BackfillJob, plan_job, run_backfill  # noqa: E402
 from spark_bridge.local_engine import run_local  # noqa: E402
 from spark_bridge.spark_session import build_session  # noqa: E402
-from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from stream_registry.offset_spec import parse_offset_spec  # noqa: E402
 
 FLOOR = 1.5

@@ -50,16 +50,16 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench_data import check_topic, produce  # noqa: E402
 import psutil  # noqa: E402
+from bench_data import check_topic, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402

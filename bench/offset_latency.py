@@ -54,7 +54,7 @@ class SinkTail:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, daemon=True, name="sink-tail")
 
-    def start(self) -> "SinkTail":
+    def start(self) -> SinkTail:
         self._thread.start()
         return self
 

@@ -82,7 +82,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -206,7 +206,7 @@ class Verdict:
         if len(self.problems) < 12:
             self.problems.append(text)
 
-    def add(self, other: "Verdict") -> None:
+    def add(self, other: Verdict) -> None:
         for name in ("records", "lost", "skipped", "stale", "duplicates", "replayed", "mismatched"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -763,7 +763,7 @@ class Soak:
                 return f"-{self.rng.randint(1, 300)}"
             if pick < 0.90:
                 return f"+{self.rng.randint(1, 100)}"
-            moment = datetime.now(timezone.utc) - timedelta(seconds=self.rng.uniform(1, 20))
+            moment = datetime.now(UTC) - timedelta(seconds=self.rng.uniform(1, 20))
             return moment.isoformat(timespec="milliseconds")
         if self.rng.random() < 0.35:
             chosen = self.rng.sample(range(PARTITIONS), self.rng.randint(1, 2))

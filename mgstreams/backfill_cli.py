@@ -26,25 +26,34 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
+from datetime import UTC
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import (BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
-from rich.text import Text
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
-
-from stream_registry.errors import ConfigError, StreamError
-from stream_registry.offset_spec import parse_offset_spec
-from stream_registry.graph.sinks import PASSWORD_KEY, USERNAME_KEY
-from stream_registry.redaction import is_secret_key, redact
+from rich.text import Text
 
 from spark_bridge.bolt_load import DEFAULT_WRITERS, MAX_WRITERS, is_bolt_uri, prepare_graph, prepare_statements
 from spark_bridge.engine import Engine, EngineChoice, choose_engine, shown_remote, spark_target
 from spark_bridge.job import BackfillJob, BackfillReport, plan_job
 from spark_bridge.range_plan import RangePlan
+from stream_registry.errors import ConfigError, StreamError
+from stream_registry.graph.sinks import PASSWORD_KEY, USERNAME_KEY
+from stream_registry.offset_spec import parse_offset_spec
+from stream_registry.redaction import is_secret_key, redact
 
 from .usage_errors import UsageCommand
 
@@ -470,9 +479,9 @@ def _write_report(path, report: BackfillReport, job: BackfillJob, choice, master
 
 
 def _now():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 if __name__ == "__main__":

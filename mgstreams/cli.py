@@ -43,7 +43,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import click
 from rich.console import Console, Group
@@ -51,15 +52,15 @@ from rich.live import Live
 from rich.text import Text
 
 from stream_registry.errors import ConfigError, StreamError, StreamStateError
-from stream_registry.model import MAX_CHECK_LIMIT, OffsetChange, PartitionOffsets, StreamLag, StreamStatus
 from stream_registry.log_repeats import collapse_repeats
+from stream_registry.model import MAX_CHECK_LIMIT, OffsetChange, PartitionOffsets, StreamLag, StreamStatus
 from stream_registry.offset_files import OffsetSource, export_offsets, offsets_spec, parse_offsets_file
 
 from .client import URL_ENV, HostClient
-from .usage_errors import UsageGroup
 from .host import serve as host
 from .host.serve import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV
 from .tables import Column, FittedTable, extra, key, long
+from .usage_errors import UsageGroup
 from .wire import to_json
 
 _INTEGER = re.compile(r"-?[0-9]{1,30}")   # ASCII digits, matched whole; longer runs are the parser's to refuse
@@ -105,7 +106,7 @@ class _Shutdown:
     """SIGTERM and Ctrl-C as a request to stop; installed before the command says it is ready, so a
     signal sent as soon as the ready line arrives is not the default (death without cleanup)."""
 
-    def __enter__(self) -> "_Shutdown":
+    def __enter__(self) -> _Shutdown:
         self.done = threading.Event()
         self._previous = signal.signal(signal.SIGTERM, lambda *_: self.done.set())
         return self
@@ -373,7 +374,7 @@ def _print_changes(changes: list[OffsetChange], as_json: bool) -> None:
 
 def _utc_text(moment: datetime.datetime) -> str:
     """A moment in a table: UTC to the second (--json keeps the microseconds), as narrow as it is readable."""
-    return moment.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @cli.command()
@@ -497,7 +498,7 @@ def lag_table(lag: StreamLag) -> Group:
 def lag_line(lag: StreamLag) -> str:
     """`stream orders running: WARN (orders:1: lag grew ...); total lag 340, max 12.5 s, 220.0 records/s`."""
     seconds = f", max {lag.max_lag_seconds:.1f} s" if lag.max_lag_seconds is not None else ""
-    sampled = lag.sampled_at.astimezone(datetime.timezone.utc).strftime("%H:%M:%SZ") if lag.sampled_at else "never"
+    sampled = lag.sampled_at.astimezone(datetime.UTC).strftime("%H:%M:%SZ") if lag.sampled_at else "never"
     line = (f"stream {lag.name} {lag.stream_status.value}: {lag.status.value} ({lag.message}); total lag "
             f"{lag.total_lag}{seconds}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
             f"(every {lag.interval_s:g} s)")
@@ -531,7 +532,7 @@ def top_table(streams: list[StreamLag], url: str, interval: float, error: str | 
 class _Keys:
     """Single key presses from a terminal (cbreak mode, restored on exit); without one, only the clock."""
 
-    def __enter__(self) -> "_Keys":
+    def __enter__(self) -> _Keys:
         self._fd, self._saved = None, None
         if sys.stdin.isatty():
             import termios

@@ -14,12 +14,26 @@ from urllib.parse import quote
 import httpx
 
 from stream_registry import HistoryEntry, OffsetChange, PartitionOffsets, StreamInfo
-from stream_registry.model import (ALTER_TIMEOUT_S, MARGIN_S, REQUEST_TIMEOUT_S, PartitionLag, PendingOffset,
-                                   PreviewStatement, StreamLag)
 from stream_registry.errors import ConfigError, StreamError, class_for_status
+from stream_registry.model import (
+    ALTER_TIMEOUT_S,
+    MARGIN_S,
+    REQUEST_TIMEOUT_S,
+    PartitionLag,
+    PendingOffset,
+    PreviewStatement,
+    StreamLag,
+)
 
-from .host.serve import (DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, client_token, default_token_file,
-                         read_token_file)
+from .host.serve import (
+    DEFAULT_URL,
+    TOKEN_ENV,
+    TOKEN_FILE_ENV,
+    TOKEN_FILE_NAME,
+    client_token,
+    default_token_file,
+    read_token_file,
+)
 from .wire import from_json
 
 URL_ENV = "MGSTREAMS_URL"
@@ -59,7 +73,7 @@ class HostClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "HostClient":
+    def __enter__(self) -> HostClient:
         return self
 
     def __exit__(self, *exc) -> None:

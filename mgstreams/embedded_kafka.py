@@ -110,7 +110,7 @@ class EmbeddedKafka:
                 self._lib.rd_kafka_destroy(self._rk)
                 self._rk = None
 
-    def __enter__(self) -> "EmbeddedKafka":
+    def __enter__(self) -> EmbeddedKafka:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -247,7 +247,7 @@ class TansuBroker:
             self._log.close()
             os.unlink(self._log.name)
 
-    def __enter__(self) -> "TansuBroker":
+    def __enter__(self) -> TansuBroker:
         return self
 
     def __exit__(self, *exc) -> None:

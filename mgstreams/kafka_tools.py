@@ -18,9 +18,9 @@ import socket
 import socketserver
 import tempfile
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from stream_registry.errors import ConfigError, StreamError
 

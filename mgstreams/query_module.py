@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from stream_registry import StreamError
 from stream_registry.graph.cypher_literals import to_cypher_literal
@@ -42,7 +43,7 @@ class QueryModule:
         self._saved: dict[str, str | None] = {}
         self.procedures: dict[str, Callable[[Any, Sequence[Any]], Any]] = {}
 
-    def open(self) -> "QueryModule":
+    def open(self) -> QueryModule:
         self._saved = {key: os.environ.get(key) for key in self._env}
         os.environ.update(self._env)
         try:
@@ -61,7 +62,7 @@ class QueryModule:
                 os.environ[key] = value
         self._saved = {}
 
-    def __enter__(self) -> "QueryModule":
+    def __enter__(self) -> QueryModule:
         return self.open()
 
     def __exit__(self, *exc) -> None:
@@ -114,13 +115,13 @@ class _Registrations:
     def __init__(self):
         self.procedures: dict[str, Callable[[Any, Sequence[Any]], Any]] = {}
 
-    def add_read_procedure(self, callback) -> "_Registrations":
+    def add_read_procedure(self, callback) -> _Registrations:
         self.procedures[callback.__name__] = callback
         return self
 
     add_write_procedure = add_read_procedure
 
-    def add_function(self, callback) -> "_Registrations":
+    def add_function(self, callback) -> _Registrations:
         return self
 
     def add_transformation(self, callback) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 CURRENCIES = (("EUR", 50), ("USD", 30), ("GBP", 15), ("CHF", 5))
-FIRST_TS = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
+FIRST_TS = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ widest row (`_console` in the CLI), so every value is whole.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable
+from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult

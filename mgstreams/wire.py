@@ -11,7 +11,8 @@ import datetime
 import enum
 import types
 import typing
-from typing import Any, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from stream_registry.errors import StreamError
 

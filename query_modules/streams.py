@@ -330,5 +330,5 @@ def _utc(text: str) -> datetime.datetime:
     """Memgraph's LocalDateTime has no zone: hand it the UTC wall clock of the host's ISO-8601 time."""
     moment = datetime.datetime.fromisoformat(text)
     if moment.tzinfo is not None:
-        moment = moment.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        moment = moment.astimezone(datetime.UTC).replace(tzinfo=None)
     return moment

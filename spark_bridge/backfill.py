@@ -13,11 +13,11 @@ DataFrame with the Kafka row schema. Retries: see `job`.
 from __future__ import annotations
 
 import threading
-import uuid
 import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, replace
-from datetime import datetime, timezone
-from typing import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,8 +25,7 @@ import pyarrow.compute as pc
 from stream_registry.errors import StreamError
 from stream_registry.graph.transform import Message
 
-from .job import (BackfillJob, BackfillReport, Loading, PartitionOutput, PartitionStats, load_range, plan_job,
-                  rebatch)
+from .job import BackfillJob, BackfillReport, Loading, PartitionOutput, PartitionStats, load_range, plan_job, rebatch
 from .range_plan import OffsetRange, RangePlan
 from .range_reader import RangeReader
 
@@ -57,7 +56,7 @@ def run_backfill(spark, job: BackfillJob, range_plan: RangePlan | None = None,
     """
     job.validate()
     range_plan = range_plan or plan_job(job)
-    started_at, t0 = datetime.now(timezone.utc), time.perf_counter()
+    started_at, t0 = datetime.now(UTC), time.perf_counter()
     ranges = tuple(range_plan.ranges)
     if not ranges:
         return BackfillReport(range_plan, (), started_at, time.perf_counter() - t0)
@@ -72,7 +71,7 @@ def run_backfill(spark, job: BackfillJob, range_plan: RangePlan | None = None,
     return BackfillReport(range_plan, tuple(stats), started_at, time.perf_counter() - t0)
 
 
-def load_frame(frame, loading: "Loading"):
+def load_frame(frame, loading: Loading):
     """Load any DataFrame with the Kafka row schema (this package's source, or Spark's JVM
     `format("kafka")`) through a transformation into a sink; one stats row per Spark partition.
 

@@ -31,10 +31,10 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from stream_registry.errors import ConfigError, SinkError

@@ -34,7 +34,7 @@ class Engine(Enum):
     LOCAL = "local"
 
     @classmethod
-    def parse(cls, value: "str | Engine") -> "Engine":
+    def parse(cls, value: str | Engine) -> Engine:
         if isinstance(value, Engine):
             return value
         try:
@@ -171,7 +171,7 @@ def estimate_spark(records: int, ranges: int, target: SparkTarget, model: CostMo
     return target.startup_seconds + waves * model.task_start + records / (model.local_rate * speedup)
 
 
-def choose_engine(requested: "Engine | str", range_plan: RangePlan, target: SparkTarget,
+def choose_engine(requested: Engine | str, range_plan: RangePlan, target: SparkTarget,
                   model: CostModel = CostModel(), *, spark_available: bool | None = None,
                   cores: int | None = None) -> EngineChoice:
     """The engine to run `range_plan` with; `spark` is checked to be installed (SparkUnavailable)."""

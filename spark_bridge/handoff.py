@@ -23,7 +23,6 @@ from stream_registry.registry.state_store import StateStore
 from stream_registry.resume_point import resume_offsets
 
 
-
 def uses_committed(*specs: OffsetSpec) -> bool:
     """Whether resolving these specs needs committed offsets (`committed`, or a shift relative to it)."""
     return any(isinstance(target, (Committed, Shift))

@@ -20,10 +20,10 @@ import gc
 import os
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Iterable, Iterator, Mapping
 from urllib.parse import quote, unquote, urlsplit
 
 from stream_registry.errors import ConfigError
@@ -69,7 +69,7 @@ class BackfillJob:
         """The group asked for committed offsets (never joined, never committed to)."""
         return str(self.client_config.get("group.id") or "mgstreams-backfill")
 
-    def loading(self) -> "Loading":
+    def loading(self) -> Loading:
         return Loading(self.transform, tuple(self.search_dirs), self.sink, dict(self.sink_credentials),
                        self.batch_size, self.writers)
 
@@ -166,7 +166,7 @@ class Loading:
     batch_size: int = 1000
     writers: int = DEFAULT_WRITERS
 
-    def write(self, index: int, r: OffsetRange, output: "PartitionOutput",
+    def write(self, index: int, r: OffsetRange, output: PartitionOutput,
               batches: Iterable[list[Message]], attempt: int) -> PartitionStats:
         """Transform and write message batches (already `batch_size` long) into one output."""
         started = time.perf_counter()

@@ -16,7 +16,7 @@ Connect too (the server needs this package importable by its Python workers).
 """
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -48,7 +48,7 @@ class KafkaDataSource(DataSource):
     def schema(self) -> str:
         return row_schema(parse_source_options(self.options).include_headers)
 
-    def reader(self, schema: StructType) -> "KafkaBatchReader":
+    def reader(self, schema: StructType) -> KafkaBatchReader:
         options = parse_source_options(self.options)
         expected = row_schema(options.include_headers)
         given = [f.name for f in schema.fields]

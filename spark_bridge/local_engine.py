@@ -9,8 +9,8 @@ Imports neither pyspark nor pyarrow.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
 
 from .job import BackfillJob, BackfillReport, load_range, plan_job
 from .range_plan import RangePlan
@@ -22,7 +22,7 @@ def run_local(job: BackfillJob, range_plan: RangePlan | None = None,
     """Plan (unless given), read, transform and write every range here; returns per-range stats."""
     job.validate()
     range_plan = range_plan or plan_job(job)
-    started_at, t0 = datetime.now(timezone.utc), time.perf_counter()
+    started_at, t0 = datetime.now(UTC), time.perf_counter()
     ranges = tuple(range_plan.ranges)
     loading = job.loading()
     stats = []

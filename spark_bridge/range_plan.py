@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import heapq
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Sequence
 
 from stream_registry.errors import KafkaOperationError, OffsetSpecError
 from stream_registry.kafka.queries import PartitionQuery
-from stream_registry.offset_spec import Absolute, Committed, Earliest, Latest, OffsetSpec, Target, resolve
 from stream_registry.model import PartitionSnapshot, ResolvedOffset
+from stream_registry.offset_spec import Absolute, Committed, Earliest, Latest, OffsetSpec, Target, resolve
 
 # What a partition the spec does not name gets (the JVM Kafka source's batch defaults).
 DEFAULT_START: Target = Earliest()
@@ -59,11 +59,11 @@ class OffsetRange:
                 "from_offset": self.from_offset, "until_offset": self.until_offset}
 
     @classmethod
-    def from_dict(cls, value: Mapping) -> "OffsetRange":
+    def from_dict(cls, value: Mapping) -> OffsetRange:
         try:
             topic, partition = value["topic"], value["partition"]
             start, until = value["from_offset"], value["until_offset"]
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError):
             raise OffsetSpecError(f"offset range: expected topic, partition, from_offset, until_offset; "
                                   f"got {value!r}") from None
         if not isinstance(topic, str) or not all(type(v) is int for v in (partition, start, until)):

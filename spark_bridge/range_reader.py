@@ -11,8 +11,9 @@ local engine reads ranges on an install without the `[spark]` extra. A start bel
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -45,7 +46,7 @@ def _header_type():
 
 
 @lru_cache(maxsize=2)
-def arrow_schema(include_headers: bool = False) -> "pa.Schema":
+def arrow_schema(include_headers: bool = False) -> pa.Schema:
     """The Arrow form of `row_schema` exactly as Spark expects it from a Python data source."""
     import pyarrow as pa
 
@@ -83,7 +84,7 @@ class RangeReader:
             self._consumer.close()
             self._consumer = None
 
-    def __enter__(self) -> "RangeReader":
+    def __enter__(self) -> RangeReader:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -142,7 +143,7 @@ class RangeReader:
             if self._consumer is not None:
                 self._consumer.unassign()
 
-    def record_batches(self, r: OffsetRange, include_headers: bool = False) -> Iterator["pa.RecordBatch"]:
+    def record_batches(self, r: OffsetRange, include_headers: bool = False) -> Iterator[pa.RecordBatch]:
         """The range as Arrow batches in the data source's row schema."""
         schema = arrow_schema(include_headers)
         for batch in self.messages(r):
@@ -192,7 +193,7 @@ class RangeReader:
         return redact(str(exc), self._secrets)
 
 
-def to_record_batch(messages: list, r: OffsetRange, schema: "pa.Schema", include_headers: bool) -> "pa.RecordBatch":
+def to_record_batch(messages: list, r: OffsetRange, schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
     """confluent_kafka.Messages of one partition as one Arrow batch (librdkafka's timestamp types
     1 create / 2 log-append become Kafka's 0 / 1, as the JVM source reports them)."""
     import pyarrow as pa

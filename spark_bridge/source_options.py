@@ -14,17 +14,16 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Mapping
+from datetime import UTC, datetime
 
 from stream_registry.errors import ConfigError
-from stream_registry.offset_spec import (Absolute, AtTime, Committed, Earliest, Latest, OffsetSpec,
-                                         Target)
+from stream_registry.kafka.client import new_consumer
+from stream_registry.offset_spec import Absolute, AtTime, Committed, Earliest, Latest, OffsetSpec, Target
 from stream_registry.redaction import secret_values
 
 from .range_plan import OffsetRange, ranges_from_json
-from stream_registry.kafka.client import new_consumer
 
 SHORT_NAME = "mgstreams_kafka"
 STATE_DIR_ENV = "MGSTREAMS_STATE_DIR"
@@ -233,7 +232,7 @@ def _at_time(raw, where: str) -> AtTime:
         raw = int(raw.strip())
     if type(raw) is not int or raw < 0:
         raise ConfigError(f"{where}: expected a timestamp in milliseconds since the epoch, got {raw!r}")
-    text = datetime.fromtimestamp(raw / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    text = datetime.fromtimestamp(raw / 1000, tz=UTC).isoformat(timespec="milliseconds")
     return AtTime(raw, text)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 _LOCAL = re.compile(r"^local(\[(\d+|\*)(,\s*\d+)?\])?$")
 # A local session's JVM only schedules tasks and moves one stats row per task: the records stay in the

@@ -6,9 +6,17 @@ no pyspark and no HTTP here: the application (`mgstreams`) adds those.
 """
 from .config import StreamConfig
 from .errors import StreamError
+from .model import (
+                    ChangeStatus,
+                    HistoryEntry,
+                    OffsetChange,
+                    PartitionOffsets,
+                    PendingOffset,
+                    PreviewStatement,
+                    StreamInfo,
+                    StreamStatus,
+)
 from .offset_spec import parse_offset_spec
-from .model import (ChangeStatus, HistoryEntry, OffsetChange, PartitionOffsets,
-                    PendingOffset, PreviewStatement, StreamInfo, StreamStatus)
 from .registry import StreamRegistry
 
 __all__ = [

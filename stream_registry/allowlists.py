@@ -19,7 +19,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import os
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from .errors import ConfigError

@@ -8,9 +8,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from enum import Enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Sequence
+from enum import Enum
+from typing import Any
 
 from .allowlists import check_bootstrap, check_properties, check_sink_host
 from .errors import ConfigError
@@ -80,7 +81,7 @@ class GroupPolicy:
     patterns: tuple[str, ...] = ("*",)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, loopback: bool) -> "GroupPolicy":
+    def from_env(cls, environ: Mapping[str, str] | None = None, *, loopback: bool) -> GroupPolicy:
         """$MGSTREAMS_ALLOWED_GROUPS set: the host's prefix (mgstreams_*) plus its patterns (comma-separated).
         Unset: any group on a loopback listen (one machine, one operator), the prefix alone beyond it."""
         environ = os.environ if environ is None else environ
@@ -89,7 +90,7 @@ class GroupPolicy:
             return cls((GROUP_PREFIX + "*", *extra))
         return cls() if loopback else cls((GROUP_PREFIX + "*",))
 
-    def check(self, config: "StreamConfig") -> None:
+    def check(self, config: StreamConfig) -> None:
         group = config.group_id
         if not any(fnmatch.fnmatchcase(group, pattern) for pattern in self.patterns):
             raise ConfigError(f"consumer_group: {_shown_value(group)} is not a group this host's streams may use "
@@ -177,11 +178,11 @@ class StreamConfig:
     def group_id(self) -> str:
         return self.consumer_group or f"mgstreams_{self.name}"
 
-    def with_group(self) -> "StreamConfig":
+    def with_group(self) -> StreamConfig:
         """The same config with its consumer group made explicit (stored form)."""
         return replace(self, consumer_group=self.group_id)
 
-    def altered(self, changes: Mapping[str, Any]) -> "StreamConfig":
+    def altered(self, changes: Mapping[str, Any]) -> StreamConfig:
         """This stream with `changes` (a subset of ALTERABLE_FIELDS) applied and validated as a create is:
         `configs` is merged into the present ones (a null value removes a key). ConfigError naming the first
         bad field; nothing is changed then (the config is a value)."""

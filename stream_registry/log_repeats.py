@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 INTERVAL_S = 10.0
 MAX_SHAPES = 1000   # shapes remembered at most; the oldest are forgotten first

@@ -9,10 +9,11 @@ query_modules/streams.py (stdlib + mgp only) keeps copies that a test compares.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 
 class PartitionKey(NamedTuple):

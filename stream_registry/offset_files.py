@@ -10,12 +10,12 @@ lines starting with `#` are skipped.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from enum import Enum
-from typing import Iterable
 
 from .errors import ConfigError
-from .offset_spec import INT64_MAX
 from .model import PartitionKey, PartitionOffsets
+from .offset_spec import INT64_MAX
 
 INT32_MAX = 2 ** 31 - 1
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
 
 from .errors import OffsetSpecError
 from .model import PartitionSnapshot, ResolvedOffset
@@ -38,7 +38,7 @@ RD_OFFSET_STORED = -1000
 RD_OFFSET_INVALID = -1001
 # Kafka offsets and timestamps are int64: a larger number in a spec names nothing.
 INT64_MAX = 2 ** 63 - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 
 
@@ -258,7 +258,7 @@ def _parse_datetime(text: str) -> int | None:
     except (ValueError, OverflowError):
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return max(0, -((_EPOCH - moment) // _MILLISECOND))
 
 

@@ -9,7 +9,7 @@ too. `secret_values` lists them all for `redact`, which scrubs free text
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 MASK = "****"
 _SECRET_KEY = re.compile(

@@ -16,7 +16,7 @@ store), the stored offsets (sink) and the partition snapshots (Kafka).
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .config import Delivery, StreamConfig
 from .model import PartitionKey, PartitionSnapshot

@@ -12,11 +12,11 @@ import os
 import uuid
 from contextlib import contextmanager
 
+import broker_support
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-import broker_support
 from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
 
 
@@ -144,6 +144,7 @@ def memory_sinks(monkeypatch):
     from collections import defaultdict
 
     from stream_helpers import RecordingSink
+
     from stream_registry.graph import sinks
 
     recorded: dict[str, RecordingSink] = defaultdict(RecordingSink)

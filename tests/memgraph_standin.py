@@ -48,7 +48,7 @@ class Memgraph:
             self.connections += 1
         return Connection(self)
 
-    def lost(self, connection: "Connection") -> Exception:
+    def lost(self, connection: Connection) -> Exception:
         connection.status = mgclient.CONN_STATUS_BAD
         if self.old_driver:
             return mgclient.DatabaseError("failed to receive chunk size: connection reset by peer")

@@ -70,7 +70,6 @@ def crashing_transform(messages):
     """offsets_transform, but a payload `abort:<marker file>` makes the process abort (SIGABRT), as a C
     extension failing an assertion does: once if the marker does not exist yet (it is created first), or every
     time for `abort:always`. A payload `sleep:<seconds>` sleeps that long (a write that does not return)."""
-    import os
 
     for i in range(messages.total_messages()):
         payload = messages.message_at(i).payload() or b""

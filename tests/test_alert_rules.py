@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import yaml
+from test_docker_compose import COMPOSE_FILE, ROOT, command_of, exported_metric_names, flag, mounts_of
 
 from stream_registry.model import StreamStatus, Verdict
-from test_docker_compose import COMPOSE_FILE, ROOT, command_of, exported_metric_names, flag, mounts_of
 
 RULES = ROOT / "docker" / "prometheus" / "alerts.yml"
 

@@ -13,17 +13,24 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_spark_backfill import cypherl_keys
 
 from mgstreams.backfill_cli import backfill as backfill_command
 from spark_bridge.backfill import run_backfill
-from spark_bridge.engine import (CostModel, Engine, SparkUnavailable, choose_engine, estimate_local, estimate_spark,
-                                 spark_target)
+from spark_bridge.engine import (
+    CostModel,
+    Engine,
+    SparkUnavailable,
+    choose_engine,
+    estimate_local,
+    estimate_spark,
+    spark_target,
+)
 from spark_bridge.job import BackfillJob, plan_job
 from spark_bridge.local_engine import run_local
 from spark_bridge.range_plan import OffsetRange, RangePlan
 from stream_registry.errors import ConfigError
 from stream_registry.offset_spec import parse_offset_spec
-from test_spark_backfill import cypherl_keys
 
 MERGE = "stream_registry.builtin_transformations.merge_messages"
 ROOT = Path(__file__).resolve().parent.parent

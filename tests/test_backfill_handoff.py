@@ -19,12 +19,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from host_helpers import ROOT
+from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
+
 from spark_bridge.handoff import stream_resume_offsets
 from spark_bridge.kafka_source import plan_source
 from spark_bridge.source_options import parse_source_options
-from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 from stream_registry.config import Delivery, StreamConfig
 from stream_registry.errors import StreamError
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from host_helpers import ROOT
 
 MERGE = "stream_registry.builtin_transformations.merge_messages"

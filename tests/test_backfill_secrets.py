@@ -12,7 +12,6 @@ import sys
 import uuid
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent
 MERGE = "stream_registry.builtin_transformations.merge_messages"
 

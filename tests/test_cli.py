@@ -21,10 +21,10 @@ import psutil
 import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
-
 from host_helpers import ROOT, HostProcess
-from mgstreams.cli import cli, main, parse_spec_argument
 from stream_helpers import delivered_from_file, wait_until
+
+from mgstreams.cli import cli, main, parse_spec_argument
 from stream_registry.errors import ConfigError
 
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from stream_helpers import wait_until
 
 from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.kafka_tools import create_topic
-from stream_helpers import wait_until
 from stream_registry.errors import ConfigError, StreamError
 
 

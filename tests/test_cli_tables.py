@@ -15,7 +15,6 @@ import sys
 import uuid
 
 import pytest
-
 from host_helpers import ROOT
 from stream_helpers import wait_until
 

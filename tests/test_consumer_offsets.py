@@ -9,8 +9,8 @@ import struct
 from datetime import datetime
 
 import pytest
-
 from stream_helpers import FAST_REJOIN, wait_until
+
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.builtin_transformations import consumer_offsets
 from stream_registry.graph import consumer_offsets as co

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
 from stream_registry.errors import SinkError
+from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
 
 
 class LiteralParser:
@@ -217,7 +217,7 @@ def test_temporal_values_round_trip(value):
     ({1: "a"}, r"\$n: map key 1 is a int"),
     ({"bad\nkey": 1}, r"\$n: map key 'bad\\nkey' holds a control character"),
     ({1, 2}, r"\$n: \{1, 2\} of type set has no Cypher literal"),
-    (dt.time(1, tzinfo=dt.timezone.utc), r"\$n: time '01:00:00\+00:00' has a time zone"),
+    (dt.time(1, tzinfo=dt.UTC), r"\$n: time '01:00:00\+00:00' has a time zone"),
 ])
 def test_values_without_a_faithful_literal_are_errors_naming_the_parameter(value, message):
     with pytest.raises(SinkError, match=message):

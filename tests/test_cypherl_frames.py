@@ -12,8 +12,8 @@ as `mgconsole < file` does.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,10 +23,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from stream_helpers import delivered_from_file
 
 import stream_registry
-from stream_helpers import delivered_from_file
 from stream_registry.builtin_transformations import json_nodes
 from stream_registry.graph import cypherl_frames, sinks
 from stream_registry.graph.offset_store import OFFSET_LINE, offset_statements

@@ -13,14 +13,26 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from broker_support import PRODUCER_CONFIG, QUICK_FIRST_JOIN
-from mgstreams.demo import (Check, DemoSettings, Produced, Record, RewindResult, check_backfill_matches_live,
-                            check_first_delivered, check_history, check_offsets, check_rewind, generate_transfers,
-                            read_cypherl, run_demo)
+
+from mgstreams.demo import (
+    Check,
+    DemoSettings,
+    Produced,
+    Record,
+    RewindResult,
+    check_backfill_matches_live,
+    check_first_delivered,
+    check_history,
+    check_offsets,
+    check_rewind,
+    generate_transfers,
+    read_cypherl,
+    run_demo,
+)
 from mgstreams.query_module import QueryModule
 from spark_bridge.spark_session import ensure_worker_python
 from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets, StreamError
@@ -82,7 +94,7 @@ def test_transfers_are_deterministic_and_plausible():
 
 # -- the checks fail on wrong data -------------------------------------------------------------
 def _produced(log_end):
-    moment = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    moment = datetime(2026, 11, 1, tzinfo=UTC)
     return Produced("t", sum(log_end.values()), 10, dict(log_end), dict(log_end), moment, moment, {"EUR": 1})
 
 
@@ -145,7 +157,7 @@ def test_history_check_fails_on_a_missing_or_extra_entry_or_wrong_order():
                OffsetChange(topic="t", partition=0, previous_offset=9, offset=7, status=ChangeStatus.APPLIED),
                OffsetChange(topic="t", partition=1, previous_offset=None, offset=5, status=ChangeStatus.PENDING,
                             message="not assigned")]
-    newer, older = datetime(2026, 11, 1, 9, tzinfo=timezone.utc), datetime(2026, 11, 1, 8, tzinfo=timezone.utc)
+    newer, older = datetime(2026, 11, 1, 9, tzinfo=UTC), datetime(2026, 11, 1, 8, tzinfo=UTC)
     entries = [{"changed_at": newer, "topic": "t", "partition": 0, "previous_offset": 9, "offset": 7},
                {"changed_at": older, "topic": "t", "partition": 0, "previous_offset": None, "offset": 5}]
     assert check_history(entries, changes).ok
@@ -212,10 +224,10 @@ def test_read_cypherl_rejects_lines_it_cannot_place(tmp_path):
 
 def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypatch, tmp_path):
     """With MEMGRAPH_URI the live records come from Memgraph: the rendering must match the cypherl sink's."""
-    from stream_registry.graph import sinks
-    from stream_registry.registry.runner import query_module_dirs
-    from stream_registry.graph.transform import Message, load_transformation, run_transformation
     from mgstreams.demo import read_graph
+    from stream_registry.graph import sinks
+    from stream_registry.graph.transform import Message, load_transformation, run_transformation
+    from stream_registry.registry.runner import query_module_dirs
 
     transfer = generate_transfers(3, 1, 5)[0]
     message = Message("transfers", 4, 1234, transfer.source.encode(), transfer.payload(), 0)

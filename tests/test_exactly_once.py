@@ -17,17 +17,16 @@ from collections import Counter
 
 import httpx
 import pytest
-
 from host_helpers import HostProcess
 from memgraph_standin import Memgraph
 from stream_helpers import FAST_REJOIN, bolt_exactly_once_stream, by_partition, delivered_from_file, wait_until
+
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.graph import cypherl_frames, offset_store, sinks
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX, offsets_in_cypherl
 from stream_registry.graph.offset_store import OFFSET_LINE, WRITE_QUERY, offset_statements
 from stream_registry.graph.sinks import CypherlSink
 from stream_registry.graph.transform import Statement
-
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 

@@ -12,11 +12,12 @@ import time
 from collections import Counter
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from memgraph_standin import Memgraph
 from stream_helpers import bolt_exactly_once_stream, wait_until
+
 from stream_registry import StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict
 from stream_registry.graph.offset_store import READ_QUERY, offset_statements

@@ -32,30 +32,45 @@ import re
 import string
 import uuid
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 from click.testing import CliRunner
+from host_helpers import ROOT, HostProcess
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from host_helpers import ROOT, HostProcess
 from mgp_backend import QueryError, mgp_environment
+from test_cypher_literals import LiteralParser
+
 from mgstreams.cli import cli, parse_spec_argument
+from stream_registry.allowlists import DEFAULT_ALLOWED_CONFIGS, NEVER_SETTABLE, PATH_PROPERTIES
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError, OffsetSpecError, SinkError, StreamError
-from stream_registry.graph.cypher_literals import (INT64_MAX, INT64_MIN, console_safe_name, render_statement,
-                                                  to_cypher_literal)
-from stream_registry.offset_spec import (Absolute, AtTime, Earliest, GroupOffsets, Latest, Shift, parse_offset_spec,
-                                         parse_target, resolve)
+from stream_registry.graph.cypher_literals import (
+    INT64_MAX,
+    INT64_MIN,
+    console_safe_name,
+    render_statement,
+    to_cypher_literal,
+)
 from stream_registry.model import PartitionSnapshot
-from stream_registry.allowlists import DEFAULT_ALLOWED_CONFIGS, NEVER_SETTABLE, PATH_PROPERTIES
+from stream_registry.offset_spec import (
+    Absolute,
+    AtTime,
+    Earliest,
+    GroupOffsets,
+    Latest,
+    Shift,
+    parse_offset_spec,
+    parse_target,
+    resolve,
+)
 from stream_registry.redaction import is_secret_key
-from test_cypher_literals import LiteralParser
 
 QUERY_MODULES = ROOT / "query_modules"
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
@@ -64,7 +79,7 @@ CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "co
                  "batch_interval_ms", "configs", "credentials")
 SECRET = "S3CR3T"          # every generated credential value starts with it: it must never be shown
 LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 # -- running a property and counting its inputs -------------------------------------------------------
@@ -128,7 +143,7 @@ offsets_of_time = st.one_of(st.none(), st.timezones(),
                             .map(dt.timezone))
 datetime_texts = st.one_of(
     st.datetimes(timezones=offsets_of_time).map(lambda d: d.isoformat()),
-    st.datetimes(timezones=st.just(dt.timezone.utc)).map(lambda d: d.isoformat().replace("+00:00", "Z")),
+    st.datetimes(timezones=st.just(dt.UTC)).map(lambda d: d.isoformat().replace("+00:00", "Z")),
     st.datetimes().map(lambda d: d.isoformat(sep=" ", timespec="milliseconds")),
     st.dates().map(lambda d: d.isoformat()),
     st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.+Zz-]{0,20}\Z"),
@@ -164,7 +179,7 @@ def _first_ms_at_or_after(text: str) -> int:
     """What an AtTime must hold, computed independently: the first whole millisecond at or after the moment."""
     moment = dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
+        moment = moment.replace(tzinfo=dt.UTC)
     micros = (moment - EPOCH) // dt.timedelta(microseconds=1)
     return max(0, -(-micros // 1000))
 
@@ -372,7 +387,7 @@ def representable(value) -> bool:
         if offset is None or not offset % dt.timedelta(minutes=1):
             return True
         try:
-            value.astimezone(dt.timezone.utc)
+            value.astimezone(dt.UTC)
             return True
         except OverflowError:
             return False

@@ -17,9 +17,8 @@ import uuid
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-
 from broker_support import LEAVES_AT_ONCE
+from confluent_kafka import Consumer, TopicPartition
 from host_helpers import ROOT, HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
@@ -278,8 +277,7 @@ def test_the_client_raises_the_class_the_host_answered_with(host, kafka, tmp_pat
     """One table (stream_registry.errors): 400, 404, 409, 413 and 503 come back through HostClient as the
     classes that own them, not as the base StreamError."""
     from mgstreams.client import HostClient
-    from stream_registry.errors import (BodyTooLarge, ConfigError, KafkaOperationError, StreamNotFound,
-                                        StreamStateError)
+    from stream_registry.errors import BodyTooLarge, ConfigError, KafkaOperationError, StreamNotFound, StreamStateError
 
     topic = kafka.new_topic(partitions=1)
     with HostClient(host.url) as client:

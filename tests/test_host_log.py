@@ -18,7 +18,6 @@ import time
 import uuid
 
 import httpx
-
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 SESSION = {"session.timeout.ms": 12_000}   # longer than the rebalance delay below: a member kept waiting stays

@@ -23,8 +23,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import ssl
 import stat
 import subprocess
 import sys
@@ -34,8 +32,8 @@ from pathlib import Path
 import httpx
 import mgclient
 import pytest
-
 from host_helpers import ROOT, HostProcess
+
 from mgstreams.host.serve import default_state_dir
 from mgstreams.wire import to_json
 from stream_registry import StreamConfig, StreamRegistry
@@ -43,9 +41,9 @@ from stream_registry.errors import ConfigError, SinkError, StreamError
 from stream_registry.graph import sinks
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink
 from stream_registry.graph.transform import QUERY_MODULES_ENV, TRANSFORM_PACKAGES_ENV, Statement
+from stream_registry.model import StreamStatus
 from stream_registry.redaction import MASK, redact, secret_values
 from stream_registry.registry.state_store import STATE_FILE
-from stream_registry.model import StreamStatus
 
 MERGE = "stream_registry.builtin_transformations.merge_messages"
 

@@ -22,12 +22,10 @@ import termios
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 from confluent_kafka import Producer
-
 from host_helpers import ROOT, HostProcess
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import FAST_REJOIN, wait_until

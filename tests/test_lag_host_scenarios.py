@@ -11,7 +11,6 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-
 from test_lag import INTERVAL, api, create, lag_host, lag_of, wait_lag  # noqa: F401 (fixtures)
 
 RUN_S = 8.0

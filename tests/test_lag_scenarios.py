@@ -13,8 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_registry.lag.verdict import (LagSample, PartitionVerdict, WINDOW, evaluate, keeping_up, lag_trend,
-                                         stream_verdict)
+from stream_registry.lag.verdict import (
+    WINDOW,
+    LagSample,
+    PartitionVerdict,
+    evaluate,
+    keeping_up,
+    lag_trend,
+    stream_verdict,
+)
 from stream_registry.model import StreamStatus, Verdict
 
 PARTITIONS = 3

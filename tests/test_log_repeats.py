@@ -6,8 +6,8 @@ import logging
 import time
 
 import pytest
-
 from host_helpers import HostProcess
+
 from stream_registry.errors import StreamError
 from stream_registry.log_repeats import RepeatCollapser, collapse_repeats, shape
 

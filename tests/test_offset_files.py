@@ -1,10 +1,11 @@
 """Offsets as files (issue 13): the export format of kafka-consumer-groups and the rpk seek file, parsed whole."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stream_registry.errors import ConfigError
-from stream_registry.offset_files import OffsetFileError, export_offsets, offsets_spec, parse_offsets_file
 from stream_registry.model import PartitionOffsets
+from stream_registry.offset_files import OffsetFileError, export_offsets, offsets_spec, parse_offsets_file
 
 
 def _row(partition, committed, position=None):

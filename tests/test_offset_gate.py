@@ -18,8 +18,8 @@ import uuid
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-
 from stream_helpers import FAST_REJOIN, RecordingSink, by_partition, delivered_from_file, offsets_transform, wait_until
+
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.model import MoveState
 from stream_registry.registry.runner import Isolation

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from stream_registry.registry.offset_gate import OffsetGate, PERSIST_RETRY_S
 from stream_registry.model import GateEvent, MoveState, PendingMove
+from stream_registry.registry.offset_gate import PERSIST_RETRY_S, OffsetGate
 
 TPS = [("t", 0), ("t", 1)]
 LOG_END = 30

@@ -2,9 +2,18 @@
 import pytest
 
 from stream_registry.errors import OffsetSpecError
-from stream_registry.offset_spec import (Absolute, AtTime, Committed, Earliest, Latest, Shift, parse_offset_spec,
-                                         parse_target, resolve)
 from stream_registry.model import ChangeStatus, PartitionSnapshot
+from stream_registry.offset_spec import (
+    Absolute,
+    AtTime,
+    Committed,
+    Earliest,
+    Latest,
+    Shift,
+    parse_offset_spec,
+    parse_target,
+    resolve,
+)
 
 
 @pytest.mark.parametrize("value, target", [
@@ -82,7 +91,8 @@ def test_committed_and_time_targets():
 # -- a duration back from now (issue 13) -------------------------------------------------------------------
 import datetime as dt  # noqa: E402
 
-from hypothesis import given, strategies as st  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st
 
 from stream_registry.offset_spec import BackFromNow, GroupOffsets
 
@@ -136,8 +146,8 @@ def test_duration_arithmetic_matches_timedelta(days, hours, minutes, micros, now
     text = f"-P{days}DT{hours}H{minutes}M{micros // 10 ** 6}.{micros % 10 ** 6:06d}S"
     target = parse_target(text)
     back = dt.timedelta(days=days, hours=hours, minutes=minutes, microseconds=micros)
-    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=now_us) - back
-    expected = -(-((moment - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)) // 1000)
+    moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=now_us) - back
+    expected = -(-((moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)) // 1000)
     assert target.timestamp_ms(now_us * 1000) == max(0, expected)
 
 

@@ -12,12 +12,12 @@ import time
 import uuid
 
 import pytest
+from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE, SLOW_FIRST_JOIN
 from confluent_kafka import Consumer, Producer, TopicPartition
+from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry
 from stream_registry.registry.worker import RetryPolicy
-from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE, SLOW_FIRST_JOIN
-from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 MINUTE_MS = 60_000
 
@@ -465,8 +465,8 @@ def test_cancel_reaches_a_stream_process(kafka, host, tmp_path):
 
 @LIST_OFFSETS_BY_TIME
 def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path, monkeypatch):
-    from mgp_backend import QueryError, mgp_environment
     from host_helpers import ROOT
+    from mgp_backend import QueryError, mgp_environment
 
     host, topic = toolkit.host, toolkit.topic
     monkeypatch.setenv("MGSTREAMS_URL", host.url)
@@ -521,7 +521,7 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path,
         [waiting] = memgraph.call("streams.pending", "orders")
         assert (waiting["topic"], waiting["partition"], waiting["offset"], waiting["previous_offset"]) == \
             (topic, 1, 3, 10)
-        assert abs(waiting["requested_at"] - datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)) < \
+        assert abs(waiting["requested_at"] - datetime.datetime.now(datetime.UTC).replace(tzinfo=None)) < \
             datetime.timedelta(minutes=1), "UTC wall clock"
         assert memgraph.call("streams.pending", "orders", True) == [waiting]
         assert memgraph.call("streams.pending", "orders") == []

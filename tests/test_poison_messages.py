@@ -18,12 +18,13 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, Producer
-from hypothesis import given, settings, strategies as st
-
-from host_helpers import HostProcess
 from broker_support import QUICK_FIRST_JOIN
+from confluent_kafka import Consumer, Producer
+from host_helpers import HostProcess
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stream_helpers import FAST_REJOIN, RecordingSink, RejectingSink, by_partition, delivered_from_file, wait_until
+
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict, TransformError
 from stream_registry.graph.sinks import BoltSink

@@ -26,7 +26,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from broker_support import QUICK_FIRST_JOIN
 from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
@@ -466,7 +465,7 @@ def test_memgraph_set_offset_scenarios_on_three_partitions(memgraph, connected, 
     assert {(h["offset"], h["previous_offset"]) for h in history if h["offset"] != 10} == {(0, 20), (20, 20)}
     assert all(isinstance(h["changed_at"], datetime.datetime) and h["changed_at"].tzinfo is None for h in history)
     assert [h["changed_at"] for h in history] == sorted((h["changed_at"] for h in history), reverse=True)
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     assert all(abs(now - h["changed_at"]) < datetime.timedelta(minutes=2) for h in history), "UTC wall clock"
 
 

@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import pytest
 
-from spark_bridge.range_plan import (DataLossError, OffsetRange, plan, plan_ranges, ranges_from_json,
-                                     ranges_to_json, resolve_bounds, split_ranges)
+from spark_bridge.range_plan import (
+    DataLossError,
+    OffsetRange,
+    plan,
+    plan_ranges,
+    ranges_from_json,
+    ranges_to_json,
+    resolve_bounds,
+    split_ranges,
+)
 from stream_registry.errors import ConfigError, OffsetSpecError
-from stream_registry.offset_spec import parse_offset_spec
 from stream_registry.model import PartitionSnapshot
+from stream_registry.offset_spec import parse_offset_spec
 
 T0 = 1_700_000_000_000  # ms
 

@@ -81,14 +81,14 @@ import yaml
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-
 from host_helpers import HostProcess
+from stream_helpers import statement_lines, wait_until
+
 from mgstreams.cli import _attach_optional_commands, cli
 from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.host.serve import DEFAULT_LISTEN, DEFAULT_URL
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
-from stream_helpers import statement_lines, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

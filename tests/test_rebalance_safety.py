@@ -11,8 +11,8 @@ import threading
 import time
 
 from confluent_kafka import Consumer, TopicPartition
-
 from stream_helpers import by_partition, wait_until
+
 from stream_registry import StreamConfig, StreamRegistry
 
 FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 100}

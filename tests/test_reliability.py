@@ -8,12 +8,12 @@ import sqlite3
 import time
 
 import pytest
-
 from broker_support import SASL_HANDSHAKE, skip_rest_on_tansu
 from stream_helpers import SLOW_S, wait_until
+
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.errors import StreamStateError
-from stream_registry.registry.state_store import STATE_FILE, StateStore, PlannedRow
+from stream_registry.registry.state_store import STATE_FILE, PlannedRow, StateStore
 
 FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
 

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from host_helpers import ROOT, HostProcess
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import wait_until
+
 from stream_registry.errors import ConfigError, SinkError
 from stream_registry.graph.sinks import OutputPolicy, open_sink
 from stream_registry.kafka.client import new_consumer

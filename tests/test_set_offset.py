@@ -11,12 +11,12 @@ import threading
 import time
 
 import pytest
+from broker_support import LIST_OFFSETS_BY_TIME, NO_KIP848
 from confluent_kafka import KafkaError
+from stream_helpers import FAST_REJOIN, SLOW_S, by_partition, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.registry.worker import RetryPolicy
-from broker_support import LIST_OFFSETS_BY_TIME, NO_KIP848
-from stream_helpers import FAST_REJOIN, SLOW_S, by_partition, wait_until
 
 PROTOCOLS = [
     pytest.param({"partition.assignment.strategy": "range"}, id="eager-range"),

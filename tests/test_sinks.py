@@ -6,8 +6,8 @@ import os
 import mgclient
 import pytest
 
-from stream_registry.graph import sinks
 from stream_registry.errors import ConfigError, SinkError
+from stream_registry.graph import sinks
 from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, open_sink, validate_sink_uri
 from stream_registry.graph.transform import Statement
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -32,7 +31,7 @@ class File:
         self.size = 0
         self.batches = 0
 
-    def batch(self, *offsets: int) -> "File":
+    def batch(self, *offsets: int) -> File:
         self.batches += 1
         for o in offsets:
             self.records.append(Rec(o, o, f"1-{self.batches}", self.size))

@@ -9,15 +9,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from broker_support import QUICK_FIRST_JOIN
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from broker_support import QUICK_FIRST_JOIN
-from spark_bridge.backfill import BackfillJob, Loading, load_frame, plan_job, run_backfill
 from mgstreams.backfill_cli import backfill as backfill_command
+from spark_bridge.backfill import BackfillJob, Loading, load_frame, plan_job, run_backfill
 from spark_bridge.kafka_source import register
-from stream_registry.offset_spec import parse_offset_spec
 from stream_registry.graph.transform import load_transformation
+from stream_registry.offset_spec import parse_offset_spec
 
 pytestmark = pytest.mark.spark
 

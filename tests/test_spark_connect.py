@@ -10,16 +10,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
 from broker_support import PRODUCER_CONFIG
+from click.testing import CliRunner
+from test_spark_backfill import cypherl_keys
+
 from mgstreams.backfill_cli import backfill as backfill_command
 from mgstreams.backfill_cli import root_cause
 from spark_bridge.backfill import BackfillJob, Loading, load_frame, run_backfill
 from spark_bridge.kafka_source import register
 from spark_bridge.spark_session import is_connect
 from stream_registry.offset_spec import parse_offset_spec
-from test_spark_backfill import cypherl_keys
 
 pytestmark = pytest.mark.spark
 

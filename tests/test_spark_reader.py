@@ -4,9 +4,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from broker_support import READ_COMMITTED_SHOWS_ABORTED, skip_rest_on_tansu
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from broker_support import READ_COMMITTED_SHOWS_ABORTED, skip_rest_on_tansu
 from spark_bridge.range_plan import DataLossError, OffsetRange, plan, plan_ranges
 from spark_bridge.range_reader import RangeReader, arrow_schema
 from stream_registry.kafka.queries import PartitionQuery

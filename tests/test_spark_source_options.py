@@ -6,8 +6,7 @@ import pytest
 from spark_bridge.range_plan import OffsetRange
 from spark_bridge.source_options import parse_source_options, spark_offsets
 from stream_registry.errors import ConfigError
-from stream_registry.offset_spec import (Absolute, AtTime, Committed, Earliest, Latest, OffsetSpec,
-                                         parse_offset_spec)
+from stream_registry.offset_spec import Absolute, AtTime, Committed, Earliest, Latest, OffsetSpec, parse_offset_spec
 
 BASE = {"kafka.bootstrap.servers": "localhost:9", "subscribe": "a,b"}
 

@@ -9,8 +9,8 @@ keeps the new config across a host restart; pending offset changes and the histo
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,9 +18,9 @@ import uuid
 
 import httpx
 import pytest
-from hypothesis import given, strategies as st
-
 from host_helpers import HostProcess
+from hypothesis import given
+from hypothesis import strategies as st
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")

@@ -14,7 +14,6 @@ import uuid
 import httpx
 import psutil
 import pytest
-
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")

@@ -14,9 +14,9 @@ import uuid
 
 import httpx
 import pytest
-
 from host_helpers import HostProcess
 from stream_helpers import wait_until
+
 from stream_registry.config import ALLOWED_GROUPS_ENV, GroupPolicy, StreamConfig
 from stream_registry.errors import ConfigError
 

@@ -21,7 +21,6 @@ import uuid
 import httpx
 import psutil
 import pytest
-
 from host_helpers import ROOT, HostProcess
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 

@@ -10,11 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from stream_helpers import FAIL_PAYLOADS, FAILING, FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.errors import StreamStateError
 from stream_registry.registry.worker import RetryPolicy
-from stream_helpers import FAIL_PAYLOADS, FAILING, FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 TRANSFORM = "stream_helpers.offsets_transform"
 FAST_RETRY = RetryPolicy(attempts=3, first_backoff_s=0.05, max_backoff_s=0.1)
@@ -250,8 +250,8 @@ def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, 
     wait_until(lambda: len(memory_sinks["good"].delivered()) >= 20)
     reg.close()
 
-    from stream_registry.registry import runner as runner_module
     from stream_registry.errors import TransformError
+    from stream_registry.registry import runner as runner_module
     real_loader = runner_module.load_transformation
 
     def loader(path, search_dirs=()):

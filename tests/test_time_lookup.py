@@ -13,9 +13,9 @@ import threading
 import time
 
 import pytest
+from broker_support import LIST_OFFSETS_BY_TIME
 from confluent_kafka import Producer
 
-from broker_support import LIST_OFFSETS_BY_TIME
 from stream_registry.errors import KafkaOperationError
 from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.offset_spec import parse_offset_spec, resolve
@@ -56,7 +56,7 @@ def _outcome(fn):
 
 
 def iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @LIST_OFFSETS_BY_TIME   # Tansu answers offset 0 at once: no search over record timestamps happens there

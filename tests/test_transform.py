@@ -10,8 +10,14 @@ import pytest
 from confluent_kafka import Message as KafkaMessage
 
 from stream_registry.errors import TransformError
-from stream_registry.graph.transform import (QUERY_MODULES_ENV, Message, Messages, Statement, load_transformation,
-                                       run_transformation)
+from stream_registry.graph.transform import (
+    QUERY_MODULES_ENV,
+    Message,
+    Messages,
+    Statement,
+    load_transformation,
+    run_transformation,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 QUERY_MODULES = REPO / "query_modules"

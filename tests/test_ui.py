@@ -15,13 +15,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from host_helpers import HostProcess
-from mgstreams.host import ui
 from stream_helpers import FAST_REJOIN, wait_until
+
+from mgstreams.host import ui
 from stream_registry.lag import LagSecondsMethod, Verdict
-from stream_registry.model import LagPoint, PartitionLag, StreamLag, StreamStatus
 from stream_registry.lag.verdict import OffsetChangeMark
+from stream_registry.model import LagPoint, PartitionLag, StreamLag, StreamStatus
 
 NOW = 1_800_000_000.0
 INTERVAL = 0.2

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from host_helpers import ROOT, HostProcess
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from host_helpers import ROOT, HostProcess
 from mgclient_standin import mgclient as standin
-from mgstreams.query_module import STREAMS_MODULE, QueryModule
 from stream_helpers import FAST_REJOIN, wait_until
+
+from mgstreams.query_module import STREAMS_MODULE, QueryModule
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError
 from stream_registry.graph import sinks

@@ -20,8 +20,9 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import unquote
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -70,7 +71,7 @@ class _Cap:
         self._lock = threading.Lock()
         self._running = 0
 
-    def __enter__(self) -> "_Cap":
+    def __enter__(self) -> _Cap:
         with self._lock:
             if self._running >= self._most:
                 raise Busy(f"{self._what}: {self._running} already in progress, the most this host runs at once "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 SERVER_NAMES_ENV = "MGSTREAMS_SERVER_NAMES"

@@ -17,8 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from stream_registry.errors import StreamError
 
@@ -47,7 +47,7 @@ class HostProcess:
         self._log = None
 
     # -- lifecycle -------------------------------------------------------------------
-    def spawn(self) -> "HostProcess":
+    def spawn(self) -> HostProcess:
         """Start the child without waiting for it to serve."""
         self.state_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +88,7 @@ class HostProcess:
         state = f"exited with status {code}" if code is not None else f"did not serve within {timeout:g} s"
         raise StreamError(f"host: `mgstreams serve` {state}; log {self.log_path}: {tail or '(empty)'}")
 
-    def start(self, timeout: float = 30.0) -> "HostProcess":
+    def start(self, timeout: float = 30.0) -> HostProcess:
         self.spawn()
         self.wait_ready(timeout)
         return self
@@ -120,7 +120,7 @@ class HostProcess:
             self._log = None
         return code
 
-    def __enter__(self) -> "HostProcess":
+    def __enter__(self) -> HostProcess:
         return self.start() if self.proc is None else self
 
     def __exit__(self, *exc) -> None:

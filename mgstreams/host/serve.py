@@ -26,12 +26,14 @@ import uvicorn
 from stream_registry import StreamRegistry
 from stream_registry.allowlists import allowed_configs, allowed_file_dirs
 from stream_registry.config import GroupPolicy
-from stream_registry.registry import Isolation
 from stream_registry.errors import ConfigError
 from stream_registry.graph.sinks import OutputPolicy
-from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S, LagCollector
+from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S
+from stream_registry.lag.collector import LagCollector
 from stream_registry.redaction import is_secret_key
-from stream_registry.safe_paths import check_private_dir, open_beneath, owner_name as _owner
+from stream_registry.registry import Isolation
+from stream_registry.safe_paths import check_private_dir, open_beneath
+from stream_registry.safe_paths import owner_name as _owner
 
 from .api import Limits, create_app
 from .boundary import SERVER_NAMES_ENV
@@ -61,7 +63,7 @@ class Listen:
     port: int
 
     @classmethod
-    def parse(cls, text: str) -> "Listen":
+    def parse(cls, text: str) -> Listen:
         host, sep, port = text.rpartition(":")
         host = host.strip("[]")
         if not sep or not host or not port.isdigit() or int(port) > 65535:
@@ -256,7 +258,7 @@ class Shutdown:
         self._server: uvicorn.Server | None = None
         self._previous: dict = {}
 
-    def __enter__(self) -> "Shutdown":
+    def __enter__(self) -> Shutdown:
         if threading.current_thread() is threading.main_thread():
             self._previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
         return self

@@ -7,12 +7,12 @@ tested without a browser as well as in one.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from html import escape
-from typing import Callable, Sequence
 
-from stream_registry.model import LagPoint, StreamLag
 from stream_registry.lag.verdict import OffsetChangeMark
+from stream_registry.model import LagPoint, StreamLag
 
 HOUR_S = 3600.0
 WIDTH, HEIGHT = 720, 160
@@ -35,7 +35,7 @@ svg text { font-size: 10px; fill: #555; } .muted { color: #777; font-size: 0.85r
 def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoint], list[OffsetChangeMark]]],
          now: float, refresh_s: float = 5.0) -> str:
     """The whole page: a summary table, then one section per stream."""
-    at = datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    at = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     rows = "".join(
         f'<tr data-stream="{escape(s.name)}" data-verdict="{s.status.value}"><td><a href="#stream-{escape(s.name)}">'
         f"{escape(s.name)}</a></td><td>{s.stream_status.value}</td><td>{_verdict(s.status.value)}</td>"
@@ -100,7 +100,7 @@ def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeM
                      f"{_axis(value)}{unit}</text>")
     for minutes in range(0, 61, 10):
         t = start + minutes * 60
-        label = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%H:%M")
+        label = datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M")
         anchor = "start" if minutes == 0 else "end" if minutes == 60 else "middle"
         parts.append(f'<text x="{x(t):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}">{label}</text>')
     for c in changes:

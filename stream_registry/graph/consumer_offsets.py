@@ -26,7 +26,7 @@ import logging
 import struct
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 log = logging.getLogger("mgstreams.consumer_offsets")
@@ -190,4 +190,4 @@ def statements(messages) -> list[dict[str, Any]]:
 
 def _time(ms: int) -> datetime:
     """A Kafka timestamp as a UTC datetime (Memgraph's LocalDateTime, in UTC)."""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).replace(tzinfo=None)
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).replace(tzinfo=None)

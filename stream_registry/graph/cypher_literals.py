@@ -26,9 +26,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections.abc import Mapping
 from functools import lru_cache
 from numbers import Integral, Real
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import SinkError
 
@@ -188,7 +189,7 @@ def _temporal(value: dt.date | dt.time | dt.timedelta, name: str) -> str:
         offset = value.utcoffset()
         if offset % dt.timedelta(minutes=1):
             try:
-                value, offset = value.astimezone(dt.timezone.utc), dt.timedelta(0)
+                value, offset = value.astimezone(dt.UTC), dt.timedelta(0)
             except OverflowError:
                 raise SinkError(f"parameter {name}: datetime {value.isoformat()!r} has a UTC offset with "
                                 f"seconds, which Memgraph cannot read, and is out of range in UTC") from None

@@ -27,11 +27,11 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
-from .offset_store import OFFSET_LINE
 from ..model import PartitionKey
+from .offset_store import OFFSET_LINE
 
 SP = tuple[str, str, int]    # (stream, topic, partition)
 FRAME_PREFIX = b"// mgstreams-batch "

@@ -19,8 +19,8 @@ does not continue from what is stored raises StoredOffsetsConflict.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
-from typing import Iterable, Mapping, Sequence
 
 from ..errors import StoredOffsetsConflict
 from ..model import PartitionKey

@@ -39,21 +39,21 @@ import ssl
 import stat
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ..errors import ConfigError, SinkError
+from ..redaction import MASK, redact
+from ..safe_paths import check_private_dir, open_beneath
 from . import cypherl_frames
 from .cypher_literals import render_statement, text_of_bytes
 from .cypherl_frames import offsets_in_cypherl
 from .offset_store import READ_QUERY, Continuation, continuation, offsets_in_statements, stored_in_rows
 from .sink_faults import is_refusal, is_transient
-from ..errors import ConfigError, SinkError
-from ..redaction import MASK, redact
-from ..safe_paths import check_private_dir, open_beneath
 from .transform import Statement
 from .unwind import fold
 
@@ -69,7 +69,7 @@ _NO_CREDENTIALS: Mapping[str, str] = MappingProxyType({})
 
 class Sink(Protocol):
     def write(self, statements: Sequence[Statement], *,
-              expect: Mapping[tuple[str, int], int | None] | None = None) -> "Written":
+              expect: Mapping[tuple[str, int], int | None] | None = None) -> Written:
         """Apply one batch in one transaction; raise SinkError if it was not applied.
 
         An exactly-once batch ends in offset_statements: one whose end offsets
@@ -87,7 +87,7 @@ class Sink(Protocol):
         """Release files and connections; idempotent."""
 
 
-def validate_sink_uri(uri: str, output: "OutputPolicy | None" = None) -> None:
+def validate_sink_uri(uri: str, output: OutputPolicy | None = None) -> None:
     """Raise ConfigError naming field `sink` if `uri` cannot be opened; never connects, never creates.
 
     With `output`, a file sink must also lie under one of its directories.
@@ -98,7 +98,7 @@ def validate_sink_uri(uri: str, output: "OutputPolicy | None" = None) -> None:
 
 
 def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
-              output: "OutputPolicy | None" = None, *, bolt_unwind: bool = True) -> Sink:
+              output: OutputPolicy | None = None, *, bolt_unwind: bool = True) -> Sink:
     """Open the sink `uri` names; with `output`, the checks of validate_sink_uri are made again first
     (the file system may have changed since the stream was created). `bolt_unwind=False`: a Bolt sink
     runs a batch's statements one at a time instead of folding them (unwind.py)."""
@@ -111,7 +111,7 @@ def open_sink(uri: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
 
 
 def read_stored_offsets(uri: str, stream: str, credentials: Mapping[str, str] = _NO_CREDENTIALS,
-                        output: "OutputPolicy | None" = None, partitions: Iterable[tuple[str, int]] | None = None
+                        output: OutputPolicy | None = None, partitions: Iterable[tuple[str, int]] | None = None
                         ) -> dict[tuple[str, int], int]:
     """A stopped exactly-once stream's stored offsets, read without opening its sink for writing
     (a cypherl file is not created; null:// keeps none once its stream process is gone)."""
@@ -173,7 +173,7 @@ class OutputPolicy:
 
     @classmethod
     def for_state_dir(cls, state_dir: str | os.PathLike,
-                      environ: Mapping[str, str] | None = None) -> "OutputPolicy":
+                      environ: Mapping[str, str] | None = None) -> OutputPolicy:
         """$MGSTREAMS_OUTPUT_DIRS (separated like PATH) if set, else `<state_dir>/output`."""
         environ = os.environ if environ is None else environ
         configured = [d.strip() for d in environ.get(OUTPUT_DIRS_ENV, "").split(os.pathsep) if d.strip()]
@@ -303,7 +303,7 @@ class NullSink(_Closing):
         self.batches = 0
         self._offsets: dict[tuple[str, str, int], int] = {}
 
-    def write(self, statements: Sequence[Statement], *, expect=None) -> "Written":
+    def write(self, statements: Sequence[Statement], *, expect=None) -> Written:
         end = offsets_in_statements(statements)
         if end and continuation(self._offsets, end, expect) is Continuation.DONE:
             return Written.ALREADY_APPLIED
@@ -393,7 +393,7 @@ class CypherlSink(_Closing):
                 os.fsync(self._fd)
 
     def write(self, statements: Sequence[Statement], *, expect: Mapping[tuple[str, int], int | None] | None = None
-              ) -> "Written":
+              ) -> Written:
         """Append one batch. An exactly-once batch (ending in offset statements) whose end offsets the file
         already stores is not written again (ALREADY_APPLIED); with `expect`, the offsets it continues from
         are checked first (offset_store.continuation, StoredOffsetsConflict)."""

@@ -19,10 +19,11 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from ..errors import TransformError
 
@@ -52,7 +53,7 @@ class Message:
         self._timestamp = timestamp
 
     @classmethod
-    def from_kafka(cls, msg) -> "Message":
+    def from_kafka(cls, msg) -> Message:
         """Wrap a confluent_kafka.Message without copying its fields (hot path)."""
         return _KafkaMessage(msg)
 
@@ -129,7 +130,7 @@ class Messages:
         self._messages = messages
 
     @classmethod
-    def from_kafka(cls, batch: Sequence) -> "Messages":
+    def from_kafka(cls, batch: Sequence) -> Messages:
         """Wrap a consume() batch; a message is wrapped only when the transformation reads it."""
         return _KafkaMessages(batch)
 

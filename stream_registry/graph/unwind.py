@@ -36,9 +36,10 @@ one at a time), which a bulk load wants and a live stream must not do.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .transform import Statement
 

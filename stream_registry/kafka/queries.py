@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable, Mapping
-
+from collections.abc import Iterable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, IsolationLevel, KafkaError, KafkaException,
-                             TopicPartition)
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigError, KafkaOperationError
-from ..offset_spec import RD_OFFSET_END
 from ..model import PartitionKey, PartitionSnapshot
-from .client import new_admin, new_consumer
+from ..offset_spec import RD_OFFSET_END
 from ..redaction import redact, secret_values
+from .client import new_admin, new_consumer
 
 _RETRY_S = 0.1
 # Errors that mean "not now" (a leader is moving, a broker is down), not "never".
@@ -64,7 +69,7 @@ class PartitionQuery:
                 self._consumer = None
             self._admin = None
 
-    def __enter__(self) -> "PartitionQuery":
+    def __enter__(self) -> PartitionQuery:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Mapping
+from collections.abc import Mapping
 
 from confluent_kafka import KafkaError, TopicPartition
 

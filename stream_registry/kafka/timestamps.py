@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, TopicPartition
 
-from .client import new_consumer
 from ..model import PartitionKey
+from .client import new_consumer
 
 PROBE_GROUP = "mgstreams-lag-probe"   # never joined, never committed to: assign() only
 

@@ -21,17 +21,26 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
 
 from ..errors import StreamError
-from ..model import (ChangeStatus, LagPoint, LagSecondsMethod, PartitionKey, PartitionLag, StreamInfo, StreamLag,
-                     StreamStatus, Verdict)
-from ..registry.registry import StreamRegistry
 from ..kafka.timestamps import FirstRecord, FirstRecords
+from ..model import (
+    ChangeStatus,
+    LagPoint,
+    LagSecondsMethod,
+    PartitionKey,
+    PartitionLag,
+    StreamInfo,
+    StreamLag,
+    StreamStatus,
+    Verdict,
+)
+from ..registry.registry import StreamRegistry
 from .seconds import extrapolated, from_timestamp
-from .verdict import LagSample, OffsetChangeMark, PartitionVerdict, WINDOW, evaluate, stream_verdict
+from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
 
 log = logging.getLogger("mgstreams.lag")
 
@@ -83,7 +92,7 @@ class LagCollector:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
-    def start(self) -> "LagCollector":
+    def start(self) -> LagCollector:
         self._thread = threading.Thread(target=self._run, name="mgstreams-lag", daemon=True)
         self._thread.start()
         return self
@@ -234,7 +243,7 @@ class LagCollector:
                                  status=status, message=message, total_lag=total,
                                  max_lag=max((p.lag for p in partitions), default=0),
                                  max_lag_seconds=max(known) if known else None, records_per_second=rate,
-                                 sampled_at=datetime.fromtimestamp(now, tz=timezone.utc), interval_s=self.interval,
+                                 sampled_at=datetime.fromtimestamp(now, tz=UTC), interval_s=self.interval,
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
                                  partitions=tuple(partitions))
             t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=t.latest.max_lag_seconds,

@@ -15,7 +15,7 @@ Pure functions: the collector passes the samples and the clock.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .verdict import LagSample
 

@@ -43,9 +43,9 @@ be one. Nothing here reads a clock or Kafka: collection
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 
 from ..errors import ConfigError
 from ..model import PartitionKey, StreamStatus, Verdict
@@ -293,7 +293,7 @@ def _operator_rewind(change: OffsetChangeMark, before: int | None) -> PartitionV
 
 
 def _time(at: float) -> str:
-    return datetime.fromtimestamp(at, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def worst(verdicts: Mapping[PartitionKey, PartitionVerdict]) -> tuple[Verdict, str]:

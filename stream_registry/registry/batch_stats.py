@@ -21,13 +21,13 @@ class BatchStats:
     seconds_sum: float = 0.0
     per_bucket: tuple[int, ...] = (0,) * (len(BATCH_SECONDS_BOUNDS) + 1)   # the last: above every bound
 
-    def add_batch(self, records: int, seconds: float) -> "BatchStats":
+    def add_batch(self, records: int, seconds: float) -> BatchStats:
         index = next((i for i, bound in enumerate(BATCH_SECONDS_BOUNDS) if seconds <= bound),
                      len(BATCH_SECONDS_BOUNDS))
         per_bucket = tuple(n + (i == index) for i, n in enumerate(self.per_bucket))
         return BatchStats(self.records + records, self.batches + 1, self.seconds_sum + seconds, per_bucket)
 
-    def __add__(self, other: "BatchStats") -> "BatchStats":
+    def __add__(self, other: BatchStats) -> BatchStats:
         return BatchStats(self.records + other.records, self.batches + other.batches,
                           self.seconds_sum + other.seconds_sum,
                           tuple(a + b for a, b in zip(self.per_bucket, other.per_bucket)))

@@ -18,12 +18,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import ConfigError, StreamError
+from ..model import (
+    ChangeStatus,
+    GateEvent,
+    HistoryEntry,
+    MoveState,
+    OffsetChange,
+    PartitionKey,
+    PendingMove,
+    PendingOffset,
+    ResolvedOffset,
+    SetAside,
+)
 from ..offset_spec import Absolute, OffsetSpec
-from ..model import (ChangeStatus, GateEvent, HistoryEntry, MoveState, OffsetChange, PartitionKey, PendingMove,
-                     PendingOffset, ResolvedOffset, SetAside)
 from .state_store import PlannedRow, StateStore
 
 log = logging.getLogger("mgstreams.registry")

@@ -13,8 +13,8 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import StreamError, class_named
 from ..redaction import redact

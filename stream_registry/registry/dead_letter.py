@@ -9,10 +9,10 @@ not committed, so a message is never lost.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from enum import Enum
-from typing import Callable
 
-from confluent_kafka import KafkaError, KafkaException, TIMESTAMP_NOT_AVAILABLE
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from ..config import StreamConfig

@@ -36,8 +36,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Protocol
+
 from ..model import GateEvent, MoveState, PartitionKey, PendingMove
 
 PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed

@@ -10,7 +10,8 @@ stream's process and tied to its host the same way.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import TransformError
 from .child_process import child_error, exit_cause, spawn_child, watch_host

@@ -18,7 +18,8 @@ and payloads are in it.
 """
 from __future__ import annotations
 
-from typing import Callable, Generic, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from ..graph.sink_faults import Fault, classify
 

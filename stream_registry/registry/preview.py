@@ -4,14 +4,13 @@ It runs the stream's own code, so a stream host calls it through one_shot.call_i
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..config import StreamConfig
 from ..graph.transform import Message, plain_parameters, run_transformation
 from ..kafka.sample import read_records
 from ..model import PartitionKey, PreviewStatement
 from .runner import load_stream_transformation
-
 
 
 def preview(config: StreamConfig, starts: Mapping[PartitionKey, int], ends: Mapping[PartitionKey, int], limit: int,

@@ -21,34 +21,52 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-from typing import Any, Mapping
+from typing import Any
 
 from ..config import Delivery, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
-from ..errors import (ConfigError, OffsetSpecError, StreamError, StreamExists, StreamNotFound, StreamStateError,
-                      TransformError)
+from ..errors import (
+    ConfigError,
+    OffsetSpecError,
+    StreamError,
+    StreamExists,
+    StreamNotFound,
+    StreamStateError,
+    TransformError,
+)
+from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
+from ..graph.transform import is_builtin
 from ..kafka.queries import PartitionQuery
+from ..model import (
+    MAX_CHECK_LIMIT,
+    ChangeStatus,
+    HistoryEntry,
+    OffsetChange,
+    PartitionKey,
+    PartitionOffsets,
+    PartitionSnapshot,
+    PendingOffset,
+    PreviewStatement,
+    StreamInfo,
+    StreamStatus,
+    WorkerSnapshot,
+)
 from ..offset_spec import OffsetSpec, parse_offset_spec, resolve
-from ..model import (ChangeStatus, HistoryEntry, MAX_CHECK_LIMIT, OffsetChange, PartitionKey, PartitionOffsets,
-                     PartitionSnapshot, PendingOffset, PreviewStatement, StreamInfo, StreamStatus, WorkerSnapshot)
 from ..redaction import mask_all, mask_secrets, redact, redact_error
 from ..resume_point import resume_offsets
-from ..graph.transform import is_builtin
-from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
-from .runner import (Isolation, StreamRunner, ThreadRunner, check_stream_transformation,
-                     locate_stream_transformation)
+from .batch_stats import BatchStats
+from .change_sets import ChangeSets
 from .one_shot import call_in_child
 from .preview import preview
+from .runner import Isolation, StreamRunner, ThreadRunner, check_stream_transformation, locate_stream_transformation
+from .starting import starting_detail
 from .state_lock import StateLock
 from .state_store import STATE_FILE, StateStore
 from .stream_process import ProcessRunner
-from .starting import starting_detail
-from .batch_stats import BatchStats
-from .change_sets import ChangeSets
 from .worker import RetryPolicy, StreamEvents
 
 log = logging.getLogger("mgstreams.registry")

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 import psutil
 
@@ -21,7 +22,7 @@ from ..config import Delivery, StreamConfig
 from ..errors import ConfigError, StreamError
 from ..graph.sinks import OutputPolicy, open_sink
 from ..graph.transform import load_transformation, locate_transformation
-from ..model import GateEvent, PartitionKey, PendingMove, StreamStatus, WorkerSnapshot
+from ..model import GateEvent, PartitionKey, PendingMove, WorkerSnapshot
 from .worker import RetryPolicy, StreamEvents, StreamWorker
 
 log = logging.getLogger("mgstreams.registry")

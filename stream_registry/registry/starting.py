@@ -1,7 +1,7 @@
 """What a `starting` stream waits for, said with the figures of its own consumer config."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..model import INITIAL_REBALANCE_DELAY_S, SESSION_TIMEOUT_MS
 

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..config import StreamConfig
@@ -302,7 +302,7 @@ _PENDING_ORDER = " ORDER BY topic, partition"
 def _pending_row(row: tuple) -> PendingOffset:
     topic, partition, offset, requested_at, previous, note, reason, change_id = row
     return PendingOffset(topic=topic, partition=partition, offset=offset,
-                         requested_at=datetime.fromtimestamp(requested_at, tz=timezone.utc), previous_offset=previous,
+                         requested_at=datetime.fromtimestamp(requested_at, tz=UTC), previous_offset=previous,
                          message=note or None, change_id=change_id, reason=reason)
 
 
@@ -312,7 +312,7 @@ _HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, 
 
 def _history_row(row: tuple) -> HistoryEntry:
     at, topic, partition, previous, offset, status, message, change_id = row
-    return HistoryEntry(changed_at=datetime.fromtimestamp(at, tz=timezone.utc), topic=topic, partition=partition,
+    return HistoryEntry(changed_at=datetime.fromtimestamp(at, tz=UTC), topic=topic, partition=partition,
                         previous_offset=previous, offset=offset,
                         status=ChangeStatus(status), message=message, change_id=change_id)
 

@@ -28,8 +28,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..config import StreamConfig
 from ..errors import StreamError
@@ -131,7 +132,7 @@ class ProcessRunner:
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents,
-                 on_exit: Callable[["ProcessRunner", str], None], stop_timeout: float = 30.0):
+                 on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = 30.0):
         self.config = config
         self.pid: int | None = None
         self._spec = ChildSpec(config, dict(pending), output, retry, stop_timeout,

@@ -33,9 +33,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Mapping
+from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -44,10 +44,10 @@ from ..errors import StoredOffsetsConflict, StreamError
 from ..graph.offset_store import offset_statements
 from ..graph.sink_faults import Fault, classify
 from ..graph.sinks import read_stored_offsets_within
-from ..kafka.client import new_consumer
-from ..redaction import redact
-from ..model import GateEvent, MoveState, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
 from ..graph.transform import Message, run_transformation
+from ..kafka.client import new_consumer
+from ..model import GateEvent, MoveState, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
+from ..redaction import redact
 from .batch_stats import BatchStats
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
@@ -651,7 +651,7 @@ class StreamWorker:
             self._consumer.list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S)
         except KafkaException:
             if self._suspect:
-                self._outage_since = self._outage_since or datetime.now(timezone.utc)
+                self._outage_since = self._outage_since or datetime.now(UTC)
                 self._outage = self._suspect.replace("{since}", self._outage_since.strftime("%Y-%m-%dT%H:%M:%SZ"))
                 self._suspect = None
                 self._set_status(self.status, self._outage)

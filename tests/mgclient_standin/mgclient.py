@@ -163,13 +163,13 @@ class Server:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_environment(cls) -> "Server":
+    def from_environment(cls) -> Server:
         return cls(float(os.environ.get("MGCLIENT_STANDIN_RTT_MS", "0.2")),
                    os.environ.get("MGCLIENT_STANDIN_JOURNAL") or None,
                    os.environ.get("MGCLIENT_STANDIN_RECORD") == "rows",
                    os.environ.get("MGCLIENT_STANDIN_REJECT") or None)
 
-    def connect(self, **kwargs) -> "Connection":
+    def connect(self, **kwargs) -> Connection:
         self.connects.append(kwargs)
         return Connection(self)
 
@@ -215,7 +215,7 @@ class Connection:
             raise InterfaceError("cannot change autocommit property while in a transaction")
         self._autocommit = bool(value)
 
-    def cursor(self) -> "Cursor":
+    def cursor(self) -> Cursor:
         return Cursor(self)
 
     def commit(self) -> None:

@@ -89,7 +89,7 @@ class Type:
 
     __slots__ = ("kind", "element")
 
-    def __init__(self, kind: str, element: "Type | None" = None):
+    def __init__(self, kind: str, element: Type | None = None):
         self.kind, self.element = kind, element
 
     @property
@@ -333,10 +333,10 @@ class Store:
         self.edges[eid] = EdgeData(edge_type, from_id, to_id, {k: to_cypher(v) for k, v in (properties or {}).items()})
         return eid
 
-    def snapshot(self) -> "Store":
+    def snapshot(self) -> Store:
         return copy.deepcopy(self)
 
-    def restore(self, snapshot: "Store") -> None:
+    def restore(self, snapshot: Store) -> None:
         self.__dict__.update(copy.deepcopy(snapshot).__dict__)
 
 
@@ -399,7 +399,7 @@ class Graph:
         if not self._mutable:
             raise ImmutableObjectError("Cannot modify immutable object.")
 
-    def get_vertex_by_id(self, vertex_id: int) -> "Vertex":
+    def get_vertex_by_id(self, vertex_id: int) -> Vertex:
         if vertex_id not in self.store.vertices:
             raise IndexError("Unable to find the vertex with given ID.")
         return Vertex(self, vertex_id)
@@ -407,31 +407,31 @@ class Graph:
     def iter_vertices(self) -> VerticesIterator:
         return VerticesIterator([Vertex(self, vid) for vid in self.store.vertices])
 
-    def create_vertex(self) -> "Vertex":
+    def create_vertex(self) -> Vertex:
         self._check_mutable()
         return Vertex(self, self.store.add_vertex())
 
-    def create_edge(self, from_vertex: "Vertex", to_vertex: "Vertex", edge_type: str) -> "Edge":
+    def create_edge(self, from_vertex: Vertex, to_vertex: Vertex, edge_type: str) -> Edge:
         self._check_mutable()
         if not isinstance(from_vertex, Vertex) or not isinstance(to_vertex, Vertex) or not isinstance(edge_type, str):
             raise TypeError("create_edge expects (_mgp.Vertex, _mgp.Vertex, str)")
         return Edge(self, self.store.add_edge(from_vertex.id, to_vertex.id, edge_type))
 
-    def delete_vertex(self, vertex: "Vertex") -> None:
+    def delete_vertex(self, vertex: Vertex) -> None:
         self._check_mutable()
         vid = vertex._live_id()
         if any(e.from_id == vid or e.to_id == vid for e in self.store.edges.values()):
             raise LogicErrorError("Logic error.")
         del self.store.vertices[vid]
 
-    def detach_delete_vertex(self, vertex: "Vertex") -> None:
+    def detach_delete_vertex(self, vertex: Vertex) -> None:
         self._check_mutable()
         vid = vertex._live_id()
         for eid in [eid for eid, e in self.store.edges.items() if vid in (e.from_id, e.to_id)]:
             del self.store.edges[eid]
         del self.store.vertices[vid]
 
-    def delete_edge(self, edge: "Edge") -> None:
+    def delete_edge(self, edge: Edge) -> None:
         self._check_mutable()
         del self.store.edges[edge._live_id()]
 
@@ -555,7 +555,7 @@ class Path:
         raise TypeError("cannot pickle nor copy '_mgp.Path' object")
 
     @staticmethod
-    def make_with_start(vertex: Vertex) -> "Path":
+    def make_with_start(vertex: Vertex) -> Path:
         if not isinstance(vertex, Vertex):
             raise TypeError("Expected '_mgp.Vertex'")
         return Path(vertex)
@@ -598,7 +598,7 @@ _TEMPORAL_KINDS = {datetime.date: "DATE", datetime.time: "LOCAL_TIME", datetime.
 
 
 class Message:
-    def __init__(self, messages: "Messages", payload: bytes, topic_name: str = "", key: bytes = b"",
+    def __init__(self, messages: Messages, payload: bytes, topic_name: str = "", key: bytes = b"",
                  timestamp: int = 0, offset: int = 0, source_type: int = SOURCE_TYPE_KAFKA):
         self._messages = messages
         self._payload, self._topic, self._key = bytes(payload), topic_name, bytes(key or b"")
@@ -677,7 +677,7 @@ class _Callable:
 
     kind = "procedure"
 
-    def __init__(self, module: "Module", name: str, callback):
+    def __init__(self, module: Module, name: str, callback):
         self.module, self.name, self.callback = module, name, callback
         self.args: list[Argument] = []
 
@@ -721,7 +721,7 @@ class _Callable:
 
 
 class Proc(_Callable):
-    def __init__(self, module: "Module", name: str, callback, is_write: bool):
+    def __init__(self, module: Module, name: str, callback, is_write: bool):
         super().__init__(module, name, callback)
         self.is_write = is_write
         self.results: dict[str, tuple[Type, bool]] = {}   # name -> (type, deprecated), declared order
@@ -755,7 +755,7 @@ class Func(_Callable):
 class Trans:
     """A transformation: its result fields are fixed to (query :: STRING, parameters :: MAP?)."""
 
-    def __init__(self, module: "Module", name: str, callback):
+    def __init__(self, module: Module, name: str, callback):
         self.module, self.name, self.callback = module, name, callback
         self.results = {"query": (type_string(), False), "parameters": (type_nullable(type_map()), False)}
 

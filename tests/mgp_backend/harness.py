@@ -25,11 +25,10 @@ import importlib.util
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
 
 BACKEND_DIR = Path(__file__).resolve().parent
 
