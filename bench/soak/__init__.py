@@ -1,0 +1,41 @@
+"""The reliability figure: a chaos soak of a real stream host on the embedded 3-broker cluster.
+
+    .venv/bin/python -m bench.soak --minutes 2 [--seed N] [--keep DIR]
+    .venv/bin/python -m bench.soak --seconds 20          # the short run the test suite makes
+    .venv/bin/python -m bench.soak --delivery exactly_once --minutes 2
+
+A `mgstreams serve` child process (state in a temporary directory) runs four
+streams over 16 partitions (plan.py): topics soak_a..soak_d of 4 partitions
+each, one cypherl sink per stream, eager `range` assignment on two streams,
+`cooperative-sticky` on the third (6 s sessions, 0.5 s heartbeats) and the
+KIP-848 `consumer` protocol on the fourth. Every stream carries secrets the
+embedded brokers ignore (credential `bolt.password`, config
+`ssl.key.password`). A producer thread (producer.py) writes keyed payloads
+`seq=<n>;...` at a steady rate and keeps, from its delivery reports, which
+sequence number sits at each (topic, partition, offset).
+
+Faults (faults.py) are injected at random every few seconds (`--seed` fixes the
+choice and order; the first ones go through every kind once, and a run lasts at
+least that long, so even a short run sees them all), each counted by kind.
+Streams that go to ERROR on their own are restarted through the API and listed
+(a finding, not a fault).
+
+At the end (runner.py): faults stop, the producer stops, every stream must
+catch up (committed = log end on every partition), the host gets SIGTERM (exit 0
+expected), and the oracle (oracle.py) reads each sink file independently. The
+host's log is searched for the configured secrets. The last line is
+
+    soak: N records, F faults (kind n, ...), lost L, stale S, contradictions C, duplicates D, secrets in logs X
+
+(N = records produced; C = set_offset results the host's history contradicts
+(evidence.py): a partition told applied whose change the history lacks or shows
+otherwise, or told superseded/cancelled that the history shows applied) and the
+exit status is non-zero if lost, stale, contradictions, duplicates
+(exactly-once), secrets, corrupt or mismatched lines, a catch-up timeout or a
+SIGTERM exit other than 0 occurred. On failure the work directory (state, host
+log, sink files, events.jsonl with every fault and call) is kept and named.
+
+The streams' transformation, bench/soak_transform.py, stays a top-level module
+in bench/: the host loads it by name from that directory, as Memgraph loads a
+query module.
+"""

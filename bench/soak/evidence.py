@@ -1,0 +1,119 @@
+"""What the soak saw the host answer, turned into the oracle's input and checked against the host's history.
+
+Each set_offset call is kept as a `Call` (what it asked, the sink file's size
+before and after, the per-partition answer). The host's offset history, read at
+the end, is the other witness: `changes_for` builds the changes the oracle
+weighs for a partition, `contradictions` and `invalid_offsets` are findings of
+their own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from .oracle import Change
+from .plan import StreamPlan
+
+
+@dataclass
+class Call:
+    """One set_offset call through the host API."""
+    stream: str
+    spec: object
+    started: float
+    size_before: int
+    returned: float | None = None
+    size_after: int | None = None
+    rows: list | None = None          # OffsetChange rows; None when refused or unknown
+    error: str | None = None
+    unknown: bool = False             # no answer: it may or may not have acted
+
+
+def contradictions(calls: list[Call], history: dict[str, list]) -> list[str]:
+    """What a set_offset call was told that the host's history contradicts: a partition reported applied
+    (or clamped) whose change has no such history row, or one with another offset, previous offset, status
+    or message; one reported superseded or cancelled that the history shows applied."""
+    out = []
+    for call in calls:
+        recorded = {(h.change_id, h.topic, h.partition): h for h in history.get(call.stream, [])}
+        for row in call.rows or []:
+            if row.change_id is None:
+                continue
+            entry = recorded.get((row.change_id, row.topic, row.partition))
+            told = row.status.value
+            if told in ("applied", "clamped"):
+                seen = None if entry is None else \
+                    (entry.offset, entry.previous_offset, entry.status.value, entry.message or "")
+                if seen != (row.offset, row.previous_offset, told, row.message):
+                    out.append(f"{call.stream} {row.topic}:{row.partition} change {row.change_id}: the call "
+                               f"said {told} {row.previous_offset}->{row.offset} {row.message!r}, the history "
+                               f"{seen}")
+            elif told in ("superseded", "cancelled") and entry is not None:
+                out.append(f"{call.stream} {row.topic}:{row.partition} change {row.change_id}: the call said "
+                           f"{told}, the history shows it {entry.status.value}")
+    return out
+
+
+def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tuple, int], plan: StreamPlan,
+                partition: int, verdict_notes: list[str]) -> list[Change]:
+    """The offset changes the oracle weighs for one partition, from the calls' answers and the history's rows."""
+    tp = (plan.topic, partition)
+    asked = []
+    for call in calls:
+        if call.stream != plan.name or call.rows is None:
+            continue
+        for row in call.rows:
+            if (row.topic, row.partition) == tp and row.offset is not None and \
+                    row.status.value in ("applied", "clamped", "pending"):
+                asked.append((call, row))
+    hi: dict[int, int] = {}
+    for i, (call, row) in enumerate(asked):
+        if row.status.value in ("applied", "clamped"):
+            hi[i] = call.size_after
+    pointer = 0
+    for entry in history.get(plan.name, []):
+        if (entry.topic, entry.partition) != tp:
+            continue
+        key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
+               entry.offset)
+        seen_at = sightings.get(key)
+        match = next((i for i in range(pointer, len(asked)) if asked[i][1].offset == entry.offset
+                      and (seen_at is None or seen_at >= asked[i][0].size_before)), None)
+        if match is None:
+            verdict_notes.append(f"{plan.topic}:{partition}: history shows a change to {entry.offset} at "
+                                 f"{entry.changed_at.isoformat()} that no set_offset call asked for")
+            continue
+        pointer = match + 1
+        if seen_at is not None:
+            hi[match] = min(hi.get(match, seen_at), seen_at)
+    changes: list[Change] = []
+    previous_sure_before: int | None = 0     # the first change resolves against continuation 0
+    unknown_before = False
+    for i, (call, row) in enumerate(asked):
+        claim = row.previous_offset if (previous_sure_before is not None and
+                                        previous_sure_before <= call.size_before and
+                                        not unknown_before) else None
+        changes.append(Change(row.offset, call.size_before, hi.get(i), claim))
+        previous_sure_before = hi.get(i)
+    # Calls whose outcome is unknown make every later claim unsafe for the stream's partitions.
+    if any(c.unknown and c.stream == plan.name for c in calls):
+        changes = [Change(c.offset, c.lo, c.hi, None) for c in changes]
+    return changes
+
+
+def invalid_offsets(calls: list[Call], history: dict[str, list]) -> list[str]:
+    """set_offset results and history rows whose offset is not an offset (e.g. librdkafka's -1001)."""
+    out = []
+    for call in calls:
+        for row in call.rows or []:
+            if row.offset is not None and row.offset < 0:
+                out.append(f"set_offset({call.stream}, {call.spec!r}) at "
+                           f"{datetime.fromtimestamp(call.started).strftime('%H:%M:%S.%f')[:-3]} returned "
+                           f"{row.topic}:{row.partition} -> {row.offset} ({row.status.value}; previous "
+                           f"{row.previous_offset}; {row.message or 'no message'})")
+    for name, entries in history.items():
+        for e in entries:
+            if e.offset < 0:
+                out.append(f"history of {name}: {e.topic}:{e.partition} {e.previous_offset} -> {e.offset} "
+                           f"{e.status.value} at {e.changed_at.isoformat()}")
+    return out

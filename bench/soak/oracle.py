@@ -1,0 +1,260 @@
+"""The soak's oracle: pure functions over what a sink file holds, judged against at-least-once.
+
+`read_sink` parses a cypherl sink file the soak's transformation wrote into
+records per partition; `check_partition` judges one partition's records
+against the offset changes the stream may have applied (see its docstring for
+the continuations, the expected set and what counts as lost, stale, duplicated
+or replayed). tests/test_soak.py feeds it hand-made histories.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stream_registry.graph.cypherl_frames import FRAME_PREFIX
+from stream_registry.graph.offset_store import OFFSET_LABEL
+
+OFFSET_LINE_PREFIX = f"MERGE (o:{OFFSET_LABEL} ".encode()   # an exactly-once batch's stored offsets
+
+_LINE = re.compile(rb'CREATE \(:SoakMsg \{topic: "(?P<topic>[A-Za-z0-9._-]+)", partition: (?P<partition>\d+), '
+                   rb'offset: (?P<offset>\d+), seq: (?P<seq>-?\d+), batch: "(?P<batch>[0-9-]+)"\}\);')
+
+
+@dataclass(frozen=True)
+class Rec:
+    """One statement of a sink file: the message it records and where in the file it starts."""
+    offset: int
+    seq: int
+    batch: str
+    pos: int
+
+
+@dataclass(frozen=True)
+class Change:
+    """An offset change of one partition that the stream may have applied.
+
+    `lo`: the sink file's size when the call started (the change cannot act on
+    anything written before). `hi`: a size by which it had surely been applied
+    (the call returned `applied`/`clamped`, or the host's history showed it), or
+    None when that is unknown (returned `pending` and never seen applied; a
+    pending move whose commit failed may still have moved the stream).
+    `claim`: the stream's position or committed offset that the call reported as
+    `previous_offset` when it resolved this change, kept only when the change
+    before it was surely applied before this call started: then every offset
+    below it was written before (or the stream would have committed or
+    reported a position past a record it never wrote).
+    """
+    offset: int
+    lo: int
+    hi: int | None = None
+    claim: int | None = None
+
+
+@dataclass
+class Verdict:
+    records: int = 0
+    lost: int = 0            # expected offsets never delivered anywhere
+    skipped: int = 0         # expected in a continuation, missing there, delivered only in another
+    stale: int = 0           # delivered outside the continuation
+    duplicates: int = 0      # re-delivered within a continuation, from a commit point (uncommitted batches)
+    replayed: int = 0        # delivered again because a change moved the stream back
+    mismatched: int = 0      # the payload's seq is not what the producer wrote at that offset
+    problems: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        if len(self.problems) < 12:
+            self.problems.append(text)
+
+    def add(self, other: Verdict) -> None:
+        for name in ("records", "lost", "skipped", "stale", "duplicates", "replayed", "mismatched"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def check_partition(records: list[Rec], changes: list[Change], log_end: int,
+                    seqs: dict[int, int] | None = None, where: str = "") -> Verdict:
+    """Check one partition's deliveries (its records in sink file order) against at-least-once.
+
+    Continuations. The stream's deliveries form continuations: the first starts
+    at offset 0 (a new group, auto.offset.reset=earliest); each applied offset
+    change starts a new one at its offset. A record belongs to the continuation
+    of the last change applied before it was written. Which one that is comes
+    from the file order and the changes' windows: a record that starts at or
+    past a change's `hi` comes after that change; a record at or past `lo`
+    whose offset is the change's offset is taken as the first record of that
+    change's continuation (the earliest such change; a chain of changes to the
+    same offset is taken together). The worker applies changes between batches
+    and commits a change before the call returns, so in a correct stream the
+    first record after a change is its offset.
+
+    What a correct at-least-once stream must deliver (the expected set). In
+    each continuation that starts at offset o: every offset of [o, end), where
+    end is the highest offset delivered in it plus one, for the last
+    continuation the partition's log end at the finish, and for a continuation
+    a later change resolved against, at least that change's `claim` (the
+    position or committed offset the stream reported: it writes before it
+    commits, so everything below was written). Offsets a forward change jumped
+    over - from the position the stream had reached to the new offset - are
+    skipped on purpose and not expected; offsets a backward change re-reads are
+    expected again in the new continuation.
+      lost    = expected offsets (per continuation) never delivered anywhere;
+      skipped = expected in a continuation, missing from it, but delivered in
+                another (a continuation that did not start exactly at its offset
+                or has a hole): a violation as well, reported with lost.
+
+    Stale: a record of a continuation below its start offset (for a change that
+    returned `applied`, any such record written after the call returned is
+    stale: nothing from the old position may follow); and a re-delivery that
+    does not start at a commit point. A stream re-reads only from its committed
+    offset (after a restart, a rebalance, a failed batch): the committed offset
+    is the change's offset or the end of a batch written in the continuation.
+    Batches are visible in the file (each record names its batch), so every run
+    of re-delivered records must start at such a point; a run that does not is
+    stale, record by record.
+
+    Duplicates: records re-delivered within a continuation from a commit point,
+    i.e. batches written but not (yet) committed when the stream restarted or
+    rebalanced. Replayed: records delivered again because a change moved the
+    stream back (on purpose, not duplicates).
+    """
+    v = Verdict(records=len(records))
+    starts = [0] + [c.offset for c in changes]
+    delivered = [set() for _ in starts]
+    frontier = list(starts)                 # per continuation: highest offset delivered + 1
+    commit_points = [{s} for s in starts]
+    entered = [False] * len(starts)
+    entered[0] = True
+    seen: set[int] = set()                  # every offset delivered anywhere so far
+    cur = 0
+    prev: Rec | None = None
+    bad_run = False
+    for r in records:
+        x = r.offset
+        was_seen = x in seen
+        if seqs is not None and x in seqs and seqs[x] != r.seq:
+            v.mismatched += 1
+            v.note(f"{where}@{x}: payload seq {r.seq}, the producer wrote seq {seqs[x]} there")
+        nxt = _continuation_of(r, cur, changes)
+        new_run = prev is None or nxt != cur or r.batch != prev.batch or x != prev.offset + 1
+        if new_run and prev is not None and r.batch != prev.batch:
+            commit_points[cur].add(prev.offset + 1)     # the end of a batch: a point the stream may commit
+        if nxt != cur:
+            forced = _forced(r, changes)
+            if starts[nxt] < 0:
+                # Not an offset (the host applied OFFSET_INVALID or the like): reported by the soak as an
+                # invalid change; here the continuation is taken to start wherever the stream went.
+                v.note(f"{where}: change #{nxt} to {starts[nxt]} (not an offset) was applied; the stream went on "
+                       f"from {x}")
+                starts[nxt] = frontier[nxt] = x
+                commit_points[nxt] = {x}
+            elif forced > cur and nxt == forced and x != starts[nxt]:
+                v.note(f"{where}: change #{nxt} to {starts[nxt]} was applied (call returned or history showed "
+                       f"it before byte {changes[nxt - 1].hi}) but the next record is offset {x} (byte {r.pos})")
+            cur = nxt
+            entered[cur] = True
+        prev = r
+        start = starts[cur]
+        if new_run:
+            # A run re-delivering below what the continuation reached must start at a commit point.
+            bad_run = x < frontier[cur] and x not in commit_points[cur]
+            if bad_run and x >= start:
+                v.note(f"{where}@{x} (byte {r.pos}): re-delivery in continuation #{cur} (start {start}, reached "
+                       f"{frontier[cur]}) from {x}, which is not a commit point (the start or a batch end)")
+        seen.add(x)
+        if x < start:
+            v.stale += 1
+            v.note(f"{where}@{x} (byte {r.pos}): below the continuation of change #{cur} to {start}")
+            continue
+        if bad_run and x < frontier[cur]:
+            v.stale += 1
+        elif x in delivered[cur]:
+            v.duplicates += 1
+        elif was_seen:
+            v.replayed += 1
+        delivered[cur].add(x)
+        frontier[cur] = max(frontier[cur], x + 1)
+    # A change surely applied after the last record starts a (possibly empty) last continuation.
+    last = max([cur] + [j for j, c in enumerate(changes, 1) if c.hi is not None and j > cur], default=cur)
+    entered[last] = True
+    claims = {j - 1: c.claim for j, c in enumerate(changes, 1) if c.claim is not None}
+    for i, start in enumerate(starts):
+        if not entered[i] or start < 0:
+            continue
+        end = max(frontier[i], log_end) if i == last else frontier[i]
+        claimed = claims.get(i)
+        expected = set(range(start, end))
+        for o in sorted(expected - delivered[i]):
+            if o in seen:
+                v.skipped += 1
+            else:
+                v.lost += 1
+        if claimed is not None and claimed > end:
+            missing = [o for o in range(end, claimed) if o not in seen]
+            v.lost += len(missing)
+            if missing:
+                v.note(f"{where}: the stream reported position/committed {claimed} in continuation #{i} "
+                       f"(start {start}) but offsets {_ranges(missing)} were never delivered")
+        holes = sorted(expected - delivered[i])
+        if holes:
+            v.note(f"{where}: continuation #{i} (start {start}, end {end}) misses {_ranges(holes)}")
+    return v
+
+
+def _forced(r: Rec, changes: list[Change]) -> int:
+    """The last change surely applied before `r` was written (0: none)."""
+    return max((j for j, c in enumerate(changes, 1) if c.hi is not None and r.pos >= c.hi), default=0)
+
+
+def _continuation_of(r: Rec, cur: int, changes: list[Change]) -> int:
+    forced = _forced(r, changes)
+    lowest = max(cur + 1, forced)
+    candidate = None
+    for j in range(lowest, len(changes) + 1):
+        c = changes[j - 1]
+        if c.lo > r.pos:
+            break
+        if c.offset == r.offset:
+            candidate = j
+            break
+    if candidate is None:
+        return max(cur, forced)
+    while candidate < len(changes) and changes[candidate].lo <= r.pos and changes[candidate].offset == r.offset:
+        candidate += 1                      # a chain of changes to one offset: the last of them
+    return candidate
+
+
+def _ranges(offsets: list[int]) -> str:
+    out, first, last = [], None, None
+    for o in offsets:
+        if first is not None and o == last + 1:
+            last = o
+            continue
+        if first is not None:
+            out.append(f"{first}" if first == last else f"{first}-{last}")
+        first = last = o
+    if first is not None:
+        out.append(f"{first}" if first == last else f"{first}-{last}")
+    shown = ", ".join(out[:6])
+    return shown + (f" (+{len(out) - 6} more ranges)" if len(out) > 6 else "")
+
+
+def read_sink(path: Path) -> tuple[dict[tuple[str, int], list[Rec]], int]:
+    """Records per (topic, partition) in file order, and the number of lines that are not a whole statement."""
+    out: dict[tuple[str, int], list[Rec]] = defaultdict(list)
+    corrupt = 0
+    if not path.exists():
+        return out, 0
+    data = path.read_bytes()
+    pos = 0
+    for line in data.split(b"\n"):
+        if line and not line.startswith((FRAME_PREFIX, OFFSET_LINE_PREFIX)):   # a batch's frame, its offsets
+            m = _LINE.fullmatch(line)
+            if m is None:
+                corrupt += 1
+            else:
+                out[(m["topic"].decode(), int(m["partition"]))].append(
+                    Rec(int(m["offset"]), int(m["seq"]), m["batch"].decode(), pos))
+        pos += len(line) + 1
+    return out, corrupt
+
