@@ -115,7 +115,7 @@ def throughput(bootstrap: str, args, out: Path, messages: int) -> tuple[float, i
     ratio = spark_rate / local_rate
     with_start = messages / (min(spark_runs) + session_start + warm_up) / local_rate
     print(f"spark rate {spark_rate:,.0f} records/s, single-process rate {local_rate:,.0f} records/s"
-          f"{' (best of %d)' % args.repeat if args.repeat > 1 else ''}")
+          f"{f' (best of {args.repeat})' if args.repeat > 1 else ''}")
     print(f"ratio including session start and warm-up: {with_start:.2f}")
     print(f"ratio: {ratio:.2f}  (floor {FLOOR}: {'met' if ratio >= FLOOR else 'NOT met'}; "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f})")
@@ -133,7 +133,7 @@ def end_to_end(bootstrap: str, size: int, engine: str, args, out: Path) -> tuple
         command += ["--master", args.master]
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     best = None
-    for attempt in range(SHORT_RUNS):
+    for _ in range(SHORT_RUNS):
         shutil.rmtree(target, ignore_errors=True)
         started = time.perf_counter()
         done = subprocess.run([*command, "--sink", f"cypherl://{target}"], capture_output=True, text=True,

@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                     for variant in VARIANTS if round_no % 2 else tuple(reversed(VARIANTS)):
                         labels = ("a",) if variant == "one" else ("a", "b")
                         streams = [Tracked(label, f"multi_r{round_no}_{variant}_{label}", topic)
-                                   for label, topic in zip(labels, TOPICS)]
+                                   for label, topic in zip(labels, TOPICS, strict=False)]
                         driver = in_host if variant != "threads" else in_threads
                         host_pid = host.proc.pid if driver.per_process else None
                         wall, bench_cpu, host_cpu, bench_rss = run_variant(driver, streams, bootstrap, partitions,

@@ -184,7 +184,7 @@ def main(argv=None) -> int:
           f"on every partition ({len(running)} changes): {summary(running)}")
     print(f"  the call itself returned (every partition applied): {summary(returned)}")
     print(f"  from the call's return to the first message at the new offset on every partition (the fetch in "
-          f"flight, the batch being collected, the write): {summary([r - c for r, c in zip(running, returned)])}")
+          f"flight, the batch being collected, the write): {summary([r - c for r, c in zip(running, returned, strict=False)])}")
     print(f"baseline, stop -> set -> start through the same procedures ({len(baseline)} changes): "
           f"{summary(baseline)}")
     print("  (the baseline waits for the group to rebalance: the broker's initial rebalance delay, and on the"

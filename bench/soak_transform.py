@@ -1,4 +1,4 @@
-"""The chaos soak's transformation (bench/soak.py): one recording statement per message.
+"""The chaos soak's transformation (bench/soak/, `python -m bench.soak`): one recording statement per message.
 
 Each statement says where its message came from and which batch carried it:
 
@@ -63,7 +63,7 @@ def record(messages):
 
 
 def _seq(payload: bytes) -> int:
-    """Payloads are b"seq=<n>;..." (bench/soak.py's producer); -1 for anything else."""
+    """Payloads are b"seq=<n>;..." (bench/soak/producer.py); -1 for anything else."""
     head = payload[:32].split(b";", 1)[0]
     return int(head[4:]) if head.startswith(b"seq=") and head[4:].isdigit() else -1
 

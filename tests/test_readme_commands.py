@@ -836,19 +836,19 @@ def test_make_commands():
 
 
 def test_demo_options_in_the_readme_parse():
-    from mgstreams.demo import parse_args
+    from mgstreams.demo import main
 
     line = re.search(r"`\.venv/bin/python -m mgstreams\.demo ([^`]+)`", README.read_text()).group(1)
-    args = parse_args(shlex.split(re.sub(r"\[([^\[\]]*)\]", r"\1", line.replace("local[2]", "LOCAL2"))
-                                  .replace("DIR", "d").replace(" N", " 5").replace("URI", "bolt://h:1")
-                                  .replace("LOCAL2", "local[2]")))
-    assert (args.out, args.seed, args.events, args.master, args.memgraph_uri) == ("d", 5, 5, "local[2]",
-                                                                                 "bolt://h:1")
+    args = main.make_context("demo", shlex.split(re.sub(r"\[([^\[\]]*)\]", r"\1", line.replace("local[2]", "LOCAL2"))
+                                                .replace("DIR", "d").replace(" N", " 5").replace("URI", "bolt://h:1")
+                                                .replace("LOCAL2", "local[2]"))).params
+    assert (args["out"], args["seed"], args["events"], args["master"], args["memgraph_uri"]) == \
+        ("d", 5, 5, "local[2]", "bolt://h:1")
 
 
 def test_mgconsole_commands_load_files_the_demo_writes():
     """No mgconsole here; the files are the ones the demo writes (tests/test_demo_e2e.py runs it)."""
-    demo = (ROOT / "mgstreams" / "demo.py").read_text()
+    demo = "".join(path.read_text() for path in (ROOT / "mgstreams" / "demo").glob("*.py"))
     for command in shell("mgconsole"):
         path = re.search(r"demo-out/(\S+)", command).group(1)
         written = path.split("/")[0] if "/" in path else path

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-sys.path.insert(0, str(BENCH))
+from bench.soak.oracle import Change, Rec, check_partition, read_sink
 
-from soak import Change, Rec, check_partition, read_sink  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 LINE = 100   # bytes per statement in these hand-made files
 
@@ -158,8 +157,8 @@ LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), sta
 def short_soak(*extra: str, timeout: float) -> tuple:
     """Run a 10 s soak (it still goes through every fault kind once, about 12 steps of ~1 s, before it stops):
     the process, its last line's figures and the faults by kind."""
-    done = subprocess.run([sys.executable, str(BENCH / "soak.py"), "--seconds", "10", "--interval", "0.8",
-                           "--seed", "3", *extra], capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "bench.soak", "--seconds", "10", "--interval", "0.8",
+                           "--seed", "3", *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     lines = done.stdout.strip().splitlines()
     assert lines, done.stderr[-3000:]
     match = LAST.match(lines[-1])
