@@ -46,6 +46,9 @@ size: a clean one, and one where one message in N is not JSON. Each poison
 message costs its batch a bisection and a dead-letter produce; the files are
 checked to hold every other message, the dead-letter topic every poison one,
 and `ratio: X` is poisoned / clean. Floor: 0.8.
+
+One file of about 400 lines, a quarter of it this description: its four comparisons share one cluster, one
+host, one alternating timing loop and one report, and apart they would repeat that harness four times.
 """
 from __future__ import annotations
 

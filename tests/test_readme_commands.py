@@ -196,6 +196,7 @@ SHELL_RULES = {
     "spark-submit": r"^spark-submit ",
     "zip": r"^zip -r \S+\.zip( \S+)+$",
     "bench": r"^\.venv/bin/python bench/\w+\.py( --[\w-]+ \S+)*$",
+    "soak": r"^\.venv/bin/python -m bench\.soak( --[\w-]+ \S+)*$",
 }
 CYPHER_RULES = {
     "streams": r"^CALL streams\.\w+\(",
@@ -920,6 +921,18 @@ def test_bench_commands_exist_and_answer_help():
         done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 0, f"{command} --help: {done.stderr[-1000:]}"
+
+
+def test_soak_commands_parse():
+    """Not run here (tests/test_soak.py runs short soaks): the README's options are the soak's own."""
+    from bench.soak.__main__ import build_parser
+
+    commands = shell("soak")
+    assert len(commands) == 2
+    for command in commands:
+        args = build_parser().parse_args(shlex.split(command)[3:])
+        assert args.minutes == 2, command
+    assert build_parser().parse_args(shlex.split(commands[1])[3:]).delivery == "exactly_once"
 
 
 # -- python blocks ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from .plan import PARTITIONS, STREAMS
 from .runner import Soak
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=OVERVIEW.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(OVERVIEW.splitlines()[2:]))
@@ -29,6 +29,11 @@ def main(argv=None) -> int:
     parser.add_argument("--delivery", choices=("at_least_once", "exactly_once"), default="at_least_once",
                         help="the streams' delivery (exactly_once adds stream process kills and ambiguous commits)")
     parser.add_argument("--keep", metavar="DIR", help="keep the work directory here (kept anyway on failure)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     seconds = args.seconds if args.seconds is not None else 60 * (args.minutes if args.minutes is not None else 2)
     if seconds <= 0 or args.rate <= 0 or args.interval <= 0:
