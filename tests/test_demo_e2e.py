@@ -18,22 +18,18 @@ from datetime import UTC, datetime
 import pytest
 from broker_support import PRODUCER_CONFIG, QUICK_FIRST_JOIN
 
-from mgstreams.demo import (
-    Check,
-    DemoSettings,
-    Produced,
-    Record,
-    RewindResult,
+from mgstreams.demo import Check, DemoSettings, run_demo
+from mgstreams.demo.checks import (
     check_backfill_matches_live,
     check_first_delivered,
     check_history,
     check_offsets,
     check_rewind,
-    generate_transfers,
-    read_cypherl,
-    run_demo,
 )
+from mgstreams.demo.records import read_cypherl
+from mgstreams.demo.results import Produced, Record, RewindResult
 from mgstreams.query_module import QueryModule
+from mgstreams.samples import generate_transfers
 from spark_bridge.spark_session import ensure_worker_python
 from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets, StreamError
 from stream_registry.registry.registry import stored_config
@@ -224,7 +220,7 @@ def test_read_cypherl_rejects_lines_it_cannot_place(tmp_path):
 
 def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypatch, tmp_path):
     """With MEMGRAPH_URI the live records come from Memgraph: the rendering must match the cypherl sink's."""
-    from mgstreams.demo import read_graph
+    from mgstreams.demo.graph import read_graph
     from stream_registry.graph import sinks
     from stream_registry.graph.transform import Message, load_transformation, run_transformation
     from stream_registry.registry.runner import query_module_dirs
@@ -267,3 +263,21 @@ def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypa
     assert read_graph(settings) == read_cypherl([sink_path])
     assert seen["connect"] == {"host": "mg.example", "port": 7688, "username": "u", "password": "p"}
     assert seen["params"] == {"topic": "transfers"}
+
+
+def test_the_demo_command_shows_its_options_and_refuses_a_bad_value_by_name():
+    """`python -m mgstreams.demo` is a click command (like `mgstreams`): its help lists the README's options, and
+    a bad value is refused before anything starts, naming the option."""
+    import subprocess
+    import sys
+
+    helped = subprocess.run([sys.executable, "-m", "mgstreams.demo", "--help"], capture_output=True, text=True,
+                            timeout=60)
+    assert helped.returncode == 0, helped.stderr
+    assert "Usage: python -m mgstreams.demo [OPTIONS]" in helped.stdout
+    for option in ("--out DIR", "--seed N", "--events N", "--master", "--memgraph-uri URI"):
+        assert option in helped.stdout, helped.stdout
+    refused = subprocess.run([sys.executable, "-m", "mgstreams.demo", "--out", "never-made", "--events", "0"],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "Invalid value for '--events'" in refused.stderr, refused.stderr
+    assert not os.path.exists("never-made")

@@ -27,45 +27,10 @@ the shutdown), reporter (silent: tests/test_demo_e2e.py runs the same path and
 asserts each `Check`), printing (the rich reporter) and command (the click
 command `main`, which exits 1 if a check failed).
 """
-from ..samples import generate_transfers
-from .calls import offset_change, partition_offsets, run_cli, stream_row
-from .checks import (
-    check_backfill_matches_live,
-    check_backfill_range,
-    check_first_delivered,
-    check_history,
-    check_offsets,
-    check_produced,
-    check_race,
-    check_rewind,
-)
-from .command import demonstrate, main
-from .graph import clear_graph, read_graph
-from .printing import RichReporter, print_outputs, shown_path
-from .records import normalize, read_cypherl
+from .command import main
 from .reporter import Reporter
-from .results import BackfillResult, Check, DemoResult, Produced, RaceResult, Record, RewindResult
-from .run import run_demo, shut_down
-from .settings import SCHEMA, TRANSFORM, DemoSettings
-from .steps import (
-    backfill_job,
-    create_stream,
-    live_records,
-    prepare_out,
-    produce_transfers,
-    report_produced,
-    rewind_running,
-    run_backfill_step,
-    start_and_set_offset,
-    wait_caught_up,
-)
+from .results import Check, DemoResult
+from .run import run_demo
+from .settings import DemoSettings
 
-__all__ = [
-    "SCHEMA", "TRANSFORM", "BackfillResult", "Check", "DemoResult", "DemoSettings", "Produced", "RaceResult",
-    "Record", "Reporter", "RewindResult", "RichReporter", "backfill_job", "check_backfill_matches_live",
-    "check_backfill_range", "check_first_delivered", "check_history", "check_offsets", "check_produced",
-    "check_race", "check_rewind", "clear_graph", "create_stream", "demonstrate", "generate_transfers",
-    "live_records", "main", "normalize", "offset_change", "partition_offsets", "prepare_out", "print_outputs",
-    "produce_transfers", "read_cypherl", "read_graph", "report_produced", "rewind_running", "run_backfill_step",
-    "run_cli", "run_demo", "shown_path", "shut_down", "start_and_set_offset", "stream_row", "wait_caught_up",
-]
+__all__ = ["Check", "DemoResult", "DemoSettings", "Reporter", "main", "run_demo"]
