@@ -35,7 +35,8 @@ def stderr_to(path: Path):
                help="The mgstreams main job on an embedded Kafka cluster.")
 @click.option("--out", default="demo-out", show_default=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Directory for everything the demo writes.")
-@click.option("--seed", type=int, default=DemoSettings.seed, show_default=True, metavar="N", help="Event generator seed.")
+@click.option("--seed", type=int, default=DemoSettings.seed, show_default=True, metavar="N",
+              help="Event generator seed.")
 @click.option("--events", type=click.IntRange(min=1), default=DemoSettings.events, show_default=True, metavar="N",
               help="Transfers to produce.")
 @click.option("--memgraph-uri", envvar="MEMGRAPH_URI", show_envvar=True, default=None, metavar="URI",
