@@ -24,7 +24,7 @@ from enum import Enum
 
 from ..errors import StoredOffsetsConflict
 from ..model import PartitionKey
-from .transform import Statement
+from .statement import Statement
 
 SP = tuple[str, str, int]   # (stream, topic, partition)
 OFFSET_LABEL = "MgstreamsOffset"

@@ -17,22 +17,22 @@ opened when it starts. One module per concept:
 raises SinkError on failure (graph.sink_faults says whose fault it is); an
 exactly-once batch checks the offsets it continues from in its own
 transaction (offset_store.continuation). Tests replace the Bolt driver at
-`bolt.connect_mgclient`.
+`sinks.bolt.connect_mgclient` and the bolt+s check at `sinks.tls.verified_server_key` (the modules that
+look them up; the package does not re-export them, so a stale patch of `sinks.connect_mgclient` fails
+loudly instead of doing nothing).
 """
 from ...errors import SinkError
-from .bolt import DEFAULT_BOLT_PORT, BoltSettings, BoltSink, connect_mgclient
+from .bolt import DEFAULT_BOLT_PORT, BoltSettings, BoltSink
 from .cypherl import CypherlSettings, CypherlSink
 from .null import NullSink
 from .policy import OUTPUT_DIRS_ENV, OutputPolicy
 from .protocol import Scheme, Sink, Written
 from .schemes import SCHEMES, open_sink, validate_sink_uri
 from .stored_offsets import read_stored_offsets, read_stored_offsets_within
-from .tls import verified_server_key
 from .uri import PASSWORD_KEY, USERNAME_KEY
 
 __all__ = [
     "DEFAULT_BOLT_PORT", "OUTPUT_DIRS_ENV", "PASSWORD_KEY", "SCHEMES", "USERNAME_KEY", "BoltSettings", "BoltSink",
     "CypherlSettings", "CypherlSink", "NullSink", "OutputPolicy", "Scheme", "Sink", "SinkError", "Written",
-    "connect_mgclient", "open_sink", "read_stored_offsets", "read_stored_offsets_within", "validate_sink_uri",
-    "verified_server_key",
+    "open_sink", "read_stored_offsets", "read_stored_offsets_within", "validate_sink_uri",
 ]

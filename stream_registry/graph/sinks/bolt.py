@@ -30,6 +30,7 @@ DEFAULT_BOLT_PORT = 7687
 
 
 @dataclass(frozen=True)
+class BoltSettings:
     scheme: str
     host: str
     port: int

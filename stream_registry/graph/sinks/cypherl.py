@@ -28,6 +28,7 @@ DIR_MODE = 0o750
 
 
 @dataclass(frozen=True)
+class CypherlSettings:
     path: str
     fsync: bool = False
     climbs: bool = False                 # the URI's path had a '..' segment (normalised away in `path`)

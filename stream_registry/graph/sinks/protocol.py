@@ -8,6 +8,7 @@ from typing import Any, Protocol, Self
 
 from ..statement import Statement
 
+
 class Written(StrEnum):
     """What write() did with an exactly-once batch."""
     APPLIED = "applied"
