@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError, SinkError
+from ...model import PartitionKey
 from ...redaction import MASK, redact
 from ..offset_store import READ_QUERY, Continuation, continuation, offsets_in_statements, stored_in_rows
 from ..parameter_values import driver_parameters
@@ -103,14 +104,14 @@ class BoltSink(Closing):
         self.fingerprint = tls.normal_fingerprint(fingerprint) if fingerprint else None
         self.retries, self.backoff_s, self.max_backoff_s = max(1, retries), backoff_s, max_backoff_s
         self._connect_fn, self._sleep = connect, sleep
-        self._conn = None
+        self._conn: Any = None   # a pymgclient Connection once connected
         self._lock = threading.Lock()
         self.batches = 0
         self.attempts = 0
         self.unknown_commits = 0   # commits whose outcome was unknown, resolved by reading the stored offsets
 
     def write(self, statements: Sequence[Statement], *,
-              expect: Mapping[tuple[str, int], int | None] | None = None) -> Written:
+              expect: Mapping[PartitionKey, int | None] | None = None) -> Written:
         if not statements:
             return Written.APPLIED
         work = [(s.query, driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
@@ -156,8 +157,8 @@ class BoltSink(Closing):
             stored.update(stored_in_rows(stream, cursor.fetchall()))
         return stored
 
-    def stored_offsets(self, stream: str, partitions: Iterable[tuple[str, int]] | None = None
-                       ) -> dict[tuple[str, int], int]:
+    def stored_offsets(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                       ) -> dict[PartitionKey, int]:
         """The stream's stored offsets, read in a transaction of their own. SinkError on failure, transient when
         the connection or a timeout failed (retry it: see read_stored_offsets_within)."""
         with self._lock:
@@ -176,7 +177,7 @@ class BoltSink(Closing):
                                 f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}",
                                 transient=transient) from None
         wanted = set(partitions) if partitions is not None else None
-        return {(topic, partition): offset for topic, partition, offset in rows
+        return {PartitionKey(topic, partition): offset for topic, partition, offset in rows
                 if wanted is None or (topic, partition) in wanted}
 
     def _lost(self, exc: BaseException) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ...errors import ConfigError, SinkError
+from ...model import PartitionKey
 from ...safe_paths import open_beneath
 from .. import cypherl_frames
 from ..cypher_literals import render_statement
@@ -53,42 +54,43 @@ class CypherlSink(Closing):
         self.statements = 0
         self.trimmed = 0     # bytes cut from the end on open: a batch a kill left unfinished
         self._lock = threading.Lock()
-        self._known: dict[str, dict[tuple[str, int], int]] = {}   # per stream: its stored offsets, as in the file
+        self._known: dict[str, dict[PartitionKey, int]] = {}   # per stream: its stored offsets, as in the file
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT   # read too: the sink reads its own tail (cypherl_frames)
         try:
             if beneath is None:
                 _make_dirs(os.path.dirname(path))
-                self._fd: int | None = os.open(path, flags, FILE_MODE)
+                fd = os.open(path, flags, FILE_MODE)
             else:   # no symlink at any component below the allowed directory, whatever was swapped since
                 _make_dirs(beneath)
-                self._fd = open_beneath(beneath, os.path.relpath(path, beneath), flags, FILE_MODE,
-                                        dir_mode=DIR_MODE, make_dirs=True)
+                fd = open_beneath(beneath, os.path.relpath(path, beneath), flags, FILE_MODE,
+                                  dir_mode=DIR_MODE, make_dirs=True)
         except (OSError, ValueError) as exc:
             raise SinkError(f"sink cypherl://{path}: cannot open for appending: {exc}") from None
+        self._fd: int | None = fd
         try:
-            self._recover()
+            self._recover(fd)
         except OSError as exc:
             self.close()
             raise SinkError(f"sink cypherl://{path}: cannot recover the file's last whole batch: {exc}",
                             transient=True) from None
 
-    def _recover(self) -> None:
+    def _recover(self, fd: int) -> None:
         """Cut the file back to its last whole batch; a file without frames (written before them) keeps its
         whole lines and gets an empty frame, so that what follows is framed."""
-        with _FileLock(self._fd):
-            size = os.fstat(self._fd).st_size
-            end = cypherl_frames.verified_end(self._fd, size)
+        with _FileLock(fd):
+            size = os.fstat(fd).st_size
+            end = cypherl_frames.verified_end(fd, size)
             if end is None:
-                end = _after_last_newline(self._fd, size)
-                os.ftruncate(self._fd, end)
-                _write_all(self._fd, [cypherl_frames.EMPTY_FRAME])
+                end = _after_last_newline(fd, size)
+                os.ftruncate(fd, end)
+                _write_all(fd, [cypherl_frames.EMPTY_FRAME])
             elif end < size:
-                os.ftruncate(self._fd, end)
+                os.ftruncate(fd, end)
             self.trimmed = size - end
             if self.fsync and (self.trimmed or end == 0):
-                os.fsync(self._fd)
+                os.fsync(fd)
 
-    def write(self, statements: Sequence[Statement], *, expect: Mapping[tuple[str, int], int | None] | None = None
+    def write(self, statements: Sequence[Statement], *, expect: Mapping[PartitionKey, int | None] | None = None
               ) -> Written:
         """Append one batch. An exactly-once batch (ending in offset statements) whose end offsets the file
         already stores is not written again (ALREADY_APPLIED); with `expect`, the offsets it continues from
@@ -98,34 +100,35 @@ class CypherlSink(Closing):
         end = offsets_in_statements(statements)
         data = self._render(statements)
         with self._lock:
-            if self._fd is None:
+            fd = self._fd
+            if fd is None:
                 raise SinkError(f"sink cypherl://{self.path}: write after close")
-            with _FileLock(self._fd):
-                known = self._stored_of({stream for stream, _, _ in end})
+            with _FileLock(fd):
+                known = self._stored_of(fd, {stream for stream, _, _ in end})
                 if end and continuation(known, end, expect) is Continuation.DONE:
                     return Written.ALREADY_APPLIED
                 after = {**known, **end}
                 frame = cypherl_frames.frame_line(data, after)
-                size = os.fstat(self._fd).st_size
+                size = os.fstat(fd).st_size
                 try:
-                    _write_all(self._fd, [data, frame])
+                    _write_all(fd, [data, frame])
                     if self.fsync:
-                        os.fsync(self._fd)
+                        os.fsync(fd)
                 except OSError as exc:
-                    self._cut_back(size)
+                    _cut_back(fd, size)
                     raise SinkError(f"sink cypherl://{self.path}: writing a batch of {len(statements)} "
                                     f"statements failed: {exc}", transient=True) from None
             for (stream, topic, partition), offset in end.items():
-                self._known[stream][(topic, partition)] = offset
+                self._known[stream][PartitionKey(topic, partition)] = offset
             self.statements += len(statements)
         return Written.APPLIED
 
-    def _stored_of(self, streams: set[str]) -> dict[tuple[str, str, int], int]:
+    def _stored_of(self, fd: int, streams: set[str]) -> dict[tuple[str, str, int], int]:
         """The stored offsets of `streams` (read from the file once, then kept as written), by (stream, tp)."""
         out = {}
         for stream in streams:
             if stream not in self._known:
-                self._known[stream] = cypherl_frames.stored_offsets(self._fd, os.fstat(self._fd).st_size, stream)
+                self._known[stream] = cypherl_frames.stored_offsets(fd, os.fstat(fd).st_size, stream)
             out.update({(stream, t, p): o for (t, p), o in self._known[stream].items()})
         return out
 
@@ -144,25 +147,20 @@ class CypherlSink(Closing):
             raise SinkError(f"sink cypherl://{self.path}: a query holds text that is not valid Unicode "
                             f"({exc.reason})", rejected=True) from None
 
-    def stored_offsets(self, stream: str, partitions: Iterable[tuple[str, int]] | None = None
-                       ) -> dict[tuple[str, int], int]:
+    def stored_offsets(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                       ) -> dict[PartitionKey, int]:
         """From memory once read: the file's last frame naming `stream`, then what this sink wrote."""
         with self._lock:
-            if self._fd is None:
+            fd = self._fd
+            if fd is None:
                 raise SinkError(f"sink cypherl://{self.path}: read after close")
             try:
-                known = self._stored_of({stream})
+                known = self._stored_of(fd, {stream})
             except OSError as exc:
                 raise SinkError(f"sink cypherl://{self.path}: reading the stored offsets failed: {exc}",
                                 transient=True) from None
         wanted = set(partitions) if partitions is not None else None
-        return {(t, p): o for (_, t, p), o in known.items() if wanted is None or (t, p) in wanted}
-
-    def _cut_back(self, size: int) -> None:
-        try:
-            os.ftruncate(self._fd, size)
-        except OSError:
-            pass
+        return {PartitionKey(t, p): o for (_, t, p), o in known.items() if wanted is None or (t, p) in wanted}
 
     def close(self) -> None:
         with self._lock:
@@ -188,6 +186,13 @@ class _FileLock:
 
     def __exit__(self, *exc_info) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+def _cut_back(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
 
 
 def _write_all(fd: int, buffers: list[bytes]) -> None:

@@ -5,6 +5,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...errors import ConfigError
+from ...model import PartitionKey
 from ..offset_store import Continuation, continuation, offsets_in_statements
 from ..statement import Statement
 from .protocol import Closing, Written
@@ -20,7 +21,7 @@ class NullSink(Closing):
         self._offsets: dict[tuple[str, str, int], int] = {}
 
     def write(self, statements: Sequence[Statement], *,
-              expect: Mapping[tuple[str, int], int | None] | None = None) -> Written:
+              expect: Mapping[PartitionKey, int | None] | None = None) -> Written:
         end = offsets_in_statements(statements)
         if end and continuation(self._offsets, end, expect) is Continuation.DONE:
             return Written.ALREADY_APPLIED
@@ -29,10 +30,10 @@ class NullSink(Closing):
         self._offsets.update(end)
         return Written.APPLIED
 
-    def stored_offsets(self, stream: str, partitions: Iterable[tuple[str, int]] | None = None
-                       ) -> dict[tuple[str, int], int]:
+    def stored_offsets(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                       ) -> dict[PartitionKey, int]:
         """Kept in memory: an exactly-once stream on null:// survives a restart of its stream, not of its process."""
-        return {(topic, partition): offset for (name, topic, partition), offset in self._offsets.items()
+        return {PartitionKey(topic, partition): offset for (name, topic, partition), offset in self._offsets.items()
                 if name == stream}
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, Self
 
+from ...model import PartitionKey
 from ..statement import Statement
 
 
@@ -17,7 +18,7 @@ class Written(StrEnum):
 
 class Sink(Protocol):
     def write(self, statements: Sequence[Statement], *,
-              expect: Mapping[tuple[str, int], int | None] | None = None) -> Written:
+              expect: Mapping[PartitionKey, int | None] | None = None) -> Written:
         """Apply one batch in one transaction; raise SinkError if it was not applied.
 
         An exactly-once batch ends in offset_statements: one whose end offsets
@@ -27,8 +28,8 @@ class Sink(Protocol):
         batch's own transaction first: StoredOffsetsConflict, nothing written,
         when they differ (offset_store.continuation)."""
 
-    def stored_offsets(self, stream: str, partitions: Iterable[tuple[str, int]] | None = None
-                       ) -> dict[tuple[str, int], int]:
+    def stored_offsets(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                       ) -> dict[PartitionKey, int]:
         """The offsets an exactly-once stream stored with its batches (offset_store); SinkError if unreadable."""
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from ...errors import SinkError
+from ...model import PartitionKey
 from ..cypherl_frames import offsets_in_cypherl
 from ..sink_faults import is_transient
 from .cypherl import CypherlSettings
@@ -18,8 +19,8 @@ STORED_OFFSETS_RETRY_S = 0.2
 
 
 def read_stored_offsets(uri: str, stream: str, credentials: Mapping[str, str] = NO_CREDENTIALS,
-                        output: OutputPolicy | None = None, partitions: Iterable[tuple[str, int]] | None = None
-                        ) -> dict[tuple[str, int], int]:
+                        output: OutputPolicy | None = None, partitions: Iterable[PartitionKey] | None = None
+                        ) -> dict[PartitionKey, int]:
     """A stopped exactly-once stream's stored offsets, read without opening its sink for writing
     (a cypherl file is not created; null:// keeps none once its stream process is gone)."""
     scheme, settings = parse_sink_uri(uri, output)
@@ -34,10 +35,10 @@ def read_stored_offsets(uri: str, stream: str, credentials: Mapping[str, str] = 
         return sink.stored_offsets(stream, partitions)
 
 
-def read_stored_offsets_within(sink: Sink, stream: str, partitions: Iterable[tuple[str, int]] | None = None, *,
+def read_stored_offsets_within(sink: Sink, stream: str, partitions: Iterable[PartitionKey] | None = None, *,
                                deadline_s: float = STORED_OFFSETS_DEADLINE_S,
                                retry_s: float = STORED_OFFSETS_RETRY_S,
-                               sleep: Callable[[float], None] = time.sleep) -> dict[tuple[str, int], int]:
+                               sleep: Callable[[float], None] = time.sleep) -> dict[PartitionKey, int]:
     """`sink.stored_offsets`, retried within `deadline_s` while it fails transiently (a short sink outage
     during a rebalance). Past the deadline, a SinkError(transient=True) saying how long it tried; a
     non-transient failure at once. For the rebalance path: show the error, keep the partitions unstarted,

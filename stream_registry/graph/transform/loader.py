@@ -206,12 +206,12 @@ def _as_messages_callable(path: str, fn: Callable) -> Callable:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p for p in positional if p.default is p.empty]
     if len(required) == 2:
-        def with_context(messages, _fn=fn):
+        def with_context(messages: Messages, _fn: Callable = fn) -> Any:
             return _fn(None, messages)
-        with_context.__wrapped__ = fn
         with_context.__name__ = getattr(fn, "__name__", "transformation")
         with_context.__qualname__ = getattr(fn, "__qualname__", with_context.__name__)
-        with_context.__module__ = getattr(fn, "__module__", None)
+        with_context.__module__ = getattr(fn, "__module__", None) or ""
+        setattr(with_context, "__wrapped__", fn)   # noqa: B010 (what _name and the mgp unwrapping read)
         return with_context
     if len(required) > 2 or (not positional and not any(p.kind == p.VAR_POSITIONAL for p in params)):
         raise TransformError(f"transform {path!r}: expected fn(messages) or fn(context, messages), "
