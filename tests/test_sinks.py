@@ -250,7 +250,7 @@ def test_bolt_without_credentials_and_encrypted_schemes(server, monkeypatch):
     # bolt+s: the certificate is verified first (system CAs; see test_hostile_input for real TLS), and the
     # driver is held to the key verified
     verified = []
-    monkeypatch.setattr(sinks.tls, "verified_server_key",
+    monkeypatch.setattr(sinks.bolt, "verified_server_key",
                         lambda host, port, where: verified.append((host, port)) or "abcd0123456789ef")
     open_sink("bolt+s://h").write(BATCH[:1])
     assert verified == [("h", 7687)] and server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE

@@ -23,8 +23,8 @@ from ..parameter_values import driver_parameters
 from ..sink_faults import is_refusal, is_transient
 from ..statement import Statement
 from ..unwind import fold
-from . import tls
 from .protocol import Closing, Written
+from .tls import TrustKey, normal_fingerprint, verified_server_key
 from .uri import PASSWORD_KEY, USERNAME_KEY, check_options, shown_uri
 
 DEFAULT_BOLT_PORT = 7687
@@ -101,7 +101,7 @@ class BoltSink(Closing):
         self.unwind = unwind
         self.username = username
         self._password = _Secret(password)
-        self.fingerprint = tls.normal_fingerprint(fingerprint) if fingerprint else None
+        self.fingerprint = normal_fingerprint(fingerprint) if fingerprint else None
         self.retries, self.backoff_s, self.max_backoff_s = max(1, retries), backoff_s, max_backoff_s
         self._connect_fn, self._sleep = connect, sleep
         self._conn: Any = None   # a pymgclient Connection once connected
@@ -229,7 +229,7 @@ class BoltSink(Closing):
                 kwargs["sslmode"] = mgclient.MG_SSLMODE_REQUIRE
                 trusted = self._verified_key() if self.scheme == "bolt+s" else self.fingerprint
                 if trusted:
-                    kwargs["trust_callback"] = tls.TrustKey(trusted)
+                    kwargs["trust_callback"] = TrustKey(trusted)
             conn = (self._connect_fn or connect_mgclient)(**kwargs)
             conn.autocommit = False
             self._conn = conn
@@ -238,7 +238,7 @@ class BoltSink(Closing):
     def _verified_key(self) -> str:
         """bolt+s: the key of a server whose certificate the system CAs vouch for, for this host name (tls.py);
         the driver's session is then held to that same key."""
-        key = tls.verified_server_key(self.host, self.port, where=self._where())
+        key = verified_server_key(self.host, self.port, where=self._where())
         if self.fingerprint and key != self.fingerprint:
             raise SinkError(f"sink {self._where()}: the server's key fingerprint {key[:16]}... is not the pinned "
                             f"fingerprint {self.fingerprint[:16]}...")
