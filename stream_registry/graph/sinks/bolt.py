@@ -63,7 +63,7 @@ def _conn_status_bad() -> int:
     return getattr(mgclient, "CONN_STATUS_BAD", -1)
 
 
-def connect_mgclient(**kwargs):
+def connect_mgclient(**kwargs: Any) -> Any:
     """The driver boundary: tests replace this to see exactly what the driver receives."""
     try:
         import mgclient
