@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from stream_registry.graph import cypherl_frames  # noqa: E402
 from stream_registry.graph.offset_store import offset_statements  # noqa: E402
-from stream_registry.graph.sinks import CypherlSink, read_stored_offsets  # noqa: E402
+from stream_registry.graph.sinks.cypherl import CypherlSink  # noqa: E402
+from stream_registry.graph.sinks.stored_offsets import read_stored_offsets  # noqa: E402
 from stream_registry.graph.transform import Statement  # noqa: E402
 
 STREAM, TOPIC = "orders", "orders"

@@ -38,7 +38,7 @@ from enum import Enum
 from urllib.parse import urlsplit
 
 from stream_registry.errors import ConfigError, SinkError
-from stream_registry.graph.sinks import open_sink
+from stream_registry.graph.sinks.schemes import open_sink
 from stream_registry.graph.transform import load_transformation
 
 DEFAULT_WRITERS = 2

@@ -14,7 +14,7 @@ import os
 
 from stream_registry.config import Delivery, StreamConfig
 from stream_registry.errors import StreamError
-from stream_registry.graph.sinks import read_stored_offsets
+from stream_registry.graph.sinks.stored_offsets import read_stored_offsets
 from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.model import PartitionKey
 from stream_registry.offset_spec import Committed, OffsetSpec, Shift

@@ -27,7 +27,7 @@ from datetime import datetime
 from urllib.parse import quote, unquote, urlsplit
 
 from stream_registry.errors import ConfigError
-from stream_registry.graph.sinks import open_sink, validate_sink_uri
+from stream_registry.graph.sinks.schemes import open_sink, validate_sink_uri
 from stream_registry.graph.transform import Message, load_transformation, run_transformation
 from stream_registry.graph.unwind import nodes_first
 from stream_registry.kafka.queries import PartitionQuery

@@ -1,5 +1,5 @@
 """Backfill into Memgraph over Bolt as Memgraph recommends, checked at the driver boundary
-(`stream_registry.graph.sinks.connect_mgclient`, what pymgclient's `mgclient.connect` is given): UNWIND
+(`stream_registry.graph.sinks.bolt.connect_mgclient`, what pymgclient's `mgclient.connect` is given): UNWIND
 batches, nodes before relationships, one transaction per batch, bounded writers per host, --prepare."""
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ TRANSFERS = textwrap.dedent('''
 def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transaction_each(kafka, tmp_path,
                                                                                         monkeypatch):
     driver = Driver(exists=("CREATE INDEX",))
-    monkeypatch.setattr(sinks, "connect_mgclient", driver.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", driver.connect)
     (tmp_path / "graph_tx.py").write_text(TRANSFERS)
     topic = kafka.new_topic(2)
     kafka.produce(topic, 50, partitions=2, payload=lambda i: json.dumps({"from": f"acc{i % 7}",
@@ -189,7 +189,7 @@ def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transac
 
 def test_run_autocommit_runs_alone_then_writes_are_transactions_again(monkeypatch):
     driver = Driver(exists=("CREATE INDEX",))
-    monkeypatch.setattr(sinks, "connect_mgclient", driver.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", driver.connect)
     sink = sinks.open_sink("bolt://memgraph:7687")
     sink.run_autocommit("CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE")
     with pytest.raises(sinks.SinkError, match=r"^sink bolt://memgraph:7687: 'CREATE INDEX ON :Account\(id\)' "
@@ -205,14 +205,14 @@ def test_run_autocommit_runs_alone_then_writes_are_transactions_again(monkeypatc
 
     def refuse(**kwargs):
         raise ConnectionRefusedError("connection refused")
-    monkeypatch.setattr(sinks, "connect_mgclient", refuse)
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", refuse)
     with pytest.raises(sinks.SinkError, match=r"^sink bolt://memgraph:7687: cannot connect: "
                                               r"ConnectionRefusedError: connection refused$"):
         sinks.open_sink("bolt://memgraph:7687").run_autocommit("CREATE INDEX ON :A(id)")
 
 
 def test_dry_run_lists_the_prepare_statements_and_touches_nothing(kafka, tmp_path, monkeypatch):
-    monkeypatch.setattr(sinks, "connect_mgclient", lambda **kw: pytest.fail("connected during a dry run"))
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", lambda **kw: pytest.fail("connected during a dry run"))
     topic = kafka.new_topic(1)
     kafka.produce(topic, 5)
     result = CliRunner().invoke(backfill_command, [
@@ -274,7 +274,7 @@ JOURNAL_DRIVER = textwrap.dedent('''
             with open(JOURNAL, "a") as f:
                 f.write(json.dumps({{"pid": os.getpid(), "event": event, "t": time.time(), "rows": rows}}) + "\\n")
 
-    sinks.connect_mgclient = lambda **kwargs: Connection()
+    sinks.bolt.connect_mgclient = lambda **kwargs: Connection()
 
     def load(messages):
         return merge_messages_batched(messages)

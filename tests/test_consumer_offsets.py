@@ -13,7 +13,7 @@ from stream_helpers import FAST_REJOIN, wait_until
 
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.builtin_transformations import consumer_offsets
-from stream_registry.graph import consumer_offsets as co
+from stream_registry.builtin_transformations import offset_commits as co
 from stream_registry.graph.transform import Message
 
 T = 1_700_000_000_000   # ms

@@ -257,7 +257,7 @@ def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypa
         seen["connect"] = kwargs
         return Connection()
 
-    monkeypatch.setattr(sinks, "connect_mgclient", connect)
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", connect)
     settings = DemoSettings(out=tmp_path, topic="transfers", memgraph_uri="bolt://mg.example:7688",
                             memgraph_credentials={"bolt.username": "u", "bolt.password": "p"})
     assert read_graph(settings) == read_cypherl([sink_path])

@@ -351,7 +351,7 @@ def key_fingerprint(directory: Path, name: str) -> str:
 
 @pytest.fixture
 def driver(monkeypatch):
-    """The driver boundary (sinks.connect_mgclient, what pymgclient's `mgclient.connect` receives): records the
+    """The driver boundary (sinks.bolt.connect_mgclient, what pymgclient's `mgclient.connect` receives): records the
     keyword arguments and every trust_callback answer, then calls the real pymgclient."""
     calls: list[dict] = []
     answers: list[tuple] = []
@@ -367,7 +367,7 @@ def driver(monkeypatch):
             kwargs["trust_callback"] = recorded
         return mgclient.connect(**kwargs)
 
-    monkeypatch.setattr(sinks, "connect_mgclient", connect)
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", connect)
     return calls, answers
 
 

@@ -59,7 +59,7 @@ def test_without_an_output_policy_a_file_sink_writes_where_it_is_told(tmp_path, 
 
 
 def test_validation_never_touches_the_file_system_or_network(tmp_path, monkeypatch):
-    monkeypatch.setattr(sinks, "connect_mgclient", lambda **kw: pytest.fail("connected"))
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", lambda **kw: pytest.fail("connected"))
     validate_sink_uri(f"cypherl://{tmp_path}/new/dir/out.cypherl")
     validate_sink_uri("bolt://unreachable.invalid:1")
     assert not (tmp_path / "new").exists()
@@ -102,7 +102,7 @@ def test_cypherl_writes_a_batch_with_a_single_write(tmp_path, monkeypatch):
     calls = []
     real_writev = os.writev
     sink = CypherlSink(str(tmp_path / "out.cypherl"))
-    monkeypatch.setattr(sinks.os, "writev", lambda fd, data: calls.append(len(data)) or real_writev(fd, data))
+    monkeypatch.setattr(sinks.cypherl.os, "writev", lambda fd, data: calls.append(len(data)) or real_writev(fd, data))
     sink.write([Statement("RETURN $i", {"i": i}) for i in range(500)])
     assert calls == [2]    # the batch and its frame line, in one call
     sink.close()
@@ -130,17 +130,17 @@ def test_cypherl_failed_write_is_cut_back_to_the_previous_size(tmp_path, monkeyp
             return os.write(fd, bytes(buffers[0][:len(buffers[0]) // 2]))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(sinks.os, "writev", half_then_fail)
+    monkeypatch.setattr(sinks.cypherl.os, "writev", half_then_fail)
     with pytest.raises(SinkError, match="No space left on device") as failed:
         sink.write([Statement("RETURN $s", {"s": "x" * 1000})])
     assert failed.value.transient, "a full disk is the sink's trouble, retried, never a message's fault"
     assert path.read_bytes() == before
-    monkeypatch.setattr(sinks.os, "writev", real_writev)
+    monkeypatch.setattr(sinks.cypherl.os, "writev", real_writev)
 
 
 def test_cypherl_fsync_option(tmp_path, monkeypatch):
     synced = []
-    monkeypatch.setattr(sinks.os, "fsync", synced.append)
+    monkeypatch.setattr(sinks.cypherl.os, "fsync", synced.append)
     with open_sink(f"cypherl://{tmp_path}/a.cypherl?fsync=true") as sink:
         sink.write([Statement("RETURN 1")])
     assert len(synced) == 2    # the new file's first frame, then the batch
@@ -214,7 +214,7 @@ class FakeServer:
 @pytest.fixture
 def server(monkeypatch):
     fake = FakeServer()
-    monkeypatch.setattr(sinks, "connect_mgclient", fake.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", fake.connect)
     return fake
 
 
@@ -250,7 +250,7 @@ def test_bolt_without_credentials_and_encrypted_schemes(server, monkeypatch):
     # bolt+s: the certificate is verified first (system CAs; see test_hostile_input for real TLS), and the
     # driver is held to the key verified
     verified = []
-    monkeypatch.setattr(sinks, "verified_server_key",
+    monkeypatch.setattr(sinks.bolt, "verified_server_key",
                         lambda host, port, where: verified.append((host, port)) or "abcd0123456789ef")
     open_sink("bolt+s://h").write(BATCH[:1])
     assert verified == [("h", 7687)] and server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE

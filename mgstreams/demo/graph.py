@@ -13,7 +13,7 @@ from .settings import TRANSFORM, DemoSettings
 
 
 def _bolt_connect(settings: DemoSettings):
-    from stream_registry.graph.sinks import connect_mgclient
+    from stream_registry.graph.sinks.bolt import connect_mgclient
 
     parts = urlsplit(settings.memgraph_uri or "")
     kwargs = {"host": parts.hostname or "localhost", "port": parts.port or 7687}

@@ -184,9 +184,9 @@ def _console_state_after(text: str, quote: str) -> str | None:
 
 def _temporal(value: dt.date | dt.time | dt.timedelta, name: str) -> str:
     if isinstance(value, dt.datetime):
-        if value.utcoffset() is None:
-            return f'localDateTime("{value.isoformat()}")'
         offset = value.utcoffset()
+        if offset is None:
+            return f'localDateTime("{value.isoformat()}")'
         if offset % dt.timedelta(minutes=1):
             try:
                 value, offset = value.astimezone(dt.UTC), dt.timedelta(0)

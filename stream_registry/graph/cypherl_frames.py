@@ -126,7 +126,7 @@ def stored_offsets(fd: int, size: int, stream: str, partitions: Iterable[Partiti
     legacy_end = size if end is None else end
     while frame is not None:
         if stream in frame.streams():
-            return {(t, p): o for (s, t, p), o in frame.offsets.items()
+            return {PartitionKey(t, p): o for (s, t, p), o in frame.offsets.items()
                     if s == stream and (wanted is None or (t, p) in wanted)}
         legacy_end = frame.body_start
         frame = previous_frame(fd, frame)
@@ -214,5 +214,5 @@ def _scan_offset_lines(fd: int, end: int, stream: str, wanted: set[PartitionKey]
             block, tail = (block[cut:], block[:cut]) if cut else (b"", block)
         for match in reversed(list(OFFSET_LINE.finditer(block.decode("utf-8", "replace")))):
             if match["stream"] == stream:
-                found.setdefault((match["topic"], int(match["partition"])), int(match["offset"]))
+                found.setdefault(PartitionKey(match["topic"], int(match["partition"])), int(match["offset"]))
     return {tp: o for tp, o in found.items() if wanted is None or tp in wanted}

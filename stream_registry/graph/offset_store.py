@@ -24,7 +24,7 @@ from enum import Enum
 
 from ..errors import StoredOffsetsConflict
 from ..model import PartitionKey
-from .transform import Statement
+from .statement import Statement
 
 SP = tuple[str, str, int]   # (stream, topic, partition)
 OFFSET_LABEL = "MgstreamsOffset"
@@ -85,7 +85,7 @@ def continuation(stored: Mapping[SP, int], end: Mapping[SP, int],
     if len(streams) != 1:
         raise ValueError(f"expect: a batch with expected offsets stores those of one stream, not {sorted(streams)}")
     [stream] = streams
-    keys = set(expect) | {(topic, partition) for _, topic, partition in end}
+    keys = set(expect) | {PartitionKey(topic, partition) for _, topic, partition in end}
     now = {tp: stored.get((stream, *tp)) for tp in keys}
     wrong = {tp: (expect.get(tp), value) for tp, value in now.items() if value != expect.get(tp)}
     if not wrong:

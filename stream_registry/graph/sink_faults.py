@@ -20,13 +20,13 @@ so no decision here reads one:
 """
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from functools import lru_cache
 
 from ..errors import SinkError, TransformError
 
 
-class Fault(str, Enum):
+class Fault(StrEnum):
     TRANSIENT = "transient"
     MESSAGE = "message"
     SINK = "sink"

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .transform import Statement
+from .statement import Statement
 
 ROWS_PARAMETER = "mgstreams_rows"
 ROW_VARIABLE = "mgstreams_row"

@@ -38,7 +38,9 @@ from ..errors import (
     StreamStateError,
     TransformError,
 )
-from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
+from ..graph.sinks.policy import OutputPolicy
+from ..graph.sinks.schemes import validate_sink_uri
+from ..graph.sinks.stored_offsets import read_stored_offsets
 from ..graph.transform import is_builtin
 from ..kafka.queries import PartitionQuery
 from ..model import (

@@ -20,7 +20,8 @@ import psutil
 
 from ..config import Delivery, StreamConfig
 from ..errors import ConfigError, StreamError
-from ..graph.sinks import OutputPolicy, open_sink
+from ..graph.sinks.policy import OutputPolicy
+from ..graph.sinks.schemes import open_sink
 from ..graph.transform import load_transformation, locate_transformation
 from ..model import GateEvent, PartitionKey, PendingMove, WorkerSnapshot
 from .worker import RetryPolicy, StreamEvents, StreamWorker

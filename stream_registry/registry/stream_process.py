@@ -34,7 +34,7 @@ from typing import Any
 
 from ..config import StreamConfig
 from ..errors import StreamError
-from ..graph.sinks import OutputPolicy
+from ..graph.sinks.policy import OutputPolicy
 from ..log_repeats import collapse_repeats
 from ..model import GateEvent, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
 from .batch_stats import BatchStats

@@ -43,7 +43,7 @@ from ..config import Delivery, ErrorsTolerance, StreamConfig
 from ..errors import StoredOffsetsConflict, StreamError
 from ..graph.offset_store import offset_statements
 from ..graph.sink_faults import Fault, classify
-from ..graph.sinks import read_stored_offsets_within
+from ..graph.sinks.stored_offsets import read_stored_offsets_within
 from ..graph.transform import Message, run_transformation
 from ..kafka.client import new_consumer
 from ..model import GateEvent, MoveState, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot

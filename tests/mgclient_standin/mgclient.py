@@ -1,7 +1,7 @@
 """A pymgclient stand-in: the `mgclient` module's surface over a small recording Cypher server.
 
 Two ways to use it:
-- in a test's own process, `Server()` and `monkeypatch.setattr(sinks, "connect_mgclient", server.connect)`;
+- in a test's own process, `Server()` and `monkeypatch.setattr(sinks.bolt, "connect_mgclient", server.connect)`;
 - for a stream host and its stream processes, put this directory first on PYTHONPATH (`PYTHONPATH_ENTRY`):
   `import mgclient` then finds this module instead of pymgclient, and every process's connections share
   the module's `SERVER`, configured from the environment:

@@ -1,31 +1,24 @@
-"""Memgraph-compatible transformations: messages in, Cypher statements out.
+"""The secure transformation loader: `module.function` names resolved only where an operator allows, and the
+stand-in that lets `@mgp.transformation` register outside Memgraph while a transformation file is imported.
 
-One loader and one runner serve the live streams, the CLI and Spark, so a
-transformation file written for Memgraph's built-in streams (`import mgp`,
-`@mgp.transformation`) runs unchanged here, and a plain Python function
-`f(messages) -> [{"query": ..., "parameters": {...}}]` works too.
-
-`mgp` is never imported by this module: transformation files import it
-themselves. See `_mgp_registration` for how their decorator is satisfied.
+`mgp` is never imported here: transformation files import it themselves.
 """
 from __future__ import annotations
 
-import datetime as dt
 import importlib
 import importlib.util
 import inspect
-import math
 import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import TransformError
+from ...errors import TransformError
+from .messages import Messages
 
 QUERY_MODULES_ENV = "MGSTREAMS_QUERY_MODULES_DIR"
 TRANSFORM_PACKAGES_ENV = "MGSTREAMS_TRANSFORM_PACKAGES"
@@ -33,145 +26,6 @@ BUILTIN_PACKAGES = ("stream_registry.builtin_transformations",)
 _DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 
 
-# -- messages ---------------------------------------------------------------
-class Message:
-    """One Kafka message with the accessors of Memgraph's `mgp.Message`.
-
-    Read-only by contract (private slots, no setters); kept to plain slots
-    because one is built per consumed message.
-    """
-
-    __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_timestamp")
-
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None, timestamp: int):
-        self._topic = topic
-        self._partition = partition
-        self._offset = offset
-        self._key = key
-        self._value = b"" if value is None else value
-        self._timestamp = timestamp
-
-    @classmethod
-    def from_kafka(cls, msg) -> Message:
-        """Wrap a confluent_kafka.Message without copying its fields (hot path)."""
-        return _KafkaMessage(msg)
-
-    def payload(self) -> bytes:
-        return self._value
-
-    def topic_name(self) -> str:
-        return self._topic
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def timestamp(self) -> int:
-        """Milliseconds since the epoch, as Kafka reports it."""
-        return self._timestamp
-
-    def offset(self) -> int:
-        return self._offset
-
-    def partition(self) -> int:
-        return self._partition
-
-    def _fields(self) -> tuple:
-        return (self.topic_name(), self.partition(), self.offset(), self.key(), self.payload(),
-                self.timestamp())
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Message):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return (f"Message({self.topic_name()!r}, partition={self.partition()}, offset={self.offset()}, "
-                f"{len(self.payload())} bytes)")
-
-
-class _KafkaMessage(Message):
-    """A Message that reads through to the confluent_kafka.Message it wraps."""
-
-    __slots__ = ("_msg",)
-
-    def __init__(self, msg):  # noqa: super().__init__ skipped on purpose: nothing to copy
-        self._msg = msg
-
-    def payload(self) -> bytes:
-        value = self._msg.value()
-        return b"" if value is None else value
-
-    def topic_name(self) -> str:
-        return self._msg.topic()
-
-    def key(self) -> bytes | None:
-        return self._msg.key()
-
-    def timestamp(self) -> int:
-        return self._msg.timestamp()[1]
-
-    def offset(self) -> int:
-        return self._msg.offset()
-
-    def partition(self) -> int:
-        return self._msg.partition()
-
-
-class Messages:
-    """A batch with the accessors of Memgraph's `mgp.Messages`."""
-
-    __slots__ = ("_messages",)
-
-    def __init__(self, messages: Sequence[Message]):
-        self._messages = messages
-
-    @classmethod
-    def from_kafka(cls, batch: Sequence) -> Messages:
-        """Wrap a consume() batch; a message is wrapped only when the transformation reads it."""
-        return _KafkaMessages(batch)
-
-    def total_messages(self) -> int:
-        return len(self._messages)
-
-    def message_at(self, index: int) -> Message:
-        return self._messages[index]
-
-    def is_valid(self) -> bool:
-        """Always true: unlike Memgraph's, this batch does not expire after the call."""
-        return True
-
-    def __len__(self) -> int:
-        return len(self._messages)
-
-    def __iter__(self) -> Iterator[Message]:
-        return iter(self._messages)
-
-
-class _KafkaMessages(Messages):
-    """Messages over confluent_kafka.Message objects, wrapped on access (hot path)."""
-
-    __slots__ = ()
-
-    def message_at(self, index: int) -> Message:
-        return _KafkaMessage(self._messages[index])
-
-    def __iter__(self) -> Iterator[Message]:
-        return map(_KafkaMessage, self._messages)
-
-
-@dataclass(frozen=True)
-class Statement:
-    """One Cypher query with its parameters: the unit a sink writes."""
-
-    query: str
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-
-
-# -- loading ----------------------------------------------------------------
 def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[[Messages], Any]:
     """Resolve `module.function` to a callable taking one `Messages`.
 
@@ -352,12 +206,12 @@ def _as_messages_callable(path: str, fn: Callable) -> Callable:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p for p in positional if p.default is p.empty]
     if len(required) == 2:
-        def with_context(messages, _fn=fn):
+        def with_context(messages: Messages, _fn: Callable = fn) -> Any:
             return _fn(None, messages)
-        with_context.__wrapped__ = fn
         with_context.__name__ = getattr(fn, "__name__", "transformation")
         with_context.__qualname__ = getattr(fn, "__qualname__", with_context.__name__)
-        with_context.__module__ = getattr(fn, "__module__", None)
+        with_context.__module__ = getattr(fn, "__module__", None) or ""
+        setattr(with_context, "__wrapped__", fn)   # noqa: B010 (what _name and the mgp unwrapping read)
         return with_context
     if len(required) > 2 or (not positional and not any(p.kind == p.VAR_POSITIONAL for p in params)):
         raise TransformError(f"transform {path!r}: expected fn(messages) or fn(context, messages), "
@@ -432,95 +286,3 @@ def _mgp_backend():
         return None
 
 
-# -- running ----------------------------------------------------------------
-def run_transformation(fn: Callable, messages: Sequence[Message] | Messages, *,
-                       name: str | None = None) -> list[Statement]:
-    """Run `fn` on one batch and normalise what it returns to Statements.
-
-    `messages` is a sequence of Message or a Messages (e.g. `Messages.from_kafka(batch)`,
-    which skips wrapping messages the transformation does not read).
-
-    Records may be `mgp.Record(query=..., parameters=...)`, mappings with keys
-    `query` and `parameters`, or Statements; None parameters mean {}.
-    """
-    if not isinstance(messages, Messages):
-        messages = Messages(messages)
-    try:
-        records = _records(fn(messages))
-        return [_statement(record, index) for index, record in enumerate(records)]
-    except TransformError as exc:
-        raise TransformError(f"transform {_name(fn, name)!r}: {exc} "
-                             f"(batch starting at {_batch_start(messages)})") from None
-    except (Exception, SystemExit) as exc:
-        raise TransformError(f"transform {_name(fn, name)!r} failed on the batch starting at "
-                             f"{_batch_start(messages)}: {type(exc).__name__}: {exc}") from exc
-
-
-def plain_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
-    """A statement's parameters as plain JSON values, for showing them (a preview): bytes as UTF-8 text
-    (invalid bytes replaced), dates and times as ISO-8601, durations in seconds, other values as text."""
-    return {str(key): _plain(value) for key, value in parameters.items()}
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, (dt.date, dt.time)):   # datetime is a date
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
-    return str(value)
-
-
-def _records(result: Any) -> Iterable:
-    if isinstance(result, (list, tuple)):
-        return result
-    if hasattr(result, "fields") or isinstance(result, (Mapping, Statement)):
-        return (result,)
-    if result is None or isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
-        raise TransformError(f"returned {type(result).__name__}; expected a list of records")
-    return list(result)
-
-
-def _statement(record: Any, index: int) -> Statement:
-    if type(record) is not dict:
-        if isinstance(record, Statement):
-            return record
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, Mapping):
-            record = fields
-        elif not isinstance(record, Mapping):
-            raise TransformError(f"record {index} is a {type(record).__name__}, "
-                                 f"expected mgp.Record(query=..., parameters=...) or a mapping")
-    query = record.get("query")
-    if not isinstance(query, str) or not query or query.isspace():
-        raise TransformError(f"record {index}: query must be a non-empty string, got {query!r:.80}")
-    parameters = record.get("parameters")
-    if parameters is None:
-        parameters = {}
-    elif type(parameters) is not dict and not isinstance(parameters, Mapping):
-        raise TransformError(f"record {index}: parameters must be a map or null, "
-                             f"got {type(parameters).__name__}")
-    return Statement(query, parameters)
-
-
-def _name(fn: Callable, name: str | None) -> str:
-    if name:
-        return name
-    fn = getattr(fn, "__wrapped__", fn)
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def _batch_start(messages: Messages) -> str:
-    if not messages.total_messages():
-        return "an empty batch"
-    first = messages.message_at(0)
-    return f"{first.topic_name()}:{first.partition()} offset {first.offset()}"

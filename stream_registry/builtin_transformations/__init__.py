@@ -1,5 +1,8 @@
 """Ready transformations, usable by dotted path (`stream_registry.builtin_transformations.merge_messages`).
 
+They are defined here, in the module users name (the loader accepts only a function defined in the module
+named); `offset_commits` decodes the records of `__consumer_offsets` for `consumer_offsets`.
+
 Each takes a `Messages` batch (ours or Memgraph's) and returns
 `{"query": ..., "parameters": {...}}` records.
 
@@ -18,7 +21,7 @@ over a range already ingested) leaves the graph as one delivery would:
   subscriptions, and rejects the Java client's `exclude.internal.topics`
   setting, so no `configs` are needed), every group's commits as
   `(:ConsumerGroup)-[:COMMITTED]->(:Partition)-[:OF]->(:Topic)` and the current
-  `(:ConsumerGroup)-[:AT]->(:Partition)` (see stream_registry.graph.consumer_offsets).
+  `(:ConsumerGroup)-[:AT]->(:Partition)` (see offset_commits).
 
 Payloads and keys are stored as UTF-8 text; undecodable bytes become U+FFFD.
 They need `message.partition()`, which mgstreams messages have and Memgraph's
@@ -30,7 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .graph import consumer_offsets as _consumer_offsets
+from . import offset_commits
 
 _SET_MESSAGE = "SET m.payload = $payload, m.key = $key, m.timestamp = $timestamp"
 MERGE_MESSAGE = f"MERGE (m:KafkaMessage {{topic: $topic, partition: $partition, offset: $offset}}) {_SET_MESSAGE}"
@@ -82,7 +85,7 @@ def consumer_offsets(messages) -> list[dict[str, Any]]:
     `-[:AT {offset, committed_at}]->` the partition; a tombstone removes AT; group
     metadata records are skipped; malformed records are skipped and counted (logged).
     """
-    return _consumer_offsets.statements(messages)
+    return offset_commits.statements(messages)
 
 
 def _each(messages):

@@ -86,9 +86,15 @@ class _Reader:
         self.pos += size
         return value
 
-    def string(self, name: str, nullable: bool = False) -> str | None:
+    def string(self, name: str) -> str:
+        text = self.nullable_string(name)
+        if text is None:
+            raise MalformedRecord(f"{self.what}: {name} has length -1")
+        return text
+
+    def nullable_string(self, name: str) -> str | None:
         length = self.take(">h", f"the length of {name}")
-        if length == -1 and nullable:
+        if length == -1:
             return None
         if length < 0:
             raise MalformedRecord(f"{self.what}: {name} has length {length}")
@@ -115,7 +121,7 @@ def key_version(key: bytes | None) -> int:
 def decode_key(key: bytes | None) -> OffsetCommitKey:
     """An offset commit's key (versions 0 and 1); MalformedRecord for anything else."""
     version = key_version(key)
-    if version not in OFFSET_KEY_VERSIONS:
+    if key is None or version not in OFFSET_KEY_VERSIONS:   # None: key_version has raised already
         raise MalformedRecord(f"key: version {version} is not an offset commit key")
     reader = _Reader(key, f"key v{version}")
     reader.take(">h", "version")
@@ -137,7 +143,7 @@ def decode_value(value: bytes) -> OffsetCommitValue:
     reader.take(">h", "version")
     offset = reader.take(">q", "offset")
     epoch = reader.take(">i", "leader epoch") if version >= 3 else None
-    metadata = reader.string("metadata", nullable=True)
+    metadata = reader.nullable_string("metadata")
     committed = reader.take(">q", "commit timestamp")
     expire = reader.take(">q", "expire timestamp") if version == 1 else None
     reader.end()

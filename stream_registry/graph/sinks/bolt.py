@@ -1,0 +1,316 @@
+"""`bolt://host[:7687]`, `bolt+s://…` and `bolt+ssc://…`: batches written to Memgraph through pymgclient, one
+transaction per batch, transient failures retried (`?retries=5`).
+
+bolt+s verifies the server certificate against the system CAs and the host name, as a browser does (tls.py);
+bolt+ssc is TLS to a self-signed server (any certificate: encryption only). Both take `?fingerprint=<hex>` to pin
+the server key. Credentials come from the stream's credentials map (`bolt.username`, `bolt.password`), never from
+the URI; the password never appears in a repr or an error.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError, SinkError
+from ...model import PartitionKey
+from ...redaction import MASK, redact
+from ..offset_store import READ_QUERY, Continuation, continuation, offsets_in_statements, stored_in_rows
+from ..parameter_values import driver_parameters
+from ..sink_faults import is_refusal, is_transient
+from ..statement import Statement
+from ..unwind import fold
+from .protocol import Closing, Written
+from .tls import TrustKey, normal_fingerprint, verified_server_key
+from .uri import PASSWORD_KEY, USERNAME_KEY, check_options, shown_uri
+
+DEFAULT_BOLT_PORT = 7687
+
+
+@dataclass(frozen=True)
+class BoltSettings:
+    scheme: str
+    host: str
+    port: int
+    fingerprint: str | None = None
+    retries: int = 5
+    unwind: bool = True      # fold runs of one query text into UNWIND statements (unwind.py)
+
+
+class _Secret:
+    """Holds a password so that repr(), vars() and logs show the mask instead."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | None):
+        self._value = value
+
+    def reveal(self) -> str | None:
+        return self._value
+
+    def __repr__(self) -> str:
+        return MASK if self._value else "None"
+
+
+def _conn_status_bad() -> int:
+    try:
+        import mgclient
+    except ImportError:
+        return -1
+    return getattr(mgclient, "CONN_STATUS_BAD", -1)
+
+
+def connect_mgclient(**kwargs: Any) -> Any:
+    """The driver boundary: tests replace this to see exactly what the driver receives."""
+    try:
+        import mgclient
+    except ImportError as exc:
+        raise SinkError(f"sink: bolt needs pymgclient (`import mgclient` failed: {exc})") from None
+    return mgclient.connect(**kwargs)
+
+
+class BoltSink(Closing):
+    """Writes each batch to Memgraph in one transaction through pymgclient.
+
+    Connects on the first write. A transient failure (sink_faults: by the
+    error's type, or a driver error that left the session broken) rolls back,
+    drops the connection and retries the whole batch with exponential backoff
+    (at most `retries` attempts in all); anything else, or the last failure, is
+    a SinkError.
+
+    An exactly-once batch (ending in offset statements) first reads the stored
+    offsets in its own transaction: if they already are the batch's end
+    offsets it writes nothing. So a commit whose outcome is unknown (the
+    connection dropped during commit(): applied or not) is resolved by that
+    read on the next attempt, never by writing the batch blindly again. With
+    `expect`, the read is a compare-and-set (offset_store.continuation).
+
+    With `unwind` (the default), runs of statements of one query text are sent
+    as one UNWIND statement each (unwind.fold): one round trip per run.
+    """
+
+    def __init__(self, host: str, port: int = DEFAULT_BOLT_PORT, *, scheme: str = "bolt",
+                 username: str | None = None, password: str | None = None, fingerprint: str | None = None,
+                 retries: int = 5, backoff_s: float = 0.1, max_backoff_s: float = 2.0,
+                 connect: Callable[..., Any] | None = None, sleep: Callable[[float], None] = time.sleep,
+                 unwind: bool = True):
+        self.scheme, self.host, self.port = scheme, host, port
+        self.unwind = unwind
+        self.username = username
+        self._password = _Secret(password)
+        self.fingerprint = normal_fingerprint(fingerprint) if fingerprint else None
+        self.retries, self.backoff_s, self.max_backoff_s = max(1, retries), backoff_s, max_backoff_s
+        self._connect_fn, self._sleep = connect, sleep
+        self._conn: Any = None   # a pymgclient Connection once connected
+        self._lock = threading.Lock()
+        self.batches = 0
+        self.attempts = 0
+        self.unknown_commits = 0   # commits whose outcome was unknown, resolved by reading the stored offsets
+
+    def write(self, statements: Sequence[Statement], *,
+              expect: Mapping[PartitionKey, int | None] | None = None) -> Written:
+        if not statements:
+            return Written.APPLIED
+        work = [(s.query, driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
+        end = offsets_in_statements(statements)
+        unknown = False   # a commit of this batch failed in flight: it may have been applied
+        with self._lock:
+            for attempt in range(1, self.retries + 1):
+                self.attempts += 1
+                committing = False
+                try:
+                    conn = self._connection()
+                    cursor = conn.cursor()
+                    if end:
+                        stored = self._stored_in_transaction(cursor, {stream for stream, _, _ in end})
+                        unknown = False   # resolved by what is stored
+                        if continuation(stored, end, expect) is Continuation.DONE:
+                            conn.rollback()
+                            return Written.ALREADY_APPLIED
+                    for query, parameters in fold(work) if self.unwind else work:
+                        cursor.execute(query, parameters)
+                    committing = True
+                    conn.commit()
+                    self.batches += 1
+                    return Written.APPLIED
+                except SinkError:
+                    self._abandon()
+                    raise
+                except Exception as exc:
+                    transient = self._lost(exc)
+                    self._abandon()
+                    if committing and transient:
+                        self.unknown_commits += 1   # applied or not: the next attempt reads the offsets first
+                        unknown = True
+                    if attempt == self.retries or not transient:
+                        raise self._failure(len(work), attempt, exc, transient, unknown) from None
+                self._sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
+        raise AssertionError("unreachable")
+
+    def _stored_in_transaction(self, cursor, streams: set[str]) -> dict[tuple[str, str, int], int]:
+        stored: dict[tuple[str, str, int], int] = {}
+        for stream in sorted(streams):
+            cursor.execute(READ_QUERY, {"stream": stream})
+            stored.update(stored_in_rows(stream, cursor.fetchall()))
+        return stored
+
+    def stored_offsets(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                       ) -> dict[PartitionKey, int]:
+        """The stream's stored offsets, read in a transaction of their own. SinkError on failure, transient when
+        the connection or a timeout failed (retry it: see read_stored_offsets_within)."""
+        with self._lock:
+            try:
+                conn = self._connection()
+                cursor = conn.cursor()
+                cursor.execute(READ_QUERY, {"stream": stream})
+                rows = cursor.fetchall()
+                conn.commit()
+            except SinkError:
+                raise
+            except Exception as exc:
+                transient = self._lost(exc)
+                self._abandon()
+                raise SinkError(f"sink {self._where()}: reading the stored offsets failed: "
+                                f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}",
+                                transient=transient) from None
+        wanted = set(partitions) if partitions is not None else None
+        return {PartitionKey(topic, partition): offset for topic, partition, offset in rows
+                if wanted is None or (topic, partition) in wanted}
+
+    def _lost(self, exc: BaseException) -> bool:
+        """Transient by type, or a driver error that left the session broken (pymgclient before 1.6 raised
+        DatabaseError for a lost connection and marks the connection CONN_STATUS_BAD)."""
+        if is_transient(exc):
+            return True
+        return self._conn is not None and getattr(self._conn, "status", None) == _conn_status_bad()
+
+    def run_autocommit(self, query: str, parameters: Mapping[str, Any] | None = None) -> None:
+        """Run one statement in a transaction of its own (autocommit) on this sink's connection (TLS and
+        credentials as for writes): for what Memgraph refuses inside a multi-statement transaction, such
+        as CREATE INDEX and CREATE CONSTRAINT. Not retried. SinkError when the connection cannot be made
+        (saying so), or naming the statement with the server's message; the next write is one
+        transaction per batch again."""
+        secrets = self._secrets()
+        with self._lock:
+            try:
+                conn = self._connection()
+            except SinkError:
+                raise
+            except Exception as exc:
+                self._abandon()
+                raise SinkError(f"sink {self._where()}: cannot connect: "
+                                f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
+            try:
+                conn.autocommit = True
+                conn.cursor().execute(query, driver_parameters(parameters or {}, 0))
+            except Exception as exc:
+                if self._lost(exc):
+                    self._abandon()   # a lost connection: the next call connects afresh
+                raise SinkError(f"sink {self._where()}: {query!r} failed: "
+                                f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
+            finally:
+                if self._conn is conn:
+                    try:
+                        conn.autocommit = False
+                    except Exception:
+                        self._abandon()
+
+    def _connection(self):
+        if self._conn is None:
+            kwargs: dict[str, Any] = {"host": self.host, "port": self.port}
+            if self.username is not None:
+                kwargs["username"] = self.username
+                kwargs["password"] = self._password.reveal() or ""
+            if self.scheme != "bolt":
+                import mgclient
+                kwargs["sslmode"] = mgclient.MG_SSLMODE_REQUIRE
+                trusted = self._verified_key() if self.scheme == "bolt+s" else self.fingerprint
+                if trusted:
+                    kwargs["trust_callback"] = TrustKey(trusted)
+            conn = (self._connect_fn or connect_mgclient)(**kwargs)
+            conn.autocommit = False
+            self._conn = conn
+        return self._conn
+
+    def _verified_key(self) -> str:
+        """bolt+s: the key of a server whose certificate the system CAs vouch for, for this host name (tls.py);
+        the driver's session is then held to that same key."""
+        key = verified_server_key(self.host, self.port, where=self._where())
+        if self.fingerprint and key != self.fingerprint:
+            raise SinkError(f"sink {self._where()}: the server's key fingerprint {key[:16]}... is not the pinned "
+                            f"fingerprint {self.fingerprint[:16]}...")
+        return key
+
+    def _abandon(self) -> None:
+        """After a failure: roll back what the server may hold, then start afresh next time."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        for step in (conn.rollback, conn.close):
+            try:
+                step()
+            except Exception:
+                pass
+
+    def _failure(self, count: int, attempts: int, exc: Exception, transient: bool, unknown: bool = False
+                 ) -> SinkError:
+        detail = redact(f"{type(exc).__name__}: {exc}", self._secrets())
+        kind = "transient " if transient else ""
+        outcome = ("may have been applied (its commit's outcome is unknown; an exactly-once batch's next write "
+                   "reads the stored offsets first)" if unknown else "was not applied")
+        return SinkError(f"sink {self._where()}: a batch of {count} statements {outcome} after "
+                         f"{attempts} attempt(s), {kind}error {detail}", transient=transient,
+                         rejected=not transient and is_refusal(exc))
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    def _secrets(self) -> list[str]:
+        return [s for s in (self._password.reveal(),) if s]
+
+    def _where(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        user = f", user={self.username!r}" if self.username is not None else ""
+        return f"BoltSink({self._where()!r}{user}, password={self._password!r})"
+
+
+
+
+def parse_bolt(parts: Any, query: dict[str, str], uri: str) -> BoltSettings:
+    scheme = parts.scheme.lower()
+    check_options(query, {"retries"} if scheme == "bolt" else {"retries", "fingerprint"}, uri)
+    try:
+        host, port = parts.hostname, parts.port or DEFAULT_BOLT_PORT
+    except ValueError:
+        raise ConfigError(f"sink: {shown_uri(uri)!r} has an invalid port") from None
+    if not host or parts.path not in ("", "/"):
+        raise ConfigError(f"sink: expected {scheme}://host[:port], got {shown_uri(uri)!r}")
+    retries = query.get("retries", "5")
+    if not retries.isdigit() or not 1 <= int(retries) <= 100:
+        raise ConfigError(f"sink: option retries={retries!r} in {shown_uri(uri)!r} is not in 1..100")
+    fingerprint = query.get("fingerprint")
+    if fingerprint is not None and not re.fullmatch(r"[0-9A-Fa-f:]{16,}", fingerprint):
+        raise ConfigError(f"sink: option fingerprint={fingerprint!r} in {shown_uri(uri)!r} is not hex")
+    return BoltSettings(scheme, host, port, fingerprint, int(retries))
+
+
+def open_bolt(settings: BoltSettings, credentials: Mapping[str, str]) -> BoltSink:
+    username = credentials.get(USERNAME_KEY)
+    password = credentials.get(PASSWORD_KEY)
+    if password is not None and username is None:
+        raise ConfigError(f"credentials: {PASSWORD_KEY!r} is set but {USERNAME_KEY!r} is not "
+                          f"(sink {settings.scheme}://{settings.host}:{settings.port})")
+    return BoltSink(settings.host, settings.port, scheme=settings.scheme, username=username,
+                    password=password, fingerprint=settings.fingerprint, retries=settings.retries,
+                    unwind=settings.unwind)
