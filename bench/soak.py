@@ -93,7 +93,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from mgstreams.client import HostUnavailable  # noqa: E402
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
-from mgstreams.host.process import HostProcess  # noqa: E402
+from mgstreams.host_process import HostProcess  # noqa: E402
 from stream_registry.errors import StreamError  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.offset_store import OFFSET_LABEL  # noqa: E402

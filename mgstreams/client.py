@@ -25,18 +25,10 @@ from stream_registry.model import (
     StreamLag,
 )
 
-from .host.serve import (
-    DEFAULT_URL,
-    TOKEN_ENV,
-    TOKEN_FILE_ENV,
-    TOKEN_FILE_NAME,
-    client_token,
-    default_token_file,
-    read_token_file,
-)
+from .settings import DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, URL_ENV
+from .tokens import client_token, default_token_file, read_token_file
 from .wire import from_json
 
-URL_ENV = "MGSTREAMS_URL"
 TOKEN_HINT = (f"pass the host's token with ${TOKEN_ENV}, the CLI's --token, or ${TOKEN_FILE_ENV}=FILE; a host "
               f"started without one keeps the token it generated in <its state dir>/{TOKEN_FILE_NAME}")
 

@@ -56,11 +56,11 @@ from stream_registry.graph.sinks import OUTPUT_DIRS_ENV
 from stream_registry.registry.registry import stored_config
 from stream_registry.registry.runner import query_module_dirs
 
-from .cli import table
-from .client import URL_ENV
-from .host.process import HostProcess
+from .cli.render import table
+from .host_process import HostProcess
 from .query_module import STREAMS_MODULE, QueryModule
 from .samples import Transfer, generate_transfers
+from .settings import URL_ENV
 
 TRANSFORM = "transfers.transfer"
 SCHEMA = "CREATE INDEX ON :Account(id);\n"

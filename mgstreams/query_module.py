@@ -16,8 +16,7 @@ from typing import Any
 from stream_registry import StreamError
 from stream_registry.graph.cypher_literals import to_cypher_literal
 
-from .client import URL_ENV
-from .host.serve import TOKEN_ENV
+from .settings import TOKEN_ENV, URL_ENV
 
 STREAMS_MODULE = Path(__file__).resolve().parents[1] / "query_modules" / "streams.py"
 _ABSENT = object()

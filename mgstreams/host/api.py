@@ -40,6 +40,7 @@ from stream_registry.errors import BodyTooLarge, Busy, ConfigError, StreamError,
 from stream_registry.lag.collector import LagCollector
 from stream_registry.model import CHECK_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_BODY_BYTES, MAX_LIMIT, MAX_TIMEOUT_MS
 
+from ..settings import DEFAULT_SINK
 from ..wire import to_json
 from . import ui
 from .boundary import BrowserBoundary
@@ -89,7 +90,7 @@ class BadRequest(ConfigError):
 
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
-               default_sink: str = "bolt://localhost:7687", lag: LagCollector | None = None,
+               default_sink: str = DEFAULT_SINK, lag: LagCollector | None = None,
                limits: Limits = Limits(), server_names: tuple[str, ...] = (), loopback: bool = True):
     """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`.
 

@@ -1,7 +1,8 @@
 """A stream host in a child process: `python -m mgstreams serve` on a free loopback port.
 
 For programs that own the host they drive (the demo, benchmarks, tests): the
-child is a real process boundary, as in production. `spawn()` returns at once,
+child is a real process boundary, as in production. It is a client of the host,
+not part of it, so it lives beside the client rather than in `host/`. `spawn()` returns at once,
 so the caller can work while the host imports and binds; `wait_ready()` reads
 the URL from the host's ready line; `terminate()` sends SIGTERM and returns the
 exit status, which a clean shutdown makes 0. Given no token, the child makes one
@@ -22,8 +23,9 @@ from pathlib import Path
 
 from stream_registry.errors import StreamError
 
-from ..client import HostClient
-from .serve import TOKEN_ENV, TOKEN_FILE_NAME, read_token_file
+from .client import HostClient
+from .settings import TOKEN_ENV, TOKEN_FILE_NAME
+from .tokens import read_token_file
 
 _READY = re.compile(rb"serving at (http://\S+)")
 

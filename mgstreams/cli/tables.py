@@ -16,13 +16,13 @@ sees the table, by what each column is to an operator:
 
 Layout happens when the table is rendered, at the console's width: a live view
 re-fits on every refresh. Piped output is printed on a console as wide as the
-widest row (`_console` in the CLI), so every value is whole.
+widest row (`render.console`), so every value is whole.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from rich.cells import cell_len
@@ -35,7 +35,7 @@ FOLD_MIN = 20  # a long column folded onto more lines (errors, statements) never
 GAP = 2        # rich's padding between two columns of a box-less table
 
 
-class Fit(str, Enum):
+class Fit(StrEnum):
     KEY = "key"
     LONG = "long"
     EXTRA = "extra"
