@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from stream_registry.errors import StreamError
 
@@ -46,7 +47,7 @@ class HostProcess:
         self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
-        self._log = None
+        self._log: BinaryIO | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def spawn(self) -> HostProcess:
@@ -64,9 +65,9 @@ class HostProcess:
         """The host's URL once it serves; StreamError (with its log's tail) if it exits or stays silent."""
         if self.url:
             return self.url
-        if self.proc is None:
-            self.spawn()
-        fd = self.proc.stdout.fileno()
+        proc = self.proc if self.proc is not None else self.spawn().proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         seen = b""
         while (remaining := deadline - time.monotonic()) > 0:
@@ -84,7 +85,7 @@ class HostProcess:
                 # Keep draining stdout so a chatty host can never block on a full pipe.
                 threading.Thread(target=self._drain, daemon=True, name="mgstreams-host-stdout").start()
                 return self.url
-        code = self.proc.poll()
+        code = proc.poll()
         tail = " | ".join(self.log().strip().splitlines()[-3:])
         self.stop()
         state = f"exited with status {code}" if code is not None else f"did not serve within {timeout:g} s"
@@ -144,6 +145,7 @@ class HostProcess:
         return read_token_file(path, "token_file")
 
     def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         try:
             while os.read(fd, 4096):

@@ -6,6 +6,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Iterable
 from functools import partial
 
 import click
@@ -125,6 +126,7 @@ def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count:
     from mgstreams.kafka_tools import Message, json_lines, produce
     from mgstreams.samples import generate_transfers
 
+    messages: Iterable[Message]
     if sample:
         messages = (Message(t.payload(), t.source.encode()) for t in generate_transfers(seed, count, 50))
     else:

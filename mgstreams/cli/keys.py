@@ -12,6 +12,7 @@ class Keys:
 
     def __enter__(self) -> Keys:
         self._fd: int | None = None
+        self._restore_fd: int | None = None
         self._saved = None
         if sys.stdin.isatty():
             import termios
@@ -35,6 +36,6 @@ class Keys:
         return data.decode(errors="ignore")
 
     def __exit__(self, *exc) -> None:
-        if self._saved is not None:
+        if self._saved is not None and self._restore_fd is not None:
             import termios
             termios.tcsetattr(self._restore_fd, termios.TCSADRAIN, self._saved)

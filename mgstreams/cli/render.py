@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag
@@ -111,7 +111,7 @@ def top_table(streams: list[StreamLag], url: str, interval: float, error: str | 
     at = datetime.datetime.now().strftime("%H:%M:%S")
     rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
              _seconds(s.max_lag_seconds) or "-", s.error or s.message) for s in streams]
-    parts = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
+    parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
                   style="bold"), table(TOP_COLUMNS, rows)]
     if error:
         parts.append(Text(f"error: {error}"))

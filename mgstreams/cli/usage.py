@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 
-class _UsageOnError:
+class _UsageOnError(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)

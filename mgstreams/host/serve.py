@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ log = logging.getLogger("mgstreams.host")
 DEFAULT_STOP_TIMEOUT_S = 30.0   # a stream process finishing its batch before it is killed (compose allows for it)
 MIN_REMOTE_TOKEN_LENGTH = 32     # a token guarding a non-loopback listen
 HEADER_TIMEOUT_S = 10.0          # a connection sends a request's headers within this, or is closed
-KEEP_ALIVE_S = 5.0               # an idle connection after a response is closed after this
+KEEP_ALIVE_S = 5                 # an idle connection after a response is closed after this
 DEFAULT_MAX_CONNECTIONS = 64
 LIMIT_ENVS = {"creates": "MGSTREAMS_MAX_CREATES", "previews": "MGSTREAMS_MAX_PREVIEWS",
               "preview_bytes": "MGSTREAMS_MAX_PREVIEW_BYTES"}
@@ -71,10 +72,11 @@ class Listen:
             return False
 
 
-def scrub_environment(environ: dict | None = None) -> list[str]:
+def scrub_environment(environ: MutableMapping[str, str] | None = None) -> list[str]:
     """Remove the host's own secrets ($MGSTREAMS_* variables that look secret) from the environment its
     children inherit; the names removed."""
-    environ = os.environ if environ is None else environ
+    if environ is None:
+        environ = os.environ
     removed = [k for k in list(environ) if k.startswith("MGSTREAMS_") and is_secret_key(k.lower().replace("_", "."))
                and not k.endswith("_FILE")]
     for key in removed:
@@ -177,7 +179,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                           f"(--token-file FILE or ${TOKEN_ENV})")
     if no_token and token:
         raise ConfigError("no_token: --no-token and a token (--token-file, $MGSTREAMS_TOKEN) exclude each other")
-    if not listen.loopback and len(token) < MIN_REMOTE_TOKEN_LENGTH:
+    if not listen.loopback and token and len(token) < MIN_REMOTE_TOKEN_LENGTH:
         raise ConfigError(f"token: {len(token)} characters; a host listening beyond loopback needs at least "
                           f"{MIN_REMOTE_TOKEN_LENGTH} (e.g. python -c 'import secrets; "
                           f"print(secrets.token_urlsafe(32))')")
