@@ -71,7 +71,7 @@ class QueryModule:
         import mgp
 
         spec = importlib.util.spec_from_file_location(self.namespace, self.path)
-        if spec is None or not self.path.is_file():
+        if spec is None or spec.loader is None or not self.path.is_file():
             raise StreamError(f"query module: no file at {self.path}")
         backend, registrations = mgp._mgp, _Registrations()
         saved = {name: getattr(backend, name, _ABSENT) for name in ("Module", "_MODULE")}
