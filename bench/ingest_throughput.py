@@ -74,7 +74,7 @@ from mgclient_standin import mgclient as standin  # noqa: E402
 from multi_stream import cpu_of  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
-from mgstreams.host.process import HostProcess  # noqa: E402
+from mgstreams.host_process import HostProcess  # noqa: E402
 from stream_registry.graph import sinks  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402

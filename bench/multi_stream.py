@@ -63,7 +63,7 @@ from bench_data import check_topic, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
-from mgstreams.host.process import HostProcess  # noqa: E402
+from mgstreams.host_process import HostProcess  # noqa: E402
 from stream_registry import StreamConfig, StreamInfo  # noqa: E402
 from stream_registry.registry import Isolation, StreamRegistry  # noqa: E402
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_data import produce  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
-from mgstreams.host.process import HostProcess  # noqa: E402
+from mgstreams.host_process import HostProcess  # noqa: E402
 from mgstreams.query_module import STREAMS_MODULE, QueryModule  # noqa: E402
 from stream_registry.graph.sinks.policy import OUTPUT_DIRS_ENV  # noqa: E402
 

@@ -22,7 +22,7 @@ import httpx
 from confluent_kafka import Producer
 
 from mgstreams.embedded_kafka import EmbeddedKafka
-from mgstreams.host.process import HostProcess
+from mgstreams.host_process import HostProcess
 
 
 def rss_mb(pid: int) -> int:

@@ -16,7 +16,7 @@ if __name__ == "__main__":
         import mgstreams  # noqa: F401
     except ImportError:  # run from a checkout: spark-submit puts this file's directory on sys.path
         sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from mgstreams.backfill_cli import backfill
+    from mgstreams.cli.backfill import backfill
 
     args = sys.argv[1:]
     if not any(a == "--engine" or a.startswith("--engine=") for a in args):

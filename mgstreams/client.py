@@ -6,6 +6,7 @@ host's one-line message.
 """
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import os
 from typing import Any
@@ -25,18 +26,10 @@ from stream_registry.model import (
     StreamLag,
 )
 
-from .host.serve import (
-    DEFAULT_URL,
-    TOKEN_ENV,
-    TOKEN_FILE_ENV,
-    TOKEN_FILE_NAME,
-    client_token,
-    default_token_file,
-    read_token_file,
-)
+from .settings import DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, URL_ENV
+from .tokens import client_token, default_token_file, read_token_file
 from .wire import from_json
 
-URL_ENV = "MGSTREAMS_URL"
 TOKEN_HINT = (f"pass the host's token with ${TOKEN_ENV}, the CLI's --token, or ${TOKEN_FILE_ENV}=FILE; a host "
               f"started without one keeps the token it generated in <its state dir>/{TOKEN_FILE_NAME}")
 
@@ -106,16 +99,16 @@ class HostClient:
     def drop(self, name: str) -> StreamInfo:
         return from_json(StreamInfo, self._request("DELETE", f"/streams/{_path(name)}"))
 
-    def describe(self, name: str) -> list[PartitionOffsets]:
+    def describe(self, name: str) -> builtins.list[PartitionOffsets]:
         return [from_json(PartitionOffsets, r) for r in self._request("GET", f"/streams/{_path(name)}/offsets")]
 
     def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
-                   dry_run: bool = False) -> list[OffsetChange]:
+                   dry_run: bool = False) -> builtins.list[OffsetChange]:
         body = {"offset": offset, "timeout_ms": max(1, round(timeout * 1000)), "dry_run": dry_run}
         rows = self._request("PATCH", f"/streams/{_path(name)}/offsets", json=body, timeout=timeout + MARGIN_S)
         return [from_json(OffsetChange, r) for r in rows]
 
-    def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
+    def history(self, name: str, limit: int | None = None) -> builtins.list[HistoryEntry]:
         params = {"limit": limit} if limit else None
         return [from_json(HistoryEntry, r)
                 for r in self._request("GET", f"/streams/{_path(name)}/history", params=params)]
@@ -124,28 +117,28 @@ class HostClient:
         """The stream's lag verdict, per partition lag and lag seconds, from the host's last sample."""
         return _stream_lag(self._request("GET", f"/streams/{_path(name)}/lag"))
 
-    def lag_all(self) -> list[StreamLag]:
+    def lag_all(self) -> builtins.list[StreamLag]:
         """Every stream's lag summary and partitions (`GET /lag`)."""
         return [_stream_lag(s) for s in self._request("GET", "/lag")]
 
     def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False,
-               partitions: list | None = None) -> list[OffsetChange]:
+               partitions: builtins.list | None = None) -> builtins.list[OffsetChange]:
         """Every partition of change `change_id` back to its previous offset (or only `partitions`)."""
-        body = {"timeout_ms": max(1, round(timeout * 1000)), "dry_run": dry_run}
+        body: dict[str, Any] = {"timeout_ms": max(1, round(timeout * 1000)), "dry_run": dry_run}
         if partitions is not None:
             body["partitions"] = list(partitions)
         rows = self._request("POST", f"/streams/{_path(name)}/history/{_path(change_id)}/revert", json=body,
                              timeout=timeout + MARGIN_S)
         return [from_json(OffsetChange, r) for r in rows]
 
-    def pending(self, name: str) -> list[PendingOffset]:
+    def pending(self, name: str) -> builtins.list[PendingOffset]:
         return [from_json(PendingOffset, r) for r in self._request("GET", f"/streams/{_path(name)}/pending")]
 
-    def cancel_pending(self, name: str) -> list[PendingOffset]:
+    def cancel_pending(self, name: str) -> builtins.list[PendingOffset]:
         return [from_json(PendingOffset, r) for r in self._request("DELETE", f"/streams/{_path(name)}/pending")]
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
-              timeout: float = 20.0) -> list[PreviewStatement]:
+              timeout: float = 20.0) -> builtins.list[PreviewStatement]:
         body = {"offset": offset, "limit": limit, "timeout_ms": max(1, round(timeout * 1000))}
         rows = self._request("POST", f"/streams/{_path(name)}/check", json=body, timeout=timeout + MARGIN_S)
         return [from_json(PreviewStatement, r) for r in rows]
@@ -190,6 +183,6 @@ def _checked_url(url: str) -> str:
     return url
 
 
-def _path(name: str) -> str:
+def _path(name: str | int) -> str:
     """A stream name as one path segment (names are [A-Za-z0-9_], but never trust input)."""
     return quote(str(name), safe="").replace(".", "%2E")  # "." and ".." are segments, not names

@@ -197,8 +197,10 @@ class TansuBroker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         deadline = time.monotonic() + timeout_s
         while True:
-            if self._process.poll() is not None:
-                raise StreamError(f"tansu: the broker exited with status {self._process.returncode} before it "
+            process = self._process
+            assert process is not None   # started before this is called
+            if process.poll() is not None:
+                raise StreamError(f"tansu: the broker exited with status {process.returncode} before it "
                                   f"answered; its output: {self.output()[-2000:]}")
             try:
                 if admin.list_topics(timeout=1).brokers:
@@ -236,13 +238,14 @@ class TansuBroker:
 
     def close(self) -> None:
         process, self._process = self._process, None
-        for stop in (process.terminate, process.kill) if process is not None else ():
-            stop()
-            try:
-                process.wait(10)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        if process is not None:
+            for stop in (process.terminate, process.kill):
+                stop()
+                try:
+                    process.wait(10)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
         if not self._log.closed:
             self._log.close()
             os.unlink(self._log.name)

@@ -40,7 +40,7 @@ def control_path(address: str) -> Path:
     return runtime_dir() / f"kafka-{address.strip().replace(':', '_')}.sock"
 
 
-def check_topic(name: str, partitions: int) -> None:
+def check_topic(name: str, partitions: object) -> None:
     if not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
         raise ConfigError(f"topic: {name!r} is not a topic name (letters, digits, '.', '_', '-'; at most 249)")
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= MAX_PARTITIONS:

@@ -16,8 +16,7 @@ from typing import Any
 from stream_registry import StreamError
 from stream_registry.graph.cypher_literals import to_cypher_literal
 
-from .client import URL_ENV
-from .host.serve import TOKEN_ENV
+from .settings import TOKEN_ENV, URL_ENV
 
 STREAMS_MODULE = Path(__file__).resolve().parents[1] / "query_modules" / "streams.py"
 _ABSENT = object()
@@ -72,7 +71,7 @@ class QueryModule:
         import mgp
 
         spec = importlib.util.spec_from_file_location(self.namespace, self.path)
-        if spec is None or not self.path.is_file():
+        if spec is None or spec.loader is None or not self.path.is_file():
             raise StreamError(f"query module: no file at {self.path}")
         backend, registrations = mgp._mgp, _Registrations()
         saved = {name: getattr(backend, name, _ABSENT) for name in ("Module", "_MODULE")}

@@ -37,7 +37,7 @@ def generate_transfers(seed: int, count: int, accounts: int) -> list[Transfer]:
     ids = [f"acc-{i:04d}" for i in range(1, accounts + 1)]
     weights = [1 / (rank ** 0.8) for rank in range(1, accounts + 1)]
     rng.shuffle(weights)
-    names, shares = zip(*CURRENCIES)
+    names, shares = [name for name, _ in CURRENCIES], [share for _, share in CURRENCIES]
     home = {account: rng.choices(names, shares)[0] for account in ids}
     ts = FIRST_TS
     out = []

@@ -42,7 +42,7 @@ def from_json(cls: type[T], data: Any) -> T:
         raise StreamError(f"response: expected an object for {cls.__name__}, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     values = {}
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(typing.cast(Any, cls)):
         if f.name in data:
             values[f.name] = _decode(hints[f.name], data[f.name])
     try:

@@ -8,7 +8,7 @@
   (classic PySpark and Spark Connect); `engine`: which of the two runs a plan (`--engine auto`).
 - `bolt_load`: nodes before relationships (folded into UNWIND by the sink), writer slots per host, `--prepare`.
 - `spark_session`: classic sessions and Spark Connect (`sc://…`, `local[N]`).
-`mgstreams backfill` (mgstreams/backfill_cli.py) and its spark-submit entry point
+`mgstreams backfill` (mgstreams/cli/backfill.py) and its spark-submit entry point
 (mgstreams/backfill_main.py) are the application's.
 
 Importing this package imports neither pyspark nor a Kafka client.

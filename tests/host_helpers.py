@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mgstreams.host.process import HostProcess as _HostProcess
+from mgstreams.host_process import HostProcess as _HostProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mgstreams.backfill_cli import backfill as backfill_command
+from mgstreams.cli.backfill import backfill as backfill_command
 from spark_bridge.bolt_load import WriterSlots, prepare_statements
 from spark_bridge.job import BackfillJob
 from stream_registry.errors import ConfigError

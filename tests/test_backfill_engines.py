@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from test_spark_backfill import cypherl_keys
 
-from mgstreams.backfill_cli import backfill as backfill_command
+from mgstreams.cli.backfill import backfill as backfill_command
 from spark_bridge.backfill import run_backfill
 from spark_bridge.engine import (
     CostModel,

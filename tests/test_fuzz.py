@@ -47,7 +47,8 @@ from hypothesis import strategies as st
 from mgp_backend import QueryError, mgp_environment
 from test_cypher_literals import LiteralParser
 
-from mgstreams.cli import cli, parse_spec_argument
+from mgstreams.cli import cli
+from mgstreams.cli.spec_argument import parse_spec_argument
 from stream_registry.allowlists import DEFAULT_ALLOWED_CONFIGS, NEVER_SETTABLE, PATH_PROPERTIES
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError, OffsetSpecError, SinkError, StreamError

@@ -34,7 +34,7 @@ import mgclient
 import pytest
 from host_helpers import ROOT, HostProcess
 
-from mgstreams.host.serve import default_state_dir
+from mgstreams.settings import default_state_dir
 from mgstreams.wire import to_json
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import ConfigError, SinkError, StreamError

@@ -84,9 +84,9 @@ from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
 from stream_helpers import statement_lines, wait_until
 
-from mgstreams.cli import _attach_optional_commands, cli
+from mgstreams.cli import cli
 from mgstreams.embedded_kafka import EmbeddedKafka
-from mgstreams.host.serve import DEFAULT_LISTEN, DEFAULT_URL
+from mgstreams.settings import DEFAULT_LISTEN, DEFAULT_URL
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
 
@@ -95,8 +95,6 @@ README = ROOT / "README.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions
 MERGE_MESSAGES = "stream_registry.builtin_transformations.merge_messages"
-
-_attach_optional_commands()   # `mgstreams backfill`, as the console script does
 
 
 # -- parsing the README ----------------------------------------------------------------
@@ -792,7 +790,7 @@ def test_zip_for_py_files_holds_importable_packages(tmp_path):
     for package in packages:
         assert f"{package}/__init__.py" in names
     probe = (f"import sys; sys.path.insert(0, {str(archive)!r}); "
-             f"import mgstreams.backfill_cli, spark_bridge.backfill, stream_registry; "
+             f"import mgstreams.cli.backfill, spark_bridge.backfill, stream_registry; "
              f"bad = [m.__file__ for m in (mgstreams, spark_bridge, stream_registry) "
              f"if not m.__file__.startswith({str(archive)!r})]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, check=True, timeout=60)

@@ -13,7 +13,7 @@ from broker_support import QUICK_FIRST_JOIN
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from mgstreams.backfill_cli import backfill as backfill_command
+from mgstreams.cli.backfill import backfill as backfill_command
 from spark_bridge.backfill import BackfillJob, Loading, load_frame, plan_job, run_backfill
 from spark_bridge.kafka_source import register
 from stream_registry.graph.transform import load_transformation

@@ -14,8 +14,8 @@ from broker_support import PRODUCER_CONFIG
 from click.testing import CliRunner
 from test_spark_backfill import cypherl_keys
 
-from mgstreams.backfill_cli import backfill as backfill_command
-from mgstreams.backfill_cli import root_cause
+from mgstreams.cli.backfill import backfill as backfill_command
+from mgstreams.cli.backfill import root_cause
 from spark_bridge.backfill import BackfillJob, Loading, load_frame, run_backfill
 from spark_bridge.kafka_source import register
 from spark_bridge.spark_session import is_connect

@@ -6,7 +6,7 @@ import uuid
 import pytest
 from test_spark_reader import direct_consume, transactional_topic
 
-from mgstreams.backfill_cli import root_cause
+from mgstreams.cli.backfill import root_cause
 from spark_bridge.kafka_source import register
 from spark_bridge.range_reader import row_schema
 from spark_bridge.source_options import parse_source_options

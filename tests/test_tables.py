@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from mgstreams.tables import Column, Fit, FittedTable
+from mgstreams.cli.tables import Column, Fit, FittedTable
 
 WORD = st.text(alphabet=string.ascii_letters + string.digits + ":/._-", min_size=1, max_size=40)
 COLUMNS = st.lists(st.tuples(st.text(alphabet=string.ascii_uppercase + "-", min_size=1, max_size=16),

@@ -18,7 +18,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from mgstreams.embedded_kafka import EmbeddedKafka
-from mgstreams.host.process import HostProcess
+from mgstreams.host_process import HostProcess
 from stream_registry.errors import StreamError
 
 from .evidence import Call, changes_for

@@ -9,8 +9,8 @@ from typing import Any
 
 from stream_registry import ChangeStatus, OffsetChange, PartitionOffsets, StreamError
 
-from ..client import URL_ENV
 from ..query_module import QueryModule
+from ..settings import URL_ENV
 from .reporter import SILENT, Reporter
 
 

@@ -20,7 +20,7 @@ from spark_bridge.backfill import BackfillJob
 from spark_bridge.range_plan import RangePlan
 from stream_registry.graph.cypher_literals import to_cypher_literal
 
-from ..cli import table
+from ..cli.render import table
 from .reporter import Reporter
 from .results import BackfillResult, Check
 from .settings import DemoSettings

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from stream_registry import StreamError
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV
 
-from ..host.process import HostProcess
+from ..host_process import HostProcess
 from ..query_module import QueryModule
 from ..samples import generate_transfers
 from .calls import partition_offsets, run_cli, stream_row

@@ -36,11 +36,13 @@ from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import ALTERABLE_FIELDS, OPTION_FIELDS
-from stream_registry.errors import BodyTooLarge, Busy, ConfigError, StreamError, StreamExists, StreamNotFound
+from stream_registry.errors import BodyTooLarge, Busy, StreamError, StreamExists, StreamNotFound
 from stream_registry.lag.collector import LagCollector
-from stream_registry.model import CHECK_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_BODY_BYTES, MAX_LIMIT, MAX_TIMEOUT_MS
+from stream_registry.model import CHECK_TIMEOUT_MS
 
+from ..settings import DEFAULT_SINK
 from ..wire import to_json
+from . import request_parts as parts
 from . import ui
 from .boundary import BrowserBoundary
 from .metrics import registry_metrics
@@ -84,12 +86,8 @@ class _Cap:
             self._running -= 1
 
 
-class BadRequest(ConfigError):
-    """The request itself (body, query string) is malformed."""
-
-
 def create_app(registry: StreamRegistry, *, token: str | None = None,
-               default_sink: str = "bolt://localhost:7687", lag: LagCollector | None = None,
+               default_sink: str = DEFAULT_SINK, lag: LagCollector | None = None,
                limits: Limits = Limits(), server_names: tuple[str, ...] = (), loopback: bool = True):
     """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`.
 
@@ -109,7 +107,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return await _call(registry.list)
 
     async def create(request: Request) -> Response:
-        body = await _body(request, CREATE_FIELDS, required=("name", "topics", "bootstrap_servers"))
+        body = await parts.body(request, CREATE_FIELDS, required=("name", "topics", "bootstrap_servers"))
         body.setdefault("sink", default_sink)
         body["transform"] = body.get("transform") or DEFAULT_TRANSFORM
         body["consumer_group"] = body.get("consumer_group") or None
@@ -122,38 +120,38 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return await _call(capped_create, status=201)
 
     async def get(request: Request) -> Response:
-        return await _call(lambda: registry.get(_name(request)))
+        return await _call(lambda: registry.get(parts.name(request)))
 
     async def alter(request: Request) -> Response:
         # Every create field is known here, so a field that cannot be altered is named as such (400).
-        body = await _body(request, tuple(dict.fromkeys((*ALTERABLE_FIELDS, *CREATE_FIELDS))), required=())
-        name = _name(request)
+        body = await parts.body(request, tuple(dict.fromkeys((*ALTERABLE_FIELDS, *CREATE_FIELDS))), required=())
+        name = parts.name(request)
         return await _call(lambda: registry.alter(name, body))
 
     async def drop(request: Request) -> Response:
-        return await _call(lambda: registry.drop(_name(request)))
+        return await _call(lambda: registry.drop(parts.name(request)))
 
     async def start(request: Request) -> Response:
-        return await _call(lambda: registry.start(_name(request)))
+        return await _call(lambda: registry.start(parts.name(request)))
 
     async def stop(request: Request) -> Response:
-        return await _call(lambda: registry.stop(_name(request)))
+        return await _call(lambda: registry.stop(parts.name(request)))
 
     async def offsets(request: Request) -> Response:
-        return await _call(lambda: registry.describe(_name(request)))
+        return await _call(lambda: registry.describe(parts.name(request)))
 
     async def set_offset(request: Request) -> Response:
-        body = await _body(request, OFFSET_FIELDS, required=("offset",))
-        timeout, dry_run = _timeout(body), _dry_run(body)
-        name = _name(request)
+        body = await parts.body(request, OFFSET_FIELDS, required=("offset",))
+        timeout, dry_run = parts.timeout(body), parts.dry_run(body)
+        name = parts.name(request)
         return await _call(lambda: registry.set_offset(name, body["offset"], timeout=timeout, dry_run=dry_run))
 
     async def history(request: Request) -> Response:
-        limit = _limit(request.query_params.get("limit"))
-        return await _call(lambda: registry.history(_name(request), limit))
+        limit = parts.limit(request.query_params.get("limit"))
+        return await _call(lambda: registry.history(parts.name(request), limit))
 
     async def stream_lag(request: Request) -> Response:
-        return await _call(lambda: lag.lag(_name(request)))
+        return await _call(lambda: lag.lag(parts.name(request)))
 
     async def all_lag(request: Request) -> Response:
         return await _call(lag.streams)
@@ -170,23 +168,23 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return HTMLResponse(await run_in_threadpool(render))
 
     async def revert(request: Request) -> Response:
-        body = await _body(request, REVERT_FIELDS, required=(), empty_ok=True)
-        timeout, dry_run = _timeout(body), _dry_run(body)
-        name, change_id = _name(request), _change_id(request.path_params["change_id"])
+        body = await parts.body(request, REVERT_FIELDS, required=(), empty_ok=True)
+        timeout, dry_run = parts.timeout(body), parts.dry_run(body)
+        name, change_id = parts.name(request), parts.change_id(request.path_params["change_id"])
         partitions = body.get("partitions")
         return await _call(lambda: registry.revert(name, change_id, timeout=timeout, dry_run=dry_run,
                                                    partitions=partitions))
 
     async def pending(request: Request) -> Response:
-        return await _call(lambda: registry.pending(_name(request)))
+        return await _call(lambda: registry.pending(parts.name(request)))
 
     async def cancel_pending(request: Request) -> Response:
-        return await _call(lambda: registry.cancel_pending(_name(request)))
+        return await _call(lambda: registry.cancel_pending(parts.name(request)))
 
     async def check(request: Request) -> Response:
-        body = await _body(request, CHECK_FIELDS, required=(), empty_ok=True)
-        timeout = _timeout(body, CHECK_TIMEOUT_MS)
-        name = _name(request)
+        body = await parts.body(request, CHECK_FIELDS, required=(), empty_ok=True)
+        timeout = parts.timeout(body, CHECK_TIMEOUT_MS)
+        name = parts.name(request)
 
         def capped_check():
             with previewing:
@@ -270,87 +268,6 @@ def create_stream(registry: StreamRegistry, config: StreamConfig):
     except StreamNotFound:
         return registry.create(config)
     raise StreamExists(f"name: a stream named {config.name!r} already exists")
-
-
-# -- request parts ----------------------------------------------------------------------
-def _name(request: Request) -> str:
-    return request.path_params["name"]
-
-
-async def _body(request: Request, allowed: tuple[str, ...], required: tuple[str, ...],
-                empty_ok: bool = False) -> dict[str, Any]:
-    """The JSON object of the request; with `empty_ok`, no body at all is {} (every field has a default)."""
-    raw = await _capped_body(request)
-    if empty_ok and not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"body: not valid JSON: {exc}") from None
-    except ValueError:   # a number of more than 4300 digits, which Python refuses to convert
-        raise BadRequest("body: not valid JSON: a number has more than 4300 digits") from None
-    except RecursionError:
-        raise BadRequest("body: not valid JSON: nested too deeply") from None
-    if not isinstance(body, dict):
-        raise BadRequest(f"body: expected a JSON object, got {type(body).__name__}")
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise BadRequest(f"body: unknown field {unknown[0]!r} (allowed: {', '.join(allowed)})")
-    for field in required:
-        if field not in body:
-            raise BadRequest(f"{field}: required")
-    return body
-
-
-async def _capped_body(request: Request) -> bytes:
-    """The body, read no further than MAX_BODY_BYTES (a declared length is refused before reading)."""
-    too_large = BodyTooLarge(f"body: larger than {MAX_BODY_BYTES} bytes, the most the host reads")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _timeout(body: dict[str, Any], default_ms: int = DEFAULT_TIMEOUT_MS) -> float:
-    """`timeout_ms` of a body, in seconds."""
-    timeout_ms = body.get("timeout_ms", default_ms)
-    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= MAX_TIMEOUT_MS:
-        raise BadRequest(f"timeout_ms: must be a number of milliseconds from 1 to {MAX_TIMEOUT_MS}, "
-                         f"got {timeout_ms!r}")
-    return timeout_ms / 1000
-
-
-def _dry_run(body: dict[str, Any]) -> bool:
-    dry_run = body.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise BadRequest(f"dry_run: must be true or false, got {dry_run!r}")
-    return dry_run
-
-
-def _change_id(text: str) -> int:
-    """A history row's id from the path: ASCII digits, positive, an int64 (SQLite's rowid)."""
-    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
-    if not re.fullmatch(r"[0-9]{1,19}", text) or not 0 < int(text) <= MAX_LIMIT:
-        raise BadRequest(f"change_id: must be a positive integer (a history row's change_id), got {shown}")
-    return int(text)
-
-
-def _limit(text: str | None) -> int | None:
-    if text is None:
-        return None
-    # ASCII digits only ("²".isdigit() is true, int("²") fails), and no more than SQLite's int64 holds
-    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
-    if not re.fullmatch(r"[0-9]+", text) or not text.strip("0"):
-        raise BadRequest(f"limit: must be a positive integer, got {shown}")
-    if len(text.lstrip("0")) > 19 or int(text) > MAX_LIMIT:
-        raise BadRequest(f"limit: must be at most {MAX_LIMIT}, got {shown}")
-    return int(text)
 
 
 async def _call(action: Callable[[], Any], status: int = 200) -> Response:

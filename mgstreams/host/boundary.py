@@ -56,7 +56,7 @@ class BrowserBoundary:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        headers = {}
+        headers: dict[bytes, list[str]] = {}
         for key, value in scope.get("headers", ()):
             headers.setdefault(key.lower(), []).append(value.decode("latin-1"))
         hosts = headers.get(b"host", [])

@@ -67,8 +67,8 @@ class RegistryCollector(Collector):
             batches.add_metric([info.name], float(info.batches))
             if info.batch_seconds_buckets:
                 bounds = (*(repr(float(b)) for b in BATCH_SECONDS_BOUNDS), "+Inf")
-                batch_seconds.add_metric([info.name], [(le, float(n)) for le, n in zip(bounds,
-                                                                                       info.batch_seconds_buckets)],
+                batch_seconds.add_metric([info.name], [(le, float(n)) for le, n in zip(
+                    bounds, info.batch_seconds_buckets, strict=False)],
                                          info.batch_seconds_sum)
         yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead, skipped)
 

@@ -12,12 +12,10 @@ import contextlib
 import ipaddress
 import logging
 import os
-import secrets
 import signal
 import socket
-import stat
-import tempfile
 import threading
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,26 +30,20 @@ from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMP
 from stream_registry.lag.collector import LagCollector
 from stream_registry.redaction import is_secret_key
 from stream_registry.registry import Isolation
-from stream_registry.safe_paths import check_private_dir, open_beneath
-from stream_registry.safe_paths import owner_name as _owner
+from stream_registry.safe_paths import check_private_dir
 
+from ..settings import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, TOKEN_ENV
+from ..tokens import generated_token
 from .api import Limits, create_app
 from .boundary import SERVER_NAMES_ENV
 from .connections import MAX_CONNECTIONS_ENV, guarded_protocol
 
 log = logging.getLogger("mgstreams.host")
 
-DEFAULT_LISTEN = "127.0.0.1:8765"
-DEFAULT_URL = f"http://{DEFAULT_LISTEN}"
-TOKEN_ENV = "MGSTREAMS_TOKEN"
-TOKEN_FILE_ENV = "MGSTREAMS_TOKEN_FILE"   # where clients (CLI, query module) read the token from
-TOKEN_FILE_NAME = "api-token"            # the generated token, in the state directory
-DEFAULT_SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
-DEFAULT_SINK = "bolt://localhost:7687"
 DEFAULT_STOP_TIMEOUT_S = 30.0   # a stream process finishing its batch before it is killed (compose allows for it)
 MIN_REMOTE_TOKEN_LENGTH = 32     # a token guarding a non-loopback listen
 HEADER_TIMEOUT_S = 10.0          # a connection sends a request's headers within this, or is closed
-KEEP_ALIVE_S = 5.0               # an idle connection after a response is closed after this
+KEEP_ALIVE_S = 5                 # an idle connection after a response is closed after this
 DEFAULT_MAX_CONNECTIONS = 64
 LIMIT_ENVS = {"creates": "MGSTREAMS_MAX_CREATES", "previews": "MGSTREAMS_MAX_PREVIEWS",
               "preview_bytes": "MGSTREAMS_MAX_PREVIEW_BYTES"}
@@ -80,144 +72,16 @@ class Listen:
             return False
 
 
-def read_token(token_file: str | None) -> str | None:
-    """The API token: the file's content (stripped) when given, else $MGSTREAMS_TOKEN, else none.
-
-    The file must be private (mode 0600 or 0400). $MGSTREAMS_TOKEN is removed from
-    this process's environment once read, so no child (stream, preview) inherits it.
-    """
-    if token_file:
-        token = read_token_file(token_file, "token_file")
-        os.environ.pop(TOKEN_ENV, None)
-        return token
-    return os.environ.pop(TOKEN_ENV, None) or None
-
-
-def read_token_file(path: str | os.PathLike, field: str) -> str:
-    try:
-        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigError(f"{field}: {str(path)!r} is not a regular file")
-            if stat.S_IMODE(info.st_mode) not in (0o600, 0o400):
-                raise ConfigError(f"{field}: {str(path)!r} has mode {stat.S_IMODE(info.st_mode):04o}; a token file "
-                                  f"must be 0600 or 0400, readable by its owner alone (chmod 600 it)")
-            if info.st_uid != os.getuid():
-                raise ConfigError(f"{field}: {str(path)!r} belongs to uid {info.st_uid}, not to this user "
-                                  f"(uid {os.getuid()}); a token file must be the host's own")
-            token = handle.read(4096).decode("utf-8", errors="replace").strip()
-    except OSError as exc:
-        raise ConfigError(f"{field}: cannot read {str(path)!r}: {exc.strerror}") from None
-    if not token:
-        raise ConfigError(f"{field}: {str(path)!r} is empty")
-    return token
-
-
-def generated_token(state_dir: str | os.PathLike) -> tuple[str, Path]:
-    """The token of a host given none: `<state dir>/api-token`, made 0600 on first start (as Jupyter does),
-    read on every later one; (token, path). A file others can read, or a symlink, is refused."""
-    path = Path(state_dir) / TOKEN_FILE_NAME
-    try:
-        fd = open_beneath(state_dir, TOKEN_FILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return read_token_file(path, "token_file"), path
-    except OSError as exc:
-        raise ConfigError(f"token_file: cannot create {str(path)!r}: {exc.strerror or exc}") from None
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
-    return token, path
-
-
-def default_token_file() -> Path | None:
-    """The generated token of a host on the default state directory, if there is one (nothing is created)."""
-    configured = os.environ.get("MGSTREAMS_STATE_DIR")
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    candidates = [Path(configured)] if configured else [Path(base) / "mgstreams",
-                                                        Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"]
-    for directory in candidates:
-        path = directory / TOKEN_FILE_NAME
-        try:
-            ours = os.lstat(directory).st_uid == os.lstat(path).st_uid == os.getuid()
-        except OSError:
-            continue
-        if ours:   # in a shared /tmp another user could have made the fallback directory and planted one
-            return path
-    return None
-
-
-def client_token() -> str | None:
-    """A client's token: $MGSTREAMS_TOKEN, else the file $MGSTREAMS_TOKEN_FILE names, else None."""
-    token = os.environ.get(TOKEN_ENV)
-    if token:
-        return token
-    path = os.environ.get(TOKEN_FILE_ENV)
-    return read_token_file(path, TOKEN_FILE_ENV) if path else None
-
-
-def scrub_environment(environ: dict | None = None) -> list[str]:
+def scrub_environment(environ: MutableMapping[str, str] | None = None) -> list[str]:
     """Remove the host's own secrets ($MGSTREAMS_* variables that look secret) from the environment its
     children inherit; the names removed."""
-    environ = os.environ if environ is None else environ
+    if environ is None:
+        environ = os.environ
     removed = [k for k in list(environ) if k.startswith("MGSTREAMS_") and is_secret_key(k.lower().replace("_", "."))
                and not k.endswith("_FILE")]
     for key in removed:
         del environ[key]
     return removed
-
-
-def default_state_dir() -> Path:
-    """$MGSTREAMS_STATE_DIR, else $XDG_STATE_HOME/mgstreams (~/.local/state/mgstreams), else a private tmp dir.
-
-    A fallback directory is created 0700 and used only while it is private: a
-    directory (not a symlink) owned by this user and writable by no one else.
-    Otherwise ConfigError naming it and its owner: in a shared /tmp another user
-    could have made it first, to read the streams' secrets or plant state.
-    """
-    configured = os.environ.get("MGSTREAMS_STATE_DIR")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    candidate = Path(base) / "mgstreams"
-    try:
-        candidate.parent.mkdir(parents=True, exist_ok=True)
-        usable = _private_dir(candidate)
-    except OSError:
-        usable = False
-    if usable:
-        return candidate
-    fallback = Path(tempfile.gettempdir()) / f"mgstreams-{os.getuid()}"
-    try:
-        _private_dir(fallback)
-    except OSError as exc:
-        raise ConfigError(f"state_dir: cannot create {str(fallback)!r}: {exc.strerror}; "
-                          f"pass --state-dir or set MGSTREAMS_STATE_DIR") from None
-    return fallback
-
-
-def _private_dir(path: Path) -> bool:
-    """Create `path` 0700 if missing; True once it is a private directory of ours, False if we cannot write it.
-
-    OSError if it cannot be created; ConfigError if it exists and is not private.
-    """
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        kind = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
-        raise ConfigError(f"state_dir: {str(path)!r} is {kind} (owner {_owner(info.st_uid)}); refusing it as the "
-                          f"default state directory: pass --state-dir or set MGSTREAMS_STATE_DIR")
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"state_dir: {str(path)!r} is owned by {_owner(info.st_uid)}, not by "
-                          f"{_owner(os.getuid())}; refusing it as the default state directory: pass --state-dir "
-                          f"or set MGSTREAMS_STATE_DIR")
-    if info.st_mode & 0o022:
-        raise ConfigError(f"state_dir: {str(path)!r} (owner {_owner(info.st_uid)}) is group- or world-writable "
-                          f"(mode {stat.S_IMODE(info.st_mode):04o}); refusing it as the default state directory: "
-                          f"chmod 700 it, pass --state-dir or set MGSTREAMS_STATE_DIR")
-    return os.access(path, os.W_OK | os.X_OK)
 
 
 def bind(listen: Listen) -> socket.socket:
@@ -315,7 +179,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                           f"(--token-file FILE or ${TOKEN_ENV})")
     if no_token and token:
         raise ConfigError("no_token: --no-token and a token (--token-file, $MGSTREAMS_TOKEN) exclude each other")
-    if not listen.loopback and len(token) < MIN_REMOTE_TOKEN_LENGTH:
+    if not listen.loopback and token and len(token) < MIN_REMOTE_TOKEN_LENGTH:
         raise ConfigError(f"token: {len(token)} characters; a host listening beyond loopback needs at least "
                           f"{MIN_REMOTE_TOKEN_LENGTH} (e.g. python -c 'import secrets; "
                           f"print(secrets.token_urlsafe(32))')")

@@ -26,38 +26,30 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
-from rich.text import Text
 
 from spark_bridge.bolt_load import DEFAULT_WRITERS, MAX_WRITERS, is_bolt_uri, prepare_graph, prepare_statements
-from spark_bridge.engine import Engine, EngineChoice, choose_engine, shown_remote, spark_target
+from spark_bridge.engine import Engine, choose_engine, spark_target
 from spark_bridge.job import BackfillJob, BackfillReport, plan_job
-from spark_bridge.range_plan import RangePlan
 from stream_registry.errors import ConfigError, StreamError
-from stream_registry.graph.sinks import PASSWORD_KEY, USERNAME_KEY
-from stream_registry.offset_spec import parse_offset_spec
-from stream_registry.redaction import is_secret_key, redact
+from stream_registry.redaction import redact
 
-from .usage_errors import UsageCommand
+from ..settings import SINK_PASSWORD_ENV, SPARK_REMOTE_ENV, STATE_DIR_ENV
+from .backfill_job import build_job
+from .backfill_report import (
+    console_on,
+    partition_offsets,
+    plan_table,
+    report_json,
+    report_table,
+    run_local_with_progress,
+    run_spark_with_progress,
+)
+from .usage import UsageCommand
 
-PASSWORD_ENV = "MGSTREAMS_SINK_PASSWORD"
 ANALYTICAL_HINT = ("for a first big import Memgraph recommends `STORAGE MODE IN_MEMORY_ANALYTICAL;` (no transactions "
                    "to conflict or roll back); run `STORAGE MODE IN_MEMORY_TRANSACTIONAL;` before live streams write")
 
@@ -72,7 +64,7 @@ class BackfillFailed(click.ClickException):
 @click.command("backfill", cls=UsageCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--stream", "stream_name", help="Backfill for a registered stream: its topics, cluster, "
               "client settings, consumer group and transformation.")
-@click.option("--state-dir", type=click.Path(file_okay=False), envvar="MGSTREAMS_STATE_DIR", default=None,
+@click.option("--state-dir", type=click.Path(file_okay=False), envvar=STATE_DIR_ENV, default=None,
               show_envvar=True, help="The host's state directory (with --stream; default as for "
                                      "`mgstreams serve`); read only, the host may be running.")
 @click.option("--topics", help="Comma-separated topics (instead of --stream).")
@@ -93,7 +85,7 @@ class BackfillFailed(click.ClickException):
               help="Extra directory to find the transformation module in; repeatable.")
 @click.option("--sink", required=True, metavar="URI", help="cypherl:///abs/dir (one file per range), "
               "bolt://host:port (UNWIND batches, one transaction per batch) or null://.")
-@click.option("--sink-username", help=f"Bolt username; the password is read from ${PASSWORD_ENV}.")
+@click.option("--sink-username", help=f"Bolt username; the password is read from ${SINK_PASSWORD_ENV}.")
 @click.option("--min-partitions", type=click.IntRange(min=1), help="Split ranges into at least N Spark tasks.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Messages per transformation call (and per sink transaction).")
@@ -107,7 +99,7 @@ class BackfillFailed(click.ClickException):
               show_default=True, help="spark, local (this process, no Spark), or auto: the faster for the "
               "plan's size.")
 @click.option("--master", help="Spark master (default: local[*], or spark-submit's).")
-@click.option("--remote", envvar="MGSTREAMS_SPARK_REMOTE", show_envvar=True,
+@click.option("--remote", envvar=SPARK_REMOTE_ENV, show_envvar=True,
               help="Spark Connect: sc://host:port (a running server) or local[N] (a server "
               "started in this process). A URL with a token belongs in the environment variable, not argv.")
 @click.option("--spark-ui", is_flag=True, help="Start the Spark web UI (off by default: it serves on every "
@@ -118,7 +110,7 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
              transform, modules_dirs, sink, sink_username, min_partitions, batch_size, writers, prepare,
              fail_on_data_loss, engine_name, master, remote, spark_ui, report_path, dry_run) -> None:
     """Replay offset ranges through the stream's transformation into the graph, with Spark or locally."""
-    out, err = _console(sys.stdout), _console(sys.stderr)
+    out, err = console_on(sys.stdout), console_on(sys.stderr)
     _SECRETS[:] = _secrets_of(remote or master)
     job = _guard(lambda: build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start,
                                    until, transform, modules_dirs, sink, sink_username, min_partitions,
@@ -133,7 +125,7 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
               f"{', '.join(job.topics)}")
     if job.resume_offsets is not None:
         err.print(f"committed: stream {stream_name!r}'s resume point, "
-                  f"{_partition_offsets(job.resume_offsets)}", markup=False)
+                  f"{partition_offsets(job.resume_offsets)}", markup=False)
     for note in range_plan.notes:
         err.print(f"note: {note}", markup=False)
     choice = _guard(lambda: choose_engine(engine_name, range_plan, _target(master, remote)))
@@ -149,18 +141,18 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
         err.print(f"note: {ANALYTICAL_HINT}", markup=False)
     if not range_plan.ranges:
         err.print("nothing to backfill")
-        report = BackfillReport(range_plan, (), _now(), 0.0)
+        report = BackfillReport(range_plan, (), datetime.now(UTC), 0.0)
         _write_report(report_path, report, job, choice, master, remote, 0.0)
         return
     session_seconds = 0.0
     if choice.engine is Engine.LOCAL:
-        report = _guard(lambda: _run_local_with_progress(job, range_plan, err))
+        report = _guard(lambda: run_local_with_progress(job, range_plan, err))
     else:
         started = time.perf_counter()
         spark, owned = _guard(lambda: _session(master, remote, spark_ui))
         session_seconds = time.perf_counter() - started
         try:
-            report = _guard(lambda: _run_with_progress(spark, job, range_plan, err))
+            report = _guard(lambda: run_spark_with_progress(spark, job, range_plan, err))
         finally:
             if owned:
                 from spark_bridge.spark_session import stop_session
@@ -172,104 +164,11 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
     _write_report(report_path, report, job, choice, master, remote, session_seconds)
 
 
-def main(argv: list[str] | None = None) -> None:
-    backfill.main(args=argv, prog_name="backfill")
-
-
-# -- building the job ----------------------------------------------------------------
-def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
-              modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss,
-              writers: int = DEFAULT_WRITERS, config_file: str | None = None) -> BackfillJob:
-    from stream_registry.registry.runner import query_module_dirs
-
-    start_spec = parse_offset_spec(_spec_value(start, "--from"))
-    until_spec = parse_offset_spec(_spec_value(until, "--until"))
-    credentials = {}
-    if sink_username:
-        credentials[USERNAME_KEY] = sink_username
-        if os.environ.get(PASSWORD_ENV):
-            credentials[PASSWORD_KEY] = os.environ[PASSWORD_ENV]
-    search_dirs = (*modules_dirs, *query_module_dirs())
-    if stream_name:
-        if topics or bootstrap_servers or group_id or configs or config_file:
-            raise ConfigError("--stream: takes the topics, servers, group and settings from the stream; "
-                              "drop --topics/--bootstrap-servers/--group/--config")
-        return _stream_job(stream_name, state_dir, start_spec, until_spec, transform, search_dirs, sink,
-                           credentials, min_partitions, batch_size, fail_on_data_loss, writers)
-    if not topics or not bootstrap_servers:
-        raise ConfigError("--topics: give --stream NAME, or --topics with --bootstrap-servers")
-    if not transform:
-        raise ConfigError("--transform: required with --topics (MODULE.FUNCTION)")
-    client_config = {**_settings_file(config_file), **dict(_argv_setting(c) for c in configs)}
-    if group_id:
-        client_config["group.id"] = group_id
-    return BackfillJob(bootstrap_servers, tuple(t.strip() for t in topics.split(",") if t.strip()), start_spec,
-                       until_spec, transform, sink, client_config, credentials, search_dirs, batch_size,
-                       min_partitions, fail_on_data_loss, writers)
-
-
-def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs, sink, credentials,
-                min_partitions, batch_size, fail_on_data_loss, writers) -> BackfillJob:
-    """A job over a registered stream: its config, secrets included, read from the host's state directory;
-    `committed` in the specs is the stream's resume point."""
-    from spark_bridge.handoff import stream_resume_offsets, uses_committed
-    from stream_registry.registry.registry import stored_config
-
-    from .host.serve import default_state_dir
-
-    state_dir = state_dir or default_state_dir()
-    config = stored_config(state_dir, name).with_group()
-    if not credentials and sink == config.sink:
-        credentials = config.sink_credentials()
-    client_config = config.client_config()
-    resume = stream_resume_offsets(state_dir, config) if uses_committed(start_spec, until_spec) else None
-    return BackfillJob(client_config.pop("bootstrap.servers"), tuple(config.topics), start_spec, until_spec,
-                       transform or config.transform, sink, client_config, credentials, search_dirs, batch_size,
-                       min_partitions, fail_on_data_loss, writers, resume)
-
-
-def _spec_value(text: str, option: str) -> object:
-    try:
-        from mgstreams.cli import parse_spec_argument
-    except ImportError:  # the operator CLI is optional here
-        return text
-    try:
-        return parse_spec_argument(text)
-    except ConfigError as exc:
-        raise ConfigError(f"{option}: {exc}") from None
-
-
-def _setting(text: str, option: str = "--config") -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        shown = f", got {text!r}" if option == "--config" else ""    # a file's line may hold a secret
-        raise ConfigError(f"{option}: expected KEY=VALUE{shown}")
-    return key.strip(), value
-
-
-def _argv_setting(text: str) -> tuple[str, str]:
-    """A --config setting; a secret there is refused: argv is readable by every local user (ps, /proc)."""
-    key, value = _setting(text)
-    if is_secret_key(key):
-        raise ConfigError(f"--config: {key!r} is a secret, and a command line is visible to every local user; "
-                          f"put it in a --config-file readable only by you")
-    return key, value
-
-
-def _settings_file(path: str | None) -> dict[str, str]:
-    """KEY=VALUE lines of a --config-file (blank lines and # comments skipped); values never echoed."""
-    if not path:
-        return {}
-    settings = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--config-file: cannot read {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    for number, line in enumerate(lines, 1):
-        if line.strip() and not line.lstrip().startswith("#"):
-            key, value = _setting(line, f"--config-file: line {number} of {path!r}")
-            settings[key] = value.strip()
-    return settings
+def _write_report(path, report: BackfillReport, job: BackfillJob, choice, master, remote,
+                  session_seconds: float) -> None:
+    if path:
+        text = json.dumps(report_json(report, job, choice, master, remote, session_seconds), indent=2) + "\n"
+        _guard(lambda: Path(path).write_text(text))
 
 
 # -- running -----------------------------------------------------------------------------
@@ -322,60 +221,11 @@ def _session(master: str | None, remote: str | None = None, spark_ui: bool = Fal
     return build_session(master, conf=conf), active is None
 
 
-class _RecordsPerSecond(ProgressColumn):
-    """Offsets loaded per second, from the bar's own samples (rich keeps the last 30 s)."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("- records/s" if speed is None else f"{speed:,.0f} records/s")
-
-
-def _progress_bar(console: Console) -> Progress:
-    """Offsets done of all (as ranges finish), ranges done, records/s, elapsed and time left."""
-    columns = (SpinnerColumn(), TextColumn("backfill"), BarColumn(),
-               TextColumn("{task.completed:,.0f}/{task.total:,.0f} offsets, {task.fields[ranges]} ranges"),
-               _RecordsPerSecond(), TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
-    return Progress(*columns, console=console, transient=True)
-
-
-def _offsets_done(range_plan: RangePlan, in_order: bool) -> Callable[[int, int], int]:
-    """Offsets done when `done` ranges of `total` are: exact when ranges finish in order (here), else the
-    ranges' mean size times how many finished (Spark runs them in any order; they are of about one size)."""
-    sizes = [r.size for r in range_plan.ranges]
-    if in_order:
-        return lambda done, total: sum(sizes[:done])
-    return lambda done, total: round(range_plan.total_offsets * done / max(total, 1))
-
-
-def _with_progress(range_plan: RangePlan, console: Console, in_order: bool, run) -> BackfillReport:
-    offsets = _offsets_done(range_plan, in_order)
-    with _progress_bar(console) as progress:
-        ranges = len(range_plan.ranges)
-        task = progress.add_task("backfill", total=range_plan.total_offsets, ranges=f"0/{ranges}")
-        return run(lambda done, total: progress.update(task, completed=offsets(done, total),
-                                                       ranges=f"{done}/{total}"))
-
-
-def _run_with_progress(spark, job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
-    from spark_bridge.backfill import run_backfill
-
-    return _with_progress(range_plan, console, False,
-                          lambda on_progress: run_backfill(spark, job, range_plan, on_progress=on_progress))
-
-
-def _run_local_with_progress(job: BackfillJob, range_plan: RangePlan, console: Console) -> BackfillReport:
-    from spark_bridge.local_engine import run_local
-
-    return _with_progress(range_plan, console, True,
-                          lambda on_progress: run_local(job, range_plan, on_progress=on_progress))
-
-
-# Values no message may show: the sink password, a Spark Connect URL's token.
 _SECRETS: list[str] = []
 
 
 def _secrets_of(remote: str | None) -> list[str]:
-    found = [os.environ.get(PASSWORD_ENV, "")]
+    found = [os.environ.get(SINK_PASSWORD_ENV, "")]
     if remote:
         found += re.findall(r";\s*(?:token|[\w-]*secret[\w-]*|[\w-]*password[\w-]*)\s*=([^;]+)", remote, re.I)
     return [value for value in found if value]
@@ -409,80 +259,3 @@ def root_cause(exc: BaseException) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-# -- reporting -------------------------------------------------------------------------------
-def _console(stream) -> Console:
-    return Console(file=stream, highlight=False, width=None if stream.isatty() else 250)
-
-
-def plan_table(range_plan: RangePlan) -> Table:
-    table = _table(["TOPIC", "PARTITION", "FROM", "UNTIL", "OFFSETS"])
-    for r in range_plan.ranges:
-        table.add_row(r.topic, str(r.partition), str(r.from_offset), str(r.until_offset), str(r.size))
-    return table
-
-
-def report_table(report: BackfillReport) -> Table:
-    table = _table(["TOPIC", "PARTITION", "FROM", "UNTIL", "RECORDS", "STATEMENTS", "SECONDS", "RECORDS/S",
-                    "ATTEMPT", "OUTPUT"])
-    for p in report.partitions:
-        table.add_row(p.topic, str(p.partition), str(p.from_offset), str(p.until_offset), str(p.records),
-                      str(p.statements), f"{p.seconds:.2f}", f"{p.rate:,.0f}", str(p.attempt), p.output or "-")
-    table.add_row("total", "", "", "", str(report.records), str(report.statements), f"{report.seconds:.2f}",
-                  f"{report.rate:,.0f}", "", "", style="bold")
-    return table
-
-
-def _table(columns) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    return table
-
-
-def report_json(report: BackfillReport, job: BackfillJob, choice: EngineChoice | None, master: str | None,
-                remote: str | None, session_seconds: float) -> dict:
-    return {
-        "job": {"topics": list(job.topics), "from": _describe(job.start), "until": _describe(job.until),
-                "transform": job.transform, "sink": job.sink, "batch_size": job.batch_size,
-                "writers": job.writers, "min_partitions": job.min_partitions, "group_id": job.group_id,
-                "resume_offsets": None if job.resume_offsets is None else
-                {f"{t}:{p}": o for (t, p), o in sorted(job.resume_offsets.items())}},
-        "engine": choice.to_dict() if choice is not None else None,
-        "spark": {"master": master, "remote": shown_remote(remote) if remote else None,
-                  "session_start_seconds": round(session_seconds, 3)},
-        "plan": [r.to_dict() for r in report.plan.ranges],
-        **report.to_dict(),
-    }
-
-
-def _partition_offsets(offsets, shown: int = 8) -> str:
-    items = [f"{t}:{p}={o}" for (t, p), o in sorted(offsets.items())]
-    more = f" and {len(items) - shown} more (all in --report)" if len(items) > shown else ""
-    return ", ".join(items[:shown]) + more
-
-
-def _describe(spec) -> Any:
-    parts = {f"{t}:{p}": target.describe() for (t, p), target in spec.partitions.items()}
-    parts.update({t: target.describe() for t, target in spec.topics.items()})
-    if spec.default is not None:
-        return spec.default.describe() if not parts else {"*": spec.default.describe(), **parts}
-    return parts
-
-
-def _write_report(path, report: BackfillReport, job: BackfillJob, choice, master, remote,
-                  session_seconds: float) -> None:
-    if path:
-        text = json.dumps(report_json(report, job, choice, master, remote, session_seconds), indent=2) + "\n"
-        _guard(lambda: Path(path).write_text(text))
-
-
-def _now():
-    from datetime import datetime
-
-    return datetime.now(UTC)
-
-
-if __name__ == "__main__":
-    main()

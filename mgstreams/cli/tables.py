@@ -16,13 +16,13 @@ sees the table, by what each column is to an operator:
 
 Layout happens when the table is rendered, at the console's width: a live view
 re-fits on every refresh. Piped output is printed on a console as wide as the
-widest row (`_console` in the CLI), so every value is whole.
+widest row (`render.console`), so every value is whole.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from rich.cells import cell_len
@@ -35,7 +35,7 @@ FOLD_MIN = 20  # a long column folded onto more lines (errors, statements) never
 GAP = 2        # rich's padding between two columns of a box-less table
 
 
-class Fit(str, Enum):
+class Fit(StrEnum):
     KEY = "key"
     LONG = "long"
     EXTRA = "extra"
@@ -112,25 +112,24 @@ class FittedTable:
                     hidden.append(i)
         if needed(shown) > width:   # still too narrow: folded columns fold narrower rather than push the keys out
             fold_min = LONG_MIN
-        widths: list[int | None] = [None] * len(columns)
-        for i in shown:
-            widths[i] = floor(i)
+        sized = {i: floor(i) for i in shown}
         room = width - needed(shown)
-        growing = [i for i in shown if widths[i] < natural[i]]
+        growing = [i for i in shown if sized[i] < natural[i]]
         while room > 0 and growing:   # what is left is shared out, the narrowest served first
             share = max(room // len(growing), 1)
             for i in sorted(growing, key=lambda i: natural[i]):
-                given = min(share, natural[i] - widths[i], room)
-                widths[i] += given
+                given = min(share, natural[i] - sized[i], room)
+                sized[i] += given
                 room -= given
-            growing = [i for i in growing if widths[i] < natural[i]]
-        return widths, [columns[i].header for i in sorted(hidden)]
+            growing = [i for i in growing if sized[i] < natural[i]]
+        return [sized.get(i) for i in range(len(columns))], [columns[i].header for i in sorted(hidden)]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         widths, hidden = self.layout(options.max_width)
         table = Table(box=None, title=self.title, title_justify="left", header_style="bold", pad_edge=False,
                       caption=self.caption, caption_justify="left", caption_style="none", title_style="none")
         shown = [i for i, w in enumerate(widths) if w is not None]
+        shown_widths = [w for w in widths if w is not None]
         for i in shown:
             column = self.columns[i]
             fold = column.fit == Fit.LONG and column.fold
@@ -138,7 +137,7 @@ class FittedTable:
                              overflow="fold" if fold else "ellipsis")
         for row in self.rows:
             table.add_row(*(Text(row[i]) for i in shown))
-        total = sum(widths[i] for i in shown) + GAP * (len(shown) - 1)
+        total = sum(shown_widths) + GAP * (len(shown) - 1)
         # Key columns too wide for the terminal: longer lines (the terminal wraps them), never a dropped column.
         yield from console.render(table, options.update(width=max(total, options.max_width)))
         if hidden:

@@ -1,7 +1,8 @@
 """A stream host in a child process: `python -m mgstreams serve` on a free loopback port.
 
 For programs that own the host they drive (the demo, benchmarks, tests): the
-child is a real process boundary, as in production. `spawn()` returns at once,
+child is a real process boundary, as in production. It is a client of the host,
+not part of it, so it lives beside the client rather than in `host/`. `spawn()` returns at once,
 so the caller can work while the host imports and binds; `wait_ready()` reads
 the URL from the host's ready line; `terminate()` sends SIGTERM and returns the
 exit status, which a clean shutdown makes 0. Given no token, the child makes one
@@ -19,11 +20,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from stream_registry.errors import StreamError
 
-from ..client import HostClient
-from .serve import TOKEN_ENV, TOKEN_FILE_NAME, read_token_file
+from .client import HostClient
+from .settings import TOKEN_ENV, TOKEN_FILE_NAME
+from .tokens import read_token_file
 
 _READY = re.compile(rb"serving at (http://\S+)")
 
@@ -44,7 +47,7 @@ class HostProcess:
         self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
-        self._log = None
+        self._log: BinaryIO | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def spawn(self) -> HostProcess:
@@ -62,9 +65,9 @@ class HostProcess:
         """The host's URL once it serves; StreamError (with its log's tail) if it exits or stays silent."""
         if self.url:
             return self.url
-        if self.proc is None:
-            self.spawn()
-        fd = self.proc.stdout.fileno()
+        proc = self.proc if self.proc is not None else self.spawn().proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         seen = b""
         while (remaining := deadline - time.monotonic()) > 0:
@@ -82,7 +85,7 @@ class HostProcess:
                 # Keep draining stdout so a chatty host can never block on a full pipe.
                 threading.Thread(target=self._drain, daemon=True, name="mgstreams-host-stdout").start()
                 return self.url
-        code = self.proc.poll()
+        code = proc.poll()
         tail = " | ".join(self.log().strip().splitlines()[-3:])
         self.stop()
         state = f"exited with status {code}" if code is not None else f"did not serve within {timeout:g} s"
@@ -142,6 +145,7 @@ class HostProcess:
         return read_token_file(path, "token_file")
 
     def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         try:
             while os.read(fd, 4096):

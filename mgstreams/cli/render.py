@@ -1,0 +1,118 @@
+"""What the CLI prints: its tables and status lines, as Kafka's own tools print them.
+
+Key columns (identity, state, offsets, lag) are never dropped nor cut; long ones
+give way; extra ones hide (`tables`). Piped, a table is as wide as its widest
+row, so every value is whole.
+"""
+from __future__ import annotations
+
+import datetime
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
+
+from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag
+
+from .tables import Column, FittedTable, extra, key, long
+
+PIPED_WIDTH = 1_000_000                   # piped tables are never cut: the console is wider than any row
+
+STREAM_COLUMNS = (key("NAME"), key("STATUS"), key("TOPICS"), long("GROUP"), long("BOOTSTRAP-SERVERS"),
+                  long("TRANSFORM"), long("SINK"), long("ERROR", fold=True))
+DETAIL_COLUMN = long("DETAIL", fold=True)   # shown while a stream has one (what a `starting` stream waits for)
+DESCRIBE_COLUMNS = (extra("GROUP"), key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("POSITION"),
+                    extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"),
+                    extra("STORED-OFFSET"), extra("RESUME-OFFSET"))
+CHANGE_COLUMNS = (key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"), key("NEW-OFFSET"), key("STATUS"),
+                  long("MESSAGE", fold=True))
+HISTORY_COLUMNS = (key("CHANGE-ID"), key("CHANGED-AT"), key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"),
+                   key("OFFSET"), key("STATUS"), long("MESSAGE", fold=True))
+PENDING_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), extra("PREVIOUS-OFFSET"), key("REQUESTED-AT"),
+                   long("MESSAGE", fold=True))
+CHECK_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), long("QUERY", fold=True),
+                 long("PARAMETERS", fold=True))
+LAG_COLUMNS = (key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("LOG-END-OFFSET"), key("LAG"),
+               key("LAG-SECONDS"), extra("METHOD"), key("STATUS"), long("MESSAGE", fold=True))
+TOP_COLUMNS = (key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
+               long("MESSAGE"))
+
+
+def console() -> Console:
+    """Tables on stdout: fitted to the terminal; piped, as wide as the widest row, so values are whole."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+
+
+def show(renderable: Any) -> None:
+    """Print a table (or a group of them) on stdout. Never cropped: key columns wider than the terminal make
+    longer lines, which the terminal wraps, rather than a column cut off."""
+    console().print(renderable, crop=False)
+
+
+def table(columns: Iterable[str | Column], rows: Iterable[Iterable[Any]], title: str | None = None) -> FittedTable:
+    """Plain aligned columns with upper-case headers, as Kafka's own tools print them (a bare header is a key
+    column: never dropped nor cut)."""
+    return FittedTable([key(c) if isinstance(c, str) else c for c in columns], rows, title)
+
+
+def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
+    """describe() rows as `kafka-consumer-groups --describe` prints them."""
+    return table(DESCRIBE_COLUMNS, (
+        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
+         "yes" if r.assigned else "no", r.stored_offset, r.resume_offset) for r in rows))
+
+
+def changes_table(changes: Iterable[OffsetChange]) -> FittedTable:
+    """set_offset() results, one row per partition."""
+    return table(CHANGE_COLUMNS, (
+        (c.topic, c.partition, c.previous_offset, c.offset, c.status.value, c.message) for c in changes))
+
+
+def process_line(info) -> str:
+    """`stream orders running, pid 4242, rss 61.3 MiB, restarts 0`: where the stream runs, below its offsets;
+    with errors.tolerance 'all', also how many poison messages it dead-lettered and skipped."""
+    where = f"pid {info.pid}, rss {info.rss_bytes / 2 ** 20:.1f} MiB" if info.pid and info.rss_bytes \
+        else f"pid {info.pid}" if info.pid else "no process"
+    poison = f", dead-lettered {info.dead_lettered}, skipped {info.skipped}" if info.errors_tolerance == "all" else ""
+    return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}{poison}" + \
+        (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")
+
+
+def utc_text(moment: datetime.datetime) -> str:
+    """A moment in a table: UTC to the second (--json keeps the microseconds), as narrow as it is readable."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(value: float | None) -> str | None:
+    return None if value is None else f"{value:.1f}"
+
+
+def lag_table(lag: StreamLag) -> Group:
+    """A stream's partitions with their lag, lag seconds and verdict; the stream's verdict below."""
+    return Group(table(LAG_COLUMNS, (
+        (p.topic, p.partition, p.committed_offset, p.log_end_offset, p.lag, _seconds(p.lag_seconds),
+         p.lag_seconds_method.value, p.status.value, p.message) for p in lag.partitions)), Text(lag_line(lag)))
+
+
+def lag_line(lag: StreamLag) -> str:
+    """`stream orders running: WARN (orders:1: lag grew ...); total lag 340, max 12.5 s, 220.0 records/s`."""
+    seconds = f", max {lag.max_lag_seconds:.1f} s" if lag.max_lag_seconds is not None else ""
+    sampled = lag.sampled_at.astimezone(datetime.UTC).strftime("%H:%M:%SZ") if lag.sampled_at else "never"
+    line = (f"stream {lag.name} {lag.stream_status.value}: {lag.status.value} ({lag.message}); total lag "
+            f"{lag.total_lag}{seconds}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
+            f"(every {lag.interval_s:g} s)")
+    return line + (f"; {lag.error}" if lag.error else "")
+
+
+def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
+    """`mgstreams top`'s view: a title line, one row per stream, and the last error if any."""
+    at = datetime.datetime.now().strftime("%H:%M:%S")
+    rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
+             _seconds(s.max_lag_seconds) or "-", s.error or s.message) for s in streams]
+    parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
+                  style="bold"), table(TOP_COLUMNS, rows)]
+    if error:
+        parts.append(Text(f"error: {error}"))
+    return Group(*parts)

@@ -1,0 +1,170 @@
+"""Commands over streams as wholes: list, create, alter, start, stop, drop."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from stream_registry.errors import StreamError, StreamStateError
+from stream_registry.model import StreamStatus
+
+from .invocation import bootstrap_option, fail, host_client, json_option, print_json, run
+from .render import DETAIL_COLUMN, STREAM_COLUMNS, show, table
+from .usage import UsageCommand
+
+
+@click.command("list", cls=UsageCommand)
+@json_option
+def list_streams(as_json: bool) -> None:
+    """Every stream, its status and configuration (secrets masked)."""
+    streams = run(lambda: host_client().list())
+    if as_json:
+        print_json(streams)
+        return
+    detail = any(s.detail for s in streams)
+    show(table(STREAM_COLUMNS + ((DETAIL_COLUMN,) if detail else ()), (
+        (s.name, s.status.value, ",".join(s.topics), s.consumer_group, s.bootstrap_servers, s.transform, s.sink,
+         s.error, *((s.detail,) if detail else ())) for s in streams)))
+
+
+def _config_pair(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
+    """KEY=VALUE settings; a secret is refused (a command line is visible to every local user), and no value is
+    ever echoed in an error."""
+    from stream_registry.redaction import is_secret_key
+
+    pairs = {}
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter("expected KEY=VALUE (e.g. auto.offset.reset=earliest); the value given is "
+                                     "not shown, it may hold a secret")
+        if is_secret_key(key.strip()):
+            raise click.BadParameter(f"{key.strip()!r} is a secret, and a command line is visible to every local "
+                                     f"user: give it through the API (curl with a JSON body) or CALL streams.create")
+        pairs[key.strip()] = setting
+    return pairs
+
+
+@click.command(cls=UsageCommand)
+@click.argument("name")
+@click.option("--topic", "topics", multiple=True, required=True, help="A topic to consume (repeatable).")
+@bootstrap_option
+@click.option("--transform", default=None, metavar="MODULE.FUNCTION",
+              help="The transformation (default: one :KafkaMessage node per message).")
+@click.option("--sink", default=None, metavar="URI",
+              help="bolt://HOST:PORT, cypherl:///PATH.cypherl or null:// (default: the host's --default-sink).")
+@click.option("--group", "consumer_group", default=None, help="Consumer group (default: mgstreams_NAME).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None)
+@click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
+@click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
+              help="A librdkafka property of the consumer, or a stream option (delivery, errors.tolerance, "
+                   "errors.deadletterqueue.topic.name, restart) (repeatable).")
+@click.option("--start", "start_now", is_flag=True, help="Start the stream once it is created.")
+@json_option
+def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform: str | None, sink: str | None,
+           consumer_group: str | None, batch_size: int | None, batch_interval_ms: int | None,
+           configs: dict[str, str], start_now: bool, as_json: bool) -> None:
+    """Create stream NAME on the host (POST /streams), as `CALL streams.create(...)` does.
+
+    Secrets (sasl.password and the like) given with --config are stored masked in
+    every listing, but a command line is visible to other local users: prefer
+    the API or Cypher for them."""
+    from stream_registry.config import OPTION_FIELDS
+
+    fields: dict[str, Any] = {"name": name, "topics": list(topics), "bootstrap_servers": bootstrap_servers}
+    for key, value in (("transform", transform), ("sink", sink), ("consumer_group", consumer_group),
+                       ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms)):
+        if value is not None:
+            fields[key] = value
+    options = {k: v for k, v in configs.items() if k in OPTION_FIELDS}
+    kafka_configs = {k: v for k, v in configs.items() if k not in OPTION_FIELDS}
+    if kafka_configs:
+        fields["configs"] = kafka_configs
+    fields.update(options)
+    client = host_client()
+    info = run(lambda: client.create(**fields))
+    if start_now:
+        info = run(lambda: client.start(name))
+    _print_status(info, as_json)
+
+
+@click.command(cls=UsageCommand)
+@click.argument("name")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None)
+@click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
+@click.option("--transform", default=None, metavar="MODULE.FUNCTION", help="The new transformation.")
+@click.option("--sink", default=None, metavar="URI", help="The new sink (bolt://, cypherl:///..., null://).")
+@click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
+              help="Set a librdkafka property of the consumer (repeatable); the others stay.")
+@click.option("--unset-config", "unset", multiple=True, metavar="KEY",
+              help="Remove a librdkafka property (repeatable): librdkafka's default applies again.")
+@json_option
+def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, transform: str | None,
+          sink: str | None, configs: dict[str, str], unset: tuple[str, ...], as_json: bool) -> None:
+    """Change stream NAME (PATCH /streams/NAME, as `CALL streams.alter(...)`): what is given changes, the rest
+    stays. Checked as a create is; a refusal changes nothing. A running stream restarts to apply it, from its
+    committed offsets; pending offset changes and the history stay."""
+    changes: dict[str, Any] = {key: value for key, value in (
+        ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("transform", transform),
+        ("sink", sink)) if value is not None}
+    if configs or unset:
+        changes["configs"] = {**configs, **{key: None for key in unset}}
+    if not changes:
+        raise click.UsageError("nothing to change: give --batch-size, --batch-interval-ms, --transform, --sink, "
+                               "--config or --unset-config")
+    info = run(lambda: host_client().alter(name, **changes))
+    if as_json:
+        print_json(info)
+    else:
+        click.echo(f"{info.name} altered ({info.status.value})")
+
+
+def _print_status(info, as_json: bool) -> None:
+    if as_json:
+        print_json({"name": info.name, "status": info.status.value, "error": info.error})
+    else:
+        click.echo(f"{info.name} {info.status.value}" + (f" ({info.error})" if info.error else ""))
+
+
+@click.command(cls=UsageCommand)
+@click.argument("name")
+@json_option
+def start(name: str, as_json: bool) -> None:
+    """Start stream NAME on the host; it is "starting" until the group assigns partitions. Idempotent, as
+    stop is: a stream already starting or running is left alone (exit 0, and it says so)."""
+    client = host_client()
+    try:
+        info = client.start(name)
+    except StreamStateError as exc:   # refused: fine if it is because the stream runs already
+        info = run(lambda: client.get(name))
+        if info.status not in (StreamStatus.STARTING, StreamStatus.RUNNING):
+            fail(str(exc))
+        if not as_json:
+            click.echo(f"{info.name} already {info.status.value}")
+            return
+    except StreamError as exc:
+        fail(str(exc))
+    _print_status(info, as_json)
+
+
+@click.command(cls=UsageCommand)
+@click.argument("name")
+@json_option
+def stop(name: str, as_json: bool) -> None:
+    """Stop stream NAME: finish the batch, commit, leave the group; idempotent."""
+    _print_status(run(lambda: host_client().stop(name)), as_json)
+
+
+@click.command(cls=UsageCommand)
+@click.argument("name")
+@json_option
+def drop(name: str, as_json: bool) -> None:
+    """Stop and forget stream NAME (its committed offsets stay in Kafka); prints `NAME dropped`."""
+    info = run(lambda: host_client().drop(name))
+    if as_json:
+        print_json({"name": info.name, "status": "dropped", "error": None})
+    else:
+        click.echo(f"{info.name} dropped")
+
+
+COMMANDS = (list_streams, create, alter, start, stop, drop)
