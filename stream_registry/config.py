@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from .allowlists import check_bootstrap, check_properties, check_sink_host
@@ -29,31 +29,22 @@ GROUP_PROTOCOLS = frozenset({"classic", "consumer"})
 SINK_CREDENTIAL_PREFIX = "bolt."
 
 
-class RestartPolicy(str, Enum):
+class RestartPolicy(StrEnum):
     """What the host does when a stream's process dies (a signal, an exit, the OOM killer)."""
     ON_FAILURE = "on-failure"   # restart with capped exponential backoff, as Kafka Connect restarts tasks
     NEVER = "never"             # stay in error, naming the cause, until someone starts it
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Delivery(str, Enum):
+class Delivery(StrEnum):
     """Where a batch's offsets are kept, and so what a crash can repeat."""
     AT_LEAST_ONCE = "at_least_once"   # committed to Kafka after the graph write: a crash repeats one batch
     EXACTLY_ONCE = "exactly_once"     # written with the batch, in the same transaction or write: nothing repeats
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ErrorsTolerance(str, Enum):
+class ErrorsTolerance(StrEnum):
     """What a message that cannot be transformed or written does to its stream (Kafka Connect's errors.tolerance)."""
     NONE = "none"   # the batch is retried, then the stream goes to error
     ALL = "all"     # the message is dead-lettered (or skipped and recorded); the others go on
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # Kafka Connect's names for these settings: Cypher's `options` map and the API's create body use them.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 
@@ -39,18 +39,15 @@ INITIAL_REBALANCE_DELAY_S = 3      # brokers' (and the embedded cluster's) group
 
 
 # -- states ------------------------------------------------------------------------------------------
-class StreamStatus(str, Enum):
+class StreamStatus(StrEnum):
     CREATED = "created"
     STARTING = "starting"   # subscribed, the group has not assigned partitions yet
     RUNNING = "running"
     STOPPED = "stopped"
     ERROR = "error"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ChangeStatus(str, Enum):
+class ChangeStatus(StrEnum):
     PLANNED = "planned"    # dry run: what would be applied
     APPLIED = "applied"
     CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
@@ -64,7 +61,7 @@ class ChangeStatus(str, Enum):
     DEAD_LETTERED = "dead_lettered"
 
 
-class MoveState(str, Enum):
+class MoveState(StrEnum):
     REQUESTED = "requested"
     WAITING = "waiting"
     MOVED = "moved"
@@ -78,7 +75,7 @@ class MoveState(str, Enum):
         return self in (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """Burrow's partition statuses, ordered by how bad they are (`severity`), and STARTING: too early to say."""
     OK = "OK"
     STARTING = "STARTING"
@@ -91,20 +88,14 @@ class Verdict(str, Enum):
     def severity(self) -> int:
         return _SEVERITY[self]
 
-    def __str__(self) -> str:
-        return self.value
-
 
 _SEVERITY = {Verdict.OK: 0, Verdict.STARTING: 1, Verdict.REWIND: 2, Verdict.WARN: 3, Verdict.STALL: 4,
              Verdict.STOP: 5}
 
 
-class LagSecondsMethod(str, Enum):
+class LagSecondsMethod(StrEnum):
     TIMESTAMP = "timestamp"
     EXTRAPOLATED = "extrapolated"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # -- a stream ------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from enum import Enum
+from enum import StrEnum
 
 from .errors import ConfigError
 from .model import PartitionKey, PartitionOffsets
@@ -23,7 +23,7 @@ _DIGITS = re.compile(r"[0-9]{1,19}")
 MAX_SHOWN_ERRORS = 5
 
 
-class OffsetSource(str, Enum):
+class OffsetSource(StrEnum):
     COMMITTED = "committed"   # the group's committed offsets (what the stream resumes from when stopped)
     POSITION = "position"     # the running consumer's positions (partitions it holds)
 

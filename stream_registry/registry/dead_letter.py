@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
@@ -27,7 +27,7 @@ class DeadLetterError(StreamError):
     """A poison message could not be written to the dead-letter topic; its batch stays uncommitted."""
 
 
-class Stage(str, Enum):
+class Stage(StrEnum):
     """Where a message failed, in Connect's `__connect.errors.stage` terms."""
     TRANSFORMATION = "TRANSFORMATION"
     SINK = "TASK_PUT"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
@@ -28,12 +28,9 @@ from .worker import RetryPolicy, StreamEvents, StreamWorker
 log = logging.getLogger("mgstreams.registry")
 
 
-class Isolation(str, Enum):
+class Isolation(StrEnum):
     THREAD = "thread"     # the registry's own process (embedding, tests)
     PROCESS = "process"   # one child process per running stream (the stream host)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class StreamRunner(Protocol):
