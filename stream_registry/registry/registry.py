@@ -16,6 +16,7 @@ processes reach the streams through the host that owns the registry
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import socket
@@ -284,14 +285,14 @@ class StreamRegistry:
 
     # -- offsets --------------------------------------------------------------
     def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
-                   dry_run: bool = False) -> list[OffsetChange]:
+                   dry_run: bool = False) -> builtins.list[OffsetChange]:
         """Set the offset of every partition the spec targets; see the module docstring of offset_spec.
         One call is one change: its partitions share one change id in the history."""
         deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
         return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", deadline, dry_run)
 
     def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False,
-               partitions: list | None = None) -> list[OffsetChange]:
+               partitions: builtins.list | None = None) -> builtins.list[OffsetChange]:
         """Move every partition of change `change_id` (one set_offset call; or only `partitions`) back to its
         previous offset, through set_offset's gated path; the history then holds the revert, its message naming
         the change it reverts. A previous offset the log no longer holds is clamped into [log start, log end],
@@ -304,7 +305,7 @@ class StreamRegistry:
                 for c in changes]
 
     def _move(self, name: str, spec: OffsetSpec, shown: str, deadline: float, dry_run: bool,
-              note: str | None = None) -> list[OffsetChange]:
+              note: str | None = None) -> builtins.list[OffsetChange]:
         """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
         holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
         `note` becomes the history message of the changes once applied."""
@@ -374,7 +375,7 @@ class StreamRegistry:
         return {tp: seen.positions.get(tp, resume[tp]) for tp in resume}
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
-              timeout: float = 20.0) -> list[PreviewStatement]:
+              timeout: float = 20.0) -> builtins.list[PreviewStatement]:
         """The statements the stream's transformation makes of up to `limit` records per partition, from
         where `offset` (any set_offset spec) resolves: Memgraph's CHECK STREAM at any offset. Read without
         joining the stream's group and without committing; nothing is written anywhere (no sink is opened).
@@ -395,13 +396,13 @@ class StreamRegistry:
                                  what=f"check: the preview of transformation {stream.config.transform!r}")
         return preview(*args)
 
-    def pending(self, name: str) -> list[PendingOffset]:
+    def pending(self, name: str) -> builtins.list[PendingOffset]:
         """Offsets waiting for an assignment (a stopped stream, or partitions another member holds)."""
         self._stream(name)
         self._changes.flush(name)
         return self._store.pending_rows(name)
 
-    def cancel_pending(self, name: str, *, timeout: float = 10.0) -> list[PendingOffset]:
+    def cancel_pending(self, name: str, *, timeout: float = 10.0) -> builtins.list[PendingOffset]:
         """Cancel the stream's pending offsets: in its running stream's gate first (a cancelled change is never
         applied later), then in the state store; the rows cancelled. One applied meanwhile (its assignment came
         first) is in the history, not in the result."""
@@ -416,7 +417,7 @@ class StreamRegistry:
             return self._changes.cancel(name, cancelled, runner is not None and self._running(stream) is runner,
                                         up_to)
 
-    def describe(self, name: str) -> list[PartitionOffsets]:
+    def describe(self, name: str) -> builtins.list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
         stream, runner, config, query = self._view(name)
@@ -450,7 +451,7 @@ class StreamRegistry:
             log.warning("stream %s: %s", config.name, redact(str(exc), config.secret_values()))
             return None
 
-    def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
+    def history(self, name: str, limit: int | None = None) -> builtins.list[HistoryEntry]:
         self._stream(name)
         return self._changes.history(name, limit)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import StreamConfig
 from ..errors import ConfigError, StreamError
-from ..model import ChangeStatus, GateEvent, HistoryEntry, PendingOffset, SetAside, StreamStatus
+from ..model import ChangeStatus, GateEvent, HistoryEntry, PartitionKey, PendingOffset, SetAside, StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
 
@@ -174,9 +174,9 @@ class StateStore:
             return change_id
         return self._transaction(add)
 
-    def pending(self, name: str) -> dict[tuple[str, int], int]:
+    def pending(self, name: str) -> dict[PartitionKey, int]:
         """The offset each partition waits for: its latest pending change's."""
-        return {(p.topic, p.partition): p.offset for p in self.pending_rows(name)}
+        return {PartitionKey(p.topic, p.partition): p.offset for p in self.pending_rows(name)}
 
     def pending_rows(self, name: str, change_id: int | None = None) -> list[PendingOffset]:
         """The latest pending change of each partition; with `change_id`, that change's rows still pending."""

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ..config import Delivery, ErrorsTolerance, StreamConfig
+from ..config import CONSUMER_DEFAULTS, Delivery, ErrorsTolerance, StreamConfig
 from ..errors import StoredOffsetsConflict, StreamError
 from ..graph.offset_store import offset_statements
 from ..graph.sink_faults import Fault, classify
@@ -72,18 +72,6 @@ NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERAT
 RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                               KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
                               KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
-# librdkafka settings a stream starts from; a stream's `configs` override them.
-CONSUMER_DEFAULTS = {
-    "auto.offset.reset": "earliest",
-    # A caught-up partition's fetch is held by the broker up to this long (default 500), and a
-    # seek waits for it: keep it short so offset changes act within tens of milliseconds
-    # (bench/offset_latency.py: 20 ms made the first message at the new offset come ~25 ms after the call).
-    "fetch.wait.max.ms": 5,
-    # Once a partition's local queue holds more than queued.min.messages (one compressed fetch
-    # often does), its next fetch waits this long (default 1000): a stream catching up then
-    # idles most of the time. 50 ms made catching up about 3x faster (bench/multi_stream.py).
-    "fetch.queue.backoff.ms": 50,
-}
 
 
 @dataclass(frozen=True)
