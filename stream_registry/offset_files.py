@@ -96,7 +96,7 @@ def _parse_line(line: str) -> tuple[PartitionKey, int]:
         raise ValueError(f"partition {_shown(partition)} is not a partition number")
     if not _DIGITS.fullmatch(offset) or int(offset) > INT64_MAX:
         raise ValueError(f"offset {_shown(offset)} is not an offset (an integer >= 0)")
-    return (topic, int(partition)), int(offset)
+    return PartitionKey(topic, int(partition)), int(offset)
 
 
 def _shown(text: str, limit: int = 60) -> str:

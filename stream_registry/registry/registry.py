@@ -29,17 +29,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import Delivery, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
+from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
 from ..errors import (
     ConfigError,
-    OffsetSpecError,
     StreamError,
     StreamExists,
     StreamNotFound,
     StreamStateError,
     TransformError,
 )
-from ..graph.sinks import OutputPolicy, read_stored_offsets, validate_sink_uri
+from ..graph.sinks import OutputPolicy, validate_sink_uri
 from ..graph.transform import is_builtin
 from ..kafka.queries import PartitionQuery
 from ..model import (
@@ -49,19 +48,17 @@ from ..model import (
     OffsetChange,
     PartitionKey,
     PartitionOffsets,
-    PartitionSnapshot,
     PendingOffset,
     PreviewStatement,
     StreamInfo,
     StreamStatus,
-    WorkerSnapshot,
 )
-from ..offset_spec import OffsetSpec, parse_offset_spec, resolve
+from ..offset_spec import OffsetSpec, parse_offset_spec
 from ..redaction import mask_all, mask_secrets, redact, redact_error
-from ..resume_point import resume_offsets
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
 from .one_shot import call_in_child
+from .positions import StreamPositions
 from .preview import preview
 from .runner import Isolation, StreamRunner, ThreadRunner, check_stream_transformation, locate_stream_transformation
 from .starting import starting_detail
@@ -89,6 +86,10 @@ class RestartBackoff:
         return min(self.first_s * (2 ** (failures - 1)), self.max_s)
 
 
+DEFAULT_RETRY = RetryPolicy()            # frozen values: one instance serves every registry
+DEFAULT_GROUP_POLICY = GroupPolicy()
+
+
 @dataclass
 class _Stream:
     config: StreamConfig
@@ -106,10 +107,10 @@ class _Stream:
 
 
 class StreamRegistry:
-    def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = RetryPolicy(),
+    def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = DEFAULT_RETRY,
                  query_timeout: float = 10.0, stop_timeout: float = 30.0, holder: str | None = None,
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
-                 group_policy: GroupPolicy = GroupPolicy()):
+                 group_policy: GroupPolicy = DEFAULT_GROUP_POLICY):
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -118,6 +119,7 @@ class StreamRegistry:
             raise
         self.state_dir = Path(state_dir)
         self._changes = ChangeSets(self._store)
+        self._positions = StreamPositions(self._store.pending, self._output_policy)
         self._stop_timeout = stop_timeout
         self._retry = retry
         self._query_timeout = query_timeout
@@ -309,10 +311,10 @@ class StreamRegistry:
         """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
         holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
         `note` becomes the history message of the changes once applied."""
-        stream, runner, config, query = self._view(name)
+        _, runner, config, query = self._view(name)
         # Resolving asks the cluster (metadata, watermarks, time lookups, another group's commits): no lock is
         # held meanwhile, so stop, drop and describe answer at once; the change is opened under the lock after.
-        resolved, _ = self._resolve(config, query, runner, spec, shown, deadline)
+        resolved, _ = self._positions.resolve(config, query, runner, spec, shown, deadline)
         plan = [r for r in resolved if not r.unchanged]
         if dry_run:
             return [OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
@@ -333,46 +335,11 @@ class StreamRegistry:
             runner = self._running(stream)
             change_id = self._changes.open(name, plan, note, running=runner is not None)
             if runner is not None:
-                runner.request_offsets(change_id, {(r.topic, r.partition): r.offset for r in plan})
+                runner.request_offsets(change_id, {PartitionKey(r.topic, r.partition): r.offset for r in plan
+                                                   if r.offset is not None})   # none failed: they raised
         if runner is not None:
             self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
         return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
-
-    def _resolve(self, config: StreamConfig, query: PartitionQuery, runner: StreamRunner | None, spec: OffsetSpec,
-                 shown: str, deadline: float) -> tuple[list, dict]:
-        """Every partition the spec targets, resolved against the cluster now (no lock held), and the
-        snapshots of the stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved.
-        Relative specs and previous offsets count from where the stream is: its position where its consumer
-        holds the partition, else its resume point (a pending change; an exactly-once sink's stored offset)."""
-        def left() -> float:
-            return max(deadline - time.monotonic(), 0.1)
-        partitions = query.partitions(config.topics, left())
-        spec.check_against(partitions)
-        seen = runner.snapshot() if runner else WorkerSnapshot()
-        tps = [(t, p) for t in config.topics for p in partitions[t]]
-        snapshots = query.snapshots(tps, seen.positions, deadline=deadline)
-        where = self._where(config, snapshots, seen)
-        based = [PartitionSnapshot(topic=s.topic, partition=s.partition, log_start=s.log_start, log_end=s.log_end,
-                                   committed=s.committed,
-                                   position=where.get((s.topic, s.partition))) for s in snapshots]
-        resolved = resolve(spec, based, lambda times: query.offsets_for_times(times, time.monotonic() + left()),
-                           running=True,
-                           lookup_group=lambda group, tps: query.group_committed(group, tps, left()))
-        unresolved = [r for r in resolved if r.failed]
-        if unresolved:
-            raise OffsetSpecError(f"{shown}: " + _grouped_reasons(unresolved))
-        return resolved, {(snap.topic, snap.partition): snap for snap in snapshots}
-
-    def _where(self, config: StreamConfig, snapshots: list, seen: WorkerSnapshot) -> dict[PartitionKey, int | None]:
-        """Where each partition stands: the consumer's position, else the resume point without the
-        auto.offset.reset guess (None: the partition has no offset yet)."""
-        stored: dict | None = {}
-        if config.delivery == Delivery.EXACTLY_ONCE:
-            missing = [(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in seen.stored]
-            offline = self._stored_offsets(config, missing) if missing else {}
-            stored = None if offline is None else {**offline, **seen.stored}
-        resume = resume_offsets(config, snapshots, self._store.pending(config.name), stored, guess=False)
-        return {tp: seen.positions.get(tp, resume[tp]) for tp in resume}
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
               timeout: float = 20.0) -> builtins.list[PreviewStatement]:
@@ -387,8 +354,9 @@ class StreamRegistry:
         spec = parse_offset_spec(offset)
         deadline = time.monotonic() + timeout
         stream, runner, config, query = self._view(name)
-        resolved, snapshots = self._resolve(config, query, runner, spec, f"offset {offset!r}", deadline)  # no lock
-        starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
+        resolved, snapshots = self._positions.resolve(config, query, runner, spec, f"offset {offset!r}",
+                                                      deadline)  # no lock held
+        starts = {PartitionKey(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
         left = max(deadline - time.monotonic(), 0.1)
         args = (stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit, left)
         if self._isolation == Isolation.PROCESS:
@@ -420,36 +388,9 @@ class StreamRegistry:
     def describe(self, name: str) -> builtins.list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
-        stream, runner, config, query = self._view(name)
+        _, runner, config, query = self._view(name)
         # The cluster and the sink are asked with no lock held: stop and drop never wait for them.
-        partitions = query.partitions(config.topics)
-        seen = runner.snapshot() if runner else WorkerSnapshot()
-        tps = [(t, p) for t in config.topics for p in partitions[t]]
-        snapshots = query.snapshots(tps, seen.positions)
-        missing = [tp for tp in tps if tp not in seen.stored]   # not assigned since its process started
-        offline = self._stored_offsets(config, missing) if missing else {}
-        stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
-        pending = self._store.pending(name)
-        resume = resume_offsets(config, snapshots, pending, stored)
-        return [PartitionOffsets(topic=s.topic, partition=s.partition, committed_offset=s.committed,
-                                 position=s.position, log_start_offset=s.log_start, log_end_offset=s.log_end,
-                                 lag=None if s.committed is None else max(s.log_end - s.committed, 0),
-                                 assigned=(s.topic, s.partition) in seen.assigned,
-                                 stored_offset=stored.get((s.topic, s.partition)) if stored else None,
-                                 resume_offset=resume[(s.topic, s.partition)])
-                for s in snapshots]
-
-    def _stored_offsets(self, config: StreamConfig, partitions: list) -> dict | None:
-        """An exactly-once stream's offsets read from its sink; None when the sink cannot be read."""
-        if config.delivery != Delivery.EXACTLY_ONCE:
-            return {}
-        try:
-            config.validate()   # the sink's host is one the operator allows today
-            return read_stored_offsets(config.sink, config.name, config.sink_credentials(), self._output_policy(),
-                                       partitions)
-        except StreamError as exc:
-            log.warning("stream %s: %s", config.name, redact(str(exc), config.secret_values()))
-            return None
+        return self._positions.describe(config, query, runner)
 
     def history(self, name: str, limit: int | None = None) -> builtins.list[HistoryEntry]:
         self._stream(name)
@@ -513,16 +454,20 @@ class StreamRegistry:
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
         name = config.name
+        earlier = stream.stats   # this run's batches add to those of the runs before
+
+        def on_stats(stats: BatchStats) -> None:
+            stream.stats = earlier + stats
         events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
                               on_change=lambda event: self._changes.on_event(name, event),
                               on_set_aside=lambda records: self._changes.on_set_aside(name, records),
-                              on_stats=lambda stats, earlier=stream.stats: setattr(stream, "stats", earlier + stats))
-        common = dict(pending=self._changes.pending_moves(config.name), output=self._output_policy(), retry=self._retry,
-                      events=events)
+                              on_stats=on_stats)
+        pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:
-            return ProcessRunner(config, **common, stop_timeout=self._stop_timeout,
+            return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
+                                 stop_timeout=self._stop_timeout,
                                  on_exit=lambda runner, cause: self._on_exit(stream, runner, cause))
-        return ThreadRunner(config, **common)
+        return ThreadRunner(config, pending=pending, output=output, retry=self._retry, events=events)
 
     def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
         """Stop the runner. A thread that does not stop in time keeps its sink and its place (closing
@@ -664,7 +609,7 @@ def _described(config: StreamConfig) -> str:
 
 def _shown_change(config: StreamConfig, key: str, before: object, after: object) -> str:
     """`batch_size 1000 -> 50` for a log line; configs by key, secret values masked."""
-    if key == "configs":
+    if key == "configs" and isinstance(before, Mapping) and isinstance(after, Mapping):
         shown_before, shown_after = mask_secrets(before, config.secret_values()), config.shown_configs()
         keys = sorted(k for k in {*before, *after} if before.get(k) != after.get(k))
         return "{" + ", ".join(f"{k}: {shown_before.get(k, '(unset)')} -> {shown_after.get(k, '(unset)')}"
@@ -676,23 +621,6 @@ def _check_timeout(timeout: object) -> bool:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
     return True
-
-
-def _grouped_reasons(resolved) -> str:
-    """`t:0..199 (200 partitions): reason` instead of 200 lines saying the same thing."""
-    by_reason: dict[str, list] = {}
-    for r in resolved:
-        prefix = f"{r.topic}:{r.partition}: "
-        reason = r.message[len(prefix):] if r.message.startswith(prefix) else r.message
-        by_reason.setdefault(reason, []).append((r.topic, r.partition))
-    parts = []
-    for reason, tps in by_reason.items():
-        topics = sorted({t for t, _ in tps})
-        where = ", ".join(
-            f"{t}:{min(ps)}..{max(ps)} ({len(ps)} partitions)" if len(ps) > 2 else ", ".join(f"{t}:{p}" for p in ps)
-            for t in topics for ps in [sorted(p for tt, p in tps if tt == t)])
-        parts.append(f"{where}: {reason}")
-    return "; ".join(parts)
 
 
 def stored_config(state_dir: str | os.PathLike, name: str) -> StreamConfig:
