@@ -26,3 +26,11 @@ def message_offset(msg: Message) -> int:
         raise KafkaOperationError(f"{msg.topic()}:{msg.partition()}: a message without an offset "
                                   f"({msg.error() or 'no error'})", topic=msg.topic(), partition=msg.partition())
     return offset
+
+
+def record_key(msg: Message) -> PartitionKey:
+    """A record's (topic, partition); an event without them (not a record) is a KafkaOperationError."""
+    key = message_key(msg)
+    if key is None:
+        raise KafkaOperationError(f"a message without a topic and partition ({msg.error() or 'no error'})")
+    return key
