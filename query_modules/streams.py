@@ -119,11 +119,13 @@ def _status(info: dict) -> mgp.Record:
     return mgp.Record(name=info["name"], status=info["status"])
 
 
+# Memgraph turns each Python default into the Cypher default (a map must be a dict); _map copies it, never
+# changing the shared default.
 @mgp.read_proc
 def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: str = "",
            sink: str = DEFAULT_SINK, consumer_group: str = "", batch_size: int = 1000,
-           batch_interval_ms: int = 100, configs: mgp.Map = {}, credentials: mgp.Map = {},
-           restart: str = "on-failure", options: mgp.Map = {}) -> StatusRecord:
+           batch_interval_ms: int = 100, configs: mgp.Map = {}, credentials: mgp.Map = {},  # noqa: B006 (above)
+           restart: str = "on-failure", options: mgp.Map = {}) -> StatusRecord:  # noqa: B006 (above)
     """Create a stream (stopped): topics, brokers, transformation `module.function`, graph sink URI.
 
     An empty transform stores each message as a (:KafkaMessage) node; an empty

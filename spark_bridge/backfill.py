@@ -220,6 +220,6 @@ def _arrow_messages(batches: Iterator[pa.RecordBatch], seen: list[OffsetRange]) 
         offsets = batch.column("offset").to_pylist()
         stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
         rows = zip(topics, partitions, offsets, batch.column("key").to_pylist(),
-                   batch.column("value").to_pylist(), stamps)
+                   batch.column("value").to_pylist(), stamps, strict=True)   # columns of one record batch
         yield [Message(*row) for row in rows]
         seen.append(OffsetRange(topics[0], partitions[0], offsets[0], offsets[-1] + 1))

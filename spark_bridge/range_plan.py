@@ -18,6 +18,7 @@ import heapq
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from stream_registry.errors import KafkaOperationError, OffsetSpecError
 from stream_registry.kafka.queries import PartitionQuery
@@ -245,7 +246,7 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None = Non
             _, i = heapq.heappop(heap)
             parts[i] += 1
             heapq.heappush(heap, (-ranges[i].size / parts[i], i))
-    pieces = [piece for r, n in zip(ranges, parts) for piece in _cut(r, n)]
+    pieces = [piece for r, n in zip(ranges, parts, strict=True) for piece in _cut(r, n)]
     if max_offsets_per_partition:
         pieces = [piece for r in pieces for piece in _cut(r, -(-r.size // max_offsets_per_partition))]
     return pieces
@@ -255,7 +256,7 @@ def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
     if parts <= 1:
         return [r]
     edges = [r.from_offset + (i * r.size) // parts for i in range(parts + 1)]
-    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(edges, edges[1:]) if b > a]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in pairwise(edges) if b > a]
 
 
 def _check_positive(option: str, value: int | None) -> None:

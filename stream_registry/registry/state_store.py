@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..config import StreamConfig
-from ..errors import ConfigError, StreamError
+from ..errors import ConfigError, StreamError, StreamNotFound
 from ..model import ChangeStatus, GateEvent, HistoryEntry, PartitionKey, PendingOffset, SetAside, StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
@@ -324,3 +324,21 @@ def _stored_config(name: str, text: str) -> StreamConfig:
         return StreamConfig(**json.loads(text))
     except ConfigError as exc:
         raise ConfigError(f"stream {name!r} in the state store: {exc}") from None
+
+
+def stored_config(state_dir: str | os.PathLike, name: str) -> StreamConfig:
+    """A stream's configuration, secrets included, read from a state directory without hosting it.
+
+    For jobs that replay a stream's topics next to the host that runs it (the
+    Spark backfill); the host's API never hands out secrets.
+    """
+    if not (Path(state_dir) / STATE_FILE).is_file():
+        raise StreamNotFound(f"state_dir: no mgstreams state in {str(state_dir)!r}")
+    store = StateStore(state_dir)
+    try:
+        for config, *_ in store.load_streams():
+            if config.name == name:
+                return config
+    finally:
+        store.close()
+    raise StreamNotFound(f"name: no stream named {name!r} in {str(state_dir)!r}")

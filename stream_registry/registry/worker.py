@@ -26,6 +26,10 @@ writer, a restored snapshot, a cut-back file) drops the batch uncommitted and
 seeks the partitions to what the sink stores. The stored offsets are read at
 assignment within a bound; a sink that does not answer holds the partitions
 back (shown in `error`) and is asked again between batches.
+
+Why one module over 400 lines: everything here runs on, or hands work to, the
+one poll thread that owns the consumer, and its state (batch, gate, stored view,
+held partitions) is shared by the loop and the rebalance callbacks inside it.
 """
 from __future__ import annotations
 
