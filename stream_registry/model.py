@@ -25,12 +25,14 @@ class PartitionKey(NamedTuple):
 
 # -- limits: shared by the HTTP API, the client, the registry and (as copies) the query module ----------
 REQUEST_TIMEOUT_S = 30.0     # a client's wait for any call but an offset change, an alter or a preview
-ALTER_TIMEOUT_S = 150.0      # an alter may import a transformation (60 s at most) and restart the stream (stop: 30 s)
+ALTER_TIMEOUT_S = 150.0      # an alter may import a transformation and restart the stream: see the two below
 MARGIN_S = 5.0               # beyond an offset change's (or preview's) own timeout: the host answers within it
 DEFAULT_TIMEOUT_MS = 10_000  # an offset change waits this long for the rebalance unless told otherwise
 MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
 MAX_CHECK_LIMIT = 1000       # records per partition a preview reads at most (they are all held in memory)
 CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bolt worker waits meanwhile)
+CHECK_IMPORT_TIMEOUT_S = 60.0  # importing a transformation's module at create or alter (a large ML library takes long)
+STOP_TIMEOUT_S = 30.0        # a stream finishing its batch at stop before its process is killed
 MAX_LIMIT = 2 ** 63 - 1      # the most history rows a `limit` may ask for
 MAX_BODY_BYTES = 1 << 20     # an offset map for 50,000 partitions fits; a client cannot make the host hold more
 SESSION_TIMEOUT_MS = 45_000        # librdkafka's default session.timeout.ms

@@ -46,7 +46,11 @@ from ..graph.sinks import OutputPolicy, validate_sink_uri
 from ..graph.transform import is_builtin
 from ..kafka.queries import PartitionQuery
 from ..model import (
+    CHECK_IMPORT_TIMEOUT_S,
+    CHECK_TIMEOUT_MS,
+    DEFAULT_TIMEOUT_MS,
     MAX_CHECK_LIMIT,
+    STOP_TIMEOUT_S,
     ChangeStatus,
     HistoryEntry,
     OffsetChange,
@@ -72,7 +76,6 @@ from .stream_process import ProcessRunner
 from .worker import RetryPolicy, StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
-CHECK_IMPORT_TIMEOUT_S = 60.0   # importing a transformation's module at create (a large ML library takes long)
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ class _Stream:
 
 class StreamRegistry:
     def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = DEFAULT_RETRY,
-                 query_timeout: float = 10.0, stop_timeout: float = 30.0, holder: str | None = None,
+                 query_timeout: float = 10.0, stop_timeout: float = STOP_TIMEOUT_S, holder: str | None = None,
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
                  group_policy: GroupPolicy = DEFAULT_GROUP_POLICY):
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
@@ -290,14 +293,14 @@ class StreamRegistry:
             log.error("registry closed; streams that did not stop cleanly: %s", "; ".join(failed))
 
     # -- offsets --------------------------------------------------------------
-    def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
+    def set_offset(self, name: str, offset: object, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
                    dry_run: bool = False) -> builtins.list[OffsetChange]:
         """Set the offset of every partition the spec targets; see the module docstring of offset_spec.
         One call is one change: its partitions share one change id in the history."""
         deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
         return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", deadline, dry_run)
 
-    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False,
+    def revert(self, name: str, change_id: int, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000, dry_run: bool = False,
                partitions: builtins.list | None = None) -> builtins.list[OffsetChange]:
         """Move every partition of change `change_id` (one set_offset call; or only `partitions`) back to its
         previous offset, through set_offset's gated path; the history then holds the revert, its message naming
@@ -346,7 +349,7 @@ class StreamRegistry:
         return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
-              timeout: float = 20.0) -> builtins.list[PreviewStatement]:
+              timeout: float = CHECK_TIMEOUT_MS / 1000) -> builtins.list[PreviewStatement]:
         """The statements the stream's transformation makes of up to `limit` records per partition, from
         where `offset` (any set_offset spec) resolves: Memgraph's CHECK STREAM at any offset. Read without
         joining the stream's group and without committing; nothing is written anywhere (no sink is opened).
@@ -374,7 +377,7 @@ class StreamRegistry:
         self._changes.flush(name)
         return self._store.pending_rows(name)
 
-    def cancel_pending(self, name: str, *, timeout: float = 10.0) -> builtins.list[PendingOffset]:
+    def cancel_pending(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000) -> builtins.list[PendingOffset]:
         """Cancel the stream's pending offsets: in its running stream's gate first (a cancelled change is never
         applied later), then in the state store; the rows cancelled. One applied meanwhile (its assignment came
         first) is in the history, not in the result."""

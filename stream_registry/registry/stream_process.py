@@ -38,7 +38,7 @@ from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks import OutputPolicy
 from ..log_repeats import collapse_repeats
-from ..model import GateEvent, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
+from ..model import STOP_TIMEOUT_S, GateEvent, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
 from .batch_stats import BatchStats
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
@@ -134,7 +134,7 @@ class ProcessRunner:
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents,
-                 on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = 30.0):
+                 on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = STOP_TIMEOUT_S):
         self.config = config
         self.pid: int | None = None
         self._spec = ChildSpec(config, dict(pending), output, retry, stop_timeout,
