@@ -9,6 +9,8 @@ from enum import StrEnum
 
 import pytest
 
+from spark_bridge.bolt_load import PrepareStatus
+from spark_bridge.engine import Engine
 from stream_registry.config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
 from stream_registry.model import ChangeStatus, LagSecondsMethod, MoveState, StreamStatus, Verdict
 from stream_registry.offset_files import OffsetSource
@@ -17,7 +19,7 @@ from stream_registry.registry.runner import Isolation
 from stream_registry.registry.state_store import STATE_FILE, StateStore
 
 ENUMS = [StreamStatus, ChangeStatus, MoveState, Verdict, LagSecondsMethod, RestartPolicy, Delivery,
-         ErrorsTolerance, OffsetSource, Stage, Isolation]
+         ErrorsTolerance, OffsetSource, Stage, Isolation, Engine, PrepareStatus]
 MEMBERS = [member for enum in ENUMS for member in enum]
 
 
