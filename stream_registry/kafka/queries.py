@@ -275,8 +275,8 @@ class PartitionQuery:
         while end > low:
             start = max(low, end - width)
             found = None
-            for found in self._records(reader, topic, partition, start, end, deadline):  # noqa: B007 (keeps the last)
-                pass
+            for record in self._records(reader, topic, partition, start, end, deadline):
+                found = record   # the window's last record
             if found is not None:
                 return found
             end, width = start, width * 2

@@ -71,7 +71,8 @@ from .preview import preview
 from .runner import Isolation, StreamRunner, ThreadRunner, check_stream_transformation, locate_stream_transformation
 from .starting import starting_detail
 from .state_lock import StateLock
-from .state_store import StateStore, stored_config  # noqa: F401 (stored_config: its public home before)
+from .state_store import StateStore
+from .state_store import stored_config as stored_config  # re-exported: its public home before
 from .stream_process import ProcessRunner
 from .worker import RetryPolicy, StreamEvents
 
