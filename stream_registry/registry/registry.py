@@ -16,7 +16,8 @@ processes reach the streams through the host that owns the registry
 
 Why one module over 400 lines: each public call and each runner callback is a
 step under the same registry lock and per-stream lock; what needs no lock lives
-apart (positions: offsets and resolving; change_sets; state_store; runners).
+apart (admission: create's and alter's checks; positions: offsets and resolving;
+change_sets; state_store; the runners).
 """
 from __future__ import annotations
 
@@ -40,13 +41,10 @@ from ..errors import (
     StreamExists,
     StreamNotFound,
     StreamStateError,
-    TransformError,
 )
-from ..graph.sinks import OutputPolicy, validate_sink_uri
-from ..graph.transform import is_builtin
+from ..graph.sinks import OutputPolicy
 from ..kafka.queries import PartitionQuery
 from ..model import (
-    CHECK_IMPORT_TIMEOUT_S,
     CHECK_TIMEOUT_MS,
     DEFAULT_TIMEOUT_MS,
     MAX_CHECK_LIMIT,
@@ -62,13 +60,14 @@ from ..model import (
     StreamStatus,
 )
 from ..offset_spec import OffsetSpec, parse_offset_spec
-from ..redaction import mask_all, mask_secrets, redact, redact_error
+from ..redaction import mask_all, redact
+from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
 from .one_shot import call_in_child
 from .positions import StreamPositions
 from .preview import preview
-from .runner import Isolation, StreamRunner, ThreadRunner, check_stream_transformation, locate_stream_transformation
+from .runner import Isolation, StreamRunner, ThreadRunner
 from .starting import starting_detail
 from .state_lock import StateLock
 from .state_store import StateStore
@@ -161,13 +160,13 @@ class StreamRegistry:
         with self._lock:
             if config.name in self._streams:
                 raise StreamExists(f"name: a stream named {config.name!r} already exists")
-        self._check_reachable(config)
+        admit(config, None, self._isolation, self._output_policy, self._open_query)
         with self._lock:
             if config.name in self._streams:
                 raise StreamExists(f"name: a stream named {config.name!r} already exists")
             self._store.insert_stream(config)
             self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
-        log.info("stream %s: created (%s)", config.name, _described(config))
+        log.info("stream %s: created (%s)", config.name, described(config))
         return self.get(config.name)
 
     def alter(self, name: str, changes: Mapping[str, Any]) -> StreamInfo:
@@ -178,7 +177,8 @@ class StreamRegistry:
         before = self._stream(name).config
         config = before.altered(changes)
         self._group_policy.check(config)
-        self._check_reachable(config, before)   # outside the stream's lock: it may wait for the cluster
+        # no lock held: it may wait for the cluster
+        admit(config, before, self._isolation, self._output_policy, self._open_query)
         with self._locked(name) as stream:
             if stream.config is not before:
                 raise StreamStateError(f"name: stream {name!r} was altered meanwhile; read it and alter it again")
@@ -190,27 +190,13 @@ class StreamRegistry:
             if stream.query is not None:   # it connected with the old configs
                 stream.query.close()
                 stream.query = None
-            shown = ", ".join(f"{key} {_shown_change(config, key, getattr(before, key), getattr(config, key))}"
+            shown = ", ".join(f"{key} {shown_change(config, key, getattr(before, key), getattr(config, key))}"
                               for key in changes)
             log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if running else "")
             if running:
                 stream.failures = stream.restarts = 0
                 self._start_locked(stream, why="restart (altered)")
         return self.get(name)
-
-    def _check_reachable(self, config: StreamConfig, before: StreamConfig | None = None) -> None:
-        """What create checks beyond the config's own validation: the transformation imports, the sink URI is
-        allowed, the brokers answer with the topics. An alter re-checks only what it changes."""
-        if before is None or config.transform != before.transform:
-            self._check_transformation(config)
-        if before is None or config.sink != before.sink:
-            try:
-                validate_sink_uri(config.sink, self._output_policy())
-            except StreamError as exc:
-                raise ConfigError(redact_error(str(exc), config.secret_values())) from None
-        if before is None or config.configs != before.configs:
-            with self._open_query(config) as query:
-                query.partitions(config.topics)
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
@@ -555,20 +541,6 @@ class StreamRegistry:
         except StreamError as exc:
             log.warning("stream %s: cannot persist status: %s", stream.config.name, exc)
 
-    def _check_transformation(self, config: StreamConfig) -> None:
-        """Import the transformation to refuse a bad one at create. A stream host imports a user's module in a
-        child process (its top-level code runs there, never in the host); the built-ins are the project's own."""
-        if self._isolation == Isolation.PROCESS and not is_builtin(config.transform):
-            locate_stream_transformation(config)
-            what = f"transform: importing {config.transform!r}"
-            try:
-                call_in_child(check_stream_transformation, config, timeout=CHECK_IMPORT_TIMEOUT_S, what=what,
-                              secrets=config.secret_values())
-            except TransformError as exc:   # it died: a bad transformation all the same
-                raise ConfigError(str(exc)) from None
-        else:
-            check_stream_transformation(config)
-
     def _output_policy(self) -> OutputPolicy:
         """Where this registry's file sinks may write: $MGSTREAMS_OUTPUT_DIRS, else <state dir>/output."""
         return OutputPolicy.for_state_dir(self.state_dir)
@@ -607,22 +579,6 @@ class StreamRegistry:
                           batch_seconds_buckets=stream.stats.cumulative_buckets(),
                           detail=starting_detail(c.configs, time.monotonic() - stream.started_at)
                           if stream.status == StreamStatus.STARTING and runner else None)
-
-
-def _described(config: StreamConfig) -> str:
-    """A stream's identity for a log line (secrets redacted)."""
-    return redact(f"topics {','.join(config.topics)}, group {config.group_id}, bootstrap {config.bootstrap_servers}, "
-                  f"transform {config.transform}, sink {config.sink}", config.secret_values())
-
-
-def _shown_change(config: StreamConfig, key: str, before: object, after: object) -> str:
-    """`batch_size 1000 -> 50` for a log line; configs by key, secret values masked."""
-    if key == "configs" and isinstance(before, Mapping) and isinstance(after, Mapping):
-        shown_before, shown_after = mask_secrets(before, config.secret_values()), config.shown_configs()
-        keys = sorted(k for k in {*before, *after} if before.get(k) != after.get(k))
-        return "{" + ", ".join(f"{k}: {shown_before.get(k, '(unset)')} -> {shown_after.get(k, '(unset)')}"
-                               for k in keys) + "}"
-    return redact(f"{before} -> {after}", config.secret_values())
 
 
 def _check_timeout(timeout: object) -> bool:
