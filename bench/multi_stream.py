@@ -31,7 +31,7 @@ finished), the host, and the bench process (the embedded brokers' threads; for
 the threads run also both streams).
 
 The streams keep their own consumer settings unless `--config` overrides one.
-Streams default to `fetch.queue.backoff.ms=50` (worker.CONSUMER_DEFAULTS);
+Streams default to `fetch.queue.backoff.ms=50` (config.CONSUMER_DEFAULTS);
 with librdkafka's 1000 (`--config fetch.queue.backoff.ms=1000`), on this data
 (compressed batches of 200 B messages, each fetch past `queued.min.messages`)
 a stream mostly waits for its next fetch: it is then not CPU-bound, and two

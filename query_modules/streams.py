@@ -33,6 +33,7 @@ DEFAULT_SINK = os.environ.get("MGSTREAMS_DEFAULT_SINK", "bolt://localhost:7687")
 TIMEOUT_S = 30.0   # every call but set_stream_offset: a Bolt worker is held while we wait
 ALTER_TIMEOUT_S = 150.0   # alter may import a transformation (60 s at most) and restart the stream (stop: 30 s)
 MARGIN_S = 5.0     # set_stream_offset waits its own timeout_ms, plus this for the host's queries
+DEFAULT_TIMEOUT_MS = 10_000  # an offset change waits this long for the rebalance unless told otherwise
 MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
 MAX_CHECK_LIMIT = 1000       # records per partition a preview reads at most
 CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bolt worker waits meanwhile)
@@ -119,11 +120,13 @@ def _status(info: dict) -> mgp.Record:
     return mgp.Record(name=info["name"], status=info["status"])
 
 
+# Memgraph turns each Python default into the Cypher default (a map must be a dict); _map copies it, never
+# changing the shared default.
 @mgp.read_proc
 def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: str = "",
            sink: str = DEFAULT_SINK, consumer_group: str = "", batch_size: int = 1000,
-           batch_interval_ms: int = 100, configs: mgp.Map = {}, credentials: mgp.Map = {},
-           restart: str = "on-failure", options: mgp.Map = {}) -> StatusRecord:
+           batch_interval_ms: int = 100, configs: mgp.Map = {}, credentials: mgp.Map = {},  # noqa: B006 (above)
+           restart: str = "on-failure", options: mgp.Map = {}) -> StatusRecord:  # noqa: B006 (above)
     """Create a stream (stopped): topics, brokers, transformation `module.function`, graph sink URI.
 
     An empty transform stores each message as a (:KafkaMessage) node; an empty
@@ -200,7 +203,7 @@ def list_streams() -> mgp.Record(name=str, topics=mgp.List[str], consumer_group=
 
 
 @mgp.read_proc
-def set_stream_offset(name: str, offset: mgp.Any, timeout_ms: int = 10000, dry_run: bool = False
+def set_stream_offset(name: str, offset: mgp.Any, timeout_ms: int = DEFAULT_TIMEOUT_MS, dry_run: bool = False
                       ) -> mgp.Record(topic=str, partition=int, previous_offset=mgp.Nullable[int],
                                       offset=mgp.Nullable[int], status=str, message=str):
     """Move the stream's consumer on every partition the offset spec targets.
@@ -281,7 +284,7 @@ def _change_records(changes: list) -> list:
 
 
 @mgp.read_proc
-def revert(name: str, change_id: int, timeout_ms: int = 10000, dry_run: bool = False,
+def revert(name: str, change_id: int, timeout_ms: int = DEFAULT_TIMEOUT_MS, dry_run: bool = False,
            partitions: mgp.Nullable[mgp.List[mgp.Any]] = None) -> mgp.Record(topic=str, partition=int, previous_offset=mgp.Nullable[int], offset=mgp.Nullable[int],
                            status=str, message=str):
     """Move every partition of change `change_id` (one set_stream_offset call, see streams.history; or only

@@ -90,8 +90,8 @@ class _progress:
         self.group = f"mgstreams-backfill-{uuid.uuid4().hex[:12]}"
         self._stop = threading.Event()
         self._sc = _spark_context(spark)
-        self._handler = None
-        self._thread = None
+        self._handler: _ConnectProgress | None = None
+        self._thread: threading.Thread | None = None
 
     def __enter__(self):
         if self._sc is not None:
@@ -197,7 +197,10 @@ class FrameLoader:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        index, attempt = TaskContext.get().partitionId(), _task_attempt()
+        context = TaskContext.get()
+        if context is None:
+            raise StreamError("backfill: a partition's loader runs inside a Spark task, and this is none")
+        index, attempt = context.partitionId(), _task_attempt()
         seen: list[OffsetRange] = []
         output = PartitionOutput(self.loading.sink, f"part-{index:05d}", attempt)
         messages = rebatch(_arrow_messages(batches, seen), self.loading.batch_size)
@@ -220,6 +223,6 @@ def _arrow_messages(batches: Iterator[pa.RecordBatch], seen: list[OffsetRange]) 
         offsets = batch.column("offset").to_pylist()
         stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
         rows = zip(topics, partitions, offsets, batch.column("key").to_pylist(),
-                   batch.column("value").to_pylist(), stamps)
+                   batch.column("value").to_pylist(), stamps, strict=True)   # columns of one record batch
         yield [Message(*row) for row in rows]
         seen.append(OffsetRange(topics[0], partitions[0], offsets[0], offsets[-1] + 1))

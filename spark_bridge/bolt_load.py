@@ -34,10 +34,11 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from urllib.parse import urlsplit
 
 from stream_registry.errors import ConfigError, SinkError
+from stream_registry.graph.sinks.bolt import BoltSink
 from stream_registry.graph.sinks.schemes import open_sink
 from stream_registry.graph.transform import load_transformation
 
@@ -131,7 +132,7 @@ def prepare_statements(transform: str, search_dirs: Sequence[str] = ()) -> tuple
                       f"declare {PREPARE_ATTRIBUTE} = [\"CREATE INDEX ON :Label(key);\", ...])")
 
 
-class PrepareStatus(Enum):
+class PrepareStatus(StrEnum):
     CREATED = "created"
     EXISTS = "exists"
 
@@ -150,6 +151,9 @@ def prepare_graph(sink_uri: str, credentials: Mapping[str, str], statements: Seq
     if not is_bolt_uri(sink_uri):
         raise ConfigError(f"prepare: needs a bolt://, bolt+s:// or bolt+ssc:// sink, got {sink_uri!r}")
     sink = open_sink(sink_uri, credentials)   # its connection: TLS and credentials as for the load
+    if not isinstance(sink, BoltSink):   # is_bolt_uri said so: a bolt URI opens a BoltSink
+        sink.close()
+        raise ConfigError(f"prepare: {sink_uri!r} did not open a Bolt connection")
     results = []
     try:
         for statement in statements:

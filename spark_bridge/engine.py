@@ -15,7 +15,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from urllib.parse import urlsplit
 
 from stream_registry.errors import ConfigError
@@ -28,7 +28,7 @@ CONNECT_MODULES = ("grpc", "grpc_status", "zstandard")     # pyspark[connect]'s 
 SPARK_EXTRA = "mgstreams[spark]"
 
 
-class Engine(Enum):
+class Engine(StrEnum):
     AUTO = "auto"
     SPARK = "spark"
     LOCAL = "local"

@@ -46,15 +46,21 @@ def stream_resume_offsets(state_dir: str | os.PathLike, config: StreamConfig,
     with PartitionQuery(config.bootstrap_servers, config.group_id, {**config.configs, **config.kafka_credentials()},
                         timeout=timeout, secrets=secrets) as query:
         partitions = query.partitions(config.topics)
-        snapshots = query.snapshots([(t, p) for t in config.topics for p in partitions[t]])
+        snapshots = query.snapshots([PartitionKey(t, p) for t in config.topics for p in partitions[t]])
     stored: dict[PartitionKey, int] = {}
-    unpending = [(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in pending]
+    unpending = [PartitionKey(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in pending]
     if config.delivery == Delivery.EXACTLY_ONCE and unpending:
         try:
             # No output policy: the host admitted this sink when the stream was created, reading it writes
             # nothing, and whoever reads the state directory holds the stream's secrets already.
-            stored = read_stored_offsets(config.sink, config.name, config.sink_credentials(), None, unpending)
+            found = read_stored_offsets(config.sink, config.name, config.sink_credentials(), None, unpending)
+            stored = {PartitionKey(*tp): offset for tp, offset in found.items()}
         except StreamError as exc:
             raise StreamError(f"stream {config.name!r}: sink: its stored offsets are the exactly-once stream's "
                               f"resume point and cannot be read: {redact(str(exc), secrets)}") from None
-    return resume_offsets(config, snapshots, pending, stored)   # every value an offset: `stored` was read
+    resume = resume_offsets(config, snapshots, pending, stored)
+    # Every value is an offset: `stored` was read, and a partition with none resumes at auto.offset.reset's.
+    unknown = sorted(f"{t}:{p}" for (t, p), offset in resume.items() if offset is None)
+    if unknown:
+        raise StreamError(f"stream {config.name!r}: no resume point for {', '.join(unknown)}")
+    return {tp: offset for tp, offset in resume.items() if offset is not None}

@@ -31,6 +31,7 @@ from stream_registry.graph.sinks.schemes import open_sink, validate_sink_uri
 from stream_registry.graph.transform import Message, load_transformation, run_transformation
 from stream_registry.graph.unwind import nodes_first
 from stream_registry.kafka.queries import PartitionQuery
+from stream_registry.model import PartitionKey
 from stream_registry.offset_spec import OffsetSpec
 
 from .bolt_load import DEFAULT_WRITERS, MAX_WRITERS, WriterSlots, is_bolt_uri
@@ -59,7 +60,7 @@ class BackfillJob:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     writers: int = DEFAULT_WRITERS
-    resume_offsets: Mapping[tuple[str, int], int] | None = None
+    resume_offsets: Mapping[PartitionKey, int] | None = None
 
     def consumer_config(self) -> dict[str, object]:
         return {**self.client_config, "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}

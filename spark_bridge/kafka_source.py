@@ -23,7 +23,8 @@ from pyspark.sql.types import StructType
 
 from stream_registry.errors import ConfigError
 from stream_registry.kafka.queries import PartitionQuery
-from stream_registry.registry.registry import stored_config
+from stream_registry.model import PartitionKey
+from stream_registry.registry.state_store import stored_config
 
 from .handoff import stream_resume_offsets, uses_committed
 from .range_plan import OffsetRange, RangePlan, plan, split_ranges
@@ -89,10 +90,14 @@ def plan_source(options: SourceOptions) -> RangePlan:
                     fail_on_data_loss=options.fail_on_data_loss, resume_offsets=resume)
 
 
-def stream_resume(options: SourceOptions) -> dict[tuple[str, int], int] | None:
+def stream_resume(options: SourceOptions) -> dict[PartitionKey, int] | None:
     """The resume point of the `stream` option's stream when the offsets refer to `committed`; its topics
     must include the subscribed ones."""
-    config = stored_config(options.state_dir, options.stream).with_group()
+    stream, state_dir = options.stream, options.state_dir
+    if not stream or not state_dir:   # parse_options pairs them; a caller building options by hand may not
+        raise ConfigError(f"stream: needs the stream's name and its host's stateDir, got {stream!r} in "
+                          f"{state_dir!r}")
+    config = stored_config(state_dir, stream).with_group()
     subscribed = list(options.topics)
     foreign = [t for t in subscribed if t not in config.topics]
     if foreign:
@@ -101,7 +106,7 @@ def stream_resume(options: SourceOptions) -> dict[tuple[str, int], int] | None:
                           f"{options.stream!r} ({', '.join(config.topics)})")
     if not uses_committed(options.starting, options.ending):
         return None
-    return stream_resume_offsets(options.state_dir, config)
+    return stream_resume_offsets(state_dir, config)
 
 
 def register(spark) -> None:

@@ -18,10 +18,11 @@ import heapq
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from stream_registry.errors import KafkaOperationError, OffsetSpecError
 from stream_registry.kafka.queries import PartitionQuery
-from stream_registry.model import PartitionSnapshot, ResolvedOffset
+from stream_registry.model import PartitionKey, PartitionSnapshot, ResolvedOffset
 from stream_registry.offset_spec import Absolute, Committed, Earliest, Latest, OffsetSpec, Target, resolve
 
 # What a partition the spec does not name gets (the JVM Kafka source's batch defaults).
@@ -127,7 +128,7 @@ class RangePlan:
 # -- resolving ------------------------------------------------------------------
 def resolve_bounds(query: PartitionQuery, topics: Iterable[str] | Mapping[str, Iterable[int]],
                    start: OffsetSpec, until: OffsetSpec, *, fail_on_data_loss: bool = True,
-                   resume_offsets: Mapping[tuple[str, int], int] | None = None) -> list[PartitionBounds]:
+                   resume_offsets: Mapping[PartitionKey, int] | None = None) -> list[PartitionBounds]:
     """Resolve start and end specs for every partition of `topics` (or only the listed partitions).
 
     `resume_offsets`, when given, is what `committed` means for every partition
@@ -142,7 +143,7 @@ def resolve_bounds(query: PartitionQuery, topics: Iterable[str] | Mapping[str, I
     partitions = _partitions(query, topics)
     start.check_against(partitions)
     until.check_against(partitions)
-    tps = [(t, p) for t in sorted(partitions) for p in sorted(partitions[t])]
+    tps = [PartitionKey(t, p) for t in sorted(partitions) for p in sorted(partitions[t])]
     snapshots = query.snapshots(tps)
     if resume_offsets is not None:
         snapshots = _with_resume_offsets(snapshots, resume_offsets)
@@ -150,26 +151,27 @@ def resolve_bounds(query: PartitionQuery, topics: Iterable[str] | Mapping[str, I
     ends = _resolve_all(query, _with_default(until, DEFAULT_UNTIL), snapshots, "until")
     bounds = []
     for snap in snapshots:
-        key = (snap.topic, snap.partition)
+        key = PartitionKey(snap.topic, snap.partition)
         first, last = starts[key], ends[key]
         _check_data_loss(start, snap, fail_on_data_loss)
         notes = [f"{which}: {r.message}" for which, r in (("start", first), ("until", last)) if r.message]
-        if first.offset > last.offset:
-            notes.append(f"start {first.offset} is after the end {last.offset}: nothing to read")
-        bounds.append(PartitionBounds(snap.topic, snap.partition, first.offset, last.offset,
+        from_offset, until_offset = _offset(first), _offset(last)
+        if from_offset > until_offset:
+            notes.append(f"start {from_offset} is after the end {until_offset}: nothing to read")
+        bounds.append(PartitionBounds(snap.topic, snap.partition, from_offset, until_offset,
                                       snap.log_start, snap.log_end, "; ".join(notes)))
     return bounds
 
 
 def _with_resume_offsets(snapshots: Sequence[PartitionSnapshot],
-                         resume_offsets: Mapping[tuple[str, int], int]) -> list[PartitionSnapshot]:
+                         resume_offsets: Mapping[PartitionKey, int]) -> list[PartitionSnapshot]:
     missing = [f"{s.topic}:{s.partition}" for s in snapshots if (s.topic, s.partition) not in resume_offsets]
     if missing:
         raise OffsetSpecError(f"resume_offsets: no resume offset for partition(s) {', '.join(missing)}")
     for key, offset in resume_offsets.items():
         if type(offset) is not int or offset < 0:
             raise OffsetSpecError(f"resume_offsets: {key[0]}:{key[1]}: expected an offset >= 0, got {offset!r}")
-    return [replace(s, committed=resume_offsets[(s.topic, s.partition)]) for s in snapshots]
+    return [replace(s, committed=resume_offsets[PartitionKey(s.topic, s.partition)]) for s in snapshots]
 
 
 def _partitions(query: PartitionQuery, topics) -> dict[str, list[int]]:
@@ -195,12 +197,19 @@ def _with_default(spec: OffsetSpec, default: Target) -> OffsetSpec:
 
 
 def _resolve_all(query: PartitionQuery, spec: OffsetSpec, snapshots: Sequence[PartitionSnapshot],
-                 which: str) -> dict[tuple[str, int], ResolvedOffset]:
+                 which: str) -> dict[PartitionKey, ResolvedOffset]:
     resolved = resolve(spec, snapshots, query.offsets_for_times, running=False, lookup_group=query.group_committed)
     failed = [r.message for r in resolved if r.failed or r.unchanged]   # a range needs an offset at both ends
     if failed:
         raise OffsetSpecError(f"{which}: " + "; ".join(failed))
-    return {(r.topic, r.partition): r for r in resolved}
+    return {PartitionKey(r.topic, r.partition): r for r in resolved}
+
+
+def _offset(resolved: ResolvedOffset) -> int:
+    """A resolved end of a range (_resolve_all refused any partition without one)."""
+    if resolved.offset is None:
+        raise OffsetSpecError(f"{resolved.topic}:{resolved.partition}: {resolved.message}")
+    return resolved.offset
 
 
 def _check_data_loss(start: OffsetSpec, snap: PartitionSnapshot, fail_on_data_loss: bool) -> None:
@@ -235,7 +244,7 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None = Non
     parts = [1] * len(ranges)
     if min_partitions and len(ranges) < min_partitions:
         # max-heap on the current piece size of each range
-        heap = [(-r.size, i) for i, r in enumerate(ranges)]
+        heap: list[tuple[float, int]] = [(-r.size, i) for i, r in enumerate(ranges)]
         heapq.heapify(heap)
         for _ in range(min_partitions - len(ranges)):
             while heap and parts[heap[0][1]] >= ranges[heap[0][1]].size:
@@ -245,7 +254,7 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None = Non
             _, i = heapq.heappop(heap)
             parts[i] += 1
             heapq.heappush(heap, (-ranges[i].size / parts[i], i))
-    pieces = [piece for r, n in zip(ranges, parts) for piece in _cut(r, n)]
+    pieces = [piece for r, n in zip(ranges, parts, strict=True) for piece in _cut(r, n)]
     if max_offsets_per_partition:
         pieces = [piece for r in pieces for piece in _cut(r, -(-r.size // max_offsets_per_partition))]
     return pieces
@@ -255,7 +264,7 @@ def _cut(r: OffsetRange, parts: int) -> list[OffsetRange]:
     if parts <= 1:
         return [r]
     edges = [r.from_offset + (i * r.size) // parts for i in range(parts + 1)]
-    return [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(edges, edges[1:]) if b > a]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in pairwise(edges) if b > a]
 
 
 def _check_positive(option: str, value: int | None) -> None:
@@ -266,7 +275,7 @@ def _check_positive(option: str, value: int | None) -> None:
 # -- the whole plan -------------------------------------------------------------
 def plan(query: PartitionQuery, topics: Iterable[str] | Mapping[str, Iterable[int]], start: OffsetSpec,
          until: OffsetSpec, min_partitions: int | None = None, *, max_offsets_per_partition: int | None = None,
-         fail_on_data_loss: bool = True, resume_offsets: Mapping[tuple[str, int], int] | None = None) -> RangePlan:
+         fail_on_data_loss: bool = True, resume_offsets: Mapping[PartitionKey, int] | None = None) -> RangePlan:
     bounds = resolve_bounds(query, topics, start, until, fail_on_data_loss=fail_on_data_loss,
                             resume_offsets=resume_offsets)
     ranges = split_ranges([b.range for b in bounds], min_partitions, max_offsets_per_partition)

@@ -15,10 +15,11 @@ from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stream_registry.errors import KafkaOperationError
 from stream_registry.kafka.client import new_consumer
+from stream_registry.kafka.messages import message_offset
 from stream_registry.redaction import redact, secret_values
 
 from .range_plan import DataLossError, OffsetRange
@@ -74,7 +75,7 @@ class RangeReader:
         conf.setdefault("max.partition.fetch.bytes", 16 * 1024 * 1024)
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
                      "enable.partition.eof": True, "auto.offset.reset": "error"})
-        self._consumer = new_consumer(conf, self._secrets, field="kafka.*")
+        self._consumer: Consumer | None = new_consumer(conf, self._secrets, field="kafka.*")
         self.fail_on_data_loss = fail_on_data_loss
         self.poll_timeout = poll_timeout_ms / 1000
         self.max_batch = max_batch
@@ -83,6 +84,11 @@ class RangeReader:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+    def _live(self) -> Consumer:
+        if self._consumer is None:
+            raise KafkaOperationError("kafka.*: the range reader is closed")
+        return self._consumer
 
     def __enter__(self) -> RangeReader:
         return self
@@ -96,7 +102,7 @@ class RangeReader:
         start = self._start(r, r.from_offset)
         if start is None:
             return
-        consumer = self._consumer
+        consumer = self._live()
         consumer.assign([TopicPartition(r.topic, r.partition, start)])
         try:
             last_progress = time.monotonic()
@@ -117,7 +123,7 @@ class RangeReader:
                             break
                         consumer.assign([TopicPartition(r.topic, r.partition, restart)])
                         break
-                    offset = msg.offset()
+                    offset = message_offset(msg)
                     if offset >= r.until_offset:
                         done = True
                         break
@@ -178,15 +184,15 @@ class RangeReader:
 
     def _watermarks(self, r: OffsetRange) -> tuple[int, int]:
         try:
-            return self._consumer.get_watermark_offsets(TopicPartition(r.topic, r.partition),
-                                                        timeout=self.poll_timeout)
+            return self._live().get_watermark_offsets(TopicPartition(r.topic, r.partition),
+                                                      timeout=self.poll_timeout)
         except KafkaException as exc:
             err = exc.args[0]
             raise KafkaOperationError(f"{r}: watermarks failed: {self._redact(err.str())} ({err.name()})",
                                       code=err.name(), topic=r.topic, partition=r.partition) from None
 
     def _position(self, r: OffsetRange) -> int | None:
-        [tp] = self._consumer.position([TopicPartition(r.topic, r.partition)])
+        [tp] = self._live().position([TopicPartition(r.topic, r.partition)])
         return tp.offset if tp.offset >= 0 else None
 
     def _redact(self, exc) -> str:

@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from stream_registry.errors import ConfigError
 from stream_registry.kafka.client import new_consumer
+from stream_registry.model import PartitionKey
 from stream_registry.offset_spec import Absolute, AtTime, Committed, Earliest, Latest, OffsetSpec, Target
 from stream_registry.redaction import secret_values
 
@@ -125,7 +126,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     return parsed
 
 
-def check_client_config(config: Mapping[str, str], secrets=()) -> None:
+def check_client_config(config: Mapping[str, object], secrets: Iterable[str] = ()) -> None:
     """Let librdkafka vet the settings without connecting; name the offending kafka.* option."""
     new_consumer(config, secrets, field="kafka.*").close()
 
@@ -179,16 +180,16 @@ def spark_offsets(value: str, option: str, topics=()) -> OffsetSpec:
     ending = option.lower().startswith("ending")
     lowered = text.lower()
     if lowered in ("earliest", "latest"):
-        target = Earliest() if lowered == "earliest" else Latest()
-        _check_batch_bound(option, target, ending)
-        return OffsetSpec(default=target)
+        bound = Earliest() if lowered == "earliest" else Latest()
+        _check_batch_bound(option, bound, ending)
+        return OffsetSpec(default=bound)
     if lowered == "committed" and ending:
         return OffsetSpec(default=Committed())
     if not text.startswith("{"):
         raise ConfigError(f"{option}: expected 'earliest', 'latest'{', committed' if ending else ''} or JSON "
                           f"like {{\"topic\":{{\"0\":23,\"1\":-2}}}} (-2 = earliest, -1 = latest), got {value!r}")
 
-    def target(raw, where):
+    def target(raw: object, where: str) -> Target:
         if type(raw) is not int:
             raise ConfigError(f"{where}: expected an integer offset, got {raw!r}")
         if raw >= 0:
@@ -213,7 +214,7 @@ def _by_partition(text: str, option: str, topics, to_target) -> OffsetSpec:
     parsed = _json(text, option)
     if not isinstance(parsed, dict) or not parsed:
         raise ConfigError(f"{option}: expected a JSON object of topics, got {text!r}")
-    partitions: dict[tuple[str, int], Target] = {}
+    partitions: dict[PartitionKey, Target] = {}
     for topic, per_partition in parsed.items():
         if topics and topic not in topics:
             raise ConfigError(f"{option}: topic {topic!r} is not subscribed ({', '.join(topics)})")
@@ -223,7 +224,7 @@ def _by_partition(text: str, option: str, topics, to_target) -> OffsetSpec:
         for key, raw in per_partition.items():
             if not str(key).isdigit():
                 raise ConfigError(f"{option}: partition {key!r} of topic {topic!r} is not a number")
-            partitions[(topic, int(key))] = to_target(raw, f"{option}[{topic}][{key}]")
+            partitions[PartitionKey(str(topic), int(key))] = to_target(raw, f"{option}[{topic}][{key}]")
     return OffsetSpec(partitions=partitions)
 
 

@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from .allowlists import check_bootstrap, check_properties, check_sink_host
@@ -25,35 +25,38 @@ MAX_TOPIC_LENGTH = 249
 
 ASSIGNMENT_STRATEGIES = frozenset({"range", "roundrobin", "cooperative-sticky"})
 GROUP_PROTOCOLS = frozenset({"classic", "consumer"})
+# librdkafka settings a stream starts from; a stream's `configs` override them.
+CONSUMER_DEFAULTS: dict[str, str | int] = {
+    "auto.offset.reset": "earliest",
+    # A caught-up partition's fetch is held by the broker up to this long (default 500), and a
+    # seek waits for it: keep it short so offset changes act within tens of milliseconds
+    # (bench/offset_latency.py: 20 ms made the first message at the new offset come ~25 ms after the call).
+    "fetch.wait.max.ms": 5,
+    # Once a partition's local queue holds more than queued.min.messages (one compressed fetch
+    # often does), its next fetch waits this long (default 1000): a stream catching up then
+    # idles most of the time. 50 ms made catching up about 3x faster (bench/multi_stream.py).
+    "fetch.queue.backoff.ms": 50,
+}
 # Credentials with this prefix are for the graph sink, not for librdkafka.
 SINK_CREDENTIAL_PREFIX = "bolt."
 
 
-class RestartPolicy(str, Enum):
+class RestartPolicy(StrEnum):
     """What the host does when a stream's process dies (a signal, an exit, the OOM killer)."""
     ON_FAILURE = "on-failure"   # restart with capped exponential backoff, as Kafka Connect restarts tasks
     NEVER = "never"             # stay in error, naming the cause, until someone starts it
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class Delivery(str, Enum):
+class Delivery(StrEnum):
     """Where a batch's offsets are kept, and so what a crash can repeat."""
     AT_LEAST_ONCE = "at_least_once"   # committed to Kafka after the graph write: a crash repeats one batch
     EXACTLY_ONCE = "exactly_once"     # written with the batch, in the same transaction or write: nothing repeats
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ErrorsTolerance(str, Enum):
+class ErrorsTolerance(StrEnum):
     """What a message that cannot be transformed or written does to its stream (Kafka Connect's errors.tolerance)."""
     NONE = "none"   # the batch is retried, then the stream goes to error
     ALL = "all"     # the message is dead-lettered (or skipped and recorded); the others go on
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # Kafka Connect's names for these settings: Cypher's `options` map and the API's create body use them.
@@ -260,17 +263,17 @@ class StreamConfig:
                 raise ConfigError(f"{_option_name(name)}: expected one of "
                                   f"{', '.join(repr(member.value) for member in kind)}, "
                                   f"got {_shown_value(getattr(self, name))}")
-        topic = self.dead_letter_topic
-        if topic is not None:
-            if not isinstance(topic, str) or not _TOPIC.match(topic) or len(topic) > MAX_TOPIC_LENGTH \
-                    or topic in (".", ".."):
-                raise ConfigError(f"{_option_name('dead_letter_topic')}: {_shown_value(topic)} is not a valid "
+        dlq = self.dead_letter_topic
+        if dlq is not None:
+            if not isinstance(dlq, str) or not _TOPIC.match(dlq) or len(dlq) > MAX_TOPIC_LENGTH \
+                    or dlq in (".", ".."):
+                raise ConfigError(f"{_option_name('dead_letter_topic')}: {_shown_value(dlq)} is not a valid "
                                   f"Kafka topic name")
-            if topic in self.topics:
-                raise ConfigError(f"{_option_name('dead_letter_topic')}: {topic!r} is one of the stream's own "
+            if dlq in self.topics:
+                raise ConfigError(f"{_option_name('dead_letter_topic')}: {dlq!r} is one of the stream's own "
                                   f"topics")
             if self.errors_tolerance != ErrorsTolerance.ALL:
-                raise ConfigError(f"{_option_name('dead_letter_topic')}: {topic!r} needs errors.tolerance 'all' "
+                raise ConfigError(f"{_option_name('dead_letter_topic')}: {dlq!r} needs errors.tolerance 'all' "
                                   f"(got {self.errors_tolerance.value!r})")
         for name in ("dead_letter_context_headers", "bolt_unwind"):
             if not isinstance(getattr(self, name), bool):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 
@@ -25,12 +25,14 @@ class PartitionKey(NamedTuple):
 
 # -- limits: shared by the HTTP API, the client, the registry and (as copies) the query module ----------
 REQUEST_TIMEOUT_S = 30.0     # a client's wait for any call but an offset change, an alter or a preview
-ALTER_TIMEOUT_S = 150.0      # an alter may import a transformation (60 s at most) and restart the stream (stop: 30 s)
+ALTER_TIMEOUT_S = 150.0      # an alter may import a transformation and restart the stream: see the two below
 MARGIN_S = 5.0               # beyond an offset change's (or preview's) own timeout: the host answers within it
 DEFAULT_TIMEOUT_MS = 10_000  # an offset change waits this long for the rebalance unless told otherwise
 MAX_TIMEOUT_MS = 3_600_000   # the longest offset change the host waits for (one hour)
 MAX_CHECK_LIMIT = 1000       # records per partition a preview reads at most (they are all held in memory)
 CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bolt worker waits meanwhile)
+CHECK_IMPORT_TIMEOUT_S = 60.0  # importing a transformation's module at create or alter (a large ML library takes long)
+STOP_TIMEOUT_S = 30.0        # a stream finishing its batch at stop before its process is killed
 MAX_LIMIT = 2 ** 63 - 1      # the most history rows a `limit` may ask for
 MAX_BODY_BYTES = 1 << 20     # an offset map for 50,000 partitions fits; a client cannot make the host hold more
 SESSION_TIMEOUT_MS = 45_000        # librdkafka's default session.timeout.ms
@@ -39,18 +41,15 @@ INITIAL_REBALANCE_DELAY_S = 3      # brokers' (and the embedded cluster's) group
 
 
 # -- states ------------------------------------------------------------------------------------------
-class StreamStatus(str, Enum):
+class StreamStatus(StrEnum):
     CREATED = "created"
     STARTING = "starting"   # subscribed, the group has not assigned partitions yet
     RUNNING = "running"
     STOPPED = "stopped"
     ERROR = "error"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class ChangeStatus(str, Enum):
+class ChangeStatus(StrEnum):
     PLANNED = "planned"    # dry run: what would be applied
     APPLIED = "applied"
     CLAMPED = "clamped"    # applied (or planned), moved into [log start, log end]
@@ -64,7 +63,7 @@ class ChangeStatus(str, Enum):
     DEAD_LETTERED = "dead_lettered"
 
 
-class MoveState(str, Enum):
+class MoveState(StrEnum):
     REQUESTED = "requested"
     WAITING = "waiting"
     MOVED = "moved"
@@ -78,7 +77,7 @@ class MoveState(str, Enum):
         return self in (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     """Burrow's partition statuses, ordered by how bad they are (`severity`), and STARTING: too early to say."""
     OK = "OK"
     STARTING = "STARTING"
@@ -91,20 +90,14 @@ class Verdict(str, Enum):
     def severity(self) -> int:
         return _SEVERITY[self]
 
-    def __str__(self) -> str:
-        return self.value
-
 
 _SEVERITY = {Verdict.OK: 0, Verdict.STARTING: 1, Verdict.REWIND: 2, Verdict.WARN: 3, Verdict.STALL: 4,
              Verdict.STOP: 5}
 
 
-class LagSecondsMethod(str, Enum):
+class LagSecondsMethod(StrEnum):
     TIMESTAMP = "timestamp"
     EXTRAPOLATED = "extrapolated"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # -- a stream ------------------------------------------------------------------------------------------

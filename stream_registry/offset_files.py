@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from enum import Enum
+from enum import StrEnum
 
 from .errors import ConfigError
 from .model import PartitionKey, PartitionOffsets
@@ -23,7 +23,7 @@ _DIGITS = re.compile(r"[0-9]{1,19}")
 MAX_SHOWN_ERRORS = 5
 
 
-class OffsetSource(str, Enum):
+class OffsetSource(StrEnum):
     COMMITTED = "committed"   # the group's committed offsets (what the stream resumes from when stopped)
     POSITION = "position"     # the running consumer's positions (partitions it holds)
 
@@ -96,7 +96,7 @@ def _parse_line(line: str) -> tuple[PartitionKey, int]:
         raise ValueError(f"partition {_shown(partition)} is not a partition number")
     if not _DIGITS.fullmatch(offset) or int(offset) > INT64_MAX:
         raise ValueError(f"offset {_shown(offset)} is not an offset (an integer >= 0)")
-    return (topic, int(partition)), int(offset)
+    return PartitionKey(topic, int(partition)), int(offset)
 
 
 def _shown(text: str, limit: int = 60) -> str:

@@ -16,6 +16,9 @@ it) goes through the time index (`lookup_times`), and `{"group": NAME}` (rpk's
 A partition that group never committed keeps its offset (status `unchanged`).
 In a map, the key "group" is that form, alone: a topic named `group` is named
 by its partitions (`"group:0"`).
+
+Why one module over 400 lines: the parser's targets and the resolver's match over
+them are one closed vocabulary, so a new form changes both halves together.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from .errors import OffsetSpecError
-from .model import PartitionSnapshot, ResolvedOffset
+from .model import PartitionKey, PartitionSnapshot, ResolvedOffset
 
 # Memgraph's dialect at the user surface.
 MEMGRAPH_BEGINNING = -1
@@ -119,12 +122,13 @@ class OffsetSpec:
     """A parsed spec: a target for all partitions, or targets for some topics/partitions."""
     default: Target | None = None
     topics: Mapping[str, Target] = field(default_factory=dict)
-    partitions: Mapping[tuple[str, int], Target] = field(default_factory=dict)
+    partitions: Mapping[PartitionKey, Target] = field(default_factory=dict)
 
     def target_for(self, topic: str, partition: int) -> Target | None:
         """The target of one partition, or None when the spec leaves it alone."""
-        if (topic, partition) in self.partitions:
-            return self.partitions[(topic, partition)]
+        key = PartitionKey(topic, partition)
+        if key in self.partitions:
+            return self.partitions[key]
         if topic in self.topics:
             return self.topics[topic]
         return self.default
@@ -299,15 +303,15 @@ def _parse_map(value: Mapping) -> OffsetSpec:
     if not value:
         raise OffsetSpecError("offset: empty map names no topic or partition")
     topics: dict[str, Target] = {}
-    partitions: dict[tuple[str, int], Target] = {}
-    named: dict[tuple[str, int], str] = {}
+    partitions: dict[PartitionKey, Target] = {}
+    named: dict[PartitionKey, str] = {}
     for key, raw in value.items():
         if not isinstance(key, str):
             raise OffsetSpecError(f"offset: map key {_shown(key)} must be 'topic' or 'topic:partition'")
         where = f"offset[{_shown(key)}]"
         match = _PARTITION_KEY.fullmatch(key)
         if match:
-            tp = (match["topic"], int(match["partition"]))
+            tp = PartitionKey(match["topic"], int(match["partition"]))
             if tp in partitions:   # "t:1" and "t:01": one partition, two targets
                 raise OffsetSpecError(f"offset: map keys {_shown(key)} and {_shown(named[tp])} name the same "
                                       f"partition {tp[0]}:{tp[1]}")
@@ -323,9 +327,9 @@ def _parse_map(value: Mapping) -> OffsetSpec:
 # -- resolving ------------------------------------------------------------------
 
 
-TimeLookup = Callable[[list[tuple[str, int, int]]], Mapping[tuple[str, int], int | None]]
+TimeLookup = Callable[[list[tuple[str, int, int]]], Mapping[PartitionKey, int | None]]
 # (group, partitions) -> that group's committed offset per partition, None where it has none (one batched call)
-GroupLookup = Callable[[str, list[tuple[str, int]]], Mapping[tuple[str, int], int | None]]
+GroupLookup = Callable[[str, list[PartitionKey]], Mapping[PartitionKey, int | None]]
 
 
 def resolve(spec: OffsetSpec, snapshots: Iterable[PartitionSnapshot], lookup_times: TimeLookup,
@@ -341,8 +345,8 @@ def resolve(spec: OffsetSpec, snapshots: Iterable[PartitionSnapshot], lookup_tim
     unknown, and refused naming it.
     """
     snapshots = list(snapshots)
-    targeted = [(snap, spec.target_for(snap.topic, snap.partition)) for snap in snapshots]
-    targeted = [(snap, target) for snap, target in targeted if target is not None]
+    targeted = [(snap, target) for snap in snapshots
+                if (target := spec.target_for(snap.topic, snap.partition)) is not None]
     if any(isinstance(t, BackFromNow) for _, t in targeted):
         now_ns = time.time_ns() if now_ns is None else now_ns
         targeted = [(s, AtTime(t.timestamp_ms(now_ns), f"{t.text} ({_utc_text(t.timestamp_ms(now_ns))})")
@@ -358,13 +362,13 @@ def _utc_text(timestamp_ms: int) -> str:
 
 
 def _group_offsets(groups: set[str], snapshots: list[PartitionSnapshot],
-                   lookup_group: GroupLookup | None) -> dict[str, Mapping[tuple[str, int], int | None]]:
+                   lookup_group: GroupLookup | None) -> dict[str, Mapping[PartitionKey, int | None]]:
     if not groups:
         return {}
     if lookup_group is None:
         raise OffsetSpecError(f"offset: {{\"group\": {sorted(groups)[0]!r}}} cannot be resolved here "
                               "(no access to other groups' offsets)")
-    tps = [(s.topic, s.partition) for s in snapshots]
+    tps = [PartitionKey(s.topic, s.partition) for s in snapshots]
     out = {}
     for group in sorted(groups):
         committed = lookup_group(group, tps)
@@ -376,7 +380,8 @@ def _group_offsets(groups: set[str], snapshots: list[PartitionSnapshot],
     return out
 
 
-def _resolve_one(snap: PartitionSnapshot, target: Target, times, running: bool, groups) -> ResolvedOffset:
+def _resolve_one(snap: PartitionSnapshot, target: Target, times: Mapping[PartitionKey, int | None], running: bool,
+                 groups: Mapping[str, Mapping[PartitionKey, int | None]]) -> ResolvedOffset:
     current = snap.position if running and snap.position is not None else snap.committed
     previous = current
     note = ""
@@ -396,20 +401,21 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times, running: bool, 
                 source = "position or committed offset" if running else "committed offset"
                 return _failed(snap, previous, f"cannot shift by {delta:+d}: no {source} for this partition")
             wanted = current + delta
-        case AtTime(timestamp_ms=ts, text=text):
-            found = times.get((snap.topic, snap.partition))
+        case AtTime(text=text):
+            found = times.get(PartitionKey(snap.topic, snap.partition))
             if found is None:
                 wanted = snap.log_end
                 note = f"no record at or after {text}; set to the end ({snap.log_end})"
             else:
                 wanted = found
         case GroupOffsets(group=group):
-            wanted = groups[group].get((snap.topic, snap.partition))
-            if wanted is None:
+            theirs = groups[group].get(PartitionKey(snap.topic, snap.partition))
+            if theirs is None:
                 return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous,
                                       offset=previous, clamped=False, unchanged=True,
                                       message=f"group {group!r} has no committed offset for "
                                               f"{snap.topic}:{snap.partition}; it keeps its offset")
+            wanted = theirs
         case _:
             raise OffsetSpecError(f"offset: unsupported target {target!r}")
     if wanted < snap.log_start or wanted > snap.log_end:

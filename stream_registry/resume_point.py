@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from .config import Delivery, StreamConfig
+from .config import CONSUMER_DEFAULTS, Delivery, StreamConfig
 from .model import PartitionKey, PartitionSnapshot
 
 _FROM_END = ("latest", "end", "largest")
@@ -30,7 +30,7 @@ def resume_offset(snap: PartitionSnapshot, *, pending: Mapping[PartitionKey, int
     """Where one partition resumes; None for an exactly-once stream whose sink could not be read (`stored`
     None) and that has no pending offset for the partition, and with guess=False (where the stream stands
     now, as relative offset changes count from it) for a partition without an offset yet (rule 4)."""
-    key = (snap.topic, snap.partition)
+    key = PartitionKey(snap.topic, snap.partition)
     if key in pending:
         return pending[key]
     if exactly_once:
@@ -44,15 +44,8 @@ def resume_offsets(config: StreamConfig, snapshots: Iterable[PartitionSnapshot],
                    stored: Mapping[PartitionKey, int] | None, guess: bool = True) -> dict[PartitionKey, int | None]:
     """`resume_offset` of every snapshot, with the stream's delivery and auto.offset.reset."""
     exactly_once = config.delivery == Delivery.EXACTLY_ONCE
-    from_end = str(config.configs.get("auto.offset.reset", _default_reset())).lower() in _FROM_END
-    return {(s.topic, s.partition): resume_offset(s, pending=pending, stored=stored, exactly_once=exactly_once,
+    reset = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
+    from_end = str(reset).lower() in _FROM_END
+    return {PartitionKey(s.topic, s.partition): resume_offset(s, pending=pending, stored=stored, exactly_once=exactly_once,
                                                   from_end=from_end, guess=guess)
             for s in snapshots}
-
-
-def _default_reset() -> str:
-    # The worker owns the consumer defaults. Imported here, not at the top: the registry package
-    # imports this module, and its __init__ would otherwise be entered from inside it.
-    from .registry.worker import CONSUMER_DEFAULTS
-
-    return str(CONSUMER_DEFAULTS["auto.offset.reset"])

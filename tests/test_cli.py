@@ -16,7 +16,6 @@ import sys
 import types
 import uuid
 
-import click
 import psutil
 import pytest
 from click.testing import CliRunner
@@ -24,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from host_helpers import ROOT, HostProcess
 from stream_helpers import delivered_from_file, wait_until
 
-from mgstreams.cli import cli, main
+from mgstreams.cli import cli
 from mgstreams.cli.spec_argument import parse_spec_argument
 from stream_registry.errors import ConfigError
 

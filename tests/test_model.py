@@ -17,7 +17,7 @@ QUERY_MODULE = Path(__file__).resolve().parent.parent / "query_modules" / "strea
 # the query module's name for each shared limit (it stays stdlib + mgp only, so it keeps copies)
 COPIES = {"TIMEOUT_S": "REQUEST_TIMEOUT_S", "ALTER_TIMEOUT_S": "ALTER_TIMEOUT_S", "MARGIN_S": "MARGIN_S",
           "MAX_TIMEOUT_MS": "MAX_TIMEOUT_MS", "MAX_CHECK_LIMIT": "MAX_CHECK_LIMIT",
-          "CHECK_TIMEOUT_MS": "CHECK_TIMEOUT_MS"}
+          "CHECK_TIMEOUT_MS": "CHECK_TIMEOUT_MS", "DEFAULT_TIMEOUT_MS": "DEFAULT_TIMEOUT_MS"}
 
 
 def _module_constants(path: Path) -> dict[str, object]:
@@ -47,6 +47,33 @@ def test_the_host_and_client_use_the_models_limits_not_copies():
     assert registry.MAX_CHECK_LIMIT is model.MAX_CHECK_LIMIT
     assert client.MARGIN_S is model.MARGIN_S and client.ALTER_TIMEOUT_S is model.ALTER_TIMEOUT_S
     assert inspect.signature(client.HostClient).parameters["timeout"].default == model.REQUEST_TIMEOUT_S
+
+
+def test_the_query_modules_procedures_default_to_the_models_limits():
+    """A Cypher caller that leaves timeout_ms out waits what an HTTP or CLI caller waits."""
+    procedures = {node.name: node for node in ast.parse(QUERY_MODULE.read_text()).body
+                  if isinstance(node, ast.FunctionDef)}
+    for name in ("set_stream_offset", "revert"):
+        args = procedures[name].args
+        defaults = dict(zip([a.arg for a in args.args][-len(args.defaults):], args.defaults, strict=True))
+        assert isinstance(defaults["timeout_ms"], ast.Name) and defaults["timeout_ms"].id == "DEFAULT_TIMEOUT_MS", name
+
+
+def test_the_registrys_defaults_are_the_models_limits():
+    from stream_registry.registry.registry import StreamRegistry
+    from stream_registry.registry.stream_process import ProcessRunner
+
+    def default(fn, name):
+        return inspect.signature(fn).parameters[name].default
+
+    for method in (StreamRegistry.set_offset, StreamRegistry.revert, StreamRegistry.cancel_pending):
+        assert default(method, "timeout") * 1000 == model.DEFAULT_TIMEOUT_MS, method.__name__
+    assert default(StreamRegistry.check, "timeout") * 1000 == model.CHECK_TIMEOUT_MS
+    assert default(StreamRegistry, "stop_timeout") == default(ProcessRunner, "stop_timeout") == model.STOP_TIMEOUT_S
+
+
+def test_an_alters_client_timeout_covers_the_import_and_the_restart_it_may_wait_for():
+    assert model.ALTER_TIMEOUT_S >= model.CHECK_IMPORT_TIMEOUT_S + model.STOP_TIMEOUT_S + model.MARGIN_S
 
 
 def test_a_partition_key_is_a_plain_topic_partition_tuple():

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -27,6 +29,8 @@ from ..model import PartitionKey, PartitionSnapshot
 from ..offset_spec import RD_OFFSET_END
 from ..redaction import redact, secret_values
 from .client import new_admin, new_consumer
+
+T = TypeVar("T")
 
 _RETRY_S = 0.1
 # Errors that mean "not now" (a leader is moving, a broker is down), not "never".
@@ -52,7 +56,7 @@ class PartitionQuery:
         conf = {**self._client_config, "bootstrap.servers": bootstrap_servers, "group.id": group_id,
                 "enable.auto.commit": False, "enable.partition.eof": False,
                 "isolation.level": self._client_config.get("isolation.level", "read_committed")}
-        self._consumer = new_consumer(conf, self._secrets)
+        self._consumer: Consumer | None = new_consumer(conf, self._secrets)
         self._isolation = (IsolationLevel.READ_UNCOMMITTED if conf["isolation.level"] == "read_uncommitted"
                            else IsolationLevel.READ_COMMITTED)
         self._bootstrap_servers = bootstrap_servers
@@ -81,7 +85,7 @@ class PartitionQuery:
         result: dict[str, list[int]] = {}
         timeout = self.timeout if timeout is None else timeout
         for topic in topics:
-            metadata = self._call(lambda: self._consumer.list_topics(topic, timeout=max(timeout, 0.1)),
+            metadata = self._call(partial(Consumer.list_topics, topic=topic, timeout=max(timeout, 0.1)),
                                   f"metadata for topic {topic!r}", field="bootstrap_servers", timeout=timeout)
             info = metadata.topics.get(topic)
             if info is None or info.error is not None or not info.partitions:
@@ -102,23 +106,24 @@ class PartitionQuery:
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
-        ends = {}
-        for name, spec in (("earliest", OffsetSpec.earliest()), ("latest", OffsetSpec.latest())):
-            ends[name] = self._call(lambda: self._list_offsets(tps, spec, timeout), "watermarks",
-                                    timeout=timeout)
-        return {tp: (ends["earliest"][tp], ends["latest"][tp]) for tp in tps}
+        earliest = self._call(lambda _: self._list_offsets(tps, OffsetSpec.earliest(), timeout), "watermarks",
+                              timeout=timeout)
+        latest = self._call(lambda _: self._list_offsets(tps, OffsetSpec.latest(), timeout), "watermarks",
+                            timeout=timeout)
+        return {PartitionKey(*tp): (earliest[tp], latest[tp]) for tp in tps}
 
-    def _list_offsets(self, tps: list[PartitionKey], spec, timeout: float) -> dict[PartitionKey, int]:
+    def _list_offsets(self, tps: list[PartitionKey], spec: OffsetSpec, timeout: float) -> dict[PartitionKey, int]:
         futures = self._admin_client().list_offsets(
             {TopicPartition(t, p): spec for t, p in tps}, isolation_level=self._isolation,
             request_timeout=max(timeout, 0.1))
         deadline = time.monotonic() + timeout
-        out = {}
+        out: dict[PartitionKey, int] = {}
         for tp, future in futures.items():
             try:
                 offset = future.result(max(deadline - time.monotonic(), 0.01)).offset
             except FutureTimeout:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for {tp.topic}:{tp.partition}"))
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                                f"no answer for {tp.topic}:{tp.partition}")) from None
             except KafkaException as exc:  # librdkafka's "No leaders found" (_NOENT) right after a broker returns
                 if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() == KafkaError._NOENT:
                     offset = -1
@@ -127,7 +132,7 @@ class PartitionQuery:
             if offset < 0:  # no leader answered for it (librdkafka's OFFSET_INVALID): not an offset to use
                 raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
                                                 f"no leader answered for {tp.topic}:{tp.partition}"))
-            out[(tp.topic, tp.partition)] = offset
+            out[PartitionKey(tp.topic, tp.partition)] = offset
         return out
 
     def _admin_client(self) -> AdminClient:
@@ -143,15 +148,15 @@ class PartitionQuery:
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
-        answer = self._call(lambda: self._consumer.committed([TopicPartition(t, p) for t, p in tps],
-                                                              timeout=max(timeout, 0.1)),
+        answer = self._call(lambda consumer: consumer.committed([TopicPartition(t, p) for t, p in tps],
+                                                                timeout=max(timeout, 0.1)),
                             "committed offsets", timeout=timeout)
-        out = {}
+        out: dict[PartitionKey, int | None] = {}
         for tp in answer:
             if tp.error is not None:
                 raise KafkaOperationError(f"committed offset of {tp.topic}:{tp.partition}: {tp.error.str()}",
                                           code=tp.error.name(), topic=tp.topic, partition=tp.partition)
-            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+            out[PartitionKey(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
         return out
 
     def group_committed(self, group: str, tps: Iterable[PartitionKey],
@@ -163,7 +168,7 @@ class PartitionQuery:
             return {}
         timeout = self.timeout if timeout is None else timeout
 
-        def ask():
+        def ask(_consumer: Consumer) -> Any:
             futures = self._admin_client().list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])],
                 request_timeout=max(timeout, 0.1))
@@ -171,7 +176,7 @@ class PartitionQuery:
             try:
                 return future.result(max(timeout, 0.1))
             except FutureTimeout:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for group {group!r}"))
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for group {group!r}")) from None
 
         answer = self._call(ask, f"committed offsets of group {group!r}", timeout=timeout)
         out: dict[PartitionKey, int | None] = {}
@@ -180,7 +185,7 @@ class PartitionQuery:
                 raise KafkaOperationError(f"committed offset of group {group!r} on {tp.topic}:{tp.partition}: "
                                           f"{tp.error.str()}", code=tp.error.name(), topic=tp.topic,
                                           partition=tp.partition)
-            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+            out[PartitionKey(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
         return out
 
     def offsets_for_times(self, queries: list[tuple[str, int, int]],
@@ -197,13 +202,13 @@ class PartitionQuery:
         if not queries:
             return {}
         deadline = time.monotonic() + self.timeout if deadline is None else deadline
-        answer = self._call(lambda: self._consumer.offsets_for_times(
+        answer = self._call(lambda consumer: consumer.offsets_for_times(
             [TopicPartition(t, p, ts) for t, p, ts in queries], timeout=_left(deadline)),
             "offsets for times", timeout=_left(deadline))
         wanted = {(t, p): ts for t, p, ts in queries}
         out: dict[PartitionKey, int | None] = {}
         for tp in answer:
-            key = (tp.topic, tp.partition)
+            key = PartitionKey(tp.topic, tp.partition)
             if tp.error is not None:
                 raise KafkaOperationError(f"offset by time of {tp.topic}:{tp.partition}: {tp.error.str()}",
                                           code=tp.error.name(), topic=tp.topic, partition=tp.partition)
@@ -216,14 +221,16 @@ class PartitionQuery:
     def snapshots(self, tps: Iterable[PartitionKey], positions: Mapping[PartitionKey, int] | None = None,
                   deadline: float | None = None) -> list[PartitionSnapshot]:
         """Watermarks and committed offsets of `tps`, finished by `deadline` (time.monotonic()) if given."""
-        tps = list(tps)
-        left = (lambda: max(deadline - time.monotonic(), 0.1)) if deadline is not None else (lambda: None)
-        marks = self.watermarks(tps, left())
-        committed = self.committed(tps, left())
+        keys = [PartitionKey(*tp) for tp in tps]
+
+        def left() -> float | None:
+            return None if deadline is None else max(deadline - time.monotonic(), 0.1)
+        marks = self.watermarks(keys, left())
+        committed = self.committed(keys, left())
         positions = positions or {}
-        return [PartitionSnapshot(topic=t, partition=p, log_start=marks[(t, p)][0], log_end=marks[(t, p)][1],
-                                  committed=committed.get((t, p)),
-                                  position=positions.get((t, p))) for t, p in tps]
+        return [PartitionSnapshot(topic=key.topic, partition=key.partition, log_start=marks[key][0],
+                                  log_end=marks[key][1], committed=committed.get(key), position=positions.get(key))
+                for key in keys]
 
     # -- internals --------------------------------------------------------
     def _search_by_time(self, topic: str, partition: int, ts: int, deadline: float) -> int | None:
@@ -235,7 +242,8 @@ class PartitionQuery:
         time (the answer is that record or lies below mid) or moves `lo` past
         `mid`; the interval shrinks every step whatever the gaps.
         """
-        low, high = self.watermarks([(topic, partition)], _left(deadline))[(topic, partition)]
+        key = PartitionKey(topic, partition)
+        low, high = self.watermarks([key], _left(deadline))[key]
         if high <= low:
             return None
         reader = new_consumer({**self._client_config, "bootstrap.servers": self._bootstrap_servers,
@@ -267,8 +275,8 @@ class PartitionQuery:
         while end > low:
             start = max(low, end - width)
             found = None
-            for found in self._records(reader, topic, partition, start, end, deadline):
-                pass
+            for record in self._records(reader, topic, partition, start, end, deadline):
+                found = record   # the window's last record
             if found is not None:
                 return found
             end, width = start, width * 2
@@ -279,7 +287,8 @@ class PartitionQuery:
         """(offset, timestamp) of the first record at or after `offset` and below `end`, None if there is none."""
         return next(self._records(reader, topic, partition, offset, end, deadline), None)
 
-    def _records(self, reader: Consumer, topic: str, partition: int, offset: int, end: int, deadline: float):
+    def _records(self, reader: Consumer, topic: str, partition: int, offset: int, end: int,
+                 deadline: float) -> Iterator[tuple[int, int]]:
         """(offset, timestamp) of the records in [offset, end), read from one assignment."""
         if offset >= end:
             return
@@ -295,10 +304,11 @@ class PartitionQuery:
                 continue
             error = msg.error()
             if error is None:
-                if msg.offset() >= end:
+                at = msg.offset()
+                if at is None or at >= end:   # a fetched record always has its offset
                     return
-                yield msg.offset(), msg.timestamp()[1]
-                if msg.offset() + 1 >= end:
+                yield at, msg.timestamp()[1]
+                if at + 1 >= end:
                     return
             elif error.code() == KafkaError._PARTITION_EOF:
                 return
@@ -306,16 +316,17 @@ class PartitionQuery:
                 raise KafkaOperationError(f"offset by time of {topic}:{partition}: {error.str()}",
                                           code=error.name(), topic=topic, partition=partition)
 
-    def _call(self, fn, what: str, *, field: str | None = None, topic: str | None = None,
-              partition: int | None = None, timeout: float | None = None):
-        """Run one client call; transient errors (leader moves, a broker down) are retried until timeout."""
+    def _call(self, fn: Callable[[Consumer], T], what: str, *, field: str | None = None, topic: str | None = None,
+              partition: int | None = None, timeout: float | None = None) -> T:
+        """Run one client call with the query's consumer (under its lock, so close() cannot pull it away);
+        transient errors (leader moves, a broker down) are retried until timeout."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             with self._lock:
                 if self._consumer is None:
                     raise KafkaOperationError(f"{what}: the query client is closed")
                 try:
-                    return fn()
+                    return fn(self._consumer)
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
             code = err.name() if isinstance(err, KafkaError) else None

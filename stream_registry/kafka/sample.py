@@ -20,6 +20,7 @@ from ..errors import KafkaOperationError
 from ..model import PartitionKey
 from ..redaction import redact
 from .client import new_consumer
+from .messages import message_key, message_offset
 
 _CONSUME_WAIT_S = 0.2
 # Settings that would make the reader a member of something (or commit on its behalf).
@@ -48,7 +49,7 @@ def read_records(config: StreamConfig, starts: Mapping[PartitionKey, int], ends:
                 shown = ", ".join(f"{t}:{p}" for t, p in sorted(reading))
                 raise KafkaOperationError(f"check: reading {shown} did not finish within {timeout:g} s")
             for msg in consumer.consume(500, min(left, _CONSUME_WAIT_S)):
-                tp = (msg.topic(), msg.partition())
+                tp = message_key(msg)
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
@@ -58,10 +59,10 @@ def read_records(config: StreamConfig, starts: Mapping[PartitionKey, int], ends:
                                                   f"{redact(error.str(), secrets)}", code=error.name(),
                                                   topic=msg.topic(), partition=msg.partition())
                     continue
-                if tp not in reading:
+                if tp is None or tp not in reading:
                     continue
                 out[tp].append(msg)
-                if len(out[tp]) >= limit or msg.offset() + 1 >= ends[tp]:
+                if len(out[tp]) >= limit or message_offset(msg) + 1 >= ends[tp]:
                     reading.discard(tp)
     finally:
         consumer.close()

@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
 
 from ..model import PartitionKey
 from .client import new_consumer
+from .messages import message_key, message_offset
 
 PROBE_GROUP = "mgstreams-lag-probe"   # never joined, never committed to: assign() only
 
@@ -38,7 +39,7 @@ class FirstRecords:
     def __init__(self, bootstrap_servers: str, client_config: Mapping[str, object] | None = None,
                  secrets: Iterable[str] = ()):
         config = dict(client_config or {})
-        self._consumer = new_consumer({
+        self._consumer: Consumer | None = new_consumer({
             **config, "bootstrap.servers": bootstrap_servers, "group.id": PROBE_GROUP,
             "enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True,
             "auto.offset.reset": "error", "fetch.wait.max.ms": 10, "fetch.message.max.bytes": 65536,
@@ -72,8 +73,8 @@ class FirstRecords:
             try:
                 while len(found) < len(wanted) and (left := deadline - time.monotonic()) > 0:
                     for msg in consumer.consume(max(len(wanted), 1) * 4, min(left, 0.1)):
-                        tp = (msg.topic(), msg.partition())
-                        if tp not in wanted or tp in found:
+                        tp = message_key(msg)
+                        if tp is None or tp not in wanted or tp in found:
                             continue
                         error = msg.error()
                         end = wanted[tp][1]
@@ -81,11 +82,12 @@ class FirstRecords:
                             if error.code() == KafkaError._PARTITION_EOF:
                                 found[tp] = FirstRecord(False)
                             continue   # another error (offset out of range): no answer for it
-                        if msg.offset() >= end:
+                        offset = message_offset(msg)
+                        if offset >= end:
                             found[tp] = FirstRecord(False)
                         else:
                             kind, ts = msg.timestamp()
-                            found[tp] = FirstRecord(True, msg.offset(),
+                            found[tp] = FirstRecord(True, offset,
                                                     None if kind == TIMESTAMP_NOT_AVAILABLE or ts < 0 else ts)
                         consumer.pause([TopicPartition(*tp)])
             finally:

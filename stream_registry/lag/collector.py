@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 
 from ..errors import StreamError
 from ..kafka.timestamps import FirstRecord, FirstRecords
@@ -121,18 +122,14 @@ class LagCollector:
         """The stream's last round; sampled now when it has none yet. StreamNotFound for an unknown name."""
         info = self._registry.get(name)
         tracked = self._track(name)
-        if tracked.latest is None:
-            self._sample_stream(tracked, info)
-        return tracked.latest
+        return tracked.latest if tracked.latest is not None else self._sample_stream(tracked, info)
 
     def streams(self) -> list[StreamLag]:
         """Every stream's last round (sampled now for streams that have none yet), by name."""
         out = []
         for info in self._registry.list():
             tracked = self._track(info.name)
-            if tracked.latest is None:
-                self._sample_stream(tracked, info)
-            out.append(tracked.latest)
+            out.append(tracked.latest if tracked.latest is not None else self._sample_stream(tracked, info))
         return out
 
     def latest(self) -> list[StreamLag]:
@@ -169,7 +166,8 @@ class LagCollector:
         with self._lock:
             return self._tracked.setdefault(name, _Tracked(name))
 
-    def _sample_stream(self, t: _Tracked, info: StreamInfo) -> None:
+    def _sample_stream(self, t: _Tracked, info: StreamInfo) -> StreamLag:
+        """One round for one stream: its StreamLag, also kept as `t.latest`."""
         with t.lock:
             try:
                 rows = self._registry.describe(info.name)
@@ -187,7 +185,7 @@ class LagCollector:
                                      offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered,
                                      error=f"lag: cannot sample: {exc}",
                                      partitions=previous.partitions if previous else ())
-                return
+                return t.latest
             now = self._clock()
             running = info.status == StreamStatus.RUNNING
             if not running:
@@ -195,17 +193,17 @@ class LagCollector:
             elif t.running_since is None or info.pid != t.pid or (t.latest and t.latest.stream_status != info.status):
                 t.running_since = now
             t.pid = info.pid
-            lagging = {}
+            lagging: dict[PartitionKey, tuple[int, int]] = {}
             for r in rows:
                 consumed = r.committed_offset if r.committed_offset is not None else r.log_start_offset
                 if r.log_end_offset > consumed:
-                    lagging[(r.topic, r.partition)] = (consumed, r.log_end_offset)
+                    lagging[PartitionKey(r.topic, r.partition)] = (consumed, r.log_end_offset)
             first = self._first_records(t, info, lagging)
             verdicts: dict[PartitionKey, PartitionVerdict] = {}
             partitions = []
             seen = set()
             for r in rows:
-                tp = (r.topic, r.partition)
+                tp = PartitionKey(r.topic, r.partition)
                 seen.add(tp)
                 record = first.get(tp)
                 sample = LagSample(r.committed_offset, r.log_end_offset, now, polling=running and r.assigned,
@@ -239,19 +237,20 @@ class LagCollector:
                 partitions = [dataclasses.replace(p, status=overall.verdict, message=overall.message,
                                                   alarm=overall.alarm, change_id=None) for p in partitions]
             rate = self._records_per_second(t) if running else 0.0
-            t.latest = StreamLag(name=info.name, consumer_group=info.consumer_group, stream_status=info.status,
-                                 status=status, message=message, total_lag=total,
+            t.latest = latest = StreamLag(name=info.name, consumer_group=info.consumer_group,
+                                 stream_status=info.status, status=status, message=message, total_lag=total,
                                  max_lag=max((p.lag for p in partitions), default=0),
                                  max_lag_seconds=max(known) if known else None, records_per_second=rate,
                                  sampled_at=datetime.fromtimestamp(now, tz=UTC), interval_s=self.interval,
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
                                  partitions=tuple(partitions))
-            t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=t.latest.max_lag_seconds,
+            t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
                                      records_per_second=rate, status=status, committed=committed))
             while t.points and t.points[0].at < now - self._keep_s:
                 t.points.popleft()
             while t.changes and t.changes[0].at < now - self._keep_s:
                 t.changes.popleft()
+            return latest
 
     def _seconds(self, t: _Tracked, history: list[LagSample], record: FirstRecord | None, now: float
                  ) -> tuple[float | None, LagSecondsMethod]:
@@ -272,7 +271,7 @@ class LagCollector:
             if len(window) < 2:
                 continue
             span = max(span, window[-1].at - window[0].at)
-            total += sum(max((b.committed or 0) - (a.committed or 0), 0) for a, b in zip(window, window[1:])
+            total += sum(max((b.committed or 0) - (a.committed or 0), 0) for a, b in pairwise(window)
                          if a.committed is not None and b.committed is not None)
         return round(total / span, 3) if span > 0 else 0.0
 

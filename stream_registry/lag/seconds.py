@@ -16,6 +16,7 @@ Pure functions: the collector passes the samples and the clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from .verdict import LagSample
 
@@ -40,7 +41,7 @@ def extrapolated(samples: Sequence[LagSample], now: float) -> float | None:
         return 0.0
     offset = last.log_start if last.committed is None else last.committed
     points = _table(samples)
-    for (t0, e0), (t1, e1) in zip(points, points[1:]):
+    for (t0, e0), (t1, e1) in pairwise(points):
         if e0 <= offset < e1:   # the record at `offset` was appended between t0 and t1
             return max(now - (t0 + (offset - e0) / (e1 - e0) * (t1 - t0)), 0.0)
     (t_first, e_first), (t_last, e_last) = points[0], points[-1]

@@ -46,6 +46,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import pairwise
 
 from ..errors import ConfigError
 from ..model import PartitionKey, StreamStatus, Verdict
@@ -127,7 +128,7 @@ def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] =
     samples = list(samples)[-window:]
     if not samples:
         return PartitionVerdict(Verdict.STARTING, "no samples yet")
-    if any(b.at < a.at for a, b in zip(samples, samples[1:])):
+    if any(b.at < a.at for a, b in pairwise(samples)):
         raise ConfigError("samples: must be in time order, oldest first")
     rewind = _last_rewind(samples, list(changes))
     since = samples[rewind[0]:] if rewind else samples   # what happened after the last rewind
@@ -139,9 +140,9 @@ def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] =
             Verdict.STARTING, f"lag {last.lag}; {len(samples)} of {min_samples} samples needed for a trend")
     span = last.at - samples[0].at
     this_run = [s for s in samples if running_since is not None and s.at >= running_since]
-    young = running_since is not None and len(this_run) < window   # the run is younger than the window
+    age = None if running_since is None else last.at - running_since
+    young = age is not None and len(this_run) < window   # the run is younger than the window
     if young and last.polling and len({s.committed for s in this_run}) <= 1 and not rewind:
-        age = last.at - running_since
         return PartitionVerdict(Verdict.STARTING, f"lag {last.lag}; no commit on this partition since the stream "
                                                   f"started {age:.1f} s ago (not reached yet); a stall needs "
                                                   f"{window} samples without one")
@@ -203,7 +204,7 @@ def keeping_up(points: Sequence[tuple[float, int, int | None]]) -> bool:
     the sample before: it could clear it within one interval. A consumer keeping up with a steady producer
     is seldom seen at lag 0 exactly (the records of its next batch are there), and such lag is no trend."""
     return any(a[2] is not None and b[2] is not None and 0 <= b[1] <= b[2] - a[2]
-               for a, b in zip(points, points[1:]))
+               for a, b in pairwise(points))
 
 
 @dataclass(frozen=True)
@@ -256,16 +257,15 @@ def _last_rewind(samples: list[LagSample], changes: list[OffsetChangeMark]
     or only in the history: an operator's rewind that the consumer re-read
     within one sample interval never shows as a lower committed offset.
     """
-    seen = None
+    seen, before, after = None, 0, 0
     for i in range(len(samples) - 1, 0, -1):
-        before, after = samples[i - 1].committed, samples[i].committed
-        if before is not None and after is not None and after < before:
-            seen = i
+        was, now = samples[i - 1].committed, samples[i].committed
+        if was is not None and now is not None and now < was:
+            seen, before, after = i, was, now
             break
     backwards = [c for c in changes if c.previous_offset is not None and c.offset < c.previous_offset
                  and samples[0].at <= c.at <= samples[-1].at + REWIND_SLACK_S]
     if seen is not None:
-        before, after = samples[seen - 1].committed, samples[seen].committed
         explained = [c for c in changes if c.offset <= after and c.offset < before
                      and samples[seen - 1].at - REWIND_SLACK_S <= c.at <= samples[seen].at + REWIND_SLACK_S]
         if explained:

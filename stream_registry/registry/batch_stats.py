@@ -30,7 +30,7 @@ class BatchStats:
     def __add__(self, other: BatchStats) -> BatchStats:
         return BatchStats(self.records + other.records, self.batches + other.batches,
                           self.seconds_sum + other.seconds_sum,
-                          tuple(a + b for a, b in zip(self.per_bucket, other.per_bucket)))
+                          tuple(a + b for a, b in zip(self.per_bucket, other.per_bucket, strict=True)))
 
     def cumulative_buckets(self) -> tuple[int, ...]:
         """Prometheus' form: batches at or below each of BATCH_SECONDS_BOUNDS, then all of them (+Inf)."""

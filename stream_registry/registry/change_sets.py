@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from ..errors import ConfigError, StreamError
+from ..errors import ConfigError, OffsetSpecError, StreamError
 from ..model import (
     ChangeStatus,
     GateEvent,
@@ -54,8 +54,11 @@ class ChangeSets:
     def open(self, name: str, plan: Sequence[ResolvedOffset], note: str | None, running: bool) -> int:
         """Record a call's plan as pending rows of one new change; its change id. A running stream's gate
         says what became of an earlier change of the same partitions; a stopped stream's is superseded now."""
+        unresolved = [f"{r.topic}:{r.partition}" for r in plan if r.offset is None]
+        if unresolved:   # the registry refuses a spec with a failed partition before it opens a change
+            raise OffsetSpecError(f"offset: no offset resolved for {', '.join(unresolved)}")
         rows = [PlannedRow(r.topic, r.partition, r.offset, r.previous_offset, r.clamped,
-                           _joined(note, r.message)) for r in plan]
+                           _joined(note, r.message)) for r in plan if r.offset is not None]
         change_id = self._store.add_change(name, rows, supersede=not running)
         log.info("stream %s: change %d requested%s: %s%s", name, change_id, f" ({note})" if note else "",
                  _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in plan),
@@ -77,12 +80,12 @@ class ChangeSets:
         """What became of each partition of the call, read from the state store (so it never contradicts the
         history): applied/clamped with the history's message, pending with why, superseded or cancelled."""
         self.flush(name)
-        applied = {(h.topic, h.partition): h for h in self._store.history_change(name, change_id)}
-        pending = {(p.topic, p.partition): p for p in self._store.pending_rows(name)}
-        mine = {(p.topic, p.partition): p for p in self._store.pending_rows(name, change_id)}
+        applied = {PartitionKey(h.topic, h.partition): h for h in self._store.history_change(name, change_id)}
+        pending = {PartitionKey(p.topic, p.partition): p for p in self._store.pending_rows(name)}
+        mine = {PartitionKey(p.topic, p.partition): p for p in self._store.pending_rows(name, change_id)}
         out = []
         for r in resolved:
-            tp = (r.topic, r.partition)
+            tp = PartitionKey(r.topic, r.partition)
             if r.unchanged:
                 out.append(OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
                                         offset=r.offset, status=ChangeStatus.UNCHANGED,
@@ -107,12 +110,13 @@ class ChangeSets:
                                                 "cancelled before it was applied"), change_id=change_id))
         return out
 
-    def _later_change(self, name: str, change_id: int, tp: PartitionKey, pending: dict) -> int | None:
+    def _later_change(self, name: str, change_id: int, tp: PartitionKey,
+                      pending: Mapping[PartitionKey, PendingOffset]) -> int | None:
         """The id of a later change of the partition (pending or applied), if any."""
         if tp in pending and (pending[tp].change_id or 0) > change_id:
             return pending[tp].change_id
         later = [h.change_id for h in self._store.history(name) if (h.topic, h.partition) == tp
-                 and (h.change_id or 0) > change_id and h.status in OFFSET_CHANGES]
+                 and h.change_id is not None and h.change_id > change_id and h.status in OFFSET_CHANGES]
         return min(later) if later else None
 
     def revert_spec(self, name: str, change_id: int, partitions: Iterable | None) -> tuple[OffsetSpec, str]:
@@ -136,7 +140,8 @@ class ChangeSets:
             raise ConfigError(f"change_id: change {change_id} ({where}) has no previous offset (the partition had "
                               f"none when it was applied); there is nothing to revert to"
                               + ("; name the other partitions with `partitions`" if len(missing) < len(rows) else ""))
-        spec = OffsetSpec(partitions={(r.topic, r.partition): Absolute(r.previous_offset) for r in rows})
+        spec = OffsetSpec(partitions={PartitionKey(r.topic, r.partition): Absolute(r.previous_offset) for r in rows
+                                      if r.previous_offset is not None})   # none is missing: refused above
         return spec, f"revert of change {change_id}"
 
     def last_change(self, name: str) -> int:
@@ -219,8 +224,8 @@ class ChangeSets:
         """What a stream starting now is handed: the latest pending change of each partition (earlier ones a
         stream that ended never reported on are superseded)."""
         self._store.drop_superseded(name)
-        return {(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset)
-                for p in self._store.pending_rows(name)}
+        return {PartitionKey(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset)
+                for p in self._store.pending_rows(name) if p.change_id is not None}   # a pending row has one
 
     def history(self, name: str, limit: int | None) -> list[HistoryEntry]:
         self.flush(name)
@@ -231,7 +236,7 @@ class ChangeSets:
             self._changed.notify_all()
 
 
-def _moves(moves: Iterable[tuple[str, int, int | None, int]], most: int = 8) -> str:
+def _moves(moves: Iterable[tuple[str, int, int | None, int | None]], most: int = 8) -> str:
     """`orders:0 120 -> 100, orders:1 (none) -> 100` for a log line; past `most` partitions, a count."""
     moves = list(moves)
     shown = ", ".join(f"{t}:{p} {'(none)' if before is None else before} -> {after}"

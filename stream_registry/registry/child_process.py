@@ -15,6 +15,8 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 from ..errors import StreamError, class_named
 from ..redaction import redact
@@ -41,7 +43,7 @@ def child_error(exc: BaseException, secrets=()) -> ChildError:
     return ChildError("TransformError", redact(f"{type(exc).__name__}: {exc}", secrets))
 
 
-def spawn_child(target: Callable, args: tuple, name: str, *, duplex: bool = True):
+def spawn_child(target: Callable, args: tuple, name: str, *, duplex: bool = True) -> tuple[BaseProcess, Connection]:
     """Start `target(conn, *args)` in a spawned child; (the process, the host's end of the pipe)."""
     context = multiprocessing.get_context("spawn")
     conn, child_end = context.Pipe(duplex=duplex)

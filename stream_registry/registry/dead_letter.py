@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 
 from ..config import StreamConfig
-from ..errors import StreamError, TransformError
+from ..errors import ConfigError, StreamError, TransformError
 from ..kafka.client import new_admin, new_producer
 
 DEAD_LETTER_TIMEOUT_S = 10.0   # a produce not acknowledged within this fails the batch (retried)
@@ -27,7 +27,7 @@ class DeadLetterError(StreamError):
     """A poison message could not be written to the dead-letter topic; its batch stays uncommitted."""
 
 
-class Stage(str, Enum):
+class Stage(StrEnum):
     """Where a message failed, in Connect's `__connect.errors.stage` terms."""
     TRANSFORMATION = "TRANSFORMATION"
     SINK = "TASK_PUT"
@@ -64,9 +64,11 @@ class DeadLetterQueue:
     """The stream's dead-letter topic: one producer, created (with the topic, if missing) at first use."""
 
     def __init__(self, config: StreamConfig, redact: Callable[[str], str], timeout_s: float = DEAD_LETTER_TIMEOUT_S):
-        self.topic = config.dead_letter_topic
+        if not config.dead_letter_topic:
+            raise ConfigError(f"dead_letter_topic: stream {config.name!r} has none")
+        self.topic: str = config.dead_letter_topic
         self._config, self._redact, self._timeout_s = config, redact, timeout_s
-        self._producer = None
+        self._producer: Producer | None = None
 
     def send(self, msg, error: BaseException) -> None:
         """Produce `msg` as it came, with context headers; return once the cluster acknowledged it."""
@@ -95,7 +97,7 @@ class DeadLetterQueue:
             self._producer.flush(self._timeout_s)
             self._producer = None
 
-    def _open(self):
+    def _open(self) -> Producer:
         if self._producer is None:
             settings = self._config.client_config()
             secrets = self._config.secret_values()

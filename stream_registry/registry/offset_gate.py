@@ -137,7 +137,8 @@ class OffsetGate:
     def on_assign(self, starts: Mapping[PartitionKey, int | None]) -> dict[PartitionKey, int | None]:
         """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:
         None for where the group resumes). Call after_assign() once the consumer has them."""
-        out, self._assign_origins = {}, {}
+        out: dict[PartitionKey, int | None] = {}
+        self._assign_origins = {}
         with self._lock:
             for tp, start in starts.items():
                 self._assigned[tp] = _Partition(position=start, settled=start is not None and start >= 0)

@@ -13,9 +13,15 @@ back from its committed offsets. A registry owns its state directory
 second registry on the same directory, in any process, is refused. Other
 processes reach the streams through the host that owns the registry
 (`mgstreams serve`), never by opening it again.
+
+Why one module over 400 lines: each public call and each runner callback is a
+step under the same registry lock and per-stream lock; what needs no lock lives
+apart (admission: create's and alter's checks; positions: offsets and resolving;
+change_sets; state_store; the runners).
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import socket
@@ -28,51 +34,48 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import Delivery, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
+from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
 from ..errors import (
     ConfigError,
-    OffsetSpecError,
     StreamError,
     StreamExists,
     StreamNotFound,
     StreamStateError,
-    TransformError,
 )
 from ..graph.sinks.policy import OutputPolicy
-from ..graph.sinks.schemes import validate_sink_uri
-from ..graph.sinks.stored_offsets import read_stored_offsets
-from ..graph.transform import is_builtin
 from ..kafka.queries import PartitionQuery
 from ..model import (
+    CHECK_TIMEOUT_MS,
+    DEFAULT_TIMEOUT_MS,
     MAX_CHECK_LIMIT,
+    STOP_TIMEOUT_S,
     ChangeStatus,
     HistoryEntry,
     OffsetChange,
     PartitionKey,
     PartitionOffsets,
-    PartitionSnapshot,
     PendingOffset,
     PreviewStatement,
     StreamInfo,
     StreamStatus,
-    WorkerSnapshot,
 )
-from ..offset_spec import OffsetSpec, parse_offset_spec, resolve
-from ..redaction import mask_all, mask_secrets, redact, redact_error
-from ..resume_point import resume_offsets
+from ..offset_spec import OffsetSpec, parse_offset_spec
+from ..redaction import mask_all, redact
+from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
 from .one_shot import call_in_child
+from .positions import StreamPositions
 from .preview import preview
-from .runner import Isolation, StreamRunner, ThreadRunner, check_stream_transformation, locate_stream_transformation
+from .runner import Isolation, StreamRunner, ThreadRunner
 from .starting import starting_detail
 from .state_lock import StateLock
-from .state_store import STATE_FILE, StateStore
+from .state_store import StateStore
+from .state_store import stored_config as stored_config  # re-exported: its public home before
 from .stream_process import ProcessRunner
 from .worker import RetryPolicy, StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
-CHECK_IMPORT_TIMEOUT_S = 60.0   # importing a transformation's module at create (a large ML library takes long)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,10 @@ class RestartBackoff:
 
     def delay(self, failures: int) -> float:
         return min(self.first_s * (2 ** (failures - 1)), self.max_s)
+
+
+DEFAULT_RETRY = RetryPolicy()            # frozen values: one instance serves every registry
+DEFAULT_GROUP_POLICY = GroupPolicy()
 
 
 @dataclass
@@ -107,10 +114,10 @@ class _Stream:
 
 
 class StreamRegistry:
-    def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = RetryPolicy(),
-                 query_timeout: float = 10.0, stop_timeout: float = 30.0, holder: str | None = None,
+    def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = DEFAULT_RETRY,
+                 query_timeout: float = 10.0, stop_timeout: float = STOP_TIMEOUT_S, holder: str | None = None,
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
-                 group_policy: GroupPolicy = GroupPolicy()):
+                 group_policy: GroupPolicy = DEFAULT_GROUP_POLICY):
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -119,6 +126,7 @@ class StreamRegistry:
             raise
         self.state_dir = Path(state_dir)
         self._changes = ChangeSets(self._store)
+        self._positions = StreamPositions(self._store.pending, self._output_policy)
         self._stop_timeout = stop_timeout
         self._retry = retry
         self._query_timeout = query_timeout
@@ -152,13 +160,13 @@ class StreamRegistry:
         with self._lock:
             if config.name in self._streams:
                 raise StreamExists(f"name: a stream named {config.name!r} already exists")
-        self._check_reachable(config)
+        admit(config, None, self._isolation, self._output_policy, self._open_query)
         with self._lock:
             if config.name in self._streams:
                 raise StreamExists(f"name: a stream named {config.name!r} already exists")
             self._store.insert_stream(config)
             self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
-        log.info("stream %s: created (%s)", config.name, _described(config))
+        log.info("stream %s: created (%s)", config.name, described(config))
         return self.get(config.name)
 
     def alter(self, name: str, changes: Mapping[str, Any]) -> StreamInfo:
@@ -169,7 +177,8 @@ class StreamRegistry:
         before = self._stream(name).config
         config = before.altered(changes)
         self._group_policy.check(config)
-        self._check_reachable(config, before)   # outside the stream's lock: it may wait for the cluster
+        # no lock held: it may wait for the cluster
+        admit(config, before, self._isolation, self._output_policy, self._open_query)
         with self._locked(name) as stream:
             if stream.config is not before:
                 raise StreamStateError(f"name: stream {name!r} was altered meanwhile; read it and alter it again")
@@ -181,27 +190,13 @@ class StreamRegistry:
             if stream.query is not None:   # it connected with the old configs
                 stream.query.close()
                 stream.query = None
-            shown = ", ".join(f"{key} {_shown_change(config, key, getattr(before, key), getattr(config, key))}"
+            shown = ", ".join(f"{key} {shown_change(config, key, getattr(before, key), getattr(config, key))}"
                               for key in changes)
             log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if running else "")
             if running:
                 stream.failures = stream.restarts = 0
                 self._start_locked(stream, why="restart (altered)")
         return self.get(name)
-
-    def _check_reachable(self, config: StreamConfig, before: StreamConfig | None = None) -> None:
-        """What create checks beyond the config's own validation: the transformation imports, the sink URI is
-        allowed, the brokers answer with the topics. An alter re-checks only what it changes."""
-        if before is None or config.transform != before.transform:
-            self._check_transformation(config)
-        if before is None or config.sink != before.sink:
-            try:
-                validate_sink_uri(config.sink, self._output_policy())
-            except StreamError as exc:
-                raise ConfigError(redact_error(str(exc), config.secret_values())) from None
-        if before is None or config.configs != before.configs:
-            with self._open_query(config) as query:
-                query.partitions(config.topics)
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
@@ -285,15 +280,15 @@ class StreamRegistry:
             log.error("registry closed; streams that did not stop cleanly: %s", "; ".join(failed))
 
     # -- offsets --------------------------------------------------------------
-    def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
-                   dry_run: bool = False) -> list[OffsetChange]:
+    def set_offset(self, name: str, offset: object, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
+                   dry_run: bool = False) -> builtins.list[OffsetChange]:
         """Set the offset of every partition the spec targets; see the module docstring of offset_spec.
         One call is one change: its partitions share one change id in the history."""
         deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
         return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", deadline, dry_run)
 
-    def revert(self, name: str, change_id: int, *, timeout: float = 10.0, dry_run: bool = False,
-               partitions: list | None = None) -> list[OffsetChange]:
+    def revert(self, name: str, change_id: int, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000, dry_run: bool = False,
+               partitions: builtins.list | None = None) -> builtins.list[OffsetChange]:
         """Move every partition of change `change_id` (one set_offset call; or only `partitions`) back to its
         previous offset, through set_offset's gated path; the history then holds the revert, its message naming
         the change it reverts. A previous offset the log no longer holds is clamped into [log start, log end],
@@ -306,14 +301,14 @@ class StreamRegistry:
                 for c in changes]
 
     def _move(self, name: str, spec: OffsetSpec, shown: str, deadline: float, dry_run: bool,
-              note: str | None = None) -> list[OffsetChange]:
+              note: str | None = None) -> builtins.list[OffsetChange]:
         """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
         holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
         `note` becomes the history message of the changes once applied."""
-        stream, runner, config, query = self._view(name)
+        _, runner, config, query = self._view(name)
         # Resolving asks the cluster (metadata, watermarks, time lookups, another group's commits): no lock is
         # held meanwhile, so stop, drop and describe answer at once; the change is opened under the lock after.
-        resolved, _ = self._resolve(config, query, runner, spec, shown, deadline)
+        resolved, _ = self._positions.resolve(config, query, runner, spec, shown, deadline)
         plan = [r for r in resolved if not r.unchanged]
         if dry_run:
             return [OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
@@ -334,49 +329,14 @@ class StreamRegistry:
             runner = self._running(stream)
             change_id = self._changes.open(name, plan, note, running=runner is not None)
             if runner is not None:
-                runner.request_offsets(change_id, {(r.topic, r.partition): r.offset for r in plan})
+                runner.request_offsets(change_id, {PartitionKey(r.topic, r.partition): r.offset for r in plan
+                                                   if r.offset is not None})   # none failed: they raised
         if runner is not None:
             self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
         return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
 
-    def _resolve(self, config: StreamConfig, query: PartitionQuery, runner: StreamRunner | None, spec: OffsetSpec,
-                 shown: str, deadline: float) -> tuple[list, dict]:
-        """Every partition the spec targets, resolved against the cluster now (no lock held), and the
-        snapshots of the stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved.
-        Relative specs and previous offsets count from where the stream is: its position where its consumer
-        holds the partition, else its resume point (a pending change; an exactly-once sink's stored offset)."""
-        def left() -> float:
-            return max(deadline - time.monotonic(), 0.1)
-        partitions = query.partitions(config.topics, left())
-        spec.check_against(partitions)
-        seen = runner.snapshot() if runner else WorkerSnapshot()
-        tps = [(t, p) for t in config.topics for p in partitions[t]]
-        snapshots = query.snapshots(tps, seen.positions, deadline=deadline)
-        where = self._where(config, snapshots, seen)
-        based = [PartitionSnapshot(topic=s.topic, partition=s.partition, log_start=s.log_start, log_end=s.log_end,
-                                   committed=s.committed,
-                                   position=where.get((s.topic, s.partition))) for s in snapshots]
-        resolved = resolve(spec, based, lambda times: query.offsets_for_times(times, time.monotonic() + left()),
-                           running=True,
-                           lookup_group=lambda group, tps: query.group_committed(group, tps, left()))
-        unresolved = [r for r in resolved if r.failed]
-        if unresolved:
-            raise OffsetSpecError(f"{shown}: " + _grouped_reasons(unresolved))
-        return resolved, {(snap.topic, snap.partition): snap for snap in snapshots}
-
-    def _where(self, config: StreamConfig, snapshots: list, seen: WorkerSnapshot) -> dict[PartitionKey, int | None]:
-        """Where each partition stands: the consumer's position, else the resume point without the
-        auto.offset.reset guess (None: the partition has no offset yet)."""
-        stored: dict | None = {}
-        if config.delivery == Delivery.EXACTLY_ONCE:
-            missing = [(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in seen.stored]
-            offline = self._stored_offsets(config, missing) if missing else {}
-            stored = None if offline is None else {**offline, **seen.stored}
-        resume = resume_offsets(config, snapshots, self._store.pending(config.name), stored, guess=False)
-        return {tp: seen.positions.get(tp, resume[tp]) for tp in resume}
-
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
-              timeout: float = 20.0) -> list[PreviewStatement]:
+              timeout: float = CHECK_TIMEOUT_MS / 1000) -> builtins.list[PreviewStatement]:
         """The statements the stream's transformation makes of up to `limit` records per partition, from
         where `offset` (any set_offset spec) resolves: Memgraph's CHECK STREAM at any offset. Read without
         joining the stream's group and without committing; nothing is written anywhere (no sink is opened).
@@ -388,8 +348,9 @@ class StreamRegistry:
         spec = parse_offset_spec(offset)
         deadline = time.monotonic() + timeout
         stream, runner, config, query = self._view(name)
-        resolved, snapshots = self._resolve(config, query, runner, spec, f"offset {offset!r}", deadline)  # no lock
-        starts = {(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
+        resolved, snapshots = self._positions.resolve(config, query, runner, spec, f"offset {offset!r}",
+                                                      deadline)  # no lock held
+        starts = {PartitionKey(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
         left = max(deadline - time.monotonic(), 0.1)
         args = (stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit, left)
         if self._isolation == Isolation.PROCESS:
@@ -397,13 +358,13 @@ class StreamRegistry:
                                  what=f"check: the preview of transformation {stream.config.transform!r}")
         return preview(*args)
 
-    def pending(self, name: str) -> list[PendingOffset]:
+    def pending(self, name: str) -> builtins.list[PendingOffset]:
         """Offsets waiting for an assignment (a stopped stream, or partitions another member holds)."""
         self._stream(name)
         self._changes.flush(name)
         return self._store.pending_rows(name)
 
-    def cancel_pending(self, name: str, *, timeout: float = 10.0) -> list[PendingOffset]:
+    def cancel_pending(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000) -> builtins.list[PendingOffset]:
         """Cancel the stream's pending offsets: in its running stream's gate first (a cancelled change is never
         applied later), then in the state store; the rows cancelled. One applied meanwhile (its assignment came
         first) is in the history, not in the result."""
@@ -418,41 +379,14 @@ class StreamRegistry:
             return self._changes.cancel(name, cancelled, runner is not None and self._running(stream) is runner,
                                         up_to)
 
-    def describe(self, name: str) -> list[PartitionOffsets]:
+    def describe(self, name: str) -> builtins.list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
-        stream, runner, config, query = self._view(name)
+        _, runner, config, query = self._view(name)
         # The cluster and the sink are asked with no lock held: stop and drop never wait for them.
-        partitions = query.partitions(config.topics)
-        seen = runner.snapshot() if runner else WorkerSnapshot()
-        tps = [(t, p) for t in config.topics for p in partitions[t]]
-        snapshots = query.snapshots(tps, seen.positions)
-        missing = [tp for tp in tps if tp not in seen.stored]   # not assigned since its process started
-        offline = self._stored_offsets(config, missing) if missing else {}
-        stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read
-        pending = self._store.pending(name)
-        resume = resume_offsets(config, snapshots, pending, stored)
-        return [PartitionOffsets(topic=s.topic, partition=s.partition, committed_offset=s.committed,
-                                 position=s.position, log_start_offset=s.log_start, log_end_offset=s.log_end,
-                                 lag=None if s.committed is None else max(s.log_end - s.committed, 0),
-                                 assigned=(s.topic, s.partition) in seen.assigned,
-                                 stored_offset=stored.get((s.topic, s.partition)) if stored else None,
-                                 resume_offset=resume[(s.topic, s.partition)])
-                for s in snapshots]
+        return self._positions.describe(config, query, runner)
 
-    def _stored_offsets(self, config: StreamConfig, partitions: list) -> dict | None:
-        """An exactly-once stream's offsets read from its sink; None when the sink cannot be read."""
-        if config.delivery != Delivery.EXACTLY_ONCE:
-            return {}
-        try:
-            config.validate()   # the sink's host is one the operator allows today
-            return read_stored_offsets(config.sink, config.name, config.sink_credentials(), self._output_policy(),
-                                       partitions)
-        except StreamError as exc:
-            log.warning("stream %s: %s", config.name, redact(str(exc), config.secret_values()))
-            return None
-
-    def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
+    def history(self, name: str, limit: int | None = None) -> builtins.list[HistoryEntry]:
         self._stream(name)
         return self._changes.history(name, limit)
 
@@ -514,16 +448,20 @@ class StreamRegistry:
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
         name = config.name
+        earlier = stream.stats   # this run's batches add to those of the runs before
+
+        def on_stats(stats: BatchStats) -> None:
+            stream.stats = earlier + stats
         events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
                               on_change=lambda event: self._changes.on_event(name, event),
                               on_set_aside=lambda records: self._changes.on_set_aside(name, records),
-                              on_stats=lambda stats, earlier=stream.stats: setattr(stream, "stats", earlier + stats))
-        common = dict(pending=self._changes.pending_moves(config.name), output=self._output_policy(), retry=self._retry,
-                      events=events)
+                              on_stats=on_stats)
+        pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:
-            return ProcessRunner(config, **common, stop_timeout=self._stop_timeout,
+            return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
+                                 stop_timeout=self._stop_timeout,
                                  on_exit=lambda runner, cause: self._on_exit(stream, runner, cause))
-        return ThreadRunner(config, **common)
+        return ThreadRunner(config, pending=pending, output=output, retry=self._retry, events=events)
 
     def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
         """Stop the runner. A thread that does not stop in time keeps its sink and its place (closing
@@ -603,20 +541,6 @@ class StreamRegistry:
         except StreamError as exc:
             log.warning("stream %s: cannot persist status: %s", stream.config.name, exc)
 
-    def _check_transformation(self, config: StreamConfig) -> None:
-        """Import the transformation to refuse a bad one at create. A stream host imports a user's module in a
-        child process (its top-level code runs there, never in the host); the built-ins are the project's own."""
-        if self._isolation == Isolation.PROCESS and not is_builtin(config.transform):
-            locate_stream_transformation(config)
-            what = f"transform: importing {config.transform!r}"
-            try:
-                call_in_child(check_stream_transformation, config, timeout=CHECK_IMPORT_TIMEOUT_S, what=what,
-                              secrets=config.secret_values())
-            except TransformError as exc:   # it died: a bad transformation all the same
-                raise ConfigError(str(exc)) from None
-        else:
-            check_stream_transformation(config)
-
     def _output_policy(self) -> OutputPolicy:
         """Where this registry's file sinks may write: $MGSTREAMS_OUTPUT_DIRS, else <state dir>/output."""
         return OutputPolicy.for_state_dir(self.state_dir)
@@ -657,58 +581,7 @@ class StreamRegistry:
                           if stream.status == StreamStatus.STARTING and runner else None)
 
 
-def _described(config: StreamConfig) -> str:
-    """A stream's identity for a log line (secrets redacted)."""
-    return redact(f"topics {','.join(config.topics)}, group {config.group_id}, bootstrap {config.bootstrap_servers}, "
-                  f"transform {config.transform}, sink {config.sink}", config.secret_values())
-
-
-def _shown_change(config: StreamConfig, key: str, before: object, after: object) -> str:
-    """`batch_size 1000 -> 50` for a log line; configs by key, secret values masked."""
-    if key == "configs":
-        shown_before, shown_after = mask_secrets(before, config.secret_values()), config.shown_configs()
-        keys = sorted(k for k in {*before, *after} if before.get(k) != after.get(k))
-        return "{" + ", ".join(f"{k}: {shown_before.get(k, '(unset)')} -> {shown_after.get(k, '(unset)')}"
-                               for k in keys) + "}"
-    return redact(f"{before} -> {after}", config.secret_values())
-
-
 def _check_timeout(timeout: object) -> bool:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ConfigError(f"timeout: must be a positive number of seconds, got {timeout!r}")
     return True
-
-
-def _grouped_reasons(resolved) -> str:
-    """`t:0..199 (200 partitions): reason` instead of 200 lines saying the same thing."""
-    by_reason: dict[str, list] = {}
-    for r in resolved:
-        prefix = f"{r.topic}:{r.partition}: "
-        reason = r.message[len(prefix):] if r.message.startswith(prefix) else r.message
-        by_reason.setdefault(reason, []).append((r.topic, r.partition))
-    parts = []
-    for reason, tps in by_reason.items():
-        topics = sorted({t for t, _ in tps})
-        where = ", ".join(
-            f"{t}:{min(ps)}..{max(ps)} ({len(ps)} partitions)" if len(ps) > 2 else ", ".join(f"{t}:{p}" for p in ps)
-            for t in topics for ps in [sorted(p for tt, p in tps if tt == t)])
-        parts.append(f"{where}: {reason}")
-    return "; ".join(parts)
-
-
-def stored_config(state_dir: str | os.PathLike, name: str) -> StreamConfig:
-    """A stream's configuration, secrets included, read from a state directory without hosting it.
-
-    For jobs that replay a stream's topics next to the host that runs it (the
-    Spark backfill); the host's API never hands out secrets.
-    """
-    if not (Path(state_dir) / STATE_FILE).is_file():
-        raise StreamNotFound(f"state_dir: no mgstreams state in {str(state_dir)!r}")
-    store = StateStore(state_dir)
-    try:
-        for config, *_ in store.load_streams():
-            if config.name == name:
-                return config
-    finally:
-        store.close()
-    raise StreamNotFound(f"name: no stream named {name!r} in {str(state_dir)!r}")

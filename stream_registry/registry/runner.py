@@ -12,15 +12,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
 import psutil
 
 from ..config import Delivery, StreamConfig
-from ..errors import ConfigError, StreamError
+from ..errors import ConfigError, StreamError, StreamStateError
 from ..graph.sinks.policy import OutputPolicy
+from ..graph.sinks.protocol import Sink
 from ..graph.sinks.schemes import open_sink
 from ..graph.transform import load_transformation, locate_transformation
 from ..model import GateEvent, PartitionKey, PendingMove, WorkerSnapshot
@@ -29,12 +30,9 @@ from .worker import RetryPolicy, StreamEvents, StreamWorker
 log = logging.getLogger("mgstreams.registry")
 
 
-class Isolation(str, Enum):
+class Isolation(StrEnum):
     THREAD = "thread"     # the registry's own process (embedding, tests)
     PROCESS = "process"   # one child process per running stream (the stream host)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class StreamRunner(Protocol):
@@ -67,7 +65,7 @@ class ThreadRunner:
         self.config = config
         self.pid: int | None = os.getpid()
         self._pending, self._output, self._retry, self._events = dict(pending), output, retry, events
-        self._sink = None
+        self._sink: Sink | None = None
         self._worker: StreamWorker | None = None
 
     def start(self, timeout: float = 30.0) -> None:
@@ -100,14 +98,16 @@ class ThreadRunner:
     def stopping(self) -> bool:
         return self._worker is not None and self._worker.stopping
 
-    def snapshot(self):
+    def snapshot(self) -> WorkerSnapshot:
         return self._worker.snapshot() if self._worker is not None else WorkerSnapshot()
 
-    def request_offsets(self, change_id, offsets):
+    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int]) -> None:
+        if self._worker is None:
+            raise StreamStateError(f"name: stream {self.config.name!r} is not running")
         self._worker.request_offsets(change_id, offsets)
 
-    def cancel_pending(self, timeout, up_to=None):
-        return self._worker.cancel_pending(timeout, up_to)
+    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
+        return self._worker.cancel_pending(timeout, up_to) if self._worker is not None else []
 
     def rss_bytes(self) -> int | None:
         return process_rss(os.getpid())

@@ -9,9 +9,10 @@ from ..model import INITIAL_REBALANCE_DELAY_S, SESSION_TIMEOUT_MS
 def starting_detail(configs: Mapping[str, object], waited_s: float) -> str:
     """The group's first assignment comes after the broker's initial rebalance delay, and a rejoin after a
     restart can wait until the member of the stream's previous run is dropped, up to its session timeout."""
+    value = configs.get("session.timeout.ms", SESSION_TIMEOUT_MS)
     try:
-        session_s = int(configs.get("session.timeout.ms", SESSION_TIMEOUT_MS)) / 1000
-    except (TypeError, ValueError):
+        session_s = (int(value) if isinstance(value, (str, int, float)) else SESSION_TIMEOUT_MS) / 1000
+    except ValueError:   # text that is no number: librdkafka refuses it at start; show its default meanwhile
         session_s = SESSION_TIMEOUT_MS / 1000
     return (f"waiting for the group to assign partitions ({waited_s:.0f} s so far): a first join waits about "
             f"{INITIAL_REBALANCE_DELAY_S} s (the broker's group.initial.rebalance.delay.ms); a rejoin after a restart "

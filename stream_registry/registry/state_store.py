@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..config import StreamConfig
-from ..errors import ConfigError, StreamError
-from ..model import ChangeStatus, GateEvent, HistoryEntry, PendingOffset, SetAside, StreamStatus
+from ..errors import ConfigError, StreamError, StreamNotFound
+from ..model import ChangeStatus, GateEvent, HistoryEntry, PartitionKey, PendingOffset, SetAside, StreamStatus
 
 STATE_FILE = "mgstreams.sqlite3"
 
@@ -174,9 +174,9 @@ class StateStore:
             return change_id
         return self._transaction(add)
 
-    def pending(self, name: str) -> dict[tuple[str, int], int]:
+    def pending(self, name: str) -> dict[PartitionKey, int]:
         """The offset each partition waits for: its latest pending change's."""
-        return {(p.topic, p.partition): p.offset for p in self.pending_rows(name)}
+        return {PartitionKey(p.topic, p.partition): p.offset for p in self.pending_rows(name)}
 
     def pending_rows(self, name: str, change_id: int | None = None) -> list[PendingOffset]:
         """The latest pending change of each partition; with `change_id`, that change's rows still pending."""
@@ -324,3 +324,21 @@ def _stored_config(name: str, text: str) -> StreamConfig:
         return StreamConfig(**json.loads(text))
     except ConfigError as exc:
         raise ConfigError(f"stream {name!r} in the state store: {exc}") from None
+
+
+def stored_config(state_dir: str | os.PathLike, name: str) -> StreamConfig:
+    """A stream's configuration, secrets included, read from a state directory without hosting it.
+
+    For jobs that replay a stream's topics next to the host that runs it (the
+    Spark backfill); the host's API never hands out secrets.
+    """
+    if not (Path(state_dir) / STATE_FILE).is_file():
+        raise StreamNotFound(f"state_dir: no mgstreams state in {str(state_dir)!r}")
+    store = StateStore(state_dir)
+    try:
+        for config, *_ in store.load_streams():
+            if config.name == name:
+                return config
+    finally:
+        store.close()
+    raise StreamNotFound(f"name: no stream named {name!r} in {str(state_dir)!r}")

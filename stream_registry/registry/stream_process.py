@@ -30,13 +30,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks.policy import OutputPolicy
 from ..log_repeats import collapse_repeats
-from ..model import GateEvent, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
+from ..model import STOP_TIMEOUT_S, GateEvent, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
 from .batch_stats import BatchStats
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
@@ -132,14 +134,15 @@ class ProcessRunner:
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents,
-                 on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = 30.0):
+                 on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = STOP_TIMEOUT_S):
         self.config = config
         self.pid: int | None = None
         self._spec = ChildSpec(config, dict(pending), output, retry, stop_timeout,
                                logging.getLogger().getEffectiveLevel())
         self._events, self._on_exit = events, on_exit
-        self._process = None
-        self._conn = None
+        self._process: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._ended: Ended | None = None
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, _Reply] = {}
@@ -153,24 +156,26 @@ class ProcessRunner:
 
     # -- control --------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
-        self._process, self._conn = spawn_child(child_main, (self._spec,), f"mgstreams-stream-{self.config.name}")
-        self.pid = self._process.pid
-        self._reader = threading.Thread(target=self._read, name=f"mgstreams-pipe-{self.config.name}", daemon=True)
-        self._reader.start()
+        process, conn = spawn_child(child_main, (self._spec,), f"mgstreams-stream-{self.config.name}")
+        self._process, self._conn, self.pid = process, conn, process.pid
+        self._reader = reader = threading.Thread(target=self._read, args=(process, conn),
+                                                 name=f"mgstreams-pipe-{self.config.name}", daemon=True)
+        reader.start()
         if not self._started.wait(timeout):
             self.close()
             raise StreamError(f"stream {self.config.name!r}: its process did not start within {timeout:g} s")
         if self._start_error is not None:
-            self._reader.join(STOP_GRACE_S)
+            reader.join(STOP_GRACE_S)
             raise StreamError(self._start_error)
 
     def stop(self, timeout: float) -> str | None:
         self._stop_requested = True
-        if not self._reader.is_alive():   # it died or ended by itself: its status already says why
+        reader = self._reader
+        if reader is None or not reader.is_alive():   # never started, died or ended by itself: its status says why
             return None
         self._send(StopStream(timeout))
-        self._reader.join(timeout + STOP_GRACE_S)
-        if self._reader.is_alive() or self._exitcode == EXIT_STOP_TIMED_OUT:
+        reader.join(timeout + STOP_GRACE_S)
+        if reader.is_alive() or self._exitcode == EXIT_STOP_TIMED_OUT:
             self.close()
             return (f"its process did not stop within {timeout:g} s and was killed; its last batch was not "
                     f"committed and is read again at the next start")
@@ -205,17 +210,20 @@ class ProcessRunner:
 
     def close(self) -> None:
         """Kill the process if it still runs, and wait until its reader has reaped it."""
-        if self._reader is None or self._reader is threading.current_thread():
+        reader, process = self._reader, self._process
+        if reader is None or process is None or reader is threading.current_thread():
             return
-        if self._reader.is_alive():
+        if reader.is_alive():
             try:
-                self._process.kill()
+                process.kill()
             except OSError:
                 pass
-        self._reader.join(STOP_GRACE_S)
+        reader.join(STOP_GRACE_S)
 
     # -- the pipe ---------------------------------------------------------------
-    def _send(self, message) -> bool:
+    def _send(self, message: object) -> bool:
+        if self._conn is None:
+            return False
         try:
             with self._send_lock:
                 self._conn.send(message)
@@ -237,10 +245,10 @@ class ProcessRunner:
         finally:
             self._waiting.pop(request_id, None)
 
-    def _read(self) -> None:
+    def _read(self, process: BaseProcess, conn: Connection) -> None:
         """Dispatch what the child says, in order; when the pipe closes, find out why."""
         self._ended = None
-        handlers = {StatusChanged: lambda m: self._events.on_status(m.status, m.error),
+        handlers: dict[type, Callable[[Any], None]] = {StatusChanged: lambda m: self._events.on_status(m.status, m.error),
                     OffsetEvent: lambda m: self._events.on_change(m.event),
                     SetAsideRecords: lambda m: self._events.on_set_aside(m.records),
                     StatsReport: lambda m: self._events.on_stats(m.stats),
@@ -248,7 +256,7 @@ class ProcessRunner:
                     Ended: self._on_ended}
         while True:
             try:
-                message = self._conn.recv()
+                message = conn.recv()
             except (EOFError, OSError):
                 break
             handlers[type(message)](message)
@@ -256,9 +264,9 @@ class ProcessRunner:
         self._running = False
         for reply in list(self._waiting.values()):
             reply.done.set()
-        self._process.join(STOP_GRACE_S)   # its pipe closed: it has exited, or is about to
-        self._exitcode = self._reaped_exitcode()
-        self._conn.close()
+        process.join(STOP_GRACE_S)   # its pipe closed: it has exited, or is about to
+        self._exitcode = _reaped_exitcode(process)
+        conn.close()
         if not self._started.is_set():
             self._start_error = f"stream {self.config.name!r}: its process {exit_cause(self._exitcode)} " \
                                 f"while starting"
@@ -289,14 +297,16 @@ class ProcessRunner:
         self._ended = message
         self._running = False
 
-    def _reaped_exitcode(self) -> int | None:
-        """The exit status. Process.start() of another stream reaps finished children too (multiprocessing's
-        _cleanup, from the starting thread): if it won the race, the status lands on our Popen a moment later."""
-        for _ in range(100):
-            if self._process.exitcode is not None:
-                return self._process.exitcode
-            time.sleep(0.01)
-        return None
+
+def _reaped_exitcode(process: BaseProcess) -> int | None:
+    """The exit status. Process.start() of another stream reaps finished children too (multiprocessing's
+    _cleanup, from the starting thread): if it won the race, the status lands on our Popen a moment later."""
+    for _ in range(100):
+        if process.exitcode is not None:
+            return process.exitcode
+        time.sleep(0.01)
+    return None
+
 
 
 class _Reply:

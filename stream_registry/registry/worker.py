@@ -26,6 +26,10 @@ writer, a restored snapshot, a cut-back file) drops the batch uncommitted and
 seeks the partitions to what the sink stores. The stored offsets are read at
 assignment within a bound; a sink that does not answer holds the partitions
 back (shown in `error`) and is asked again between batches.
+
+Why one module over 400 lines: everything here runs on, or hands work to, the
+one poll thread that owns the consumer, and its state (batch, gate, stored view,
+held partitions) is shared by the loop and the rebalance callbacks inside it.
 """
 from __future__ import annotations
 
@@ -33,19 +37,22 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
 
-from ..config import Delivery, ErrorsTolerance, StreamConfig
-from ..errors import StoredOffsetsConflict, StreamError
+from ..config import CONSUMER_DEFAULTS, Delivery, ErrorsTolerance, StreamConfig
+from ..errors import StoredOffsetsConflict, StreamError, StreamStateError
 from ..graph.offset_store import offset_statements
 from ..graph.sink_faults import Fault, classify
 from ..graph.sinks.stored_offsets import read_stored_offsets_within
 from ..graph.transform import Message, run_transformation
 from ..kafka.client import new_consumer
+from ..kafka.messages import message_offset, record_key
 from ..model import GateEvent, MoveState, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
 from ..redaction import redact
 from .batch_stats import BatchStats
@@ -72,18 +79,6 @@ NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERAT
 RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                               KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
                               KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
-# librdkafka settings a stream starts from; a stream's `configs` override them.
-CONSUMER_DEFAULTS = {
-    "auto.offset.reset": "earliest",
-    # A caught-up partition's fetch is held by the broker up to this long (default 500), and a
-    # seek waits for it: keep it short so offset changes act within tens of milliseconds
-    # (bench/offset_latency.py: 20 ms made the first message at the new offset come ~25 ms after the call).
-    "fetch.wait.max.ms": 5,
-    # Once a partition's local queue holds more than queued.min.messages (one compressed fetch
-    # often does), its next fetch waits this long (default 1000): a stream catching up then
-    # idles most of the time. 50 ms made catching up about 3x faster (bench/multi_stream.py).
-    "fetch.queue.backoff.ms": 50,
-}
 
 
 @dataclass(frozen=True)
@@ -147,7 +142,7 @@ class StreamWorker:
         self._held_error: str | None = None     # why, shown as the stream's error until the sink answers
         self._next_held_try = 0.0
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
-        self._batch: list = []   # the batch being collected (poll thread)
+        self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
         self._outage: str | None = None         # confirmed: shown as the stream's error until it clears
@@ -264,7 +259,7 @@ class StreamWorker:
             raise StreamError(f"topics: the Kafka client cannot subscribe: {self._redact(exc)}") from None
         return consumer
 
-    def _collect_batch(self) -> list:
+    def _collect_batch(self) -> list[KafkaMessage]:
         """Up to batch_size messages or batch_interval_ms, cut short when a control request arrives.
 
         The batch lives on the worker while it is collected: a rebalance callback
@@ -274,20 +269,22 @@ class StreamWorker:
         outdated by the rebalance (the version barrier of rd_kafka_q_serve_rkmessages).
         """
         size, deadline = self.config.batch_size, time.monotonic() + self.config.batch_interval_ms / 1000
-        self._batch = batch = []
+        consumer = self._live_consumer()
+        batch: list[KafkaMessage] = []
+        self._batch = batch
         hurry = False   # a batch with the first messages after an offset change goes as soon as the queue drains
         while len(batch) < size and not self._stop.is_set() and self._control.empty():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             hurry = hurry or self._gate.moved
-            messages = self._consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
+            messages = consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
             if not messages and batch and hurry:
                 break
             for msg in messages:
                 error = msg.error()
                 if error is None:
-                    if self._gate.check_delivery((msg.topic(), msg.partition()), msg.offset()):
+                    if self._gate.check_delivery(record_key(msg), message_offset(msg)):
                         batch.append(msg)
                 elif error.fatal():
                     raise KafkaException(error)
@@ -296,7 +293,7 @@ class StreamWorker:
         self._batch = []
         return batch
 
-    def _process(self, batch: list) -> bool:
+    def _process(self, batch: list[KafkaMessage]) -> bool:
         """Transform, write, commit. Returns False when the stream went to ERROR."""
         started = time.perf_counter()
         next_offsets = _next_offsets(batch)
@@ -337,7 +334,7 @@ class StreamWorker:
             self._stats_reported_at = time.monotonic()
             self._events.on_stats(self._stats)
 
-    def _write(self, chunk: list[tuple]) -> None:
+    def _write(self, chunk: Sequence[tuple[KafkaMessage, Message]]) -> None:
         """Transform and write (part of) a batch; exactly-once, with the offsets that follow it."""
         statements = run_transformation(self._transformation, [message for _, message in chunk])
         if self._exactly_once:   # the offsets go with the batch, in its transaction or its append
@@ -345,7 +342,7 @@ class StreamWorker:
         else:
             self._sink.write(statements)
 
-    def _write_offsets(self, next_offsets: Mapping[PartitionKey, int], statements: list = ()) -> None:
+    def _write_offsets(self, next_offsets: Mapping[PartitionKey, int], statements: Sequence[Any] = ()) -> None:
         """Exactly-once: write `statements` with the offsets that follow them, if the sink still stores what
         this worker last knew (`expect`: not the first message's offset, gaps of transaction markers and set-aside
         messages lie between). Applied or already applied (a lost acknowledgement), the stored view moves on, so
@@ -365,7 +362,7 @@ class StreamWorker:
         with self._state_lock:
             self._stored.update(next_offsets)
 
-    def _realign(self, batch: list, conflict: StoredOffsetsConflict) -> None:
+    def _realign(self, batch: list[KafkaMessage], conflict: StoredOffsetsConflict) -> None:
         """The sink stores other offsets than this worker's view (someone else moved them): drop the batch
         uncommitted, take the sink's offsets as the view, and read each of the batch's partitions from them
         (from the beginning where it stores none)."""
@@ -380,24 +377,26 @@ class StreamWorker:
                     self._redact(conflict), _first_offsets_text(batch),
                     ", ".join(f"{t}:{p}@{'beginning' if o < 0 else o}" for (t, p), o in sorted(starts.items())))
 
-    def _set_aside(self, item: tuple, error: BaseException) -> None:
+    def _set_aside(self, item: tuple[KafkaMessage, Message], error: BaseException) -> None:
         """A message the batch fails on (errors.tolerance 'all'): dead-letter it, or skip it; report it."""
         raw = item[0]
         if self._dead_letters is not None:
             self._dead_letters.send(raw, error)   # raises: the batch is retried, nothing is committed
-        record = SetAside(topic=raw.topic(), partition=raw.partition(), offset=raw.offset(), error=self._redact(error),
-                          dead_lettered=self._dead_letters is not None)
+        key = record_key(raw)
+        record = SetAside(topic=key.topic, partition=key.partition, offset=message_offset(raw),
+                          error=self._redact(error), dead_lettered=self._dead_letters is not None)
         log.warning("stream %s: %s %s:%d@%d: %s", self.config.name,
                     "dead-lettered" if record.dead_lettered else "skipped", record.topic, record.partition,
                     record.offset, record.error)
         self._events.on_set_aside([record])
 
-    def _rewind(self, batch: list) -> None:
+    def _rewind(self, batch: list[KafkaMessage]) -> None:
         """Seek back to the batch's first offsets so the consumer's position tells the truth."""
         first = _first_offsets(batch)
+        consumer = self._live_consumer()
         for (topic, partition), offset in first.items():
             try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
+                consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException:
                 pass  # partition no longer ours: its committed offset is still the batch start
         self._gate.rewound(first)
@@ -413,10 +412,11 @@ class StreamWorker:
         if not offsets:
             return None
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        consumer = self._live_consumer()
         deadline = time.monotonic() + deadline_s
         while True:
             try:
-                result = self._consumer.commit(offsets=tps, asynchronous=False)
+                result = consumer.commit(offsets=tps, asynchronous=False)
                 failed = [tp for tp in result or [] if tp.error is not None]
                 if not failed:
                     return None
@@ -452,8 +452,9 @@ class StreamWorker:
 
     # -- the gate's port (poll thread) ------------------------------------------
     def seek(self, tp: PartitionKey, offset: int) -> bool:
+        consumer = self._live_consumer()
         try:
-            self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
+            consumer.seek(TopicPartition(tp[0], tp[1], offset))
             return True
         except KafkaException:
             return False
@@ -463,14 +464,14 @@ class StreamWorker:
         start = OFFSET_STORED if offset is None else offset
         if offset is None and self._exactly_once:
             start = self._stored.get(tp, OFFSET_BEGINNING)
-        consumer = self._consumer
+        consumer = self._live_consumer()
 
         def incremental() -> None:
             consumer.incremental_unassign([TopicPartition(*tp)])
             consumer.incremental_assign([TopicPartition(tp[0], tp[1], start)])
 
         def eager() -> None:
-            consumer.assign([TopicPartition(t, p, start if (t, p) == tp else self._eager_start((t, p)))
+            consumer.assign([TopicPartition(t, p, start if (t, p) == tp else self._eager_start(PartitionKey(t, p)))
                              for (t, p) in self._gate.assigned()])
         self._assignment(incremental, eager)
 
@@ -499,7 +500,7 @@ class StreamWorker:
 
     # -- rebalance callbacks (poll thread, inside consume()) ---------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        keys = [(tp.topic, tp.partition) for tp in partitions]
+        keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
         starts: dict[PartitionKey, int | None] = dict.fromkeys(keys)
         if self._exactly_once:
             stored = self._resume_from_sink(keys, ASSIGN_STORED_DEADLINE_S)
@@ -515,11 +516,12 @@ class StreamWorker:
     def _start_partitions(self, consumer: Consumer, partitions: list[TopicPartition],
                           starts: Mapping[PartitionKey, int | None]) -> None:
         """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
-        keys = [(tp.topic, tp.partition) for tp in partitions]
+        keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
         offsets = self._gate.on_assign(starts)
-        for tp, key in zip(partitions, keys):
-            if offsets[key] is not None:
-                tp.offset = offsets[key]
+        for tp, key in zip(partitions, keys, strict=True):
+            offset = offsets[key]
+            if offset is not None:
+                tp.offset = offset
         try:
             self._assignment(lambda: consumer.incremental_assign(partitions), lambda: consumer.assign(partitions))
         except KafkaException as exc:
@@ -537,7 +539,7 @@ class StreamWorker:
         Read within `deadline_s` while the sink fails transiently; None when it could not be read: a transient
         failure is shown as the stream's error (held partitions wait for the sink), any other fails the stream."""
         try:
-            stored = read_stored_offsets_within(self._sink, self.config.name, keys, deadline_s=deadline_s)
+            found = read_stored_offsets_within(self._sink, self.config.name, keys, deadline_s=deadline_s)
         except Exception as exc:
             reason = f"reading the offsets stored in the sink for {_keys_text(keys)} failed: {self._redact(exc)}"
             if classify(exc) is not Fault.TRANSIENT:
@@ -550,6 +552,7 @@ class StreamWorker:
                     self._held_error = f"{reason}; its partitions wait for the sink"
                     self._set_status(self.status)
             return None
+        stored = {PartitionKey(*tp): offset for tp, offset in found.items()}
         with self._state_lock:
             for key in keys:
                 if key in stored:
@@ -586,7 +589,7 @@ class StreamWorker:
         log.info("stream %s: the sink answers again; starting %s", self.config.name, _keys_text(keys))
         self._held_error = None
         starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
-        consumer = self._consumer
+        consumer = self._live_consumer()
         if self._incremental:
             self._start_partitions(consumer, [TopicPartition(t, p) for t, p in keys], starts)
         else:   # eager: the whole assignment, the running partitions where they stand
@@ -598,7 +601,7 @@ class StreamWorker:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Give the partitions up: their uncollected messages leave the batch (uncommitted, the next
         owner reads them again), and what this consumer knew of their positions is forgotten."""
-        revoked = {(tp.topic, tp.partition) for tp in partitions}
+        revoked = {PartitionKey(tp.topic, tp.partition) for tp in partitions}
         self._batch[:] = [m for m in self._batch if (m.topic(), m.partition()) not in revoked]
         self._gate.on_revoke(revoked)
         started = [tp for tp in partitions if (tp.topic, tp.partition) not in self._held]   # held: never assigned
@@ -648,7 +651,7 @@ class StreamWorker:
             return
         self._next_probe = time.monotonic() + OUTAGE_PROBE_S
         try:
-            self._consumer.list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S)
+            self._live_consumer().list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S)
         except KafkaException:
             if self._suspect:
                 self._outage_since = self._outage_since or datetime.now(UTC)
@@ -690,26 +693,32 @@ class StreamWorker:
     def _redact(self, value: object) -> str:
         return redact(str(value), self._secrets)
 
+    def _live_consumer(self) -> Consumer:
+        """The consumer, which the poll thread alone uses between opening and closing it."""
+        if self._consumer is None:
+            raise StreamStateError(f"stream {self.config.name!r}: its consumer is closed")
+        return self._consumer
 
-def _next_offsets(batch) -> dict[PartitionKey, int]:
+
+def _next_offsets(batch: Sequence[KafkaMessage]) -> dict[PartitionKey, int]:
     """The offset after each partition's last message: what a commit of `batch` stores."""
-    return {(m.topic(), m.partition()): m.offset() + 1 for m in batch}
+    return {record_key(m): message_offset(m) + 1 for m in batch}
 
 
-def _first_offsets(batch: list) -> dict[PartitionKey, int]:
+def _first_offsets(batch: Sequence[KafkaMessage]) -> dict[PartitionKey, int]:
     first: dict[PartitionKey, int] = {}
     for m in batch:
-        first.setdefault((m.topic(), m.partition()), m.offset())
+        first.setdefault(record_key(m), message_offset(m))
     return first
 
 
 def _tps_text(partitions: list[TopicPartition]) -> str:
-    return _keys_text([(tp.topic, tp.partition) for tp in partitions])
+    return _keys_text([PartitionKey(tp.topic, tp.partition) for tp in partitions])
 
 
-def _keys_text(keys) -> str:
+def _keys_text(keys: Sequence[PartitionKey]) -> str:
     return ", ".join(f"{t}:{p}" for t, p in keys)
 
 
-def _first_offsets_text(batch: list) -> str:
+def _first_offsets_text(batch: Sequence[KafkaMessage]) -> str:
     return ", ".join(f"{t}:{p}@{o}" for (t, p), o in sorted(_first_offsets(batch).items()))
