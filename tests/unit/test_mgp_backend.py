@@ -5,7 +5,6 @@ import sys
 import textwrap
 
 import pytest
-
 from mgp_backend import Node, QueryError, mgp_environment
 
 DEMO = textwrap.dedent('''

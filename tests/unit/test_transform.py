@@ -19,7 +19,7 @@ from stream_registry.graph.transform import (
     run_transformation,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 QUERY_MODULES = REPO / "query_modules"
 
 MGP_STYLE = """

@@ -31,7 +31,7 @@ from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 QUERY_MODULES = ROOT / "query_modules"
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
@@ -564,7 +564,7 @@ def test_the_module_process_holds_no_kafka_client_and_no_thread(connected, kafka
     """In a Python process holding nothing else, the module's calls import only the standard library (no
     confluent_kafka, no stream_registry) and leave no thread behind: Memgraph's process stays clean."""
     topic = kafka.new_topic(partitions=2)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "support")}
     done = subprocess.run([sys.executable, "-c", ISOLATED, str(QUERY_MODULES / "streams.py"), topic,
                            kafka.bootstrap_servers, f"cypherl://{tmp_path / 'out.cypherl'}"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)

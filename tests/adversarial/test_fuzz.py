@@ -41,11 +41,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 from click.testing import CliRunner
+from cypher_literal_parser import LiteralParser
 from host_helpers import ROOT, HostProcess
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mgp_backend import QueryError, mgp_environment
-from test_cypher_literals import LiteralParser
 
 from mgstreams.cli import cli, parse_spec_argument
 from stream_registry.allowlists import DEFAULT_ALLOWED_CONFIGS, NEVER_SETTABLE, PATH_PROPERTIES

@@ -90,7 +90,7 @@ from mgstreams.host.serve import DEFAULT_LISTEN, DEFAULT_URL
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions

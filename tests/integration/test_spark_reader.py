@@ -1,35 +1,15 @@
 """Reading offset ranges with confluent-kafka (the code every Spark task runs), without Spark."""
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from broker_support import READ_COMMITTED_SHOWS_ABORTED, skip_rest_on_tansu
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
+from kafka_records import direct_consume, transactional_topic
 
 from spark_bridge.range_plan import DataLossError, OffsetRange, plan, plan_ranges
 from spark_bridge.range_reader import RangeReader, arrow_schema
 from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.offset_spec import parse_offset_spec
-
-
-def direct_consume(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple]]:
-    """Every visible record per partition, read start to end by a plain read_committed consumer."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"direct-{uuid.uuid4().hex[:6]}",
-                         "enable.partition.eof": True, "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    records: dict[int, list[tuple]] = {p: [] for p in range(partitions)}
-    at_end: set[int] = set()
-    while len(at_end) < partitions:
-        msg = consumer.poll(10)
-        assert msg is not None, "direct consume timed out"
-        if msg.error():
-            assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-            at_end.add(msg.partition())
-            continue
-        records[msg.partition()].append((msg.offset(), msg.key(), msg.value(), msg.timestamp()[1]))
-    consumer.close()
-    return records
 
 
 def read(bootstrap: str, ranges, **kwargs) -> dict[int, list[tuple]]:
@@ -40,22 +20,6 @@ def read(bootstrap: str, ranges, **kwargs) -> dict[int, list[tuple]]:
                 records.setdefault(r.partition, []).extend(
                     (m.offset(), m.key(), m.value(), m.timestamp()[1]) for m in batch)
     return records
-
-
-def transactional_topic(kafka, partitions: int = 2) -> tuple[str, int]:
-    """Committed and aborted transactions (aborted ones flushed, so they occupy offsets), plus markers."""
-    topic = kafka.new_topic(partitions)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "transactional.id": f"tx-{topic}"})
-    producer.init_transactions(30)
-    outcomes = [True, False, True, False, False, True, True]
-    for i, commit in enumerate(outcomes):
-        producer.begin_transaction()
-        for j in range(3):
-            producer.produce(topic, value=b"%d-%d-%s" % (i, j, b"committed" if commit else b"aborted"),
-                             partition=j % partitions)
-        producer.flush(30)
-        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
-    return topic, partitions
 
 
 def test_ranges_read_exactly_what_a_direct_consume_sees(kafka):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "ingest_throughput.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "ingest_throughput.py"
 
 
 @pytest.mark.parametrize("sink", ["cypherl", "null"])

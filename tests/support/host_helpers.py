@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mgstreams.host.process import HostProcess as _HostProcess
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class HostProcess(_HostProcess):
@@ -21,4 +21,4 @@ class HostProcess(_HostProcess):
         if token is None and not generated_token and "--token-file" not in extra_args:
             extra_args = ("--no-token", *extra_args)
         super().__init__(state_dir, token=token, extra_args=extra_args, cwd=ROOT,
-                         env={"PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}", **(env or {})})
+                         env={"PYTHONPATH": f"{ROOT / 'tests' / 'support'}{os.pathsep}{ROOT}", **(env or {})})

@@ -12,7 +12,7 @@ import sys
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MERGE = "stream_registry.builtin_transformations.merge_messages"
 
 

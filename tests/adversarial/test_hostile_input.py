@@ -72,7 +72,7 @@ def guarded_host(tmp_path):
     queries.mkdir()
     (queries / "qm_ok.py").write_text("def transform(messages):\n    return []\n")
     env = {OUTPUT_DIRS_ENV: "", TRANSFORM_PACKAGES_ENV: "", QUERY_MODULES_ENV: str(queries),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT), str(importable)])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support"), str(ROOT), str(importable)])}
     host = HostProcess(tmp_path / "state", env=env).start()
     host.importable = importable
     yield host

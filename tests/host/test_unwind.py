@@ -194,7 +194,7 @@ def bolt_host(tmp_path_factory, quick_rebalance):
     tmp = tmp_path_factory.mktemp("bolt_host")
     journal = tmp / "journal.jsonl"
     host = HostProcess(tmp / "state", env={
-        "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(ROOT / "tests"), str(ROOT))),
+        "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(ROOT / "tests" / "support"), str(ROOT))),
         "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
         "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_REJECT": "poison",
         "MGSTREAMS_ALLOWED_HOSTS": "memgraph,localhost,127.0.0.0/8"}).start()   # the sink's host, by name

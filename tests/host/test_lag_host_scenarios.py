@@ -11,7 +11,7 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from test_lag import INTERVAL, api, create, lag_host, lag_of, wait_lag  # noqa: F401 (fixtures)
+from lag_host import INTERVAL, create, lag_of, wait_lag
 
 RUN_S = 8.0
 

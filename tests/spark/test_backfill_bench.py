@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "backfill_throughput.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "backfill_throughput.py"
 
 
 @pytest.mark.spark

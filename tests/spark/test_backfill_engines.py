@@ -33,7 +33,7 @@ from stream_registry.errors import ConfigError
 from stream_registry.offset_spec import parse_offset_spec
 
 MERGE = "stream_registry.builtin_transformations.merge_messages"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan_of(total: int, ranges: int = 8) -> RangePlan:

@@ -24,7 +24,7 @@ from stream_registry.offset_spec import parse_offset_spec
 pytestmark = pytest.mark.spark
 
 MERGE = "stream_registry.builtin_transformations.merge_messages"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def records(rows) -> list[tuple]:

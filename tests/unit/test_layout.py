@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("stream_registry", "spark_bridge", "mgstreams")
 FORBIDDEN = {
     "stream_registry": {"spark_bridge", "mgstreams", "mgp", "pyspark", "pyarrow", "pandas", "starlette", "uvicorn",

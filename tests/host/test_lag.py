@@ -21,32 +21,15 @@ import sys
 import termios
 import threading
 import time
-import uuid
 
-import httpx
 import pytest
 from confluent_kafka import Producer
-from host_helpers import ROOT, HostProcess
+from host_helpers import ROOT
+from lag_host import INTERVAL, create, wait_lag
 from mgp_backend import QueryError, mgp_environment
-from stream_helpers import FAST_REJOIN, wait_until
+from stream_helpers import wait_until
 
-INTERVAL = 0.2          # the host's sample interval here: a 10-sample window spans 2 s
 QUERY_MODULES = ROOT / "query_modules"
-
-
-@pytest.fixture(scope="module")
-def lag_host(kafka, tmp_path_factory):
-    with kafka.quick_rebalance():   # streams here join fresh groups; do not wait 3 s
-        host = HostProcess(tmp_path_factory.mktemp("lag") / "state",
-                           extra_args=("--lag-sample-interval", str(INTERVAL))).start()
-        yield host
-        host.stop()
-
-
-@pytest.fixture(scope="module")
-def api(lag_host):
-    with httpx.Client(base_url=lag_host.url, timeout=30) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
@@ -57,34 +40,6 @@ def memgraph(lag_host):
         with mgp_environment([QUERY_MODULES]) as server:
             server.load_all()
             yield server
-
-
-def create(api, kafka, name: str, topic: str, **fields) -> None:
-    body = {"name": name, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "sink": "null://",
-            "consumer_group": f"lag_{uuid.uuid4().hex[:10]}", "batch_interval_ms": 20, "configs": FAST_REJOIN,
-            **fields}
-    response = api.post("/streams", json=body)
-    assert response.status_code == 201, response.text
-    assert api.put(f"/streams/{name}/start").status_code == 200
-
-
-def lag_of(api, name: str) -> dict:
-    response = api.get(f"/streams/{name}/lag")
-    assert response.status_code == 200, response.text
-    return response.json()
-
-
-def wait_lag(api, name: str, condition, what: str, timeout: float = 30.0) -> dict:
-    seen = {}
-
-    def check():
-        seen["lag"] = lag_of(api, name)
-        return condition(seen["lag"])
-    try:
-        wait_until(check, timeout=timeout, interval=INTERVAL / 2, what=what)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; last answer: {json.dumps(seen.get('lag'))[:1500]}") from None
-    return seen["lag"]
 
 
 def cli(lag_host, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:

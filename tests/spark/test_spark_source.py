@@ -4,7 +4,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from test_spark_reader import direct_consume, transactional_topic
+from kafka_records import direct_consume, transactional_topic
 
 from mgstreams.backfill_cli import root_cause
 from spark_bridge.kafka_source import register
