@@ -15,9 +15,8 @@ import time
 import uuid
 from collections import Counter
 
-import httpx
 import pytest
-from host_helpers import HostProcess
+from host_helpers import http
 from memgraph_standin import Memgraph
 from stream_helpers import FAST_REJOIN, bolt_exactly_once_stream, by_partition, delivered_from_file, wait_until
 
@@ -29,10 +28,6 @@ from stream_registry.graph.sinks import CypherlSink
 from stream_registry.graph.transform import Statement
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
-
-
-def http(host: HostProcess) -> httpx.Client:
-    return httpx.Client(base_url=host.url, timeout=30)
 
 
 def body(kafka, topic: str, out, **overrides) -> dict:

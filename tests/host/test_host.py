@@ -19,7 +19,7 @@ import httpx
 import pytest
 from broker_support import LEAVES_AT_ONCE
 from confluent_kafka import Consumer, TopicPartition
-from host_helpers import ROOT, HostProcess
+from host_helpers import ROOT, HostProcess, http
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
@@ -30,12 +30,6 @@ OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_sta
                   "assigned", "stored_offset", "resume_offset"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
 HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
-
-
-def http(host: HostProcess, token: str | None = None) -> httpx.Client:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    # raw bodies too are sent as JSON: the host refuses any other content type (415) before reading them
-    return httpx.Client(base_url=host.url, headers={"Content-Type": "application/json", **headers}, timeout=30)
 
 
 def group() -> str:

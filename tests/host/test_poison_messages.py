@@ -15,10 +15,12 @@ import sys
 import time
 import uuid
 from contextlib import contextmanager
+from functools import partial
 
 import httpx
 import pytest
 from broker_support import QUICK_FIRST_JOIN
+from configs import stream_config
 from confluent_kafka import Consumer, Producer
 from host_helpers import HostProcess
 from hypothesis import given, settings
@@ -184,10 +186,7 @@ def _read_topic(kafka, topic: str, count: int, timeout: float = 30) -> list:
     return out
 
 
-def _config(kafka, topic, sink, **kwargs) -> StreamConfig:
-    return StreamConfig("orders", [topic], kafka.bootstrap_servers, kwargs.pop("transform",
-                        "stream_helpers.poison_transform"), sink, consumer_group=f"g_{uuid.uuid4().hex[:10]}",
-                        batch_size=50, batch_interval_ms=20, configs=FAST_REJOIN, **kwargs)
+_config = partial(stream_config, transform="stream_helpers.poison_transform", batch_size=50, batch_interval_ms=20)
 
 
 @contextmanager

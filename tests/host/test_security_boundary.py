@@ -33,6 +33,7 @@ from pathlib import Path
 import httpx
 import pytest
 from host_helpers import ROOT, HostProcess
+from host_helpers import http as host_client
 from mgp_backend import QueryError, mgp_environment
 from stream_helpers import wait_until
 
@@ -99,8 +100,7 @@ def guarded_host(tmp_path):
 
 
 def api(host: HostProcess, **headers) -> httpx.Client:
-    token = {"Authorization": f"Bearer {host.token}"} if host.token else {}
-    return httpx.Client(base_url=host.url, headers={**JSON, **token, **headers}, timeout=60)
+    return host_client(host, host.token, timeout=60, **headers)
 
 
 @pytest.mark.parametrize("where, key", CODE_LOADERS)

@@ -18,20 +18,15 @@ import threading
 import time
 import uuid
 
-import httpx
 import psutil
 import pytest
-from host_helpers import ROOT, HostProcess
+from host_helpers import ROOT, HostProcess, http
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 BATCH = 20
 
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
-
-
-def http(host: HostProcess) -> httpx.Client:
-    return httpx.Client(base_url=host.url, timeout=30)
 
 
 def stream_body(kafka, name: str, topic: str, out, **overrides) -> dict:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from functools import partial
 
 import pytest
 from broker_support import SASL_HANDSHAKE, skip_rest_on_tansu
+from configs import stream_config
 from stream_helpers import SLOW_S, wait_until
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
@@ -18,9 +20,7 @@ from stream_registry.registry.state_store import STATE_FILE, PlannedRow, StateSt
 FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
 
 
-def _config(kafka, topic, name="orders", sink="memory://out", **kwargs):
-    return StreamConfig(name, [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform", sink,
-                        consumer_group=f"g_{name}_{topic}", batch_interval_ms=20, configs=FAST_GROUP, **kwargs)
+_config = partial(stream_config, sink="memory://out", batch_interval_ms=20, configs=FAST_GROUP)
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from stream_helpers import FAIL_PAYLOADS, FAILING, FAST_REJOIN, by_partition, delivered_from_file, wait_until
+from configs import stream_config
+from stream_helpers import FAIL_PAYLOADS, FAILING, by_partition, delivered_from_file, wait_until
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.errors import StreamStateError
@@ -30,10 +31,7 @@ def registry(tmp_path):
     reg.close()
 
 
-def _config(kafka, topic, name="orders", sink=None, configs=None, **kw):
-    return StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
-                        transform=TRANSFORM, sink=sink or "memory://" + name, consumer_group=f"g_{name}_{topic}",
-                        configs={**FAST_REJOIN, **(configs or {})}, **kw)
+_config = stream_config
 
 
 def _assert_exactly_once(delivered, topic, expected_per_partition):

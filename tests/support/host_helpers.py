@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import httpx
+
 from mgstreams.host.process import HostProcess as _HostProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,3 +24,12 @@ class HostProcess(_HostProcess):
             extra_args = ("--no-token", *extra_args)
         super().__init__(state_dir, token=token, extra_args=extra_args, cwd=ROOT,
                          env={"PYTHONPATH": f"{ROOT / 'tests' / 'support'}{os.pathsep}{ROOT}", **(env or {})})
+
+
+def http(host: _HostProcess | str, token: str | None = None, *, timeout: float = 30, **headers: str) -> httpx.Client:
+    """An HTTP client of a host (or its URL). Bodies go as JSON, raw ones too: the host refuses any other content
+    type (415) before reading them. `token` is sent as a bearer token; `headers` add to or replace these."""
+    auth = {"Authorization": f"Bearer {token}"} if token else {}
+    url = host if isinstance(host, str) else host.url
+    return httpx.Client(base_url=url, headers={"Content-Type": "application/json", **auth, **headers},
+                        timeout=timeout)

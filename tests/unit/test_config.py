@@ -1,14 +1,13 @@
 """StreamConfig validation names the field and the value; secrets stay masked."""
+from functools import partial
+
 import pytest
+from configs import stream_config
 
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError
 
-
-def _config(**overrides):
-    base = dict(name="orders", topics=["orders"], bootstrap_servers="127.0.0.1:9092",
-                transform="stream_registry.builtin_transformations.merge_messages", sink="null://")
-    return StreamConfig(**{**base, **overrides})
+_config = partial(stream_config, transform="stream_registry.builtin_transformations.merge_messages")
 
 
 @pytest.mark.parametrize("field, value", [
