@@ -170,17 +170,15 @@ def spark_connect(tmp_path_factory):
     free loopback port, shared by the whole run; stopped (SIGTERM to its process group) at the end.
     A client session, not a second classic one: this process keeps the one classic SparkSession."""
     import signal
-    import socket
     import subprocess
     import sys
     import time
 
     import pyspark
+    from ports import free_port
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log = tmp_path_factory.mktemp("spark-connect") / "server.log"
     submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
@@ -214,16 +212,35 @@ def spark_connect(tmp_path_factory):
                 server.wait(10)
 
 
+# The Tansu leg (`make test-tansu`) runs what meets the broker, to keep CI's time (the embedded leg, `make test`,
+# runs everything):
+# - only the integration and host tiers: unit tests meet no broker, and the spark and adversarial tiers (Spark's
+#   sessions, the fuzz, hostile input and the soaks) check what is the same on any broker while costing minutes;
+# - in them, only tests that take the session's broker (the `kafka` fixture): the others run their own embedded
+#   cluster or none;
+# - and not the files below, whose tests use the broker only to feed a stream while they check what the host does
+#   with it (rendering, allowlists, logs, the README's commands): the broker's behaviour is not what they test.
+# What stays is the broker-facing coverage: the offset gate, set_offset, stream lifecycle and processes,
+# exactly-once, lag, rebalance safety, time lookup, poison messages and dead letters, consumer offsets, the host.
+TANSU_TIERS = ("integration", "host")
+BROKER_NEUTRAL = frozenset()
 
+
+def meets_the_broker(item: pytest.Item) -> bool:
+    """Whether a test runs on the Tansu leg (see above)."""
+    return (any(item.get_closest_marker(tier) for tier in TANSU_TIERS)
+            and "kafka" in item.fixturenames
+            and not {"spark", "spark_connect"} & set(item.fixturenames)
+            and not item.get_closest_marker("slow") and not item.get_closest_marker("spark")
+            and item.path.name not in BROKER_NEUTRAL)
+
+
+@pytest.hookimpl(trylast=True)   # after the tiers' conftests have marked their tests
 def pytest_collection_modifyitems(config, items):
-    """The Tansu leg (`make test-tansu`) leaves out slow tests that never meet its broker, to keep CI's time:
-    a test meets the session's broker only through the `kafka` fixture, and those without it that need Spark
-    or are marked slow (their own embedded cluster, a benchmark) prove nothing new there; `make test` runs them."""
     if not broker_support.ON_TANSU:
         return
-    left_out = [item for item in items if "kafka" not in item.fixturenames
-                and ({"spark", "spark_connect"} & set(item.fixturenames)
-                     or item.get_closest_marker("slow") or item.get_closest_marker("spark"))]
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if item not in set(left_out)]
+    kept = [item for item in items if meets_the_broker(item)]
+    if len(kept) < len(items):
+        kept_ids = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept_ids])
+        items[:] = kept

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import types
@@ -22,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 from host_helpers import ROOT, HostProcess
+from ports import free_port
 from stream_helpers import delivered_from_file, wait_until
 
 from mgstreams.cli import cli, main, parse_spec_argument
@@ -55,12 +55,6 @@ def stream(kafka, host, tmp_path):
                       sink=f"cypherl://{out}", consumer_group=f"cli_{uuid.uuid4().hex[:8]}", batch_interval_ms=20,
                       configs={"sasl.password": "hunter2"}, credentials={"sasl.username": "ops"})
     return types.SimpleNamespace(topic=topic, out=out)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_help_lists_the_commands():

@@ -29,6 +29,7 @@ import pytest
 from broker_support import QUICK_FIRST_JOIN
 from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
+from ports import free_port
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,12 +131,6 @@ def error_of(memgraph, procedure, *args) -> QueryError:
     with pytest.raises(QueryError) as caught:
         memgraph.call(procedure, *args)
     return caught.value
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- signatures ---------------------------------------------------------------------

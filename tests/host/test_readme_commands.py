@@ -82,6 +82,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
+from ports import free_port
 from stream_helpers import statement_lines, wait_until
 
 from mgstreams.cli import _attach_optional_commands, cli
@@ -269,12 +270,6 @@ def caught_up(host: HostProcess, name: str = "orders") -> bool:
         return all(r.committed_offset == r.log_end_offset for r in client.describe(name))
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_cli(args: list[str]):
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, f"mgstreams {shlex.join(args)}: exit {result.exit_code}: {result.stderr}"
@@ -416,7 +411,7 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
                 assert args[1] == "http://db1:8765", variant
                 args[1] = orders_host.url
                 # Only --url can reach the host: $MGSTREAMS_URL names a closed port.
-                monkeypatch.setenv("MGSTREAMS_URL", f"http://127.0.0.1:{closed_port()}")
+                monkeypatch.setenv("MGSTREAMS_URL", f"http://127.0.0.1:{free_port()}")
             result = run_cli(args)
             ran.append(variant)
             if "--json" in args:
@@ -1133,7 +1128,7 @@ def test_getting_started_block_runs_as_written(tmp_path):
     script = first
     url = DEFAULT_URL
     if not port_free(DEFAULT_HOST, int(DEFAULT_PORT)):
-        port = closed_port()
+        port = free_port()
         script = script.replace("mgstreams serve >", f"mgstreams serve --listen 127.0.0.1:{port} >")
         url = f"http://127.0.0.1:{port}"
     assert script.count("mgstreams serve") == 1 and "mgstreams kafka > kafka.txt &" in script

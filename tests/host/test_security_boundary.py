@@ -35,6 +35,7 @@ import pytest
 from host_helpers import ROOT, HostProcess
 from host_helpers import http as host_client
 from mgp_backend import QueryError, mgp_environment
+from ports import free_port
 from stream_helpers import wait_until
 
 from stream_registry.errors import ConfigError, SinkError
@@ -394,9 +395,7 @@ def test_output_and_state_directories_must_be_private(tmp_path, kafka):
 
 # -- availability -----------------------------------------------------------------------------
 def test_concurrent_creates_are_capped_with_a_503_and_listing_stays_fast(tmp_path, kafka):
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{closed.getsockname()[1]}"      # nothing listens: each create waits for Kafka
+    dead = f"127.0.0.1:{free_port()}"      # nothing listens: each create waits for Kafka
     host = HostProcess(tmp_path / "state", env={"MGSTREAMS_MAX_CREATES": "2"}, generated_token=True).start()
     try:
         statuses = []
