@@ -126,7 +126,7 @@ def test_describe_check_history_and_lag_keep_topic_partition_offset_and_lag(fail
         header = described[0].split()
         for column in ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"):
             assert column in header, (width, described)
-        got = [dict(zip(header, line.split())) for line in described[1:3]]
+        got = [dict(zip(header, line.split(), strict=False)) for line in described[1:3]]
         assert [(r["TOPIC"], r["PARTITION"], r["CURRENT-OFFSET"], r["LOG-END-OFFSET"], r["LAG"]) for r in got] == \
             [(topic, str(p), "3", "3", "0") for p in range(2)], (width, described)
 
@@ -140,7 +140,7 @@ def test_describe_check_history_and_lag_keep_topic_partition_offset_and_lag(fail
         header = history[0].split()
         assert header[:4] == ["CHANGE-ID", "CHANGED-AT", "TOPIC", "PARTITION"] and "OFFSET" in header \
             and "STATUS" in header, (width, history)
-        rows = [dict(zip(header, line.split())) for line in history[1:] if line.startswith(tuple("0123456789"))]
+        rows = [dict(zip(header, line.split(), strict=False)) for line in history[1:] if line.startswith(tuple("0123456789"))]
         assert sorted((r["TOPIC"], r["PARTITION"], r["OFFSET"], r["STATUS"]) for r in rows) == \
             [(topic, "0", "1", "applied"), (topic, "1", "1", "applied")], (width, history)
 

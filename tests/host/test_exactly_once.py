@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 from host_helpers import http
-from memgraph_standin import Memgraph
+from mgclient_standin.mgclient import Server
 from stream_helpers import FAST_REJOIN, bolt_exactly_once_stream, by_partition, delivered_from_file, wait_until
 
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
@@ -125,10 +125,10 @@ def test_a_deliberate_rewind_of_an_exactly_once_stream_is_replayed(host, kafka, 
 
 # -- Bolt, at the driver (the shared pymgclient stand-in) ---------------------------------------------
 def test_bolt_offsets_go_in_the_batch_transaction_and_a_failed_one_writes_neither(kafka, tmp_path, monkeypatch):
-    memgraph = Memgraph()
+    memgraph = Server(rtt_ms=0)
     with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=5, attempts=2) as (registry,
                                                                                                         topic):
-        writes = [t for t in memgraph.transactions if t != [offset_store.READ_QUERY]]   # reads at assignment
+        writes = [t for t in memgraph.queries() if t != [offset_store.READ_QUERY]]   # reads at assignment
         assert writes
         for transaction in writes:
             assert transaction[0] == offset_store.READ_QUERY, "the stored offsets read in the batch's transaction"

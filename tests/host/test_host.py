@@ -251,7 +251,7 @@ def test_two_racing_creates_of_one_name_get_201_and_409_never_400(host, kafka, t
         body = stream_body(kafka, topic, tmp_path / f"{name}.cypherl", name=name)
         barrier, answers = threading.Barrier(2), []
 
-        def create() -> None:
+        def create(barrier=barrier, body=body, answers=answers) -> None:
             with http(host) as api:
                 barrier.wait()
                 response = api.post("/streams", json=body)

@@ -118,7 +118,7 @@ def test_the_host_log_has_a_line_per_lifecycle_event_and_offset_change(host, kaf
         ("INFO", r"dropped \(was running\)"),
     ]
     assert len(lines) == len(expected), "\n".join(messages)
-    for (level, message), (want_level, pattern) in zip(lines, expected):
+    for (level, message), (want_level, pattern) in zip(lines, expected, strict=False):
         assert level == want_level and re.match(pattern, message), (level, message, pattern, messages)
 
 

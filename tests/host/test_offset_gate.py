@@ -161,21 +161,22 @@ def test_kip848_a_change_right_after_the_first_assignment_is_where_delivery_star
                               consumer_group=f"g_{uuid.uuid4().hex[:10]}", batch_size=100, batch_interval_ms=20,
                               configs={"group.protocol": "consumer"}).with_group()
         _commit_as(kafka, config.group_id, {(topic, 0): 2})
-        sink, applied = RecordingSink(), []
+        sink, applied, asked, workers = RecordingSink(), [], [], []
 
-        def on_status(status, error, asked=[]):
+        def on_status(status, error, topic=topic, asked=asked, workers=workers):
             if status == StreamStatus.RUNNING and not asked:
                 asked.append(True)
-                worker.request_offsets(1, {(topic, 0): 15})
+                workers[0].request_offsets(1, {(topic, 0): 15})
 
         worker = StreamWorker(config, offsets_transform, sink, events=StreamEvents(
-            on_status=on_status, on_change=lambda event: applied.append((event.state, event.offset))))
+            on_status=on_status, on_change=lambda event, applied=applied: applied.append((event.state, event.offset))))
+        workers.append(worker)
         embedded_kafka.push_request_errors("OffsetFetch", *[KafkaError.COORDINATOR_LOAD_IN_PROGRESS] * 4)
         try:
             worker.start()
-            wait_until(lambda: applied, what="the change applied")
+            wait_until(lambda applied=applied: applied, what="the change applied")
             assert applied == [(MoveState.PERSISTED, 15)]
-            wait_until(lambda: len(sink.delivered()) >= 15, what="the delivery")
+            wait_until(lambda sink=sink: len(sink.delivered()) >= 15, what="the delivery")
             time.sleep(0.3)
             assert by_partition(sink.delivered()) == {(topic, 0): list(range(15, 30))}, f"attempt {attempt}"
         finally:

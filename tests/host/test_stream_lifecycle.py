@@ -47,14 +47,14 @@ def test_a_drop_racing_starts_leaves_no_process_and_the_second_delete_is_404(hos
             "consumer_group": f"g_{uuid.uuid4().hex[:10]}", "configs": FAST_REJOIN, "batch_interval_ms": 20})
         assert created.status_code == 201, created.text
         assert api.put(f"/streams/{name}/start").status_code == 200
-        wait_until(lambda: len(delivered_from_file(out)) == 5, what=f"round {round_}: the first messages")
+        wait_until(lambda out=out: len(delivered_from_file(out)) == 5, what=f"round {round_}: the first messages")
 
         answers: dict[str, list[int]] = {"delete": [], "start": []}
 
-        def delete():
+        def delete(name=name, answers=answers):
             answers["delete"].append(api.delete(f"/streams/{name}").status_code)
 
-        def starts():
+        def starts(name=name, answers=answers):
             for _ in range(4):
                 answers["start"].append(api.put(f"/streams/{name}/start").status_code)
                 time.sleep(0.02)

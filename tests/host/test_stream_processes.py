@@ -117,7 +117,7 @@ def test_a_sigkilled_stream_process_shows_the_signal_restarts_and_loses_nothing_
         per_partition = producer.stop()
         expected = {p: list(range(per_partition)) for p in range(3)}
         for name in topics:
-            wait_until(lambda: {p: sorted(set(o)) for p, o in offsets_of(outs[name]).items()} == expected, 60,
+            wait_until(lambda name=name: {p: sorted(set(o)) for p, o in offsets_of(outs[name]).items()} == expected, 60,
                        what=f"every produced offset delivered by stream {name}")
         b = offsets_of(outs["b"])
         assert b == expected, "stream b: exactly once, in order, no gap"
@@ -244,7 +244,7 @@ def test_stream_processes_end_with_their_host_sigterm_or_sigkill(tmp_path, kafka
                 assert all(gone(pid) for pid in pids), "SIGTERM: the host waits for its streams"
             else:
                 host.kill()
-                wait_until(lambda: all(gone(pid) for pid in pids), 15, what="no stream process left")
+                wait_until(lambda pids=pids: all(gone(pid) for pid in pids), 15, what="no stream process left")
         finally:
             host.stop()
 

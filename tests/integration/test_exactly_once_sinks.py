@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from memgraph_standin import Memgraph
+from mgclient_standin.mgclient import Server
 from stream_helpers import bolt_exactly_once_stream, wait_until
 
 from stream_registry import StreamStatus
@@ -38,7 +38,7 @@ def batch(stream: str, topic: str, partition: int, first: int, count: int) -> li
 
 @pytest.mark.parametrize("old_driver", [False, True], ids=["pymgclient-1.6", "pymgclient-before-1.6"])
 def test_a_lost_ack_through_a_running_stream_applies_each_create_once(kafka, tmp_path, monkeypatch, old_driver):
-    memgraph = Memgraph(old_driver=old_driver)
+    memgraph = Server(rtt_ms=0, old_driver=old_driver)
     expects = []   # what each of the worker's batch writes said it continues from
     write = BoltSink.write
 
@@ -67,7 +67,7 @@ def test_a_stream_whose_stored_offsets_someone_else_moved_goes_on_from_them_and_
         kafka, tmp_path, monkeypatch):
     """A restored snapshot, a second writer: the sink stores 25 while the worker knows 10. Its next batch is
     refused by the compare-and-set (nothing written), and the stream goes on from 25, still running."""
-    memgraph = Memgraph()
+    memgraph = Server(rtt_ms=0)
     with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
                                                                                                          topic):
         with memgraph.lock:
@@ -89,7 +89,7 @@ def test_a_sink_outage_at_assignment_is_shown_in_error_and_clears_when_the_sink_
     """Issue 21, reproduction 3 (Bolt): the stored offsets are read when partitions are assigned; a sink that
     does not answer then used to put the stream in `error` for good. Now the partitions wait, the outage shows
     in `error`, and the stream starts them where the sink says once it answers."""
-    memgraph = Memgraph()
+    memgraph = Server(rtt_ms=0)
     with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
                                                                                                          topic):
         registry.stop("orders")
@@ -114,7 +114,7 @@ def test_a_sink_outage_at_assignment_is_shown_in_error_and_clears_when_the_sink_
 def test_a_sink_that_refuses_the_read_at_assignment_fails_the_stream(kafka, tmp_path, monkeypatch):
     """Not an outage: Memgraph refuses the read of the stored offsets (not transient). The stream goes to `error`
     at once, naming it, rather than waiting for an answer that will not come."""
-    memgraph = Memgraph()
+    memgraph = Server(rtt_ms=0)
     with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
                                                                                                          topic):
         registry.stop("orders")
@@ -125,7 +125,7 @@ def test_a_sink_that_refuses_the_read_at_assignment_fails_the_stream(kafka, tmp_
 
 
 def test_a_lost_ack_at_the_bolt_sink_is_resolved_by_reading_the_stored_offsets():
-    memgraph = Memgraph()
+    memgraph = Server(rtt_ms=0)
     sink = BoltSink("memgraph", connect=memgraph.connect, sleep=lambda s: None)
     assert sink.write(batch("s", "t", 0, 0, 5), expect={("t", 0): None}) is Written.APPLIED
     memgraph.drop_after_commit = 1
@@ -138,7 +138,7 @@ def test_a_lost_ack_at_the_bolt_sink_is_resolved_by_reading_the_stored_offsets()
 
 
 def test_an_unknown_outcome_the_sink_cannot_resolve_yet_is_said_so_and_resolved_by_the_next_write():
-    memgraph = Memgraph()
+    memgraph = Server(rtt_ms=0)
     sink = BoltSink("memgraph", connect=memgraph.connect, retries=2, sleep=lambda s: setattr(memgraph, "down", True))
     memgraph.drop_after_commit = 1            # committed, the connection lost, and the server gone
     with pytest.raises(SinkError, match="may have been applied") as failed:
@@ -152,7 +152,7 @@ def test_an_unknown_outcome_the_sink_cannot_resolve_yet_is_said_so_and_resolved_
 @pytest.fixture(params=["bolt", "cypherl", "null"])
 def any_sink(request, tmp_path):
     if request.param == "bolt":
-        sink = BoltSink("memgraph", connect=Memgraph().connect, sleep=lambda s: None)
+        sink = BoltSink("memgraph", connect=Server(rtt_ms=0).connect, sleep=lambda s: None)
     elif request.param == "cypherl":
         sink = CypherlSink(str(tmp_path / "out.cypherl"))
     else:
@@ -186,7 +186,7 @@ def test_the_compare_and_set_writes_nothing_unless_the_batch_continues_from_the_
 
 
 def test_stored_offsets_are_retried_within_a_bound_then_a_transient_error_says_how_long():
-    memgraph = Memgraph()
+    memgraph = Server(rtt_ms=0)
     sink = BoltSink("memgraph", connect=memgraph.connect, sleep=lambda s: None)
     sink.write(batch("s", "t", 0, 0, 2))
     memgraph.down = True
@@ -219,7 +219,7 @@ class BoltExactlyOnce(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.memgraph = Memgraph(old_driver=False)
+        self.memgraph = Server(rtt_ms=0)
         self.sink = BoltSink("memgraph", connect=self.memgraph.connect, retries=3, sleep=lambda s: None)
         self.stored: int | None = None        # the writer's view of the stored offset
         self.expected = Counter()             # how often each offset should have been applied

@@ -146,7 +146,7 @@ def test_every_spec_form_and_clamping(kafka, registry, memory_sinks):
 
 
 def test_shift_and_committed_after_consumption(kafka, registry, memory_sinks):
-    topic = _stream(kafka, registry, partitions=2, messages=100)
+    _stream(kafka, registry, partitions=2, messages=100)
     registry.start("orders")
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 100)
     registry.stop("orders")
@@ -174,7 +174,7 @@ def test_bad_specs_raise_naming_the_value_and_change_nothing(kafka, registry, me
 
 
 def test_concurrent_calls_last_wins_and_none_is_half_applied(kafka, registry, memory_sinks):
-    topic = _stream(kafka, registry, partitions=3, messages=300)
+    _stream(kafka, registry, partitions=3, messages=300)
     registry.start("orders")
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 300)
     results, errors = {}, []
@@ -202,7 +202,7 @@ def test_concurrent_calls_last_wins_and_none_is_half_applied(kafka, registry, me
 
 
 def test_commit_errors_and_a_broker_down_during_the_call(kafka, embedded_kafka, registry, memory_sinks):
-    topic = _stream(kafka, registry, partitions=3, messages=300)
+    _stream(kafka, registry, partitions=3, messages=300)
     registry.start("orders")
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 300)
     embedded_kafka.push_request_errors("OffsetCommit", KafkaError.REBALANCE_IN_PROGRESS,

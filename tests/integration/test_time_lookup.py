@@ -70,7 +70,7 @@ def test_a_datetime_resolves_within_its_timeout_over_transaction_markers(kafka):
         assert len(records) == 8 and records != list(range(8))
         for index in (0, 3, 5, 7):
             started = time.monotonic()
-            [found] = in_thread(lambda: resolve(parse_offset_spec(iso(BASE_MS + index * STEP_MS)), [snapshot],
+            [found] = in_thread(lambda index=index: resolve(parse_offset_spec(iso(BASE_MS + index * STEP_MS)), [snapshot],
                                                 query.offsets_for_times, running=False), 15)
             assert found.offset == records[index], (index, found)
             assert time.monotonic() - started < 10.0

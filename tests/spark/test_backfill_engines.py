@@ -106,7 +106,7 @@ def test_local_engine_writes_what_spark_writes(spark, kafka, tmp_path):
         range_plan = plan_job(job)
         calls = []
         if name == "local":
-            reports[name] = run_local(job, range_plan, on_progress=lambda d, t: calls.append((d, t)))
+            reports[name] = run_local(job, range_plan, on_progress=lambda d, t, calls=calls: calls.append((d, t)))
             assert calls == [(i, 5) for i in range(1, 6)]
         else:
             reports[name] = run_backfill(spark, job, range_plan)

@@ -87,7 +87,7 @@ def test_transfers_are_deterministic_and_plausible():
     first, again = generate_transfers(7, 500, 50), generate_transfers(7, 500, 50)
     assert first == again and first != generate_transfers(8, 500, 50)
     assert all(t.source != t.target and t.amount >= 1.0 for t in first)
-    assert all(a.ts < b.ts for a, b in zip(first, first[1:]))
+    assert all(a.ts < b.ts for a, b in zip(first, first[1:], strict=False))
     assert len({t.transfer_id for t in first}) == 500
     assert {t.currency for t in first} <= {"EUR", "USD", "GBP", "CHF"}
 

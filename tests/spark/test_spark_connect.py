@@ -85,7 +85,7 @@ def test_backfill_under_connect_writes_what_the_classic_run_writes(spark, spark_
         job = BackfillJob(kafka.bootstrap_servers, (topic,), parse_offset_spec(3), parse_offset_spec("latest"),
                           MERGE, f"cypherl://{out}", batch_size=7, min_partitions=5)
         calls = []
-        reports[name] = run_backfill(session, job, on_progress=lambda done, total: calls.append((done, total)))
+        reports[name] = run_backfill(session, job, on_progress=lambda done, total, calls=calls: calls.append((done, total)))
         progress.append(calls)
         outputs[name] = {p.name: p.read_bytes() for p in out.iterdir()}
     assert outputs["connect"] == outputs["classic"]                    # the same files, byte for byte

@@ -327,7 +327,7 @@ def test_a_kill_at_any_byte_of_any_append_leaves_exactly_the_whole_batches(tmp_p
     path = tmp_path_factory.mktemp("model") / "out.cypherl"
     sink = CypherlSink(str(path))
     stored, whole = None, path.read_bytes()          # the new file's empty frame
-    for step in range(data.draw(st.integers(1, 6), label="batches")):
+    for _ in range(data.draw(st.integers(1, 6), label="batches")):
         first = stored or 0
         count = data.draw(st.integers(1, 5), label="statements")
         size_before = path.stat().st_size

@@ -112,7 +112,7 @@ class GateMachine(RuleBasedStateMachine):
 
     @initialize(committed=st.lists(st.integers(0, LOG_END), min_size=2, max_size=2))
     def start(self, committed):
-        for tp, offset in zip(TPS, committed):
+        for tp, offset in zip(TPS, committed, strict=False):
             self.committed[tp] = offset
 
     # -- the group -------------------------------------------------------------------

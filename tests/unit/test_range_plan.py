@@ -162,7 +162,7 @@ def covers(pieces, ranges):
     for r in ranges:
         parts = sorted(by_partition.pop((r.topic, r.partition)))
         assert parts[0].from_offset == r.from_offset and parts[-1].until_offset == r.until_offset
-        assert all(a.until_offset == b.from_offset for a, b in zip(parts, parts[1:]))
+        assert all(a.until_offset == b.from_offset for a, b in zip(parts, parts[1:], strict=False))
     assert not by_partition
 
 

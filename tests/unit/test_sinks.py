@@ -124,9 +124,11 @@ def test_cypherl_failed_write_is_cut_back_to_the_previous_size(tmp_path, monkeyp
     real_writev = os.writev
     before = path.read_bytes()
 
-    def half_then_fail(fd, buffers, state={"n": 0}):
-        state["n"] += 1
-        if state["n"] == 1:
+    calls = []
+
+    def half_then_fail(fd, buffers):
+        calls.append(fd)
+        if len(calls) == 1:
             return os.write(fd, bytes(buffers[0][:len(buffers[0]) // 2]))
         raise OSError(28, "No space left on device")
 

@@ -26,7 +26,7 @@ def render(table: FittedTable, width: int) -> str:
 @given(COLUMNS, st.data(), st.integers(min_value=20, max_value=300))
 def test_key_columns_are_whole_at_any_width(columns, data, width):
     headers = [f"{h}{i}" for i, (h, _, _) in enumerate(columns)]   # distinct
-    spec = [Column(h, fit, fold) for h, (_, fit, fold) in zip(headers, columns)]
+    spec = [Column(h, fit, fold) for h, (_, fit, fold) in zip(headers, columns, strict=False)]
     rows = data.draw(st.lists(st.lists(WORD, min_size=len(spec), max_size=len(spec)), min_size=1, max_size=4))
     text = render(FittedTable(spec, rows), width)
     lines = text.splitlines()
@@ -50,5 +50,5 @@ def test_key_columns_are_whole_at_any_width(columns, data, width):
 def test_piped_width_prints_every_value_whole(rows):
     spec = [Column("A", Fit.KEY), Column("B", Fit.LONG), Column("C", Fit.EXTRA)]
     text = render(FittedTable(spec, rows), 1_000_000)
-    for row, line in zip(rows, text.splitlines()[1:]):
+    for row, line in zip(rows, text.splitlines()[1:], strict=False):
         assert line.split() == row

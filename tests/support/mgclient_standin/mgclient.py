@@ -21,6 +21,20 @@ write and read queries), visible after commit only.
 
 Round trips are counted as pymgclient makes them with autocommit off: BEGIN
 before a transaction's first statement, each execute(), COMMIT, ROLLBACK.
+
+The server keeps a transaction log (`transactions`: each committed transaction's statements as they took
+effect; `applied`: how many times each CREATE was committed, by its (topic, partition, offset) parameters) and
+injects faults as pymgclient raises them (its exception classes, and the connection's status):
+- `drop_after_commit = n`: the next n commits are applied, then the connection is lost (pymgclient >= 1.6
+  raises TransientError; `Server(old_driver=True)`: DatabaseError on a connection marked CONN_STATUS_BAD, as
+  before 1.6);
+- `drop_before_commit = n`: the next n commits are lost before they reach the server (nothing applied), with the
+  same error;
+- `down = True`: connecting fails (OperationalError, "couldn't connect to host") and an open connection is lost,
+  as when the server stops;
+- `fail_when(query, parameters)`: the statement is refused (DatabaseError) and the transaction with it, as
+  Memgraph fails a whole query on one bad row.
+A lost or closed connection refuses everything after (InterfaceError "bad session"), as pymgclient's does.
 """
 from __future__ import annotations
 
@@ -29,9 +43,14 @@ import os
 import re
 import threading
 import time
+from collections import Counter
 
 MG_SSLMODE_DISABLE = 0
 MG_SSLMODE_REQUIRE = 1
+# pymgclient's connection states (mgclient.CONN_STATUS_*, the values of pymgclient 1.x), what `Connection.status`
+# reads and the Bolt sink compares
+CONN_STATUS_READY, CONN_STATUS_IN_TRANSACTION, CONN_STATUS_EXECUTING, CONN_STATUS_CLOSED, CONN_STATUS_BAD = \
+    0, 1, 2, 4, -1
 PYTHONPATH_ENTRY = os.path.dirname(os.path.abspath(__file__))
 
 # The offset statements of stream_registry.graph.offset_store, by their text (this module imports nothing of
@@ -148,19 +167,26 @@ def _holds(value, text: str) -> bool:
 
 
 class Server:
-    """The state every connection of one process shares: committed offsets, committed transactions."""
+    """The state every connection of one process shares: committed offsets and transactions, and the faults
+    to inject (see the module docstring)."""
 
     def __init__(self, rtt_ms: float = 0.2, journal: str | None = None, record_rows: bool = False,
-                 reject: str | None = None):
+                 reject: str | None = None, *, old_driver: bool = False):
         self.rtt_s = rtt_ms / 1000
         self.journal, self.record_rows = journal, record_rows
         # a predicate on each statement as it takes effect (query, parameters): True fails the whole statement
         self.fail_when = (lambda query, parameters: _holds(parameters, reject)) if reject else None
         self.offsets: dict[tuple[str, str, int], int] = {}
         self.transactions: list[dict] = []    # committed: {"round_trips", "executes", "statements"}
+        self.applied: Counter = Counter()     # committed CREATEs, by their (topic, partition, offset) parameters
         self.connects: list[dict] = []
         self.round_trips = 0
-        self._lock = threading.Lock()
+        self.commits = 0
+        self.drop_after_commit = 0
+        self.drop_before_commit = 0
+        self.down = False
+        self.old_driver = old_driver
+        self.lock = threading.Lock()
 
     @classmethod
     def from_environment(cls) -> Server:
@@ -170,8 +196,28 @@ class Server:
                    os.environ.get("MGCLIENT_STANDIN_REJECT") or None)
 
     def connect(self, **kwargs) -> Connection:
-        self.connects.append(kwargs)
+        with self.lock:
+            if self.down:
+                raise OperationalError("couldn't connect to host: Connection refused")
+            self.connects.append(kwargs)
         return Connection(self)
+
+    def queries(self) -> list[list[str]]:
+        """The statements of each committed transaction, as they took effect, without their parameters."""
+        with self.lock:
+            return [[query for query, _ in t["statements"]] for t in self.transactions]
+
+    def created(self) -> Counter:
+        """How many times each CREATE was committed, by (topic, partition, offset) when it has them."""
+        with self.lock:
+            return Counter(self.applied)
+
+    def lost(self, connection: Connection) -> Exception:
+        """The connection is gone: the error pymgclient raises for it, the connection marked bad."""
+        connection.status = CONN_STATUS_BAD
+        if self.old_driver:
+            return DatabaseError("failed to receive chunk size: connection reset by peer")
+        return TransientError("failed to receive chunk size: connection reset by peer")
 
     def statements(self) -> list[tuple[str, dict]]:
         """Every committed statement as it took effect (UNWIND rows one by one), in commit order."""
@@ -182,8 +228,11 @@ class Server:
         if self.rtt_s > 0:
             time.sleep(self.rtt_s)
 
-    def _committed(self, transaction: dict) -> None:
-        with self._lock:
+    def _committed(self, transaction: dict, offsets: dict, created: list) -> None:
+        with self.lock:
+            self.offsets.update(offsets)
+            self.applied.update(created)
+            self.commits += 1
             self.transactions.append(transaction)
         if self.journal:
             line = {"pid": os.getpid(), "round_trips": transaction["round_trips"],
@@ -200,10 +249,11 @@ class Server:
 class Connection:
     def __init__(self, server: Server):
         self.server = server
+        self.status = CONN_STATUS_READY
         self._autocommit = False
         self._open: dict | None = None       # the transaction in progress
-        self._pending: dict = {}
-        self.closed = False
+        self._pending: dict = {}             # its offset writes
+        self._created: list = []             # its CREATEs
 
     @property
     def autocommit(self) -> bool:
@@ -216,30 +266,51 @@ class Connection:
         self._autocommit = bool(value)
 
     def cursor(self) -> Cursor:
+        self._usable()
+        if self.server.down:            # the server went away under an open connection
+            raise self.server.lost(self)
         return Cursor(self)
 
     def commit(self) -> None:
+        self._usable()
         if self._open is None:
             return
-        self.server._round_trip()
-        transaction, self._open = self._open, None
+        server = self.server
+        server._round_trip()
+        if server.drop_before_commit:
+            server.drop_before_commit -= 1
+            self._discard()
+            raise server.lost(self)
+        transaction, offsets, created = self._open, self._pending, self._created
         transaction["round_trips"] += 1
-        self.server.offsets.update(self._pending)
-        self._pending = {}
-        self.server._committed(transaction)
+        self._discard()
+        server._committed(transaction, offsets, created)
+        if server.drop_after_commit:
+            server.drop_after_commit -= 1
+            raise server.lost(self)
 
     def rollback(self) -> None:
+        self._usable()
         if self._open is None:
             return
         self.server._round_trip()
-        self._open, self._pending = None, {}
+        self._discard()
 
     def close(self) -> None:
-        self._open, self._pending, self.closed = None, {}, True
+        self._discard()
+        self.status = CONN_STATUS_CLOSED
+
+    def _usable(self) -> None:
+        if self.status == CONN_STATUS_BAD:
+            raise InterfaceError("bad session")
+        if self.status == CONN_STATUS_CLOSED:
+            raise InterfaceError("connection is closed")
+
+    def _discard(self) -> None:
+        self._open, self._pending, self._created = None, {}, []
 
     def _run(self, query: str, parameters: dict) -> list[tuple]:
-        if self.closed:
-            raise InterfaceError("connection is closed")
+        self._usable()
         if self._open is None:
             self._open = {"round_trips": 0, "executes": 0, "statements": []}
             if not self._autocommit:
@@ -250,7 +321,7 @@ class Connection:
         self._open["executes"] += 1
         statements = effective(query, parameters)
         if self.server.fail_when and any(self.server.fail_when(q, p) for q, p in statements):
-            self._open, self._pending = None, {}     # Memgraph fails the transaction
+            self._discard()     # Memgraph fails the transaction
             raise DatabaseError("Query failed: Can't have a null value as a property")
         rows: list[tuple] = []
         for statement, values in statements:
@@ -258,12 +329,15 @@ class Connection:
             if statement == OFFSET_WRITE:
                 self._pending[(values["stream"], values["topic"], values["partition"])] = values["next_offset"]
             elif statement == OFFSET_READ:
-                rows += [(t, p, o) for (s, t, p), o in sorted(self.server.offsets.items()) if s == values["stream"]]
+                with self.server.lock:
+                    seen = {**self.server.offsets, **self._pending}
+                rows += [(t, p, o) for (s, t, p), o in sorted(seen.items()) if s == values["stream"]]
+            elif statement.lstrip().upper().startswith("CREATE"):
+                self._created.append((values.get("topic"), values.get("partition"), values.get("offset")))
         if self._autocommit:
-            self.server.offsets.update(self._pending)
-            self._pending = {}
-            transaction, self._open = self._open, None
-            self.server._committed(transaction)
+            transaction, offsets, created = self._open, self._pending, self._created
+            self._discard()
+            self.server._committed(transaction, offsets, created)
         return rows
 
 

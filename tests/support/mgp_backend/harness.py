@@ -277,7 +277,7 @@ class Memgraph:
             if not n_opt:
                 raise QueryError(f"'{name}' requires exactly {n_req} {'argument' if n_req == 1 else 'arguments'}.")
             raise QueryError(f"'{name}' requires between {n_req} and {n_req + n_opt} arguments.")
-        for position, (arg, value) in enumerate(zip(proc.args, values)):
+        for position, (arg, value) in enumerate(zip(proc.args, values, strict=False)):
             if not arg.type.satisfies(value):
                 raise QueryError(f"'{name}' argument named '{arg.name}' at position {position} must be of type "
                                  f"{arg.type.presentable_name}.")
