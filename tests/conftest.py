@@ -3,7 +3,7 @@
 Tests run against the embedded cluster unless MGSTREAMS_TEST_BROKER=tansu starts a Tansu
 broker process for the session (`make test-tansu`) or KAFKA_BOOTSTRAP_SERVERS points at
 a real one; on those, topics are created with the admin client under unique names
-(tests/broker_support.py says which broker a run uses and what differs on Tansu).
+(tests/support/broker_support.py says which broker a run uses and what differs on Tansu).
 Fault-injection tests ask for `embedded_kafka` and are skipped on any other broker.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ class KafkaCluster:
 def stream_policy(tmp_path_factory):
     """What an operator would configure for these tests, in this process and every host it starts:
     streams may write cypherl files under pytest's temporary directories (MGSTREAMS_OUTPUT_DIRS) and use
-    the test transformations in tests/stream_helpers.py (MGSTREAMS_TRANSFORM_PACKAGES)."""
+    the test transformations in tests/support/stream_helpers.py (MGSTREAMS_TRANSFORM_PACKAGES)."""
     from stream_registry.graph.sinks import OUTPUT_DIRS_ENV
     from stream_registry.graph.transform import TRANSFORM_PACKAGES_ENV
 

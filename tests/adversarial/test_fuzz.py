@@ -20,7 +20,7 @@ nothing: after each one the host's stream list and the stream's history are
 what they were, and at the end its offsets are too. Each property prints how
 many inputs it tried (`pytest -s`) and records it as a test property.
 
-    .venv/bin/python -m pytest -s tests/test_fuzz.py
+    .venv/bin/python -m pytest -s tests/adversarial/test_fuzz.py
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Contract tests of `query_modules/streams.py` on Memgraph's real mgp.py, against a real stream host.
 
-The module is loaded the way Memgraph loads it (tests/mgp_backend), procedures
+The module is loaded the way Memgraph loads it (tests/support/mgp_backend), procedures
 are CALLed through mgp's own wrappers with Cypher-typed arguments, and the
 records come back as a client sees them. Every call crosses the process
 boundary to a `mgstreams serve` child process (the `host` fixture), which is

@@ -8,7 +8,7 @@ Run for real (on fresh embedded Kafka clusters holding the README's topic
 `orders` literally; each test gets its own cluster because librdkafka's mock
 cluster does not act on LeaveGroup, so a second `mgstreams_orders` group member
 would wait ~45 s for the first one's session to expire), against real stream
-hosts (`mgstreams serve` child processes, tests/host_helpers.py):
+hosts (`mgstreams serve` child processes, tests/support/host_helpers.py):
 
 - `mgstreams serve ...`: the installed console script, each `[--optional]` group
   both left out and given, with DIR, /var/lib/mgstreams and FILE as temporary
@@ -35,7 +35,7 @@ hosts (`mgstreams serve` child processes, tests/host_helpers.py):
   is no Memgraph here, and a refused Bolt connection is retried 5 times with
   backoff (~40 s with Spark) before the one-line error.
 - ```cypher```: `CALL streams.*` and `CALL mg.*` statements through the `_mgp`
-  test backend (tests/mgp_backend) loading query_modules/streams.py, pointed at
+  test backend (tests/support/mgp_backend) loading query_modules/streams.py, pointed at
   a real host ($MGSTREAMS_URL), with `kafka:29092` adapted and the default sink
   ($MGSTREAMS_DEFAULT_SINK, read when the module is imported) a cypherl file: the
   statements it holds are what `MATCH (m:KafkaMessage)` would find.
@@ -50,13 +50,13 @@ profile, build sections, the pinned `apache/kafka` image whose scripts live in
 `sudo cp query_modules/streams.py ...` (the file exists and imports only the
 standard library and `mgp`: it is imported by a Python without site-packages),
 `export MGSTREAMS_URL=...` (the host's default address; the curl lines use it),
-`mgconsole < demo-out/...` (the demo writes those files; tests/test_demo_e2e.py
+`mgconsole < demo-out/...` (the demo writes those files; tests/spark/test_demo_e2e.py
 runs the demo), `make demo` / `make test` (the Makefile targets; not run here:
 test_demo_e2e.py runs the demo, and `make test` is this suite),
 `spark-submit ... mgstreams/backfill_main.py ARGS` (the script runs with the same
 ARGS plus `--dry-run`, which plans against the cluster without Spark),
 `export PYSPARK_PYTHON=...`, and `.venv/bin/python bench/*.py` (exist, `--help`
-exits 0; tests/test_bench_smoke.py runs benches small).
+exits 0; tests/host/test_bench_smoke.py runs benches small).
 """
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def _split_outside_quotes(text: str, sep: str) -> list[str]:
 # The operator toolkit's walk-through (its own section, run in order by bash: it redirects into a file).
 TOOLKIT = r"check |offsets |revert |pending |set-offset \S+ (?:-P|'\{\"group\"|--from-file)"
 SHELL_RULES = {
-    "make": r"^(KAFKA_BOOTSTRAP_SERVERS=\S+ )?make (demo|test|test-tansu)$",
+    "make": r"^(KAFKA_BOOTSTRAP_SERVERS=\S+ )?make (demo|test|test-unit|test-tansu|lint)$",
     "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole( --import-mode=batched-parallel)? "
                  r"< demo-out/\S+\.cypherl$|^cat demo-out/\S+ \| mgconsole --import-mode=batched-parallel$",
     "docker": r"^docker compose (?!exec -T memgraph mgconsole <)",
@@ -818,10 +818,11 @@ def test_make_commands():
     for command in shell("make"):
         target = command.split()[-1]
         assert target in targets, command
-        stamp = {"demo": "$(DEMO_STAMP)", "test": "$(STAMP)", "test-tansu": "$(STAMP)"}[target]
-        assert stamp in targets[target].splitlines()[0], "both commands create .venv and install first"
-        assert {"demo": "-m mgstreams.demo", "test": "-m pytest",
-                "test-tansu": "MGSTREAMS_TEST_BROKER=tansu $(BIN)/python -m pytest"}[target] in targets[target]
+        stamp = "$(DEMO_STAMP)" if target == "demo" else "$(STAMP)"
+        assert stamp in targets[target].splitlines()[0], "every command creates .venv and installs first"
+        assert {"demo": "-m mgstreams.demo", "test": "-m pytest", "test-unit": "-m pytest tests/unit",
+                "test-tansu": "MGSTREAMS_TEST_BROKER=tansu $(BIN)/python -m pytest",
+                "lint": "$(BIN)/ruff check ."}[target] in targets[target]
         if target == "demo":   # only what the demo needs: the Spark extra and mgp, not the test extra
             text = (ROOT / "Makefile").read_text()
             recipe = text[text.index("$(DEMO_STAMP): pyproject.toml"):].split("\n\n")[0]
@@ -842,7 +843,7 @@ def test_demo_options_in_the_readme_parse():
 
 
 def test_mgconsole_commands_load_files_the_demo_writes():
-    """No mgconsole here; the files are the ones the demo writes (tests/test_demo_e2e.py runs it)."""
+    """No mgconsole here; the files are the ones the demo writes (tests/spark/test_demo_e2e.py runs it)."""
     demo = (ROOT / "mgstreams" / "demo.py").read_text()
     for command in shell("mgconsole"):
         path = re.search(r"demo-out/(\S+)", command).group(1)

@@ -1,5 +1,5 @@
 """Live Bolt writes in UNWIND batches (stream_registry/graph/unwind.py), checked against the pymgclient stand-in
-(tests/mgclient_standin: a recording Cypher server that runs an UNWIND over maps as one execution per row).
+(tests/support/mgclient_standin: a recording Cypher server that runs an UNWIND over maps as one execution per row).
 
 - Folding keeps meaning, as a property: random batches of supported and unsupported statement shapes give the
   same statements, in the same order, whether sent folded or one at a time; unsupported shapes pass as they are.
