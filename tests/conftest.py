@@ -218,12 +218,26 @@ def spark_connect(tmp_path_factory):
 #   sessions, the fuzz, hostile input and the soaks) check what is the same on any broker while costing minutes;
 # - in them, only tests that take the session's broker (the `kafka` fixture): the others run their own embedded
 #   cluster or none;
-# - and not the files below, whose tests use the broker only to feed a stream while they check what the host does
-#   with it (rendering, allowlists, logs, the README's commands): the broker's behaviour is not what they test.
-# What stays is the broker-facing coverage: the offset gate, set_offset, stream lifecycle and processes,
-# exactly-once, lag, rebalance safety, time lookup, poison messages and dead letters, consumer offsets, the host.
+# - and not the files below, whose tests use the broker only to feed a stream while they check what the host, its
+#   clients or a sink do with it: the broker's behaviour is not what they test, and the files that are about it
+#   (set_offset, the toolkit, lag) drive the same host calls.
+# What stays is the broker-facing coverage: the offset gate, set_offset, the operator toolkit's offsets, stream
+# lifecycle, processes and alter (groups rejoining), exactly-once, lag, rebalance safety, time lookup, range reads
+# over transactions, the backfill hand-off, poison messages and dead letters, consumer offsets, the host.
 TANSU_TIERS = ("integration", "host")
-BROKER_NEUTRAL = frozenset()
+BROKER_NEUTRAL = frozenset({
+    "test_security_boundary.py",   # tokens, allowlists, redaction, connection limits: the host's own rules
+    "test_stream_policy.py",       # the allowlists applied to stored streams
+    "test_cli.py",                 # the CLI as a client of the host's API: arguments, output, exit codes
+    "test_cli_tables.py",          # the CLI's table layout
+    "test_query_module.py",        # the Cypher procedures as clients of the host's API
+    "test_host_log.py",            # what the host writes to its log
+    "test_ui.py",                  # the /ui page and its rendering in Chromium
+    "test_readme_commands.py",     # the README's commands
+    "test_unwind.py",              # Bolt writes folded into UNWIND batches (the sink's side)
+    "test_backfill_secrets.py",    # secrets kept out of the backfill's output and Spark's UI
+    "test_backfill_progress.py",   # the backfill's progress reports
+})
 
 
 def meets_the_broker(item: pytest.Item) -> bool:
