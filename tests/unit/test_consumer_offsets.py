@@ -1,48 +1,18 @@
 """`stream_registry.builtin_transformations.consumer_offsets`: Kafka's `__consumer_offsets` records, built here
 byte for byte in Kafka's documented coordinator formats (the embedded cluster has no such topic), decoded into
-commit timelines. Checked as statements, as the graph they describe (a model of their MERGE/SET/DELETE), and
-end to end: a stream on a topic holding such records writes them through a cypherl sink and outlives
-malformed ones."""
+commit timelines. Checked as statements and as the graph they describe (a model of their MERGE/SET/DELETE);
+tests/integration/test_consumer_offsets_stream.py runs them through a stream."""
 from __future__ import annotations
 
 import struct
 from datetime import datetime
 
 import pytest
-from stream_helpers import FAST_REJOIN, wait_until
+from consumer_offsets_records import T, group_metadata_key, key, s16, value
 
-from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.builtin_transformations import consumer_offsets
 from stream_registry.graph import consumer_offsets as co
 from stream_registry.graph.transform import Message
-
-T = 1_700_000_000_000   # ms
-
-
-def s16(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack(">h", len(raw)) + raw
-
-
-def key(group: str, topic: str, partition: int, version: int = 1) -> bytes:
-    """OffsetCommitKey: int16 version, string group, string topic, int32 partition."""
-    return struct.pack(">h", version) + s16(group) + s16(topic) + struct.pack(">i", partition)
-
-
-def value(offset: int, committed: int, metadata: str = "", version: int = 3, epoch: int = 7,
-          expire: int = -1) -> bytes:
-    """OffsetCommitValue v0-v3: offset, [leader epoch (v3)], metadata, commit timestamp, [expire (v1)]."""
-    out = struct.pack(">hq", version, offset)
-    if version >= 3:
-        out += struct.pack(">i", epoch)
-    out += s16(metadata) + struct.pack(">q", committed)
-    if version == 1:
-        out += struct.pack(">q", expire)
-    return out
-
-
-def group_metadata_key(group: str) -> bytes:
-    return struct.pack(">h", 2) + s16(group)
 
 
 class Batch:
@@ -165,37 +135,3 @@ def test_the_graph_holds_every_commit_and_one_current_offset_per_group_and_parti
     assert graph.at[("billing", "orders", 0)]["offset"] == 25
 
 
-# -- end to end: a stream ingesting such records ------------------------------------------------------------
-def test_a_stream_writes_commits_and_outlives_malformed_records(kafka, tmp_path):
-    from confluent_kafka import Producer
-
-    if kafka.embedded is not None:
-        kafka.embedded.set_initial_rebalance_delay(200)
-    topic = kafka.new_topic(partitions=1, prefix="consumer_offsets_copy")
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
-    for k, v in [(key("billing", "orders", 0), value(10, T)), (b"\x00", b"junk"),
-                 (group_metadata_key("billing"), b"\x00\x03x"), (key("billing", "orders", 0), value(11, T + 5))]:
-        producer.produce(topic, key=k, value=v, partition=0)
-    producer.produce(topic, key=key("billing", "orders", 0), value=None, partition=0)   # a real null value
-    assert producer.flush(10) == 0
-    out = tmp_path / "state" / "output" / "offsets.cypherl"
-    registry = StreamRegistry(tmp_path / "state")
-    try:
-        registry.create(StreamConfig(name="offsets", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
-                                     transform="stream_registry.builtin_transformations.consumer_offsets",
-                                     sink=f"cypherl://{out}", consumer_group="offsets_e2e", configs=FAST_REJOIN,
-                                     batch_interval_ms=20))
-        registry.start("offsets")
-        wait_until(lambda: any(r.committed_offset == 5 for r in registry.describe("offsets")), timeout=30,
-                   what="all five records committed")
-        assert registry.get("offsets").status == StreamStatus.RUNNING
-    finally:
-        registry.close()
-        if kafka.embedded is not None:
-            kafka.embedded.set_initial_rebalance_delay(3000)
-    lines = [line for line in out.read_text().splitlines() if line.strip() and not line.startswith("//")]
-    assert len(lines) == 3, lines
-    assert lines[0].startswith('MERGE (g:ConsumerGroup {name: "billing"})') and "c.offset = 10" in lines[0]
-    assert "localDateTime(\"2023-11-14T22:13:20\")" in lines[0] and "source_offset: 0" in lines[0]
-    assert "c.offset = 11" in lines[1] and "source_offset: 3" in lines[1]
-    assert lines[2].startswith('MATCH (:ConsumerGroup {name: "billing"})-[a:AT]->') and lines[2].endswith("DELETE a;")
