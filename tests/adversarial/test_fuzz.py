@@ -41,6 +41,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from click.testing import CliRunner
+from configs import MERGE
 from cypher_literal_parser import LiteralParser
 from host_helpers import ROOT, HostProcess
 from hypothesis import HealthCheck, example, given, settings
@@ -73,7 +74,6 @@ from stream_registry.offset_spec import (
 from stream_registry.redaction import is_secret_key
 
 QUERY_MODULES = ROOT / "query_modules"
-TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 STREAM = "fuzzed"
 CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "consumer_group", "batch_size",
                  "batch_interval_ms", "configs", "credentials")
@@ -336,12 +336,12 @@ def test_stream_config_is_accepted_or_refused_naming_the_field(record_property):
     plausible = config_fields(st.sampled_from(["localhost:9092", "a:1,b:2", " h:1 "]),
                               st.from_regex(r"\A[A-Za-z0-9._-]{1,20}\Z"),
                               st.sampled_from(["null://", "cypherl:///tmp/x.cypherl", "bolt://h:7687"]),
-                              st.sampled_from(["m.f", TRANSFORM]), with_junk=False)
+                              st.sampled_from(["m.f", MERGE]), with_junk=False)
     fields = st.one_of(plausible, config_fields(
         st.one_of(st.sampled_from(["localhost:9092", "a:1,b:2", " h:1 ", "h:", ":1", "h:x"]), any_text),
         st.one_of(st.from_regex(r"\A[A-Za-z0-9._-]{1,20}\Z"), any_text, st.sampled_from([".", ".."])),
         st.one_of(st.sampled_from(["null://", "cypherl:///tmp/x.cypherl", "bolt://h:7687"]), any_text),
-        st.one_of(st.sampled_from(["m.f", TRANSFORM, "nodot"]), any_text)))
+        st.one_of(st.sampled_from(["m.f", MERGE, "nodot"]), any_text)))
     fuzz(record_property, "stream_config", fields, check_stream_config, max_examples=500, examples=CONFIG_EXAMPLES)
 
 
@@ -639,7 +639,7 @@ def shared(kafka, tmp_path_factory):
         topic = kafka.new_topic(partitions=2, prefix="fz")
         kafka.produce(topic, 5, partitions=1)
         created = http.post("/streams", json={
-            "name": STREAM, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "transform": TRANSFORM,
+            "name": STREAM, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "transform": MERGE,
             "sink": f"cypherl://{base / 'out' / 'fuzzed.cypherl'}", "consumer_group": f"fz_{uuid.uuid4().hex[:8]}"})
         assert created.status_code == 201, created.text
         streams = http.get("/streams").json()
@@ -756,14 +756,14 @@ def test_api_create_stores_a_stream_or_is_refused_with_400(shared, record_proper
     sinks = st.one_of(st.just(f"cypherl://{out}/s.cypherl"), create_sinks,
                       st.sampled_from([f"cypherl://{out}/../x.cypherl", f"cypherl://{shared.state_dir}/x.cypherl"]))
     # Only names nothing can import (no module `zz_fuzz_missing`), or that fail the 'module.function' form.
-    transforms = st.one_of(st.sampled_from(["", TRANSFORM, "nodot", "stream_registry.builtin_transformations.nope",
+    transforms = st.one_of(st.sampled_from(["", MERGE, "nodot", "stream_registry.builtin_transformations.nope",
                                             "os.path"]),
                            st.from_regex(r"\A[a-z]{1,6}\Z").map(lambda f: "zz_fuzz_missing." + f),
                            any_text.filter(lambda t: not re.fullmatch(r"[\w.]+", t)))
     good = st.fixed_dictionaries(
         {"name": st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,15}\Z").filter(lambda n: n != STREAM),
          "topics": st.just([shared.topic]), "bootstrap_servers": st.just(shared.bootstrap)},
-        optional={"transform": st.sampled_from(["", TRANSFORM]), "sink": st.sampled_from(
+        optional={"transform": st.sampled_from(["", MERGE]), "sink": st.sampled_from(
             ["null://", "bolt://localhost:7687", f"cypherl://{out}/good.cypherl"]),
             "consumer_group": st.one_of(st.just(""), st.from_regex(r"\Afz_[a-z0-9]{1,8}\Z")),
             "batch_size": st.integers(1, 10 ** 6), "batch_interval_ms": st.integers(1, 10 ** 6),
@@ -909,7 +909,7 @@ def test_module_create_stores_a_stream_or_fails_in_one_line(shared, memgraph, re
         st.lists(st.one_of(st.just(shared.topic), any_text.filter(lambda t: not re.fullmatch(r"[A-Za-z0-9._-]+", t))),
                  max_size=2),
         st.one_of(st.just(shared.bootstrap), st.just(shared.bootstrap), any_text.filter(lambda t: ":" not in t)),
-        st.one_of(st.just(""), st.just(TRANSFORM), any_text.filter(lambda t: not re.fullmatch(r"[\w.]+", t))),
+        st.one_of(st.just(""), st.just(MERGE), any_text.filter(lambda t: not re.fullmatch(r"[\w.]+", t))),
         st.one_of(st.just(f"cypherl://{out}/m.cypherl"), st.just("null://"), create_sinks),
         st.one_of(st.just(""), any_text),
         st.integers(INT64_MIN, INT64_MAX), st.one_of(st.integers(1, 1000), st.integers(INT64_MIN, INT64_MAX)),
@@ -919,7 +919,7 @@ def test_module_create_stores_a_stream_or_fails_in_one_line(shared, memgraph, re
 
     good = st.tuples(
         st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,12}\Z").filter(lambda n: n != STREAM), st.just([shared.topic]),
-        st.just(shared.bootstrap), st.sampled_from(["", TRANSFORM]),
+        st.just(shared.bootstrap), st.sampled_from(["", MERGE]),
         st.sampled_from(["null://", f"cypherl://{out}/m.cypherl"]), st.one_of(st.just(""), any_text),
         st.integers(1, 10 ** 6), st.integers(1, 10 ** 6),
         st.dictionaries(st.sampled_from(["client.id", "sasl.password"]), st.sampled_from(["mg", SECRET + "c"]),

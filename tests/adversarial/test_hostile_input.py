@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 import mgclient
 import pytest
+from configs import MERGE
 from host_helpers import ROOT, HostProcess
 
 from mgstreams.host.serve import default_state_dir
@@ -44,8 +45,6 @@ from stream_registry.graph.transform import QUERY_MODULES_ENV, TRANSFORM_PACKAGE
 from stream_registry.model import StreamStatus
 from stream_registry.redaction import MASK, redact, secret_values
 from stream_registry.registry.state_store import STATE_FILE
-
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 
 
 @contextlib.contextmanager

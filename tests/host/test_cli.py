@@ -19,6 +19,7 @@ import click
 import psutil
 import pytest
 from click.testing import CliRunner
+from configs import MERGE
 from confluent_kafka.admin import AdminClient
 from host_helpers import ROOT, HostProcess
 from ports import free_port
@@ -27,7 +28,6 @@ from stream_helpers import delivered_from_file, wait_until
 from mgstreams.cli import cli, main, parse_spec_argument
 from stream_registry.errors import ConfigError
 
-TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 NO_STREAM = "mgstreams: error: name: no stream named 'nope'\n"
 
 
@@ -51,7 +51,7 @@ def stream(kafka, host, tmp_path):
     kafka.produce(topic, 30, partitions=3)
     out = tmp_path / "out.cypherl"
     with host.client() as client:
-        client.create(name="orders", topics=[topic], bootstrap_servers=kafka.bootstrap_servers, transform=TRANSFORM,
+        client.create(name="orders", topics=[topic], bootstrap_servers=kafka.bootstrap_servers, transform=MERGE,
                       sink=f"cypherl://{out}", consumer_group=f"cli_{uuid.uuid4().hex[:8]}", batch_interval_ms=20,
                       configs={"sasl.password": "hunter2"}, credentials={"sasl.username": "ops"})
     return types.SimpleNamespace(topic=topic, out=out)
@@ -156,7 +156,7 @@ def test_list_masks_secrets(stream, host):
     result = run(host, "list")
     assert result.exit_code == 0
     header, row = result.stdout.splitlines()
-    assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK",
+    assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "MERGE", "SINK",
                               "ERROR"]   # DETAIL only while a stream has one
     assert row.split()[:3] == ["orders", "created", stream.topic]
     listed_json = run(host, "list", "--json").stdout

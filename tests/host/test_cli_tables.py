@@ -15,13 +15,13 @@ import sys
 import uuid
 
 import pytest
+from configs import MERGE
 from host_helpers import ROOT
 from stream_helpers import wait_until
 
 WIDTHS = (60, 80, 120, 250)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 POISON = "stream_helpers.poison_transform"
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 
 
 def on_terminal(url: str, width: int, *args: str) -> str:

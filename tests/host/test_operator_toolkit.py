@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE, SLOW_FIRST_JOIN
+from configs import MERGE
 from confluent_kafka import Consumer, Producer, TopicPartition
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
@@ -297,7 +298,6 @@ def test_check_refuses_bad_limits_and_specs_naming_them(kafka, registry, memory_
 
 
 # -- the surfaces: a real host, driven by the CLI and by the query module ----------------------------------------
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 POISON_AT = {(0, 3), (1, 6), (2, 9)}    # (partition, offset): where the `copy` stream's poison_transform fails
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from broker_support import QUICK_FIRST_JOIN
+from configs import MERGE
 from host_helpers import HostProcess
 from mgp_backend import QueryError, mgp_environment
 from ports import free_port
@@ -34,7 +35,6 @@ from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY_MODULES = ROOT / "query_modules"
-TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
 NO_TOKEN = ("Exception: authorization: a valid bearer token is required (Authorization: Bearer ...): set "
             "MGSTREAMS_TOKEN or MGSTREAMS_TOKEN_FILE (the host's token file, <its state dir>/api-token when it "
@@ -121,7 +121,7 @@ def create(memgraph, name, topic, bootstrap, out: Path, **options):
     # A group of its own: on the embedded cluster a group whose member stopped takes ~44 s to rebalance.
     # QUICK_FIRST_JOIN: on Tansu a group's first join waits half the session timeout (see broker_support).
     group = f"qm_{name}_{uuid.uuid4().hex[:8]}"
-    defaults = {"transform": TRANSFORM, "sink": f"cypherl://{out}", "consumer_group": group, "batch_size": 100,
+    defaults = {"transform": MERGE, "sink": f"cypherl://{out}", "consumer_group": group, "batch_size": 100,
                 "batch_interval_ms": 50, "configs": dict(QUICK_FIRST_JOIN), "credentials": {}}
     defaults.update(options)
     return memgraph.call("streams.create", name, [topic], bootstrap, *defaults.values())
@@ -166,7 +166,7 @@ def test_defaults_give_a_working_stream(connected, kafka, monkeypatch, env_sink,
             [{"name": "plain", "status": "created"}]
         [listed] = server.call("streams.list")
     assert listed["sink"] == default
-    assert listed["transform"] == TRANSFORM and listed["consumer_group"] == "mgstreams_plain"
+    assert listed["transform"] == MERGE and listed["consumer_group"] == "mgstreams_plain"
 
 
 # -- wrong Cypher types: rejected by the server before the module runs ---------------------
@@ -353,13 +353,13 @@ def test_create_list_drop_and_masked_credentials(memgraph, connected, kafka, tmp
     assert row == {"name": "orders", "status": "created"}
     [listed] = memgraph.call("streams.list")
     assert listed["name"] == "orders" and listed["topics"] == [topic] and listed["status"] == "created"
-    assert listed["consumer_group"] == "mgstreams_orders" and listed["transform"] == TRANSFORM
+    assert listed["consumer_group"] == "mgstreams_orders" and listed["transform"] == MERGE
     assert listed["sink"] == f"cypherl://{out}" and listed["error"] is None
     assert listed["pid"] is None and listed["rss_bytes"] is None, "no process while it is not running"
     assert listed["configs"]["client.id"] == "mg"
     assert secret not in repr(listed) and "michael" not in repr(listed)
     assert set(listed["credentials"]) == {"sasl.username"}
-    duplicate = error_of(memgraph, "streams.create", "orders", [topic], kafka.bootstrap_servers, TRANSFORM,
+    duplicate = error_of(memgraph, "streams.create", "orders", [topic], kafka.bootstrap_servers, MERGE,
                          f"cypherl://{out}")
     assert duplicate.last_line == "Exception: name: a stream named 'orders' already exists"
     assert memgraph.call("streams.drop", "orders") == [{"name": "orders", "status": "created"}]
@@ -394,7 +394,7 @@ def test_alter_from_cypher(memgraph, connected, kafka, quick_rebalance, tmp_path
 
 
 def test_unknown_topic_is_rejected_at_create(memgraph, connected, kafka, tmp_path):
-    error = error_of(memgraph, "streams.create", "s", ["no_such_topic_x1"], kafka.bootstrap_servers, TRANSFORM,
+    error = error_of(memgraph, "streams.create", "s", ["no_such_topic_x1"], kafka.bootstrap_servers, MERGE,
                      f"cypherl://{tmp_path / 'out.cypherl'}")
     assert error.last_line.startswith("Exception: topics: ") and "no_such_topic_x1" in error.last_line
     assert memgraph.call("streams.list") == []

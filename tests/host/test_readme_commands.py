@@ -79,6 +79,7 @@ import httpx
 import pytest
 import yaml
 from click.testing import CliRunner
+from configs import MERGE as MERGE_MESSAGES
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
@@ -95,7 +96,6 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions
-MERGE_MESSAGES = "stream_registry.builtin_transformations.merge_messages"
 
 _attach_optional_commands()   # `mgstreams backfill`, as the console script does
 

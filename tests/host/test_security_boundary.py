@@ -32,6 +32,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from configs import MERGE
 from host_helpers import ROOT, HostProcess
 from host_helpers import http as host_client
 from mgp_backend import QueryError, mgp_environment
@@ -43,7 +44,6 @@ from stream_registry.graph.sinks import OutputPolicy, open_sink
 from stream_registry.kafka.client import new_consumer
 from stream_registry.registry.state_store import STATE_FILE
 
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 JSON = {"Content-Type": "application/json"}
 
 

@@ -11,9 +11,9 @@ import subprocess
 import sys
 
 import pytest
+from configs import MERGE
 from host_helpers import ROOT
 
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 

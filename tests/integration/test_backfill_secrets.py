@@ -12,8 +12,9 @@ import sys
 import uuid
 from pathlib import Path
 
+from configs import MERGE
+
 ROOT = Path(__file__).resolve().parents[2]
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 
 
 def backfill(*args: str) -> subprocess.CompletedProcess:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from configs import MERGE
 
 from mgstreams.backfill_cli import backfill as backfill_command
 from spark_bridge.bolt_load import WriterSlots, prepare_statements
@@ -20,7 +21,6 @@ from stream_registry.graph.transform import Statement
 from stream_registry.graph.unwind import ROWS_PARAMETER, WriteKind, fold_statements, nodes_first, query_shape
 from stream_registry.offset_spec import parse_offset_spec
 
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 NODE = "MERGE (a:Account {id: $id})"
 REL = ("MATCH (a:Account {id: $src}), (b:Account {id: $dst}) MERGE (a)-[t:TRANSFER {id: $tid}]->(b) "
        "SET t.note = 'paid $5', t.amount = $amount")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from configs import MERGE
 from test_spark_backfill import cypherl_keys
 
 from mgstreams.backfill_cli import backfill as backfill_command
@@ -32,7 +33,6 @@ from spark_bridge.range_plan import OffsetRange, RangePlan
 from stream_registry.errors import ConfigError
 from stream_registry.offset_spec import parse_offset_spec
 
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 ROOT = Path(__file__).resolve().parents[2]
 
 

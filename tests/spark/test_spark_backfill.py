@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from broker_support import QUICK_FIRST_JOIN
 from click.testing import CliRunner
+from configs import MERGE
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from mgstreams.backfill_cli import backfill as backfill_command
@@ -21,7 +22,6 @@ from stream_registry.offset_spec import parse_offset_spec
 
 pytestmark = pytest.mark.spark
 
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 _KEY = re.compile(r'\{topic: "([^"]+)", partition: (\d+), offset: (\d+)\}')
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from broker_support import PRODUCER_CONFIG
 from click.testing import CliRunner
+from configs import MERGE
 from test_spark_backfill import cypherl_keys
 
 from mgstreams.backfill_cli import backfill as backfill_command
@@ -23,7 +24,6 @@ from stream_registry.offset_spec import parse_offset_spec
 
 pytestmark = pytest.mark.spark
 
-MERGE = "stream_registry.builtin_transformations.merge_messages"
 ROOT = Path(__file__).resolve().parents[2]
 
 

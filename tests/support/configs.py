@@ -14,7 +14,8 @@ from stream_helpers import FAST_REJOIN
 
 from stream_registry import StreamConfig
 
-TRANSFORM = "stream_helpers.offsets_transform"
+TRANSFORM = "stream_helpers.offsets_transform"   # records each message's offset (support/stream_helpers.py)
+MERGE = "stream_registry.builtin_transformations.merge_messages"   # the built-in default transformation
 
 
 def stream_config(kafka: Any = None, topic: str = "orders", sink: str | None = None, *, name: str = "orders",

@@ -2,12 +2,12 @@
 from functools import partial
 
 import pytest
-from configs import stream_config
+from configs import MERGE, stream_config
 
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError
 
-_config = partial(stream_config, transform="stream_registry.builtin_transformations.merge_messages")
+_config = partial(stream_config, transform=MERGE)
 
 
 @pytest.mark.parametrize("field, value", [
