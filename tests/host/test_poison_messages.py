@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, Producer
 from host_helpers import HostProcess
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mgclient_standin.mgclient import Server
 from stream_helpers import FAST_REJOIN, RecordingSink, RejectingSink, by_partition, delivered_from_file, wait_until
 
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
@@ -95,25 +96,10 @@ def test_without_tolerance_the_first_failure_is_raised_and_nothing_is_set_aside(
 def _bolt_failure(raised: Exception, breaks_session: bool = False) -> SinkError:
     """What the Bolt sink raises when pymgclient's cursor raises `raised` on every attempt (`breaks_session`:
     and marks the connection CONN_STATUS_BAD, as pymgclient does when the session is lost)."""
-    import mgclient
-
-    class Connection:
-        autocommit = False
-        status = mgclient.CONN_STATUS_READY
-
-        def cursor(self):
-            return self
-
-        def execute(self, query, parameters=None):
-            if breaks_session:
-                self.status = mgclient.CONN_STATUS_BAD
-            raise raised
-
-        def commit(self): ...
-        def rollback(self): ...
-        def close(self): ...
-
-    sink = BoltSink("memgraph", connect=lambda **kwargs: Connection(), retries=2, sleep=lambda s: None)
+    server = Server(rtt_ms=0)
+    raised.breaks_session = breaks_session
+    server.failures = [raised] * 3      # every attempt (the sink tries twice)
+    sink = BoltSink("memgraph", connect=server.connect, retries=2, sleep=lambda s: None)
     with pytest.raises(SinkError) as failed:
         sink.write([Statement("CREATE (:X)")])
     return failed.value

@@ -5,6 +5,7 @@ import os
 
 import mgclient
 import pytest
+from mgclient_standin.mgclient import Server
 
 from stream_registry.errors import ConfigError, SinkError
 from stream_registry.graph import sinks
@@ -160,64 +161,12 @@ def test_cypherl_after_close_is_an_error(tmp_path):
 
 
 # -- bolt:// as the driver sees it ------------------------------------------------------------
-class FakeCursor:
-    def __init__(self, conn):
-        self.conn = conn
-
-    def execute(self, query, parameters=None):
-        self.conn.log.append(("execute", query, parameters))
-        failure = self.conn.server.failures.pop(0) if self.conn.server.failures else None
-        if failure is not None:
-            if getattr(failure, "breaks_session", False):   # pymgclient marks the connection CONN_STATUS_BAD
-                self.conn.status = mgclient.CONN_STATUS_BAD
-            raise failure
-
-
-class FakeConnection:
-    def __init__(self, server, kwargs):
-        self.server, self.kwargs, self.log = server, kwargs, server.log
-        self.autocommit = True
-        self.status = mgclient.CONN_STATUS_READY
-
-    def cursor(self):
-        assert self.autocommit is False, "a batch must run in an explicit transaction"
-        return FakeCursor(self)
-
-    def commit(self):
-        self.log.append(("commit",))
-
-    def rollback(self):
-        self.log.append(("rollback",))
-
-    def close(self):
-        self.log.append(("close",))
-
-
-class FakeServer:
-    """What pymgclient is asked to do; `failures` are raised by successive execute() calls (None: succeed)."""
-
-    def __init__(self, failures=()):
-        self.failures = list(failures)
-        self.connects: list[dict] = []
-        self.log: list[tuple] = []
-
-    def connect(self, **kwargs):
-        self.connects.append(kwargs)
-        self.log.append(("connect",))
-        return FakeConnection(self, kwargs)
-
-    def executed(self):
-        return [entry[1:] for entry in self.log if entry[0] == "execute"]
-
-    def count(self, what):
-        return sum(1 for entry in self.log if entry[0] == what)
-
-
 @pytest.fixture
 def server(monkeypatch):
-    fake = FakeServer()
-    monkeypatch.setattr(sinks, "connect_mgclient", fake.connect)
-    return fake
+    """The pymgclient stand-in, what the Bolt sink connects to here; its log is what the driver was asked."""
+    standin = Server(rtt_ms=0)
+    monkeypatch.setattr(sinks, "connect_mgclient", standin.connect)
+    return standin
 
 
 BATCH = [Statement("MERGE (a:Account {id: $id})", {"id": "acc-1"}),

@@ -33,8 +33,13 @@ injects faults as pymgclient raises them (its exception classes, and the connect
 - `down = True`: connecting fails (OperationalError, "couldn't connect to host") and an open connection is lost,
   as when the server stops;
 - `fail_when(query, parameters)`: the statement is refused (DatabaseError) and the transaction with it, as
-  Memgraph fails a whole query on one bad row.
+  Memgraph fails a whole query on one bad row;
+- `failures`: what successive execute() calls raise, in order (None: that one succeeds); an error with a true
+  `breaks_session` attribute also marks the connection CONN_STATUS_BAD, as pymgclient does when a session is
+  lost (before 1.6, with a DatabaseError).
 A lost or closed connection refuses everything after (InterfaceError "bad session"), as pymgclient's does.
+`log` records every call the driver is asked to make, in order: ("connect",), ("execute", query, parameters),
+("commit",), ("rollback",), ("close",); `executed()` and `count(what)` read it.
 """
 from __future__ import annotations
 
@@ -180,6 +185,8 @@ class Server:
         self.transactions: list[dict] = []    # committed: {"round_trips", "executes", "statements"}
         self.applied: Counter = Counter()     # committed CREATEs, by their (topic, partition, offset) parameters
         self.connects: list[dict] = []
+        self.log: list[tuple] = []
+        self.failures: list[Exception | None] = []
         self.round_trips = 0
         self.commits = 0
         self.drop_after_commit = 0
@@ -200,7 +207,16 @@ class Server:
             if self.down:
                 raise OperationalError("couldn't connect to host: Connection refused")
             self.connects.append(kwargs)
+            self.log.append(("connect",))
         return Connection(self)
+
+    def executed(self) -> list[tuple]:
+        """(query, parameters) of every execute() call, as the driver was given them."""
+        return [entry[1:] for entry in self.log if entry[0] == "execute"]
+
+    def count(self, what: str) -> int:
+        """How many calls of one kind ("connect", "execute", "commit", "rollback", "close") the driver made."""
+        return sum(1 for entry in self.log if entry[0] == what)
 
     def queries(self) -> list[list[str]]:
         """The statements of each committed transaction, as they took effect, without their parameters."""
@@ -272,6 +288,7 @@ class Connection:
         return Cursor(self)
 
     def commit(self) -> None:
+        self.server.log.append(("commit",))
         self._usable()
         if self._open is None:
             return
@@ -290,6 +307,7 @@ class Connection:
             raise server.lost(self)
 
     def rollback(self) -> None:
+        self.server.log.append(("rollback",))
         self._usable()
         if self._open is None:
             return
@@ -297,6 +315,7 @@ class Connection:
         self._discard()
 
     def close(self) -> None:
+        self.server.log.append(("close",))
         self._discard()
         self.status = CONN_STATUS_CLOSED
 
@@ -311,6 +330,11 @@ class Connection:
 
     def _run(self, query: str, parameters: dict) -> list[tuple]:
         self._usable()
+        failure = self.server.failures.pop(0) if self.server.failures else None
+        if failure is not None:
+            if getattr(failure, "breaks_session", False):
+                self.status = CONN_STATUS_BAD
+            raise failure
         if self._open is None:
             self._open = {"round_trips": 0, "executes": 0, "statements": []}
             if not self._autocommit:
@@ -347,6 +371,7 @@ class Cursor:
         self._rows: list[tuple] = []
 
     def execute(self, query: str, parameters: dict | None = None) -> None:
+        self.connection.server.log.append(("execute", query, parameters))
         self._rows = self.connection._run(query, dict(parameters or {}))
 
     def fetchall(self) -> list[tuple]:
