@@ -1,6 +1,9 @@
-"""A real stream host for tests: the product's HostProcess, with tests/ importable in the child.
+"""A real stream host for tests: the product's HostProcess, with tests/support importable in the child, and an
+HTTP client of it.
 
-The child needs `stream_helpers` (the recording transformation tests use) on its path.
+The child and its stream processes import `stream_helpers` (the recording transformations the tests use, allowed
+by MGSTREAMS_TRANSFORM_PACKAGES in tests/conftest.py) from tests/support, which their PYTHONPATH names; in the
+test process pyproject.toml's pytest `pythonpath` puts it on sys.path.
 """
 from __future__ import annotations
 
