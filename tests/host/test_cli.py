@@ -156,7 +156,7 @@ def test_list_masks_secrets(stream, host):
     result = run(host, "list")
     assert result.exit_code == 0
     header, row = result.stdout.splitlines()
-    assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "MERGE", "SINK",
+    assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK",
                               "ERROR"]   # DETAIL only while a stream has one
     assert row.split()[:3] == ["orders", "created", stream.topic]
     listed_json = run(host, "list", "--json").stdout
