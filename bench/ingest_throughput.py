@@ -27,7 +27,7 @@ and `ratio: X` (best stream rate / best raw rate). Floor: 0.85. The cypherl
 sink writes to tmpfs (/dev/shm), and every file is checked to hold N lines.
 
 `--sink bolt`: the sink is `bolt://` through the pymgclient stand-in
-(tests/mgclient_standin: the host's processes import it as `mgclient`), every
+(tests/support/mgclient_standin: the host's processes import it as `mgclient`), every
 round trip (BEGIN, each execute, COMMIT) costing `--rtt-ms` (default 0.2). A
 fourth side runs the stream with `bolt_unwind: false` (one statement per
 round trip); printed: messages/s folded and one at a time, round trips per
@@ -66,7 +66,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))   # the pymgclient stand-in
+sys.path.insert(0, str(ROOT / "tests" / "support"))   # the pymgclient stand-in
 
 from bench_data import check_topic, poison_count, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402

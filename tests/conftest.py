@@ -3,7 +3,7 @@
 Tests run against the embedded cluster unless MGSTREAMS_TEST_BROKER=tansu starts a Tansu
 broker process for the session (`make test-tansu`) or KAFKA_BOOTSTRAP_SERVERS points at
 a real one; on those, topics are created with the admin client under unique names
-(tests/broker_support.py says which broker a run uses and what differs on Tansu).
+(tests/support/broker_support.py says which broker a run uses and what differs on Tansu).
 Fault-injection tests ask for `embedded_kafka` and are skipped on any other broker.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 import broker_support
 import pytest
@@ -76,7 +77,7 @@ class KafkaCluster:
 def stream_policy(tmp_path_factory):
     """What an operator would configure for these tests, in this process and every host it starts:
     streams may write cypherl files under pytest's temporary directories (MGSTREAMS_OUTPUT_DIRS) and use
-    the test transformations in tests/stream_helpers.py (MGSTREAMS_TRANSFORM_PACKAGES)."""
+    the test transformations in tests/support/stream_helpers.py (MGSTREAMS_TRANSFORM_PACKAGES)."""
     from stream_registry.graph.sinks import OUTPUT_DIRS_ENV
     from stream_registry.graph.transform import TRANSFORM_PACKAGES_ENV
 
@@ -170,17 +171,15 @@ def spark_connect(tmp_path_factory):
     free loopback port, shared by the whole run; stopped (SIGTERM to its process group) at the end.
     A client session, not a second classic one: this process keeps the one classic SparkSession."""
     import signal
-    import socket
     import subprocess
     import sys
     import time
 
     import pyspark
+    from ports import free_port
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     log = tmp_path_factory.mktemp("spark-connect") / "server.log"
     submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
@@ -214,16 +213,66 @@ def spark_connect(tmp_path_factory):
                 server.wait(10)
 
 
+# The Tansu leg (`make test-tansu`) runs what meets the broker, to keep CI's time (the embedded leg, `make test`,
+# runs everything):
+# - only the integration and host tiers: unit tests meet no broker, and the spark and adversarial tiers (Spark's
+#   sessions, the fuzz, hostile input and the soaks) check what is the same on any broker while costing minutes;
+# - in them, only tests that take the session's broker (the `kafka` fixture): the others run their own embedded
+#   cluster or none;
+# - and not the files and tests below, which use the broker only to feed a stream while they check what the
+#   host, its clients or a sink do with it: the broker's behaviour is not what they test, and the files that are
+#   about it (set_offset, the toolkit, lag) drive the same host calls.
+# What stays is the broker-facing coverage: the offset gate, set_offset, the operator toolkit's offsets, stream
+# lifecycle, processes and alter (groups rejoining), exactly-once, lag, rebalance safety, time lookup, range reads
+# over transactions, the backfill hand-off, poison messages and dead letters, consumer offsets, the host.
+TANSU_TIERS = ("integration", "host")
+BROKER_NEUTRAL = frozenset({
+    "test_security_boundary.py",   # tokens, allowlists, redaction, connection limits: the host's own rules
+    "test_stream_policy.py",       # the allowlists applied to stored streams
+    "test_cli.py",                 # the CLI as a client of the host's API: arguments, output, exit codes
+    "test_cli_tables.py",          # the CLI's table layout
+    "test_query_module.py",        # the Cypher procedures as clients of the host's API
+    "test_host_log.py",            # what the host writes to its log
+    "test_ui.py",                  # the /ui page and its rendering in Chromium
+    "test_readme_commands.py",     # the README's commands
+    "test_unwind_host.py",         # Bolt writes folded into UNWIND batches (the sink's side)
+    "test_backfill_secrets.py",    # secrets kept out of the backfill's output and Spark's UI
+    "test_backfill_progress.py",   # the backfill's progress reports
+    # the API's shapes, validation and error classes (34 s on Tansu for the four); sigterm/sigkill stay
+    "test_host.py::test_every_route_with_its_shapes_and_no_secret_anywhere",
+    "test_host.py::test_bad_requests_are_400_naming_the_field_and_change_nothing",
+    "test_host.py::test_two_racing_creates_of_one_name_get_201_and_409_never_400",
+    "test_host.py::test_the_client_raises_the_class_the_host_answered_with",
+    # alter's merge and validation, fuzzed, racing and from the CLI (40 s); altering a running stream stays
+    "test_stream_alter.py::test_fuzzed_alters_are_applied_as_a_merge_or_refused_naming_a_field_and_changing_nothing",
+    "test_stream_alter.py::test_concurrent_alters_leave_one_config_in_memory_and_in_the_state_store",
+    "test_stream_alter.py::test_mgstreams_alter",
+    "test_streams.py::test_bad_input_gives_named_errors_and_changes_nothing",   # validation (10 s)
+})
 
+
+def meets_the_broker(item: pytest.Item) -> bool:
+    """Whether a test runs on the Tansu leg (see above)."""
+    return (any(item.get_closest_marker(tier) for tier in TANSU_TIERS)
+            and "kafka" in item.fixturenames
+            and not {"spark", "spark_connect"} & set(item.fixturenames)
+            and not item.get_closest_marker("slow") and not item.get_closest_marker("spark")
+            and item.path.name not in BROKER_NEUTRAL
+            and f"{item.path.name}::{item.originalname}" not in BROKER_NEUTRAL)
+
+
+@pytest.hookimpl(trylast=True)   # after the tiers' conftests have marked their tests
 def pytest_collection_modifyitems(config, items):
-    """The Tansu leg (`make test-tansu`) leaves out slow tests that never meet its broker, to keep CI's time:
-    a test meets the session's broker only through the `kafka` fixture, and those without it that need Spark
-    or are marked slow (their own embedded cluster, a benchmark) prove nothing new there; `make test` runs them."""
     if not broker_support.ON_TANSU:
         return
-    left_out = [item for item in items if "kafka" not in item.fixturenames
-                and ({"spark", "spark_connect"} & set(item.fixturenames)
-                     or item.get_closest_marker("slow") or item.get_closest_marker("spark"))]
-    if left_out:
-        config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if item not in set(left_out)]
+    tests = Path(__file__).parent
+    for entry in sorted(BROKER_NEUTRAL):   # a renamed file or test must not slip back in unnoticed
+        file, _, test = entry.partition("::")
+        found = list(tests.glob(f"*/{file}"))
+        if not found or (test and f"def {test}(" not in found[0].read_text()):
+            raise pytest.UsageError(f"BROKER_NEUTRAL (tests/conftest.py): {entry!r} names no test file or test")
+    kept = [item for item in items if meets_the_broker(item)]
+    if len(kept) < len(items):
+        kept_ids = {id(item) for item in kept}
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept_ids])
+        items[:] = kept

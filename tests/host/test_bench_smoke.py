@@ -1,0 +1,112 @@
+"""The benchmarks run end to end on tiny topics and print their ratios."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "ingest_throughput.py"
+
+
+@pytest.mark.parametrize("sink", ["cypherl", "null"])
+def test_ingest_throughput_bench_prints_ratio(sink):
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "2000", "--rounds", "1", "--sink", sink],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("raw rate:") for line in lines), done.stdout
+    assert any(line.startswith("stream rate:") for line in lines), done.stdout
+    ratio = [line for line in lines if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 0, done.stdout
+
+
+def test_ingest_throughput_bench_runs_the_host_and_measures_bolt_round_trips():
+    """Through a host's stream process and the pymgclient stand-in: folded and one-at-a-time rates, round trips
+    per transaction (2 folded, 1000 + 2 one at a time for full 1000-message batches) and the speed-up."""
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "3000", "--rounds", "1", "--sink", "bolt"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    for prefix in ("raw rate:", "stream rate:", "consume rate:", "one_at_a_time rate:", "stream / consume-only:"):
+        assert any(line.startswith(prefix) for line in lines), done.stdout
+    trips = next(line for line in lines if line.startswith("round trips per transaction:"))
+    folded, single = map(float, re.findall(r"([\d.]+) (?:folded|one at a time) ", trips))
+    assert folded <= 5 and single >= 500, trips
+    speed_up = next(line for line in lines if line.startswith("speed-up:"))
+    assert float(speed_up.split()[1].rstrip("x")) > 1, speed_up
+
+
+def test_ingest_throughput_bench_compares_exactly_once_with_at_least_once():
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "2000", "--rounds", "1",
+                           "--delivery", "exactly_once"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("at_least_once rate:") for line in lines), done.stdout
+    assert any(line.startswith("exactly_once rate:") for line in lines), done.stdout
+    ratio = [line for line in lines if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 0 and "exactly_once / at_least_once" in ratio[0], done.stdout
+
+
+def test_ingest_throughput_bench_compares_a_poisoned_topic_with_a_clean_one():
+    """The bench itself checks that every poison message reached the dead-letter topic and every other one
+    the file; a wrong count exits non-zero."""
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "3000", "--rounds", "1",
+                           "--poison-every", "500"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert "6 poison messages (1 in 500)" in done.stdout, done.stdout
+    assert any(line.startswith("poisoned rate:") for line in lines), done.stdout
+    ratio = [line for line in lines if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 0 and "poisoned / clean" in ratio[0], done.stdout
+
+
+@pytest.mark.slow
+def test_offset_latency_bench_prints_medians_and_ratio():
+    """A short run through the Cypher path (module -> host child process -> sink file): both paths timed,
+    the ratio is the quotient of the printed medians, and `--help` still works."""
+    bench = BENCH.parent / "offset_latency.py"
+    done = subprocess.run([sys.executable, str(bench), "--changes", "3", "--baseline-changes", "1",
+                           "--per-partition", "300", "--rewind", "100"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+
+    def median_of(prefix: str) -> float:
+        line = next((line for line in lines if line.startswith(prefix)), None)
+        assert line is not None, done.stdout
+        match = re.search(r"\((\d+) changes?\): median ([\d.]+) ms, p95 ([\d.]+) ms, max ([\d.]+) ms$", line)
+        assert match, line
+        count, median, p95, top = int(match[1]), *map(float, match.group(2, 3, 4))
+        assert count >= 1 and 0 < median <= p95 <= top, line
+        return median
+
+    running, baseline = median_of("running path,"), median_of("baseline,")
+    assert running < 10_000 and baseline > running, done.stdout
+    ratio = [line for line in lines if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) == pytest.approx(baseline / running, rel=0.01, abs=0.06), done.stdout
+    helped = subprocess.run([sys.executable, str(bench), "--help"], capture_output=True, text=True, timeout=30)
+    assert helped.returncode == 0 and "--baseline-changes" in helped.stdout
+
+
+def test_multi_stream_bench_prints_ratios_and_rss():
+    """Tiny topics: every variant runs through the host (a process per stream) and as threads; both ratios and
+    a positive RSS per stream are printed (the floor means nothing on 3,000 messages, so only the exit status
+    and the format are checked, as for the ingest bench)."""
+    bench = BENCH.parent / "multi_stream.py"
+    done = subprocess.run([sys.executable, str(bench), "--messages", "3000", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    for prefix in ("one stream rate:", "two streams rate:", "two threads rate:", "floor: 1.6"):
+        assert any(line.startswith(prefix) for line in lines), done.stdout
+    for prefix in ("ratio:", "threads ratio:"):
+        line = next((line for line in lines if line.startswith(prefix)), None)
+        assert line is not None and float(line[len(prefix):].split()[0]) > 0, done.stdout
+    for key in ("one/a", "two/a", "two/b", "threads/a+b"):
+        match = next((re.match(rf"rss {re.escape(key)}: ([\d.]+) MB", line) for line in lines
+                      if line.startswith(f"rss {key}:")), None)
+        assert match and float(match[1]) > 0, done.stdout
+    pids = {re.search(r"pid (\d+)", line)[1] for line in lines if line.startswith(("rss one/", "rss two/"))}
+    assert len(pids) == 3, done.stdout     # a process of its own per stream and run

@@ -1,0 +1,389 @@
+"""A pymgclient stand-in: the `mgclient` module's surface over a small recording Cypher server.
+
+Two ways to use it:
+- in a test's own process, `Server()` and `monkeypatch.setattr(sinks.bolt, "connect_mgclient", server.connect)`;
+- for a stream host and its stream processes, put this directory first on PYTHONPATH (`PYTHONPATH_ENTRY`):
+  `import mgclient` then finds this module instead of pymgclient, and every process's connections share
+  the module's `SERVER`, configured from the environment:
+  - `MGCLIENT_STANDIN_RTT_MS`: the time each round trip costs (default 0.2);
+  - `MGCLIENT_STANDIN_JOURNAL`: a file that gets one JSON line per committed transaction:
+    `{"pid", "round_trips", "executes", "rows"}`, plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`;
+  - `MGCLIENT_STANDIN_REJECT`: a statement whose parameters hold a string containing this text fails
+    with DatabaseError, as Memgraph fails a whole query on one bad row (in a test's process, any predicate:
+    `Server.fail_when`).
+
+What the server understands of Cypher is what the tests look at: it runs
+`UNWIND $list AS v <query>` over a list of maps as one execution of `<query>`
+per row, `v.name` read as `$name` (string literals and comments left alone),
+and records each row's (query, parameters): the statements as they took
+effect, in order. It keeps mgstreams' exactly-once offsets (offset_store's
+write and read queries), visible after commit only.
+
+Round trips are counted as pymgclient makes them with autocommit off: BEGIN
+before a transaction's first statement, each execute(), COMMIT, ROLLBACK.
+
+The server keeps a transaction log (`transactions`: each committed transaction's statements as they took
+effect; `applied`: how many times each CREATE was committed, by its (topic, partition, offset) parameters) and
+injects faults as pymgclient raises them (its exception classes, and the connection's status):
+- `drop_after_commit = n`: the next n commits are applied, then the connection is lost (pymgclient >= 1.6
+  raises TransientError; `Server(old_driver=True)`: DatabaseError on a connection marked CONN_STATUS_BAD, as
+  before 1.6);
+- `drop_before_commit = n`: the next n commits are lost before they reach the server (nothing applied), with the
+  same error;
+- `down = True`: connecting fails (OperationalError, "couldn't connect to host") and an open connection is lost,
+  as when the server stops;
+- `fail_when(query, parameters)`: the statement is refused (DatabaseError) and the transaction with it, as
+  Memgraph fails a whole query on one bad row;
+- `failures`: what successive execute() calls raise, in order (None: that one succeeds); an error with a true
+  `breaks_session` attribute also marks the connection CONN_STATUS_BAD, as pymgclient does when a session is
+  lost (before 1.6, with a DatabaseError).
+A lost or closed connection refuses everything after (InterfaceError "bad session"), as pymgclient's does.
+`log` records every call the driver is asked to make, in order: ("connect",), ("execute", query, parameters),
+("commit",), ("rollback",), ("close",); `executed()` and `count(what)` read it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections import Counter
+
+MG_SSLMODE_DISABLE = 0
+MG_SSLMODE_REQUIRE = 1
+# pymgclient's connection states (mgclient.CONN_STATUS_*, the values of pymgclient 1.x), what `Connection.status`
+# reads and the Bolt sink compares
+CONN_STATUS_READY, CONN_STATUS_IN_TRANSACTION, CONN_STATUS_EXECUTING, CONN_STATUS_CLOSED, CONN_STATUS_BAD = \
+    0, 1, 2, 4, -1
+PYTHONPATH_ENTRY = os.path.dirname(os.path.abspath(__file__))
+
+# The offset statements of stream_registry.graph.offset_store, by their text (this module imports nothing of
+# the product: it stands for a server).
+OFFSET_WRITE = ("MERGE (o:MgstreamsOffset {stream: $stream, topic: $topic, partition: $partition}) "
+                "SET o.next_offset = $next_offset")
+OFFSET_READ = ("MATCH (o:MgstreamsOffset {stream: $stream}) "
+               "RETURN o.topic AS topic, o.partition AS partition, o.next_offset AS next_offset")
+
+
+# pymgclient's exception classes. Imported in a test's own process (as mgclient_standin.mgclient) next to the
+# real pymgclient, the stand-in raises pymgclient's own classes, so the sink classifies them as it does in
+# production (sink_faults); as `mgclient` itself on a host's PYTHONPATH, it defines the same hierarchy.
+_real = None
+if __name__ != "mgclient":
+    try:
+        import mgclient as _real  # type: ignore[no-redef]
+    except ImportError:
+        _real = None
+
+if _real is not None:
+    Warning, Error, InterfaceError, DatabaseError = (_real.Warning, _real.Error, _real.InterfaceError,  # noqa: A001
+                                                     _real.DatabaseError)
+    DataError, OperationalError, IntegrityError, InternalError = (_real.DataError, _real.OperationalError,
+                                                                  _real.IntegrityError, _real.InternalError)
+    ProgrammingError, NotSupportedError = _real.ProgrammingError, _real.NotSupportedError
+    TransientError = getattr(_real, "TransientError", _real.OperationalError)
+else:
+    class Warning(Exception):  # noqa: A001 - the DB-API name
+        pass
+
+
+    class Error(Exception):
+        pass
+
+
+    class InterfaceError(Error):
+        pass
+
+
+    class DatabaseError(Error):
+        pass
+
+
+    class DataError(DatabaseError):
+        pass
+
+
+    class OperationalError(DatabaseError):
+        pass
+
+
+    class IntegrityError(DatabaseError):
+        pass
+
+
+    class InternalError(DatabaseError):
+        pass
+
+
+    class ProgrammingError(DatabaseError):
+        pass
+
+
+    class NotSupportedError(DatabaseError):
+        pass
+
+
+    class TransientError(OperationalError):
+        pass
+
+
+_UNWIND = re.compile(r"\s*UNWIND\s+\$([A-Za-z_]\w*)\s+AS\s+([A-Za-z_]\w*)\s+(.*)\Z", re.S | re.I)
+_LITERAL = r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|`[^`]*`|//[^\n]*|/\*.*?\*/"""
+
+
+def effective(query: str, parameters: dict) -> list[tuple[str, dict]]:
+    """The statements `query` amounts to, one per row of a top-level UNWIND over maps (see the module docstring);
+    the query itself when it is no such UNWIND, or when its rows are used other than as `v.name`."""
+    match = _UNWIND.match(query)
+    rows = parameters.get(match.group(1)) if match else None
+    if not match or not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        return [(query, parameters)]
+    variable, inner = match.group(2), match.group(3)
+    field = re.compile(rf"({_LITERAL})|(?<![\w.$]){re.escape(variable)}\.([A-Za-z_]\w*)|(?<![\w.$]){variable}\b",
+                       re.S)
+    names: set[str] = set()
+    bare = False
+
+    def swap(m: re.Match) -> str:
+        nonlocal bare
+        if m.group(1) is not None:
+            return m.group(1)
+        if m.group(2) is None:
+            bare = True
+            return m.group(0)
+        names.add(m.group(2))
+        return "$" + m.group(2)
+
+    unrolled = field.sub(swap, inner)
+    if bare or any(set(row) - names for row in rows) or any(names - set(row) for row in rows):
+        return [(query, parameters)]
+    return [(unrolled, dict(row)) for row in rows]
+
+
+def _holds(value, text: str) -> bool:
+    if isinstance(value, str):
+        return text in value
+    if isinstance(value, dict):
+        return any(_holds(v, text) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds(v, text) for v in value)
+    return False
+
+
+class Server:
+    """The state every connection of one process shares: committed offsets and transactions, and the faults
+    to inject (see the module docstring)."""
+
+    def __init__(self, rtt_ms: float = 0.2, journal: str | None = None, record_rows: bool = False,
+                 reject: str | None = None, *, old_driver: bool = False):
+        self.rtt_s = rtt_ms / 1000
+        self.journal, self.record_rows = journal, record_rows
+        # a predicate on each statement as it takes effect (query, parameters): True fails the whole statement
+        self.fail_when = (lambda query, parameters: _holds(parameters, reject)) if reject else None
+        self.offsets: dict[tuple[str, str, int], int] = {}
+        self.transactions: list[dict] = []    # committed: {"round_trips", "executes", "statements"}
+        self.applied: Counter = Counter()     # committed CREATEs, by their (topic, partition, offset) parameters
+        self.connects: list[dict] = []
+        self.log: list[tuple] = []
+        self.failures: list[Exception | None] = []
+        self.round_trips = 0
+        self.commits = 0
+        self.drop_after_commit = 0
+        self.drop_before_commit = 0
+        self.down = False
+        self.old_driver = old_driver
+        self.lock = threading.Lock()
+
+    @classmethod
+    def from_environment(cls) -> Server:
+        return cls(float(os.environ.get("MGCLIENT_STANDIN_RTT_MS", "0.2")),
+                   os.environ.get("MGCLIENT_STANDIN_JOURNAL") or None,
+                   os.environ.get("MGCLIENT_STANDIN_RECORD") == "rows",
+                   os.environ.get("MGCLIENT_STANDIN_REJECT") or None)
+
+    def connect(self, **kwargs) -> Connection:
+        with self.lock:
+            if self.down:
+                raise OperationalError("couldn't connect to host: Connection refused")
+            self.connects.append(kwargs)
+            self.log.append(("connect",))
+        return Connection(self)
+
+    def executed(self) -> list[tuple]:
+        """(query, parameters) of every execute() call, as the driver was given them."""
+        return [entry[1:] for entry in self.log if entry[0] == "execute"]
+
+    def count(self, what: str) -> int:
+        """How many calls of one kind ("connect", "execute", "commit", "rollback", "close") the driver made."""
+        return sum(1 for entry in self.log if entry[0] == what)
+
+    def queries(self) -> list[list[str]]:
+        """The statements of each committed transaction, as they took effect, without their parameters."""
+        with self.lock:
+            return [[query for query, _ in t["statements"]] for t in self.transactions]
+
+    def created(self) -> Counter:
+        """How many times each CREATE was committed, by (topic, partition, offset) when it has them."""
+        with self.lock:
+            return Counter(self.applied)
+
+    def lost(self, connection: Connection) -> Exception:
+        """The connection is gone: the error pymgclient raises for it, the connection marked bad."""
+        connection.status = CONN_STATUS_BAD
+        if self.old_driver:
+            return DatabaseError("failed to receive chunk size: connection reset by peer")
+        return TransientError("failed to receive chunk size: connection reset by peer")
+
+    def statements(self) -> list[tuple[str, dict]]:
+        """Every committed statement as it took effect (UNWIND rows one by one), in commit order."""
+        return [s for t in self.transactions for s in t["statements"]]
+
+    def _round_trip(self) -> None:
+        self.round_trips += 1
+        if self.rtt_s > 0:
+            time.sleep(self.rtt_s)
+
+    def _committed(self, transaction: dict, offsets: dict, created: list) -> None:
+        with self.lock:
+            self.offsets.update(offsets)
+            self.applied.update(created)
+            self.commits += 1
+            self.transactions.append(transaction)
+        if self.journal:
+            line = {"pid": os.getpid(), "round_trips": transaction["round_trips"],
+                    "executes": transaction["executes"], "rows": len(transaction["statements"])}
+            if self.record_rows:
+                line["statements"] = transaction["statements"]
+            fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, (json.dumps(line) + "\n").encode())
+            finally:
+                os.close(fd)
+
+
+class Connection:
+    def __init__(self, server: Server):
+        self.server = server
+        self.status = CONN_STATUS_READY
+        self._autocommit = False
+        self._open: dict | None = None       # the transaction in progress
+        self._pending: dict = {}             # its offset writes
+        self._created: list = []             # its CREATEs
+
+    @property
+    def autocommit(self) -> bool:
+        return self._autocommit
+
+    @autocommit.setter
+    def autocommit(self, value: bool) -> None:
+        if self._open is not None:
+            raise InterfaceError("cannot change autocommit property while in a transaction")
+        self._autocommit = bool(value)
+
+    def cursor(self) -> Cursor:
+        self._usable()
+        if self.server.down:            # the server went away under an open connection
+            raise self.server.lost(self)
+        return Cursor(self)
+
+    def commit(self) -> None:
+        self.server.log.append(("commit",))
+        self._usable()
+        if self._open is None:
+            return
+        server = self.server
+        server._round_trip()
+        if server.drop_before_commit:
+            server.drop_before_commit -= 1
+            self._discard()
+            raise server.lost(self)
+        transaction, offsets, created = self._open, self._pending, self._created
+        transaction["round_trips"] += 1
+        self._discard()
+        server._committed(transaction, offsets, created)
+        if server.drop_after_commit:
+            server.drop_after_commit -= 1
+            raise server.lost(self)
+
+    def rollback(self) -> None:
+        self.server.log.append(("rollback",))
+        self._usable()
+        if self._open is None:
+            return
+        self.server._round_trip()
+        self._discard()
+
+    def close(self) -> None:
+        self.server.log.append(("close",))
+        self._discard()
+        self.status = CONN_STATUS_CLOSED
+
+    def _usable(self) -> None:
+        if self.status == CONN_STATUS_BAD:
+            raise InterfaceError("bad session")
+        if self.status == CONN_STATUS_CLOSED:
+            raise InterfaceError("connection is closed")
+
+    def _discard(self) -> None:
+        self._open, self._pending, self._created = None, {}, []
+
+    def _run(self, query: str, parameters: dict) -> list[tuple]:
+        self._usable()
+        failure = self.server.failures.pop(0) if self.server.failures else None
+        if failure is not None:
+            if getattr(failure, "breaks_session", False):
+                self.status = CONN_STATUS_BAD
+            raise failure
+        if self._open is None:
+            self._open = {"round_trips": 0, "executes": 0, "statements": []}
+            if not self._autocommit:
+                self.server._round_trip()     # BEGIN
+                self._open["round_trips"] += 1
+        self.server._round_trip()
+        self._open["round_trips"] += 1
+        self._open["executes"] += 1
+        statements = effective(query, parameters)
+        if self.server.fail_when and any(self.server.fail_when(q, p) for q, p in statements):
+            self._discard()     # Memgraph fails the transaction
+            raise DatabaseError("Query failed: Can't have a null value as a property")
+        rows: list[tuple] = []
+        for statement, values in statements:
+            self._open["statements"].append((statement, values))
+            if statement == OFFSET_WRITE:
+                self._pending[(values["stream"], values["topic"], values["partition"])] = values["next_offset"]
+            elif statement == OFFSET_READ:
+                with self.server.lock:
+                    seen = {**self.server.offsets, **self._pending}
+                rows += [(t, p, o) for (s, t, p), o in sorted(seen.items()) if s == values["stream"]]
+            elif statement.lstrip().upper().startswith("CREATE"):
+                self._created.append((values.get("topic"), values.get("partition"), values.get("offset")))
+        if self._autocommit:
+            transaction, offsets, created = self._open, self._pending, self._created
+            self._discard()
+            self.server._committed(transaction, offsets, created)
+        return rows
+
+
+class Cursor:
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self._rows: list[tuple] = []
+
+    def execute(self, query: str, parameters: dict | None = None) -> None:
+        self.connection.server.log.append(("execute", query, parameters))
+        self._rows = self.connection._run(query, dict(parameters or {}))
+
+    def fetchall(self) -> list[tuple]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def close(self) -> None:
+        pass
+
+
+SERVER = Server.from_environment()
+
+
+def connect(**kwargs) -> Connection:
+    return SERVER.connect(**kwargs)

@@ -1,0 +1,144 @@
+"""Cypher literals: every value survives rendering intact and stays inside its literal and its line."""
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+
+import pytest
+from cypher_literal_parser import LiteralParser
+
+from stream_registry.errors import SinkError
+from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
+
+
+def round_trip(value):
+    return LiteralParser(to_cypher_literal(value)).parse_all()
+
+
+HOSTILE = [
+    "", "plain", "it's", 'say "hi"', "back\\slash", "\\", "\\'", "\\\"", "'}) DETACH DELETE n //",
+    "\"}) MATCH (x) DETACH DELETE x; //", "line1\nline2", "cr\rlf\r\n", "tab\there", "\u0000nul", "\x1b[31m",
+    "\x7f\x85\x9f", "\u2028\u2029", "`backtick`", "$param", "/* comment */", "// comment", "é ü 日本 😀 \U0001F9EA",
+    "\\u0041 is not A", "\\n is two characters", "\f\b\v",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_strings_round_trip_and_stay_one_line(text):
+    literal = to_cypher_literal(text)
+    assert len(literal.splitlines()) <= 1 and "\n" not in literal and "\r" not in literal
+    assert round_trip(text) == text
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_strings_cannot_break_out_of_a_statement(text):
+    line = render_statement("MATCH (n {id: $id}) SET n.v = $v RETURN n", {"id": 1, "v": text})
+    assert line.startswith("MATCH (n {id: 1}) SET n.v = ") and line.endswith(" RETURN n;")
+    assert len(line.splitlines()) == 1
+    literal = line[len("MATCH (n {id: 1}) SET n.v = "):-len(" RETURN n;")]
+    assert LiteralParser(literal).parse_all() == text
+
+
+def test_random_values_round_trip():
+    rng = random.Random(20261122)
+    alphabet = [chr(c) for c in range(0, 0x100)] + list("\u2028\u2029日本😀\U0010FFFF`'\"\\$")
+    key_alphabet = [c for c in alphabet if c.isprintable()]    # names cannot escape control characters
+
+    def text(chars=alphabet):
+        return "".join(rng.choice(chars) for _ in range(rng.randint(0, 12)))
+
+    def value(depth=0):
+        kind = rng.randrange(9 if depth < 3 else 6)
+        if kind == 0:
+            return None
+        if kind == 1:
+            return rng.choice([True, False])
+        if kind == 2:
+            return rng.choice([0, -1, INT64_MAX, INT64_MIN, rng.randint(INT64_MIN, INT64_MAX)])
+        if kind == 3:
+            return rng.choice([0.0, -0.5, 1e300, 5e-324, 1e16, 1.5e-7, rng.uniform(-1e9, 1e9)])
+        if kind in (4, 5):
+            return text()
+        if kind == 6:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {text(key_alphabet): value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+    for _ in range(400):
+        v = value()
+        assert round_trip(v) == v
+
+
+@pytest.mark.parametrize("value, literal", [
+    (None, "null"), (True, "true"), (False, "false"), (0, "0"), (-7, "-7"),
+    (INT64_MAX, "9223372036854775807"), (INT64_MIN, "(-9223372036854775807 - 1)"),
+    (1.5, "1.5"), (1e16, "1e16"), (2.5e-7, "2.5e-07"), (-0.0, "-0.0"),
+    ("a", '"a"'), (b"bytes", '"bytes"'), ((1, "x"), '[1, "x"]'), ([], "[]"), ({}, "{}"),
+    ({"plain_key": 1, "with space": 2, "tick`y": 3, "match": 4, "9lives": 5},
+     '{plain_key: 1, `with space`: 2, `tick``y`: 3, `match`: 4, `9lives`: 5}'),
+    (dt.date(2026, 11, 22), 'date("2026-11-22")'),
+    (dt.datetime(2026, 11, 22, 10, 0, 0, 123456), 'localDateTime("2026-11-22T10:00:00.123456")'),
+    (dt.datetime(2026, 11, 22, 10, tzinfo=dt.timezone(dt.timedelta(hours=1))),
+     'datetime("2026-11-22T10:00:00+01:00")'),
+    (dt.time(10, 30), 'localTime("10:30:00")'),
+    (dt.timedelta(days=-1, seconds=5, microseconds=7), "duration({day: -1, second: 5, microsecond: 7})"),
+])
+def test_literal_forms(value, literal):
+    assert to_cypher_literal(value) == literal
+
+
+@pytest.mark.parametrize("value", [
+    dt.date(2026, 1, 2), dt.datetime(2026, 1, 2, 3, 4, 5, 6), dt.time(23, 59, 59, 999999),
+    dt.datetime(2026, 1, 2, tzinfo=dt.timezone(dt.timedelta(hours=-7))), dt.timedelta(days=3, seconds=2),
+])
+def test_temporal_values_round_trip(value):
+    assert round_trip(value) == value
+
+
+@pytest.mark.parametrize("value, message", [
+    (2 ** 63, r"\$n: integer 9223372036854775808 is outside Memgraph's int64 range"),
+    (-(2 ** 63) - 1, r"\$n: integer -9223372036854775809 is outside"),
+    (math.nan, r"\$n: float nan has no Cypher literal"),
+    (math.inf, r"\$n: float inf has no Cypher literal"),
+    ({"x": [1, -math.inf]}, r"\$n\.x\[1\]: float -inf"),
+    (b"\xff\xfe", r"\$n: b'\\xff\\xfe' is not UTF-8 text"),
+    ("lone \ud800", r"\$n: string holds a lone surrogate U\+D800"),
+    ({1: "a"}, r"\$n: map key 1 is a int"),
+    ({"bad\nkey": 1}, r"\$n: map key 'bad\\nkey' holds a control character"),
+    ({1, 2}, r"\$n: \{1, 2\} of type set has no Cypher literal"),
+    (dt.time(1, tzinfo=dt.UTC), r"\$n: time '01:00:00\+00:00' has a time zone"),
+])
+def test_values_without_a_faithful_literal_are_errors_naming_the_parameter(value, message):
+    with pytest.raises(SinkError, match=message):
+        render_statement("RETURN $n", {"n": value})
+
+
+def test_parameters_are_replaced_only_as_whole_tokens_outside_literals_comments_and_names():
+    query = ("MATCH (n {a: $p, b: $p2}) // uses $p\n"
+             "WHERE n.s = '$p' AND n.t = \"it\\'s $p2\" AND n.`$p` = $`odd name` /* $p2 */\n"
+             "RETURN $p2, $0")
+    line = render_statement(query, {"p": 1, "p2": "two", "odd name": [True], "0": None})
+    assert line == ("MATCH (n {a: 1, b: \"two\"})   WHERE n.s = '$p' AND n.t = \"it\\'s $p2\" AND n.`$p` = [true]"
+                    "   RETURN \"two\", null;")
+    assert len(line.splitlines()) == 1
+
+
+def test_statement_ends_with_exactly_one_semicolon_and_keeps_literal_line_breaks_escaped():
+    assert render_statement("RETURN 1;  ") == "RETURN 1;"
+    assert render_statement("RETURN 1 ; // done") == "RETURN 1;"
+    assert render_statement("RETURN 'a\nb'") == "RETURN 'a\\u000Ab';"
+    assert render_statement("RETURN 1", None) == "RETURN 1;"
+
+
+@pytest.mark.parametrize("query, params, message", [
+    ("RETURN $missing", {"present": 1}, r"parameter \$missing: referenced by the query but not given"),
+    ("RETURN $p2", {"p": 1}, r"parameter \$p2"),
+    ("RETURN 1; RETURN 2", {}, r"more than one statement"),
+    ("RETURN 'open", {}, r"unterminated string"),
+    ("RETURN `open", {}, r"unterminated backticked name"),
+    ("RETURN 1 /* open", {}, r"unterminated block comment"),
+    ("RETURN n.`a\nb`", {}, r"spans lines"),
+])
+def test_bad_statements_are_errors(query, params, message):
+    with pytest.raises(SinkError, match=message):
+        render_statement(query, params)

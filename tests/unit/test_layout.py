@@ -1,0 +1,130 @@
+"""The house rules of the layout, read from the source: imports point down, no circles.
+
+application (`mgstreams`) → `spark_bridge` → `stream_registry`; the core has no
+mgp, no pyspark and no HTTP; the query module is one file of stdlib + mgp.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("stream_registry", "spark_bridge", "mgstreams", "query_modules", "bench")
+FORBIDDEN = {
+    "stream_registry": {"spark_bridge", "mgstreams", "mgp", "pyspark", "pyarrow", "pandas", "starlette", "uvicorn",
+                        "httpx", "prometheus_client", "click", "rich"},
+    "spark_bridge": {"mgstreams", "mgp", "starlette", "uvicorn", "httpx", "prometheus_client"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(absolute module imported, at module level?) for every import in the file."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    top_level = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top_level) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            found.append((target, id(node) in top_level))
+            found += [(f"{target}.{alias.name}", id(node) in top_level) for alias in node.names]
+    return found
+
+
+def sources(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_libraries_do_not_import_upward(package):
+    wrong = [(module_name(p), name) for p in sources(package) for name, _ in imports(p)
+             if name.split(".")[0] in FORBIDDEN[package]]
+    assert not wrong, f"{package} must not import these: {wrong}"
+
+
+def import_graph(*, lazy: bool) -> dict[str, set[str]]:
+    """Module -> the project's modules it imports: at module level only, or (`lazy`) inside functions too."""
+    modules = {module_name(p): p for package in PACKAGES for p in sources(package)}
+    return {name: {target for target, top in imports(path) if (top or lazy) and target in modules and target != name}
+            for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle (a -> ... -> a) through each strongly connected group of modules (Tarjan's algorithm), so
+    every tangle is named at once, not only the first one found."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for name in sorted(graph):
+        if name not in index:
+            connect(name)
+    found = []
+    for group in groups:
+        start = min(group)
+        path, seen = [start], {start}
+        while True:   # walk inside the group until it closes on a module already on the path
+            nxt = min(n for n in graph[path[-1]] if n in group)
+            if nxt in seen:
+                found.append(path[path.index(nxt):] + [nxt])
+                break
+            path.append(nxt)
+            seen.add(nxt)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["module-level imports", "lazy imports included"])
+def test_no_import_circles_between_modules(lazy):
+    """The project's modules (stream_registry, spark_bridge, mgstreams, query_modules, bench) import each other
+    in no circle, counting the imports inside functions too: a lazy import defers a circle to the first call,
+    it does not remove it."""
+    found = circles(import_graph(lazy=lazy))
+    assert not found, "import circles:\n" + "\n".join(" -> ".join(circle) for circle in found)
+
+
+def test_the_query_module_is_one_file_of_stdlib_and_mgp():
+    imported = {name.split(".")[0] for name, _ in imports(ROOT / "query_modules" / "streams.py")}
+    assert imported - {"mgp"} <= set(sys.stdlib_module_names), sorted(imported - set(sys.stdlib_module_names))
+
+
+def test_the_mock_cluster_is_not_part_of_the_core():
+    assert not (ROOT / "stream_registry" / "embedded_kafka.py").exists()
+    assert (ROOT / "mgstreams" / "embedded_kafka.py").is_file()

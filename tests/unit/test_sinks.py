@@ -1,0 +1,293 @@
+"""Sinks: URI validation, cypherl files, the null sink, and Bolt as the driver sees it."""
+from __future__ import annotations
+
+import os
+
+import mgclient
+import pytest
+from mgclient_standin.mgclient import Server
+
+from stream_registry.errors import ConfigError, SinkError
+from stream_registry.graph import sinks
+from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, open_sink, validate_sink_uri
+from stream_registry.graph.transform import Statement
+
+PASSWORD = "s3cr3t-pw"
+CREDENTIALS = {"bolt.username": "ingest", "bolt.password": PASSWORD}
+
+
+# -- URIs -------------------------------------------------------------------------
+@pytest.mark.parametrize("uri", [
+    "null://", "cypherl:///tmp/x/out.cypherl", "cypherl:///tmp/out.cypherl?fsync=true",
+    "bolt://localhost", "bolt://memgraph:7688", "bolt+ssc://10.0.0.1:7687?retries=3",
+    "bolt+s://db.example.com?fingerprint=AB:CD:EF:01:23:45:67:89", "BOLT://h",
+])
+def test_valid_uris(uri):
+    validate_sink_uri(uri)
+
+
+@pytest.mark.parametrize("uri, message", [
+    ("", "expected a URI"), (None, "expected a URI"), ("/tmp/x.cypherl", "expected a URI"),
+    ("kafka://x", "unknown scheme 'kafka'"),
+    ("cypherl://relative/out.cypherl", "not an absolute path"), ("cypherl:relative.cypherl", "expected a URI"),
+    ("cypherl:///tmp/dir/", "does not name a file"), ("cypherl:///tmp/x?fsync=maybe", "fsync='maybe'"),
+    ("cypherl:///tmp/x?gzip=1", "unknown option 'gzip'"), ("null://host", "null:// takes no host"),
+    ("bolt://", "expected bolt://host"), ("bolt://h:notaport", "invalid port"), ("bolt://h/db", "expected bolt://host"),
+    ("bolt://h?retries=0", "retries='0'"), ("bolt://h?fingerprint=ab", "unknown option 'fingerprint'"),
+    ("bolt+s://h?fingerprint=zz", "is not hex"), ("bolt://h#frag", "fragment"),
+])
+def test_invalid_uris_name_the_sink_field_and_the_uri(uri, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        validate_sink_uri(uri)
+    assert str(err.value).startswith("sink:") and (not uri or repr(uri) in str(err.value))
+
+
+def test_credentials_in_the_uri_are_refused_without_showing_them():
+    with pytest.raises(ConfigError) as err:
+        validate_sink_uri(f"bolt://ingest:{PASSWORD}@memgraph:7687")
+    assert PASSWORD not in str(err.value) and "bolt.password" in str(err.value)
+
+
+def test_without_an_output_policy_a_file_sink_writes_where_it_is_told(tmp_path, monkeypatch):
+    """The registry always gives an OutputPolicy (test_hostile_input); an operator's command line (the Spark
+    backfill) gives none and writes wherever the operator says, whatever MGSTREAMS_OUTPUT_DIRS holds."""
+    monkeypatch.setenv(sinks.OUTPUT_DIRS_ENV, str(tmp_path / "elsewhere"))
+    target = tmp_path / "anywhere" / "part-0.cypherl"
+    validate_sink_uri(f"cypherl://{target}")
+    with open_sink(f"cypherl://{target}") as sink:
+        sink.write([Statement("RETURN 1")])
+    assert [line for line in target.read_text().splitlines() if not line.startswith("//")] == ["RETURN 1;"]
+
+
+def test_validation_never_touches_the_file_system_or_network(tmp_path, monkeypatch):
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", lambda **kw: pytest.fail("connected"))
+    validate_sink_uri(f"cypherl://{tmp_path}/new/dir/out.cypherl")
+    validate_sink_uri("bolt://unreachable.invalid:1")
+    assert not (tmp_path / "new").exists()
+
+
+# -- null:// ------------------------------------------------------------------------
+def test_null_sink_counts():
+    with open_sink("null://") as sink:
+        sink.write([Statement("RETURN 1")] * 3)
+        sink.write([Statement("RETURN 2")])
+    assert isinstance(sink, NullSink) and (sink.batches, sink.statements) == (2, 4)
+
+
+# -- cypherl:// ------------------------------------------------------------------------
+def test_cypherl_appends_one_line_per_statement_and_creates_the_directory(tmp_path):
+    path = tmp_path / "deep" / "dir" / "out.cypherl"
+    with open_sink(f"cypherl://{path}") as sink:
+        sink.write([Statement("MERGE (n:A {id: $id})", {"id": 1}),
+                    Statement("MATCH (n:A {id: $id})\nSET n.v = $v;", {"id": 1, "v": "multi\nline 'quoted'"})])
+        sink.write([Statement("RETURN $x", {"x": [1.5, None]})])
+    assert statements_in(path) == [
+        "MERGE (n:A {id: 1});",
+        "MATCH (n:A {id: 1}) SET n.v = \"multi\\nline \\'quoted\\'\";",
+        "RETURN [1.5, null];",
+    ]
+    with open_sink(f"cypherl://{path}") as again:                     # reopening appends
+        again.write([Statement("RETURN 2")])
+    assert statements_in(path)[-1] == "RETURN 2;"
+    lines = path.read_text().splitlines()
+    assert lines[0] == "// mgstreams-batch 0 00000000" and lines[-1].startswith("// mgstreams-batch ")
+    assert sum(line.startswith("// mgstreams-batch ") for line in lines) == 4   # the file's, then one a batch
+
+
+def statements_in(path) -> list[str]:
+    """The statement lines of a cypherl file, without its frame lines (comments)."""
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("//")]
+
+
+def test_cypherl_writes_a_batch_with_a_single_write(tmp_path, monkeypatch):
+    calls = []
+    real_writev = os.writev
+    sink = CypherlSink(str(tmp_path / "out.cypherl"))
+    monkeypatch.setattr(sinks.cypherl.os, "writev", lambda fd, data: calls.append(len(data)) or real_writev(fd, data))
+    sink.write([Statement("RETURN $i", {"i": i}) for i in range(500)])
+    assert calls == [2]    # the batch and its frame line, in one call
+    sink.close()
+
+
+def test_cypherl_batch_that_cannot_be_rendered_writes_nothing(tmp_path):
+    path = tmp_path / "out.cypherl"
+    sink = CypherlSink(str(path))
+    sink.write([Statement("RETURN 1")])
+    with pytest.raises(SinkError, match=r"statement 1 of the batch: parameter \$x: float nan"):
+        sink.write([Statement("RETURN 2"), Statement("RETURN $x", {"x": float("nan")})])
+    assert statements_in(path) == ["RETURN 1;"]
+
+
+def test_cypherl_failed_write_is_cut_back_to_the_previous_size(tmp_path, monkeypatch):
+    path = tmp_path / "out.cypherl"
+    sink = CypherlSink(str(path))
+    sink.write([Statement("RETURN 1")])
+    real_writev = os.writev
+    before = path.read_bytes()
+
+    calls = []
+
+    def half_then_fail(fd, buffers):
+        calls.append(fd)
+        if len(calls) == 1:
+            return os.write(fd, bytes(buffers[0][:len(buffers[0]) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sinks.cypherl.os, "writev", half_then_fail)
+    with pytest.raises(SinkError, match="No space left on device") as failed:
+        sink.write([Statement("RETURN $s", {"s": "x" * 1000})])
+    assert failed.value.transient, "a full disk is the sink's trouble, retried, never a message's fault"
+    assert path.read_bytes() == before
+    monkeypatch.setattr(sinks.cypherl.os, "writev", real_writev)
+
+
+def test_cypherl_fsync_option(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(sinks.cypherl.os, "fsync", synced.append)
+    with open_sink(f"cypherl://{tmp_path}/a.cypherl?fsync=true") as sink:
+        sink.write([Statement("RETURN 1")])
+    assert len(synced) == 2    # the new file's first frame, then the batch
+    with open_sink(f"cypherl://{tmp_path}/b.cypherl") as sink:
+        sink.write([Statement("RETURN 1")])
+    assert len(synced) == 2
+
+
+def test_cypherl_after_close_is_an_error(tmp_path):
+    sink = CypherlSink(str(tmp_path / "x.cypherl"))
+    sink.close()
+    sink.close()
+    with pytest.raises(SinkError, match="after close"):
+        sink.write([Statement("RETURN 1")])
+
+
+# -- bolt:// as the driver sees it ------------------------------------------------------------
+@pytest.fixture
+def server(monkeypatch):
+    """The pymgclient stand-in, what the Bolt sink connects to here; its log is what the driver was asked."""
+    standin = Server(rtt_ms=0)
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", standin.connect)
+    return standin
+
+
+BATCH = [Statement("MERGE (a:Account {id: $id})", {"id": "acc-1"}),
+         Statement("MATCH (a:Account {id: $id}) SET a.seen = $seen", {"id": "acc-1", "seen": b"yes"})]
+
+
+def test_bolt_connects_lazily_and_runs_one_transaction_per_batch(server):
+    sink = open_sink("bolt://memgraph:7688", CREDENTIALS)
+    assert server.connects == []
+    sink.write(BATCH)
+    sink.write(BATCH[:1])
+    assert server.connects == [{"host": "memgraph", "port": 7688, "username": "ingest", "password": PASSWORD}]
+    assert server.executed() == [
+        ("MERGE (a:Account {id: $id})", {"id": "acc-1"}),
+        ("MATCH (a:Account {id: $id}) SET a.seen = $seen", {"id": "acc-1", "seen": "yes"}),   # bytes as text
+        ("MERGE (a:Account {id: $id})", {"id": "acc-1"}),
+    ]
+    assert server.count("commit") == 2 and server.count("rollback") == 0
+    sink.close()
+    assert server.log[-1] == ("close",)
+
+
+def test_bolt_without_credentials_and_encrypted_schemes(server, monkeypatch):
+    open_sink("bolt://h").write(BATCH[:1])
+    assert server.connects[-1] == {"host": "h", "port": 7687}
+    open_sink("bolt+ssc://h:1").write(BATCH[:1])
+    assert server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE
+    assert "trust_callback" not in server.connects[-1]
+    open_sink("bolt+ssc://h?fingerprint=AB:cd:01:23:45:67:89:EF").write(BATCH[:1])   # a pinned self-signed key
+    trust = server.connects[-1]["trust_callback"]
+    assert trust("h", "10.0.0.1", "rsa", "abcd0123456789ef") and not trust("h", "10.0.0.1", "rsa", "00")
+    # bolt+s: the certificate is verified first (system CAs; see test_hostile_input for real TLS), and the
+    # driver is held to the key verified
+    verified = []
+    monkeypatch.setattr(sinks.bolt, "verified_server_key",
+                        lambda host, port, where: verified.append((host, port)) or "abcd0123456789ef")
+    open_sink("bolt+s://h").write(BATCH[:1])
+    assert verified == [("h", 7687)] and server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE
+    trust = server.connects[-1]["trust_callback"]
+    assert trust("h", "10.0.0.1", "rsa", "abcd0123456789ef") and not trust("h", "10.0.0.1", "rsa", "00")
+    with pytest.raises(SinkError, match="is not the pinned fingerprint"):
+        open_sink("bolt+s://h?fingerprint=00112233445566778899").write(BATCH[:1])
+
+
+def test_bolt_retries_the_whole_batch_after_a_transient_failure(server):
+    server.failures = [None, mgclient.TransientError("Cannot resolve conflicting transactions. You can retry "
+                                                     "this transaction when the conflicting transaction is finished")]
+    slept = []
+    sink = BoltSink("h", username="u", password=PASSWORD, connect=server.connect, sleep=slept.append,
+                    backoff_s=0.1)
+    sink.write(BATCH)
+    assert [entry[0] for entry in server.log] == [
+        "connect", "execute", "execute", "rollback", "close",
+        "connect", "execute", "execute", "commit"]
+    assert slept == [0.1] and sink.batches == 1 and sink.attempts == 2
+
+
+def test_bolt_reconnects_after_a_lost_connection_with_exponential_backoff(server):
+    """pymgclient 1.6 raises TransientError for a transport failure; before, a DatabaseError on a session it then
+    marks bad (CONN_STATUS_BAD). Both are a lost connection, by type and state, whatever the text says."""
+    lost = mgclient.TransientError("failed to receive chunk size: connection closed by peer")
+    old_driver_lost = mgclient.DatabaseError("Query failed")
+    old_driver_lost.breaks_session = True
+    server.failures = [lost, old_driver_lost, lost]
+    slept = []
+    BoltSink("h", connect=server.connect, sleep=slept.append, backoff_s=0.1, max_backoff_s=0.25).write(BATCH[:1])
+    assert len(server.connects) == 4 and server.count("commit") == 1
+    assert slept == [0.1, 0.2, 0.25]
+
+
+def test_bolt_gives_up_after_the_bounded_number_of_tries(server):
+    server.failures = [mgclient.TransientError("Serialization error")] * 10
+    sink = BoltSink("h", retries=5, connect=server.connect, sleep=lambda s: None)
+    with pytest.raises(SinkError, match=r"not applied after 5 attempt\(s\), transient error TransientError"):
+        sink.write(BATCH[:1])
+    assert server.count("commit") == 0 and server.count("rollback") == 5
+
+
+def test_bolt_does_not_retry_a_query_error(server):
+    server.failures = [None, mgclient.DatabaseError("Invalid input 'SETT'")]
+    sink = BoltSink("h", connect=server.connect, sleep=lambda s: pytest.fail("slept"))
+    with pytest.raises(SinkError, match=r"after 1 attempt\(s\), error DatabaseError: Invalid input 'SETT'"):
+        sink.write(BATCH)
+    assert server.count("commit") == 0 and server.count("rollback") == 1
+    server.failures = []
+    sink.write(BATCH)                                              # a fresh connection for the next batch
+    assert len(server.connects) == 2 and server.count("commit") == 1
+
+
+def test_bolt_never_shows_the_password(server):
+    server.failures = [mgclient.DatabaseError(f"Authentication failure for ingest/{PASSWORD}")]
+    sink = open_sink("bolt+ssc://memgraph:7687", CREDENTIALS)
+    for text in (repr(sink), str(sink), repr(vars(sink))):
+        assert PASSWORD not in text
+    assert "ingest" in repr(sink)
+    with pytest.raises(SinkError) as err:
+        sink.write(BATCH[:1])
+    assert PASSWORD not in str(err.value) and "Authentication failure" in str(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+
+
+def test_bolt_password_without_username_is_a_config_error(server):
+    with pytest.raises(ConfigError, match="'bolt.password' is set but 'bolt.username' is not") as err:
+        open_sink("bolt://h", {"bolt.password": PASSWORD})
+    assert PASSWORD not in str(err.value)
+
+
+def test_bolt_rejects_parameters_it_cannot_send_before_touching_the_server(server):
+    with pytest.raises(SinkError, match=r"\$blob \(statement 0\): b'\\xff' is not UTF-8"):
+        BoltSink("h", connect=server.connect).write([Statement("RETURN $blob", {"blob": b"\xff"})])
+    assert server.connects == []
+
+
+def test_adding_a_scheme_is_one_entry(monkeypatch):
+    written = []
+
+    class ListSink(NullSink):
+        def write(self, statements):
+            written.extend(statements)
+
+    monkeypatch.setitem(sinks.SCHEMES, "list", sinks.Scheme(lambda parts, query, uri: None,
+                                                             lambda settings, credentials: ListSink()))
+    open_sink("list://").write([Statement("RETURN 1")])
+    assert written == [Statement("RETURN 1")]

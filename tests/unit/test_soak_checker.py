@@ -1,0 +1,140 @@
+"""The chaos soak's checker (bench/soak.py) on hand-made sink histories: it is not vacuous.
+
+Each kind of violation it is meant to catch (a lost offset, a stale record after a move, a move not honoured
+exactly, a re-delivery from a point never committed, a position reported past what was written) is counted, and
+the legitimate patterns (forward moves, backward moves, re-delivery of uncommitted batches, a pending change never
+applied) are not. tests/adversarial/test_soak.py runs the soak itself.
+"""
+from __future__ import annotations
+
+from bench.soak.oracle import Change, Rec, check_partition, read_sink
+
+LINE = 100   # bytes per statement in these hand-made files
+
+
+class File:
+    """A sink file being written: batches of offsets, one partition; `size` is where the next line starts."""
+
+    def __init__(self):
+        self.records: list[Rec] = []
+        self.size = 0
+        self.batches = 0
+
+    def batch(self, *offsets: int) -> File:
+        self.batches += 1
+        for o in offsets:
+            self.records.append(Rec(o, o, f"1-{self.batches}", self.size))
+            self.size += LINE
+        return self
+
+
+def check(file: File, changes=(), log_end: int | None = None):
+    end = log_end if log_end is not None else max((r.offset for r in file.records), default=-1) + 1
+    return check_partition(file.records, list(changes), end, {o: o for o in range(end)})
+
+
+def figures(v) -> dict:
+    return {k: getattr(v, k) for k in ("lost", "skipped", "stale", "duplicates", "replayed", "mismatched")}
+
+
+ZERO = dict(lost=0, skipped=0, stale=0, duplicates=0, replayed=0, mismatched=0)
+
+
+def test_a_clean_partition_has_nothing_to_report():
+    v = check(File().batch(0, 1, 2, 3, 4).batch(5, 6, 7, 8, 9))
+    assert figures(v) == ZERO and v.records == 10
+
+
+def test_a_hole_and_an_unread_tail_are_lost():
+    v = check(File().batch(0, 1, 2).batch(4, 5), log_end=8)
+    assert figures(v) == {**ZERO, "lost": 3}, v.problems    # 3, 6, 7
+
+
+def test_a_forward_move_skips_on_purpose_and_a_backward_move_replays():
+    f = File().batch(0, 1, 2, 3, 4)
+    forward = Change(20, lo=f.size, hi=f.size)               # applied before the call returned
+    f.batch(20, 21, 22)
+    backward = Change(1, lo=f.size, hi=f.size)
+    f.batch(1, 2, 3)
+    v = check(f, [forward, backward], log_end=4)
+    assert figures(v) == {**ZERO, "replayed": 3}, v.problems
+
+
+def test_the_continuation_must_reach_the_log_end():
+    f = File().batch(0, 1, 2)
+    move = Change(1, lo=f.size, hi=f.size)
+    f.batch(1, 2)
+    v = check(f, [move], log_end=5)
+    assert figures(v) == {**ZERO, "lost": 2, "replayed": 2}, v.problems   # 3 and 4 never came
+
+
+def test_a_record_from_the_old_position_after_the_call_returned_is_stale():
+    f = File().batch(0, 1, 2, 3, 4)
+    move = Change(50, lo=f.size, hi=f.size)
+    f.batch(5, 6)                                            # the old position, after `applied`
+    f.batch(50, 51)
+    v = check(f, [move], log_end=52)
+    assert v.stale == 2 and v.lost == 0, v.problems
+
+
+def test_a_move_that_does_not_start_exactly_at_its_offset_is_counted():
+    f = File().batch(0, 1, 2, 3, 4)
+    move = Change(2, lo=f.size, hi=f.size)
+    f.batch(3, 4)                                            # 2 was skipped after the move
+    v = check(f, [move], log_end=5)
+    assert v.skipped == 1 and v.stale == 0, v.problems
+
+
+def test_redelivery_of_uncommitted_batches_is_duplicates_only_from_a_batch_end():
+    f = File().batch(0, 1, 2).batch(3, 4, 5).batch(6, 7)
+    f.batch(3, 4, 5, 6, 7)                                   # restart from the committed end of batch 1
+    v = check(f)
+    assert figures(v) == {**ZERO, "duplicates": 5}, v.problems
+    g = File().batch(0, 1, 2).batch(3, 4, 5).batch(4, 5)     # from 4: nobody committed 4
+    v = check(g)
+    assert v.stale == 2 and v.duplicates == 0, v.problems
+
+
+def test_a_reported_position_past_what_was_written_is_lost():
+    f = File().batch(0, 1, 2, 3)
+    move = Change(30, lo=f.size, hi=f.size, claim=7)         # the stream said it was at 7: 4, 5, 6 vanished
+    f.batch(30, 31)
+    v = check(f, [move], log_end=32)
+    assert v.lost == 3, v.problems
+
+
+def test_a_pending_change_is_placed_by_its_first_record_or_ignored_if_never_applied():
+    f = File().batch(0, 1, 2)
+    never = Change(100, lo=f.size)                           # pending, superseded: never applied
+    later = Change(10, lo=f.size)                            # pending, applied at the next assignment
+    f.batch(3, 4)
+    f.batch(10, 11)
+    v = check(f, [never, later], log_end=12)
+    assert figures(v) == ZERO, v.problems
+
+
+def test_a_change_to_something_that_is_no_offset_is_noted_not_miscounted():
+    """A change the host applied with offset -1001 (librdkafka's OFFSET_INVALID): the soak fails the run on the
+    row itself; the checker notes it and follows the stream from wherever it went, without phantom losses."""
+    f = File().batch(0, 1, 2, 3)
+    invalid = Change(-1001, lo=f.size, hi=f.size)
+    f.batch(0, 1, 2, 3, 4)
+    v = check(f, [invalid], log_end=5)
+    assert (v.lost, v.skipped, v.stale) == (0, 0, 0)
+    assert any("-1001" in p for p in v.problems), v.problems
+
+
+def test_the_payload_must_be_what_the_producer_wrote_at_that_offset():
+    f = File().batch(0, 1, 2)
+    v = check_partition(f.records, [], 3, {0: 0, 1: 7, 2: 2})
+    assert v.mismatched == 1
+
+
+def test_read_sink_keeps_file_order_and_counts_torn_lines(tmp_path):
+    path = tmp_path / "s.cypherl"
+    line = 'CREATE (:SoakMsg {topic: "t", partition: %d, offset: %d, seq: %d, batch: "9-1"});\n'
+    path.write_text(line % (0, 5, 1) + line % (1, 0, 2) + 'CREATE (:SoakMsg {topic: "t", parti\n' + line % (0, 6, 3))
+    records, corrupt = read_sink(path)
+    assert [r.offset for r in records[("t", 0)]] == [5, 6] and [r.offset for r in records[("t", 1)]] == [0]
+    assert corrupt == 1
+    assert records[("t", 0)][1].pos == path.read_bytes().rindex(b"CREATE")
