@@ -19,6 +19,9 @@ questions: the host hands them over (SetOffsets) and learns their fate from the
 gate's events (OffsetEvent), which the host records in its state store, the
 one truth of a pending change. Spawning, watching the host and carrying errors
 back are child_process's, shared with one-shot calls.
+
+Why one module of about 400 lines: the pipe's messages and the two sides that
+speak them (the host's ProcessRunner, the child's loop) change together.
 """
 from __future__ import annotations
 
