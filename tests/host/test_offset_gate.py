@@ -324,3 +324,51 @@ def test_a_slow_time_lookup_holds_no_lock_and_gets_the_callers_deadline(kafka, r
     [deadline] = deadlines
     assert deadline is not None and arrived < deadline <= arrived + 5.0 + 0.1, "not the caller's deadline"
     assert [c.offset for c in results["changes"]] == [0]   # a time before every record: the log start
+
+
+# -- a move to the end never goes back (the soak's duplicate: clamped 276 -> 277 applied at 278) -----------
+@pytest.mark.parametrize("spec", [1000, "latest"], ids=["clamped_to_the_log_end", "latest"])
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka, tmp_path, monkeypatch, spec,
+                                                                          protocol):
+    """An exactly-once stream in a stream process keeps consuming while set_offset is resolved: the log end
+    is read as 20, then 5 more records arrive and the stream writes them before its gate applies the change.
+    A spec beyond the log end (or "latest") means "the end": the partition must not be moved back to 20 (that
+    would write 20..24 twice). The call and the history say where it really stands: 25, from 25."""
+    from stream_registry.kafka.queries import PartitionQuery
+
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 20, partitions=1)
+    out = tmp_path / "out.cypherl"
+    registry = StreamRegistry(tmp_path / "state", isolation=Isolation.PROCESS,
+                              retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
+    try:
+        _create(kafka, registry, topic, sink=f"cypherl://{out}", delivery="exactly_once", batch_size=5,
+                configs={} if protocol == "classic" else {"group.protocol": "consumer"})
+        registry.start("orders")
+        wait_until(lambda: registry.describe("orders")[0].stored_offset == 20, what="20 stored in the sink")
+        real = PartitionQuery.snapshots
+
+        def read_then_move_on(self, tps, positions=None, deadline=None):   # the stream moves on after the read
+            snapshots = real(self, tps, positions, deadline)
+            kafka.produce(topic, 5, partitions=1)
+            wait_until(lambda: len(delivered_from_file(out)) >= 25, what="25 written after the log end was read")
+            return snapshots
+
+        monkeypatch.setattr(PartitionQuery, "snapshots", read_then_move_on)
+        [change] = registry.set_offset("orders", spec, timeout=10)
+        monkeypatch.undo()
+        kafka.produce(topic, 5, partitions=1)
+        wait_until(lambda: len(delivered_from_file(out)) >= 30, what="30 written")
+        time.sleep(0.5)   # a rewind's re-delivery would come now
+        offsets = [o for _, _, o in delivered_from_file(out)]
+        assert sorted(offsets) == list(range(30)), f"written twice: {sorted(o for o in set(offsets) if offsets.count(o) > 1)}"
+        assert (change.previous_offset, change.offset) == (25, 25), change
+        assert change.status in (ChangeStatus.CLAMPED, ChangeStatus.APPLIED), change
+        assert "25" in change.message, change.message
+        [row] = registry.history("orders")
+        assert (row.previous_offset, row.offset, row.status, row.message) == \
+            (change.previous_offset, change.offset, change.status, change.message)
+        assert registry.describe("orders")[0].stored_offset == 30
+    finally:
+        registry.close()
