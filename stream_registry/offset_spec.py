@@ -385,11 +385,12 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times: Mapping[Partiti
     current = snap.position if running and snap.position is not None else snap.committed
     previous = current
     note = ""
+    to_end = False   # the log end as read now stands for "the end": the gate never moves back to it
     match target:
         case Earliest():
             wanted = snap.log_start
         case Latest():
-            wanted = snap.log_end
+            wanted, to_end = snap.log_end, True
         case Absolute(offset=offset):
             wanted = offset
         case Committed():
@@ -404,7 +405,7 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times: Mapping[Partiti
         case AtTime(text=text):
             found = times.get(PartitionKey(snap.topic, snap.partition))
             if found is None:
-                wanted = snap.log_end
+                wanted, to_end = snap.log_end, True
                 note = f"no record at or after {text}; set to the end ({snap.log_end})"
             else:
                 wanted = found
@@ -423,9 +424,10 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times: Mapping[Partiti
         which = "log start" if wanted < snap.log_start else "log end"
         return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous, offset=bound,
                               clamped=True, message=f"requested {wanted} is outside [{snap.log_start}, "
-                                                    f"{snap.log_end}]; clamped to {which} {bound}")
+                                                    f"{snap.log_end}]; clamped to {which} {bound}",
+                              to_end=wanted > snap.log_end)
     return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous, offset=wanted,
-                          clamped=False, message=note)
+                          clamped=False, message=note, to_end=to_end)
 
 
 def _failed(snap: PartitionSnapshot, previous: int | None, why: str) -> ResolvedOffset:
