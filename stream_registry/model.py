@@ -189,7 +189,7 @@ class PendingOffset:
     message: str | None = None     # e.g. "revert of change 12", recorded in the history once applied
     change_id: int | None = None   # the call it belongs to (every partition of one call shares it)
     reason: str | None = None      # why it waits beyond an assignment (its commit failed, retried)
-    to_end: bool = False           # the target stands for "the end" (ResolvedOffset.to_end)
+    onward: bool = False           # the target never moves the partition back (ResolvedOffset.onward)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,7 +223,9 @@ class ResolvedOffset:
     clamped: bool
     message: str
     unchanged: bool = False   # keeps its offset (`offset` is the previous one, maybe None): nothing to apply
-    to_end: bool = False      # `offset` is the log end as read now, standing for "the end": never a move back
+    # `offset` stands for "the end" (latest, or clamped to the log end) or "on from here" (+N), as read now:
+    # the stream moves on before the change is applied, and such a change never moves a partition back
+    onward: bool = False
 
     @property
     def failed(self) -> bool:
@@ -236,7 +238,7 @@ class PendingMove:
     """A change the host holds as pending when it starts a stream: its change set and target."""
     change_id: int
     offset: int
-    to_end: bool = False   # the target stands for "the end" (ResolvedOffset.to_end): never a move back
+    onward: bool = False   # the target never moves the partition back (ResolvedOffset.onward)
 
 
 @dataclass(frozen=True, kw_only=True)

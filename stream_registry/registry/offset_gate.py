@@ -32,11 +32,13 @@ explicit offset or has delivered a message; an unsettled one is moved by re-assi
 (an explicit start needs no lookup), and the first delivery after every move is checked against the
 target: a stale one is dropped and the partition moved again (the check librdkafka issue #2256 advises).
 
-A target that stands for "the end" (`latest`, or a request beyond the log end clamped to it) is the log end as
-the call read it; the stream keeps consuming until the change reaches the gate, so by then the partition may
-stand past it. Moving it back would deliver (exactly-once: write) again what it already delivered, a rewind
-nobody asked for; like a seek to the end, such a move never goes backward: the partition stays where it got
-to, and that is what is persisted and reported. An explicit in-range offset is kept exact, rewind or not.
+An onward target - "the end" (`latest`, a request beyond the log end clamped to it, a time after every record)
+or "on from here" (`+N`) - was computed from the log end or the position as the call read them; the stream
+keeps consuming until the change reaches the gate, so by then the partition may stand past it. Moving it back
+would deliver (exactly-once: write) again what it already delivered, a rewind nobody asked for; like a seek to
+the end, such a move never goes backward: the partition stays where it got to, and that is what is persisted
+and reported. An explicit target (an offset, a time's record, another group's, committed, `-N`) is kept
+exact, rewind or not.
 """
 from __future__ import annotations
 
@@ -70,7 +72,7 @@ class _Move:
     state: MoveState = MoveState.REQUESTED
     reason: str | None = None
     retry_at: float = 0.0
-    to_end: bool = False          # the target stands for "the end": never a move back (see the module docstring)
+    onward: bool = False          # never a move back (see the module docstring)
     note: str | None = None       # why the move went elsewhere than its target (reported when persisted)
 
 
@@ -88,7 +90,7 @@ class OffsetGate:
                  clock: Callable[[], float] = time.monotonic):
         self._port, self._report, self._clock = port, report, clock
         self._moves: dict[PartitionKey, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING,
-                                                             to_end=p.to_end)
+                                                             onward=p.onward)
                                                    for tp, p in (pending or {}).items()}
         self._assigned: dict[PartitionKey, _Partition] = {}
         self._lock = threading.Lock()   # guards the views other threads read (snapshot)
@@ -122,16 +124,16 @@ class OffsetGate:
 
     # -- seams (poll thread) ----------------------------------------------------
     def request(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                to_end: Collection[PartitionKey] = ()) -> None:
+                onward: Collection[PartitionKey] = ()) -> None:
         """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now (and are
-        persisted together: one commit, or one sink write, for the call). The partitions of `to_end` target
-        "the end": they never move back from where they got to."""
+        persisted together: one commit, or one sink write, for the call). The partitions of `onward` never move
+        back from where they got to."""
         ready = []
         for tp, offset in offsets.items():
             old = self._moves.get(tp)
             if old is not None:
                 self._finish(old, MoveState.SUPERSEDED)
-            move = _Move(change_id, tp, offset, to_end=tp in to_end)
+            move = _Move(change_id, tp, offset, onward=tp in onward)
             with self._lock:
                 self._moves[tp] = move
             self._emit(move)
@@ -247,10 +249,10 @@ class OffsetGate:
 
     @staticmethod
     def _not_back(move: _Move, where: int | None) -> None:
-        """A move to "the end" whose partition already stands past that log end stays where it stands."""
-        if move.to_end and where is not None and where > move.offset:
-            move.note = (f"the stream had already read on to {where}, past the log end {move.offset} read for the "
-                         f"call: a move to the end never goes back, it stays at {where}")
+        """An onward move whose partition already stands past its target stays where it stands."""
+        if move.onward and where is not None and where > move.offset:
+            move.note = (f"the stream had already read on to {where}, past {move.offset} (computed when the call "
+                         f"was made): a move to the end or onward never goes back, it stays at {where}")
             move.offset = where
 
     def _persist(self, moved: list[tuple[_Move, int | None]]) -> None:

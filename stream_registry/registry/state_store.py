@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS pending_changes (
     previous_offset INTEGER,
     note TEXT,
     reason TEXT,
-    to_end INTEGER NOT NULL DEFAULT 0,
+    onward INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (stream, topic, partition, change_id)
 );
 CREATE TABLE IF NOT EXISTS offset_history (
@@ -72,7 +72,7 @@ class StateStore:
             self._add_column("offset_history", "message", "TEXT")
             if self._add_column("offset_history", "change_id", "INTEGER"):   # one row was one change
                 self._db.execute("UPDATE offset_history SET change_id = id")
-            self._add_column("pending_changes", "to_end", "INTEGER NOT NULL DEFAULT 0")
+            self._add_column("pending_changes", "onward", "INTEGER NOT NULL DEFAULT 0")
             self._migrate_pending()
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
@@ -170,9 +170,9 @@ class StateStore:
                     db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ?",
                                (name, r.topic, r.partition))
                 db.execute("INSERT INTO pending_changes (stream, change_id, topic, partition, offset, requested_at, "
-                           "clamped, previous_offset, note, to_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           "clamped, previous_offset, note, onward) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (name, change_id, r.topic, r.partition, r.offset, now, int(r.clamped), r.previous_offset,
-                            r.message, int(r.to_end)))
+                            r.message, int(r.onward)))
             return change_id
         return self._transaction(add)
 
@@ -283,7 +283,7 @@ class PlannedRow:
     previous_offset: int | None
     clamped: bool
     message: str
-    to_end: bool = False   # the offset stands for "the end" (never a move back)
+    onward: bool = False   # never a move back (ResolvedOffset.onward)
 
 
 def _config_json(config: StreamConfig) -> str:
@@ -298,7 +298,7 @@ def _next_change_id(db) -> int:
                    db.execute("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes").fetchone()[0])
 
 
-_PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note, reason, change_id, to_end "
+_PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note, reason, change_id, onward "
                  "FROM pending_changes WHERE stream = ?")
 _LATEST_PENDING = _PENDING_ROWS + (" AND change_id = (SELECT MAX(change_id) FROM pending_changes AS later WHERE "
                                    "later.stream = ? AND later.topic = pending_changes.topic AND "
@@ -307,10 +307,10 @@ _PENDING_ORDER = " ORDER BY topic, partition"
 
 
 def _pending_row(row: tuple) -> PendingOffset:
-    topic, partition, offset, requested_at, previous, note, reason, change_id, to_end = row
+    topic, partition, offset, requested_at, previous, note, reason, change_id, onward = row
     return PendingOffset(topic=topic, partition=partition, offset=offset,
                          requested_at=datetime.fromtimestamp(requested_at, tz=UTC), previous_offset=previous,
-                         message=note or None, change_id=change_id, reason=reason, to_end=bool(to_end))
+                         message=note or None, change_id=change_id, reason=reason, onward=bool(onward))
 
 
 _HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, change_id "

@@ -77,7 +77,7 @@ class SnapshotRequest:
 class SetOffsets:
     change_id: int
     offsets: Mapping[PartitionKey, int]
-    to_end: frozenset[PartitionKey] = frozenset()   # those that stand for "the end" (never a move back)
+    onward: frozenset[PartitionKey] = frozenset()   # those never moved back (ResolvedOffset.onward)
 
 
 @dataclass(frozen=True)
@@ -198,9 +198,9 @@ class ProcessRunner:
             self._last_snapshot = answer
         return self._last_snapshot
 
-    def request_offsets(self, change_id, offsets, to_end=frozenset()):
+    def request_offsets(self, change_id, offsets, onward=frozenset()):
         if self._running:
-            self._send(SetOffsets(change_id, dict(offsets), frozenset(to_end)))
+            self._send(SetOffsets(change_id, dict(offsets), frozenset(onward)))
 
     def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
@@ -399,7 +399,7 @@ def _child_handlers(runner: ThreadRunner, send) -> dict:
             send(Reply(message.request_id, runner.cancel_pending(message.timeout, message.up_to)))
         threading.Thread(target=answer, daemon=True).start()
     return {SnapshotRequest: lambda m: send(Reply(m.request_id, runner.snapshot())),
-            SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets, m.to_end),
+            SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets, m.onward),
             CancelRequest: cancel}
 
 

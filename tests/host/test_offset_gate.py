@@ -327,14 +327,16 @@ def test_a_slow_time_lookup_holds_no_lock_and_gets_the_callers_deadline(kafka, r
 
 
 # -- a move to the end never goes back (the soak's duplicate: clamped 276 -> 277 applied at 278) -----------
-@pytest.mark.parametrize("spec", [1000, "latest"], ids=["clamped_to_the_log_end", "latest"])
+@pytest.mark.parametrize("spec, produced", [(1000, "after"), ("latest", "after"), ("+2", "before")],
+                         ids=["clamped_to_the_log_end", "latest", "shift_onward"])
 @pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka, tmp_path, monkeypatch, spec,
-                                                                          protocol):
-    """An exactly-once stream in a stream process keeps consuming while set_offset is resolved: the log end
-    is read as 20, then 5 more records arrive and the stream writes them before its gate applies the change.
-    A spec beyond the log end (or "latest") means "the end": the partition must not be moved back to 20 (that
-    would write 20..24 twice). The call and the history say where it really stands: 25, from 25."""
+                                                                          produced, protocol):
+    """An exactly-once stream in a stream process keeps consuming while set_offset is resolved: its position
+    is read as 20, 5 more records arrive (before or after the log end is read: 25 or 20), and the stream writes
+    them before its gate applies the change. A spec beyond the log end or "latest" means "the end", "+2" means
+    on from where it stands: the partition must not be moved back to 20 or 22 (that would write 20..24 or
+    22..24 twice). The call and the history say where it really stands: 25, from 25."""
     from stream_registry.kafka.queries import PartitionQuery
 
     topic = kafka.new_topic(partitions=1)
@@ -356,8 +358,11 @@ def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka,
         real = PartitionQuery.snapshots
 
         def read_then_move_on(self, tps, positions=None, deadline=None):   # the stream moves on after the read
+            if produced == "before":
+                kafka.produce(topic, 5, partitions=1)
             snapshots = real(self, tps, positions, deadline)
-            kafka.produce(topic, 5, partitions=1)
+            if produced == "after":
+                kafka.produce(topic, 5, partitions=1)
             wait_until(lambda: len(delivered_from_file(out)) >= 25, what="25 written after the log end was read")
             return snapshots
 

@@ -96,7 +96,7 @@ class GateMachine(RuleBasedStateMachine):
         self.log_end = LOG_END
         self.got_to: dict = {}              # assigned tp -> where it stands (next to deliver), None: unknown
         self.resolved: list = []            # calls to the end resolved (the log end read), not handed over yet
-        self.to_end: set = set()            # change ids whose targets stand for "the end"
+        self.onward: set = set()            # change ids whose targets are onward (the end, +N)
         self.gate = self._new_gate({})
 
     def _new_gate(self, pending) -> OffsetGate:
@@ -111,7 +111,7 @@ class GateMachine(RuleBasedStateMachine):
             self.applied.setdefault(event.change_id, {})[key[1]] = event.previous_offset
             self.expect[key[1]] = event.offset
             got_to = self.got_to.get(key[1])
-            if event.change_id in self.to_end and got_to is not None:
+            if event.change_id in self.onward and got_to is not None:
                 assert event.offset >= got_to, f"{key}: a move to the end took it back from {got_to} to {event.offset}"
                 assert event.previous_offset == got_to, f"{key}: reported from {event.previous_offset}, stood at {got_to}"
             self.got_to[key[1]] = event.offset
@@ -196,7 +196,7 @@ class GateMachine(RuleBasedStateMachine):
         self._step()
         pending = {}
         for (change_id, tp), offset in sorted(self.live.items()):   # the latest per partition wins
-            pending[tp] = PendingMove(change_id=change_id, offset=offset, to_end=change_id in self.to_end)
+            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward)
         for key in [k for k in self.live if pending.get(k[1], PendingMove(change_id=0, offset=0)).change_id != k[0]]:
             self.final[key] = MoveState.SUPERSEDED           # the host drops the older rows at start
             self.live.pop(key)
@@ -234,10 +234,10 @@ class GateMachine(RuleBasedStateMachine):
             return
         which, end = self.resolved.pop(0)
         change_id = next(self.ids)
-        self.to_end.add(change_id)
+        self.onward.add(change_id)
         for tp in which:
             self.live[(change_id, tp)] = end
-        self.gate.request(change_id, dict.fromkeys(which, end), to_end=frozenset(which))
+        self.gate.request(change_id, dict.fromkeys(which, end), onward=frozenset(which))
 
     @rule()
     def cancel(self):
