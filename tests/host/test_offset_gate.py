@@ -327,16 +327,11 @@ def test_a_slow_time_lookup_holds_no_lock_and_gets_the_callers_deadline(kafka, r
 
 
 # -- a move to the end never goes back (the soak's duplicate: clamped 276 -> 277 applied at 278) -----------
-@pytest.mark.parametrize("spec, produced", [(1000, "after"), ("latest", "after"), ("+2", "before")],
-                         ids=["clamped_to_the_log_end", "latest", "shift_onward"])
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
-def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka, tmp_path, monkeypatch, spec,
-                                                                          produced, protocol):
-    """An exactly-once stream in a stream process keeps consuming while set_offset is resolved: its position
-    is read as 20, 5 more records arrive (before or after the log end is read: 25 or 20), and the stream writes
-    them before its gate applies the change. A spec beyond the log end or "latest" means "the end", "+2" means
-    on from where it stands: the partition must not be moved back to 20 or 22 (that would write 20..24 or
-    22..24 twice). The call and the history say where it really stands: 25, from 25."""
+def _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, spec, produced, protocol):
+    """An exactly-once stream in a stream process at 20; set_offset(spec) is resolved (its position read as
+    20), 5 more records arrive (before or after the log end is read: 25 or 20) and the stream writes them
+    before its gate applies the change; then 5 more. The call's answer, the history row and the offsets
+    written, in order."""
     from stream_registry.kafka.queries import PartitionQuery
 
     topic = kafka.new_topic(partitions=1)
@@ -369,17 +364,41 @@ def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka,
         monkeypatch.setattr(PartitionQuery, "snapshots", read_then_move_on)
         [change] = registry.set_offset("orders", spec, timeout=10)
         monkeypatch.undo()
+        written = 25 + 25 - change.offset
         kafka.produce(topic, 5, partitions=1)
-        wait_until(lambda: len(delivered_from_file(out)) >= 30, what="30 written")
+        wait_until(lambda: len(delivered_from_file(out)) >= written + 5, what="the last 5 written")
         time.sleep(0.5)   # a rewind's re-delivery would come now
-        offsets = [o for _, _, o in delivered_from_file(out)]
-        assert sorted(offsets) == list(range(30)), f"written twice: {sorted(o for o in set(offsets) if offsets.count(o) > 1)}"
-        assert (change.previous_offset, change.offset) == (25, 25), change
-        assert change.status in (ChangeStatus.CLAMPED, ChangeStatus.APPLIED), change
-        assert "25" in change.message, change.message
+        wait_until(lambda: registry.describe("orders")[0].stored_offset == 30, what="30 stored in the sink")
         [row] = registry.history("orders")
-        assert (row.previous_offset, row.offset, row.status, row.message) == \
-            (change.previous_offset, change.offset, change.status, change.message)
-        assert registry.describe("orders")[0].stored_offset == 30
+        return change, row, [o for _, _, o in delivered_from_file(out)]
     finally:
         registry.close()
+
+
+@pytest.mark.parametrize("spec, produced", [(1000, "after"), ("latest", "after"), ("+2", "before")],
+                         ids=["clamped_to_the_log_end", "latest", "shift_onward"])
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka, tmp_path, monkeypatch, spec,
+                                                                          produced, protocol):
+    """A spec beyond the log end or "latest" means "the end", "+2" means on from where it stands: the
+    partition must not be moved back to 20 or 22 from 25 (that would write 20..24 or 22..24 twice). The call
+    and the history say where it really stands: 25, from 25."""
+    change, row, offsets = _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, spec, produced, protocol)
+    assert sorted(offsets) == list(range(30)), f"written twice: {sorted(o for o in set(offsets) if offsets.count(o) > 1)}"
+    assert (change.previous_offset, change.offset) == (25, 25), change
+    assert change.status in (ChangeStatus.CLAMPED, ChangeStatus.APPLIED), change
+    assert "25" in change.message, change.message
+    assert (row.previous_offset, row.offset, row.status, row.message) == \
+        (change.previous_offset, change.offset, change.status, change.message)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_an_explicit_offset_is_kept_exact_and_reported_from_where_the_stream_stood(kafka, tmp_path, monkeypatch,
+                                                                                   protocol):
+    """The soak's 303 asked at 301 and applied at 304: an explicit in-range offset is where the partition goes,
+    rewind or not (22..24 come again, as asked), and the call and the history say it moved from 25, where the
+    stream really stood, not from the 20 read when the call was resolved (a revert goes back to 25)."""
+    change, row, offsets = _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, 22, "before", protocol)
+    assert offsets == list(range(25)) + list(range(22, 30)), offsets
+    assert (change.previous_offset, change.offset, change.status) == (25, 22, ChangeStatus.APPLIED), change
+    assert (row.previous_offset, row.offset, row.status) == (25, 22, ChangeStatus.APPLIED), row
