@@ -189,6 +189,7 @@ class PendingOffset:
     message: str | None = None     # e.g. "revert of change 12", recorded in the history once applied
     change_id: int | None = None   # the call it belongs to (every partition of one call shares it)
     reason: str | None = None      # why it waits beyond an assignment (its commit failed, retried)
+    onward: bool = False           # the target never moves the partition back (ResolvedOffset.onward)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,6 +223,9 @@ class ResolvedOffset:
     clamped: bool
     message: str
     unchanged: bool = False   # keeps its offset (`offset` is the previous one, maybe None): nothing to apply
+    # `offset` stands for "the end" (latest, or clamped to the log end) or "on from here" (+N), as read now:
+    # the stream moves on before the change is applied, and such a change never moves a partition back
+    onward: bool = False
 
     @property
     def failed(self) -> bool:
@@ -234,6 +238,7 @@ class PendingMove:
     """A change the host holds as pending when it starts a stream: its change set and target."""
     change_id: int
     offset: int
+    onward: bool = False   # the target never moves the partition back (ResolvedOffset.onward)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -245,7 +250,7 @@ class GateEvent:
     offset: int
     state: MoveState
     previous_offset: int | None = None   # PERSISTED: where the partition stood before, when known
-    reason: str | None = None            # WAITING after a failed persist: why
+    reason: str | None = None            # WAITING after a failed persist: why; PERSISTED: why not the target
     more: bool = False                   # PERSISTED: more of one persist follow at once (recorded together)
 
 

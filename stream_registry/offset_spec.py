@@ -7,6 +7,8 @@ never leak out of this module. Named forms (`earliest`, `latest`) are preferred.
 Parsing turns user input into frozen target values; resolving turns a target
 plus a partition's offsets into a concrete offset with a status and message,
 clamped to [log start, log end] like `kafka-consumer-groups --reset-offsets`.
+A target meaning "the end" or "on from here" is marked `onward`: the stream's
+offset gate never moves a partition back to it from where it got to meanwhile.
 
 Two forms need the cluster beyond the partition's own offsets, through lookups
 the caller hands `resolve`: a datetime or a duration back from now (`"-PT15M"`,
@@ -385,11 +387,12 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times: Mapping[Partiti
     current = snap.position if running and snap.position is not None else snap.committed
     previous = current
     note = ""
+    onward = False   # "the end" or "on from here" as read now: the gate never moves the partition back to it
     match target:
         case Earliest():
             wanted = snap.log_start
         case Latest():
-            wanted = snap.log_end
+            wanted, onward = snap.log_end, True
         case Absolute(offset=offset):
             wanted = offset
         case Committed():
@@ -400,11 +403,11 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times: Mapping[Partiti
             if current is None:
                 source = "position or committed offset" if running else "committed offset"
                 return _failed(snap, previous, f"cannot shift by {delta:+d}: no {source} for this partition")
-            wanted = current + delta
+            wanted, onward = current + delta, delta >= 0
         case AtTime(text=text):
             found = times.get(PartitionKey(snap.topic, snap.partition))
             if found is None:
-                wanted = snap.log_end
+                wanted, onward = snap.log_end, True
                 note = f"no record at or after {text}; set to the end ({snap.log_end})"
             else:
                 wanted = found
@@ -423,9 +426,10 @@ def _resolve_one(snap: PartitionSnapshot, target: Target, times: Mapping[Partiti
         which = "log start" if wanted < snap.log_start else "log end"
         return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous, offset=bound,
                               clamped=True, message=f"requested {wanted} is outside [{snap.log_start}, "
-                                                    f"{snap.log_end}]; clamped to {which} {bound}")
+                                                    f"{snap.log_end}]; clamped to {which} {bound}",
+                              onward=onward or wanted > snap.log_end)
     return ResolvedOffset(topic=snap.topic, partition=snap.partition, previous_offset=previous, offset=wanted,
-                          clamped=False, message=note)
+                          clamped=False, message=note, onward=onward)
 
 
 def _failed(snap: PartitionSnapshot, previous: int | None, why: str) -> ResolvedOffset:

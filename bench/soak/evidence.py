@@ -8,7 +8,7 @@ their own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from .oracle import Change
@@ -67,9 +67,11 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
                     row.status.value in ("applied", "clamped", "pending"):
                 asked.append((call, row))
     hi: dict[int, int] = {}
+    stood: dict[int, int | None] = {}     # where the stream stood when the change was applied
     for i, (call, row) in enumerate(asked):
         if row.status.value in ("applied", "clamped"):
             hi[i] = call.size_after
+            stood[i] = row.previous_offset
     pointer = 0
     for entry in history.get(plan.name, []):
         if (entry.topic, entry.partition) != tp:
@@ -84,6 +86,7 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
                                  f"{entry.changed_at.isoformat()} that no set_offset call asked for")
             continue
         pointer = match + 1
+        stood[match] = entry.previous_offset
         if seen_at is not None:
             hi[match] = min(hi.get(match, seen_at), seen_at)
     changes: list[Change] = []
@@ -93,11 +96,11 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         claim = row.previous_offset if (previous_sure_before is not None and
                                         previous_sure_before <= call.size_before and
                                         not unknown_before) else None
-        changes.append(Change(row.offset, call.size_before, hi.get(i), claim))
+        changes.append(Change(row.offset, call.size_before, hi.get(i), claim, stood.get(i)))
         previous_sure_before = hi.get(i)
     # Calls whose outcome is unknown make every later claim unsafe for the stream's partitions.
     if any(c.unknown and c.stream == plan.name for c in calls):
-        changes = [Change(c.offset, c.lo, c.hi, None) for c in changes]
+        changes = [replace(c, claim=None) for c in changes]
     return changes
 
 

@@ -45,11 +45,17 @@ class Change:
     before it was surely applied before this call started: then every offset
     below it was written before (or the stream would have committed or
     reported a position past a record it never wrote).
+    `previous`: where the stream stood when the change was applied (an applied
+    answer's or the history's previous offset), None when unknown. A backward
+    change from there starts only once the old continuation got there: a record
+    at its offset written before (by the batch in flight when the call came) is
+    the old continuation's, and the move's re-reading of it a replay.
     """
     offset: int
     lo: int
     hi: int | None = None
     claim: int | None = None
+    previous: int | None = None
 
 
 @dataclass
@@ -135,7 +141,7 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
         if seqs is not None and x in seqs and seqs[x] != r.seq:
             v.mismatched += 1
             v.note(f"{where}@{x}: payload seq {r.seq}, the producer wrote seq {seqs[x]} there")
-        nxt = _continuation_of(r, cur, changes)
+        nxt = _continuation_of(r, cur, changes, frontier[cur])
         new_run = prev is None or nxt != cur or r.batch != prev.batch or x != prev.offset + 1
         if new_run and prev is not None and r.batch != prev.batch:
             commit_points[cur].add(prev.offset + 1)     # the end of a batch: a point the stream may commit
@@ -206,7 +212,8 @@ def _forced(r: Rec, changes: list[Change]) -> int:
     return max((j for j, c in enumerate(changes, 1) if c.hi is not None and r.pos >= c.hi), default=0)
 
 
-def _continuation_of(r: Rec, cur: int, changes: list[Change]) -> int:
+def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int) -> int:
+    """The continuation `r` belongs to; `reached`: how far the current one (`cur`) has delivered."""
     forced = _forced(r, changes)
     lowest = max(cur + 1, forced)
     candidate = None
@@ -214,7 +221,8 @@ def _continuation_of(r: Rec, cur: int, changes: list[Change]) -> int:
         c = changes[j - 1]
         if c.lo > r.pos:
             break
-        if c.offset == r.offset:
+        backward_not_yet = c.previous is not None and c.offset < c.previous and reached < c.previous
+        if c.offset == r.offset and not backward_not_yet:
             candidate = j
             break
     if candidate is None:

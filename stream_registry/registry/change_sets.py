@@ -58,7 +58,7 @@ class ChangeSets:
         if unresolved:   # the registry refuses a spec with a failed partition before it opens a change
             raise OffsetSpecError(f"offset: no offset resolved for {', '.join(unresolved)}")
         rows = [PlannedRow(r.topic, r.partition, r.offset, r.previous_offset, r.clamped,
-                           _joined(note, r.message)) for r in plan if r.offset is not None]
+                           _joined(note, r.message), r.onward) for r in plan if r.offset is not None]
         change_id = self._store.add_change(name, rows, supersede=not running)
         log.info("stream %s: change %d requested%s: %s%s", name, change_id, f" ({note})" if note else "",
                  _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in plan),
@@ -224,7 +224,8 @@ class ChangeSets:
         """What a stream starting now is handed: the latest pending change of each partition (earlier ones a
         stream that ended never reported on are superseded)."""
         self._store.drop_superseded(name)
-        return {PartitionKey(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset)
+        return {PartitionKey(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset,
+                                                                onward=p.onward)
                 for p in self._store.pending_rows(name) if p.change_id is not None}   # a pending row has one
 
     def history(self, name: str, limit: int | None) -> list[HistoryEntry]:

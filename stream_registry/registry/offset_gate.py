@@ -31,12 +31,20 @@ the committed offset it then looks up. So a partition counts as settled only onc
 explicit offset or has delivered a message; an unsettled one is moved by re-assigning it at the target
 (an explicit start needs no lookup), and the first delivery after every move is checked against the
 target: a stale one is dropped and the partition moved again (the check librdkafka issue #2256 advises).
+
+An onward target - "the end" (`latest`, a request beyond the log end clamped to it, a time after every record)
+or "on from here" (`+N`) - was computed from the log end or the position as the call read them; the stream
+keeps consuming until the change reaches the gate, so by then the partition may stand past it. Moving it back
+would deliver (exactly-once: write) again what it already delivered, a rewind nobody asked for; like a seek to
+the end, such a move never goes backward: the partition stays where it got to, and that is what is persisted
+and reported. An explicit target (an offset, a time's record, another group's, committed, `-N`) is kept
+exact, rewind or not.
 """
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,6 +72,8 @@ class _Move:
     state: MoveState = MoveState.REQUESTED
     reason: str | None = None
     retry_at: float = 0.0
+    onward: bool = False          # never a move back (see the module docstring)
+    note: str | None = None       # why the move went elsewhere than its target (reported when persisted)
 
 
 @dataclass
@@ -79,8 +89,9 @@ class OffsetGate:
                  pending: Mapping[PartitionKey, PendingMove] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self._port, self._report, self._clock = port, report, clock
-        self._moves: dict[PartitionKey, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING)
-                                        for tp, p in (pending or {}).items()}
+        self._moves: dict[PartitionKey, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING,
+                                                             onward=p.onward)
+                                                   for tp, p in (pending or {}).items()}
         self._assigned: dict[PartitionKey, _Partition] = {}
         self._lock = threading.Lock()   # guards the views other threads read (snapshot)
         # on_assign → after_assign: where a moved one would start
@@ -112,15 +123,17 @@ class OffsetGate:
             return {tp: m.offset for tp, m in self._moves.items()}
 
     # -- seams (poll thread) ----------------------------------------------------
-    def request(self, change_id: int, offsets: Mapping[PartitionKey, int]) -> None:
+    def request(self, change_id: int, offsets: Mapping[PartitionKey, int],
+                onward: Collection[PartitionKey] = ()) -> None:
         """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now (and are
-        persisted together: one commit, or one sink write, for the call)."""
+        persisted together: one commit, or one sink write, for the call). The partitions of `onward` never move
+        back from where they got to."""
         ready = []
         for tp, offset in offsets.items():
             old = self._moves.get(tp)
             if old is not None:
                 self._finish(old, MoveState.SUPERSEDED)
-            move = _Move(change_id, tp, offset)
+            move = _Move(change_id, tp, offset, onward=tp in onward)
             with self._lock:
                 self._moves[tp] = move
             self._emit(move)
@@ -145,6 +158,7 @@ class OffsetGate:
         for tp, start in starts.items():
             move = self._moves.get(tp)
             if move is not None:
+                self._not_back(move, start)
                 self._to(move, MoveState.MOVED)
                 self._assign_origins[tp] = start
                 with self._lock:
@@ -224,6 +238,7 @@ class OffsetGate:
         for move in moves:
             part = self._assigned[move.tp]
             origin = part.position
+            self._not_back(move, origin)
             if not (part.settled and self._port.seek(move.tp, move.offset)):
                 self._port.reassign(move.tp, move.offset)
             with self._lock:
@@ -231,6 +246,14 @@ class OffsetGate:
             self._to(move, MoveState.MOVED)
             moved.append((move, origin))
         self._persist(moved)
+
+    @staticmethod
+    def _not_back(move: _Move, where: int | None) -> None:
+        """An onward move whose partition already stands past its target stays where it stands."""
+        if move.onward and where is not None and where > move.offset:
+            move.note = (f"the stream had already read on to {where}, past {move.offset} (computed when the call "
+                         f"was made): a move to the end or onward never goes back, it stays at {where}")
+            move.offset = where
 
     def _persist(self, moved: list[tuple[_Move, int | None]]) -> None:
         """Persist moved changes in one go; if that fails, each is moved back and waits for a retry."""
@@ -249,7 +272,7 @@ class OffsetGate:
                 move.retry_at = self._clock() + PERSIST_RETRY_S
                 self._to(move, MoveState.WAITING)
                 continue
-            move.reason = None
+            move.reason = move.note   # PERSISTED: why it went elsewhere than its target, if it did
             if move.tp in self._assigned:
                 self._undelivered[move.tp] = self._clock() + EARLY_DELIVERY_S
             self._to(move, MoveState.PERSISTED, previous=origin, more=index < len(moved) - 1)

@@ -330,7 +330,8 @@ class StreamRegistry:
             change_id = self._changes.open(name, plan, note, running=runner is not None)
             if runner is not None:
                 runner.request_offsets(change_id, {PartitionKey(r.topic, r.partition): r.offset for r in plan
-                                                   if r.offset is not None})   # none failed: they raised
+                                                   if r.offset is not None},   # none failed: they raised
+                                       frozenset(PartitionKey(r.topic, r.partition) for r in plan if r.onward))
         if runner is not None:
             self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
         return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)

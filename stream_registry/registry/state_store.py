@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS pending_changes (
     previous_offset INTEGER,
     note TEXT,
     reason TEXT,
+    onward INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (stream, topic, partition, change_id)
 );
 CREATE TABLE IF NOT EXISTS offset_history (
@@ -71,6 +72,7 @@ class StateStore:
             self._add_column("offset_history", "message", "TEXT")
             if self._add_column("offset_history", "change_id", "INTEGER"):   # one row was one change
                 self._db.execute("UPDATE offset_history SET change_id = id")
+            self._add_column("pending_changes", "onward", "INTEGER NOT NULL DEFAULT 0")
             self._migrate_pending()
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
@@ -168,9 +170,9 @@ class StateStore:
                     db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ?",
                                (name, r.topic, r.partition))
                 db.execute("INSERT INTO pending_changes (stream, change_id, topic, partition, offset, requested_at, "
-                           "clamped, previous_offset, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           "clamped, previous_offset, note, onward) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (name, change_id, r.topic, r.partition, r.offset, now, int(r.clamped), r.previous_offset,
-                            r.message))
+                            r.message, int(r.onward)))
             return change_id
         return self._transaction(add)
 
@@ -218,9 +220,11 @@ class StateStore:
         return [_pending_row(row) for row in self._transaction(take)]
 
     def record_applied(self, name: str, applied: list[GateEvent]) -> None:
-        """Changes persisted by a stream (PERSISTED gate events; `previous_offset` is what the stream saw):
-        each becomes a history row of its change id, with what its pending row planned (previous offset,
-        clamped, message), and the pending row goes. One transaction."""
+        """Changes persisted by a stream (PERSISTED gate events): each becomes a history row of its change id,
+        with where the partition really stood and went (the event's previous offset, where the stream saw one,
+        else the planned one; the event's offset), what its pending row planned (clamped, message) and the gate's
+        note when it went elsewhere than the plan (a move to the end the stream had passed), and the pending row
+        goes. One transaction."""
         now = time.time()
 
         def record(db) -> None:
@@ -228,9 +232,11 @@ class StateStore:
                 change_id, topic, partition, offset = event.change_id, event.topic, event.partition, event.offset
                 seen_previous = event.previous_offset
                 row = db.execute("SELECT previous_offset, clamped, note FROM pending_changes WHERE stream = ? AND "
-                                 "topic = ? AND partition = ? AND change_id = ? AND offset = ?",
-                                 (name, topic, partition, change_id, offset)).fetchone()
-                previous, clamped, message = row if row else (seen_previous, 0, "")
+                                 "topic = ? AND partition = ? AND change_id = ?",
+                                 (name, topic, partition, change_id)).fetchone()
+                planned_previous, clamped, note = row if row else (None, 0, "")
+                previous = planned_previous if seen_previous is None else seen_previous
+                message = "; ".join(m for m in (note, event.reason) if m)
                 db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (name, now, topic, partition, previous, offset,
@@ -277,6 +283,7 @@ class PlannedRow:
     previous_offset: int | None
     clamped: bool
     message: str
+    onward: bool = False   # never a move back (ResolvedOffset.onward)
 
 
 def _config_json(config: StreamConfig) -> str:
@@ -291,7 +298,7 @@ def _next_change_id(db) -> int:
                    db.execute("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes").fetchone()[0])
 
 
-_PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note, reason, change_id "
+_PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note, reason, change_id, onward "
                  "FROM pending_changes WHERE stream = ?")
 _LATEST_PENDING = _PENDING_ROWS + (" AND change_id = (SELECT MAX(change_id) FROM pending_changes AS later WHERE "
                                    "later.stream = ? AND later.topic = pending_changes.topic AND "
@@ -300,10 +307,10 @@ _PENDING_ORDER = " ORDER BY topic, partition"
 
 
 def _pending_row(row: tuple) -> PendingOffset:
-    topic, partition, offset, requested_at, previous, note, reason, change_id = row
+    topic, partition, offset, requested_at, previous, note, reason, change_id, onward = row
     return PendingOffset(topic=topic, partition=partition, offset=offset,
                          requested_at=datetime.fromtimestamp(requested_at, tz=UTC), previous_offset=previous,
-                         message=note or None, change_id=change_id, reason=reason)
+                         message=note or None, change_id=change_id, reason=reason, onward=bool(onward))
 
 
 _HISTORY_ROWS = ("SELECT changed_at, topic, partition, previous_offset, offset, status, message, change_id "

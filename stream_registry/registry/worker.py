@@ -106,6 +106,7 @@ class _OffsetRequest:
     """One call's offsets, for the poll thread's gate."""
     change_id: int
     offsets: Mapping
+    onward: frozenset = frozenset()
 
 
 class _CancelRequest:
@@ -192,9 +193,11 @@ class StreamWorker:
         return WorkerSnapshot(assigned=self._gate.assigned(), positions=self._gate.positions(),
                               pending=self._gate.waiting(), stored=stored)
 
-    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int]) -> None:
-        """Hand one call's offsets to the poll thread's gate; what becomes of them comes as on_change events."""
-        self._control.put(_OffsetRequest(change_id, dict(offsets)))
+    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
+                        onward: frozenset[PartitionKey] = frozenset()) -> None:
+        """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back); what
+        becomes of them comes as on_change events."""
+        self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward)))
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Have the poll thread cancel every change not persisted yet; the cancelled ones, or None when it did
@@ -441,7 +444,7 @@ class StreamWorker:
                 request.cancelled = self._gate.cancel(request.up_to)
                 request.done.set()
             else:
-                self._gate.request(request.change_id, request.offsets)
+                self._gate.request(request.change_id, request.offsets, request.onward)
 
     def _on_gate_event(self, event: GateEvent) -> None:
         """What the host records: a persisted change, why a change is held back, one that was superseded (the

@@ -324,3 +324,81 @@ def test_a_slow_time_lookup_holds_no_lock_and_gets_the_callers_deadline(kafka, r
     [deadline] = deadlines
     assert deadline is not None and arrived < deadline <= arrived + 5.0 + 0.1, "not the caller's deadline"
     assert [c.offset for c in results["changes"]] == [0]   # a time before every record: the log start
+
+
+# -- a move to the end never goes back (the soak's duplicate: clamped 276 -> 277 applied at 278) -----------
+def _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, spec, produced, protocol):
+    """An exactly-once stream in a stream process at 20; set_offset(spec) is resolved (its position read as
+    20), 5 more records arrive (before or after the log end is read: 25 or 20) and the stream writes them
+    before its gate applies the change; then 5 more. The call's answer, the history row and the offsets
+    written, in order."""
+    from stream_registry.kafka.queries import PartitionQuery
+
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 20, partitions=1)
+    out = tmp_path / "out.cypherl"
+    registry = StreamRegistry(tmp_path / "state", isolation=Isolation.PROCESS,
+                              retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
+    try:
+        if protocol == "classic":
+            _create(kafka, registry, topic, sink=f"cypherl://{out}", delivery="exactly_once", batch_size=5)
+        else:   # KIP-848 (the soak's soak_d): the session is the broker's, not the client's
+            registry.create(StreamConfig(name="orders", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
+                                         transform="stream_helpers.offsets_transform", sink=f"cypherl://{out}",
+                                         consumer_group=f"g_{uuid.uuid4().hex[:10]}", batch_size=5,
+                                         batch_interval_ms=20, delivery="exactly_once",
+                                         configs={"group.protocol": "consumer"}))
+        registry.start("orders")
+        wait_until(lambda: registry.describe("orders")[0].stored_offset == 20, what="20 stored in the sink")
+        real = PartitionQuery.snapshots
+
+        def read_then_move_on(self, tps, positions=None, deadline=None):   # the stream moves on after the read
+            if produced == "before":
+                kafka.produce(topic, 5, partitions=1)
+            snapshots = real(self, tps, positions, deadline)
+            if produced == "after":
+                kafka.produce(topic, 5, partitions=1)
+            wait_until(lambda: len(delivered_from_file(out)) >= 25, what="25 written after the log end was read")
+            return snapshots
+
+        monkeypatch.setattr(PartitionQuery, "snapshots", read_then_move_on)
+        [change] = registry.set_offset("orders", spec, timeout=10)
+        monkeypatch.undo()
+        written = 25 + 25 - change.offset
+        kafka.produce(topic, 5, partitions=1)
+        wait_until(lambda: len(delivered_from_file(out)) >= written + 5, what="the last 5 written")
+        time.sleep(0.5)   # a rewind's re-delivery would come now
+        wait_until(lambda: registry.describe("orders")[0].stored_offset == 30, what="30 stored in the sink")
+        [row] = registry.history("orders")
+        return change, row, [o for _, _, o in delivered_from_file(out)]
+    finally:
+        registry.close()
+
+
+@pytest.mark.parametrize("spec, produced", [(1000, "after"), ("latest", "after"), ("+2", "before")],
+                         ids=["clamped_to_the_log_end", "latest", "shift_onward"])
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka, tmp_path, monkeypatch, spec,
+                                                                          produced, protocol):
+    """A spec beyond the log end or "latest" means "the end", "+2" means on from where it stands: the
+    partition must not be moved back to 20 or 22 from 25 (that would write 20..24 or 22..24 twice). The call
+    and the history say where it really stands: 25, from 25."""
+    change, row, offsets = _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, spec, produced, protocol)
+    assert sorted(offsets) == list(range(30)), f"written twice: {sorted(o for o in set(offsets) if offsets.count(o) > 1)}"
+    assert (change.previous_offset, change.offset) == (25, 25), change
+    assert change.status in (ChangeStatus.CLAMPED, ChangeStatus.APPLIED), change
+    assert "25" in change.message, change.message
+    assert (row.previous_offset, row.offset, row.status, row.message) == \
+        (change.previous_offset, change.offset, change.status, change.message)
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_an_explicit_offset_is_kept_exact_and_reported_from_where_the_stream_stood(kafka, tmp_path, monkeypatch,
+                                                                                   protocol):
+    """The soak's 303 asked at 301 and applied at 304: an explicit in-range offset is where the partition goes,
+    rewind or not (22..24 come again, as asked), and the call and the history say it moved from 25, where the
+    stream really stood, not from the 20 read when the call was resolved (a revert goes back to 25)."""
+    change, row, offsets = _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, 22, "before", protocol)
+    assert offsets == list(range(25)) + list(range(22, 30)), offsets
+    assert (change.previous_offset, change.offset, change.status) == (25, 22, ChangeStatus.APPLIED), change
+    assert (row.previous_offset, row.offset, row.status) == (25, 22, ChangeStatus.APPLIED), row

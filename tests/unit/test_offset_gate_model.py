@@ -7,7 +7,10 @@ and restarts; it calls set_offset, cancel and revert, and checks the issue's inv
 - a committed offset never moves back except through a change;
 - a cancelled (or superseded) change is never applied later;
 - what a caller is told never contradicts the history (one final state per partition of a change);
-- every partition of a call ends in exactly one status (checked once the group settles).
+- every partition of a call ends in exactly one status (checked once the group settles);
+- a move to "the end" never takes a partition back from where it got: the log grows and the stream
+  delivers between the call's resolving (the log end read) and the gate's applying it, and what is
+  persisted and reported is where the partition really went, from where it really stood.
 
 The simulated consumer has librdkafka's committed-offset race: a partition assigned without an explicit
 offset looks its committed offset up later, and a seek made before that lookup is overridden by it.
@@ -24,7 +27,8 @@ from stream_registry.model import GateEvent, MoveState, PendingMove
 from stream_registry.registry.offset_gate import PERSIST_RETRY_S, OffsetGate
 
 TPS = [("t", 0), ("t", 1)]
-LOG_END = 30
+LOG_END = 30        # where the log ends at first; records are produced as the model runs
+MAX_LOG_END = 60
 COUNTS = {"examples": 0, "steps": 0}
 FINAL = (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
 
@@ -89,6 +93,10 @@ class GateMachine(RuleBasedStateMachine):
         self.live: dict = {}                # (change_id, tp) -> offset: requested, no final state yet
         self.applied: dict = {}             # change_id -> {tp: previous}
         self.expect: dict = {}              # tp -> the offset its next delivery must have
+        self.log_end = LOG_END
+        self.got_to: dict = {}              # assigned tp -> where it stands (next to deliver), None: unknown
+        self.resolved: list = []            # calls to the end resolved (the log end read), not handed over yet
+        self.onward: set = set()            # change ids whose targets are onward (the end, +N)
         self.gate = self._new_gate({})
 
     def _new_gate(self, pending) -> OffsetGate:
@@ -102,6 +110,11 @@ class GateMachine(RuleBasedStateMachine):
             assert self.sim.persisted[-1].get(key[1]) == event.offset, "persisted by the last persist"
             self.applied.setdefault(event.change_id, {})[key[1]] = event.previous_offset
             self.expect[key[1]] = event.offset
+            got_to = self.got_to.get(key[1])
+            if event.change_id in self.onward and got_to is not None:
+                assert event.offset >= got_to, f"{key}: a move to the end took it back from {got_to} to {event.offset}"
+                assert event.previous_offset == got_to, f"{key}: reported from {event.previous_offset}, stood at {got_to}"
+            self.got_to[key[1]] = event.offset
         if event.state in FINAL:
             self.final[key] = event.state
             self.live.pop(key, None)
@@ -116,14 +129,18 @@ class GateMachine(RuleBasedStateMachine):
             self.committed[tp] = offset
 
     # -- the group -------------------------------------------------------------------
-    @rule(tp=st.sampled_from(TPS))
-    def assign(self, tp):
+    @rule(tp=st.sampled_from(TPS), known=st.booleans())
+    def assign(self, tp, known=False):
+        """`known`: assigned where the stream resumes (exactly-once: the sink's stored offset), else where the
+        group's committed-offset lookup says later (at-least-once)."""
         self._step()
         if tp in self.sim.fetch:
             return
-        offsets = self.gate.on_assign({tp: None})
+        start = self.committed.get(tp, 0) if known else None
+        self.got_to[tp] = start
+        offsets = self.gate.on_assign({tp: start})
         self.sim.assign(tp, offsets[tp])
-        if offsets[tp] is None:
+        if offsets[tp] is None or offsets[tp] == start:   # else a move's target: its PERSISTED event says
             self.expect[tp] = self.committed.get(tp, 0)
         self.gate.after_assign()
 
@@ -135,6 +152,7 @@ class GateMachine(RuleBasedStateMachine):
         self.gate.on_revoke([tp])
         self.sim.unassign(tp)
         self.expect.pop(tp, None)
+        self.got_to.pop(tp, None)
 
     @rule(fail=st.booleans())
     def commits(self, fail):
@@ -149,7 +167,7 @@ class GateMachine(RuleBasedStateMachine):
         for tp in list(self.sim.fetch):
             start = self.sim.fetch_from(tp)
             taken = []
-            for offset in range(start, min(start + size, LOG_END)):
+            for offset in range(start, min(start + size, self.log_end)):
                 if tp not in self.sim.fetch:
                     break
                 if not self.gate.check_delivery(tp, offset):
@@ -163,6 +181,7 @@ class GateMachine(RuleBasedStateMachine):
                 if tp in self.expect:
                     assert offset == self.expect[tp], f"{tp}: delivered {offset}, expected {self.expect[tp]}"
                 self.expect[tp] = offset + 1
+            self.got_to[tp] = offsets[-1] + 1
         next_offsets = {tp: offsets[-1] + 1 for tp, offsets in batch.items()}
         if next_offsets and not self.sim.fail_commits:
             for tp, offset in next_offsets.items():
@@ -176,14 +195,15 @@ class GateMachine(RuleBasedStateMachine):
         """The stream process dies: the host starts a new one with the changes still pending."""
         self._step()
         pending = {}
-        for (change_id, tp), offset in sorted(self.live.items()):
-            pending[tp] = PendingMove(change_id=change_id, offset=offset)    # the latest per partition wins
+        for (change_id, tp), offset in sorted(self.live.items()):   # the latest per partition wins
+            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward)
         for key in [k for k in self.live if pending.get(k[1], PendingMove(change_id=0, offset=0)).change_id != k[0]]:
             self.final[key] = MoveState.SUPERSEDED           # the host drops the older rows at start
             self.live.pop(key)
         for tp in list(self.sim.fetch):
             self.sim.unassign(tp)
         self.expect.clear()
+        self.got_to.clear()
         self.gate = self._new_gate(pending)
 
     # -- calls ------------------------------------------------------------------------
@@ -194,6 +214,30 @@ class GateMachine(RuleBasedStateMachine):
         for tp in which:
             self.live[(change_id, tp)] = offset
         self.gate.request(change_id, {tp: offset for tp in which})
+
+    @rule(records=st.integers(1, 6))
+    def produce(self, records):
+        self._step()
+        self.log_end = min(self.log_end + records, MAX_LOG_END)
+
+    @rule(which=st.sampled_from([TPS, TPS[:1], TPS[1:]]))
+    def resolve_to_end(self, which):
+        """set_offset("latest") or beyond the log end: the call reads the log end now; its change reaches the
+        gate later (hand_over), the stream delivering meanwhile."""
+        self._step()
+        self.resolved.append((which, self.log_end))
+
+    @rule()
+    def hand_over(self):
+        self._step()
+        if not self.resolved:
+            return
+        which, end = self.resolved.pop(0)
+        change_id = next(self.ids)
+        self.onward.add(change_id)
+        for tp in which:
+            self.live[(change_id, tp)] = end
+        self.gate.request(change_id, dict.fromkeys(which, end), onward=frozenset(which))
 
     @rule()
     def cancel(self):
@@ -236,6 +280,8 @@ class GateMachine(RuleBasedStateMachine):
         self.sim.fail_commits = False
         for tp in TPS:
             self.assign(tp)
+        while self.resolved:
+            self.hand_over()
         self.time_passes()
         self.deliver_batch(1)
         assert not self.live, f"changes left without a final state: {self.live}"

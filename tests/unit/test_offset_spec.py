@@ -88,6 +88,20 @@ def test_committed_and_time_targets():
     assert none.offset == 100 and "end" in none.message
 
 
+@pytest.mark.parametrize("spec, times, onward", [
+    ("latest", None, True), (-2, None, True), (500, None, True),            # the end, as read now
+    ("+5", None, True), ("+0", None, True), ("+500", None, True),          # on from where it stands
+    ("2026-01-01T00:00:00Z", {("t", 0): None}, True),                       # no record after: the end
+    (50, None, False), (100, None, False), (3, None, False), ("earliest", None, False),   # explicit targets
+    ("-5", None, False), ("-500", None, False), ("committed", None, False),
+    ("2026-01-01T00:00:00Z", {("t", 0): 77}, False),
+])
+def test_targets_meaning_the_end_or_onward_are_marked_so_the_gate_never_moves_them_back(spec, times, onward):
+    """The soak's duplicate: a stream consumes on between the call's resolving and the gate's applying; a
+    target that stood for "the end" or "+N" must not take it back (see offset_gate). Explicit ones stay exact."""
+    assert _one(spec, _snap(committed=40, position=60), running=True, times=times).onward is onward
+
+
 # -- a duration back from now (issue 13) -------------------------------------------------------------------
 import datetime as dt  # noqa: E402
 

@@ -85,6 +85,21 @@ def test_a_move_that_does_not_start_exactly_at_its_offset_is_counted():
     assert v.skipped == 1 and v.stale == 0, v.problems
 
 
+def test_a_backward_move_from_past_its_offset_replays_what_the_batch_in_flight_wrote():
+    """The soak's seed 11: set_offset(303) is resolved while the stream stands at 301; the batch in flight
+    writes 301..303 after the call started, and the gate applies the move from 304 (the answer and the history
+    say previous 304): 303 again is a replay of an explicit backward move, not a duplicate. Without the
+    previous offset the first 303 is taken as the move's first record and the second as a duplicate."""
+    f = File().batch(*range(301))
+    lo = f.size
+    f.batch(301, 302, 303)                                   # in flight while the call was resolved
+    move = Change(303, lo=lo, hi=f.size + LINE, previous=304)
+    f.batch(303, 304, 305)
+    v = check(f, [move], log_end=306)
+    assert figures(v) == {**ZERO, "replayed": 1}, v.problems
+    assert figures(check(f, [Change(303, lo=lo, hi=f.size + LINE)], log_end=306))["duplicates"] == 1
+
+
 def test_redelivery_of_uncommitted_batches_is_duplicates_only_from_a_batch_end():
     f = File().batch(0, 1, 2).batch(3, 4, 5).batch(6, 7)
     f.batch(3, 4, 5, 6, 7)                                   # restart from the committed end of batch 1
