@@ -131,7 +131,9 @@ def spark():
 
     ensure_worker_python()  # Spark's Python workers must run this venv's interpreter
     # local[2,2]: two cores, and a failed task is retried once (a plain local[N] master never retries).
+    # The workers import tests/support (the pymgclient stand-in, stream_helpers) as the test process does.
     session = (SparkSession.builder.master("local[2,2]").appName("mgstreams-tests")
+               .config("spark.executorEnv.PYTHONPATH", str(Path(__file__).parent / "support"))
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .getOrCreate())
