@@ -157,6 +157,18 @@ def memory_sinks(monkeypatch):
 
 
 @pytest.fixture
+def registry(tmp_path):
+    """A StreamRegistry in this process on its own state directory (FAST_RETRY); closed after the test."""
+    from configs import FAST_RETRY
+
+    from stream_registry import StreamRegistry
+
+    registry = StreamRegistry(tmp_path / "state", retry=FAST_RETRY)
+    yield registry
+    registry.close()
+
+
+@pytest.fixture
 def host(tmp_path):
     """A real `mgstreams serve` child process on its own state directory; stopped (SIGTERM) after the test."""
     from host_helpers import HostProcess

@@ -10,25 +10,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from configs import stream_config
+from configs import FAST_RETRY, stream_config
 from stream_helpers import FAIL_PAYLOADS, FAILING, by_partition, delivered_from_file, wait_until
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.errors import StreamStateError
-from stream_registry.registry.worker import RetryPolicy
 
 TRANSFORM = "stream_helpers.offsets_transform"
-FAST_RETRY = RetryPolicy(attempts=3, first_backoff_s=0.05, max_backoff_s=0.1)
 
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
-
-
-@pytest.fixture
-def registry(tmp_path):
-    reg = StreamRegistry(tmp_path / "state", retry=FAST_RETRY)
-    yield reg
-    reg.close()
 
 
 _config = stream_config

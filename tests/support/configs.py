@@ -13,9 +13,12 @@ from typing import Any
 from stream_helpers import FAST_REJOIN
 
 from stream_registry import StreamConfig
+from stream_registry.registry.worker import RetryPolicy
 
 TRANSFORM = "stream_helpers.offsets_transform"   # records each message's offset (support/stream_helpers.py)
 MERGE = "stream_registry.builtin_transformations.merge_messages"   # the built-in default transformation
+# a registry's retries for tests (the `registry` fixture): a failed batch is retried at once, a few times
+FAST_RETRY = RetryPolicy(attempts=3, first_backoff_s=0.05, max_backoff_s=0.1)
 
 
 def stream_config(kafka: Any = None, topic: str = "orders", sink: str | None = None, *, name: str = "orders",
