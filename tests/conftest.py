@@ -156,6 +156,14 @@ def memory_sinks(monkeypatch):
     return recorded
 
 
+@pytest.fixture(scope="session")
+def compose() -> dict:
+    """docker-compose.yml, parsed: what `docker compose` would run."""
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text())
+
+
 @pytest.fixture
 def registry(tmp_path):
     """A StreamRegistry in this process on its own state directory (FAST_RETRY); closed after the test."""

@@ -27,20 +27,14 @@ from cli_helpers import mgstreams
 from confluent_kafka import Producer
 from host_helpers import ROOT
 from lag_host import INTERVAL, create, wait_lag
-from mgp_backend import QueryError, mgp_environment
+from mgp_backend import QueryError, query_modules
 from stream_helpers import wait_until
-
-QUERY_MODULES = ROOT / "query_modules"
 
 
 @pytest.fixture(scope="module")
 def memgraph(lag_host):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MGSTREAMS_URL", lag_host.url)
-        patch.delenv("MGSTREAMS_TOKEN", raising=False)
-        with mgp_environment([QUERY_MODULES]) as server:
-            server.load_all()
-            yield server
+    with query_modules(lag_host.url) as server:
+        yield server
 
 
 def samples(text: str, name: str) -> dict[tuple, float]:

@@ -444,21 +444,11 @@ def test_cancel_reaches_a_stream_process(kafka, host, tmp_path):
 
 
 @LIST_OFFSETS_BY_TIME
-def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path, monkeypatch):
-    from host_helpers import ROOT
-    from mgp_backend import QueryError, mgp_environment
+def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path):
+    from mgp_backend import query_modules
 
     host, topic = toolkit.host, toolkit.topic
-    monkeypatch.setenv("MGSTREAMS_URL", host.url)
-    monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)
-
-    def error_of(procedure, *args) -> str:
-        with pytest.raises(QueryError) as caught:
-            memgraph.call(procedure, *args)
-        return caught.value.last_line
-
-    with mgp_environment([ROOT / "query_modules"]) as memgraph, host.client() as client:
-        memgraph.load_all()
+    with query_modules(host.url) as memgraph, host.client() as client:
         before = [(r.committed_offset, r.position) for r in client.describe("orders")], sink_lines(toolkit.out)
         rows = memgraph.call("streams.check", "orders", {f"{topic}:1": "earliest", f"{topic}:2": 8}, 3)
         assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == \
@@ -468,14 +458,14 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path,
         assert memgraph.call("streams.check", "orders") == []     # committed: at the end
         assert ([(r.committed_offset, r.position) for r in client.describe("orders")], sink_lines(toolkit.out)) == \
             before
-        assert error_of("streams.check", "orders", "earliest", 1001) == \
+        assert memgraph.refusal("streams.check", "orders", "earliest", 1001).last_line == \
             "Exception: limit: must be an integer from 1 to 1000 (records per partition), got 1001"
 
         planned = memgraph.call("streams.set_stream_offset", "orders", {topic: "-PT5M", f"{topic}:0": "-P1D"},
                                 10000, True)
         assert [(c["partition"], c["offset"], c["status"]) for c in planned] == \
             [(0, 0, "planned"), (1, 5, "planned"), (2, 5, "planned")]
-        assert "'-PT5X'" in error_of("streams.set_stream_offset", "orders", "-PT5X")
+        assert "'-PT5X'" in memgraph.refusal("streams.set_stream_offset", "orders", "-PT5X").last_line
         other = f"other_{uuid.uuid4().hex[:8]}"
         commit_as(kafka, other, {(topic, 2): 4})
         [copied] = [c for c in memgraph.call("streams.set_stream_offset", "orders", {"group": other})
@@ -492,9 +482,10 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path,
         newest = memgraph.call("streams.history", "orders")[0]
         assert (newest["change_id"], newest["previous_offset"], newest["offset"], newest["message"]) == \
             (latest["change_id"] + 1, 10, 10, f"revert of change {latest['change_id']}")
-        assert error_of("streams.revert", "orders", 424242) == \
+        assert memgraph.refusal("streams.revert", "orders", 424242).last_line == \
             "Exception: change_id: no change 424242 in the history of stream 'orders'"
-        assert error_of("streams.revert", "orders", 0).startswith("Exception: change_id: must be a positive integer")
+        assert memgraph.refusal("streams.revert", "orders", 0).last_line.startswith(
+            "Exception: change_id: must be a positive integer")
 
         assert memgraph.call("streams.stop", "orders") == [{"name": "orders", "status": "stopped"}]
         memgraph.call("streams.set_stream_offset", "orders", {f"{topic}:1": 3})

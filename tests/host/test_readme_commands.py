@@ -77,7 +77,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from click.testing import CliRunner
 from configs import MERGE as MERGE_MESSAGES
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -849,11 +848,6 @@ def test_mgconsole_commands_load_files_the_demo_writes():
         written = path.split("/")[0] if "/" in path else path
         assert f'"{written}"' in demo, f"{command}: the demo does not write {written}"
         assert 'default="demo-out"' in demo and "--out demo-out" in (ROOT / "Makefile").read_text()
-
-
-@pytest.fixture(scope="module")
-def compose() -> dict:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
 def test_docker_compose_commands(compose):

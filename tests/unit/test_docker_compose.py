@@ -27,11 +27,6 @@ MAGE_MODULES = "/usr/lib/memgraph/query_modules"
 
 
 @pytest.fixture(scope="module")
-def compose() -> dict:
-    return yaml.safe_load(COMPOSE_FILE.read_text())
-
-
-@pytest.fixture(scope="module")
 def services(compose) -> dict:
     return compose["services"]
 
