@@ -27,12 +27,13 @@ import stat
 import subprocess
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 
 import httpx
 import mgclient
 import pytest
-from configs import MERGE
+from configs import MERGE, stream_body
 from host_helpers import ROOT, HostProcess
 
 from mgstreams.settings import default_state_dir
@@ -78,10 +79,7 @@ def guarded_host(tmp_path):
     host.stop()
 
 
-def body(kafka, topic: str, **overrides) -> dict:
-    return {"name": "orders", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "transform": MERGE, "sink": "null://", "consumer_group": f"hostile_{uuid.uuid4().hex[:8]}",
-            **overrides}
+body = partial(stream_body, group="hostile", transform=MERGE, sink="null://")
 
 
 def test_cypherl_sinks_outside_the_output_dirs_are_refused_at_create(guarded_host, kafka, tmp_path):
