@@ -17,6 +17,7 @@ import broker_support
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from paths import ROOT, SUPPORT
 
 from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
 
@@ -133,7 +134,7 @@ def spark():
     # local[2,2]: two cores, and a failed task is retried once (a plain local[N] master never retries).
     # The workers import tests/support (the pymgclient stand-in, stream_helpers) as the test process does.
     session = (SparkSession.builder.master("local[2,2]").appName("mgstreams-tests")
-               .config("spark.executorEnv.PYTHONPATH", str(Path(__file__).parent / "support"))
+               .config("spark.executorEnv.PYTHONPATH", str(SUPPORT))
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .getOrCreate())
@@ -161,7 +162,7 @@ def compose() -> dict:
     """docker-compose.yml, parsed: what `docker compose` would run."""
     import yaml
 
-    return yaml.safe_load((Path(__file__).resolve().parents[1] / "docker-compose.yml").read_text())
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
 @pytest.fixture

@@ -34,7 +34,8 @@ import httpx
 import mgclient
 import pytest
 from configs import MERGE, stream_body
-from host_helpers import ROOT, HostProcess
+from host_helpers import HostProcess
+from paths import ROOT, SUPPORT
 
 from mgstreams.settings import default_state_dir
 from mgstreams.wire import to_json
@@ -72,7 +73,7 @@ def guarded_host(tmp_path):
     queries.mkdir()
     (queries / "qm_ok.py").write_text("def transform(messages):\n    return []\n")
     env = {OUTPUT_DIRS_ENV: "", TRANSFORM_PACKAGES_ENV: "", QUERY_MODULES_ENV: str(queries),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support"), str(ROOT), str(importable)])}
+           "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT), str(importable)])}
     host = HostProcess(tmp_path / "state", env=env).start()
     host.importable = importable
     yield host

@@ -20,7 +20,8 @@ from cli_helpers import console_script, invoke, mgstreams
 from click.testing import CliRunner
 from configs import MERGE
 from confluent_kafka.admin import AdminClient
-from host_helpers import ROOT, HostProcess
+from host_helpers import HostProcess
+from paths import ROOT
 from ports import free_port
 from stream_helpers import delivered_from_file, wait_until
 

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 from configs import MERGE
-from host_helpers import ROOT
+from paths import ROOT
 from stream_helpers import wait_until
 
 WIDTHS = (60, 80, 120, 250)

@@ -21,7 +21,8 @@ import httpx
 import pytest
 from broker_support import LEAVES_AT_ONCE
 from confluent_kafka import Consumer, TopicPartition
-from host_helpers import ROOT, HostProcess, http
+from host_helpers import HostProcess, http
+from paths import ROOT
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",

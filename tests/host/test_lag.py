@@ -25,9 +25,9 @@ import time
 import pytest
 from cli_helpers import mgstreams
 from confluent_kafka import Producer
-from host_helpers import ROOT
 from lag_host import INTERVAL, create, wait_lag
 from mgp_backend import QueryError, query_modules
+from paths import ROOT
 from stream_helpers import wait_until
 
 

@@ -30,10 +30,10 @@ from broker_support import QUICK_FIRST_JOIN
 from configs import MERGE
 from host_helpers import HostProcess
 from mgp_backend import QUERY_MODULES, mgp_environment, query_modules
+from paths import ROOT, SUPPORT
 from ports import free_port
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
 NO_TOKEN = ("Exception: authorization: a valid bearer token is required (Authorization: Bearer ...): set "
             "MGSTREAMS_TOKEN or MGSTREAMS_TOKEN_FILE (the host's token file, <its state dir>/api-token when it "
@@ -549,7 +549,7 @@ def test_the_module_process_holds_no_kafka_client_and_no_thread(connected, kafka
     """In a Python process holding nothing else, the module's calls import only the standard library (no
     confluent_kafka, no stream_registry) and leave no thread behind: Memgraph's process stays clean."""
     topic = kafka.new_topic(partitions=2)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "support")}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     done = subprocess.run([sys.executable, "-c", ISOLATED, str(QUERY_MODULES / "streams.py"), topic,
                            kafka.bootstrap_servers, f"cypherl://{tmp_path / 'out.cypherl'}"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)

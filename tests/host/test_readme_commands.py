@@ -82,6 +82,7 @@ from configs import MERGE as MERGE_MESSAGES
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
+from paths import ROOT
 from ports import free_port
 from stream_helpers import statement_lines, wait_until
 
@@ -91,7 +92,6 @@ from mgstreams.settings import DEFAULT_LISTEN, DEFAULT_URL
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
 
-ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions

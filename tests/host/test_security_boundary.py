@@ -34,9 +34,10 @@ from pathlib import Path
 import httpx
 import pytest
 from configs import MERGE, stream_body
-from host_helpers import ROOT, HostProcess
+from host_helpers import HostProcess
 from host_helpers import http as host_client
 from mgp_backend import QueryError, mgp_environment
+from paths import ROOT
 from ports import free_port
 from stream_helpers import wait_until
 

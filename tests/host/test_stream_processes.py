@@ -21,7 +21,8 @@ from functools import partial
 import configs
 import psutil
 import pytest
-from host_helpers import ROOT, HostProcess, http
+from host_helpers import HostProcess, http
+from paths import ROOT
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 BATCH = 20

@@ -13,7 +13,7 @@ import uuid
 
 from cli_helpers import mgstreams
 from configs import MERGE
-from host_helpers import ROOT
+from paths import ROOT
 
 
 def test_a_secret_on_the_command_line_is_refused_and_a_config_file_carries_it(kafka, tmp_path):

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from click.testing import CliRunner, Result
-from host_helpers import ROOT
+from paths import ROOT
 
 from mgstreams.cli import cli
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 MAGE_MODULES = "/usr/lib/memgraph/query_modules"
 
