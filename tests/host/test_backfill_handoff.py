@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from cli_helpers import mgstreams
+from configs import stream_body
 from host_helpers import http
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
@@ -37,9 +37,8 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 
 def create(host, kafka, topic: str, sink: Path, **overrides) -> None:
-    body = {"name": "orders", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "sink": f"cypherl://{sink}", "consumer_group": f"handoff_{uuid.uuid4().hex[:10]}",
-            "batch_size": 20, "batch_interval_ms": 20, "configs": FAST_REJOIN, **overrides}
+    body = stream_body(kafka, topic, sink, group="handoff",
+                       **{"batch_size": 20, "batch_interval_ms": 20, "configs": FAST_REJOIN, **overrides})
     with http(host) as api:
         api.post("/streams", json=body).raise_for_status()
 

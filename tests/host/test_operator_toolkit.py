@@ -16,7 +16,8 @@ import pytest
 from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE, SLOW_FIRST_JOIN
 from cli_helpers import invoke
 from configs import MERGE, stream_config
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
+from kafka_records import commit_as
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 from stream_registry import ChangeStatus, StreamError
@@ -27,16 +28,6 @@ MINUTE_MS = 60_000
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # fresh groups: no initial rebalance delay to wait
 # the streams here: memory sinks, recording each message's offset, batches of 100
 config = partial(stream_config, batch_size=100)
-
-
-def commit_as(kafka, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    """Commit offsets for `group` the way another application would (no subscription, no join)."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
-                         "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
-    finally:
-        consumer.close()
 
 
 def first_offsets(delivered) -> dict:
