@@ -189,7 +189,9 @@ class Server:
         # a predicate on each statement as it takes effect (query, parameters): True fails the whole statement
         self.fail_when = (lambda query, parameters: _holds(parameters, reject)) if reject else None
         self.offsets: dict[tuple[str, str, int], int] = {}
-        self.transactions: list[dict] = []    # committed: {"round_trips", "executes", "statements"}
+        # committed: {"round_trips", "executes", "statements" (as they took effect), "sent" (as the driver sent
+        # them), "autocommit", "began", "ended"}
+        self.transactions: list[dict] = []
         self.applied: Counter = Counter()     # committed CREATEs, by their (topic, partition, offset) parameters
         self.connects: list[dict] = []
         self.connections: list[Connection] = []
