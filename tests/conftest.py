@@ -17,6 +17,7 @@ import broker_support
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from paths import ROOT, SUPPORT
 
 from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
 
@@ -131,7 +132,9 @@ def spark():
 
     ensure_worker_python()  # Spark's Python workers must run this venv's interpreter
     # local[2,2]: two cores, and a failed task is retried once (a plain local[N] master never retries).
+    # The workers import tests/support (the pymgclient stand-in, stream_helpers) as the test process does.
     session = (SparkSession.builder.master("local[2,2]").appName("mgstreams-tests")
+               .config("spark.executorEnv.PYTHONPATH", str(SUPPORT))
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "4")
                .getOrCreate())
@@ -152,6 +155,26 @@ def memory_sinks(monkeypatch):
     monkeypatch.setitem(sinks.SCHEMES, "memory", sinks.Scheme(
         parse=lambda parts, query, uri: parts.netloc, open=lambda name, credentials: recorded[name]))
     return recorded
+
+
+@pytest.fixture(scope="session")
+def compose() -> dict:
+    """docker-compose.yml, parsed: what `docker compose` would run."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """A StreamRegistry in this process on its own state directory (FAST_RETRY); closed after the test."""
+    from configs import FAST_RETRY
+
+    from stream_registry import StreamRegistry
+
+    registry = StreamRegistry(tmp_path / "state", retry=FAST_RETRY)
+    yield registry
+    registry.close()
 
 
 @pytest.fixture

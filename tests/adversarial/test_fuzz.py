@@ -43,10 +43,10 @@ import pytest
 from click.testing import CliRunner
 from configs import MERGE
 from cypher_literal_parser import LiteralParser
-from host_helpers import ROOT, HostProcess
+from host_helpers import HostProcess
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from mgp_backend import QueryError, mgp_environment
+from mgp_backend import QueryError, query_modules
 
 from mgstreams.cli import cli
 from mgstreams.cli.spec_argument import parse_spec_argument
@@ -74,7 +74,6 @@ from stream_registry.offset_spec import (
 )
 from stream_registry.redaction import is_secret_key
 
-QUERY_MODULES = ROOT / "query_modules"
 STREAM = "fuzzed"
 CREATE_FIELDS = ("name", "topics", "bootstrap_servers", "transform", "sink", "consumer_group", "batch_size",
                  "batch_interval_ms", "configs", "credentials")
@@ -840,11 +839,7 @@ def test_api_routes_answer_json_errors_never_500(shared, record_property):
 # -- the query module -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def memgraph(shared):
-    with mgp_environment([QUERY_MODULES]) as server, pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MGSTREAMS_URL", shared.url)
-        patch.delenv("MGSTREAMS_TOKEN", raising=False)
-        patch.delenv("MGSTREAMS_DEFAULT_SINK", raising=False)
-        server.load_all()
+    with query_modules(shared.url) as server:
         yield server
 
 

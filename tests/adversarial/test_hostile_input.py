@@ -27,13 +27,15 @@ import stat
 import subprocess
 import sys
 import uuid
+from functools import partial
 from pathlib import Path
 
 import httpx
 import mgclient
 import pytest
-from configs import MERGE
-from host_helpers import ROOT, HostProcess
+from configs import MERGE, stream_body
+from host_helpers import HostProcess
+from paths import ROOT, SUPPORT
 
 from mgstreams.settings import default_state_dir
 from mgstreams.wire import to_json
@@ -71,17 +73,14 @@ def guarded_host(tmp_path):
     queries.mkdir()
     (queries / "qm_ok.py").write_text("def transform(messages):\n    return []\n")
     env = {OUTPUT_DIRS_ENV: "", TRANSFORM_PACKAGES_ENV: "", QUERY_MODULES_ENV: str(queries),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "support"), str(ROOT), str(importable)])}
+           "PYTHONPATH": os.pathsep.join([str(SUPPORT), str(ROOT), str(importable)])}
     host = HostProcess(tmp_path / "state", env=env).start()
     host.importable = importable
     yield host
     host.stop()
 
 
-def body(kafka, topic: str, **overrides) -> dict:
-    return {"name": "orders", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "transform": MERGE, "sink": "null://", "consumer_group": f"hostile_{uuid.uuid4().hex[:8]}",
-            **overrides}
+body = partial(stream_body, group="hostile", transform=MERGE, sink="null://")
 
 
 def test_cypherl_sinks_outside_the_output_dirs_are_refused_at_create(guarded_host, kafka, tmp_path):

@@ -5,12 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
+from paths import ROOT
 
 LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), stale (\d+), contradictions (\d+), "
                   r"duplicates (\d+), secrets in logs (\d+)$")

@@ -9,17 +9,15 @@ process: the host (`mgstreams serve`), the CLI commands, the backfill; Kafka is 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import uuid
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
-from host_helpers import ROOT
+from cli_helpers import mgstreams
+from configs import stream_body
+from host_helpers import http
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 from spark_bridge.handoff import stream_resume_offsets
@@ -33,28 +31,20 @@ from stream_registry.registry.registry import stored_config
 from stream_registry.resume_point import resume_offsets
 
 
-def mgstreams(host, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python -m mgstreams ARGS` in a process of its own, pointed at `host`."""
-    env = {**os.environ, "MGSTREAMS_URL": host.url, "MGSTREAMS_STATE_DIR": str(host.state_dir)}
-    return subprocess.run([sys.executable, "-m", "mgstreams", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
-
-
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert result.returncode == 0, f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
     return result
 
 
 def create(host, kafka, topic: str, sink: Path, **overrides) -> None:
-    body = {"name": "orders", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "sink": f"cypherl://{sink}", "consumer_group": f"handoff_{uuid.uuid4().hex[:10]}",
-            "batch_size": 20, "batch_interval_ms": 20, "configs": FAST_REJOIN, **overrides}
-    with httpx.Client(base_url=host.url, timeout=30) as api:
+    body = stream_body(kafka, topic, sink, group="handoff",
+                       **{"batch_size": 20, "batch_interval_ms": 20, "configs": FAST_REJOIN, **overrides})
+    with http(host) as api:
         api.post("/streams", json=body).raise_for_status()
 
 
 def offsets(host) -> list[dict]:
-    with httpx.Client(base_url=host.url, timeout=30) as api:
+    with http(host) as api:
         response = api.get("/streams/orders/offsets")
         response.raise_for_status()
         return response.json()
@@ -66,9 +56,10 @@ def column(host, name: str) -> dict[int, int | None]:
 
 def backfill(host, out: Path, report: Path) -> dict:
     """The backfill from the beginning up to the stream's resume point, into cypherl files under `out`."""
-    result = ok(mgstreams(host, "backfill", "--stream", "orders", "--state-dir", str(host.state_dir),
+    result = ok(mgstreams("backfill", "--stream", "orders", "--state-dir", str(host.state_dir),
                           "--engine", "local", "--from", "earliest", "--until", "committed",
-                          "--sink", f"cypherl://{out}", "--batch-size", "30", "--report", str(report)))
+                          "--sink", f"cypherl://{out}", "--batch-size", "30", "--report", str(report),
+                          host=host, timeout=120))
     assert "committed: stream 'orders''s resume point" in result.stderr
     return json.loads(report.read_text())
 
@@ -113,14 +104,14 @@ def test_pending_offsets_end_the_backfill_where_the_live_stream_resumes(host, ka
     kafka.produce(topic, 300, partitions=3)                      # offsets 0..99 on each partition
     live = tmp_path / "live.cypherl"
     create(host, kafka, topic, live)
-    ok(mgstreams(host, "start", "orders"))
+    ok(mgstreams("start", "orders", host=host, timeout=120))
     wait_until(lambda: column(host, "committed_offset") == {0: 100, 1: 100, 2: 100}, 60, what="first run committed")
-    ok(mgstreams(host, "stop", "orders"))
+    ok(mgstreams("stop", "orders", host=host, timeout=120))
     kafka.produce(topic, 300, partitions=3)                      # 100..199 arrive while it is stopped
 
     # on the stopped stream: partition 0 goes back before its commit, 1 skips ahead, 2 keeps its commit
-    changed = json.loads(ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:0": 50, f"{topic}:1": 150}),
-                                      "--json")).stdout)
+    changed = json.loads(ok(mgstreams("set-offset", "orders", json.dumps({f"{topic}:0": 50, f"{topic}:1": 150}),
+                                      "--json", host=host, timeout=120)).stdout)
     assert sorted((c["partition"], c["offset"], c["status"]) for c in changed) == [(0, 50, "pending"),
                                                                                    (1, 150, "pending")]
     assert column(host, "committed_offset") == {0: 100, 1: 100, 2: 100}   # Kafka still says 100 everywhere
@@ -134,13 +125,13 @@ def test_pending_offsets_end_the_backfill_where_the_live_stream_resumes(host, ka
 
     kafka.produce(topic, 30, partitions=3)                       # traffic keeps arriving: 200..209
     before = len(delivered_from_file(live))
-    ok(mgstreams(host, "start", "orders"))
+    ok(mgstreams("start", "orders", host=host, timeout=120))
     wait_until(lambda: column(host, "committed_offset") == {0: 210, 1: 210, 2: 210}, 60, what="live caught up")
     resumed = delivered_from_file(live)[before:]
     covered = Counter(backfilled(out)) + Counter(resumed)
     assert [k for k, n in covered.items() if n > 1] == [], "loaded twice"
     assert covered == every_offset_once(topic, {0: 210, 1: 210, 2: 210}), "skipped or loaded twice"
-    ok(mgstreams(host, "stop", "orders"))
+    ok(mgstreams("stop", "orders", host=host, timeout=120))
     assert "Traceback" not in host.log()
 
 
@@ -149,10 +140,10 @@ def test_an_exactly_once_stream_hands_off_at_what_its_sink_stores(host, kafka, t
     kafka.produce(topic, 300, partitions=3)
     live = tmp_path / "live.cypherl"
     create(host, kafka, topic, live, delivery="exactly_once")
-    ok(mgstreams(host, "start", "orders"))
+    ok(mgstreams("start", "orders", host=host, timeout=120))
     wait_until(lambda: column(host, "stored_offset") == {0: 100, 1: 100, 2: 100}, 60, what="first run stored")
     wait_until(lambda: column(host, "committed_offset") == {0: 100, 1: 100, 2: 100}, 30, what="first run committed")
-    ok(mgstreams(host, "stop", "orders"))
+    ok(mgstreams("stop", "orders", host=host, timeout=120))
 
     # the graph lost its later part (a snapshot restored, a file cut back at a batch boundary): the sink
     # now stores less than the group committed, and the stream resumes where the sink's data ends
@@ -164,7 +155,7 @@ def test_an_exactly_once_stream_hands_off_at_what_its_sink_stores(host, kafka, t
     stored = column(host, "stored_offset")
     assert 0 < held < 300 and any((s or 0) < 100 for s in stored.values())
     # and partition 0 is moved back on purpose
-    ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:0": 10})))
+    ok(mgstreams("set-offset", "orders", json.dumps({f"{topic}:0": 10}), host=host, timeout=120))
     expected = {0: 10, 1: stored[1] or 0, 2: stored[2] or 0}   # a partition with nothing stored: the log start
     assert column(host, "resume_offset") == expected
 
@@ -172,11 +163,11 @@ def test_an_exactly_once_stream_hands_off_at_what_its_sink_stores(host, kafka, t
     report = backfill(host, out, tmp_path / "report.json")
     assert ends(report, topic, 3) == expected
 
-    ok(mgstreams(host, "start", "orders"))
+    ok(mgstreams("start", "orders", host=host, timeout=120))
     wait_until(lambda: column(host, "stored_offset") == {0: 100, 1: 100, 2: 100}, 60, what="live caught up")
     covered = Counter(backfilled(out)) + Counter(delivered_from_file(live)[held:])
     assert covered == every_offset_once(topic, {0: 100, 1: 100, 2: 100}), "skipped or loaded twice"
-    ok(mgstreams(host, "stop", "orders"))
+    ok(mgstreams("stop", "orders", host=host, timeout=120))
     assert "Traceback" not in host.log()
 
 
@@ -185,7 +176,8 @@ def test_the_data_source_ends_at_the_stream_resume_point_and_errors_name_the_opt
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 40, partitions=2)
     create(host, kafka, topic, tmp_path / "live.cypherl")
-    ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:1": 7})))   # never started: no commit
+    # never started: no commit
+    ok(mgstreams("set-offset", "orders", json.dumps({f"{topic}:1": 7}), host=host, timeout=120))
     options = {"kafka.bootstrap.servers": kafka.bootstrap_servers, "subscribe": topic,
                "startingOffsets": "earliest", "endingOffsets": "committed", "stream": "orders",
                "stateDir": str(host.state_dir)}
@@ -214,13 +206,13 @@ def test_an_unreadable_exactly_once_sink_refuses_the_hand_off(host, kafka, tmp_p
     with pytest.raises(StreamError, match=r"^stream 'orders': sink: its stored offsets are the exactly-once "
                                           r"stream's resume point and cannot be read: "):
         stream_resume_offsets(host.state_dir, config)
-    result = mgstreams(host, "backfill", "--stream", "orders", "--engine", "local", "--from", "earliest",
-                       "--until", "committed", "--sink", f"cypherl://{tmp_path / 'out'}")
+    result = mgstreams("backfill", "--stream", "orders", "--engine", "local", "--from", "earliest",
+                       "--until", "committed", "--sink", f"cypherl://{tmp_path / 'out'}", host=host, timeout=120)
     assert result.returncode == 1 and "its stored offsets are the exactly-once stream's resume point" in result.stderr
     assert not (tmp_path / "out").exists()
     # a backfill that does not need the resume point does not read the sink
-    ok(mgstreams(host, "backfill", "--stream", "orders", "--engine", "local", "--from", "earliest",
-                 "--until", "latest", "--sink", f"cypherl://{tmp_path / 'out'}"))
+    ok(mgstreams("backfill", "--stream", "orders", "--engine", "local", "--from", "earliest",
+                 "--until", "latest", "--sink", f"cypherl://{tmp_path / 'out'}", host=host, timeout=120))
     assert len(backfilled(tmp_path / "out")) == 5
 
 
@@ -233,7 +225,8 @@ def test_the_data_source_under_spark_reads_up_to_where_the_stream_resumes(spark,
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 60, partitions=2)
     create(host, kafka, topic, tmp_path / "live.cypherl")
-    ok(mgstreams(host, "set-offset", "orders", json.dumps({f"{topic}:0": 12, f"{topic}:1": 29})))
+    ok(mgstreams("set-offset", "orders", json.dumps({f"{topic}:0": 12, f"{topic}:1": 29}), host=host,
+                 timeout=120))
     rows = (spark.read.format("mgstreams_kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
             .option("subscribe", topic).option("endingOffsets", "committed")
             .option("stream", "orders").option("stateDir", str(host.state_dir)).load()

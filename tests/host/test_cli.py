@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,10 +16,12 @@ import uuid
 
 import psutil
 import pytest
+from cli_helpers import console_script, invoke, mgstreams
 from click.testing import CliRunner
 from configs import MERGE
 from confluent_kafka.admin import AdminClient
-from host_helpers import ROOT, HostProcess
+from host_helpers import HostProcess
+from paths import ROOT
 from ports import free_port
 from stream_helpers import delivered_from_file, wait_until
 
@@ -29,19 +30,6 @@ from mgstreams.cli.spec_argument import parse_spec_argument
 from stream_registry.errors import ConfigError
 
 NO_STREAM = "mgstreams: error: name: no stream named 'nope'\n"
-
-
-def run(host, *args, env: dict | None = None):
-    """`mgstreams ARGS` in-process, talking to `host` through MGSTREAMS_URL."""
-    env = {"MGSTREAMS_URL": host.url, "MGSTREAMS_TOKEN": host.token or "", **(env or {})}
-    return CliRunner(env=env).invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def run_process(*args, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m mgstreams ARGS` as a child process."""
-    env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "mgstreams", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=60)
 
 
 @pytest.fixture
@@ -91,30 +79,30 @@ def test_failures_exit_1_with_one_line_and_usage_errors_exit_2(host):
                  ("set-offset", "nope", "-1"), ("start", "nope"), ("stop", "nope"), ("drop", "nope"),
                  ("revert", "nope", "1"), ("pending", "nope"), ("pending", "nope", "--cancel"),
                  ("offsets", "export", "nope"), ("check", "nope"), ("check", "nope", "-PT15M", "--limit", "3")]:
-        result = run(host, *args)
+        result = invoke(*args, host=host)
         assert (result.exit_code, result.stdout, result.stderr) == (1, "", NO_STREAM), args
-    assert run(host, "describe").exit_code == 2
-    assert run(host, "set-offset", "orders").exit_code == 2                  # neither SPEC nor --from-file
-    assert run(host, "revert", "orders").exit_code == 2
-    assert run(host, "revert", "orders", "0").exit_code == 2
-    assert run(host, "revert", "orders", "x").exit_code == 2
-    assert run(host, "check", "orders", "--limit", "1001").exit_code == 2
-    assert run(host, "offsets", "export", "orders", "--source", "lag").exit_code == 2
-    assert run(host, "set-offset", "orders", "0", "--timeout", "0").exit_code == 2
-    assert run(host, "set-offset", "orders", "0", "--timeout", "86400").exit_code == 2
-    assert run(host, "history", "orders", "--limit", "0").exit_code == 2
-    assert run(host, "no-such-command").exit_code == 2
-    assert run(host, "kafka", "--partitions-topic", "orders").exit_code == 2
+    assert invoke("describe", host=host).exit_code == 2
+    assert invoke("set-offset", "orders", host=host).exit_code == 2                  # neither SPEC nor --from-file
+    assert invoke("revert", "orders", host=host).exit_code == 2
+    assert invoke("revert", "orders", "0", host=host).exit_code == 2
+    assert invoke("revert", "orders", "x", host=host).exit_code == 2
+    assert invoke("check", "orders", "--limit", "1001", host=host).exit_code == 2
+    assert invoke("offsets", "export", "orders", "--source", "lag", host=host).exit_code == 2
+    assert invoke("set-offset", "orders", "0", "--timeout", "0", host=host).exit_code == 2
+    assert invoke("set-offset", "orders", "0", "--timeout", "86400", host=host).exit_code == 2
+    assert invoke("history", "orders", "--limit", "0", host=host).exit_code == 2
+    assert invoke("no-such-command", host=host).exit_code == 2
+    assert invoke("kafka", "--partitions-topic", "orders", host=host).exit_code == 2
 
     # the same across a process boundary, with --url instead of the environment
-    result = run_process("--url", host.url, "start", "nope")
+    result = mgstreams("--url", host.url, "start", "nope")
     assert (result.returncode, result.stdout, result.stderr) == (1, "", NO_STREAM)
-    assert run_process("--url", host.url, "start").returncode == 2
+    assert mgstreams("--url", host.url, "start").returncode == 2
 
 
 def test_no_host_is_one_line_naming_the_url(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
-    result = run_process("list", env={"MGSTREAMS_URL": url})
+    result = mgstreams("list", env={"MGSTREAMS_URL": url})
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == f"mgstreams: error: no mgstreams host at {url}: start one with `mgstreams serve`\n"
     result = CliRunner().invoke(cli, ["--url", url, "describe", "orders"])
@@ -129,7 +117,7 @@ def test_no_host_is_one_line_naming_the_url(tmp_path):
 def test_the_token_comes_from_mgstreams_token(tmp_path):
     host = HostProcess(tmp_path / "state", token=f"tok-{uuid.uuid4().hex}").start()
     try:
-        denied = run_process("--url", host.url, "list", env={"MGSTREAMS_TOKEN": ""})
+        denied = mgstreams("--url", host.url, "list", env={"MGSTREAMS_TOKEN": ""})
         assert denied.returncode == 1
         assert denied.stderr.startswith("mgstreams: error: authorization: a valid bearer token is required "
                                         "(Authorization: Bearer ...) (no token was sent): ")
@@ -137,15 +125,15 @@ def test_the_token_comes_from_mgstreams_token(tmp_path):
         for way in ("$MGSTREAMS_TOKEN", "--token", "$MGSTREAMS_TOKEN_FILE", "api-token"):
             assert way in denied.stderr, (way, denied.stderr)
         assert denied.stderr.count("\n") == 1
-        wrong = run_process("--url", host.url, "list", env={"MGSTREAMS_TOKEN": "wrong"})
+        wrong = mgstreams("--url", host.url, "list", env={"MGSTREAMS_TOKEN": "wrong"})
         assert wrong.returncode == 1 and "the token sent was refused" in wrong.stderr
         # --token, before or after the subcommand, wins over the environment
         for args in (("--token", host.token, "list", "--json"), ("list", "--json", "--token", host.token)):
-            given = run_process("--url", host.url, *args, env={"MGSTREAMS_TOKEN": "wrong"})
+            given = mgstreams("--url", host.url, *args, env={"MGSTREAMS_TOKEN": "wrong"})
             assert (given.returncode, json.loads(given.stdout or "null")) == (0, []), given.stderr
-        refused = run_process("--url", host.url, "--token", "wrong", "list", env={"MGSTREAMS_TOKEN": host.token})
+        refused = mgstreams("--url", host.url, "--token", "wrong", "list", env={"MGSTREAMS_TOKEN": host.token})
         assert refused.returncode == 1 and "the token sent was refused" in refused.stderr
-        allowed = run_process("--url", host.url, "list", "--json", env={"MGSTREAMS_TOKEN": host.token})
+        allowed = mgstreams("--url", host.url, "list", "--json", env={"MGSTREAMS_TOKEN": host.token})
         assert (allowed.returncode, json.loads(allowed.stdout)) == (0, [])
         assert host.token not in denied.stderr + wrong.stderr + allowed.stdout + allowed.stderr
     finally:
@@ -153,13 +141,13 @@ def test_the_token_comes_from_mgstreams_token(tmp_path):
 
 
 def test_list_masks_secrets(stream, host):
-    result = run(host, "list")
+    result = invoke("list", host=host)
     assert result.exit_code == 0
     header, row = result.stdout.splitlines()
     assert header.split() == ["NAME", "STATUS", "TOPICS", "GROUP", "BOOTSTRAP-SERVERS", "TRANSFORM", "SINK",
                               "ERROR"]   # DETAIL only while a stream has one
     assert row.split()[:3] == ["orders", "created", stream.topic]
-    listed_json = run(host, "list", "--json").stdout
+    listed_json = invoke("list", "--json", host=host).stdout
     [listed] = json.loads(listed_json)
     assert listed["name"] == "orders" and listed["topics"] == [stream.topic] and listed["status"] == "created"
     assert listed["configs"] == {"sasl.password": "****"} and listed["credentials"] == {"sasl.username": "****"}
@@ -167,80 +155,81 @@ def test_list_masks_secrets(stream, host):
 
 
 def test_describe_table_json_and_watch(stream, host):
-    result = run(host, "describe", "orders")
+    result = invoke("describe", "orders", host=host)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
                                 "LOG-END-OFFSET", "LAG", "ASSIGNED", "STORED-OFFSET", "RESUME-OFFSET"]
     assert [line.split()[1:] for line in lines[1:4]] == [[stream.topic, str(p), "-", "-", "0", "10", "-", "no", "-",
                                                           "0"] for p in range(3)]   # resumes from the beginning
-    assert {line.split()[0] for line in lines[1:4]} == {json.loads(run(host, "list", "--json").stdout)[0]
+    assert {line.split()[0] for line in lines[1:4]} == {json.loads(invoke("list", "--json", host=host).stdout)[0]
                                                         ["consumer_group"]}
     assert [line.strip() for line in lines[4:]] == ["stream orders created, no process, restarts 0"], "the caption"
-    rows = json.loads(run(host, "describe", "orders", "--json").stdout)
+    rows = json.loads(invoke("describe", "orders", "--json", host=host).stdout)
     assert [(r["partition"], r["log_end_offset"], r["committed_offset"]) for r in rows] == \
         [(p, 10, None) for p in range(3)]
-    watched = run(host, "describe", "orders", "--watch", "--interval", "0.1", "--count", "2", "--json")
+    watched = invoke("describe", "orders", "--watch", "--interval", "0.1", "--count", "2", "--json", host=host)
     assert watched.exit_code == 0
     assert [len(json.loads(line)) for line in watched.stdout.splitlines()] == [3, 3]
-    table = run(host, "describe", "orders", "--watch", "--interval", "0.1", "--count", "1")
+    table = invoke("describe", "orders", "--watch", "--interval", "0.1", "--count", "1", host=host)
     assert table.exit_code == 0 and "LOG-END-OFFSET" in table.stdout and "orders at " in table.stdout
 
 
 def test_set_offset_table_json_dry_run_and_bad_specs(stream, host):
-    dry = run(host, "set-offset", "orders", "5", "--dry-run", "--json")
+    dry = invoke("set-offset", "orders", "5", "--dry-run", "--json", host=host)
     assert dry.exit_code == 0
     assert {(c["offset"], c["status"]) for c in json.loads(dry.stdout)} == {(5, "planned")}
-    bad = run(host, "set-offset", "orders", '"-1"')       # a shift: nothing committed, nothing pending yet
+    bad = invoke("set-offset", "orders", '"-1"', host=host)       # a shift: nothing committed, nothing pending yet
     assert bad.exit_code == 1 and bad.stdout == "" and bad.stderr.startswith("mgstreams: error: offset '-1': ")
-    result = run(host, "set-offset", "orders", json.dumps({f"{stream.topic}:0": 7}), "--timeout", "5")
+    result = invoke("set-offset", "orders", json.dumps({f"{stream.topic}:0": 7}), "--timeout", "5", host=host)
     assert result.exit_code == 0
     assert result.stdout.splitlines()[0].split() == ["TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET",
                                                      "STATUS", "MESSAGE"]
     assert result.stdout.splitlines()[1].split()[:5] == [stream.topic, "0", "-", "7", "pending"]
     assert len(result.stdout.splitlines()) == 2                               # only the partition named
-    assert run(host, "set-offset", "orders", "-1").exit_code == 0            # -1: Memgraph's beginning
+    assert invoke("set-offset", "orders", "-1", host=host).exit_code == 0            # -1: Memgraph's beginning
 
     for spec, message in [("sometime", "mgstreams: error: offset: cannot parse 'sometime'"),
                           ("{bad", "mgstreams: error: SPEC: '{bad' is not valid JSON"),
                           ('{"other_topic": 0}', "mgstreams: error: offset: unknown topic 'other_topic'")]:
-        bad = run(host, "set-offset", "orders", spec)
+        bad = invoke("set-offset", "orders", spec, host=host)
         assert bad.exit_code == 1 and bad.stdout == "", spec
         assert bad.stderr.startswith(message) and bad.stderr.count("\n") == 1, bad.stderr
-    assert json.loads(run(host, "history", "orders", "--json").stdout) == []   # nothing applied yet
+    assert json.loads(invoke("history", "orders", "--json", host=host).stdout) == []   # nothing applied yet
 
 
 def test_start_history_stop_and_drop(stream, host):
-    assert run(host, "set-offset", "orders", "2").exit_code == 0
-    started = run(host, "start", "orders")
+    assert invoke("set-offset", "orders", "2", host=host).exit_code == 0
+    started = invoke("start", "orders", host=host)
     assert started.exit_code == 0, started.stderr
     assert started.stdout in ("orders starting\n", "orders running\n")
-    again = run(host, "start", "orders")   # idempotent, as stop is: exit 0, and it says so
+    again = invoke("start", "orders", host=host)   # idempotent, as stop is: exit 0, and it says so
     assert again.exit_code == 0 and again.stdout in ("orders already starting\n", "orders already running\n"), \
         (again.stdout, again.stderr)
     wait_until(lambda: len(delivered_from_file(stream.out)) >= 24, timeout=60, what="24 messages in the sink")
     assert sorted(o for _, _, o in delivered_from_file(stream.out)) == sorted(list(range(2, 10)) * 3)
 
-    history = json.loads(run(host, "history", "orders", "--json").stdout)
+    history = json.loads(invoke("history", "orders", "--json", host=host).stdout)
     assert sorted((h["partition"], h["offset"], h["status"]) for h in history) == [(p, 2, "applied")
                                                                                   for p in range(3)]
-    table = run(host, "history", "orders", "--limit", "1").stdout.splitlines()
+    table = invoke("history", "orders", "--limit", "1", host=host).stdout.splitlines()
     assert table[0].split() == ["CHANGE-ID", "CHANGED-AT", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "OFFSET",
                                 "STATUS", "MESSAGE"]
     assert len(table) == 2 and table[1].split()[1].endswith("Z")
     assert table[1].split()[0] == str(max(h["change_id"] for h in history)) and table[1].split()[-1] == "-"
-    wait_until(lambda: [r["committed_offset"] for r in json.loads(run(host, "describe", "orders", "--json").stdout)]
+    wait_until(lambda: [r["committed_offset"]
+                        for r in json.loads(invoke("describe", "orders", "--json", host=host).stdout)]
                == [10, 10, 10], what="offsets committed")
-    assert json.loads(run(host, "list", "--json").stdout)[0]["status"] == "running"
+    assert json.loads(invoke("list", "--json", host=host).stdout)[0]["status"] == "running"
 
-    assert run(host, "stop", "orders").stdout == "orders stopped\n"
-    assert json.loads(run(host, "stop", "orders", "--json").stdout) == \
+    assert invoke("stop", "orders", host=host).stdout == "orders stopped\n"
+    assert json.loads(invoke("stop", "orders", "--json", host=host).stdout) == \
         {"name": "orders", "status": "stopped", "error": None}                # idempotent
-    assert run(host, "start", "orders").exit_code == 0
-    dropped = run_process("--url", host.url, "drop", "orders")   # a running stream: stopped and forgotten
+    assert invoke("start", "orders", host=host).exit_code == 0
+    dropped = mgstreams("--url", host.url, "drop", "orders")   # a running stream: stopped and forgotten
     assert (dropped.returncode, dropped.stdout) == (0, "orders dropped\n"), dropped.stderr
-    assert json.loads(run(host, "list", "--json").stdout) == []
-    assert run(host, "describe", "orders").stderr == "mgstreams: error: name: no stream named 'orders'\n"
+    assert json.loads(invoke("list", "--json", host=host).stdout) == []
+    assert invoke("describe", "orders", host=host).stderr == "mgstreams: error: name: no stream named 'orders'\n"
 
 
 def test_serve_takes_its_state_dir_from_the_environment(tmp_path):
@@ -255,7 +244,7 @@ def test_serve_takes_its_state_dir_from_the_environment(tmp_path):
         url = line.split()[4]
         assert f"token in {state / 'api-token'}" in line         # no token given: the host made one
         # the CLI finds the token the host generated through the same $MGSTREAMS_STATE_DIR
-        listed = run_process("--url", url, "list", "--json", env={"MGSTREAMS_STATE_DIR": str(state),
+        listed = mgstreams("--url", url, "list", "--json", env={"MGSTREAMS_STATE_DIR": str(state),
                                                                    "MGSTREAMS_TOKEN": ""})
         assert (listed.returncode, json.loads(listed.stdout)) == (0, []), listed.stderr
         process.send_signal(signal.SIGTERM)
@@ -276,7 +265,7 @@ def test_backfill_is_a_subcommand_of_the_cli_without_main():
 
 def test_installed_entry_point_runs_an_embedded_cluster(tmp_path):
     """`mgstreams kafka`: bootstrap servers on stdout's first line, topics created, clean exit on SIGTERM."""
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable)) or shutil.which("mgstreams")
+    executable = console_script()
     assert executable, "the console script `mgstreams` is installed with the package"
     process = subprocess.Popen([executable, "kafka", "--brokers", "2", "--partitions-topic", "demo:3"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -298,7 +287,7 @@ def test_installed_entry_point_runs_an_embedded_cluster(tmp_path):
 def test_installed_entry_point_runs_a_tansu_broker_process_and_stops_it():
     """`mgstreams kafka --engine tansu`: a Tansu process of its own answers on the printed address, has the
     topic, and is gone after SIGTERM to the command; Tansu is one broker, so --brokers 2 is a usage error."""
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable)) or shutil.which("mgstreams")
+    executable = console_script()
     process = subprocess.Popen([executable, "kafka", "--engine", "tansu", "--partitions-topic", "demo:3"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -335,14 +324,14 @@ def test_an_option_missing_its_value_is_a_usage_error_with_the_usage(argv):
 
 def test_drop_says_dropped_for_a_created_stream(stream, host):
     """`mgstreams drop tmp1` printed `tmp1 created` (the stream as it was before the drop)."""
-    dropped = run(host, "drop", "orders")
+    dropped = invoke("drop", "orders", host=host)
     assert (dropped.exit_code, dropped.stdout) == (0, "orders dropped\n")
-    assert json.loads(run(host, "list", "--json").stdout) == []
+    assert json.loads(invoke("list", "--json", host=host).stdout) == []
 
 
 def test_describe_watch_piped_prints_every_frame(stream, host):
     """`describe --watch | cat` printed only the last frame (a live display's redraws)."""
-    result = run_process("--url", host.url, "describe", "orders", "--watch", "--interval", "0.1", "--count", "3")
+    result = mgstreams("--url", host.url, "describe", "orders", "--watch", "--interval", "0.1", "--count", "3")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("orders at ") == 3 and result.stdout.count("LOG-END-OFFSET") == 3, result.stdout
 
@@ -352,33 +341,33 @@ def test_unquoted_minus_n_moves_back_where_it_cannot_mean_beginning_or_end(strea
     assert parse_spec_argument("-4") == "-4" and parse_spec_argument("-1") == -1 and parse_spec_argument("-2") == -2
 
     def committed():
-        return [r["committed_offset"] for r in json.loads(run(host, "describe", "orders", "--json").stdout)]
-    assert run(host, "start", "orders").exit_code == 0
+        return [r["committed_offset"] for r in json.loads(invoke("describe", "orders", "--json", host=host).stdout)]
+    assert invoke("start", "orders", host=host).exit_code == 0
     wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up")
-    moved = run(host, "set-offset", "orders", "-4", "--json")
+    moved = invoke("set-offset", "orders", "-4", "--json", host=host)
     assert moved.exit_code == 0, moved.stderr
     assert {(c["previous_offset"], c["offset"], c["status"]) for c in json.loads(moved.stdout)} == {(10, 6, "applied")}
     wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up again")
-    checked = run(host, "check", "orders", "-3", "--limit", "1", "--json")
+    checked = invoke("check", "orders", "-3", "--limit", "1", "--json", host=host)
     assert checked.exit_code == 0, checked.stderr
     assert sorted((r["partition"], r["offset"]) for r in json.loads(checked.stdout)) == [(p, 7) for p in range(3)]
-    help_text = run(host, "set-offset", "--help").stdout
+    help_text = invoke("set-offset", "--help", host=host).stdout
     assert "-N (N >= 3" in help_text and "'\"-1\"'" in help_text
 
 
 def test_global_options_after_the_subcommand_and_version(stream, host):
     """`--url` worked only before the subcommand; there was no --version."""
-    after = run_process("list", "--json", "--url", host.url, env={"MGSTREAMS_URL": f"http://127.0.0.1:{free_port()}"})
+    after = mgstreams("list", "--json", "--url", host.url, env={"MGSTREAMS_URL": f"http://127.0.0.1:{free_port()}"})
     assert after.returncode == 0 and [s["name"] for s in json.loads(after.stdout)] == ["orders"], after.stderr
-    equals = run_process("describe", "orders", f"--url={host.url}", "--json")
+    equals = mgstreams("describe", "orders", f"--url={host.url}", "--json")
     assert equals.returncode == 0 and len(json.loads(equals.stdout)) == 3, equals.stderr
-    version = run_process("--version")
+    version = mgstreams("--version")
     assert version.returncode == 0 and version.stdout.startswith("mgstreams ") and version.stdout.split()[1][0].isdigit()
 
 
 def test_offsets_export_of_positions_on_a_stopped_stream_says_why(stream, host):
     """`offsets export --source position` on a stopped stream printed nothing and exited 0."""
-    result = run(host, "offsets", "export", "orders", "--source", "position")
+    result = invoke("offsets", "export", "orders", "--source", "position", host=host)
     assert result.exit_code == 1 and result.stdout == ""
     assert result.stderr.splitlines()[-1] == ("mgstreams: error: source: stream 'orders' is created: positions exist "
                                               "only while it runs; use --source committed (the group's committed "
@@ -386,6 +375,6 @@ def test_offsets_export_of_positions_on_a_stopped_stream_says_why(stream, host):
 
 
 def test_a_negative_offset_in_a_map_says_how_to_move_back(stream, host):
-    result = run(host, "set-offset", "orders", json.dumps({f"{stream.topic}:0": -50}))
+    result = invoke("set-offset", "orders", json.dumps({f"{stream.topic}:0": -50}), host=host)
     assert result.exit_code == 1 and result.stderr.rstrip().endswith('to move back 50, give the string "-50"'), \
         result.stderr

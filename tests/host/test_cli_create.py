@@ -8,10 +8,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
+import cli_helpers
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -21,12 +22,7 @@ from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.kafka_tools import create_topic
 from stream_registry.errors import ConfigError, StreamError
 
-
-def mgstreams(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable))
-    assert executable, "the console script is installed"
-    return subprocess.run([executable, *args], input=stdin, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+mgstreams = partial(cli_helpers.mgstreams, script=True)   # the console script
 
 
 @pytest.fixture
@@ -41,8 +37,7 @@ def run_dir():
 def embedded(run_dir):
     """`mgstreams kafka` in the foreground, its runtime directory (control socket) a temporary one."""
     env = {"XDG_RUNTIME_DIR": str(run_dir)}
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable))
-    process = subprocess.Popen([executable, "kafka"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    process = subprocess.Popen([cli_helpers.console_script(), "kafka"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, **env})
     try:
         bootstrap = process.stdout.readline().strip()

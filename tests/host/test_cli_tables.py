@@ -15,8 +15,9 @@ import sys
 import uuid
 
 import pytest
+from cli_helpers import mgstreams
 from configs import MERGE
-from host_helpers import ROOT
+from paths import ROOT
 from stream_helpers import wait_until
 
 WIDTHS = (60, 80, 120, 250)
@@ -52,8 +53,7 @@ def on_terminal(url: str, width: int, *args: str) -> str:
 
 
 def piped(url: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "mgstreams", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, "MGSTREAMS_URL": url, "COLUMNS": "60"}, timeout=60)
+    done = mgstreams(*args, env={"MGSTREAMS_URL": url, "COLUMNS": "60"})
     assert done.returncode == 0, done.stderr
     return done.stdout
 

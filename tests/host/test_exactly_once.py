@@ -12,10 +12,11 @@ import os
 import random
 import signal
 import time
-import uuid
 from collections import Counter
+from functools import partial
 
 import pytest
+from configs import stream_body
 from host_helpers import http
 from mgclient_standin.mgclient import Server
 from stream_helpers import FAST_REJOIN, bolt_exactly_once_stream, by_partition, delivered_from_file, wait_until
@@ -30,11 +31,9 @@ from stream_registry.graph.transform import Statement
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 
 
-def body(kafka, topic: str, out, **overrides) -> dict:
-    return {"name": "orders", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "sink": f"cypherl://{out}", "consumer_group": f"eos_{uuid.uuid4().hex[:10]}",
-            "transform": "stream_helpers.offsets_transform", "batch_size": 20, "batch_interval_ms": 20,
-            "configs": FAST_REJOIN, "delivery": "exactly_once", **overrides}
+# exactly-once streams recording each message's offset in a cypherl file
+body = partial(stream_body, group="eos", transform="stream_helpers.offsets_transform", batch_size=20,
+               batch_interval_ms=20, configs=FAST_REJOIN, delivery="exactly_once")
 
 
 def counts(out) -> Counter:

@@ -14,12 +14,15 @@ import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 
+import configs
 import httpx
 import pytest
 from broker_support import LEAVES_AT_ONCE
 from confluent_kafka import Consumer, TopicPartition
-from host_helpers import ROOT, HostProcess, http
+from host_helpers import HostProcess, http
+from paths import ROOT
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
@@ -32,13 +35,8 @@ CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "m
 HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
 
 
-def group() -> str:
-    return f"host_{uuid.uuid4().hex[:10]}"
-
-
-def stream_body(kafka, topic: str, out, **overrides) -> dict:
-    return {"name": "orders", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "sink": f"cypherl://{out}", "consumer_group": group(), "batch_interval_ms": 20, **overrides}
+# each stream writes a cypherl file
+stream_body = partial(configs.stream_body, group="host", batch_interval_ms=20)
 
 
 def metric(text: str, name: str, stream: str) -> float | None:

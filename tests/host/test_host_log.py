@@ -10,22 +10,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
-import subprocess
-import sys
 import time
 import uuid
 
 import httpx
+from cli_helpers import mgstreams
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 SESSION = {"session.timeout.ms": 12_000}   # longer than the rebalance delay below: a member kept waiting stays
-
-
-def mgstreams(*args: str) -> subprocess.CompletedProcess:
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable))
-    return subprocess.run([executable, *args], capture_output=True, text=True, timeout=60)
 
 
 def stream_lines(log: str, name: str) -> list[tuple[str, str]]:
@@ -50,10 +43,10 @@ def test_a_starting_stream_says_what_it_waits_for(host, kafka, tmp_path):
         assert info["detail"].startswith("waiting for the group to assign partitions ("), info
         assert "session.timeout.ms (12 s)" in info["detail"], info
         assert "group.initial.rebalance.delay.ms" in info["detail"]
-        listed = mgstreams("--url", host.url, "list")   # piped: whole values
+        listed = mgstreams("--url", host.url, "list", script=True)   # piped: whole values
         assert listed.returncode == 0 and "DETAIL" in listed.stdout.splitlines()[0]
         assert "waiting for the group to assign partitions" in listed.stdout, listed.stdout
-        described = mgstreams("--url", host.url, "describe", "waiting")
+        described = mgstreams("--url", host.url, "describe", "waiting", script=True)
         assert "waiting for the group to assign partitions" in " ".join(described.stdout.split()), described.stdout
         wait_until(lambda: api.get("/streams/waiting").json()["status"] == "running", timeout=30, what="running")
     assert api.get("/streams/waiting").json()["detail"] is None, "cleared once running"

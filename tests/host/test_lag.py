@@ -23,28 +23,18 @@ import threading
 import time
 
 import pytest
+from cli_helpers import mgstreams
 from confluent_kafka import Producer
-from host_helpers import ROOT
 from lag_host import INTERVAL, create, wait_lag
-from mgp_backend import QueryError, mgp_environment
+from mgp_backend import QueryError, query_modules
+from paths import ROOT
 from stream_helpers import wait_until
-
-QUERY_MODULES = ROOT / "query_modules"
 
 
 @pytest.fixture(scope="module")
 def memgraph(lag_host):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MGSTREAMS_URL", lag_host.url)
-        patch.delenv("MGSTREAMS_TOKEN", raising=False)
-        with mgp_environment([QUERY_MODULES]) as server:
-            server.load_all()
-            yield server
-
-
-def cli(lag_host, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mgstreams", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=timeout, env={**os.environ, "MGSTREAMS_URL": lag_host.url})
+    with query_modules(lag_host.url) as server:
+        yield server
 
 
 def samples(text: str, name: str) -> dict[tuple, float]:
@@ -112,7 +102,7 @@ def test_caught_up_stream_is_ok_on_every_surface_and_metrics_agree_with_describe
     assert caught.value.last_line == "Exception: name: no stream named 'nope'"
 
     # the CLI in its own process: a table, and JSON
-    done = cli(lag_host, "lag", "calm")
+    done = mgstreams("lag", "calm", host=lag_host)
     assert done.returncode == 0, done.stderr
     header, *rows, line = done.stdout.strip().splitlines()
     assert header.split() == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-SECONDS",
@@ -120,9 +110,9 @@ def test_caught_up_stream_is_ok_on_every_surface_and_metrics_agree_with_describe
     assert [r.split() for r in rows] == [[topic, str(p), "20", "20", "0", "0.0", "timestamp", "OK", "caught", "up"]
                                          for p in range(3)]
     assert line.startswith("stream calm running: OK (every partition OK); total lag 0")
-    done = cli(lag_host, "lag", "calm", "--json")
+    done = mgstreams("lag", "calm", "--json", host=lag_host)
     assert done.returncode == 0 and json.loads(done.stdout)["partitions"][0]["status"] == "OK"
-    done = cli(lag_host, "lag", "nope")
+    done = mgstreams("lag", "nope", host=lag_host)
     assert (done.returncode, done.stderr) == (1, "mgstreams: error: name: no stream named 'nope'\n")
     assert api.get("/streams/nope/lag").json() == {"error": "name: no stream named 'nope'"}
 
@@ -219,7 +209,7 @@ def test_top_on_a_terminal_refreshes_and_quits_on_q(lag_host, api, kafka):
     topic = kafka.new_topic(partitions=1)
     create(api, kafka, "watched", topic)
     wait_lag(api, "watched", lambda lag: lag["stream_status"] == "running", "watched running")
-    done = cli(lag_host, "top", "--once")
+    done = mgstreams("top", "--once", host=lag_host)
     assert done.returncode == 0, done.stderr
     title, header, *rows = done.stdout.strip().splitlines()
     assert title.startswith("mgstreams top: ") and f"at {lag_host.url}" in title

@@ -10,48 +10,24 @@ import datetime
 import json
 import time
 import uuid
+from functools import partial
 
 import pytest
 from broker_support import LIST_OFFSETS_BY_TIME, NO_LOG_START_MOVE, SLOW_FIRST_JOIN
-from configs import MERGE
-from confluent_kafka import Consumer, Producer, TopicPartition
+from cli_helpers import invoke
+from configs import MERGE, stream_config
+from confluent_kafka import Producer
+from kafka_records import commit_as
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
-from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry
-from stream_registry.registry.worker import RetryPolicy
+from stream_registry import ChangeStatus, StreamError
 
 MINUTE_MS = 60_000
 
 
-@pytest.fixture(autouse=True)
-def quick_rebalance(kafka):
-    """Fresh groups here: no need to wait the brokers' initial rebalance delay (3 s) for the first assignment."""
-    with kafka.quick_rebalance():
-        yield
-
-
-@pytest.fixture
-def registry(tmp_path):
-    reg = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=2, first_backoff_s=0.05))
-    yield reg
-    reg.close()
-
-
-def _create(kafka, registry, topic, name="orders", transform="stream_helpers.offsets_transform", **fields):
-    registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
-                                 transform=transform, sink=f"memory://{name}",
-                                 consumer_group=f"g_{name}_{uuid.uuid4().hex[:8]}", batch_size=100,
-                                 configs={**FAST_REJOIN, **fields.pop("configs", {})}, **fields))
-
-
-def commit_as(kafka, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    """Commit offsets for `group` the way another application would (no subscription, no join)."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
-                         "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
-    finally:
-        consumer.close()
+pytestmark = pytest.mark.usefixtures("quick_rebalance")   # fresh groups: no initial rebalance delay to wait
+# the streams here: memory sinks, recording each message's offset, batches of 100
+config = partial(stream_config, batch_size=100)
 
 
 def first_offsets(delivered) -> dict:
@@ -66,7 +42,7 @@ def test_a_duration_lands_on_the_first_record_at_or_after_now_minus_it(kafka, re
     topic = kafka.new_topic(partitions=2)
     base = int(time.time() * 1000)
     kafka.produce(topic, 120, partitions=2, timestamp_ms=lambda i: base - (60 - i // 2) * MINUTE_MS + 30_000)
-    _create(kafka, registry, topic)
+    registry.create(config(kafka, topic))
     planned = registry.set_offset("orders", "-PT15M", dry_run=True)
     assert [(c.partition, c.offset, c.status) for c in planned] == [(p, 45, ChangeStatus.PLANNED) for p in (0, 1)]
     assert {c.offset for c in registry.set_offset("orders", "-P1D", dry_run=True)} == {0}
@@ -85,7 +61,7 @@ def test_a_duration_lands_on_the_first_record_at_or_after_now_minus_it(kafka, re
 
 def test_bad_durations_change_nothing(kafka, registry, memory_sinks):
     topic = kafka.new_topic(partitions=1)
-    _create(kafka, registry, topic)
+    registry.create(config(kafka, topic))
     for bad in ("-PT15X", "PT15M", "-P1W", {f"{topic}:0": "-P"}):
         with pytest.raises(StreamError) as info:
             registry.set_offset("orders", bad)
@@ -96,7 +72,7 @@ def test_bad_durations_change_nothing(kafka, registry, memory_sinks):
 def test_group_copies_another_groups_commits(kafka, registry, memory_sinks):
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 60, partitions=3)                  # offsets 0..19 on each partition
-    _create(kafka, registry, topic)
+    registry.create(config(kafka, topic))
     other = f"other_{uuid.uuid4().hex[:8]}"
     commit_as(kafka, other, {(topic, 0): 4, (topic, 1): 11})   # partition 2: never committed by that group
     registry.set_offset("orders", 7)                        # pending; partition 2 keeps it
@@ -114,7 +90,7 @@ def test_group_copies_another_groups_commits(kafka, registry, memory_sinks):
 
 def test_unknown_group_is_refused_naming_it(kafka, registry, memory_sinks):
     topic = kafka.new_topic(partitions=2)
-    _create(kafka, registry, topic)
+    registry.create(config(kafka, topic))
     elsewhere = kafka.new_topic(partitions=1)
     ghost = f"ghost_{uuid.uuid4().hex[:8]}"
     commit_as(kafka, ghost, {(elsewhere, 0): 1})            # commits, but none on the stream's topic
@@ -131,7 +107,7 @@ def test_revert_restores_the_previous_offset_and_redelivers_from_it(kafka, regis
     redelivers 6..9 there; partition 1 stays at the end. A poison message set aside is history, not a change."""
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)                   # offsets 0..9 on each partition
-    _create(kafka, registry, topic, transform="stream_helpers.poison_transform", errors_tolerance="all")
+    registry.create(config(kafka, topic, transform="stream_helpers.poison_transform", errors_tolerance="all"))
     commit_as(kafka, registry.get("orders").consumer_group, {(topic, 0): 6, (topic, 1): 6})
     registry.set_offset("orders", "latest")
     registry.start("orders")
@@ -186,7 +162,7 @@ def test_revert_refuses_a_change_without_previous_offset_and_clamps_below_the_lo
     revert clamps to the log start, and the result and the history say so."""
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 6, partitions=2)                    # offsets 0..2 on each partition
-    _create(kafka, registry, topic)
+    registry.create(config(kafka, topic))
     commit_as(kafka, registry.get("orders").consumer_group, {(topic, 0): 1})
     registry.set_offset("orders", "latest")
     registry.start("orders")
@@ -217,7 +193,7 @@ def test_revert_refuses_a_change_without_previous_offset_and_clamps_below_the_lo
 def test_pending_lists_and_cancels_on_a_stopped_stream(kafka, registry, memory_sinks):
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
-    _create(kafka, registry, topic, configs=SLOW_FIRST_JOIN)   # on Tansu the first join's wait is session / 2
+    registry.create(config(kafka, topic, configs=SLOW_FIRST_JOIN))   # on Tansu the first join's wait is session / 2
     registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     assert registry.pending("orders") == []
     before = time.time()
@@ -242,7 +218,7 @@ def test_cancel_reaches_a_running_streams_consumer(kafka, registry, memory_sinks
         kafka.embedded.set_initial_rebalance_delay(3000)
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 20, partitions=2)
-    _create(kafka, registry, topic, configs=SLOW_FIRST_JOIN)   # on Tansu the first join's wait is session / 2
+    registry.create(config(kafka, topic, configs=SLOW_FIRST_JOIN))   # on Tansu the first join's wait is session / 2
     registry.describe("orders")   # the partitions' leaders known before the 1 s call below (a loaded machine)
     registry.start("orders")
     changes = registry.set_offset("orders", 8, timeout=1.0)
@@ -259,7 +235,7 @@ def test_check_returns_the_statements_of_exactly_the_requested_offsets_and_chang
                                                                                           memory_sinks):
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 30, partitions=3)                   # offsets 0..9 on each partition
-    _create(kafka, registry, topic)
+    registry.create(config(kafka, topic))
     with pytest.raises(StreamError, match="no committed offset"):   # the default, "committed": none yet
         registry.check("orders", limit=2)
     registry.start("orders")
@@ -287,7 +263,7 @@ def test_check_returns_the_statements_of_exactly_the_requested_offsets_and_chang
 
 def test_check_refuses_bad_limits_and_specs_naming_them(kafka, registry, memory_sinks):
     topic = kafka.new_topic(partitions=1)
-    _create(kafka, registry, topic)
+    registry.create(config(kafka, topic))
     for limit, shown in [(0, "got 0"), (1001, "got 1001"), (True, "got True"), ("5", "got '5'")]:
         with pytest.raises(StreamError, match=f"^limit: must be an integer from 1 to 1000 .*{shown}"):
             registry.check("orders", limit=limit)
@@ -322,13 +298,8 @@ def toolkit(kafka, host, tmp_path):
 
 
 def cli(host, *args):
-    """`mgstreams ARGS` in-process against `host`; (exit code, stdout, stderr)."""
-    from click.testing import CliRunner
-
-    from mgstreams.cli import cli as command
-
-    result = CliRunner(env={"MGSTREAMS_URL": host.url, "MGSTREAMS_TOKEN": ""}).invoke(
-        command, [str(a) for a in args], catch_exceptions=False)
+    """(exit code, stdout, stderr) of `mgstreams ARGS` in-process against `host`."""
+    result = invoke(*args, host=host)
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -464,21 +435,11 @@ def test_cancel_reaches_a_stream_process(kafka, host, tmp_path):
 
 
 @LIST_OFFSETS_BY_TIME
-def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path, monkeypatch):
-    from host_helpers import ROOT
-    from mgp_backend import QueryError, mgp_environment
+def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path):
+    from mgp_backend import query_modules
 
     host, topic = toolkit.host, toolkit.topic
-    monkeypatch.setenv("MGSTREAMS_URL", host.url)
-    monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)
-
-    def error_of(procedure, *args) -> str:
-        with pytest.raises(QueryError) as caught:
-            memgraph.call(procedure, *args)
-        return caught.value.last_line
-
-    with mgp_environment([ROOT / "query_modules"]) as memgraph, host.client() as client:
-        memgraph.load_all()
+    with query_modules(host.url) as memgraph, host.client() as client:
         before = [(r.committed_offset, r.position) for r in client.describe("orders")], sink_lines(toolkit.out)
         rows = memgraph.call("streams.check", "orders", {f"{topic}:1": "earliest", f"{topic}:2": 8}, 3)
         assert [(r["topic"], r["partition"], r["offset"]) for r in rows] == \
@@ -488,14 +449,14 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path,
         assert memgraph.call("streams.check", "orders") == []     # committed: at the end
         assert ([(r.committed_offset, r.position) for r in client.describe("orders")], sink_lines(toolkit.out)) == \
             before
-        assert error_of("streams.check", "orders", "earliest", 1001) == \
+        assert memgraph.refusal("streams.check", "orders", "earliest", 1001).last_line == \
             "Exception: limit: must be an integer from 1 to 1000 (records per partition), got 1001"
 
         planned = memgraph.call("streams.set_stream_offset", "orders", {topic: "-PT5M", f"{topic}:0": "-P1D"},
                                 10000, True)
         assert [(c["partition"], c["offset"], c["status"]) for c in planned] == \
             [(0, 0, "planned"), (1, 5, "planned"), (2, 5, "planned")]
-        assert "'-PT5X'" in error_of("streams.set_stream_offset", "orders", "-PT5X")
+        assert "'-PT5X'" in memgraph.refusal("streams.set_stream_offset", "orders", "-PT5X").last_line
         other = f"other_{uuid.uuid4().hex[:8]}"
         commit_as(kafka, other, {(topic, 2): 4})
         [copied] = [c for c in memgraph.call("streams.set_stream_offset", "orders", {"group": other})
@@ -512,9 +473,10 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path,
         newest = memgraph.call("streams.history", "orders")[0]
         assert (newest["change_id"], newest["previous_offset"], newest["offset"], newest["message"]) == \
             (latest["change_id"] + 1, 10, 10, f"revert of change {latest['change_id']}")
-        assert error_of("streams.revert", "orders", 424242) == \
+        assert memgraph.refusal("streams.revert", "orders", 424242).last_line == \
             "Exception: change_id: no change 424242 in the history of stream 'orders'"
-        assert error_of("streams.revert", "orders", 0).startswith("Exception: change_id: must be a positive integer")
+        assert memgraph.refusal("streams.revert", "orders", 0).last_line.startswith(
+            "Exception: change_id: must be a positive integer")
 
         assert memgraph.call("streams.stop", "orders") == [{"name": "orders", "status": "stopped"}]
         memgraph.call("streams.set_stream_offset", "orders", {f"{topic}:1": 3})

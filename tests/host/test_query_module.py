@@ -29,12 +29,11 @@ import pytest
 from broker_support import QUICK_FIRST_JOIN
 from configs import MERGE
 from host_helpers import HostProcess
-from mgp_backend import QueryError, mgp_environment
+from mgp_backend import QUERY_MODULES, mgp_environment, query_modules
+from paths import ROOT, SUPPORT
 from ports import free_port
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-QUERY_MODULES = ROOT / "query_modules"
 SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
 NO_TOKEN = ("Exception: authorization: a valid bearer token is required (Authorization: Bearer ...): set "
             "MGSTREAMS_TOKEN or MGSTREAMS_TOKEN_FILE (the host's token file, <its state dir>/api-token when it "
@@ -102,10 +101,7 @@ EVERY_CALL = [("streams.create", ("s", ["t"], "localhost:9092")), ("streams.star
 @pytest.fixture(scope="module")
 def memgraph():
     """One server for the module, loaded with $MGSTREAMS_DEFAULT_SINK unset (SIGNATURES shows the default)."""
-    with mgp_environment([QUERY_MODULES]) as server:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.delenv(SINK_ENV, raising=False)
-            server.load_all()
+    with query_modules() as server:
         yield server
 
 
@@ -125,12 +121,6 @@ def create(memgraph, name, topic, bootstrap, out: Path, **options):
                 "batch_interval_ms": 50, "configs": dict(QUICK_FIRST_JOIN), "credentials": {}}
     defaults.update(options)
     return memgraph.call("streams.create", name, [topic], bootstrap, *defaults.values())
-
-
-def error_of(memgraph, procedure, *args) -> QueryError:
-    with pytest.raises(QueryError) as caught:
-        memgraph.call(procedure, *args)
-    return caught.value
 
 
 # -- signatures ---------------------------------------------------------------------
@@ -189,19 +179,19 @@ def test_defaults_give_a_working_stream(connected, kafka, monkeypatch, env_sink,
     ("streams.create", ("s", ["t"]), "'streams.create' requires between 3 and 12 arguments."),
 ])
 def test_wrong_cypher_types_give_clear_errors(memgraph, procedure, args, message):
-    assert str(error_of(memgraph, procedure, *args)) == message
+    assert str(memgraph.refusal(procedure, *args)) == message
 
 
 # -- failures: one clear line -------------------------------------------------------------
 def test_validation_failures_name_the_field_and_value(memgraph, connected):
-    error = error_of(memgraph, "streams.create", "bad name", ["t"], "localhost:9092")
+    error = memgraph.refusal("streams.create", "bad name", ["t"], "localhost:9092")
     assert error.last_line.startswith("Exception: name: 'bad name' is not a valid stream name")
     assert error.message.startswith("streams.create: ")
-    error = error_of(memgraph, "streams.create", "s", ["t"], "no-port")
+    error = memgraph.refusal("streams.create", "s", ["t"], "no-port")
     assert error.last_line == "Exception: bootstrap_servers: 'no-port' is not host:port"
-    error = error_of(memgraph, "streams.create", "s", ["t"], "localhost:9092", "", "ftp://x")
+    error = memgraph.refusal("streams.create", "s", ["t"], "localhost:9092", "", "ftp://x")
     assert error.last_line.startswith("Exception: sink: ") and "ftp://x" in error.last_line
-    error = error_of(memgraph, "streams.create", "s", ["t"], "localhost:9092", "", "cypherl:///tmp/x", "", 0)
+    error = memgraph.refusal("streams.create", "s", ["t"], "localhost:9092", "", "cypherl:///tmp/x", "", 0)
     assert error.last_line == "Exception: batch_size: must be a positive integer, got 0"
     assert memgraph.call("streams.list") == [], "nothing is stored when a check fails"
 
@@ -209,35 +199,35 @@ def test_validation_failures_name_the_field_and_value(memgraph, connected):
 def test_unknown_stream_is_an_error_everywhere(memgraph, connected):
     for procedure in ("streams.start", "streams.stop", "streams.drop", "streams.offsets", "streams.history",
                       "streams.pending", "streams.check"):
-        error = error_of(memgraph, procedure, "foo")
+        error = memgraph.refusal(procedure, "foo")
         assert error.last_line == "Exception: name: no stream named 'foo'", procedure
     for procedure, args in [("streams.set_stream_offset", (10,)), ("streams.revert", (1,)),
                             ("streams.pending", (True,)), ("streams.check", ("earliest", 5))]:
-        error = error_of(memgraph, procedure, "foo", *args)
+        error = memgraph.refusal(procedure, "foo", *args)
         assert error.last_line == "Exception: name: no stream named 'foo'", procedure
     assert memgraph.call("streams.list") == []
 
 
 def test_offset_and_timeout_are_validated(memgraph, connected):
-    error = error_of(memgraph, "streams.set_stream_offset", "foo", "next tuesday")
+    error = memgraph.refusal("streams.set_stream_offset", "foo", "next tuesday")
     assert error.last_line.startswith("Exception: offset: cannot parse 'next tuesday'")
-    error = error_of(memgraph, "streams.set_stream_offset", "foo", -3)
+    error = memgraph.refusal("streams.set_stream_offset", "foo", -3)
     assert error.last_line.startswith("Exception: offset: invalid offset -3")
-    error = error_of(memgraph, "streams.set_stream_offset", "foo", {"t:x": 1})
+    error = memgraph.refusal("streams.set_stream_offset", "foo", {"t:x": 1})
     assert "map key 't:x'" in error.last_line
-    error = error_of(memgraph, "streams.set_stream_offset", "foo", 10, 0)
+    error = memgraph.refusal("streams.set_stream_offset", "foo", 10, 0)
     assert error.last_line == "Exception: timeout_ms: must be a positive number of milliseconds, got 0"
 
 
 def test_a_node_is_neither_a_configs_map_nor_an_offset(memgraph):
     """Checked in the module: nothing is sent (no host is needed to say so)."""
     vertex = memgraph.vertex(memgraph.store.add_vertex(["Config"], {"x": 1}))
-    error = error_of(memgraph, "streams.create", "s", ["t"], "localhost:9092", "", "cypherl:///tmp/x", "", 1, 1,
+    error = memgraph.refusal("streams.create", "s", ["t"], "localhost:9092", "", "cypherl:///tmp/x", "", 1, 1,
                      vertex)
     assert error.last_line == "Exception: configs: expected a map, got Vertex"
-    error = error_of(memgraph, "streams.set_stream_offset", "s", vertex)
+    error = memgraph.refusal("streams.set_stream_offset", "s", vertex)
     assert error.last_line.startswith("Exception: offset: a Vertex cannot be sent to the host")
-    error = error_of(memgraph, "streams.set_stream_offset", "s", {"t:0": vertex})
+    error = memgraph.refusal("streams.set_stream_offset", "s", {"t:0": vertex})
     assert error.last_line.startswith("Exception: offset: a Vertex cannot be sent to the host")
 
 
@@ -272,14 +262,14 @@ def test_a_broken_or_silent_host_is_one_clear_line(memgraph, monkeypatch):
     monkeypatch.setenv("MGSTREAMS_URL", url)
     try:
         server.mode = "html"
-        error = error_of(memgraph, "streams.list")
+        error = memgraph.refusal("streams.list")
         assert error.last_line == f"Exception: host: {url} answered HTTP 502 without JSON; is it an mgstreams host?"
         server.mode = "bug"
-        assert error_of(memgraph, "streams.start", "s").last_line == "Exception: internal error: KeyError"
+        assert memgraph.refusal("streams.start", "s").last_line == "Exception: internal error: KeyError"
 
         server.mode = "silent"
         began = time.monotonic()
-        error = error_of(memgraph, "streams.set_stream_offset", "s", 10, 100)
+        error = memgraph.refusal("streams.set_stream_offset", "s", 10, 100)
         took = time.monotonic() - began
         assert error.last_line == f"Exception: host: no answer from {url} within 5.1 s"
         assert 5.0 <= took < 5.1 + 2.0, "its own timeout (0.1 s) plus the margin, no more"
@@ -294,11 +284,11 @@ def test_without_a_host_every_call_says_where_and_what_to_start(memgraph, monkey
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MGSTREAMS_URL", url)
     for procedure, args in EVERY_CALL:
-        error = error_of(memgraph, procedure, *args)
+        error = memgraph.refusal(procedure, *args)
         assert error.last_line == f"Exception: no mgstreams host at {url}: start one with `mgstreams serve`"
         assert "During handling" not in error.message, "one error, not a chain of them"
     monkeypatch.setenv("MGSTREAMS_URL", "localhost:8765")
-    assert error_of(memgraph, "streams.list").last_line == \
+    assert memgraph.refusal("streams.list").last_line == \
         "Exception: MGSTREAMS_URL: 'localhost:8765' is not an http:// URL"
     monkeypatch.delenv("MGSTREAMS_URL")
     try:   # the default address, when nothing else on this machine serves it
@@ -306,7 +296,7 @@ def test_without_a_host_every_call_says_where_and_what_to_start(memgraph, monkey
     except OSError:
         return
     free_port_8765.close()
-    assert error_of(memgraph, "streams.list").last_line == \
+    assert memgraph.refusal("streams.list").last_line == \
         "Exception: no mgstreams host at http://127.0.0.1:8765: start one with `mgstreams serve`"
 
 
@@ -322,7 +312,7 @@ def test_a_host_with_a_token_needs_it_and_no_error_shows_it(memgraph, kafka, tmp
             else:
                 monkeypatch.setenv("MGSTREAMS_TOKEN", given)
             for procedure, args in EVERY_CALL:
-                error = error_of(memgraph, procedure, *args)
+                error = memgraph.refusal(procedure, *args)
                 assert error.last_line == NO_TOKEN, (given, procedure)
                 messages.append(error.message)
 
@@ -331,10 +321,10 @@ def test_a_host_with_a_token_needs_it_and_no_error_shows_it(memgraph, kafka, tmp
         assert create(memgraph, "guarded", topic, kafka.bootstrap_servers, tmp_path / "out.cypherl") == \
             [{"name": "guarded", "status": "created"}]
         assert [s["name"] for s in memgraph.call("streams.list")] == ["guarded"]
-        messages.append(error_of(memgraph, "streams.start", "nope").message)
-        messages.append(error_of(memgraph, "streams.create", "bad name", [topic], kafka.bootstrap_servers).message)
+        messages.append(memgraph.refusal("streams.start", "nope").message)
+        messages.append(memgraph.refusal("streams.create", "bad name", [topic], kafka.bootstrap_servers).message)
         host.stop()
-        messages.append(error_of(memgraph, "streams.list").message)
+        messages.append(memgraph.refusal("streams.list").message)
     finally:
         host.stop()
     assert len(messages) == 2 * len(EVERY_CALL) + 3
@@ -359,7 +349,7 @@ def test_create_list_drop_and_masked_credentials(memgraph, connected, kafka, tmp
     assert listed["configs"]["client.id"] == "mg"
     assert secret not in repr(listed) and "michael" not in repr(listed)
     assert set(listed["credentials"]) == {"sasl.username"}
-    duplicate = error_of(memgraph, "streams.create", "orders", [topic], kafka.bootstrap_servers, MERGE,
+    duplicate = memgraph.refusal("streams.create", "orders", [topic], kafka.bootstrap_servers, MERGE,
                          f"cypherl://{out}")
     assert duplicate.last_line == "Exception: name: a stream named 'orders' already exists"
     assert memgraph.call("streams.drop", "orders") == [{"name": "orders", "status": "created"}]
@@ -379,7 +369,7 @@ def test_alter_from_cypher(memgraph, connected, kafka, quick_rebalance, tmp_path
     for changes, message in [({"batch_size": -5}, "batch_size: must be a positive integer, got -5"),
                              ({"configs": {"plugin.library.paths": "/tmp/x.so"}}, "configs['plugin.library.paths']: "),
                              ({"topics": ["x"]}, "topics: cannot be altered")]:
-        assert error_of(memgraph, "streams.alter", "altered", changes).last_line.startswith(f"Exception: {message}")
+        assert memgraph.refusal("streams.alter", "altered", changes).last_line.startswith(f"Exception: {message}")
         [now] = memgraph.call("streams.list")
         assert {k: v for k, v in now.items() if k != "rss_bytes"} == \
             {k: v for k, v in before.items() if k != "rss_bytes"}, "a refused alter changes nothing"
@@ -389,12 +379,12 @@ def test_alter_from_cypher(memgraph, connected, kafka, quick_rebalance, tmp_path
     assert (after["sink"], after["batch_size"], after["pid"] != before["pid"]) == (f"cypherl://{second}", 20, True)
     kafka.produce(topic, 2, partitions=1)
     wait_until(lambda: [o for _, _, o in delivered_from_file(second)] == [3, 4], what="the new sink, from offset 3")
-    assert error_of(memgraph, "streams.alter", "nosuch", {"batch_size": 5}).last_line == \
+    assert memgraph.refusal("streams.alter", "nosuch", {"batch_size": 5}).last_line == \
         "Exception: name: no stream named 'nosuch'"
 
 
 def test_unknown_topic_is_rejected_at_create(memgraph, connected, kafka, tmp_path):
-    error = error_of(memgraph, "streams.create", "s", ["no_such_topic_x1"], kafka.bootstrap_servers, MERGE,
+    error = memgraph.refusal("streams.create", "s", ["no_such_topic_x1"], kafka.bootstrap_servers, MERGE,
                      f"cypherl://{tmp_path / 'out.cypherl'}")
     assert error.last_line.startswith("Exception: topics: ") and "no_such_topic_x1" in error.last_line
     assert memgraph.call("streams.list") == []
@@ -424,7 +414,7 @@ def test_memgraph_set_offset_scenarios_on_three_partitions(memgraph, connected, 
     create(memgraph, "test", topic, kafka.bootstrap_servers, out, batch_size=1)
     partitions = [(topic, p) for p in range(3)]
 
-    assert error_of(memgraph, "streams.set_stream_offset", "foo", 10).last_line == \
+    assert memgraph.refusal("streams.set_stream_offset", "foo", 10).last_line == \
         "Exception: name: no stream named 'foo'"
 
     changes = memgraph.call("streams.set_stream_offset", "test", 10)
@@ -559,7 +549,7 @@ def test_the_module_process_holds_no_kafka_client_and_no_thread(connected, kafka
     """In a Python process holding nothing else, the module's calls import only the standard library (no
     confluent_kafka, no stream_registry) and leave no thread behind: Memgraph's process stays clean."""
     topic = kafka.new_topic(partitions=2)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests" / "support")}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT)}
     done = subprocess.run([sys.executable, "-c", ISOLATED, str(QUERY_MODULES / "streams.py"), topic,
                            kafka.bootstrap_servers, f"cypherl://{tmp_path / 'out.cypherl'}"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)

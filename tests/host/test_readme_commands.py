@@ -66,7 +66,6 @@ import os
 import re
 import select
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -77,12 +76,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
-from click.testing import CliRunner
+from cli_helpers import console_script, invoke
 from configs import MERGE as MERGE_MESSAGES
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
+from kafka_records import commit_as
+from paths import ROOT
 from ports import free_port
 from stream_helpers import statement_lines, wait_until
 
@@ -92,7 +92,6 @@ from mgstreams.settings import DEFAULT_LISTEN, DEFAULT_URL
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
 
-ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions
@@ -270,7 +269,7 @@ def caught_up(host: HostProcess, name: str = "orders") -> bool:
 
 
 def run_cli(args: list[str]):
-    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    result = invoke(*args)
     assert result.exit_code == 0, f"mgstreams {shlex.join(args)}: exit {result.exit_code}: {result.stderr}"
     return result
 
@@ -281,12 +280,6 @@ def variants(command: str) -> list[str]:
     without = re.sub(r"\s*\[[^\[\]]*\]", "", command)
     with_all = re.sub(r"\[([^\[\]]*)\]", r"\1", command)
     return [without] if without == with_all else [without, with_all]
-
-
-def console_script() -> str:
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable)) or shutil.which("mgstreams")
-    assert executable, "the console script `mgstreams` is installed with the package"
-    return executable
 
 
 # -- mgstreams serve -------------------------------------------------------------------------
@@ -693,14 +686,6 @@ def test_install_module_command_copies_one_self_contained_file(compose, tmp_path
 
 
 # -- mgstreams backfill ---------------------------------------------------------------------
-def commit(cluster, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
-    try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
-    finally:
-        consumer.close()
-
-
 def adapt_hosts_and_paths(command: str, cluster, tmp_path: Path, state_dir: Path) -> str:
     """Only host names and paths change: Kafka -> the embedded cluster; /data, /shared and relative
     outputs -> temporary paths; the Bolt sink -> a cypherl directory (see the module docstring)."""
@@ -730,7 +715,7 @@ def stream_with_commits(cluster, state_dir, tmp_path):
 
 
 def test_mgstreams_backfill_commands(cluster, state_dir, tmp_path, stream_with_commits, spark):
-    commit(cluster, "orders_live", {**{("orders", p): 20 for p in range(PARTITIONS)},
+    commit_as(cluster, "orders_live", {**{("orders", p): 20 for p in range(PARTITIONS)},
                                     **{("refunds", p): 0 for p in range(PARTITIONS)}})
     commands = shell("backfill")
     assert len(commands) == 3
@@ -849,11 +834,6 @@ def test_mgconsole_commands_load_files_the_demo_writes():
         written = path.split("/")[0] if "/" in path else path
         assert f'"{written}"' in demo, f"{command}: the demo does not write {written}"
         assert 'default="demo-out"' in demo and "--out demo-out" in (ROOT / "Makefile").read_text()
-
-
-@pytest.fixture(scope="module")
-def compose() -> dict:
-    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
 def test_docker_compose_commands(compose):

@@ -28,14 +28,16 @@ import sys
 import threading
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
-from configs import MERGE
-from host_helpers import ROOT, HostProcess
+from configs import MERGE, stream_body
+from host_helpers import HostProcess
 from host_helpers import http as host_client
 from mgp_backend import QueryError, mgp_environment
+from paths import ROOT
 from ports import free_port
 from stream_helpers import wait_until
 
@@ -87,9 +89,7 @@ CODE_LOADERS = [
 ]
 
 
-def create_body(kafka, topic: str, **overrides) -> dict:
-    return {"name": f"s_{uuid.uuid4().hex[:8]}", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "transform": MERGE, "sink": "null://", "consumer_group": f"sec_{uuid.uuid4().hex[:8]}", **overrides}
+create_body = partial(stream_body, name=None, group="sec", transform=MERGE, sink="null://")   # a fresh name each
 
 
 @pytest.fixture

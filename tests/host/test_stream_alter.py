@@ -9,13 +9,11 @@ keeps the new config across a host restart; pending offset changes and the histo
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 import uuid
+from functools import partial
 
+import cli_helpers
 import httpx
 import pytest
 from host_helpers import HostProcess
@@ -25,13 +23,8 @@ from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 TRANSFORM = "stream_helpers.offsets_transform"
-
-
-def mgstreams(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    executable = shutil.which("mgstreams", path=os.path.dirname(sys.executable))
-    assert executable, "the console script is installed"
-    return subprocess.run([executable, *args], capture_output=True, text=True, timeout=180,
-                          env={**os.environ, **(env or {})})
+# the console script, with time to spare on a loaded machine
+mgstreams = partial(cli_helpers.mgstreams, script=True, timeout=180)
 
 
 def new_stream(api: httpx.Client, kafka, name: str, topic: str, out, **overrides) -> dict:

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from functools import partial
 
 import httpx
 import pytest
+from configs import stream_body, stream_config
 from host_helpers import HostProcess
 from stream_helpers import wait_until
 
-from stream_registry.config import ALLOWED_GROUPS_ENV, GroupPolicy, StreamConfig
+from stream_registry.config import ALLOWED_GROUPS_ENV, GroupPolicy
 from stream_registry.errors import ConfigError
 
-
-def config(group: str | None) -> StreamConfig:
-    return StreamConfig("orders", ["orders"], "localhost:9092", "m.f", "null://", consumer_group=group)
+# the streams sent to the host: no consumer group unless one is given (the host's default: mgstreams_<name>)
+create_body = partial(stream_body, group=None, sink="null://")
 
 
 @pytest.mark.parametrize("environ, loopback, allowed, refused", [
@@ -35,30 +36,25 @@ def config(group: str | None) -> StreamConfig:
 def test_group_policy(environ, loopback, allowed, refused):
     policy = GroupPolicy.from_env(environ, loopback=loopback)
     for group in allowed:
-        policy.check(config(group))
+        policy.check(stream_config(consumer_group=group))
     for group in refused:
         with pytest.raises(ConfigError, match=rf"^consumer_group: '{group}' is not a group this host's streams may "
                                               rf"use .*\$MGSTREAMS_ALLOWED_GROUPS"):
-            policy.check(config(group))
-
-
-def create_body(kafka, name: str, **overrides) -> dict:
-    return {"name": name, "topics": [overrides.pop("topic")], "bootstrap_servers": kafka.bootstrap_servers,
-            "sink": "null://", **overrides}
+            policy.check(stream_config(consumer_group=group))
 
 
 def test_a_foreign_group_is_refused_when_the_operator_says_so(kafka, tmp_path):
     topic = kafka.new_topic(partitions=1)
     with HostProcess(tmp_path / "state", env={ALLOWED_GROUPS_ENV: "team_*"}) as host:
         api = httpx.Client(base_url=host.url, timeout=60)
-        refused = api.post("/streams", json=create_body(kafka, "a", topic=topic, consumer_group="billing_service"))
+        refused = api.post("/streams", json=create_body(kafka, topic, consumer_group="billing_service", name="a"))
         assert refused.status_code == 400 and refused.json()["error"].startswith(
             "consumer_group: 'billing_service' is not a group this host's streams may use (allowed: mgstreams_*, "
             "team_*)"), refused.text
         assert api.get("/streams").json() == []
-        assert api.post("/streams", json=create_body(kafka, "b", topic=topic, consumer_group="team_b")).status_code \
+        assert api.post("/streams", json=create_body(kafka, topic, consumer_group="team_b", name="b")).status_code \
             == 201
-        assert api.post("/streams", json=create_body(kafka, "c", topic=topic)).json()["consumer_group"] == \
+        assert api.post("/streams", json=create_body(kafka, topic, name="c")).json()["consumer_group"] == \
             "mgstreams_c"
 
 
@@ -68,11 +64,11 @@ def test_a_host_beyond_loopback_keeps_streams_to_its_own_groups(kafka, tmp_path)
     token = secrets.token_urlsafe(32)
     with HostProcess(tmp_path / "state", token=token, extra_args=("--listen", "0.0.0.0:0")) as host:
         api = httpx.Client(base_url=host.url, timeout=60, headers={"Authorization": f"Bearer {token}"})
-        refused = api.post("/streams", json=create_body(kafka, "a", topic=topic, consumer_group="billing_service"))
+        refused = api.post("/streams", json=create_body(kafka, topic, consumer_group="billing_service", name="a"))
         assert refused.status_code == 400 and refused.json()["error"].startswith(
             "consumer_group: 'billing_service' is not a group this host's streams may use (allowed: mgstreams_*)"), \
             refused.text
-        assert api.post("/streams", json=create_body(kafka, "b", topic=topic)).status_code == 201
+        assert api.post("/streams", json=create_body(kafka, topic, name="b")).status_code == 201
 
 
 def test_stored_streams_are_checked_again_at_start(kafka, tmp_path):
@@ -82,9 +78,9 @@ def test_stored_streams_are_checked_again_at_start(kafka, tmp_path):
     group = f"qa_{uuid.uuid4().hex[:8]}"
     with kafka.quick_rebalance(), HostProcess(state) as wide:
         api = httpx.Client(base_url=wide.url, timeout=60)
-        for body in (create_body(kafka, "brokers", topic=topic),
-                     create_body(kafka, "bolted", topic=topic, sink="bolt://localhost:7687"),
-                     create_body(kafka, "foreign", topic=topic, consumer_group=group)):
+        for body in (create_body(kafka, topic, name="brokers"),
+                     create_body(kafka, topic, sink="bolt://localhost:7687", name="bolted"),
+                     create_body(kafka, topic, consumer_group=group, name="foreign")):
             assert api.post("/streams", json=body).status_code == 201, body
         assert api.put("/streams/brokers/start").status_code == 200   # desired running: restored at the next start
         wait_until(lambda: api.get("/streams/brokers").json()["status"] == "running", what="running")

@@ -16,24 +16,22 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
+from functools import partial
 
+import configs
 import psutil
 import pytest
-from host_helpers import ROOT, HostProcess, http
+from host_helpers import HostProcess, http
+from paths import ROOT
 from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
 
 BATCH = 20
 
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
-
-
-def stream_body(kafka, name: str, topic: str, out, **overrides) -> dict:
-    return {"name": name, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "sink": f"cypherl://{out}", "consumer_group": f"proc_{uuid.uuid4().hex[:10]}",
-            "transform": "stream_helpers.crashing_transform", "batch_size": BATCH, "batch_interval_ms": 20,
-            "configs": FAST_REJOIN, **overrides}
+# each stream crashes on demand (stream_helpers.crashing_transform) and writes a cypherl file
+stream_body = partial(configs.stream_body, group="proc", transform="stream_helpers.crashing_transform",
+                      batch_size=BATCH, batch_interval_ms=20, configs=FAST_REJOIN)
 
 
 def gone(pid: int) -> bool:
@@ -77,7 +75,7 @@ def test_a_sigkilled_stream_process_shows_the_signal_restarts_and_loses_nothing_
     producer = Producer(kafka, list(topics.values()), 3)
     with http(host) as api:
         for name, topic in topics.items():
-            api.post("/streams", json=stream_body(kafka, name, topic, outs[name])).raise_for_status()
+            api.post("/streams", json=stream_body(kafka, topic, outs[name], name=name)).raise_for_status()
             api.put(f"/streams/{name}/start").raise_for_status()
         wait_until(lambda: all(api.get(f"/streams/{n}").json()["status"] == "running" for n in topics), 60,
                    what="both streams running")
@@ -135,7 +133,7 @@ def test_a_transformation_that_aborts_is_restarted_and_the_message_delivered(hos
     kafka.produce(topic, 30, partitions=1,
                   payload=lambda i: f"abort:{marker}".encode() if i == 10 else f'{{"i": {i}}}'.encode())
     with http(host) as api:
-        api.post("/streams", json=stream_body(kafka, "orders", topic, out)).raise_for_status()
+        api.post("/streams", json=stream_body(kafka, topic, out)).raise_for_status()
         api.put("/streams/orders/start").raise_for_status()
         wait_until(lambda: "SIGABRT" in (api.get("/streams/orders").json()["error"] or ""), 30, interval=0.02,
                    what="the abort reported")
@@ -153,7 +151,7 @@ def test_with_restart_never_an_aborting_stream_stays_in_error_naming_the_abort(h
     out = tmp_path / "out.cypherl"
     kafka.produce(topic, 5, partitions=1, payload=lambda i: b"abort:always" if i == 3 else b"{}")
     with http(host) as api:
-        api.post("/streams", json=stream_body(kafka, "orders", topic, out, restart="never")).raise_for_status()
+        api.post("/streams", json=stream_body(kafka, topic, out, restart="never")).raise_for_status()
         assert api.get("/streams/orders").json()["restart"] == "never"
         api.put("/streams/orders/start").raise_for_status()
         wait_until(lambda: api.get("/streams/orders").json()["status"] == "error", 30, what="the abort")
@@ -166,7 +164,7 @@ def test_with_restart_never_an_aborting_stream_stays_in_error_naming_the_abort(h
         assert api.get("/streams/orders/offsets").status_code == 200
         stopped = api.put("/streams/orders/stop").json()
         assert stopped["status"] == "error" and "not restarted" not in stopped["error"]
-        bad = api.post("/streams", json=stream_body(kafka, "other", topic, out, restart="sometimes"))
+        bad = api.post("/streams", json=stream_body(kafka, topic, out, restart="sometimes", name="other"))
         assert bad.status_code == 400 and bad.json() == {
             "error": "restart: expected one of 'on-failure', 'never', got 'sometimes'"}
 
@@ -179,8 +177,8 @@ def test_a_preview_whose_transformation_aborts_ends_the_preview_not_the_host(hos
     kafka.produce(other_topic, 20, partitions=1)
     other_out = tmp_path / "other.cypherl"
     with http(host) as api:
-        api.post("/streams", json=stream_body(kafka, "orders", topic, tmp_path / "out.cypherl")).raise_for_status()
-        api.post("/streams", json=stream_body(kafka, "other", other_topic, other_out)).raise_for_status()
+        api.post("/streams", json=stream_body(kafka, topic, tmp_path / "out.cypherl")).raise_for_status()
+        api.post("/streams", json=stream_body(kafka, other_topic, other_out, name="other")).raise_for_status()
         api.put("/streams/other/start").raise_for_status()
         wait_until(lambda: offsets_of(other_out).get(0) == list(range(20)), 30, what="the other stream delivering")
         other_pid = api.get("/streams/other").json()["pid"]
@@ -212,13 +210,13 @@ def test_a_transformation_module_that_aborts_at_import_is_refused_at_create_and_
     host = HostProcess(tmp_path / "state", env={"MGSTREAMS_QUERY_MODULES_DIR": str(modules)}).start()
     try:
         with http(host) as api:
-            refused = api.post("/streams", json=stream_body(kafka, "orders", topic, tmp_path / "out.cypherl",
+            refused = api.post("/streams", json=stream_body(kafka, topic, tmp_path / "out.cypherl",
                                                             transform="aborts_at_import.transform"))
             assert refused.status_code == 400, refused.text
             assert refused.json()["error"] == ("transform: importing 'aborts_at_import.transform': its process "
                                                "killed by signal 6 (SIGABRT); nothing was changed")
             assert host.proc.poll() is None and api.get("/streams").json() == []
-            api.post("/streams", json=stream_body(kafka, "orders", topic, tmp_path / "out.cypherl",
+            api.post("/streams", json=stream_body(kafka, topic, tmp_path / "out.cypherl",
                                                   transform="fine.transform")).raise_for_status()
             assert [s["name"] for s in api.get("/streams").json()] == ["orders"]
     finally:
@@ -233,7 +231,7 @@ def test_stream_processes_end_with_their_host_sigterm_or_sigkill(tmp_path, kafka
         try:
             with http(host) as api:
                 for name in ("one", "two"):
-                    api.post("/streams", json=stream_body(kafka, name, topic, tmp_path / f"{how}-{name}.cypherl",
+                    api.post("/streams", json=stream_body(kafka, topic, tmp_path / f"{how}-{name}.cypherl", name=name,
                                                           configs={"group.protocol": "consumer"})
                              ).raise_for_status()
                     api.put(f"/streams/{name}/start").raise_for_status()
@@ -255,7 +253,7 @@ def test_a_stream_process_that_does_not_stop_in_time_is_killed_and_the_stream_sa
     host = HostProcess(tmp_path / "state", extra_args=("--stop-timeout", "1")).start()
     try:
         with http(host) as api:
-            api.post("/streams", json=stream_body(kafka, "orders", topic, out)).raise_for_status()
+            api.post("/streams", json=stream_body(kafka, topic, out)).raise_for_status()
             api.put("/streams/orders/start").raise_for_status()
             wait_until(lambda: api.get("/streams/orders").json()["status"] == "running", 30, what="running")
             pid = api.get("/streams/orders").json()["pid"]
@@ -282,7 +280,7 @@ def test_an_offset_change_made_while_the_stream_process_is_down_is_applied_when_
     kafka.produce(topic, 40, partitions=2)
     out = tmp_path / "out.cypherl"
     with http(host) as api:
-        api.post("/streams", json=stream_body(kafka, "orders", topic, out)).raise_for_status()
+        api.post("/streams", json=stream_body(kafka, topic, out)).raise_for_status()
         api.put("/streams/orders/start").raise_for_status()
         wait_until(lambda: len(delivered_from_file(out)) == 40, 60, what="the first 40 messages")
         os.kill(api.get("/streams/orders").json()["pid"], signal.SIGKILL)

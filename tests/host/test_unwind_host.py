@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 from configs import MERGE
-from host_helpers import ROOT, HostProcess
+from host_helpers import HostProcess
 from mgclient_standin import mgclient as standin
+from paths import ROOT, SUPPORT
 from stream_helpers import FAST_REJOIN, wait_until
 
 from mgstreams.query_module import STREAMS_MODULE, QueryModule
@@ -29,7 +30,7 @@ def bolt_host(tmp_path_factory, quick_rebalance):
     tmp = tmp_path_factory.mktemp("bolt_host")
     journal = tmp / "journal.jsonl"
     host = HostProcess(tmp / "state", env={
-        "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(ROOT / "tests" / "support"), str(ROOT))),
+        "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(SUPPORT), str(ROOT))),
         "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
         "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_REJECT": "poison",
         "MGSTREAMS_ALLOWED_HOSTS": "memgraph,localhost,127.0.0.0/8"}).start()   # the sink's host, by name

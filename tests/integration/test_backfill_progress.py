@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from configs import MERGE
-from host_helpers import ROOT
+from paths import ROOT
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -10,16 +10,10 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
+from cli_helpers import mgstreams
 from configs import MERGE
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def backfill(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mgstreams", "backfill", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+from paths import ROOT
 
 
 def test_a_secret_on_the_command_line_is_refused_and_a_config_file_carries_it(kafka, tmp_path):
@@ -29,19 +23,19 @@ def test_a_secret_on_the_command_line_is_refused_and_a_config_file_carries_it(ka
     common = ["--topics", topic, "--bootstrap-servers", kafka.bootstrap_servers, "--transform", MERGE,
               "--from", "earliest", "--sink", f"cypherl://{tmp_path / 'out'}", "--dry-run"]
     for key in ("sasl.password", "ssl.key.pem", "sasl.oauthbearer.client.secret"):
-        refused = backfill(*common, "--config", f"{key}={secret}")
+        refused = mgstreams("backfill", *common, "--config", f"{key}={secret}", timeout=120)
         assert refused.returncode == 1, refused.stderr
         assert f"--config: {key!r} is a secret" in refused.stderr and secret not in refused.stderr
     settings = tmp_path / "kafka.properties"
     settings.write_text(f"# the readers' settings\nsasl.password={secret}\nclient.id=backfill\n")
     settings.chmod(0o600)
-    planned = backfill(*common, "--config-file", str(settings))
+    planned = mgstreams("backfill", *common, "--config-file", str(settings), timeout=120)
     assert planned.returncode == 0, planned.stderr
     assert "plan: 1 range(s), 5 offset(s)" in planned.stderr
     assert secret not in planned.stdout + planned.stderr
     broken = tmp_path / "broken.properties"
     broken.write_text(f"no equals sign {secret}\n")
-    bad = backfill(*common, "--config-file", str(broken))
+    bad = mgstreams("backfill", *common, "--config-file", str(broken), timeout=120)
     assert bad.returncode == 1 and "--config-file: line 1" in bad.stderr and secret not in bad.stderr
 
 

@@ -7,28 +7,19 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
-from configs import stream_config
+from configs import FAST_RETRY, stream_config
+from paths import ROOT, SUPPORT
 from stream_helpers import FAIL_PAYLOADS, FAILING, by_partition, delivered_from_file, wait_until
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.errors import StreamStateError
-from stream_registry.registry.worker import RetryPolicy
 
 TRANSFORM = "stream_helpers.offsets_transform"
-FAST_RETRY = RetryPolicy(attempts=3, first_backoff_s=0.05, max_backoff_s=0.1)
 
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
-
-
-@pytest.fixture
-def registry(tmp_path):
-    reg = StreamRegistry(tmp_path / "state", retry=FAST_RETRY)
-    yield reg
-    reg.close()
 
 
 _config = stream_config
@@ -166,7 +157,7 @@ def test_sigkill_mid_run_loses_nothing(kafka, tmp_path):
         reg.start("orders")
         time.sleep(600)
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "support"), os.getcwd()])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.getcwd()])}
     child = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         wait_until(lambda: len(delivered_from_file(out)) >= 600, timeout=60, what="child progress")
@@ -283,7 +274,7 @@ def test_one_registry_per_state_dir_and_a_killed_holder_does_not_block(kafka, tm
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from stream_registry import StreamRegistry; "
         f"StreamRegistry({str(state)!r}); print('held', flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2])
+        stdout=subprocess.PIPE, cwd=ROOT)
     try:
         assert holder.stdout.readline().strip() == b"held"
         with pytest.raises(StreamStateError, match=f"pid {holder.pid} "):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "backfill_throughput.py"
+BENCH = ROOT / "bench" / "backfill_throughput.py"
 
 
 @pytest.mark.spark

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from configs import MERGE
+from mgclient_standin.mgclient import DatabaseError, Server
 
 from mgstreams.cli.backfill import backfill as backfill_command
 from spark_bridge.bolt_load import WriterSlots, prepare_statements
@@ -79,50 +80,13 @@ def test_prepare_statements_for_built_ins_and_declared_modules(tmp_path):
 
 
 # -- at the driver -----------------------------------------------------------------------------------
-class Driver:
-    """Records what pymgclient is asked: connections (their kwargs), executes (with the autocommit mode
-    in force) and commits, per connection."""
-
-    def __init__(self, exists: tuple[str, ...] = ()):
-        self.connects: list[dict] = []
-        self.log: list[tuple] = []
-        self.exists = exists
-
-    def connect(self, **kwargs):
-        self.connects.append(kwargs)
-        return _Connection(self, len(self.connects) - 1)
-
-    def transactions(self) -> list[list[tuple[str, dict]]]:
-        """The committed transactions, in order: the (query, parameters) each ran."""
-        done, open_ = [], {}
-        for entry in self.log:
-            if entry[0] == "execute" and not entry[2]:
-                open_.setdefault(entry[1], []).append(entry[3:])
-            elif entry[0] == "commit":
-                done.append(open_.pop(entry[1]))
-        return done
-
-
-class _Connection:
-    def __init__(self, driver: Driver, ident: int):
-        self.driver, self.ident, self.autocommit = driver, ident, False
-
-    def cursor(self):
-        return self
-
-    def execute(self, query, parameters=None):
-        self.driver.log.append(("execute", self.ident, self.autocommit, query, parameters or {}))
-        if any(query.startswith(prefix) for prefix in self.driver.exists):
-            raise RuntimeError("Index already exists")
-
-    def commit(self):
-        self.driver.log.append(("commit", self.ident))
-
-    def rollback(self):
-        self.driver.log.append(("rollback", self.ident))
-
-    def close(self):
-        self.driver.log.append(("close", self.ident))
+def memgraph(monkeypatch, *exists: str) -> Server:
+    """The pymgclient stand-in as the Bolt sink's driver; statements starting with one of `exists` are refused
+    as Memgraph refuses an index or constraint it has already."""
+    server = Server(rtt_ms=0)
+    server.fail_when = lambda query, parameters: query.startswith(exists) and DatabaseError("Index already exists")
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", server.connect)
+    return server
 
 
 TRANSFERS = textwrap.dedent('''
@@ -148,8 +112,7 @@ TRANSFERS = textwrap.dedent('''
 
 def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transaction_each(kafka, tmp_path,
                                                                                         monkeypatch):
-    driver = Driver(exists=("CREATE INDEX",))
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", driver.connect)
+    driver = memgraph(monkeypatch, "CREATE INDEX")
     (tmp_path / "graph_tx.py").write_text(TRANSFERS)
     topic = kafka.new_topic(2)
     kafka.produce(topic, 50, partitions=2, payload=lambda i: json.dumps({"from": f"acc{i % 7}",
@@ -166,12 +129,12 @@ def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transac
     assert "prepare: CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE; created" in result.stderr
     assert "note: for a first big import Memgraph recommends `STORAGE MODE IN_MEMORY_ANALYTICAL;`" in result.stderr
     # prepare: its own connection, autocommit (Memgraph refuses index changes in a multi-statement transaction)
-    first = [e for e in driver.log if e[0] == "execute" and e[1] == 0]
-    assert [(e[2], e[3]) for e in first] == [(True, "CREATE INDEX ON :Account(id)"),
+    first = [e for e in driver.connections[0].log if e[0] == "execute"]
+    assert [(e[3], e[1]) for e in first] == [(True, "CREATE INDEX ON :Account(id)"),
                                              (True, "CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE")]
     assert driver.connects[0] == {"host": "memgraph", "port": 7688, "username": "loader", "password": password}
     # the load: 2 partitions x 25 messages in batches of 10 = 3 + 3 transactions of [nodes, relationships]
-    transactions = driver.transactions()
+    transactions = driver.sent()
     assert len(transactions) == 6
     for tx in transactions:
         (node_query, nodes), (rel_query, rels) = tx
@@ -188,20 +151,19 @@ def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transac
 
 
 def test_run_autocommit_runs_alone_then_writes_are_transactions_again(monkeypatch):
-    driver = Driver(exists=("CREATE INDEX",))
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", driver.connect)
+    driver = memgraph(monkeypatch, "CREATE INDEX")
     sink = sinks.open_sink("bolt://memgraph:7687")
     sink.run_autocommit("CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE")
     with pytest.raises(sinks.SinkError, match=r"^sink bolt://memgraph:7687: 'CREATE INDEX ON :Account\(id\)' "
-                                              r"failed: RuntimeError: Index already exists$"):
+                                              r"failed: DatabaseError: Index already exists$"):
         sink.run_autocommit("CREATE INDEX ON :Account(id)")
     sink.write([Statement(NODE, {"id": "a"})])
     sink.close()
-    executes = [(e[1], e[2], e[3]) for e in driver.log if e[0] == "execute"]
+    executes = [(c.number, e[3], e[1]) for c in driver.connections for e in c.log if e[0] == "execute"]
     assert executes == [(0, True, "CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE"),
                         (0, True, "CREATE INDEX ON :Account(id)"),
                         (0, False, NODE)]        # one connection; the write is in a transaction again
-    assert driver.transactions() == [[(NODE, {"id": "a"})]]
+    assert driver.sent() == [[(NODE, {"id": "a"})]]
 
     def refuse(**kwargs):
         raise ConnectionRefusedError("connection refused")
@@ -245,36 +207,14 @@ def _try_slot(directory: str, writers: int) -> None:
 
 # -- under Spark: writers per executor host --------------------------------------------------------------
 JOURNAL_DRIVER = textwrap.dedent('''
-    import json, os, time
+    from mgclient_standin.mgclient import Server
     from stream_registry.graph import sinks
     from stream_registry.builtin_transformations import merge_messages_batched
 
-    JOURNAL = {journal!r}
-
-    class Connection:
-        """A driver stand-in in the Python worker: journals the first execute and the commit of each
-        transaction with the worker's pid; a commit takes 0.12 s, as a remote server's round trip would."""
-        def __init__(self):
-            self.autocommit, self.open = False, False
-        def cursor(self):
-            return self
-        def execute(self, query, parameters=None):
-            if not self.open:
-                self.open = True
-                self._log("begin", len(parameters.get("rows", ())))
-        def commit(self):
-            time.sleep(0.12)
-            self._log("commit", 0)
-            self.open = False
-        def rollback(self):
-            self.open = False
-        def close(self):
-            pass
-        def _log(self, event, rows):
-            with open(JOURNAL, "a") as f:
-                f.write(json.dumps({{"pid": os.getpid(), "event": event, "t": time.time(), "rows": rows}}) + "\\n")
-
-    sinks.bolt.connect_mgclient = lambda **kwargs: Connection()
+    # the pymgclient stand-in in the Python worker (tests/support is on the workers' PYTHONPATH: the `spark`
+    # fixture): it journals each committed transaction with the worker's pid, when it began and ended; each
+    # round trip (BEGIN, the UNWIND, COMMIT) takes 40 ms, as a remote server's would
+    sinks.bolt.connect_mgclient = Server(rtt_ms=40, journal={journal!r}).connect
 
     def load(messages):
         return merge_messages_batched(messages)
@@ -283,15 +223,9 @@ JOURNAL_DRIVER = textwrap.dedent('''
 
 def overlaps(journal: Path) -> int:
     """How many transactions began while another process's transaction was open."""
-    events = [json.loads(line) for line in journal.read_text().splitlines()]
-    open_by_pid, count = {}, 0
-    for e in sorted(events, key=lambda e: e["t"]):
-        if e["event"] == "begin":
-            count += any(pid != e["pid"] for pid in open_by_pid)
-            open_by_pid[e["pid"]] = e["t"]
-        else:
-            open_by_pid.pop(e["pid"], None)
-    return count
+    transactions = [json.loads(line) for line in journal.read_text().splitlines()]
+    return sum(any(other["pid"] != t["pid"] and other["began"] <= t["began"] < other["ended"]
+                   for other in transactions) for t in transactions)
 
 
 @pytest.mark.spark

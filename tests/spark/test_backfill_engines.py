@@ -33,8 +33,6 @@ from spark_bridge.range_plan import OffsetRange, RangePlan
 from stream_registry.errors import ConfigError
 from stream_registry.offset_spec import parse_offset_spec
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def plan_of(total: int, ranges: int = 8) -> RangePlan:
     size = total // ranges

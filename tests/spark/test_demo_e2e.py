@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 import pytest
 from broker_support import PRODUCER_CONFIG, QUICK_FIRST_JOIN
+from mgclient_standin.mgclient import Server
 
 from mgstreams.demo import Check, DemoSettings, run_demo
 from mgstreams.demo.checks import (
@@ -235,34 +236,15 @@ def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypa
     p = statement.parameters
     row = (p["transfer_id"], p["from_account"], p["to_account"], p["amount"], p["currency"], p["ts"],
            p["kafka_topic"], p["kafka_partition"], p["kafka_offset"])
-    seen = {}
-
-    class Cursor:
-        def execute(self, query, params=None):
-            seen["query"], seen["params"] = query, params
-
-        def fetchall(self):
-            return [row]
-
-    class Connection:
-        autocommit = False
-
-        def cursor(self):
-            return Cursor()
-
-        def close(self):
-            pass
-
-    def connect(**kwargs):
-        seen["connect"] = kwargs
-        return Connection()
-
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", connect)
+    memgraph = Server(rtt_ms=0)
+    memgraph.answer(lambda query, parameters: "[t:TRANSFER]" in query and "RETURN" in query, [row])
+    monkeypatch.setattr(sinks.bolt, "connect_mgclient", memgraph.connect)
     settings = DemoSettings(out=tmp_path, topic="transfers", memgraph_uri="bolt://mg.example:7688",
                             memgraph_credentials={"bolt.username": "u", "bolt.password": "p"})
     assert read_graph(settings) == read_cypherl([sink_path])
-    assert seen["connect"] == {"host": "mg.example", "port": 7688, "username": "u", "password": "p"}
-    assert seen["params"] == {"topic": "transfers"}
+    assert memgraph.connects == [{"host": "mg.example", "port": 7688, "username": "u", "password": "p"}]
+    ((_, params),) = memgraph.executed()
+    assert params == {"topic": "transfers"}
 
 
 def test_the_demo_command_shows_its_options_and_refuses_a_bad_value_by_name():

@@ -7,12 +7,12 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from broker_support import PRODUCER_CONFIG
 from click.testing import CliRunner
 from configs import MERGE
+from paths import ROOT
 from test_spark_backfill import cypherl_keys
 
 from mgstreams.cli.backfill import backfill as backfill_command
@@ -24,7 +24,6 @@ from stream_registry.offset_spec import parse_offset_spec
 
 pytestmark = pytest.mark.spark
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def records(rows) -> list[tuple]:

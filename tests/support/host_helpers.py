@@ -8,13 +8,11 @@ test process pyproject.toml's pytest `pythonpath` puts it on sys.path.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import httpx
+from paths import ROOT, SUPPORT
 
 from mgstreams.host_process import HostProcess as _HostProcess
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class HostProcess(_HostProcess):
@@ -26,7 +24,7 @@ class HostProcess(_HostProcess):
         if token is None and not generated_token and "--token-file" not in extra_args:
             extra_args = ("--no-token", *extra_args)
         super().__init__(state_dir, token=token, extra_args=extra_args, cwd=ROOT,
-                         env={"PYTHONPATH": f"{ROOT / 'tests' / 'support'}{os.pathsep}{ROOT}", **(env or {})})
+                         env={"PYTHONPATH": f"{SUPPORT}{os.pathsep}{ROOT}", **(env or {})})
 
 
 def http(host: _HostProcess | str, token: str | None = None, *, timeout: float = 30, **headers: str) -> httpx.Client:

@@ -1,4 +1,5 @@
-"""Kafka records as a plain client sees them: what the range reader (and the Spark source over it) must match."""
+"""Kafka records as a plain client sees them: what the range reader (and the Spark source over it) must match;
+and a plain client's commits, as another application makes them."""
 from __future__ import annotations
 
 import uuid
@@ -39,3 +40,13 @@ def transactional_topic(kafka, partitions: int = 2) -> tuple[str, int]:
         producer.flush(30)
         producer.commit_transaction(30) if commit else producer.abort_transaction(30)
     return topic, partitions
+
+
+def commit_as(kafka, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit offsets for `group` the way another application would (no subscription, no join)."""
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()

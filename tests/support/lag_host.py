@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import uuid
 
+from configs import stream_body
 from stream_helpers import FAST_REJOIN, wait_until
 
 INTERVAL = 0.2          # the host's sample interval here: a 10-sample window spans 2 s
 
 
 def create(api, kafka, name: str, topic: str, **fields) -> None:
-    body = {"name": name, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "sink": "null://",
-            "consumer_group": f"lag_{uuid.uuid4().hex[:10]}", "batch_interval_ms": 20, "configs": FAST_REJOIN,
-            **fields}
+    body = stream_body(kafka, topic, name=name, group="lag",
+                       **{"sink": "null://", "batch_interval_ms": 20, "configs": FAST_REJOIN, **fields})
     response = api.post("/streams", json=body)
     assert response.status_code == 201, response.text
     assert api.put(f"/streams/{name}/start").status_code == 200

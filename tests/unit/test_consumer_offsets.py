@@ -12,18 +12,12 @@ from consumer_offsets_records import T, group_metadata_key, key, s16, value
 
 from stream_registry.builtin_transformations import consumer_offsets
 from stream_registry.builtin_transformations import offset_commits as co
-from stream_registry.graph.transform import Message
+from stream_registry.graph.transform import Message, Messages
 
 
-class Batch:
-    def __init__(self, records):
-        self.messages = [Message("__consumer_offsets", 7, 100 + i, k, v, T) for i, (k, v) in enumerate(records)]
-
-    def total_messages(self):
-        return len(self.messages)
-
-    def message_at(self, i):
-        return self.messages[i]
+def offsets_batch(records) -> Messages:
+    """A batch of __consumer_offsets records (key, value) at offsets 100, 101, ..., as a stream delivers it."""
+    return Messages([Message("__consumer_offsets", 7, 100 + i, k, v, T) for i, (k, v) in enumerate(records)])
 
 
 # -- decoding ----------------------------------------------------------------------------------------------
@@ -63,7 +57,7 @@ MALFORMED = [
 def test_malformed_records_are_skipped_and_counted(case, k, v, reason, caplog):
     before = co.skipped()
     good = (key("g", "orders", 1), value(9, T))
-    records = consumer_offsets(Batch([(k, v), good]))
+    records = consumer_offsets(offsets_batch([(k, v), good]))
     assert [r["parameters"]["offset"] for r in records] == [9], "the good record after it is kept"
     assert co.skipped() == before + 1
     assert reason in caplog.text and "__consumer_offsets:7@100" in caplog.text
@@ -71,7 +65,7 @@ def test_malformed_records_are_skipped_and_counted(case, k, v, reason, caplog):
 
 # -- statements and the graph they describe ----------------------------------------------------------------
 def test_statements_per_record_kind():
-    records = consumer_offsets(Batch([
+    records = consumer_offsets(offsets_batch([
         (key("billing", "orders", 0), value(10, T, "first", version=3)),
         (group_metadata_key("billing"), b"\x00\x03membership-bytes"),
         (key("billing", "orders", 0), b""),                       # tombstone (null value)
@@ -114,7 +108,7 @@ class Graph:
 
 
 def test_the_graph_holds_every_commit_and_one_current_offset_per_group_and_partition():
-    batch = Batch([
+    batch = offsets_batch([
         (key("billing", "orders", 0), value(10, T)),
         (key("billing", "orders", 0), value(25, T + 1000, version=2)),
         (key("audit", "orders", 0), value(3, T + 2000, version=0)),

@@ -20,15 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 MAGE_MODULES = "/usr/lib/memgraph/query_modules"
-
-
-@pytest.fixture(scope="module")
-def compose() -> dict:
-    return yaml.safe_load(COMPOSE_FILE.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("stream_registry", "spark_bridge", "mgstreams", "query_modules", "bench")
 FORBIDDEN = {
     "stream_registry": {"spark_bridge", "mgstreams", "mgp", "pyspark", "pyarrow", "pandas", "starlette", "uvicorn",

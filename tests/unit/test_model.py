@@ -9,11 +9,12 @@ import inspect
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 from stream_registry import errors, model
 from stream_registry.model import PartitionKey, StreamInfo, StreamStatus
 
-QUERY_MODULE = Path(__file__).resolve().parents[2] / "query_modules" / "streams.py"
+QUERY_MODULE = ROOT / "query_modules" / "streams.py"
 # the query module's name for each shared limit (it stays stdlib + mgp only, so it keeps copies)
 COPIES = {"TIMEOUT_S": "REQUEST_TIMEOUT_S", "ALTER_TIMEOUT_S": "ALTER_TIMEOUT_S", "MARGIN_S": "MARGIN_S",
           "MAX_TIMEOUT_MS": "MAX_TIMEOUT_MS", "MAX_CHECK_LIMIT": "MAX_CHECK_LIMIT",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from paths import ROOT
+
 from mgstreams import settings
 from spark_bridge import source_options
 
-ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = {name: value for name, value in vars(settings).items() if name.isupper() and isinstance(value, str)}
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import sys
 import textwrap
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Message as KafkaMessage
+from paths import ROOT
 
 from stream_registry.errors import TransformError
 from stream_registry.graph.transform import (
@@ -19,8 +19,7 @@ from stream_registry.graph.transform import (
     run_transformation,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-QUERY_MODULES = REPO / "query_modules"
+QUERY_MODULES = ROOT / "query_modules"
 
 MGP_STYLE = """
 import mgp

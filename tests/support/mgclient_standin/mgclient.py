@@ -7,7 +7,8 @@ Two ways to use it:
   the module's `SERVER`, configured from the environment:
   - `MGCLIENT_STANDIN_RTT_MS`: the time each round trip costs (default 0.2);
   - `MGCLIENT_STANDIN_JOURNAL`: a file that gets one JSON line per committed transaction:
-    `{"pid", "round_trips", "executes", "rows"}`, plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`;
+    `{"pid", "round_trips", "executes", "rows", "began", "ended"}` (the times, `time.time()`, of its first
+    statement and of its commit's answer), plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`;
   - `MGCLIENT_STANDIN_REJECT`: a statement whose parameters hold a string containing this text fails
     with DatabaseError, as Memgraph fails a whole query on one bad row (in a test's process, any predicate:
     `Server.fail_when`).
@@ -32,14 +33,20 @@ injects faults as pymgclient raises them (its exception classes, and the connect
   same error;
 - `down = True`: connecting fails (OperationalError, "couldn't connect to host") and an open connection is lost,
   as when the server stops;
-- `fail_when(query, parameters)`: the statement is refused (DatabaseError) and the transaction with it, as
-  Memgraph fails a whole query on one bad row;
+- `fail_when(query, parameters)`: a true answer refuses the statement (DatabaseError) and the transaction with it,
+  as Memgraph fails a whole query on one bad row; an exception instance as the answer is what is raised (a
+  scripted server error, e.g. `DatabaseError("Index already exists")`);
 - `failures`: what successive execute() calls raise, in order (None: that one succeeds); an error with a true
   `breaks_session` attribute also marks the connection CONN_STATUS_BAD, as pymgclient does when a session is
   lost (before 1.6, with a DatabaseError).
 A lost or closed connection refuses everything after (InterfaceError "bad session"), as pymgclient's does.
-`log` records every call the driver is asked to make, in order: ("connect",), ("execute", query, parameters),
-("commit",), ("rollback",), ("close",); `executed()` and `count(what)` read it.
+`log` records every call the driver is asked to make, in order: ("connect",), ("execute", query, parameters,
+autocommit) (the connection's autocommit flag at that call), ("commit",), ("rollback",), ("close",); `executed()`
+and `count(what)` read it. Each connection keeps its own calls too (`connections[i].log`, i in connect order,
+the same entries without the connect), and `sent()` gives each committed transaction as the driver sent it
+(UNWINDs still folded), the autocommit ones apart.
+A read answers with rows: `answer(when, rows)` scripts the rows of the statements `when(query, parameters)`
+picks, as Memgraph answers a MATCH ... RETURN (the offset read is answered from the committed offsets).
 """
 from __future__ import annotations
 
@@ -182,9 +189,13 @@ class Server:
         # a predicate on each statement as it takes effect (query, parameters): True fails the whole statement
         self.fail_when = (lambda query, parameters: _holds(parameters, reject)) if reject else None
         self.offsets: dict[tuple[str, str, int], int] = {}
-        self.transactions: list[dict] = []    # committed: {"round_trips", "executes", "statements"}
+        # committed: {"round_trips", "executes", "statements" (as they took effect), "sent" (as the driver sent
+        # them), "autocommit", "began", "ended"}
+        self.transactions: list[dict] = []
         self.applied: Counter = Counter()     # committed CREATEs, by their (topic, partition, offset) parameters
         self.connects: list[dict] = []
+        self.connections: list[Connection] = []
+        self.answers: list[tuple] = []       # (predicate on (query, parameters), rows), see answer()
         self.log: list[tuple] = []
         self.failures: list[Exception | None] = []
         self.round_trips = 0
@@ -208,11 +219,24 @@ class Server:
                 raise OperationalError("couldn't connect to host: Connection refused")
             self.connects.append(kwargs)
             self.log.append(("connect",))
-        return Connection(self)
+            connection = Connection(self, len(self.connections))
+            self.connections.append(connection)
+        return connection
+
+    def answer(self, when, rows: list[tuple]) -> None:
+        """Statements for which `when(query, parameters)` is true answer `rows` (what fetchall() returns)."""
+        self.answers.append((when, list(rows)))
 
     def executed(self) -> list[tuple]:
         """(query, parameters) of every execute() call, as the driver was given them."""
-        return [entry[1:] for entry in self.log if entry[0] == "execute"]
+        return [entry[1:3] for entry in self.log if entry[0] == "execute"]
+
+    def sent(self, autocommit: bool = False) -> list[list[tuple[str, dict]]]:
+        """The committed transactions, in commit order, as the driver sent them: each a list of (query, parameters)
+        of its execute() calls (an UNWIND as one). The multi-statement ones, or with `autocommit` the
+        statements run in autocommit mode."""
+        with self.lock:
+            return [list(t["sent"]) for t in self.transactions if t["autocommit"] == autocommit]
 
     def count(self, what: str) -> int:
         """How many calls of one kind ("connect", "execute", "commit", "rollback", "close") the driver made."""
@@ -252,7 +276,8 @@ class Server:
             self.transactions.append(transaction)
         if self.journal:
             line = {"pid": os.getpid(), "round_trips": transaction["round_trips"],
-                    "executes": transaction["executes"], "rows": len(transaction["statements"])}
+                    "executes": transaction["executes"], "rows": len(transaction["statements"]),
+                    "began": transaction["began"], "ended": transaction["ended"]}
             if self.record_rows:
                 line["statements"] = transaction["statements"]
             fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -263,8 +288,10 @@ class Server:
 
 
 class Connection:
-    def __init__(self, server: Server):
+    def __init__(self, server: Server, number: int = 0):
         self.server = server
+        self.number = number                 # its place in connect order (server.connections)
+        self.log: list[tuple] = []           # its calls, as the server's log has them
         self.status = CONN_STATUS_READY
         self._autocommit = False
         self._open: dict | None = None       # the transaction in progress
@@ -288,7 +315,7 @@ class Connection:
         return Cursor(self)
 
     def commit(self) -> None:
-        self.server.log.append(("commit",))
+        self._record(("commit",))
         self._usable()
         if self._open is None:
             return
@@ -300,6 +327,7 @@ class Connection:
             raise server.lost(self)
         transaction, offsets, created = self._open, self._pending, self._created
         transaction["round_trips"] += 1
+        transaction["ended"] = time.time()
         self._discard()
         server._committed(transaction, offsets, created)
         if server.drop_after_commit:
@@ -307,7 +335,7 @@ class Connection:
             raise server.lost(self)
 
     def rollback(self) -> None:
-        self.server.log.append(("rollback",))
+        self._record(("rollback",))
         self._usable()
         if self._open is None:
             return
@@ -315,9 +343,13 @@ class Connection:
         self._discard()
 
     def close(self) -> None:
-        self.server.log.append(("close",))
+        self._record(("close",))
         self._discard()
         self.status = CONN_STATUS_CLOSED
+
+    def _record(self, entry: tuple) -> None:
+        self.server.log.append(entry)
+        self.log.append(entry)
 
     def _usable(self) -> None:
         if self.status == CONN_STATUS_BAD:
@@ -328,6 +360,16 @@ class Connection:
     def _discard(self) -> None:
         self._open, self._pending, self._created = None, {}, []
 
+    def _refusal(self, statements: list[tuple[str, dict]]) -> Exception | None:
+        """What the server fails these statements with (`fail_when`), if it does."""
+        for query, parameters in statements if self.server.fail_when else ():
+            refused = self.server.fail_when(query, parameters)
+            if isinstance(refused, Exception):
+                return refused
+            if refused:
+                return DatabaseError("Query failed: Can't have a null value as a property")
+        return None
+
     def _run(self, query: str, parameters: dict) -> list[tuple]:
         self._usable()
         failure = self.server.failures.pop(0) if self.server.failures else None
@@ -336,20 +378,24 @@ class Connection:
                 self.status = CONN_STATUS_BAD
             raise failure
         if self._open is None:
-            self._open = {"round_trips": 0, "executes": 0, "statements": []}
+            self._open = {"round_trips": 0, "executes": 0, "statements": [], "sent": [],
+                          "autocommit": self._autocommit, "began": time.time()}
             if not self._autocommit:
                 self.server._round_trip()     # BEGIN
                 self._open["round_trips"] += 1
         self.server._round_trip()
         self._open["round_trips"] += 1
         self._open["executes"] += 1
+        self._open["sent"].append((query, parameters))
         statements = effective(query, parameters)
-        if self.server.fail_when and any(self.server.fail_when(q, p) for q, p in statements):
+        refusal = self._refusal(statements)
+        if refusal is not None:
             self._discard()     # Memgraph fails the transaction
-            raise DatabaseError("Query failed: Can't have a null value as a property")
+            raise refusal
         rows: list[tuple] = []
         for statement, values in statements:
             self._open["statements"].append((statement, values))
+            rows += [row for when, answer in self.server.answers if when(statement, values) for row in answer]
             if statement == OFFSET_WRITE:
                 self._pending[(values["stream"], values["topic"], values["partition"])] = values["next_offset"]
             elif statement == OFFSET_READ:
@@ -360,6 +406,7 @@ class Connection:
                 self._created.append((values.get("topic"), values.get("partition"), values.get("offset")))
         if self._autocommit:
             transaction, offsets, created = self._open, self._pending, self._created
+            transaction["ended"] = time.time()
             self._discard()
             self.server._committed(transaction, offsets, created)
         return rows
@@ -371,7 +418,7 @@ class Cursor:
         self._rows: list[tuple] = []
 
     def execute(self, query: str, parameters: dict | None = None) -> None:
-        self.connection.server.log.append(("execute", query, parameters))
+        self.connection._record(("execute", query, parameters, self.connection.autocommit))
         self._rows = self.connection._run(query, dict(parameters or {}))
 
     def fetchall(self) -> list[tuple]:

@@ -3,6 +3,6 @@
 `_mgp.py` is the backend (imported only as `_mgp`, inside `mgp_environment`);
 `harness.py` plays the server: it loads modules and CALLs procedures.
 """
-from .harness import Memgraph, Node, QueryError, Relationship, mgp_environment
+from .harness import QUERY_MODULES, Memgraph, Node, QueryError, Relationship, mgp_environment, query_modules
 
-__all__ = ["Memgraph", "Node", "QueryError", "Relationship", "mgp_environment"]
+__all__ = ["QUERY_MODULES", "Memgraph", "Node", "QueryError", "Relationship", "mgp_environment", "query_modules"]

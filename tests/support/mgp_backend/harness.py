@@ -31,6 +31,7 @@ from pathlib import Path
 from types import ModuleType
 
 BACKEND_DIR = Path(__file__).resolve().parent
+QUERY_MODULES = BACKEND_DIR.parents[2] / "query_modules"   # the product's query modules
 
 # `no_removals` of `func_code` in Memgraph v3.7.2's src/query/procedure/module.cpp.
 NO_REMOVALS = frozenset({"collections", "abc", "sys", "torch", "torch_geometric", "igraph", "dgl", "numpy"})
@@ -245,6 +246,14 @@ class Memgraph:
                                  "signature.")
         return [{key: self._client_result(value) for key, value in row.items()} for row in rows]
 
+    def refusal(self, qualified_name: str, *args) -> QueryError:
+        """The QueryError `CALL name(args...)` fails with (an AssertionError when it succeeds)."""
+        try:
+            rows = self.call(qualified_name, *args)
+        except QueryError as error:
+            return error
+        raise AssertionError(f"CALL {qualified_name}{args!r} succeeded: {rows!r}")
+
     def transform(self, qualified_name: str, messages: Sequence[dict]) -> list[dict]:
         """Run a transformation on a batch, as a stream does; each message is a dict of
         payload (bytes), topic_name, key, timestamp, offset."""
@@ -372,3 +381,18 @@ def mgp_environment(module_dirs: Sequence[str | os.PathLike] = ()) -> Iterator[M
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
+
+
+@contextlib.contextmanager
+def query_modules(url: str | None = None) -> Iterator[Memgraph]:
+    """The product's query_modules/ loaded on this backend, as Memgraph runs them for one host: for the block,
+    MGSTREAMS_URL is `url` (when given) and no token or default sink is in the environment."""
+    import pytest
+
+    with mgp_environment([QUERY_MODULES]) as server, pytest.MonkeyPatch.context() as patch:
+        if url is not None:
+            patch.setenv("MGSTREAMS_URL", url)
+        patch.delenv("MGSTREAMS_TOKEN", raising=False)
+        patch.delenv("MGSTREAMS_DEFAULT_SINK", raising=False)
+        server.load_all()
+        yield server
