@@ -17,7 +17,9 @@ import uuid
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from configs import stream_config
+from confluent_kafka import Consumer, KafkaError
+from kafka_records import commit_as
 from stream_helpers import FAST_REJOIN, RecordingSink, by_partition, delivered_from_file, offsets_transform, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
@@ -29,27 +31,11 @@ pytestmark = pytest.mark.usefixtures("quick_rebalance")
 COMMIT_FAILS = KafkaError.OFFSET_METADATA_TOO_LARGE   # not retriable, no rejoin: the commit just fails
 
 
-@pytest.fixture
-def registry(tmp_path):
-    reg = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=3, first_backoff_s=0.05))
-    yield reg
-    reg.close()
-
-
 def _create(kafka, registry, topic, name="orders", sink=None, **kwargs):
-    registry.create(StreamConfig(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
-                                 transform=kwargs.pop("transform", "stream_helpers.offsets_transform"),
-                                 sink=sink or f"memory://{name}", consumer_group=f"g_{uuid.uuid4().hex[:10]}",
-                                 batch_size=kwargs.pop("batch_size", 100), batch_interval_ms=20,
-                                 configs={**FAST_REJOIN, **kwargs.pop("configs", {})}, **kwargs))
-
-
-def _commit_as(kafka, group, offsets):
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group, "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
-    finally:
-        consumer.close()
+    registry.create(stream_config(kafka, topic, sink, name=name,
+                                  transform=kwargs.pop("transform", "stream_helpers.offsets_transform"),
+                                  consumer_group=f"g_{uuid.uuid4().hex[:10]}", batch_size=kwargs.pop("batch_size", 100),
+                                  batch_interval_ms=20, **kwargs))
 
 
 def _caught_up(kafka, registry, memory_sinks, messages=20):
@@ -123,7 +109,7 @@ def test_a_process_that_dies_after_applying_reports_applied(kafka, tmp_path):
         _create(kafka, registry, topic, sink=f"cypherl://{tmp_path / 'out.cypherl'}",
                 transform="stream_helpers.crashing_transform", restart="never",
                 configs={"partition.assignment.strategy": "range"})
-        _commit_as(kafka, registry.get("orders").consumer_group, {(topic, 0): 10, (topic, 1): 10})
+        commit_as(kafka, registry.get("orders").consumer_group, {(topic, 0): 10, (topic, 1): 10})
         registry.start("orders")
         wait_until(lambda: {r.partition for r in registry.describe("orders") if r.assigned} == {0, 1},
                    what="the stream's assignment")
@@ -160,7 +146,7 @@ def test_kip848_a_change_right_after_the_first_assignment_is_where_delivery_star
                               transform="stream_helpers.offsets_transform", sink="memory://x",
                               consumer_group=f"g_{uuid.uuid4().hex[:10]}", batch_size=100, batch_interval_ms=20,
                               configs={"group.protocol": "consumer"}).with_group()
-        _commit_as(kafka, config.group_id, {(topic, 0): 2})
+        commit_as(kafka, config.group_id, {(topic, 0): 2})
         sink, applied, asked, workers = RecordingSink(), [], [], []
 
         def on_status(status, error, topic=topic, asked=asked, workers=workers):

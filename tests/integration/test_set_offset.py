@@ -15,21 +15,13 @@ from broker_support import LIST_OFFSETS_BY_TIME, NO_KIP848
 from confluent_kafka import KafkaError
 from stream_helpers import FAST_REJOIN, SLOW_S, by_partition, wait_until
 
-from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamRegistry, StreamStatus
-from stream_registry.registry.worker import RetryPolicy
+from stream_registry import ChangeStatus, StreamConfig, StreamError, StreamStatus
 
 PROTOCOLS = [
     pytest.param({"partition.assignment.strategy": "range"}, id="eager-range"),
     pytest.param({"partition.assignment.strategy": "cooperative-sticky"}, id="cooperative-sticky"),
     pytest.param({"group.protocol": "consumer"}, id="kip848-consumer", marks=NO_KIP848),
 ]
-
-
-@pytest.fixture
-def registry(tmp_path):
-    reg = StreamRegistry(tmp_path / "state", retry=RetryPolicy(attempts=3, first_backoff_s=0.05))
-    yield reg
-    reg.close()
 
 
 def _stream(kafka, registry, partitions=3, messages=300, name="orders", configs=None, batch_size=100):
