@@ -17,6 +17,7 @@ import uuid
 
 import httpx
 import pytest
+from broker_support import NO_KIP848
 from configs import stream_config
 from confluent_kafka import Consumer, KafkaError
 from kafka_records import commit_as
@@ -363,7 +364,7 @@ def _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, spec, produced
 
 @pytest.mark.parametrize("spec, produced", [(1000, "after"), ("latest", "after"), ("+2", "before")],
                          ids=["clamped_to_the_log_end", "latest", "shift_onward"])
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("protocol", ["classic", pytest.param("consumer", marks=NO_KIP848)])
 def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka, tmp_path, monkeypatch, spec,
                                                                           produced, protocol):
     """A spec beyond the log end or "latest" means "the end", "+2" means on from where it stands: the
@@ -378,7 +379,7 @@ def test_a_move_to_the_end_never_takes_a_partition_back_from_where_it_got(kafka,
         (change.previous_offset, change.offset, change.status, change.message)
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("protocol", ["classic", pytest.param("consumer", marks=NO_KIP848)])
 def test_an_explicit_offset_is_kept_exact_and_reported_from_where_the_stream_stood(kafka, tmp_path, monkeypatch,
                                                                                    protocol):
     """The soak's 303 asked at 301 and applied at 304: an explicit in-range offset is where the partition goes,
