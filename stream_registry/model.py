@@ -102,6 +102,19 @@ class LagSecondsMethod(StrEnum):
 
 # -- a stream ------------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How a failed batch is retried before the stream goes to ERROR (handed to each stream's process)."""
+    attempts: int = 4
+    first_backoff_s: float = 0.2
+    max_backoff_s: float = 2.0
+
+    def backoff(self, attempt: int) -> float:
+        return min(self.first_backoff_s * (2 ** (attempt - 1)), self.max_backoff_s)
+
+DEFAULT_RETRY = RetryPolicy()            # frozen: one instance serves every stream
+
+
+@dataclass(frozen=True, kw_only=True)
 class StreamInfo:
     """A snapshot for list()/get(): secrets in configs and credentials are masked."""
     name: str

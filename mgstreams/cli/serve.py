@@ -7,6 +7,7 @@ import sys
 import click
 
 from stream_registry.log_repeats import collapse_repeats
+from stream_registry.model import STOP_TIMEOUT_S
 
 from ..host import serve as host
 from ..settings import (
@@ -36,7 +37,7 @@ from .usage import UsageCommand
                    "Without this flag or a token, the host makes one in its state directory (api-token).")
 @click.option("--default-sink", envvar=DEFAULT_SINK_ENV, default=None, show_envvar=True,
               help=f"Sink of streams created without one (default: {DEFAULT_SINK}).")
-@click.option("--stop-timeout", type=click.FloatRange(min=0.1), default=host.DEFAULT_STOP_TIMEOUT_S,
+@click.option("--stop-timeout", type=click.FloatRange(min=0.1), default=STOP_TIMEOUT_S,
               show_default=True, metavar="SECONDS",
               help="How long a stream's process may take to finish its batch and commit when stopped; "
                    "then it is killed.")

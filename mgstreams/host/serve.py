@@ -28,6 +28,7 @@ from stream_registry.errors import ConfigError
 from stream_registry.graph.sinks.policy import OutputPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S
 from stream_registry.lag.collector import LagCollector
+from stream_registry.model import STOP_TIMEOUT_S
 from stream_registry.redaction import is_secret_key
 from stream_registry.registry import Isolation
 from stream_registry.safe_paths import check_private_dir
@@ -40,7 +41,6 @@ from .connections import MAX_CONNECTIONS_ENV, guarded_protocol
 
 log = logging.getLogger("mgstreams.host")
 
-DEFAULT_STOP_TIMEOUT_S = 30.0   # a stream process finishing its batch before it is killed (compose allows for it)
 MIN_REMOTE_TOKEN_LENGTH = 32     # a token guarding a non-loopback listen
 HEADER_TIMEOUT_S = 10.0          # a connection sends a request's headers within this, or is closed
 KEEP_ALIVE_S = 5                 # an idle connection after a response is closed after this
@@ -164,7 +164,7 @@ def check_state_dir(state_dir: str | os.PathLike) -> None:
 
 
 def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token: str | None = None,
-          default_sink: str | None = None, ready=print, stop_timeout: float = DEFAULT_STOP_TIMEOUT_S,
+          default_sink: str | None = None, ready=print, stop_timeout: float = STOP_TIMEOUT_S,
           lag_sample_interval: float = DEFAULT_LAG_SAMPLE_INTERVAL_S, no_token: bool = False) -> None:
     """Run the host until SIGTERM/SIGINT. `ready(line)` is told the URL once it serves.
 

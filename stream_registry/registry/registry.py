@@ -46,6 +46,7 @@ from ..graph.sinks.policy import OutputPolicy
 from ..kafka.queries import PartitionQuery
 from ..model import (
     CHECK_TIMEOUT_MS,
+    DEFAULT_RETRY,
     DEFAULT_TIMEOUT_MS,
     MAX_CHECK_LIMIT,
     STOP_TIMEOUT_S,
@@ -56,6 +57,7 @@ from ..model import (
     PartitionOffsets,
     PendingOffset,
     PreviewStatement,
+    RetryPolicy,
     StreamInfo,
     StreamStatus,
 )
@@ -73,7 +75,7 @@ from .state_lock import StateLock
 from .state_store import StateStore
 from .state_store import stored_config as stored_config  # re-exported: its public home before
 from .stream_process import ProcessRunner
-from .worker import RetryPolicy, StreamEvents
+from .worker import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
 
@@ -93,7 +95,6 @@ class RestartBackoff:
         return min(self.first_s * (2 ** (failures - 1)), self.max_s)
 
 
-DEFAULT_RETRY = RetryPolicy()            # frozen values: one instance serves every registry
 DEFAULT_GROUP_POLICY = GroupPolicy()
 
 

@@ -24,8 +24,8 @@ from ..graph.sinks.policy import OutputPolicy
 from ..graph.sinks.protocol import Sink
 from ..graph.sinks.schemes import open_sink
 from ..graph.transform import load_transformation, locate_transformation
-from ..model import GateEvent, PartitionKey, PendingMove, WorkerSnapshot
-from .worker import RetryPolicy, StreamEvents, StreamWorker
+from ..model import GateEvent, PartitionKey, PendingMove, RetryPolicy, WorkerSnapshot
+from .worker import StreamEvents, StreamWorker
 
 log = logging.getLogger("mgstreams.registry")
 

@@ -41,11 +41,20 @@ from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks.policy import OutputPolicy
 from ..log_repeats import collapse_repeats
-from ..model import STOP_TIMEOUT_S, GateEvent, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
+from ..model import (
+    STOP_TIMEOUT_S,
+    GateEvent,
+    PartitionKey,
+    PendingMove,
+    RetryPolicy,
+    SetAside,
+    StreamStatus,
+    WorkerSnapshot,
+)
 from .batch_stats import BatchStats
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
-from .worker import RetryPolicy, StreamEvents
+from .worker import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
 STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer and the sink

@@ -53,7 +53,17 @@ from ..graph.sinks.stored_offsets import read_stored_offsets_within
 from ..graph.transform import Message, run_transformation
 from ..kafka.client import new_consumer
 from ..kafka.messages import message_offset, record_key
-from ..model import GateEvent, MoveState, PartitionKey, PendingMove, SetAside, StreamStatus, WorkerSnapshot
+from ..model import (
+    DEFAULT_RETRY,
+    GateEvent,
+    MoveState,
+    PartitionKey,
+    PendingMove,
+    RetryPolicy,
+    SetAside,
+    StreamStatus,
+    WorkerSnapshot,
+)
 from ..redaction import redact
 from .batch_stats import BatchStats
 from .dead_letter import DeadLetterQueue
@@ -79,17 +89,6 @@ NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERAT
 RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                               KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
                               KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a failed batch is retried before the stream goes to ERROR."""
-    attempts: int = 4
-    first_backoff_s: float = 0.2
-    max_backoff_s: float = 2.0
-
-    def backoff(self, attempt: int) -> float:
-        return min(self.first_backoff_s * (2 ** (attempt - 1)), self.max_backoff_s)
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ class _CancelRequest:
 class StreamWorker:
     def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None, events: StreamEvents = StreamEvents(),
-                 retry: RetryPolicy = RetryPolicy()):
+                 retry: RetryPolicy = DEFAULT_RETRY):
         self.config = config
         self._transformation = transformation
         self._sink = sink

@@ -24,9 +24,9 @@ from kafka_records import commit_as
 from stream_helpers import FAST_REJOIN, RecordingSink, by_partition, delivered_from_file, offsets_transform, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
-from stream_registry.model import MoveState
+from stream_registry.model import MoveState, RetryPolicy
 from stream_registry.registry.runner import Isolation
-from stream_registry.registry.worker import RetryPolicy, StreamEvents, StreamWorker
+from stream_registry.registry.worker import StreamEvents, StreamWorker
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 COMMIT_FAILS = KafkaError.OFFSET_METADATA_TOO_LARGE   # not retriable, no rejoin: the commit just fails

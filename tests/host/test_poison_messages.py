@@ -32,9 +32,8 @@ from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.errors import SinkError, StoredOffsetsConflict, TransformError
 from stream_registry.graph.sinks import BoltSink
 from stream_registry.graph.transform import Statement
-from stream_registry.model import ChangeStatus
+from stream_registry.model import ChangeStatus, RetryPolicy
 from stream_registry.registry.poison import BatchDelivery, may_be_poison
-from stream_registry.registry.worker import RetryPolicy
 
 CONNECT_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__connect.errors.offset",
                    "__connect.errors.exception.class.name", "__connect.errors.exception.message",

@@ -15,7 +15,7 @@ from typing import Any
 from stream_helpers import FAST_REJOIN
 
 from stream_registry import StreamConfig
-from stream_registry.registry.worker import RetryPolicy
+from stream_registry.model import RetryPolicy
 
 TRANSFORM = "stream_helpers.offsets_transform"   # records each message's offset (support/stream_helpers.py)
 MERGE = "stream_registry.builtin_transformations.merge_messages"   # the built-in default transformation

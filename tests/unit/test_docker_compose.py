@@ -160,12 +160,12 @@ def test_health_checks_and_start_order(services):
 
 def test_docker_stop_waits_for_every_stream_process_to_commit(services):
     """`docker stop` sends SIGTERM, then SIGKILL after stop_grace_period (10 s by default): the host needs its
-    streams' stop timeout (`serve --stop-timeout`, default from mgstreams.host.serve) plus its own shutdown."""
-    from mgstreams.host.serve import DEFAULT_STOP_TIMEOUT_S
+    streams' stop timeout (`serve --stop-timeout`, default model.STOP_TIMEOUT_S) plus its own shutdown."""
+    from stream_registry.model import STOP_TIMEOUT_S
 
     command = services["mgstreams"]["command"]
     timeout = float(command[command.index("--stop-timeout") + 1]) if "--stop-timeout" in command \
-        else DEFAULT_STOP_TIMEOUT_S
+        else STOP_TIMEOUT_S
     grace = services["mgstreams"]["stop_grace_period"]
     assert grace.endswith("s") and float(grace[:-1]) >= timeout + 10, (grace, timeout)
 
