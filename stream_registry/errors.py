@@ -62,9 +62,10 @@ class StoredOffsetsConflict(SinkError):
     retrying the same batch. Neither transient nor the messages' fault.
     """
 
-    def __init__(self, message: str, *, stored: dict):
+    def __init__(self, message: str, *, stored: dict, expected: dict | None = None):
         super().__init__(message)
         self.stored = dict(stored)
+        self.expected = dict(expected or {})   # (topic, partition) -> what the writer expected (None: none)
 
 
 class KafkaOperationError(StreamError):

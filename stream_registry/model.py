@@ -61,6 +61,9 @@ class ChangeStatus(StrEnum):
     # Not offset changes: a poison message set aside by errors.tolerance 'all' (history only)
     SKIPPED = "skipped"
     DEAD_LETTERED = "dead_lettered"
+    # An exactly-once stream resumed elsewhere than where its group (or its own view) stood: the sink's stored
+    # offsets decided (a sink cut back, edited, replaced, or holding none); not requested by anyone (history only)
+    REALIGNED = "realigned"
 
 
 class MoveState(StrEnum):
@@ -265,6 +268,18 @@ class GateEvent:
     previous_offset: int | None = None   # PERSISTED: where the partition stood before, when known
     reason: str | None = None            # WAITING after a failed persist: why; PERSISTED: why not the target
     more: bool = False                   # PERSISTED: more of one persist follow at once (recorded together)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Realignment:
+    """An exactly-once stream resumes one partition elsewhere than where it stood (its group's commit, or its
+    own view of the sink's offsets), because its sink stores other offsets: from where, to where, and why.
+    Recorded in the history (ChangeStatus.REALIGNED) and logged; never silent."""
+    topic: str
+    partition: int
+    previous_offset: int | None
+    offset: int
+    reason: str
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,13 +13,19 @@ two can never disagree. Per partition, the first that applies:
 
 Plain functions over values: the caller gathers the pending offsets (state
 store), the stored offsets (sink) and the partition snapshots (Kafka).
+
+No silent rewinds: where an exactly-once stream resumes elsewhere than where it
+stood (its group's commit at an assignment; its own view of the sink's offsets
+when a batch's compare-and-set finds others), `realignments` says so, per
+partition, from where to where and why; the stream logs it and the history
+records it (ChangeStatus.REALIGNED), which the lag verdict shows as REWIND.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .config import CONSUMER_DEFAULTS, Delivery, StreamConfig
-from .model import PartitionKey, PartitionSnapshot
+from .model import PartitionKey, PartitionSnapshot, Realignment
 
 _FROM_END = ("latest", "end", "largest")
 
@@ -49,3 +55,33 @@ def resume_offsets(config: StreamConfig, snapshots: Iterable[PartitionSnapshot],
     return {PartitionKey(s.topic, s.partition): resume_offset(s, pending=pending, stored=stored, exactly_once=exactly_once,
                                                   from_end=from_end, guess=guess)
             for s in snapshots}
+
+
+
+def realignments(stood: Mapping[PartitionKey, int | None], resumes: Mapping[PartitionKey, int],
+                 why: Callable[[PartitionKey, int, int], str]) -> list[Realignment]:
+    """The partitions that resume (`resumes`: where the sink says) elsewhere than where they `stood`, each with
+    `why(partition, stood, resumes)`. A partition that stood nowhere (absent or None: nothing committed,
+    nothing expected) is not a move. Sorted by partition."""
+    return [Realignment(topic=tp[0], partition=tp[1], previous_offset=was, offset=offset,
+                        reason=why(tp, was, offset))
+            for tp, offset in sorted(resumes.items()) for was in [stood.get(tp)] if was is not None and was != offset]
+
+
+def assignment_reason(stored: int | None, committed: int, offset: int) -> str:
+    """Why an exactly-once stream resumes a just-assigned partition at `offset`, not at its group's commit
+    (`stored`: what its sink stores, None for nothing)."""
+    if stored is None:
+        return (f"the sink stores no offset for it (a new, emptied or replaced sink, or its offsets deleted), so the "
+                f"graph holds none of it: read again from the log start {offset}, not from the group's commit "
+                f"{committed}")
+    if stored < committed:
+        return (f"the sink stores {stored}, behind the group's commit {committed} (restored, cut back or edited): "
+                f"records {stored}..{committed - 1} are read again")
+    return (f"the sink stores {stored}, ahead of the group's commit {committed} (written but not committed before "
+            f"the stream stopped): nothing is read twice")
+
+
+def conflict_reason(conflict: object) -> str:
+    """Why a running exactly-once stream goes on from its sink's offsets after a batch's compare-and-set failed."""
+    return f"the sink's stored offsets were changed under the running stream; its batch was dropped ({conflict})"

@@ -94,7 +94,8 @@ def continuation(stored: Mapping[SP, int], end: Mapping[SP, int],
                       f"{wanted if wanted is not None else 'none'}" for (t, p), (wanted, value) in sorted(wrong.items()))
     raise StoredOffsetsConflict(f"stored offsets of stream {stream!r}: the batch does not continue from them "
                                 f"({shown}); nothing was written",
-                                stored={tp: value for tp, value in now.items() if value is not None})
+                                stored={tp: value for tp, value in now.items() if value is not None},
+                                expected={tp: expect.get(tp) for tp in now})
 
 
 def stored_in_rows(stream: str, rows: Iterable[Sequence]) -> dict[SP, int]:

@@ -51,7 +51,7 @@ MAX_SAMPLES = 720           # per partition: an hour at the default interval
 PROBE_BUDGET_S = 1.0        # the longest one stream's timestamp reads may take per round
 PROBE_RETRY_S = 30.0        # a partition whose record could not be read is extrapolated this long (at most
                             # 5 sample intervals) before a retry
-OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)
+OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED, ChangeStatus.REALIGNED)
 
 
 @dataclass

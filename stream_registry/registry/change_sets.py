@@ -30,6 +30,7 @@ from ..model import (
     PartitionKey,
     PendingMove,
     PendingOffset,
+    Realignment,
     ResolvedOffset,
     SetAside,
 )
@@ -37,7 +38,8 @@ from ..offset_spec import Absolute, OffsetSpec
 from .state_store import PlannedRow, StateStore
 
 log = logging.getLogger("mgstreams.registry")
-OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED)   # history rows that are offset changes
+OFFSET_CHANGES = (ChangeStatus.APPLIED, ChangeStatus.CLAMPED,   # history rows that are offset changes
+                  ChangeStatus.REALIGNED)
 NOT_RUNNING = "stream is not running; applied at the first assignment after start"
 NOT_ASSIGNED = "not assigned to this stream's consumer yet (rebalance pending); applied when the group assigns it"
 
@@ -183,6 +185,22 @@ class ChangeSets:
                     self._store.set_reason(name, event.change_id, event.topic, event.partition, event.reason)
             except StreamError as exc:
                 log.warning("stream %s: %s", name, exc)
+        self.notify()
+
+    def on_realign(self, name: str, moves: list[Realignment]) -> None:
+        """An exactly-once stream resumed where its sink stores rather than where it stood: one history row per
+        partition (one change id), and a warning in the log saying from where to where and why."""
+        if not moves:
+            return
+        try:
+            change_id = self._store.record_realigned(name, moves)
+        except StreamError as exc:
+            log.warning("stream %s: %s (realignment not recorded)", name, exc)
+            return
+        for reason in dict.fromkeys(m.reason for m in moves):
+            log.warning("stream %s: change %d realigned to the sink: %s (%s)", name, change_id,
+                        _moves((m.topic, m.partition, m.previous_offset, m.offset) for m in moves
+                               if m.reason == reason), reason)
         self.notify()
 
     def on_set_aside(self, name: str, records: list[SetAside]) -> None:

@@ -457,6 +457,7 @@ class StreamRegistry:
         events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
                               on_change=lambda event: self._changes.on_event(name, event),
                               on_set_aside=lambda records: self._changes.on_set_aside(name, records),
+                              on_realign=lambda moves: self._changes.on_realign(name, moves),
                               on_stats=on_stats)
         pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:

@@ -17,7 +17,16 @@ from pathlib import Path
 
 from ..config import StreamConfig
 from ..errors import ConfigError, StreamError, StreamNotFound
-from ..model import ChangeStatus, GateEvent, HistoryEntry, PartitionKey, PendingOffset, SetAside, StreamStatus
+from ..model import (
+    ChangeStatus,
+    GateEvent,
+    HistoryEntry,
+    PartitionKey,
+    PendingOffset,
+    Realignment,
+    SetAside,
+    StreamStatus,
+)
 
 STATE_FILE = "mgstreams.sqlite3"
 
@@ -245,6 +254,21 @@ class StateStore:
                 db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ? AND "
                            "change_id = ?", (name, topic, partition, change_id))
         self._transaction(record)
+
+    def record_realigned(self, name: str, moves: list[Realignment]) -> int:
+        """An exactly-once stream's realignments to its sink (model.Realignment): history rows sharing one new
+        change id (returned). One transaction."""
+        now = time.time()
+
+        def record(db) -> int:
+            change_id = _next_change_id(db)
+            for m in moves:
+                db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
+                           "offset, status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (name, now, m.topic, m.partition, m.previous_offset, m.offset,
+                            ChangeStatus.REALIGNED.value, m.reason, change_id))
+            return change_id
+        return self._transaction(record)
 
     def record_set_aside(self, name: str, records: list[SetAside]) -> None:
         """Poison messages set aside (dead-lettered, or skipped): history rows, one change each."""

@@ -59,12 +59,14 @@ from ..model import (
     MoveState,
     PartitionKey,
     PendingMove,
+    Realignment,
     RetryPolicy,
     SetAside,
     StreamStatus,
     WorkerSnapshot,
 )
 from ..redaction import redact
+from . import realign
 from .batch_stats import BatchStats
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
@@ -98,6 +100,7 @@ class StreamEvents:
     on_change: Callable[[GateEvent], None] = lambda event: None   # an offset change persisted, or held back
     on_set_aside: Callable[[list[SetAside]], None] = lambda records: None     # poison messages
     on_stats: Callable[[BatchStats], None] = lambda stats: None               # since this worker started
+    on_realign: Callable[[list[Realignment]], None] = lambda moves: None     # exactly-once: the sink decided
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class StreamWorker:
         self._held_error: str | None = None     # why, shown as the stream's error until the sink answers
         self._next_held_try = 0.0
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
+        self._resumed: dict[PartitionKey, tuple] = {}   # exactly-once, just assigned elsewhere than the group's commit
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
@@ -375,6 +379,7 @@ class StreamWorker:
             if tp in assigned and not self.seek(tp, offset):
                 self.reassign(tp, offset)
         self._gate.rewound({tp: o for tp, o in starts.items() if o >= 0})
+        realign.explain_conflict(self, conflict, starts)
         log.warning("stream %s: %s; the batch at %s is dropped, the stream goes on from %s", self.config.name,
                     self._redact(conflict), _first_offsets_text(batch),
                     ", ".join(f"{t}:{p}@{'beginning' if o < 0 else o}" for (t, p), o in sorted(starts.items())))
@@ -562,13 +567,17 @@ class StreamWorker:
                 else:
                     self._stored.pop(key, None)
         self._commit_stored.update(key for key in keys if key in stored)
+        realign.note_resume(self, keys, stored)
         return stored
 
     def _follow_sink(self) -> None:
         """Exactly-once, after an assignment: commit what the sink stores, so the group's offsets (what lag tools
         read) are not left behind it by a crash between a batch's write and its commit, with nothing more to
         read. Between batches, not in the rebalance callback; a failed commit is not retried (the next batch's
-        commit carries it)."""
+        commit carries it). First, where the sink resumed a partition elsewhere than the group's commit, say so."""
+        if self._resumed:
+            resumed, self._resumed = self._resumed, {}
+            realign.explain_resume(self, resumed)
         if not self._commit_stored:
             return
         tps, self._commit_stored = self._commit_stored, set()
@@ -614,6 +623,7 @@ class StreamWorker:
         with self._state_lock:   # the next owner may move them: read again at the next assignment
             for tp in revoked:
                 self._stored.pop(tp, None)
+                self._resumed.pop(tp, None)
         try:
             self._assignment(lambda: consumer.incremental_unassign(started), consumer.unassign)
         except KafkaException:

@@ -40,7 +40,8 @@ def test_the_values_users_and_stored_state_see_are_unchanged():
     assert [s.value for s in StreamStatus] == ["created", "starting", "running", "stopped", "error"]
     assert [s.value for s in Verdict] == ["OK", "STARTING", "REWIND", "WARN", "STALL", "STOP"]
     assert [s.value for s in ChangeStatus] == ["planned", "applied", "clamped", "pending", "unchanged",
-                                               "superseded", "cancelled", "error", "skipped", "dead_lettered"]
+                                               "superseded", "cancelled", "error", "skipped", "dead_lettered",
+                                               "realigned"]
     assert (RestartPolicy.ON_FAILURE, Delivery.EXACTLY_ONCE, ErrorsTolerance.ALL, Stage.SINK) == \
         ("on-failure", "exactly_once", "all", "TASK_PUT")
 

@@ -3,6 +3,13 @@ imports it), each batch framed so that it is whole or absent after any kill (cyp
 
 Missing directories are created 0750, the file 0640. A file admitted by an OutputPolicy (policy.py) is opened
 beneath its allowed directory, following no symlink on the way.
+
+The compare-and-set of an exactly-once batch is made against the file as it is before each append, never a
+remembered copy: the sink keeps what it last saw of the file (device and inode, size, last frame line) and, under
+the file's lock, checks it before every append. A file cut back, truncated, appended to or replaced in place by
+someone else, or replaced or rotated at its path (a new inode, or none), is read again (and cut back to its last
+whole batch, reopened at its path when replaced), so the batch's `expect` is compared with what the file holds
+now: a StoredOffsetsConflict saying what happened to the file, on which the stream realigns to the file.
 """
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from ...errors import ConfigError, SinkError
+from ...errors import ConfigError, SinkError, StoredOffsetsConflict
 from ...model import PartitionKey
 from ...safe_paths import open_beneath
 from .. import cypherl_frames
@@ -53,42 +60,50 @@ class CypherlSink(Closing):
         self.fsync = fsync
         self.statements = 0
         self.trimmed = 0     # bytes cut from the end on open: a batch a kill left unfinished
+        self._beneath = beneath
         self._lock = threading.Lock()
-        self._known: dict[str, dict[PartitionKey, int]] = {}   # per stream: its stored offsets, as in the file
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT   # read too: the sink reads its own tail (cypherl_frames)
+        # Per stream: its stored offsets as read from the file, valid while the file is as `_seen` says.
+        self._known: dict[str, dict[PartitionKey, int]] = {}
+        self._seen: _Seen | None = None    # the file as this sink last read or wrote it
+        self._fd: int | None = None
+        self._fd = self._open()
         try:
-            if beneath is None:
-                _make_dirs(os.path.dirname(path))
-                fd = os.open(path, flags, FILE_MODE)
-            else:   # no symlink at any component below the allowed directory, whatever was swapped since
-                _make_dirs(beneath)
-                fd = open_beneath(beneath, os.path.relpath(path, beneath), flags, FILE_MODE,
-                                  dir_mode=DIR_MODE, make_dirs=True)
-        except (OSError, ValueError) as exc:
-            raise SinkError(f"sink cypherl://{path}: cannot open for appending: {exc}") from None
-        self._fd: int | None = fd
-        try:
-            self._recover(fd)
+            with _FileLock(self._fd):
+                self.trimmed = self._recover(self._fd)
         except OSError as exc:
             self.close()
             raise SinkError(f"sink cypherl://{path}: cannot recover the file's last whole batch: {exc}",
                             transient=True) from None
 
-    def _recover(self, fd: int) -> None:
-        """Cut the file back to its last whole batch; a file without frames (written before them) keeps its
-        whole lines and gets an empty frame, so that what follows is framed."""
-        with _FileLock(fd):
-            size = os.fstat(fd).st_size
-            end = cypherl_frames.verified_end(fd, size)
-            if end is None:
-                end = _after_last_newline(fd, size)
-                os.ftruncate(fd, end)
-                _write_all(fd, [cypherl_frames.EMPTY_FRAME])
-            elif end < size:
-                os.ftruncate(fd, end)
-            self.trimmed = size - end
-            if self.fsync and (self.trimmed or end == 0):
-                os.fsync(fd)
+    def _open(self) -> int:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT   # read too: the sink reads its own tail (cypherl_frames)
+        try:
+            if self._beneath is None:
+                _make_dirs(os.path.dirname(self.path))
+                return os.open(self.path, flags, FILE_MODE)
+            # no symlink at any component below the allowed directory, whatever was swapped since
+            _make_dirs(self._beneath)
+            return open_beneath(self._beneath, os.path.relpath(self.path, self._beneath), flags, FILE_MODE,
+                                dir_mode=DIR_MODE, make_dirs=True)
+        except (OSError, ValueError) as exc:
+            raise SinkError(f"sink cypherl://{self.path}: cannot open for appending: {exc}") from None
+
+    def _recover(self, fd: int) -> int:
+        """Cut the file back to its last whole batch (the file's lock held); a file without frames (written
+        before them) keeps its whole lines and gets an empty frame, so that what follows is framed. The bytes
+        cut."""
+        size = os.fstat(fd).st_size
+        end = cypherl_frames.verified_end(fd, size)
+        if end is None:
+            end = _after_last_newline(fd, size)
+            os.ftruncate(fd, end)
+            _write_all(fd, [cypherl_frames.EMPTY_FRAME])
+        elif end < size:
+            os.ftruncate(fd, end)
+        if self.fsync and (size > end or end == 0):
+            os.fsync(fd)
+        self._known, self._seen, self._replaced = {}, _Seen.at_end(fd, os.fstat(fd).st_size), False
+        return size - end
 
     def write(self, statements: Sequence[Statement], *, expect: Mapping[PartitionKey, int | None] | None = None
               ) -> Written:
@@ -100,13 +115,21 @@ class CypherlSink(Closing):
         end = offsets_in_statements(statements)
         data = self._render(statements)
         with self._lock:
-            fd = self._fd
-            if fd is None:
-                raise SinkError(f"sink cypherl://{self.path}: write after close")
+            fd = self._current_fd("write")
             with _FileLock(fd):
-                known = self._stored_of(fd, {stream for stream, _, _ in end})
-                if end and continuation(known, end, expect) is Continuation.DONE:
-                    return Written.ALREADY_APPLIED
+                try:
+                    known, changed = self._stored_of(fd, {stream for stream, _, _ in end})
+                except OSError as exc:
+                    raise SinkError(f"sink cypherl://{self.path}: reading the stored offsets failed: {exc}",
+                                    transient=True) from None
+                try:
+                    if end and continuation(known, end, expect) is Continuation.DONE:
+                        return Written.ALREADY_APPLIED
+                except StoredOffsetsConflict as exc:
+                    if changed is None:
+                        raise
+                    raise StoredOffsetsConflict(f"sink cypherl://{self.path}: {changed}; {exc}",
+                                                stored=exc.stored, expected=exc.expected) from None
                 after = {**known, **end}
                 frame = cypherl_frames.frame_line(data, after)
                 size = os.fstat(fd).st_size
@@ -116,21 +139,58 @@ class CypherlSink(Closing):
                         os.fsync(fd)
                 except OSError as exc:
                     _cut_back(fd, size)
+                    self._seen = None
                     raise SinkError(f"sink cypherl://{self.path}: writing a batch of {len(statements)} "
                                     f"statements failed: {exc}", transient=True) from None
+                self._seen = _Seen.of(fd, size + len(data) + len(frame), frame)
             for (stream, topic, partition), offset in end.items():
                 self._known[stream][PartitionKey(topic, partition)] = offset
             self.statements += len(statements)
         return Written.APPLIED
 
-    def _stored_of(self, fd: int, streams: set[str]) -> dict[tuple[str, str, int], int]:
-        """The stored offsets of `streams` (read from the file once, then kept as written), by (stream, tp)."""
+    def _current_fd(self, doing: str) -> int:
+        """The open file, reopened at its path when someone replaced or rotated it (self._lock held)."""
+        fd = self._fd
+        if fd is None:
+            raise SinkError(f"sink cypherl://{self.path}: {doing} after close")
+        try:
+            at_path = os.stat(self.path, follow_symlinks=False)
+            held = os.fstat(fd)
+            moved = (at_path.st_dev, at_path.st_ino) != (held.st_dev, held.st_ino)
+        except FileNotFoundError:
+            moved = True
+        except OSError as exc:
+            raise SinkError(f"sink cypherl://{self.path}: cannot look at the file: {exc}", transient=True) from None
+        if not moved:
+            return fd
+        new = self._open()
+        os.close(fd)
+        self._fd = new
+        self._known, self._seen, self._replaced = {}, None, True
+        return new
+
+    _replaced = False   # the file at the path was replaced or rotated since this sink last read it
+
+    def _stored_of(self, fd: int, streams: set[str]) -> tuple[dict[tuple[str, str, int], int], str | None]:
+        """The stored offsets of `streams` in the file as it is now, by (stream, tp), and what someone else did to
+        the file since this sink last saw it (None: nothing). Kept in memory only while the file's identity,
+        size and last frame line are those this sink last saw (the file's lock held)."""
+        size = os.fstat(fd).st_size
+        changed = None
+        if self._replaced:
+            changed = "the file was replaced or rotated at its path by someone else: read again from the new file"
+        elif self._seen is not None and not self._seen.matches(fd, size):
+            changed = (f"the file was changed by someone else (this sink left it at {self._seen.size} bytes, it "
+                       f"has {size}: cut, truncated, appended to or rewritten): read again")
+        if changed is not None or self._seen is None:
+            self._recover(fd)
+            size = os.fstat(fd).st_size
         out = {}
         for stream in streams:
             if stream not in self._known:
-                self._known[stream] = cypherl_frames.stored_offsets(fd, os.fstat(fd).st_size, stream)
+                self._known[stream] = cypherl_frames.stored_offsets(fd, size, stream)
             out.update({(stream, t, p): o for (t, p), o in self._known[stream].items()})
-        return out
+        return out, changed
 
     def _render(self, statements: Sequence[Statement]) -> bytes:
         lines = []
@@ -149,13 +209,12 @@ class CypherlSink(Closing):
 
     def stored_offsets(self, stream: str, partitions: Iterable[PartitionKey] | None = None
                        ) -> dict[PartitionKey, int]:
-        """From memory once read: the file's last frame naming `stream`, then what this sink wrote."""
+        """The file's last frame naming `stream`, as the file is now (see _stored_of)."""
         with self._lock:
-            fd = self._fd
-            if fd is None:
-                raise SinkError(f"sink cypherl://{self.path}: read after close")
+            fd = self._current_fd("read")
             try:
-                known = self._stored_of(fd, {stream})
+                with _FileLock(fd):
+                    known, _ = self._stored_of(fd, {stream})
             except OSError as exc:
                 raise SinkError(f"sink cypherl://{self.path}: reading the stored offsets failed: {exc}",
                                 transient=True) from None
@@ -171,6 +230,31 @@ class CypherlSink(Closing):
     def __repr__(self) -> str:
         return f"CypherlSink({self.path!r}, fsync={self.fsync})"
 
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """The file as a sink last saw it: which file, how long, and its last line (a frame, ending at `size`)."""
+    device: int
+    inode: int
+    size: int
+    tail: bytes
+
+    @classmethod
+    def of(cls, fd: int, size: int, tail: bytes) -> _Seen:
+        held = os.fstat(fd)
+        return cls(held.st_dev, held.st_ino, size, tail)
+
+    @classmethod
+    def at_end(cls, fd: int, size: int) -> _Seen:
+        frame = cypherl_frames.last_frame(fd, size)
+        tail = os.pread(fd, frame.end - frame.start, frame.start) if frame is not None and frame.end == size else b""
+        return cls.of(fd, size, tail)
+
+    def matches(self, fd: int, size: int) -> bool:
+        held = os.fstat(fd)
+        return (held.st_dev, held.st_ino, size) == (self.device, self.inode, self.size) and \
+            os.pread(fd, len(self.tail), size - len(self.tail)) == self.tail
 
 
 class _FileLock:
