@@ -71,6 +71,7 @@ OPTION_FIELDS = {
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
 # What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
 ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs")
+ALTER_OPTIONS = ("from",)   # an alter's options beyond the fields: where a new sink starts (registry.sink_change)
 
 ALLOWED_GROUPS_ENV = "MGSTREAMS_ALLOWED_GROUPS"
 GROUP_PREFIX = "mgstreams_"   # a stream's default group is mgstreams_<name>: the host's own namespace

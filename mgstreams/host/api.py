@@ -35,7 +35,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from stream_registry import StreamConfig, StreamRegistry
-from stream_registry.config import ALTERABLE_FIELDS, OPTION_FIELDS
+from stream_registry.config import ALTER_OPTIONS, ALTERABLE_FIELDS, OPTION_FIELDS
 from stream_registry.errors import BodyTooLarge, Busy, StreamError, StreamExists, StreamNotFound
 from stream_registry.lag.collector import LagCollector
 from stream_registry.model import CHECK_TIMEOUT_MS
@@ -124,7 +124,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
     async def alter(request: Request) -> Response:
         # Every create field is known here, so a field that cannot be altered is named as such (400).
-        body = await parts.body(request, tuple(dict.fromkeys((*ALTERABLE_FIELDS, *CREATE_FIELDS))), required=())
+        body = await parts.body(request, tuple(dict.fromkeys((*ALTERABLE_FIELDS, *ALTER_OPTIONS, *CREATE_FIELDS))),
+                                required=())
         name = parts.name(request)
         return await _call(lambda: registry.alter(name, body))
 

@@ -63,6 +63,7 @@ from ..model import (
 )
 from ..offset_spec import OffsetSpec, parse_offset_spec
 from ..redaction import mask_all, redact
+from . import sink_change
 from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
@@ -174,19 +175,35 @@ class StreamRegistry:
         """Change a stream's batch size, batch interval, transformation, sink or configs (`configs` merged, a
         null value removing a key), validated as a create is, before anything is built; nothing changes on a
         refusal. The state store keeps the new config; pending offset changes and the history stay. A running
-        (or starting) stream restarts to apply it, from its committed offsets and pending changes."""
+        (or starting) stream restarts to apply it, from its committed offsets and pending changes. A sink change
+        is an offset change too (sink_change): the new sink continues where the stream stood, or from `from`."""
+        changes, start_from = sink_change.split(changes)
         before = self._stream(name).config
         config = before.altered(changes)
+        moving = sink_change.sink_change(before, config, start_from)
         self._group_policy.check(config)
         # no lock held: it may wait for the cluster
         admit(config, before, self._isolation, self._output_policy, self._open_query)
+        _, runner, _, query = self._view(name)
+        plan, partitions = sink_change.prepare(moving, before, query, runner, self._positions,
+                                               time.monotonic() + DEFAULT_TIMEOUT_MS / 1000)
         with self._locked(name) as stream:
             if stream.config is not before:
                 raise StreamStateError(f"name: stream {name!r} was altered meanwhile; read it and alter it again")
             running = self._running(stream) is not None
             if running:
                 self._stop_locked(stream, keep_desired=True)
+            if moving is not None and plan is None:   # where the stream stood, once it stopped
+                try:
+                    plan = sink_change.carried_over(before, partitions, self._positions.stored_offsets,
+                                                    self._store.pending(name))
+                except StreamError:
+                    if running:
+                        self._start_locked(stream, why="restart (alter refused)")
+                    raise
             self._store.update_config(config)
+            if moving is not None and plan:
+                self._changes.open(name, plan, moving.note, running=False)
             stream.config = config
             if stream.query is not None:   # it connected with the old configs
                 stream.query.close()

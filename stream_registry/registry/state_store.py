@@ -244,7 +244,8 @@ class StateStore:
                                  "topic = ? AND partition = ? AND change_id = ?",
                                  (name, topic, partition, change_id)).fetchone()
                 planned_previous, clamped, note = row if row else (None, 0, "")
-                previous = planned_previous if seen_previous is None else seen_previous
+                # a negative origin is librdkafka's "beginning" of a sink that stores nothing: the plan knows more
+                previous = planned_previous if seen_previous is None or seen_previous < 0 else seen_previous
                 message = "; ".join(m for m in (note, event.reason) if m)
                 db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
