@@ -17,7 +17,7 @@ import pytest
 from lag_host import create, lag_of
 from stream_helpers import by_partition, delivered_from_file, wait_until
 
-from stream_registry.graph.cypherl_frames import FRAME_PREFIX, offsets_in_cypherl
+from stream_registry.graph.cypherl_frames import offsets_in_cypherl
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 TRANSFORM = "stream_helpers.offsets_transform"

@@ -84,6 +84,35 @@ def test_a_stream_whose_stored_offsets_someone_else_moved_goes_on_from_them_and_
         assert registry.describe("orders")[0].stored_offset == 40
 
 
+def test_offset_nodes_a_user_edits_or_deletes_are_a_conflict_a_realignment_and_a_history_row(
+        kafka, tmp_path, monkeypatch):
+    """Issue 34: the graph's MgstreamsOffset nodes edited, then deleted, by a user while the stream runs. Each is a
+    conflict at the next batch's compare-and-set: the stream goes on from what the graph holds (none: the log
+    start), and the history says from where to where and why (status realigned), never silently."""
+    memgraph = Server(rtt_ms=0)
+    with bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size=10, attempts=3) as (registry,
+                                                                                                         topic):
+        with memgraph.lock:
+            memgraph.offsets[("orders", topic, 0)] = 5                  # edited back: 5..9 are read again
+        kafka.produce(topic, 10, partitions=1)                          # offsets 10..19
+        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 20, 30, what="stored 20")
+        realigned = [h for h in registry.history("orders") if h.status == "realigned"]
+        assert [(h.previous_offset, h.offset) for h in realigned] == [(10, 5)]
+        assert "changed under the running stream" in realigned[0].message and realigned[0].change_id
+        with memgraph.lock:
+            del memgraph.offsets[("orders", topic, 0)]                   # deleted: the graph holds none
+        kafka.produce(topic, 5, partitions=1)                           # offsets 20..24
+        wait_until(lambda: memgraph.offsets.get(("orders", topic, 0)) == 25, 30, what="stored 25")
+        realigned = [h for h in registry.history("orders") if h.status == "realigned"]
+        assert [(h.previous_offset, h.offset) for h in realigned] == [(20, 0), (10, 5)]
+        created = memgraph.created()
+        assert created == Counter({**{(topic, 0, o): 2 for o in range(20)},
+                                   **{(topic, 0, o): 3 for o in range(5, 10)},
+                                   **{(topic, 0, o): 1 for o in range(20, 25)}}), \
+            "exactly what the graph's offsets said to read again, each time"
+        assert registry.get("orders").status == StreamStatus.RUNNING
+
+
 def test_a_sink_outage_at_assignment_is_shown_in_error_and_clears_when_the_sink_answers(
         kafka, tmp_path, monkeypatch):
     """Issue 21, reproduction 3 (Bolt): the stored offsets are read when partitions are assigned; a sink that
@@ -215,18 +244,32 @@ class _Untrusted:
 # -- against a model ------------------------------------------------------------------------------------------
 class BoltExactlyOnce(RuleBasedStateMachine):
     """A writer that keeps `expect` as the worker will, over lost acks, lost commits, outages and rewinds: every
-    CREATE of a written batch is applied exactly as often as the model says (once, plus once per rewind over it)."""
+    CREATE of a written batch is applied exactly as often as the model says (once, plus once per rewind over it).
+    A user edits or deletes the MgstreamsOffset node behind the writer's back (issue 34): its next batch is a
+    conflict saying what the graph holds, nothing written, and the writer goes on from there."""
 
     def __init__(self):
         super().__init__()
         self.memgraph = Server(rtt_ms=0)
         self.sink = BoltSink("memgraph", connect=self.memgraph.connect, retries=3, sleep=lambda s: None)
         self.stored: int | None = None        # the writer's view of the stored offset
+        self.graph: int | None = None         # what the graph stores
         self.expected = Counter()             # how often each offset should have been applied
 
     @rule(count=st.integers(1, 4), faults=st.sampled_from(["none", "after", "before", "after-twice", "down"]))
     def write_batch(self, count, faults):
         first = self.stored or 0
+        if self.graph != self.stored and self.graph == first + count:   # edited to this very batch's end
+            assert self.sink.write(batch("s", "t", 0, first, count),
+                                   expect={("t", 0): self.stored}) is Written.ALREADY_APPLIED
+            self.stored = self.graph
+            return
+        if self.graph != self.stored:         # a user edited or deleted the offsets: refused, go on from the graph's
+            with pytest.raises(StoredOffsetsConflict) as conflict:
+                self.sink.write(batch("s", "t", 0, first, count), expect={("t", 0): self.stored})
+            assert conflict.value.stored == ({} if self.graph is None else {("t", 0): self.graph})
+            self.stored = self.graph
+            return
         if faults == "after":
             self.memgraph.drop_after_commit = 1
         elif faults == "before":
@@ -244,16 +287,28 @@ class BoltExactlyOnce(RuleBasedStateMachine):
         finally:
             self.memgraph.drop_after_commit = self.memgraph.drop_before_commit = 0
         self.expected.update(("t", 0, o) for o in range(first, first + count))
-        self.stored = first + count
+        self.stored = self.graph = first + count
 
     @precondition(lambda self: self.stored)
     @rule(data=st.data())
     def rewind(self, data):
         to = data.draw(st.integers(0, self.stored))
         self.sink.write(offset_statements("s", {("t", 0): to}))
-        self.stored = to
+        self.stored = self.graph = to
 
-    @precondition(lambda self: self.stored)
+    @precondition(lambda self: self.graph is not None)
+    @rule(data=st.data(), delete=st.booleans())
+    def user_edits_the_offsets(self, data, delete):
+        """Someone edits the MgstreamsOffset node (to any offset but the batch end the writer will store next), or
+        deletes it."""
+        with self.memgraph.lock:
+            if delete:
+                del self.memgraph.offsets[("s", "t", 0)]
+                self.graph = None
+            else:
+                self.graph = self.memgraph.offsets[("s", "t", 0)] = data.draw(st.integers(0, self.graph + 3))
+
+    @precondition(lambda self: self.stored and self.graph == self.stored)
     @rule()
     def stale_writer(self):
         """A writer a step behind (a zombie after a rebalance): its duplicate of the last message is already
@@ -266,7 +321,7 @@ class BoltExactlyOnce(RuleBasedStateMachine):
     @invariant()
     def applied_as_the_model_says(self):
         assert self.memgraph.created() == self.expected
-        assert self.memgraph.offsets.get(("s", "t", 0)) == self.stored
+        assert self.memgraph.offsets.get(("s", "t", 0)) == self.graph
 
 
 TestBoltExactlyOnce = BoltExactlyOnce.TestCase
