@@ -63,7 +63,6 @@ from ..model import (
 )
 from ..offset_spec import OffsetSpec, parse_offset_spec
 from ..redaction import mask_all, redact
-from . import sink_change
 from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
@@ -71,6 +70,7 @@ from .one_shot import call_in_child
 from .positions import StreamPositions
 from .preview import preview
 from .runner import Isolation, StreamRunner, ThreadRunner
+from .sink_change import carried_over, prepare, sink_change, split_from
 from .starting import starting_detail
 from .state_lock import StateLock
 from .state_store import StateStore
@@ -177,15 +177,15 @@ class StreamRegistry:
         refusal. The state store keeps the new config; pending offset changes and the history stay. A running
         (or starting) stream restarts to apply it, from its committed offsets and pending changes. A sink change
         is an offset change too (sink_change): the new sink continues where the stream stood, or from `from`."""
-        changes, start_from = sink_change.split(changes)
+        changes, start_from = split_from(changes)
         before = self._stream(name).config
         config = before.altered(changes)
-        moving = sink_change.sink_change(before, config, start_from)
+        moving = sink_change(before, config, start_from)
         self._group_policy.check(config)
         # no lock held: it may wait for the cluster
         admit(config, before, self._isolation, self._output_policy, self._open_query)
         _, runner, _, query = self._view(name)
-        plan, partitions = sink_change.prepare(moving, before, query, runner, self._positions,
+        plan, partitions = prepare(moving, before, query, runner, self._positions,
                                                time.monotonic() + DEFAULT_TIMEOUT_MS / 1000)
         with self._locked(name) as stream:
             if stream.config is not before:
@@ -195,7 +195,7 @@ class StreamRegistry:
                 self._stop_locked(stream, keep_desired=True)
             if moving is not None and plan is None:   # where the stream stood, once it stopped
                 try:
-                    plan = sink_change.carried_over(before, partitions, self._positions.stored_offsets,
+                    plan = carried_over(before, partitions, self._positions.stored_offsets,
                                                     self._store.pending(name))
                 except StreamError:
                     if running:

@@ -43,7 +43,7 @@ class SinkChange:
     shown: str | None   # the `from` as given, for messages
 
 
-def split(changes: Mapping[str, Any]) -> tuple[dict[str, Any], object]:
+def split_from(changes: Mapping[str, Any]) -> tuple[dict[str, Any], object]:
     """The alter's config changes, and its `from` (None when absent)."""
     if not isinstance(changes, Mapping):
         return changes, None   # type: ignore[return-value]   # StreamConfig.altered says what is wrong

@@ -66,11 +66,11 @@ from ..model import (
     WorkerSnapshot,
 )
 from ..redaction import redact
-from . import realign
 from .batch_stats import BatchStats
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
 from .poison import BatchDelivery
+from .realign import explain_conflict, explain_resume, note_resume
 
 log = logging.getLogger("mgstreams.worker")
 
@@ -379,7 +379,7 @@ class StreamWorker:
             if tp in assigned and not self.seek(tp, offset):
                 self.reassign(tp, offset)
         self._gate.rewound({tp: o for tp, o in starts.items() if o >= 0})
-        realign.explain_conflict(self, conflict, starts)
+        explain_conflict(self, conflict, starts)
         log.warning("stream %s: %s; the batch at %s is dropped, the stream goes on from %s", self.config.name,
                     self._redact(conflict), _first_offsets_text(batch),
                     ", ".join(f"{t}:{p}@{'beginning' if o < 0 else o}" for (t, p), o in sorted(starts.items())))
@@ -567,7 +567,7 @@ class StreamWorker:
                 else:
                     self._stored.pop(key, None)
         self._commit_stored.update(key for key in keys if key in stored)
-        realign.note_resume(self, keys, stored)
+        note_resume(self, keys, stored)
         return stored
 
     def _follow_sink(self) -> None:
@@ -577,7 +577,7 @@ class StreamWorker:
         commit carries it). First, where the sink resumed a partition elsewhere than the group's commit, say so."""
         if self._resumed:
             resumed, self._resumed = self._resumed, {}
-            realign.explain_resume(self, resumed)
+            explain_resume(self, resumed)
         if not self._commit_stored:
             return
         tps, self._commit_stored = self._commit_stored, set()
