@@ -37,7 +37,7 @@ from spark_bridge.job import BackfillJob, BackfillReport, plan_job
 from stream_registry.errors import ConfigError, StreamError
 from stream_registry.redaction import redact
 
-from ..settings import SINK_PASSWORD_ENV, SPARK_REMOTE_ENV, STATE_DIR_ENV
+from ..settings import SINK_PASSWORD_ENV, SPARK_REMOTE_ENV, STATE_DIR_ENV, default_state_dir
 from .backfill_job import build_job
 from .backfill_report import (
     console_on,
@@ -112,6 +112,7 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
     """Replay offset ranges through the stream's transformation into the graph, with Spark or locally."""
     out, err = console_on(sys.stdout), console_on(sys.stderr)
     _SECRETS[:] = _secrets_of(remote or master)
+    handoff = _handoff_mark(stream_name, state_dir)   # before the resume point is read: a move after it is seen
     job = _guard(lambda: build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start,
                                    until, transform, modules_dirs, sink, sink_username, min_partitions,
                                    batch_size, fail_on_data_loss, writers, config_file=config_file))
@@ -162,6 +163,20 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
     if choice.engine is Engine.SPARK:
         err.print(f"spark session start: {session_seconds:.1f} s")
     _write_report(report_path, report, job, choice, master, remote, session_seconds)
+    if handoff is not None and job.resume_offsets is not None:   # the hand-off: the stream must not have moved
+        from spark_bridge.handoff import check_unmoved
+
+        _guard(lambda: check_unmoved(handoff[0], stream_name, handoff[1], job.resume_offsets))
+
+
+def _handoff_mark(stream_name: str | None, state_dir: str | None) -> tuple[str, int] | None:
+    """(state dir, newest change id) of a registered stream, to see its offsets moved while the backfill runs."""
+    if not stream_name:
+        return None
+    from spark_bridge.handoff import offset_changes_mark
+
+    where = state_dir or default_state_dir()
+    return where, _guard(lambda: offset_changes_mark(where, stream_name))
 
 
 def _write_report(path, report: BackfillReport, job: BackfillJob, choice, master, remote,

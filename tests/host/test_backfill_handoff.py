@@ -9,7 +9,9 @@ process: the host (`mgstreams serve`), the CLI commands, the backfill; Kafka is 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 from cli_helpers import mgstreams
 from configs import stream_body
 from host_helpers import http
+from paths import ROOT
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 from spark_bridge.handoff import stream_resume_offsets
@@ -169,6 +172,43 @@ def test_an_exactly_once_stream_hands_off_at_what_its_sink_stores(host, kafka, t
     assert covered == every_offset_once(topic, {0: 100, 1: 100, 2: 100}), "skipped or loaded twice"
     ok(mgstreams("stop", "orders", host=host, timeout=120))
     assert "Traceback" not in host.log()
+
+
+def test_a_stream_moved_while_its_backfill_runs_fails_the_backfill_saying_what_the_move_leaves(host, kafka, tmp_path):
+    """Issue 34: the hand-off under a moving stream is not made exact after the fact; the backfill fails (exit 1)
+    naming the change that moved the stream and the offsets it leaves loaded twice, and that is what happens."""
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 100, partitions=1)
+    live = tmp_path / "live.cypherl"
+    create(host, kafka, topic, live)
+    ok(mgstreams("set-offset", "orders", json.dumps({f"{topic}:0": 60}), host=host, timeout=120))   # live from 60
+    out, hold = tmp_path / "backfill", tmp_path / "hold"
+    hold.touch()
+    backfill = subprocess.Popen(
+        [sys.executable, "-m", "mgstreams", "backfill", "--stream", "orders", "--state-dir", str(host.state_dir),
+         "--engine", "local", "--from", "earliest", "--until", "committed", "--sink", f"cypherl://{out}",
+         "--batch-size", "5", "--transform", "stream_helpers.held_offsets_transform"],
+        cwd=ROOT, env={**os.environ, "MGSTREAMS_URL": host.url, "MGSTREAMS_TEST_HOLD": str(hold)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: Path(f"{hold}.seen").exists() or backfill.poll() is not None, 60, what="the backfill")
+        assert backfill.poll() is None, backfill.communicate()
+        moved = json.loads(ok(mgstreams("set-offset", "orders", json.dumps({f"{topic}:0": 40}), "--json",
+                                        host=host, timeout=120)).stdout)   # while the backfill is held
+        hold.unlink()
+        _, stderr = backfill.communicate(timeout=120)
+    finally:
+        backfill.kill()
+    assert backfill.returncode == 1, stderr
+    change = moved[0]["change_id"]
+    assert f"change {change} (pending) moved {topic}:0 to 40: offsets 40..59 are loaded by the backfill and " \
+           f"again by the stream" in stderr, stderr
+    assert sorted(o for _, _, o in backfilled(out)) == list(range(60)), "the backfill's writes stay"
+    ok(mgstreams("start", "orders", host=host, timeout=120))
+    wait_until(lambda: column(host, "committed_offset") == {0: 100}, 60, what="live caught up")
+    covered = Counter(backfilled(out)) + Counter(delivered_from_file(live))
+    assert sorted(o for (_, _, o), n in covered.items() if n == 2) == list(range(40, 60)), "as the failure said"
+    ok(mgstreams("stop", "orders", host=host, timeout=120))
 
 
 def test_the_data_source_ends_at_the_stream_resume_point_and_errors_name_the_option(host, kafka, tmp_path):

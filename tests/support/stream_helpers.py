@@ -34,6 +34,17 @@ def offsets_transform(messages):
     return out
 
 
+def held_offsets_transform(messages):
+    """offsets_transform, held while the file named by $MGSTREAMS_TEST_HOLD exists (it touches `<file>.seen`
+    first), in any process: a backfill a test overtakes at a moment of its choosing."""
+    hold = os.environ.get("MGSTREAMS_TEST_HOLD")
+    if hold:
+        Path(hold + ".seen").touch()
+        while os.path.exists(hold):
+            time.sleep(0.02)
+    return offsets_transform(messages)
+
+
 def poison_transform(messages):
     """offsets_transform, but a payload starting with `poison` raises ValueError: a message the
     transformation cannot read (a process-wide rule, so it holds in a stream's own process too)."""
