@@ -10,6 +10,7 @@ from stream_registry.model import StreamStatus
 
 from .invocation import bootstrap_option, fail, host_client, json_option, print_json, run
 from .render import DETAIL_COLUMN, STREAM_COLUMNS, show, table
+from .spec_argument import option_spec
 from .usage import UsageCommand
 
 
@@ -94,13 +95,17 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
 @click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
 @click.option("--transform", default=None, metavar="MODULE.FUNCTION", help="The new transformation.")
 @click.option("--sink", default=None, metavar="URI", help="The new sink (bolt://, cypherl:///..., null://).")
+@click.option("--from", "start_from", default=None, metavar="SPEC",
+              help="With --sink: where the new sink starts (an offset spec, as set-offset takes); by default an "
+                   "exactly-once stream's new sink continues where the stream stood.")
 @click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
               help="Set a librdkafka property of the consumer (repeatable); the others stay.")
 @click.option("--unset-config", "unset", multiple=True, metavar="KEY",
               help="Remove a librdkafka property (repeatable): librdkafka's default applies again.")
 @json_option
 def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, transform: str | None,
-          sink: str | None, configs: dict[str, str], unset: tuple[str, ...], as_json: bool) -> None:
+          sink: str | None, start_from: str | None, configs: dict[str, str], unset: tuple[str, ...],
+          as_json: bool) -> None:
     """Change stream NAME (PATCH /streams/NAME, as `CALL streams.alter(...)`): what is given changes, the rest
     stays. Checked as a create is; a refusal changes nothing. A running stream restarts to apply it, from its
     committed offsets; pending offset changes and the history stay."""
@@ -109,6 +114,8 @@ def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, tran
         ("sink", sink)) if value is not None}
     if configs or unset:
         changes["configs"] = {**configs, **{key: None for key in unset}}
+    if start_from is not None:
+        changes["from"] = run(lambda: option_spec(start_from, "--from"))
     if not changes:
         raise click.UsageError("nothing to change: give --batch-size, --batch-interval-ms, --transform, --sink, "
                                "--config or --unset-config")
