@@ -344,7 +344,7 @@ class LagCollector:
         t.changes_total += len(applied)
         horizon = self._clock() - self._keep_s
         t.changes.extend(OffsetChangeMark(e.change_id, e.changed_at.timestamp(), e.topic, e.partition,
-                                          e.previous_offset, e.offset)
+                                          e.previous_offset, e.offset, e.status == ChangeStatus.REALIGNED)
                          for e in applied if e.changed_at.timestamp() >= horizon)
 
 

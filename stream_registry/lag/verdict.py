@@ -103,6 +103,7 @@ class OffsetChangeMark:
     partition: int
     previous_offset: int | None
     offset: int
+    realigned: bool = False   # not a call: an exactly-once stream realigned to its sink (history status realigned)
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,8 @@ def _last_rewind(samples: list[LagSample], changes: list[OffsetChangeMark]
 
 def _operator_rewind(change: OffsetChangeMark, before: int | None) -> PartitionVerdict:
     ident = f"change {change.change_id}" if change.change_id is not None else "a change"
-    return PartitionVerdict(Verdict.REWIND, f"set_stream_offset moved it back from {before} to {change.offset} "
+    who = "realigned to what its sink stores" if change.realigned else "set_stream_offset moved it back"
+    return PartitionVerdict(Verdict.REWIND, f"{who} from {before} to {change.offset} "
                                             f"({ident} at {_time(change.at)}); not an alarm",
                             change_id=change.change_id)
 

@@ -121,7 +121,7 @@ def test_a_cypherl_file_cut_back_while_the_stream_runs_loses_nothing_and_says_so
         rows = [h for h in history(api, "cutback") if h["status"] == "realigned"]
         assert [(h["previous_offset"], h["offset"]) for h in rows] == [(100, 50)], history(api, "cutback")
         assert "changed by someone else" in rows[0]["message"]
-        wait_until(lambda: (rows[0]["change_id"], False) in verdicts.rewinds, 10, what="REWIND for the cut")
+        wait_until(lambda: (rows[0]["change_id"], False, True) in verdicts.rewinds, 10, what="REWIND for the cut")
     assert offsets_in_cypherl(str(out), "cutback") == {(topic, 0): 150}
 
     # a file deleted while the stream is stopped: at the assignment the sink holds nothing, the group 150
@@ -133,7 +133,7 @@ def test_a_cypherl_file_cut_back_while_the_stream_runs_loses_nothing_and_says_so
         rows = [h for h in history(api, "cutback") if h["status"] == "realigned"]
         assert [(h["previous_offset"], h["offset"]) for h in rows][0] == (150, 0), rows
         assert "stores no offset" in rows[0]["message"]
-        wait_until(lambda: (rows[0]["change_id"], False) in verdicts.rewinds, 10, what="REWIND for the new file")
+        wait_until(lambda: (rows[0]["change_id"], False, True) in verdicts.rewinds, 10, what="REWIND for the new file")
     assert "realigned to the sink" in lag_host.log() and "Traceback" not in lag_host.log()
     api.put("/streams/cutback/stop").raise_for_status()
 
@@ -143,9 +143,9 @@ class VerdictWatch(CommitWatch):
 
     def __init__(self, api, name: str):
         super().__init__(api, name)
-        self.rewinds: set[tuple[int | None, bool]] = set()
+        self.rewinds: set[tuple[int | None, bool, bool]] = set()   # (change id, alarm, says "realigned")
 
     def _run(self, api, name):
         while not self._stop.wait(0.05):
-            self.rewinds |= {(p["change_id"], p["alarm"]) for p in lag_of(api, name)["partitions"]
-                             if p["status"] == "REWIND"}
+            self.rewinds |= {(p["change_id"], p["alarm"], p["message"].startswith("realigned to what its sink stores"))
+                             for p in lag_of(api, name)["partitions"] if p["status"] == "REWIND"}
