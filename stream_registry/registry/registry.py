@@ -184,9 +184,12 @@ class StreamRegistry:
         self._group_policy.check(config)
         # no lock held: it may wait for the cluster
         admit(config, before, self._isolation, self._output_policy, self._open_query)
-        _, runner, _, query = self._view(name)
-        plan, partitions = prepare(moving, before, query, runner, self._positions,
-                                               time.monotonic() + DEFAULT_TIMEOUT_MS / 1000)
+        plan: list | None = None
+        partitions: list[PartitionKey] = []
+        if moving is not None:   # where the new sink starts, or the partitions to carry over (asks the cluster)
+            _, runner, _, query = self._view(name)
+            plan, partitions = prepare(moving, before, query, runner, self._positions,
+                                       time.monotonic() + DEFAULT_TIMEOUT_MS / 1000)
         with self._locked(name) as stream:
             if stream.config is not before:
                 raise StreamStateError(f"name: stream {name!r} was altered meanwhile; read it and alter it again")
@@ -196,7 +199,7 @@ class StreamRegistry:
             if moving is not None and plan is None:   # where the stream stood, once it stopped
                 try:
                     plan = carried_over(before, partitions, self._positions.stored_offsets,
-                                                    self._store.pending(name))
+                                        self._store.pending(name))
                 except StreamError:
                     if running:
                         self._start_locked(stream, why="restart (alter refused)")

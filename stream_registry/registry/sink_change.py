@@ -105,13 +105,11 @@ def carried_over(before: StreamConfig, partitions: list[PartitionKey],
             for tp, offset in sorted(found.items())]
 
 
-def prepare(change: SinkChange | None, config: StreamConfig, query: Any, runner: Any, positions: Any,
+def prepare(change: SinkChange, config: StreamConfig, query: Any, runner: Any, positions: Any,
             deadline: float) -> tuple[list[ResolvedOffset] | None, list[PartitionKey]]:
     """Before the alter takes the stream's lock (it asks the cluster): a `from` resolved against where the
-    stream stands now (the new sink's starts), or, to carry over, the stream's partitions. (None, []) for an
-    alter that changes no sink."""
-    if change is None:
-        return None, []
+    stream stands now (the new sink's starts, and no partitions), or, to carry over, (None, the stream's
+    partitions)."""
     if change.spec is None:
         partitions = query.partitions(config.topics)
         return None, [PartitionKey(t, p) for t in config.topics for p in partitions[t]]
