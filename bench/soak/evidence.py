@@ -74,7 +74,9 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
             stood[i] = row.previous_offset
     pointer = 0
     for entry in history.get(plan.name, []):
-        if (entry.topic, entry.partition) != tp:
+        # a realigned row is the stream resuming where its sink stores (after a kill), not a call: the oracle's
+        # continuations already resume there
+        if (entry.topic, entry.partition) != tp or entry.status.value not in ("applied", "clamped"):
             continue
         key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
                entry.offset)
