@@ -23,7 +23,9 @@ running view of what the sink stores: `_stored`). A retried chunk whose first
 attempt was applied (a lost acknowledgement) is ALREADY_APPLIED, never applied
 twice. A StoredOffsetsConflict (someone else moved the stored offsets: a zombie
 writer, a restored snapshot, a cut-back file) drops the batch uncommitted and
-seeks the partitions to what the sink stores. The stored offsets are read at
+seeks the partitions to what the sink stores; that, and a partition assigned
+where the sink stores rather than where the group committed, is a realignment:
+logged and sent to the host for the history (realign.py), never silent. The stored offsets are read at
 assignment within a bound; a sink that does not answer holds the partitions
 back (shown in `error`) and is asked again between batches.
 
