@@ -39,6 +39,14 @@ would deliver (exactly-once: write) again what it already delivered, a rewind no
 the end, such a move never goes backward: the partition stays where it got to, and that is what is persisted
 and reported. An explicit target (an offset, a time's record, another group's, committed, `-N`) is kept
 exact, rewind or not.
+
+Several members (change_marks.py): a partition another member held comes back where the group committed it (or,
+exactly-once, where the sink stores it); a waiting onward change is judged against that, and the history says
+the partition moved from there. What this gate persists carries a ChangeMark (the change id, target and origin);
+a change whose partition arrives carrying its mark (or a later change's) was persisted before by a process
+whose host died before recording it: it is reported as applied where the mark says (or superseded), never
+applied again. A raw librdkafka constant (OFFSET_BEGINNING, -2, for an exactly-once partition the sink stores
+nothing of) is a start the gate hands to the consumer, never a position or a previous offset it reports.
 """
 from __future__ import annotations
 
@@ -49,6 +57,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..model import GateEvent, MoveState, PartitionKey, PendingMove
+from .change_marks import ChangeMark, Committed
 
 PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed
 EARLY_DELIVERY_S = 1.0  # after a move, batches are cut early until each moved partition delivered, at most this long
@@ -60,8 +69,9 @@ class ConsumerPort(Protocol):
         """Move a fetching partition; False when the consumer cannot seek it now."""
     def reassign(self, tp: PartitionKey, offset: int | None) -> None:
         """Assign the partition again at `offset` (None: where the group or the sink says it resumes)."""
-    def persist(self, offsets: Mapping[PartitionKey, int]) -> str | None:
-        """Commit (exactly-once: store in the sink) the offsets; None when done, else what failed and why."""
+    def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
+        """Commit (exactly-once: store in the sink) the offsets, each with the mark of the change it comes from
+        (carried by every later commit of the partition too); None when done, else what failed and why."""
 
 
 @dataclass
@@ -147,20 +157,35 @@ class OffsetGate:
         return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
                 if up_to is None or move.change_id <= up_to]
 
-    def on_assign(self, starts: Mapping[PartitionKey, int | None]) -> dict[PartitionKey, int | None]:
+    def waiting_on(self, tps: Iterable[PartitionKey]) -> list[PartitionKey]:
+        """Those of `tps` a change waits for: the partitions whose committed offset on_assign needs."""
+        return [tp for tp in tps if tp in self._moves]
+
+    def on_assign(self, starts: Mapping[PartitionKey, int | None],
+                  committed: Mapping[PartitionKey, Committed] | None = None) -> dict[PartitionKey, int | None]:
         """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:
-        None for where the group resumes). Call after_assign() once the consumer has them."""
+        None for where the group resumes, a raw constant such as OFFSET_BEGINNING passed through). `committed`:
+        the group's committed offset and change mark of the partitions a change waits for (waiting_on()).
+        Call after_assign() once the consumer has them."""
         out: dict[PartitionKey, int | None] = {}
         self._assign_origins = {}
+        committed = committed or {}
         with self._lock:
             for tp, start in starts.items():
-                self._assigned[tp] = _Partition(position=start, settled=start is not None and start >= 0)
+                known = start if start is not None and start >= 0 else None
+                self._assigned[tp] = _Partition(position=known, settled=known is not None)
         for tp, start in starts.items():
             move = self._moves.get(tp)
+            seen = committed.get(tp, Committed())
+            if move is not None and seen.mark is not None and seen.mark.change_id >= move.change_id:
+                self._persisted_before(move, seen.mark)
+                move = None
             if move is not None:
-                self._not_back(move, start)
+                known = start if start is not None and start >= 0 else None
+                origin = known if known is not None else seen.offset   # where the partition really stands
+                self._not_back(move, origin)
                 self._to(move, MoveState.MOVED)
-                self._assign_origins[tp] = start
+                self._assign_origins[tp] = origin
                 with self._lock:
                     self._assigned[tp] = _Partition(position=move.offset, settled=True, expect=(move.offset, None))
                 out[tp] = move.offset
@@ -247,6 +272,19 @@ class OffsetGate:
             moved.append((move, origin))
         self._persist(moved)
 
+    def _persisted_before(self, move: _Move, mark: ChangeMark) -> None:
+        """The partition arrives carrying the mark of this change (or of a later one): a process of this stream
+        persisted it before and its record was lost (its host died in between). Reported applied where the mark
+        says, never applied again; a change a later one followed is superseded."""
+        if mark.change_id > move.change_id:
+            self._finish(move, MoveState.SUPERSEDED)
+            return
+        move.offset = mark.offset
+        move.reason = _joined(move.note, "persisted before its record was written (the commit carries change "
+                                         f"{mark.change_id}); recorded now, not applied again")
+        self._to(move, MoveState.PERSISTED, previous=mark.previous)
+        self._finish(move, MoveState.RECORDED)
+
     @staticmethod
     def _not_back(move: _Move, where: int | None) -> None:
         """An onward move whose partition already stands past its target stays where it stands."""
@@ -259,7 +297,8 @@ class OffsetGate:
         """Persist moved changes in one go; if that fails, each is moved back and waits for a retry."""
         if not moved:
             return
-        error = self._port.persist({move.tp: move.offset for move, _ in moved})
+        error = self._port.persist({move.tp: move.offset for move, _ in moved},
+                                   {move.tp: ChangeMark(move.change_id, move.offset, origin) for move, origin in moved})
         for index, (move, origin) in enumerate(moved):
             if error is not None:
                 part = self._assigned.get(move.tp)
@@ -295,3 +334,7 @@ class OffsetGate:
                           more=more)
         self._report(event)
         return event
+
+
+def _joined(*parts: str | None) -> str:
+    return "; ".join(p for p in parts if p)

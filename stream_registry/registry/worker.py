@@ -66,6 +66,7 @@ from ..model import (
 )
 from ..redaction import redact
 from .batch_stats import BatchStats
+from .change_marks import ChangeMark, Committed
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
 from .poison import BatchDelivery
@@ -142,6 +143,7 @@ class StreamWorker:
         self._held_error: str | None = None     # why, shown as the stream's error until the sink answers
         self._next_held_try = 0.0
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
+        self._marks: dict[PartitionKey, ChangeMark] = {}   # last change persisted per partition (each commit)
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
@@ -413,7 +415,9 @@ class StreamWorker:
         """
         if not offsets:
             return None
-        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        marks = {tp: mark.encode() for tp, mark in self._marks.items() if tp in offsets}
+        tps = [TopicPartition(t, p, o, metadata=marks[(t, p)]) if (t, p) in marks else TopicPartition(t, p, o)
+               for (t, p), o in offsets.items()]
         consumer = self._live_consumer()
         deadline = time.monotonic() + deadline_s
         while True:
@@ -448,7 +452,7 @@ class StreamWorker:
     def _on_gate_event(self, event: GateEvent) -> None:
         """What the host records: a persisted change, why a change is held back, one that was superseded (the
         host keeps its pending row until told). A cancel is answered to the host's own request."""
-        if event.state in (MoveState.PERSISTED, MoveState.SUPERSEDED) or \
+        if event.state in (MoveState.PERSISTED, MoveState.SUPERSEDED, MoveState.CANCELLED) or \
                 (event.state == MoveState.WAITING and event.reason):
             self._events.on_change(event)
 
@@ -485,19 +489,24 @@ class StreamWorker:
             return position
         return self._stored.get(tp, OFFSET_BEGINNING) if self._exactly_once else OFFSET_STORED
 
-    def persist(self, offsets: Mapping[PartitionKey, int]) -> str | None:
+    def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
         """Commit a change (exactly-once: store it in the sink first, the truth a restart resumes from; the
-        group's commit then only feeds lag tools)."""
+        group's commit then only feeds lag tools), its mark with it (change_marks)."""
+        before = dict(self._marks)
+        self._marks.update(marks)
         if self._exactly_once:
             try:
                 self._sink.write(offset_statements(self.config.name, offsets))
             except Exception as exc:
+                self._marks = before
                 return f"storing the new offset in the sink failed ({self._redact(exc)})"
             with self._state_lock:
                 self._stored.update(offsets)
             self._commit(offsets)
             return None
         error = self._commit(offsets)
+        if error is not None:
+            self._marks = before
         return None if error is None else f"committing the new offset failed ({error})"
 
     # -- rebalance callbacks (poll thread, inside consume()) ---------------------
@@ -519,7 +528,7 @@ class StreamWorker:
                           starts: Mapping[PartitionKey, int | None]) -> None:
         """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
-        offsets = self._gate.on_assign(starts)
+        offsets = self._gate.on_assign(starts, self._committed(self._gate.waiting_on(keys)))
         for tp, key in zip(partitions, keys, strict=True):
             offset = offsets[key]
             if offset is not None:
@@ -534,6 +543,27 @@ class StreamWorker:
             return
         self._gate.after_assign()
         self._set_status(StreamStatus.RUNNING)
+
+    def _committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed]:
+        """The group's committed offsets of partitions a change waits for, with their change marks (one batched
+        request, in the rebalance callback: the gate judges the change against them). Empty when unread."""
+        if not keys:
+            return {}
+        try:
+            found = self._live_consumer().committed([TopicPartition(*tp) for tp in keys],
+                                                    timeout=ASSIGN_STORED_DEADLINE_S)
+        except KafkaException as exc:
+            log.warning("stream %s: reading the committed offsets of %s failed: %s", self.config.name,
+                        _keys_text(keys), self._redact(exc))
+            return {}
+        out = {}
+        for tp in found:
+            key = PartitionKey(tp.topic, tp.partition)
+            mark = ChangeMark.decode(tp.metadata) if tp.error is None else None
+            if mark is not None:
+                self._marks[key] = mark   # carried on: this process's commits must not erase it
+            out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
+        return out
 
     def _resume_from_sink(self, keys: list[PartitionKey], deadline_s: float) -> dict[PartitionKey, int] | None:
         """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
@@ -614,6 +644,7 @@ class StreamWorker:
         with self._state_lock:   # the next owner may move them: read again at the next assignment
             for tp in revoked:
                 self._stored.pop(tp, None)
+                self._marks.pop(tp, None)
         try:
             self._assignment(lambda: consumer.incremental_unassign(started), consumer.unassign)
         except KafkaException:
