@@ -107,6 +107,7 @@ class OffsetGate:
         # on_assign → after_assign: where a moved one would start
         self._assign_origins: dict[PartitionKey, int | None] = {}
         self._undelivered: dict[PartitionKey, float] = {}   # moved, not delivered from yet: until when to hurry
+        self._cancelled_up_to = 0   # a call the host cancelled before its offsets got here is cancelled on arrival
 
     @property
     def moved(self) -> bool:
@@ -139,6 +140,10 @@ class OffsetGate:
         persisted together: one commit, or one sink write, for the call). The partitions of `onward` never move
         back from where they got to."""
         ready = []
+        if change_id <= self._cancelled_up_to:
+            for tp, offset in offsets.items():
+                self._emit(_Move(change_id, tp, offset, MoveState.CANCELLED))
+            return
         for tp, offset in offsets.items():
             old = self._moves.get(tp)
             if old is not None:
@@ -153,9 +158,20 @@ class OffsetGate:
         self._apply(ready)
 
     def cancel(self, up_to: int | None = None) -> list[GateEvent]:
-        """Cancel every change not persisted yet (of the calls up to change id `up_to`); the cancelled ones."""
+        """Cancel every change not persisted yet (of the calls up to change id `up_to`, whose offsets may still be
+        on their way: they are cancelled when they arrive); the cancelled ones."""
+        self._cancelled_up_to = max(self._cancelled_up_to, up_to or 0)
         return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
                 if up_to is None or move.change_id <= up_to]
+
+    def reconcile(self, committed: Mapping[PartitionKey, Committed]) -> None:
+        """At the start of a stream process: the changes it was handed whose partitions' commits carry their
+        mark (or a later change's) were persisted by an earlier process, whose record was lost: recorded now,
+        never applied again."""
+        for tp, seen in committed.items():
+            move = self._moves.get(tp)
+            if move is not None and seen.mark is not None and seen.mark.change_id >= move.change_id:
+                self._persisted_before(move, seen.mark)
 
     def waiting_on(self, tps: Iterable[PartitionKey]) -> list[PartitionKey]:
         """Those of `tps` a change waits for: the partitions whose committed offset on_assign needs."""
@@ -165,15 +181,17 @@ class OffsetGate:
                   committed: Mapping[PartitionKey, Committed] | None = None) -> dict[PartitionKey, int | None]:
         """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:
         None for where the group resumes, a raw constant such as OFFSET_BEGINNING passed through). `committed`:
-        the group's committed offset and change mark of the partitions a change waits for (waiting_on()).
-        Call after_assign() once the consumer has them."""
+        the group's committed offset and change mark of the partitions a change waits for (waiting_on()) and of
+        those assigned where the group resumes (None): where they stand. Call after_assign() once the consumer
+        has them."""
         out: dict[PartitionKey, int | None] = {}
         self._assign_origins = {}
         committed = committed or {}
         with self._lock:
             for tp, start in starts.items():
                 known = start if start is not None and start >= 0 else None
-                self._assigned[tp] = _Partition(position=known, settled=known is not None)
+                where = known if known is not None or start is not None else committed.get(tp, Committed()).offset
+                self._assigned[tp] = _Partition(position=where, settled=known is not None)
         for tp, start in starts.items():
             move = self._moves.get(tp)
             seen = committed.get(tp, Committed())

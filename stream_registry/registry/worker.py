@@ -218,6 +218,7 @@ class StreamWorker:
             return
         self._set_status(StreamStatus.STARTING)
         self._started.set()
+        self._gate.reconcile(self._committed(sorted(self._gate.waiting())))   # persisted before a host died?
         trimmed = getattr(self._sink, "trimmed", 0)
         if trimmed:
             log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
@@ -528,7 +529,8 @@ class StreamWorker:
                           starts: Mapping[PartitionKey, int | None]) -> None:
         """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
-        offsets = self._gate.on_assign(starts, self._committed(self._gate.waiting_on(keys)))
+        unknown = [key for key in keys if starts.get(key) is None]   # at-least-once: where the group resumes
+        offsets = self._gate.on_assign(starts, self._committed(sorted({*unknown, *self._gate.waiting_on(keys)})))
         for tp, key in zip(partitions, keys, strict=True):
             offset = offsets[key]
             if offset is not None:
@@ -545,8 +547,9 @@ class StreamWorker:
         self._set_status(StreamStatus.RUNNING)
 
     def _committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed]:
-        """The group's committed offsets of partitions a change waits for, with their change marks (one batched
-        request, in the rebalance callback: the gate judges the change against them). Empty when unread."""
+        """The group's committed offsets of partitions being assigned, with their change marks (one batched
+        request, in the rebalance callback: where they stand, what a waiting change is judged against). Empty
+        when unread."""
         if not keys:
             return {}
         try:
