@@ -135,11 +135,14 @@ class OffsetGate:
 
     # -- seams (poll thread) ----------------------------------------------------
     def request(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                onward: Collection[PartitionKey] = ()) -> None:
+                onward: Collection[PartitionKey] = (), supersedes: int | None = None) -> None:
         """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now (and are
         persisted together: one commit, or one sink write, for the call). The partitions of `onward` never move
-        back from where they got to."""
+        back from where they got to. `supersedes` (a revert's): the change it reverts, whose moves still waiting
+        end superseded, whichever partitions they are on."""
         ready = []
+        for move in [m for m in list(self._moves.values()) if supersedes is not None and m.change_id == supersedes]:
+            self._finish(move, MoveState.SUPERSEDED)
         if change_id <= self._cancelled_up_to:
             for tp, offset in offsets.items():
                 self._emit(_Move(change_id, tp, offset, MoveState.CANCELLED))

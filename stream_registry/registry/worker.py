@@ -107,6 +107,7 @@ class _OffsetRequest:
     change_id: int
     offsets: Mapping
     onward: frozenset = frozenset()
+    supersedes: int | None = None
 
 
 class _CancelRequest:
@@ -195,10 +196,10 @@ class StreamWorker:
                               pending=self._gate.waiting(), stored=stored)
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset()) -> None:
-        """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back); what
-        becomes of them comes as on_change events."""
-        self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward)))
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+        """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back; `supersedes`: a
+        change whose waiting moves end, a revert's); what becomes of them comes as on_change events."""
+        self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Have the poll thread cancel every change not persisted yet; the cancelled ones, or None when it did
@@ -416,9 +417,9 @@ class StreamWorker:
         """
         if not offsets:
             return None
-        marks = {tp: mark.encode() for tp, mark in self._marks.items() if tp in offsets}
-        tps = [TopicPartition(t, p, o, metadata=marks[(t, p)]) if (t, p) in marks else TopicPartition(t, p, o)
-               for (t, p), o in offsets.items()]
+        marks = {tp: mark.encode() for tp, mark in self._marks.items()}   # each commit carries the last change's
+        tps = [TopicPartition(tp[0], tp[1], o, metadata=marks[tp]) if tp in marks else TopicPartition(tp[0], tp[1], o)
+               for tp, o in offsets.items()]
         consumer = self._live_consumer()
         deadline = time.monotonic() + deadline_s
         while True:
@@ -448,7 +449,7 @@ class StreamWorker:
                 request.cancelled = self._gate.cancel(request.up_to)
                 request.done.set()
             else:
-                self._gate.request(request.change_id, request.offsets, request.onward)
+                self._gate.request(request.change_id, request.offsets, request.onward, request.supersedes)
 
     def _on_gate_event(self, event: GateEvent) -> None:
         """What the host records: a persisted change, why a change is held back, one that was superseded (the
