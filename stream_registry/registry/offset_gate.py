@@ -310,7 +310,7 @@ class OffsetGate:
     def _not_back(move: _Move, where: int | None) -> None:
         """An onward move whose partition already stands past its target stays where it stands."""
         if move.onward and where is not None and where > move.offset:
-            move.note = (f"the stream had already read on to {where}, past {move.offset} (computed when the call "
+            move.note = (f"the partition already stood at {where}, past {move.offset} (computed when the call "
                          f"was made): a move to the end or onward never goes back, it stays at {where}")
             move.offset = where
 
