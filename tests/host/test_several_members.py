@@ -90,9 +90,10 @@ def _committed(kafka, group, topic, partition):
 # -- 1 ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", ["latest", "+20"])
 def test_an_onward_move_applied_at_takeover_starts_where_the_group_committed(kafka, shared_host, tmp_path, spec):
-    """The second member holds P; `latest` (or `+20`) is applied on the stream's partition and pending on P,
-    planned as 100 (or 120). The member reads on, commits 250 and leaves; the stream takes P over at 250 (not
-    back at the planned target: 150 records again) and the history says P moved from 250, where it stood."""
+    """The second member holds P (committed 100, log end 150); `latest` (or `+20`) is applied on the stream's
+    partition and pending on P, planned as 150 (or 120). The member reads on, commits 250 and leaves; the stream
+    takes P over at 250 (not back at the planned target: 100 or 130 records again) and the history says P
+    moved from 250, where it stood."""
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 200, partitions=2)
     out = tmp_path / "out.cypherl"
@@ -104,10 +105,11 @@ def test_an_onward_move_applied_at_takeover_starts_where_the_group_committed(kaf
         member, theirs = _second_member(kafka, group, topic,
                                         lambda: {r.partition for r in client.describe(name) if r.assigned})
         try:
+            _produce_to(kafka, topic, theirs, 50)   # the member has not read them yet: committed 100, end 150
             changes = {c.partition: c for c in client.set_offset(name, spec, timeout=2)}
             planned = changes[theirs]
-            assert (planned.status, planned.offset) == (ChangeStatus.PENDING, 100 if spec == "latest" else 120)
-            _produce_to(kafka, topic, theirs, 150)
+            assert (planned.status, planned.offset) == (ChangeStatus.PENDING, 150 if spec == "latest" else 120)
+            _produce_to(kafka, topic, theirs, 100)
             member.commit(offsets=[TopicPartition(topic, theirs, 250)], asynchronous=False)   # it read on
         finally:
             member.close()
