@@ -176,7 +176,7 @@ class ChangeSets:
         rows stay marked until the gate reports them cancelled (it drains the request before anything else) or
         the stream starts again: either way they are never applied."""
         self.flush(name)
-        rows = self._store.still_cancelled(name, rows)
+        rows = self._store.not_applied(name, rows)
         if confirmed is not None:
             self._store.drop_cancelled(name, up_to)
         else:

@@ -247,11 +247,12 @@ class StateStore:
             return rows
         return [_pending_row(row) for row in self._transaction(take)]
 
-    def still_cancelled(self, name: str, rows: list[PendingOffset]) -> list[PendingOffset]:
-        """Those of `rows` still marked cancelled (not applied meanwhile: a persist that came first)."""
-        left = {(t, p, c) for t, p, c in self._read("SELECT topic, partition, change_id FROM pending_changes WHERE "
-                                                     "stream = ? AND ended = ?", (name, ENDED_CANCELLED))}
-        return [r for r in rows if (r.topic, r.partition, r.change_id) in left]
+    def not_applied(self, name: str, rows: list[PendingOffset]) -> list[PendingOffset]:
+        """Those of `rows` the history does not hold as applied (a persist that came before a cancel)."""
+        applied = {(t, p, c) for t, p, c in self._read(
+            "SELECT topic, partition, change_id FROM offset_history WHERE stream = ? AND status IN (?, ?)",
+            (name, ChangeStatus.APPLIED.value, ChangeStatus.CLAMPED.value))}
+        return [r for r in rows if (r.topic, r.partition, r.change_id) not in applied]
 
     def drop_cancelled(self, name: str, up_to: int) -> None:
         """The running stream's gate confirmed a cancel: its marked rows go."""
