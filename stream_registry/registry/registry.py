@@ -369,9 +369,10 @@ class StreamRegistry:
         return self._store.pending_rows(name)
 
     def cancel_pending(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000) -> builtins.list[PendingOffset]:
-        """Cancel the stream's pending offsets: in its running stream's gate first (a cancelled change is never
-        applied later), then in the state store; the rows cancelled. One applied meanwhile (its assignment came
-        first) is in the history, not in the result."""
+        """Cancel the stream's pending offsets: in the state store first (from then on never pending, never handed
+        to a stream process), then in its running stream's gate, whenever it hears of it (a cancelled change is
+        never applied later); the rows cancelled. One applied before the gate heard (its assignment came first)
+        is in the history, not in the result."""
         _check_timeout(timeout)
         with self._locked(name) as stream:
             runner = self._running(stream)
