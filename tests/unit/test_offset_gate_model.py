@@ -5,7 +5,8 @@ and restarts; it calls set_offset, cancel and revert, and checks the issue's inv
 - after an `applied` (persisted) report, that partition's next delivery is the target, and what follows
   comes from there;
 - a committed offset never moves back except through a change;
-- a cancelled (or superseded) change is never applied later;
+- a cancelled (or superseded) change is never applied later; a revert supersedes what is still pending of the
+  change it reverts;
 - what a caller is told never contradicts the history (one final state per partition of a change);
 - every partition of a call ends in exactly one status (checked once the group settles);
 - a move to "the end" never takes a partition back from where it got: the log grows and the stream
@@ -367,7 +368,8 @@ class GateMachine(RuleBasedStateMachine):
         change_id = next(self.ids)
         for tp in revertible[change]:
             self.live[(change_id, tp)] = revertible[change][tp]
-        self.gate.request(change_id, dict(revertible[change]))
+        self.gate.request(change_id, dict(revertible[change]), supersedes=change)   # its pending half ends
+        assert not [key for key in self.live if key[0] == change], f"change {change} still live after its revert"
 
     @rule()
     def time_passes(self):
