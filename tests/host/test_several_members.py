@@ -18,6 +18,7 @@ import uuid
 
 import psutil
 import pytest
+from broker_support import PRODUCER_CONFIG, tansu_limitation
 from confluent_kafka import Consumer, Producer, TopicPartition
 from host_helpers import HostProcess
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
@@ -29,6 +30,10 @@ from stream_registry.registry.state_store import STATE_FILE
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 RANGE = {"partition.assignment.strategy": "range", **FAST_REJOIN}
+# Committed with metadata 'mgstreams:{"change":12}' at offset 3, Tansu (v0.6.0) answers OffsetFetch with offset 3
+# and no metadata (confluent-kafka's committed() gives metadata None); Kafka returns the string it was given.
+NO_COMMIT_METADATA = tansu_limitation("OffsetFetch answers no committed metadata (a commit's metadata string is "
+                                      "dropped), so a commit cannot say which change it came from")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +66,7 @@ def _second_member(kafka, group, topic, assigned):
 
 
 def _produce_to(kafka, topic, partition, count, payload=b"x"):
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **PRODUCER_CONFIG})
     for _ in range(count):
         producer.produce(topic, value=payload, partition=partition)
     assert producer.flush(30) == 0
@@ -163,6 +168,7 @@ def test_a_revert_supersedes_the_pending_half_of_the_change_it_reverts(kafka, sh
 
 
 # -- 3 ---------------------------------------------------------------------------------------------------
+@NO_COMMIT_METADATA
 @pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
 def test_a_change_persisted_before_the_host_died_is_not_applied_again(kafka, tmp_path, delivery):
     """set_offset(10) waits for P, which the second member holds. A write transaction held on the host's state
