@@ -23,14 +23,22 @@ MAX_METADATA = 4096   # offset.metadata.max.bytes' default: a longer string fail
 
 @dataclass(frozen=True)
 class ChangeMark:
-    """The change a committed offset came from: its id, where it moved the partition, and from where."""
+    """The change a committed offset came from: its id, where it moved the partition, from where, and when it was
+    persisted (epoch seconds). A mark older than a change's request is not about that change: change ids start
+    over in a new state directory, or for a stream dropped and created again with the same consumer group."""
     change_id: int
     offset: int
     previous: int | None = None
+    at: float = 0.0
+
+    def about(self, change_id: int, requested_at: float) -> bool:
+        """Does this mark say what became of change `change_id` (requested at `requested_at`): persisted (the
+        same id) or followed by a later change (a greater one)?"""
+        return self.change_id >= change_id and self.at >= requested_at
 
     def encode(self) -> str:
-        text = PREFIX + json.dumps({"change": self.change_id, "offset": self.offset, "previous": self.previous},
-                                   separators=(",", ":"))
+        text = PREFIX + json.dumps({"change": self.change_id, "offset": self.offset, "previous": self.previous,
+                                    "at": round(self.at, 3)}, separators=(",", ":"))
         return text if len(text.encode()) <= MAX_METADATA else ""
 
     @staticmethod
@@ -40,14 +48,16 @@ class ChangeMark:
             return None
         try:
             data = json.loads(metadata[len(PREFIX):])
-            change, offset, previous = data["change"], data["offset"], data.get("previous")
-        except (ValueError, KeyError, TypeError):
+            change, offset, previous, at = data["change"], data["offset"], data.get("previous"), data.get("at", 0)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if isinstance(at, bool) or not isinstance(at, (int, float)):
             return None
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (change, offset)) or \
                 not (previous is None or (isinstance(previous, int) and not isinstance(previous, bool)
                                           and previous >= 0)):
             return None
-        return ChangeMark(change, offset, previous)
+        return ChangeMark(change, offset, previous, float(at))
 
 
 @dataclass(frozen=True)

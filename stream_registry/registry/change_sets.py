@@ -255,7 +255,8 @@ class ChangeSets:
         stream that ended never reported on are superseded)."""
         self._store.drop_superseded(name)
         return {PartitionKey(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset,
-                                                                onward=p.onward)
+                                                                onward=p.onward,
+                                                                requested_at=p.requested_at.timestamp())
                 for p in self._store.pending_rows(name) if p.change_id is not None}   # a pending row has one
 
     def history(self, name: str, limit: int | None) -> list[HistoryEntry]:

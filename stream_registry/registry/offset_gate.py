@@ -83,6 +83,7 @@ class _Move:
     reason: str | None = None
     retry_at: float = 0.0
     onward: bool = False          # never a move back (see the module docstring)
+    requested_at: float = 0.0     # epoch seconds (a change mark older than this is not about this change)
     note: str | None = None       # why the move went elsewhere than its target (reported when persisted)
 
 
@@ -97,10 +98,10 @@ class _Partition:
 class OffsetGate:
     def __init__(self, port: ConsumerPort, report: Callable[[GateEvent], None], *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self._port, self._report, self._clock = port, report, clock
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self._port, self._report, self._clock, self._wall = port, report, clock, wall
         self._moves: dict[PartitionKey, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING,
-                                                             onward=p.onward)
+                                                             onward=p.onward, requested_at=p.requested_at)
                                                    for tp, p in (pending or {}).items()}
         self._assigned: dict[PartitionKey, _Partition] = {}
         self._lock = threading.Lock()   # guards the views other threads read (snapshot)
@@ -151,7 +152,7 @@ class OffsetGate:
             old = self._moves.get(tp)
             if old is not None:
                 self._finish(old, MoveState.SUPERSEDED)
-            move = _Move(change_id, tp, offset, onward=tp in onward)
+            move = _Move(change_id, tp, offset, onward=tp in onward, requested_at=self._wall())
             with self._lock:
                 self._moves[tp] = move
             self._emit(move)
@@ -173,7 +174,7 @@ class OffsetGate:
         never applied again."""
         for tp, seen in committed.items():
             move = self._moves.get(tp)
-            if move is not None and seen.mark is not None and seen.mark.change_id >= move.change_id:
+            if move is not None and seen.mark is not None and seen.mark.about(move.change_id, move.requested_at):
                 self._persisted_before(move, seen.mark)
 
     def waiting_on(self, tps: Iterable[PartitionKey]) -> list[PartitionKey]:
@@ -198,7 +199,7 @@ class OffsetGate:
         for tp, start in starts.items():
             move = self._moves.get(tp)
             seen = committed.get(tp, Committed())
-            if move is not None and seen.mark is not None and seen.mark.change_id >= move.change_id:
+            if move is not None and seen.mark is not None and seen.mark.about(move.change_id, move.requested_at):
                 self._persisted_before(move, seen.mark)
                 move = None
             if move is not None:
@@ -319,7 +320,8 @@ class OffsetGate:
         if not moved:
             return
         error = self._port.persist({move.tp: move.offset for move, _ in moved},
-                                   {move.tp: ChangeMark(move.change_id, move.offset, origin) for move, origin in moved})
+                                   {move.tp: ChangeMark(move.change_id, move.offset, origin, self._wall())
+                                    for move, origin in moved})
         for index, (move, origin) in enumerate(moved):
             if error is not None:
                 part = self._assigned.get(move.tp)

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from stream_registry.model import GateEvent, MoveState, PendingMove
-from stream_registry.registry.change_marks import Committed
+from stream_registry.registry.change_marks import ChangeMark, Committed
 from stream_registry.registry.offset_gate import PERSIST_RETRY_S, OffsetGate
 
 TPS = [("t", 0), ("t", 1)]
@@ -126,10 +126,12 @@ class GateMachine(RuleBasedStateMachine):
         self.dying = False                  # the host dies right after the next persist
         self.host_cancelled: set = set()    # (change_id, tp) the host marked cancelled, maybe unheard by the gate
         self.queued: list = []              # cancels sent, not yet drained by the poll thread (up_to)
+        self.requested_at: dict = {}        # change id -> when it was requested (the model's clock)
+        self.reverted: set = set()          # change ids a revert superseded the rest of
         self.gate = self._new_gate({})
 
     def _new_gate(self, pending) -> OffsetGate:
-        return OffsetGate(self.sim, self._on_event, pending=pending, clock=lambda: self.now)
+        return OffsetGate(self.sim, self._on_event, pending=pending, clock=lambda: self.now, wall=lambda: self.now)
 
     def _on_event(self, event: GateEvent) -> None:
         key = (event.change_id, (event.topic, event.partition))
@@ -160,10 +162,19 @@ class GateMachine(RuleBasedStateMachine):
                 assert event.offset >= got_to, f"{key}: a move to the end took it back from {got_to} to {event.offset}"
                 assert event.previous_offset == got_to, f"{key}: reported from {event.previous_offset}, stood at {got_to}"
             self.got_to[key[1]] = event.offset
+        if event.state == MoveState.SUPERSEDED:   # by a later change of the partition, or the revert of its own
+            assert event.change_id in self.reverted or any(
+                later > event.change_id and tp == key[1] for later, tp in [*self.live, *self.final]), \
+                f"{key} superseded, but no later change of its partition was requested"
         if event.state in FINAL:
             self.final[key] = event.state
             self.live.pop(key, None)
         self.events.append(event)
+
+    def _new_change(self) -> int:
+        change_id = next(self.ids)
+        self.requested_at[change_id] = self.now
+        return change_id
 
     def _step(self) -> None:
         """Every step is a seam of the poll thread: a dead host restarts first (with it, the stream process),
@@ -177,10 +188,15 @@ class GateMachine(RuleBasedStateMachine):
             for event in self.gate.cancel(up_to):
                 assert event.change_id <= up_to
 
-    @initialize(committed=st.lists(st.integers(0, LOG_END), min_size=2, max_size=2))
-    def start(self, committed):
+    @initialize(committed=st.lists(st.integers(0, LOG_END), min_size=2, max_size=2),
+                old_marks=st.lists(st.integers(1, 5), max_size=2))
+    def start(self, committed, old_marks):
+        """`old_marks`: the group's commits carry marks of an earlier state directory (or of a stream dropped and
+        created again with the same group), whose change ids start over: they say nothing about these changes."""
         for tp, offset in zip(TPS, committed, strict=False):
             self.committed[tp] = offset
+        for tp, change_id in zip(TPS, old_marks, strict=False):
+            self.sim.marks[tp] = ChangeMark(change_id, self.committed[tp], None, at=-1.0)
 
     # -- the group -------------------------------------------------------------------
     @rule(tp=st.sampled_from(TPS), known=st.booleans())
@@ -304,7 +320,8 @@ class GateMachine(RuleBasedStateMachine):
         self.sim.last = set()               # the new process has persisted nothing yet
         pending = {}
         for (change_id, tp), offset in sorted(self.live.items()):   # the latest per partition wins
-            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward)
+            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward,
+                                      requested_at=self.requested_at[change_id])
         for key in [k for k in self.live if pending.get(k[1], PendingMove(change_id=0, offset=0)).change_id != k[0]]:
             self.final[key] = MoveState.SUPERSEDED           # the host drops the older rows at start
             self.live.pop(key)
@@ -319,7 +336,7 @@ class GateMachine(RuleBasedStateMachine):
     @rule(offset=st.integers(0, LOG_END), which=st.sampled_from([TPS, TPS[:1], TPS[1:]]))
     def set_offset(self, offset, which):
         self._step()
-        change_id = next(self.ids)
+        change_id = self._new_change()
         for tp in which:
             self.live[(change_id, tp)] = offset
         self.gate.request(change_id, {tp: offset for tp in which})
@@ -342,7 +359,7 @@ class GateMachine(RuleBasedStateMachine):
         if not self.resolved:
             return
         which, end = self.resolved.pop(0)
-        change_id = next(self.ids)
+        change_id = self._new_change()
         self.onward.add(change_id)
         for tp in which:
             self.live[(change_id, tp)] = end
@@ -365,9 +382,10 @@ class GateMachine(RuleBasedStateMachine):
         if not revertible:
             return
         change = data.draw(st.sampled_from(sorted(revertible)))
-        change_id = next(self.ids)
+        change_id = self._new_change()
         for tp in revertible[change]:
             self.live[(change_id, tp)] = revertible[change][tp]
+        self.reverted.add(change)
         self.gate.request(change_id, dict(revertible[change]), supersedes=change)   # its pending half ends
         assert not [key for key in self.live if key[0] == change], f"change {change} still live after its revert"
 
