@@ -115,9 +115,12 @@ def test_a_revert_of_a_stopped_streams_change_supersedes_its_pending_rows_in_the
 def test_a_change_mark_survives_the_round_trip_and_anything_else_is_no_mark():
     from stream_registry.registry.change_marks import MAX_METADATA, ChangeMark
 
-    mark = ChangeMark(12, 250, None)
+    mark = ChangeMark(12, 250, None, 1795736555.688)
     assert ChangeMark.decode(mark.encode()) == mark and len(mark.encode()) < MAX_METADATA
     assert ChangeMark.decode(ChangeMark(3, 0, 7).encode()) == ChangeMark(3, 0, 7)
+    assert mark.about(12, 1795736555.0) and mark.about(11, 1795736555.0)   # persisted; a later change followed
+    assert not mark.about(13, 1795736555.0) and not mark.about(12, 1795736556.0)   # an earlier change; an older mark
     for other in (None, "", "console consumer", "mgstreams:{", 'mgstreams:{"change": -1, "offset": 3}',
-                  'mgstreams:{"change": true, "offset": 3}', 'mgstreams:{"offset": 3}'):
+                  'mgstreams:{"change": true, "offset": 3}', 'mgstreams:{"offset": 3}', "mgstreams:[1]",
+                  'mgstreams:{"change": 1, "offset": 3, "at": "soon"}'):
         assert ChangeMark.decode(other) is None, other
