@@ -5,7 +5,11 @@ change id, in the pending rows and then in the history. The SQLite row is the
 only truth about a change: pending while its row is in `pending_changes`,
 applied once its history row exists; gone without one, it was superseded (a
 later call moved the partition first: the gate says so, or a stopped stream's
-newer call replaced it) or cancelled. Nothing about a
+newer call replaced it) or cancelled. A cancel, and a revert's superseding of
+the change it reverts, end the rows in the state store first (`ended`), before
+any stream process hears of it: from then on they are never pending and never
+handed to a stream process, and the process's gate drops them whenever it hears.
+A row a revert superseded becomes a `superseded` history row. Nothing about a
 pending change is kept in memory; what waits in memory is only history a busy
 state store has not taken yet (retried, and shown in the stream's error).
 
@@ -19,6 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from ..errors import ConfigError, OffsetSpecError, StreamError
 from ..model import (
@@ -53,15 +58,18 @@ class ChangeSets:
         self._record_lock = threading.Lock()
 
     # -- calls ------------------------------------------------------------------
-    def open(self, name: str, plan: Sequence[ResolvedOffset], note: str | None, running: bool) -> int:
+    def open(self, name: str, plan: Sequence[ResolvedOffset], note: str | None, running: bool,
+             replaces: int | None = None) -> int:
         """Record a call's plan as pending rows of one new change; its change id. A running stream's gate
-        says what became of an earlier change of the same partitions; a stopped stream's is superseded now."""
+        says what became of an earlier change of the same partitions; a stopped stream's is superseded now.
+        `replaces`: the change a revert reverts; its rows still pending (partitions another member held) end
+        superseded with it, recorded so in the history (a running stream's once its gate dropped them)."""
         unresolved = [f"{r.topic}:{r.partition}" for r in plan if r.offset is None]
         if unresolved:   # the registry refuses a spec with a failed partition before it opens a change
             raise OffsetSpecError(f"offset: no offset resolved for {', '.join(unresolved)}")
         rows = [PlannedRow(r.topic, r.partition, r.offset, r.previous_offset, r.clamped,
                            _joined(note, r.message), r.onward) for r in plan if r.offset is not None]
-        change_id = self._store.add_change(name, rows, supersede=not running)
+        change_id = self._store.add_change(name, rows, supersede=not running, replaces=replaces)
         log.info("stream %s: change %d requested%s: %s%s", name, change_id, f" ({note})" if note else "",
                  _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in plan),
                  "" if running else " (stream not running: pending until it starts)")
@@ -131,6 +139,7 @@ class ChangeSets:
         rows = self._store.history_change(name, change_id)
         if not rows:
             raise ConfigError(f"change_id: no change {change_id} in the history of stream {name!r}")
+        rows = [r for r in rows if r.status in OFFSET_CHANGES] or rows   # not its rows a revert superseded
         if rows[0].status not in OFFSET_CHANGES:
             r = rows[0]
             raise ConfigError(f"change_id: change {change_id} is a poison message set aside ({r.status.value} "
@@ -149,22 +158,42 @@ class ChangeSets:
     def last_change(self, name: str) -> int:
         return self._store.last_change_id(name)
 
-    def cancel(self, name: str, cancelled: list[GateEvent] | None, running: bool, up_to: int) -> list[PendingOffset]:
-        """Remove the stream's pending rows of changes up to `up_to` (a call after the cancel is not cancelled).
-        A running stream's gate has cancelled them first (`cancelled`); what it persisted before that was
-        recorded before its answer came (one ordered pipe)."""
-        if running and cancelled is None:
-            raise StreamError("cancel_pending: the stream did not confirm the cancel in time (it is busy with a "
-                              "batch); nothing was cancelled yet, it is cancelled between batches: ask again")
+    def cancel(self, name: str, up_to: int, running: bool) -> list[PendingOffset]:
+        """End the stream's pending rows of changes up to `up_to` (a call after the cancel is not cancelled), in
+        the state store before anything else: a stopped stream's go; a running stream's stay marked cancelled
+        (never pending, never handed to a stream process again) until its gate confirms (cancelled()). The
+        rows, the latest of each partition."""
         self.flush(name)
-        rows = self._store.take_pending(name, up_to)
+        rows = self._store.take_pending(name, up_to, mark_only=running)
+        if rows and not running:
+            self._log_cancelled(name, rows)
+        self.notify()
+        return rows
+
+    def cancelled(self, name: str, rows: list[PendingOffset], confirmed: list[GateEvent] | None,
+                  up_to: int) -> list[PendingOffset]:
+        """After the running stream's gate heard the cancel (`confirmed`: what it cancelled; None: not within the
+        call's timeout, it is inside a batch): what was cancelled. One the gate persisted before it heard (its
+        assignment came first) was recorded first (one ordered pipe) and is in the history, not here. Unconfirmed
+        rows stay marked until the gate reports them cancelled (it drains the request before anything else) or
+        the stream starts again: either way they are never applied."""
+        self.flush(name)
+        rows = self._store.not_applied(name, rows)
+        if confirmed is not None:
+            self._store.drop_cancelled(name, up_to)
+        else:
+            why = "cancelled; the stream process, busy with a batch, drops it before anything else it does next"
+            rows = [replace(r, reason=why) for r in rows]
+        self._log_cancelled(name, rows)
+        self.notify()
+        return rows
+
+    def _log_cancelled(self, name: str, rows: list[PendingOffset]) -> None:
         if rows:
             ids = sorted({r.change_id for r in rows if r.change_id})
             log.info("stream %s: change%s %s cancelled: %s", name, "s" if len(ids) > 1 else "",
                      ", ".join(map(str, ids)),
                      _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in rows))
-        self.notify()
-        return rows
 
     # -- what the stream reports ------------------------------------------------------
     def on_event(self, name: str, event: GateEvent) -> None:
@@ -177,9 +206,10 @@ class ChangeSets:
             self.flush(name)
         else:
             try:
-                if event.state == MoveState.SUPERSEDED:
+                if event.state in (MoveState.SUPERSEDED, MoveState.CANCELLED):
                     self._store.drop_pending(name, event.change_id, event.topic, event.partition)
-                    log.info("stream %s: change %d superseded on %s:%d by a later change", name, event.change_id,
+                    log.info("stream %s: change %d %s on %s:%d", name, event.change_id,
+                             "superseded" if event.state == MoveState.SUPERSEDED else "cancelled (confirmed)",
                              event.topic, event.partition)
                 elif event.state == MoveState.WAITING:
                     self._store.set_reason(name, event.change_id, event.topic, event.partition, event.reason)
@@ -243,7 +273,8 @@ class ChangeSets:
         stream that ended never reported on are superseded)."""
         self._store.drop_superseded(name)
         return {PartitionKey(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset,
-                                                                onward=p.onward)
+                                                                onward=p.onward,
+                                                                requested_at=p.requested_at.timestamp())
                 for p in self._store.pending_rows(name) if p.change_id is not None}   # a pending row has one
 
     def history(self, name: str, limit: int | None) -> list[HistoryEntry]:

@@ -39,6 +39,14 @@ would deliver (exactly-once: write) again what it already delivered, a rewind no
 the end, such a move never goes backward: the partition stays where it got to, and that is what is persisted
 and reported. An explicit target (an offset, a time's record, another group's, committed, `-N`) is kept
 exact, rewind or not.
+
+Several members (change_marks.py): a partition another member held comes back where the group committed it (or,
+exactly-once, where the sink stores it); a waiting onward change is judged against that, and the history says
+the partition moved from there. What this gate persists carries a ChangeMark (the change id, target and origin);
+a change whose partition arrives carrying its mark (or a later change's) was persisted before by a process
+whose host died before recording it: it is reported as applied where the mark says (or superseded), never
+applied again. A raw librdkafka constant (OFFSET_BEGINNING, -2, for an exactly-once partition the sink stores
+nothing of) is a start the gate hands to the consumer, never a position or a previous offset it reports.
 """
 from __future__ import annotations
 
@@ -49,6 +57,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..model import GateEvent, MoveState, PartitionKey, PendingMove
+from .change_marks import ChangeMark, Committed
 
 PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed
 EARLY_DELIVERY_S = 1.0  # after a move, batches are cut early until each moved partition delivered, at most this long
@@ -60,8 +69,9 @@ class ConsumerPort(Protocol):
         """Move a fetching partition; False when the consumer cannot seek it now."""
     def reassign(self, tp: PartitionKey, offset: int | None) -> None:
         """Assign the partition again at `offset` (None: where the group or the sink says it resumes)."""
-    def persist(self, offsets: Mapping[PartitionKey, int]) -> str | None:
-        """Commit (exactly-once: store in the sink) the offsets; None when done, else what failed and why."""
+    def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
+        """Commit (exactly-once: store in the sink) the offsets, each with the mark of the change it comes from
+        (carried by every later commit of the partition too); None when done, else what failed and why."""
 
 
 @dataclass
@@ -73,6 +83,7 @@ class _Move:
     reason: str | None = None
     retry_at: float = 0.0
     onward: bool = False          # never a move back (see the module docstring)
+    requested_at: float = 0.0     # epoch seconds (a change mark older than this is not about this change)
     note: str | None = None       # why the move went elsewhere than its target (reported when persisted)
 
 
@@ -87,16 +98,17 @@ class _Partition:
 class OffsetGate:
     def __init__(self, port: ConsumerPort, report: Callable[[GateEvent], None], *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self._port, self._report, self._clock = port, report, clock
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
+        self._port, self._report, self._clock, self._wall = port, report, clock, wall
         self._moves: dict[PartitionKey, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING,
-                                                             onward=p.onward)
+                                                             onward=p.onward, requested_at=p.requested_at)
                                                    for tp, p in (pending or {}).items()}
         self._assigned: dict[PartitionKey, _Partition] = {}
         self._lock = threading.Lock()   # guards the views other threads read (snapshot)
         # on_assign → after_assign: where a moved one would start
         self._assign_origins: dict[PartitionKey, int | None] = {}
         self._undelivered: dict[PartitionKey, float] = {}   # moved, not delivered from yet: until when to hurry
+        self._cancelled_up_to = 0   # a call the host cancelled before its offsets got here is cancelled on arrival
 
     @property
     def moved(self) -> bool:
@@ -124,16 +136,23 @@ class OffsetGate:
 
     # -- seams (poll thread) ----------------------------------------------------
     def request(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                onward: Collection[PartitionKey] = ()) -> None:
+                onward: Collection[PartitionKey] = (), supersedes: int | None = None) -> None:
         """A call's offsets arrive (drain): the last call wins per partition; assigned ones move now (and are
         persisted together: one commit, or one sink write, for the call). The partitions of `onward` never move
-        back from where they got to."""
+        back from where they got to. `supersedes` (a revert's): the change it reverts, whose moves still waiting
+        end superseded, whichever partitions they are on."""
         ready = []
+        for move in [m for m in list(self._moves.values()) if supersedes is not None and m.change_id == supersedes]:
+            self._finish(move, MoveState.SUPERSEDED)
+        if change_id <= self._cancelled_up_to:
+            for tp, offset in offsets.items():
+                self._emit(_Move(change_id, tp, offset, MoveState.CANCELLED))
+            return
         for tp, offset in offsets.items():
             old = self._moves.get(tp)
             if old is not None:
                 self._finish(old, MoveState.SUPERSEDED)
-            move = _Move(change_id, tp, offset, onward=tp in onward)
+            move = _Move(change_id, tp, offset, onward=tp in onward, requested_at=self._wall())
             with self._lock:
                 self._moves[tp] = move
             self._emit(move)
@@ -143,24 +162,52 @@ class OffsetGate:
         self._apply(ready)
 
     def cancel(self, up_to: int | None = None) -> list[GateEvent]:
-        """Cancel every change not persisted yet (of the calls up to change id `up_to`); the cancelled ones."""
+        """Cancel every change not persisted yet (of the calls up to change id `up_to`, whose offsets may still be
+        on their way: they are cancelled when they arrive); the cancelled ones."""
+        self._cancelled_up_to = max(self._cancelled_up_to, up_to or 0)
         return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
                 if up_to is None or move.change_id <= up_to]
 
-    def on_assign(self, starts: Mapping[PartitionKey, int | None]) -> dict[PartitionKey, int | None]:
+    def reconcile(self, committed: Mapping[PartitionKey, Committed]) -> None:
+        """At the start of a stream process: the changes it was handed whose partitions' commits carry their
+        mark (or a later change's) were persisted by an earlier process, whose record was lost: recorded now,
+        never applied again."""
+        for tp, seen in committed.items():
+            move = self._moves.get(tp)
+            if move is not None and seen.mark is not None and seen.mark.about(move.change_id, move.requested_at):
+                self._persisted_before(move, seen.mark)
+
+    def waiting_on(self, tps: Iterable[PartitionKey]) -> list[PartitionKey]:
+        """Those of `tps` a change waits for: the partitions whose committed offset on_assign needs."""
+        return [tp for tp in tps if tp in self._moves]
+
+    def on_assign(self, starts: Mapping[PartitionKey, int | None],
+                  committed: Mapping[PartitionKey, Committed] | None = None) -> dict[PartitionKey, int | None]:
         """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:
-        None for where the group resumes). Call after_assign() once the consumer has them."""
+        None for where the group resumes, a raw constant such as OFFSET_BEGINNING passed through). `committed`:
+        the group's committed offset and change mark of the partitions a change waits for (waiting_on()) and of
+        those assigned where the group resumes (None): where they stand. Call after_assign() once the consumer
+        has them."""
         out: dict[PartitionKey, int | None] = {}
         self._assign_origins = {}
+        committed = committed or {}
         with self._lock:
             for tp, start in starts.items():
-                self._assigned[tp] = _Partition(position=start, settled=start is not None and start >= 0)
+                known = start if start is not None and start >= 0 else None
+                where = known if known is not None or start is not None else committed.get(tp, Committed()).offset
+                self._assigned[tp] = _Partition(position=where, settled=known is not None)
         for tp, start in starts.items():
             move = self._moves.get(tp)
+            seen = committed.get(tp, Committed())
+            if move is not None and seen.mark is not None and seen.mark.about(move.change_id, move.requested_at):
+                self._persisted_before(move, seen.mark)
+                move = None
             if move is not None:
-                self._not_back(move, start)
+                known = start if start is not None and start >= 0 else None
+                origin = known if known is not None else seen.offset   # where the partition really stands
+                self._not_back(move, origin)
                 self._to(move, MoveState.MOVED)
-                self._assign_origins[tp] = start
+                self._assign_origins[tp] = origin
                 with self._lock:
                     self._assigned[tp] = _Partition(position=move.offset, settled=True, expect=(move.offset, None))
                 out[tp] = move.offset
@@ -247,11 +294,24 @@ class OffsetGate:
             moved.append((move, origin))
         self._persist(moved)
 
+    def _persisted_before(self, move: _Move, mark: ChangeMark) -> None:
+        """The partition arrives carrying the mark of this change (or of a later one): a process of this stream
+        persisted it before and its record was lost (its host died in between). Reported applied where the mark
+        says, never applied again; a change a later one followed is superseded."""
+        if mark.change_id > move.change_id:
+            self._finish(move, MoveState.SUPERSEDED)
+            return
+        move.offset = mark.offset
+        move.reason = _joined(move.note, "persisted before its record was written (the commit carries change "
+                                         f"{mark.change_id}); recorded now, not applied again")
+        self._to(move, MoveState.PERSISTED, previous=mark.previous)
+        self._finish(move, MoveState.RECORDED)
+
     @staticmethod
     def _not_back(move: _Move, where: int | None) -> None:
         """An onward move whose partition already stands past its target stays where it stands."""
         if move.onward and where is not None and where > move.offset:
-            move.note = (f"the stream had already read on to {where}, past {move.offset} (computed when the call "
+            move.note = (f"the partition already stood at {where}, past {move.offset} (computed when the call "
                          f"was made): a move to the end or onward never goes back, it stays at {where}")
             move.offset = where
 
@@ -259,7 +319,9 @@ class OffsetGate:
         """Persist moved changes in one go; if that fails, each is moved back and waits for a retry."""
         if not moved:
             return
-        error = self._port.persist({move.tp: move.offset for move, _ in moved})
+        error = self._port.persist({move.tp: move.offset for move, _ in moved},
+                                   {move.tp: ChangeMark(move.change_id, move.offset, origin, self._wall())
+                                    for move, origin in moved})
         for index, (move, origin) in enumerate(moved):
             if error is not None:
                 part = self._assigned.get(move.tp)
@@ -295,3 +357,7 @@ class OffsetGate:
                           more=more)
         self._report(event)
         return event
+
+
+def _joined(*parts: str | None) -> str:
+    return "; ".join(p for p in parts if p)

@@ -317,15 +317,16 @@ class StreamRegistry:
         deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
         self._stream(name)
         spec, note = self._changes.revert_spec(name, change_id, partitions)
-        changes = self._move(name, spec, note, deadline, dry_run, note=note)
+        changes = self._move(name, spec, note, deadline, dry_run, note=note, replaces=change_id)
         return [c if c.message.startswith(note) else replace(c, message="; ".join(m for m in (note, c.message) if m))
                 for c in changes]
 
     def _move(self, name: str, spec: OffsetSpec, shown: str, deadline: float, dry_run: bool,
-              note: str | None = None) -> builtins.list[OffsetChange]:
+              note: str | None = None, replaces: int | None = None) -> builtins.list[OffsetChange]:
         """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
         holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
-        `note` becomes the history message of the changes once applied."""
+        `note` becomes the history message of the changes once applied; `replaces`: the change a revert reverts
+        (its rows still pending end superseded)."""
         _, runner, config, query = self._view(name)
         # Resolving asks the cluster (metadata, watermarks, time lookups, another group's commits): no lock is
         # held meanwhile, so stop, drop and describe answer at once; the change is opened under the lock after.
@@ -348,11 +349,12 @@ class StreamRegistry:
             # Started or stopped meanwhile: the targets stand; the change goes to whichever runner holds the
             # stream now (or waits for its first assignment, as on a stopped stream).
             runner = self._running(stream)
-            change_id = self._changes.open(name, plan, note, running=runner is not None)
+            change_id = self._changes.open(name, plan, note, running=runner is not None, replaces=replaces)
             if runner is not None:
                 runner.request_offsets(change_id, {PartitionKey(r.topic, r.partition): r.offset for r in plan
                                                    if r.offset is not None},   # none failed: they raised
-                                       frozenset(PartitionKey(r.topic, r.partition) for r in plan if r.onward))
+                                       frozenset(PartitionKey(r.topic, r.partition) for r in plan if r.onward),
+                                       supersedes=replaces)
         if runner is not None:
             self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
         return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
@@ -387,19 +389,19 @@ class StreamRegistry:
         return self._store.pending_rows(name)
 
     def cancel_pending(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000) -> builtins.list[PendingOffset]:
-        """Cancel the stream's pending offsets: in its running stream's gate first (a cancelled change is never
-        applied later), then in the state store; the rows cancelled. One applied meanwhile (its assignment came
-        first) is in the history, not in the result."""
+        """Cancel the stream's pending offsets: in the state store first (from then on never pending, never handed
+        to a stream process), then in its running stream's gate, whenever it hears of it (a cancelled change is
+        never applied later); the rows cancelled. One applied before the gate heard (its assignment came first)
+        is in the history, not in the result."""
         _check_timeout(timeout)
         with self._locked(name) as stream:
             runner = self._running(stream)
             up_to = self._changes.last_change(name)   # a call after this one is not cancelled
-        # Its poll thread cancels them between batches; what it persisted before that has been recorded by
-        # the time it answers (reported first, on the same ordered path).
-        cancelled = runner.cancel_pending(timeout, up_to) if runner is not None else []
-        with self._locked(name) as stream:
-            return self._changes.cancel(name, cancelled, runner is not None and self._running(stream) is runner,
-                                        up_to)
+            rows = self._changes.cancel(name, up_to, running=runner is not None)   # durable before anything else
+        # Its poll thread cancels them between batches (whenever it hears of it); what it persisted before that
+        # has been recorded by the time it answers (reported first, on the same ordered path).
+        confirmed = runner.cancel_pending(timeout, up_to) if runner is not None else []
+        return self._changes.cancelled(name, rows, confirmed, up_to) if runner is not None else rows
 
     def describe(self, name: str) -> builtins.list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the

@@ -48,9 +48,9 @@ class StreamRunner(Protocol):
     def stopping(self) -> bool: ...
     def snapshot(self) -> WorkerSnapshot: ...
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset()) -> None:
-        """Hand one call's offsets to the stream's offset gate (`onward`: those never moved back);
-        their fate comes as on_change events."""
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+        """Hand one call's offsets to the stream's offset gate (`onward`: those never moved back; `supersedes`:
+        a change whose moves still waiting it ends, a revert's); their fate comes as on_change events."""
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Cancel the changes not persisted yet (of calls up to change id `up_to`); the cancelled ones, None if
         not confirmed in time."""
@@ -104,10 +104,10 @@ class ThreadRunner:
         return self._worker.snapshot() if self._worker is not None else WorkerSnapshot()
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset()) -> None:
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
         if self._worker is None:
             raise StreamStateError(f"name: stream {self.config.name!r} is not running")
-        self._worker.request_offsets(change_id, offsets, onward)
+        self._worker.request_offsets(change_id, offsets, onward, supersedes)
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         return self._worker.cancel_pending(timeout, up_to) if self._worker is not None else []

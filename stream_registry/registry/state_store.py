@@ -82,6 +82,7 @@ class StateStore:
             if self._add_column("offset_history", "change_id", "INTEGER"):   # one row was one change
                 self._db.execute("UPDATE offset_history SET change_id = id")
             self._add_column("pending_changes", "onward", "INTEGER NOT NULL DEFAULT 0")
+            self._add_column("pending_changes", "ended", "TEXT")   # cancelled/superseded: not pending any more
             self._migrate_pending()
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
@@ -166,14 +167,22 @@ class StateStore:
                     ("DELETE FROM offset_history WHERE stream = ?", (name,)))
 
     # -- offsets: change sets (owned by change_sets.ChangeSets) -------------------------
-    def add_change(self, name: str, rows: list[PlannedRow], supersede: bool) -> int:
+    def add_change(self, name: str, rows: list[PlannedRow], supersede: bool, replaces: int | None = None) -> int:
         """One call's offsets as pending rows sharing a new change id. The last call wins per partition: an
         earlier row of the partition stays until the stream's gate says what became of it (`supersede=False`,
-        a running stream: it may have been applied just before), or goes now (a stopped stream)."""
+        a running stream: it may have been applied just before), or goes now (a stopped stream). `replaces`:
+        the change a revert reverts: its rows still pending end superseded in the same transaction (their
+        history rows now, for a stopped stream; when the gate confirms, for a running one)."""
         now = time.time()
 
         def add(db) -> int:
             change_id = _next_change_id(db)
+            if replaces is not None:
+                db.execute("UPDATE pending_changes SET ended = ?, reason = ? WHERE stream = ? AND change_id = ? "
+                           "AND ended IS NULL", (ENDED_SUPERSEDED, f"superseded by change {change_id}", name,
+                                                 replaces))
+                if supersede:
+                    _end_superseded(db, name, now)
             for r in rows:
                 if supersede:
                     db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ?",
@@ -198,35 +207,66 @@ class StateStore:
 
     def last_change_id(self, name: str) -> int:
         """The newest change id the stream's pending rows hold (0: none)."""
-        return self._read("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes WHERE stream = ?", (name,))[0][0]
+        return self._read("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes WHERE stream = ? AND ended IS "
+                          "NULL", (name,))[0][0]
 
     def drop_superseded(self, name: str) -> None:
-        """Keep only each partition's latest pending change (a stream starting is handed those)."""
-        self._write(("DELETE FROM pending_changes WHERE stream = ? AND change_id < (SELECT MAX(change_id) FROM "
-                     "pending_changes AS later WHERE later.stream = pending_changes.stream AND later.topic = "
-                     "pending_changes.topic AND later.partition = pending_changes.partition)", (name,)))
+        """Keep only each partition's latest pending change (a stream starting is handed those); the rows a cancel
+        or a revert ended, which no stream process can apply any more, go (a revert's with their history rows)."""
+        def drop(db) -> None:
+            _end_superseded(db, name, time.time())
+            db.execute("DELETE FROM pending_changes WHERE stream = ? AND ended = ?", (name, ENDED_CANCELLED))
+            db.execute("DELETE FROM pending_changes WHERE stream = ? AND change_id < (SELECT MAX(change_id) FROM "
+                       "pending_changes AS later WHERE later.stream = pending_changes.stream AND later.topic = "
+                       "pending_changes.topic AND later.partition = pending_changes.partition AND later.ended IS "
+                       "NULL)", (name,))
+        self._transaction(drop)
 
     def set_reason(self, name: str, change_id: int, topic: str, partition: int, reason: str | None) -> None:
         """Why a pending change is held back (its persist failed), shown until it is applied."""
         self._write(("UPDATE pending_changes SET reason = ? WHERE stream = ? AND topic = ? AND partition = ? "
-                     "AND change_id = ?", (reason, name, topic, partition, change_id)))
+                     "AND change_id = ? AND ended IS NULL", (reason, name, topic, partition, change_id)))
 
     def drop_pending(self, name: str, change_id: int, topic: str, partition: int) -> None:
-        """A change the stream's gate superseded or cancelled: it leaves without a history row."""
-        self._write(("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ? AND change_id = ?",
-                     (name, topic, partition, change_id)))
+        """A change the stream's gate superseded or cancelled: it leaves without a history row (one a revert
+        superseded, with its `superseded` history row)."""
+        where = (name, topic, partition, change_id)
 
-    def take_pending(self, name: str, up_to: int | None = None) -> list[PendingOffset]:
-        """Remove the stream's pending rows (of changes up to `up_to`) in one transaction; the latest of each
-        partition among them."""
+        def drop(db) -> None:
+            _end_superseded(db, name, time.time(), " AND topic = ? AND partition = ? AND change_id = ?", where[1:])
+            db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ? AND "
+                       "change_id = ?", where)
+        self._transaction(drop)
+
+    def take_pending(self, name: str, up_to: int | None = None, mark_only: bool = False) -> list[PendingOffset]:
+        """End the stream's pending rows (of changes up to `up_to`) as cancelled in one transaction; the latest of
+        each partition among them. `mark_only`: they stay, marked cancelled (never pending, never handed to a
+        stream process again), until the running stream's gate confirms (drop_cancelled) or the next start."""
         limit = (1 << 62) if up_to is None else up_to
 
         def take(db):
             rows = [row for row in db.execute(_LATEST_PENDING + _PENDING_ORDER, (name, name)).fetchall()
                     if row[7] <= limit]
-            db.execute("DELETE FROM pending_changes WHERE stream = ? AND change_id <= ?", (name, limit))
+            if mark_only:
+                db.execute("UPDATE pending_changes SET ended = ? WHERE stream = ? AND change_id <= ? AND ended IS "
+                           "NULL", (ENDED_CANCELLED, name, limit))
+            else:
+                db.execute("DELETE FROM pending_changes WHERE stream = ? AND change_id <= ? AND (ended IS NULL OR "
+                           "ended = ?)", (name, limit, ENDED_CANCELLED))
             return rows
         return [_pending_row(row) for row in self._transaction(take)]
+
+    def not_applied(self, name: str, rows: list[PendingOffset]) -> list[PendingOffset]:
+        """Those of `rows` the history does not hold as applied (a persist that came before a cancel)."""
+        applied = {(t, p, c) for t, p, c in self._read(
+            "SELECT topic, partition, change_id FROM offset_history WHERE stream = ? AND status IN (?, ?)",
+            (name, ChangeStatus.APPLIED.value, ChangeStatus.CLAMPED.value))}
+        return [r for r in rows if (r.topic, r.partition, r.change_id) not in applied]
+
+    def drop_cancelled(self, name: str, up_to: int) -> None:
+        """The running stream's gate confirmed a cancel: its marked rows go."""
+        self._write(("DELETE FROM pending_changes WHERE stream = ? AND change_id <= ? AND ended = ?",
+                     (name, up_to, ENDED_CANCELLED)))
 
     def record_applied(self, name: str, applied: list[GateEvent]) -> None:
         """Changes persisted by a stream (PERSISTED gate events): each becomes a history row of its change id,
@@ -323,11 +363,28 @@ def _next_change_id(db) -> int:
                    db.execute("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes").fetchone()[0])
 
 
+ENDED_CANCELLED = "cancelled"     # pending_changes.ended: a cancel ended it (the gate may not have heard yet)
+ENDED_SUPERSEDED = "superseded"   # a revert of its change ended it (recorded as superseded in the history)
+
+
+def _end_superseded(db, name: str, now: float, where: str = "", args: tuple = ()) -> None:
+    """The rows a revert ended become `superseded` history rows of their change, and go."""
+    rows = db.execute("SELECT topic, partition, previous_offset, offset, note, reason, change_id FROM pending_changes "
+                      "WHERE stream = ? AND ended = ?" + where, (name, ENDED_SUPERSEDED, *args)).fetchall()
+    for topic, partition, previous, offset, note, reason, change_id in rows:
+        db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, offset, "
+                   "status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   (name, now, topic, partition, previous, offset, ChangeStatus.SUPERSEDED.value,
+                    "; ".join(m for m in (note, f"not applied: {reason}") if m), change_id))
+        db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ? AND change_id = ?",
+                   (name, topic, partition, change_id))
+
+
 _PENDING_ROWS = ("SELECT topic, partition, offset, requested_at, previous_offset, note, reason, change_id, onward "
-                 "FROM pending_changes WHERE stream = ?")
+                 "FROM pending_changes WHERE stream = ? AND ended IS NULL")
 _LATEST_PENDING = _PENDING_ROWS + (" AND change_id = (SELECT MAX(change_id) FROM pending_changes AS later WHERE "
                                    "later.stream = ? AND later.topic = pending_changes.topic AND "
-                                   "later.partition = pending_changes.partition)")
+                                   "later.partition = pending_changes.partition AND later.ended IS NULL)")
 _PENDING_ORDER = " ORDER BY topic, partition"
 
 

@@ -91,6 +91,7 @@ class SetOffsets:
     change_id: int
     offsets: Mapping[PartitionKey, int]
     onward: frozenset[PartitionKey] = frozenset()   # those never moved back (ResolvedOffset.onward)
+    supersedes: int | None = None   # a revert's: the change whose moves still waiting it ends
 
 
 @dataclass(frozen=True)
@@ -216,9 +217,9 @@ class ProcessRunner:
             self._last_snapshot = answer
         return self._last_snapshot
 
-    def request_offsets(self, change_id, offsets, onward=frozenset()):
+    def request_offsets(self, change_id, offsets, onward=frozenset(), supersedes=None):
         if self._running:
-            self._send(SetOffsets(change_id, dict(offsets), frozenset(onward)))
+            self._send(SetOffsets(change_id, dict(offsets), frozenset(onward), supersedes))
 
     def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
@@ -419,7 +420,7 @@ def _child_handlers(runner: ThreadRunner, send) -> dict:
             send(Reply(message.request_id, runner.cancel_pending(message.timeout, message.up_to)))
         threading.Thread(target=answer, daemon=True).start()
     return {SnapshotRequest: lambda m: send(Reply(m.request_id, runner.snapshot())),
-            SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets, m.onward),
+            SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets, m.onward, m.supersedes),
             CancelRequest: cancel}
 
 

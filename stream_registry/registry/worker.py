@@ -69,6 +69,7 @@ from ..model import (
 )
 from ..redaction import redact
 from .batch_stats import BatchStats
+from .change_marks import ChangeMark, Committed
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
 from .poison import BatchDelivery
@@ -111,6 +112,7 @@ class _OffsetRequest:
     change_id: int
     offsets: Mapping
     onward: frozenset = frozenset()
+    supersedes: int | None = None
 
 
 class _CancelRequest:
@@ -148,6 +150,7 @@ class StreamWorker:
         self._next_held_try = 0.0
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
         self._resumed: dict[PartitionKey, tuple] = {}   # exactly-once, just assigned elsewhere than the group's commit
+        self._marks: dict[PartitionKey, ChangeMark] = {}   # last change persisted per partition (each commit)
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
@@ -199,10 +202,10 @@ class StreamWorker:
                               pending=self._gate.waiting(), stored=stored)
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset()) -> None:
-        """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back); what
-        becomes of them comes as on_change events."""
-        self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward)))
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+        """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back; `supersedes`: a
+        change whose waiting moves end, a revert's); what becomes of them comes as on_change events."""
+        self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Have the poll thread cancel every change not persisted yet; the cancelled ones, or None when it did
@@ -222,6 +225,7 @@ class StreamWorker:
             return
         self._set_status(StreamStatus.STARTING)
         self._started.set()
+        self._gate.reconcile(self._committed(sorted(self._gate.waiting())))   # persisted before a host died?
         trimmed = getattr(self._sink, "trimmed", 0)
         if trimmed:
             log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
@@ -420,7 +424,9 @@ class StreamWorker:
         """
         if not offsets:
             return None
-        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        marks = {tp: mark.encode() for tp, mark in self._marks.items()}   # each commit carries the last change's
+        tps = [TopicPartition(tp[0], tp[1], o, metadata=marks[tp]) if tp in marks else TopicPartition(tp[0], tp[1], o)
+               for tp, o in offsets.items()]
         consumer = self._live_consumer()
         deadline = time.monotonic() + deadline_s
         while True:
@@ -450,12 +456,12 @@ class StreamWorker:
                 request.cancelled = self._gate.cancel(request.up_to)
                 request.done.set()
             else:
-                self._gate.request(request.change_id, request.offsets, request.onward)
+                self._gate.request(request.change_id, request.offsets, request.onward, request.supersedes)
 
     def _on_gate_event(self, event: GateEvent) -> None:
         """What the host records: a persisted change, why a change is held back, one that was superseded (the
         host keeps its pending row until told). A cancel is answered to the host's own request."""
-        if event.state in (MoveState.PERSISTED, MoveState.SUPERSEDED) or \
+        if event.state in (MoveState.PERSISTED, MoveState.SUPERSEDED, MoveState.CANCELLED) or \
                 (event.state == MoveState.WAITING and event.reason):
             self._events.on_change(event)
 
@@ -492,19 +498,24 @@ class StreamWorker:
             return position
         return self._stored.get(tp, OFFSET_BEGINNING) if self._exactly_once else OFFSET_STORED
 
-    def persist(self, offsets: Mapping[PartitionKey, int]) -> str | None:
+    def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
         """Commit a change (exactly-once: store it in the sink first, the truth a restart resumes from; the
-        group's commit then only feeds lag tools)."""
+        group's commit then only feeds lag tools), its mark with it (change_marks)."""
+        before = dict(self._marks)
+        self._marks.update(marks)
         if self._exactly_once:
             try:
                 self._sink.write(offset_statements(self.config.name, offsets))
             except Exception as exc:
+                self._marks = before
                 return f"storing the new offset in the sink failed ({self._redact(exc)})"
             with self._state_lock:
                 self._stored.update(offsets)
             self._commit(offsets)
             return None
         error = self._commit(offsets)
+        if error is not None:
+            self._marks = before
         return None if error is None else f"committing the new offset failed ({error})"
 
     # -- rebalance callbacks (poll thread, inside consume()) ---------------------
@@ -526,7 +537,8 @@ class StreamWorker:
                           starts: Mapping[PartitionKey, int | None]) -> None:
         """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
-        offsets = self._gate.on_assign(starts)
+        unknown = [key for key in keys if starts.get(key) is None]   # at-least-once: where the group resumes
+        offsets = self._gate.on_assign(starts, self._committed(sorted({*unknown, *self._gate.waiting_on(keys)})))
         for tp, key in zip(partitions, keys, strict=True):
             offset = offsets[key]
             if offset is not None:
@@ -541,6 +553,28 @@ class StreamWorker:
             return
         self._gate.after_assign()
         self._set_status(StreamStatus.RUNNING)
+
+    def _committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed]:
+        """The group's committed offsets of partitions being assigned, with their change marks (one batched
+        request, in the rebalance callback: where they stand, what a waiting change is judged against). Empty
+        when unread."""
+        if not keys:
+            return {}
+        try:
+            found = self._live_consumer().committed([TopicPartition(*tp) for tp in keys],
+                                                    timeout=ASSIGN_STORED_DEADLINE_S)
+        except KafkaException as exc:
+            log.warning("stream %s: reading the committed offsets of %s failed: %s", self.config.name,
+                        _keys_text(keys), self._redact(exc))
+            return {}
+        out = {}
+        for tp in found:
+            key = PartitionKey(tp.topic, tp.partition)
+            mark = ChangeMark.decode(tp.metadata) if tp.error is None else None
+            if mark is not None:
+                self._marks[key] = mark   # carried on: this process's commits must not erase it
+            out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
+        return out
 
     def _resume_from_sink(self, keys: list[PartitionKey], deadline_s: float) -> dict[PartitionKey, int] | None:
         """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
@@ -626,6 +660,7 @@ class StreamWorker:
             for tp in revoked:
                 self._stored.pop(tp, None)
                 self._resumed.pop(tp, None)
+                self._marks.pop(tp, None)
         try:
             self._assignment(lambda: consumer.incremental_unassign(started), consumer.unassign)
         except KafkaException:

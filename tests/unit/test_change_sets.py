@@ -65,3 +65,62 @@ def test_the_history_records_where_the_partition_really_stood_and_went(tmp_path)
         (25, 25, ChangeStatus.CLAMPED, row.message)
     assert store.pending_rows("s") == []
     store.close()
+
+
+# -- issue 30: cancels and reverts end rows in the state store first; commits carry the change's mark ----------
+def test_a_cancel_of_a_running_stream_ends_its_rows_at_once_and_they_are_never_handed_over(tmp_path):
+    """The stream process has not confirmed yet: the rows are no longer pending, a stream process starting now
+    is handed none of them, and one the gate persisted before it heard is still recorded with its plan."""
+    store = StateStore(tmp_path)
+    changes = ChangeSets(store)
+    first = changes.open("s", [_planned(5, 12, onward=False, clamped=False, message="planned")], None, running=True)
+    other = PartitionKey("t", 1)
+    second = changes.open("s", [ResolvedOffset(topic="t", partition=1, previous_offset=12, offset=6, clamped=False,
+                                               message="")], None, running=True)
+    rows = changes.cancel("s", changes.last_change("s"), running=True)
+    assert sorted((r.change_id, r.partition) for r in rows) == [(first, 0), (second, 1)]
+    assert store.pending_rows("s") == [] and changes.last_change("s") == 0
+    changes.on_event("s", GateEvent(change_id=first, topic="t", partition=0, offset=5, state=MoveState.PERSISTED,
+                                    previous_offset=12))   # persisted before the gate heard of the cancel
+    answer = changes.cancelled("s", rows, None, second)
+    assert [(r.change_id, r.partition) for r in answer] == [(second, other.partition)]
+    assert "drops it" in (answer[0].reason or "")
+    [row] = changes.history("s", None)
+    assert (row.change_id, row.offset, row.message) == (first, 5, "planned")
+    assert changes.pending_moves("s") == {}
+    assert sqlite3.connect(tmp_path / STATE_FILE).execute("SELECT COUNT(*) FROM pending_changes").fetchone() == (0,)
+    store.close()
+
+
+def test_a_revert_of_a_stopped_streams_change_supersedes_its_pending_rows_in_the_history(tmp_path):
+    store = StateStore(tmp_path)
+    changes = ChangeSets(store)
+    change = changes.open("s", [_planned(10, 100, onward=False, clamped=False),
+                                ResolvedOffset(topic="t", partition=1, previous_offset=100, offset=10, clamped=False,
+                                               message="")], None, running=True)
+    changes.on_event("s", GateEvent(change_id=change, topic="t", partition=0, offset=10, state=MoveState.PERSISTED,
+                                    previous_offset=100))
+    spec, note = changes.revert_spec("s", change, None)
+    assert list(spec.partitions) == [TP]
+    revert = changes.open("s", [_planned(100, 10, onward=False, clamped=False)], note, running=False,
+                          replaces=change)
+    assert [(p.change_id, p.partition) for p in store.pending_rows("s")] == [(revert, 0)]   # it waits for a start
+    rows = {(h.change_id, h.partition): h for h in changes.history("s", None)}
+    assert rows[(change, 1)].status == ChangeStatus.SUPERSEDED
+    assert f"superseded by change {revert}" in rows[(change, 1)].message
+    assert changes.revert_spec("s", change, None)[0].partitions == spec.partitions   # its applied rows still
+    store.close()
+
+
+def test_a_change_mark_survives_the_round_trip_and_anything_else_is_no_mark():
+    from stream_registry.registry.change_marks import MAX_METADATA, ChangeMark
+
+    mark = ChangeMark(12, 250, None, 1795736555.688)
+    assert ChangeMark.decode(mark.encode()) == mark and len(mark.encode()) < MAX_METADATA
+    assert ChangeMark.decode(ChangeMark(3, 0, 7).encode()) == ChangeMark(3, 0, 7)
+    assert mark.about(12, 1795736555.0) and mark.about(11, 1795736555.0)   # persisted; a later change followed
+    assert not mark.about(13, 1795736555.0) and not mark.about(12, 1795736556.0)   # an earlier change; an older mark
+    for other in (None, "", "console consumer", "mgstreams:{", 'mgstreams:{"change": -1, "offset": 3}',
+                  'mgstreams:{"change": true, "offset": 3}', 'mgstreams:{"offset": 3}', "mgstreams:[1]",
+                  'mgstreams:{"change": 1, "offset": 3, "at": "soon"}'):
+        assert ChangeMark.decode(other) is None, other

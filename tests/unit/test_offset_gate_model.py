@@ -5,12 +5,20 @@ and restarts; it calls set_offset, cancel and revert, and checks the issue's inv
 - after an `applied` (persisted) report, that partition's next delivery is the target, and what follows
   comes from there;
 - a committed offset never moves back except through a change;
-- a cancelled (or superseded) change is never applied later;
+- a cancelled (or superseded) change is never applied later; a revert supersedes what is still pending of the
+  change it reverts;
 - what a caller is told never contradicts the history (one final state per partition of a change);
 - every partition of a call ends in exactly one status (checked once the group settles);
 - a move to "the end" never takes a partition back from where it got: the log grows and the stream
   delivers between the call's resolving (the log end read) and the gate's applying it, and what is
-  persisted and reported is where the partition really went, from where it really stood.
+  persisted and reported is where the partition really went, from where it really stood; also when the
+  partition comes back from a second member of the group, which held it, read and committed on, and left:
+  it stands where the group committed it;
+- a change is persisted at most once: the host may die between the persist and its record (the record is
+  lost, the row stays pending and is handed to the next stream process), and the change's mark in the commit
+  makes the next process record it where it went instead of applying it again;
+- a cancel the stream process did not confirm in time (it was inside a batch) is already the truth on the
+  host's side: its changes are never applied, whether the process hears of it later or dies first.
 
 The simulated consumer has librdkafka's committed-offset race: a partition assigned without an explicit
 offset looks its committed offset up later, and a seek made before that lookup is overridden by it.
@@ -24,12 +32,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from stream_registry.model import GateEvent, MoveState, PendingMove
+from stream_registry.registry.change_marks import ChangeMark, Committed
 from stream_registry.registry.offset_gate import PERSIST_RETRY_S, OffsetGate
 
 TPS = [("t", 0), ("t", 1)]
 LOG_END = 30        # where the log ends at first; records are produced as the model runs
 MAX_LOG_END = 60
-COUNTS = {"examples": 0, "steps": 0}
+COUNTS = {"examples": 0, "steps": 0, "foreign_commits": 0, "takeovers": 0, "host_deaths": 0, "reconciled": 0,
+          "late_cancels": 0}
 FINAL = (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
 
 
@@ -42,6 +52,9 @@ class SimConsumer:
         self.lookup: dict = {}              # assigned without an offset: the lookup's answer, still to arrive
         self.fail_commits = False
         self.persisted: list = []           # each persist through the gate: {tp: offset} (one per call)
+        self.marks: dict = {}               # tp -> the change mark its commit carries (the broker's metadata)
+        self.changes: dict = {}             # (change_id, tp) -> offset: every change ever persisted
+        self.last: set = set()              # the (change_id, tp) of the last persist
 
     # the gate's port
     def seek(self, tp, offset) -> bool:
@@ -53,13 +66,24 @@ class SimConsumer:
     def reassign(self, tp, offset) -> None:
         self.assign(tp, offset)
 
-    def persist(self, offsets):
+    def persist(self, offsets, marks):
         if self.fail_commits:
             return "REBALANCE_IN_PROGRESS: injected"
+        self.last = set()
         for tp, offset in offsets.items():
+            key = (marks[tp].change_id, tp)
+            assert marks[tp].offset == offset, f"{key}: the mark says {marks[tp].offset}, persisted {offset}"
+            assert key not in self.changes, f"{key} persisted a second time (first at {self.changes[key]})"
+            self.changes[key] = offset
+            self.last.add(key)
             self.committed[tp] = offset
+            self.marks[tp] = marks[tp]
         self.persisted.append(dict(offsets))
         return None
+
+    def seen(self, tps) -> dict:
+        """What the worker's batched committed() read answers: offsets and marks."""
+        return {tp: Committed(self.committed.get(tp), self.marks.get(tp)) for tp in tps}
 
     # the group
     def assign(self, tp, offset) -> None:
@@ -97,15 +121,38 @@ class GateMachine(RuleBasedStateMachine):
         self.got_to: dict = {}              # assigned tp -> where it stands (next to deliver), None: unknown
         self.resolved: list = []            # calls to the end resolved (the log end read), not handed over yet
         self.onward: set = set()            # change ids whose targets are onward (the end, +N)
+        self.foreign: set = set()           # partitions a second member of the group holds
+        self.dead = False                   # the host died: every report is lost until it restarts
+        self.dying = False                  # the host dies right after the next persist
+        self.host_cancelled: set = set()    # (change_id, tp) the host marked cancelled, maybe unheard by the gate
+        self.queued: list = []              # cancels sent, not yet drained by the poll thread (up_to)
+        self.requested_at: dict = {}        # change id -> when it was requested (the model's clock)
+        self.reverted: set = set()          # change ids a revert superseded the rest of
         self.gate = self._new_gate({})
 
     def _new_gate(self, pending) -> OffsetGate:
-        return OffsetGate(self.sim, self._on_event, pending=pending, clock=lambda: self.now)
+        return OffsetGate(self.sim, self._on_event, pending=pending, clock=lambda: self.now, wall=lambda: self.now)
 
     def _on_event(self, event: GateEvent) -> None:
         key = (event.change_id, (event.topic, event.partition))
+        if self.dead:
+            return                          # the host is gone: nobody records it
+        if event.state == MoveState.PERSISTED and self.dying and key in self.sim.last:
+            self.dead, self.dying = True, False   # persisted; the host dies before it records it
+            COUNTS["host_deaths"] += 1
+            return
+        if event.state == MoveState.CANCELLED and key in self.host_cancelled:
+            self.host_cancelled.discard(key)      # a cancel the host answered before the gate heard of it
+            return
         assert key not in self.final, f"{key} reported {event.state} after its final state {self.final.get(key)}"
-        if event.state == MoveState.PERSISTED:
+        if event.state == MoveState.PERSISTED and key not in self.sim.last:
+            # reconciled: persisted by an earlier process whose record was lost; not moved again
+            assert key in self.live, f"{key} reconciled but not live"
+            assert self.sim.changes.get(key) == event.offset, f"{key}: reconciled at {event.offset}, " \
+                                                              f"persisted at {self.sim.changes.get(key)}"
+            COUNTS["reconciled"] += 1
+            self.applied.setdefault(event.change_id, {})[key[1]] = event.previous_offset
+        elif event.state == MoveState.PERSISTED:
             assert key in self.live, f"{key} persisted but not live (cancelled or superseded?)"
             assert self.sim.persisted[-1].get(key[1]) == event.offset, "persisted by the last persist"
             self.applied.setdefault(event.change_id, {})[key[1]] = event.previous_offset
@@ -115,18 +162,41 @@ class GateMachine(RuleBasedStateMachine):
                 assert event.offset >= got_to, f"{key}: a move to the end took it back from {got_to} to {event.offset}"
                 assert event.previous_offset == got_to, f"{key}: reported from {event.previous_offset}, stood at {got_to}"
             self.got_to[key[1]] = event.offset
+        if event.state == MoveState.SUPERSEDED:   # by a later change of the partition, or the revert of its own
+            assert event.change_id in self.reverted or any(
+                later > event.change_id and tp == key[1] for later, tp in [*self.live, *self.final]), \
+                f"{key} superseded, but no later change of its partition was requested"
         if event.state in FINAL:
             self.final[key] = event.state
             self.live.pop(key, None)
         self.events.append(event)
 
-    def _step(self) -> None:
-        COUNTS["steps"] += 1
+    def _new_change(self) -> int:
+        change_id = next(self.ids)
+        self.requested_at[change_id] = self.now
+        return change_id
 
-    @initialize(committed=st.lists(st.integers(0, LOG_END), min_size=2, max_size=2))
-    def start(self, committed):
+    def _step(self) -> None:
+        """Every step is a seam of the poll thread: a dead host restarts first (with it, the stream process),
+        and cancels the host sent are drained before anything else the poll thread does."""
+        COUNTS["steps"] += 1
+        if self.dead:
+            self.dead = False
+            self.crash_and_restart()
+        while self.queued:
+            up_to = self.queued.pop(0)
+            for event in self.gate.cancel(up_to):
+                assert event.change_id <= up_to
+
+    @initialize(committed=st.lists(st.integers(0, LOG_END), min_size=2, max_size=2),
+                old_marks=st.lists(st.integers(1, 5), max_size=2))
+    def start(self, committed, old_marks):
+        """`old_marks`: the group's commits carry marks of an earlier state directory (or of a stream dropped and
+        created again with the same group), whose change ids start over: they say nothing about these changes."""
         for tp, offset in zip(TPS, committed, strict=False):
             self.committed[tp] = offset
+        for tp, change_id in zip(TPS, old_marks, strict=False):
+            self.sim.marks[tp] = ChangeMark(change_id, self.committed[tp], None, at=-1.0)
 
     # -- the group -------------------------------------------------------------------
     @rule(tp=st.sampled_from(TPS), known=st.booleans())
@@ -134,11 +204,11 @@ class GateMachine(RuleBasedStateMachine):
         """`known`: assigned where the stream resumes (exactly-once: the sink's stored offset), else where the
         group's committed-offset lookup says later (at-least-once)."""
         self._step()
-        if tp in self.sim.fetch:
+        if tp in self.sim.fetch or tp in self.foreign:
             return
         start = self.committed.get(tp, 0) if known else None
-        self.got_to[tp] = start
-        offsets = self.gate.on_assign({tp: start})
+        self.got_to[tp] = self.committed.get(tp, 0)   # where the group (or the sink) has it
+        offsets = self.gate.on_assign({tp: start}, self.sim.seen([tp]))   # the worker's batched committed()
         self.sim.assign(tp, offsets[tp])
         if offsets[tp] is None or offsets[tp] == start:   # else a move's target: its PERSISTED event says
             self.expect[tp] = self.committed.get(tp, 0)
@@ -187,16 +257,71 @@ class GateMachine(RuleBasedStateMachine):
             for tp, offset in next_offsets.items():
                 assert offset >= self.committed.get(tp, 0), \
                     f"{tp}: a batch commit moves the committed offset back from {self.committed.get(tp)} to {offset}"
-                self.committed[tp] = offset
+                self.committed[tp] = offset   # the mark of the last change is carried on (the worker's commits)
         self.gate.after_batch(next_offsets)
+
+    # -- a second member of the group -------------------------------------------------
+    @rule(tp=st.sampled_from(TPS))
+    def foreign_takes(self, tp):
+        """A second member joins (range assignment) and is given the partition: the stream's is revoked."""
+        self._step()
+        if tp in self.foreign:
+            return
+        if tp in self.sim.fetch:
+            self.revoke(tp, lost=False)
+        self.foreign.add(tp)
+
+    @rule(tp=st.sampled_from(TPS), records=st.integers(1, 20))
+    def foreign_reads_and_commits(self, tp, records):
+        """It reads on and commits (its commit carries its own metadata, no mark of ours)."""
+        self._step()
+        if tp not in self.foreign:
+            return
+        self.committed[tp] = min(self.committed.get(tp, 0) + records, self.log_end)
+        self.sim.marks.pop(tp, None)
+        COUNTS["foreign_commits"] += 1
+
+    @rule(tp=st.sampled_from(TPS))
+    def foreign_leaves(self, tp):
+        """It leaves; the partition comes back to the stream at the next assign."""
+        self._step()
+        if tp in self.foreign:
+            self.foreign.discard(tp)
+            COUNTS["takeovers"] += 1
+
+    # -- the host -----------------------------------------------------------------------
+    @rule()
+    def host_dies_after_the_next_persist(self):
+        """The host dies between a persist and its record (the window a held state-store write widens)."""
+        self._step()
+        self.dying = True
+
+    @rule()
+    def cancel_times_out(self):
+        """cancel answers before the stream process confirms (it is inside a batch): the host has marked the
+        rows cancelled and answered; the poll thread drains the request at its next seam (or dies first)."""
+        self._step()
+        up_to = max((cid for cid, _ in self.live), default=0)
+        for key in [k for k in self.live if k[0] <= up_to]:
+            self.final[key] = MoveState.CANCELLED
+            self.host_cancelled.add(key)
+            self.live.pop(key)
+        self.queued.append(up_to)
+        COUNTS["late_cancels"] += 1
 
     @rule()
     def crash_and_restart(self):
-        """The stream process dies: the host starts a new one with the changes still pending."""
+        """The stream process dies (or its host does): the host starts a new one with the changes still pending
+        (and not cancelled); the new process reads their partitions' commits first (reconcile)."""
         self._step()
+        self.queued.clear()                 # a cancel the dead process never drained: the host's rows say it
+        self.host_cancelled.clear()
+        self.dying = False
+        self.sim.last = set()               # the new process has persisted nothing yet
         pending = {}
         for (change_id, tp), offset in sorted(self.live.items()):   # the latest per partition wins
-            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward)
+            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward,
+                                      requested_at=self.requested_at[change_id])
         for key in [k for k in self.live if pending.get(k[1], PendingMove(change_id=0, offset=0)).change_id != k[0]]:
             self.final[key] = MoveState.SUPERSEDED           # the host drops the older rows at start
             self.live.pop(key)
@@ -205,12 +330,13 @@ class GateMachine(RuleBasedStateMachine):
         self.expect.clear()
         self.got_to.clear()
         self.gate = self._new_gate(pending)
+        self.gate.reconcile(self.sim.seen(pending))
 
     # -- calls ------------------------------------------------------------------------
     @rule(offset=st.integers(0, LOG_END), which=st.sampled_from([TPS, TPS[:1], TPS[1:]]))
     def set_offset(self, offset, which):
         self._step()
-        change_id = next(self.ids)
+        change_id = self._new_change()
         for tp in which:
             self.live[(change_id, tp)] = offset
         self.gate.request(change_id, {tp: offset for tp in which})
@@ -233,7 +359,7 @@ class GateMachine(RuleBasedStateMachine):
         if not self.resolved:
             return
         which, end = self.resolved.pop(0)
-        change_id = next(self.ids)
+        change_id = self._new_change()
         self.onward.add(change_id)
         for tp in which:
             self.live[(change_id, tp)] = end
@@ -256,10 +382,12 @@ class GateMachine(RuleBasedStateMachine):
         if not revertible:
             return
         change = data.draw(st.sampled_from(sorted(revertible)))
-        change_id = next(self.ids)
+        change_id = self._new_change()
         for tp in revertible[change]:
             self.live[(change_id, tp)] = revertible[change][tp]
-        self.gate.request(change_id, dict(revertible[change]))
+        self.reverted.add(change)
+        self.gate.request(change_id, dict(revertible[change]), supersedes=change)   # its pending half ends
+        assert not [key for key in self.live if key[0] == change], f"change {change} still live after its revert"
 
     @rule()
     def time_passes(self):
@@ -271,12 +399,15 @@ class GateMachine(RuleBasedStateMachine):
     @invariant()
     def one_live_change_per_partition_in_the_gate(self):
         waiting = self.gate.waiting()
-        live_tps = [tp for (_, tp) in self.live]
+        live_tps = [tp for (_, tp) in self.live] + [tp for (_, tp) in self.host_cancelled]
         assert set(waiting) <= set(live_tps)
 
     def teardown(self):
-        """The group settles: commits succeed, every partition is assigned, time passes. Every partition of
-        every call then has exactly one final state."""
+        """The group settles: the second member leaves, commits succeed, every partition is assigned, time
+        passes. Every partition of every call then has exactly one final state."""
+        self.dying = False
+        self._step()
+        self.foreign.clear()
         self.sim.fail_commits = False
         for tp in TPS:
             self.assign(tp)
@@ -294,5 +425,7 @@ def test_the_gate_keeps_its_invariants_against_a_model():
     run_state_machine_as_test(GateMachine, settings=settings(
         max_examples=300, stateful_step_count=40, deadline=None, derandomize=True,
         suppress_health_check=list(HealthCheck)))
-    print(f"offset gate model: {COUNTS['examples']} examples, {COUNTS['steps']} steps")
+    print(f"offset gate model: {COUNTS}")
     assert COUNTS["examples"] >= 300 and COUNTS["steps"] >= 300 * 10, COUNTS
+    assert min(COUNTS[k] for k in ("foreign_commits", "takeovers", "host_deaths", "reconciled", "late_cancels")) \
+        >= 10, COUNTS
