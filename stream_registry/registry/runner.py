@@ -112,6 +112,10 @@ class ThreadRunner:
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         return self._worker.cancel_pending(timeout, up_to) if self._worker is not None else []
 
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        if self._worker is not None:
+            self._worker.forget(change_id, tps)
+
     def rss_bytes(self) -> int | None:
         return process_rss(os.getpid())
 
