@@ -150,3 +150,32 @@ def test_a_killed_task_loses_no_record_its_partitions_go_to_the_other_and_it_is_
         rows = api.get("/streams/killed/offsets").json()
         assert all(r["committed_offset"] == 50 for r in rows), rows
         api.delete("/streams/killed").raise_for_status()
+
+
+def test_a_change_pending_at_start_is_applied_once_whichever_task_gets_each_partition(kafka, tasks_host):
+    """Both tasks start holding the stopped stream's pending change; the partitions reach them through the
+    group's rebalances (a first task may hold them all before the second joins): each partition is moved once,
+    by the task that has it, and never again by a task it moves to later."""
+    host, journal = tasks_host
+    topic = kafka.new_topic(partitions=PARTITIONS)
+    kafka.produce(topic, PARTITIONS * 40, partitions=PARTITIONS)
+    with httpx.Client(base_url=host.url, timeout=60) as api:
+        api.post("/streams", json=body(kafka, topic, "pending_tasks")).raise_for_status()
+        rows = api.patch("/streams/pending_tasks/offsets", json={"offset": 30}).json()
+        assert {r["status"] for r in rows} == {"pending"} and len({r["change_id"] for r in rows}) == 1, rows
+        change_id = rows[0]["change_id"]
+        api.put("/streams/pending_tasks/start").raise_for_status()
+        wait_until(lambda: split_between(api, "pending_tasks"), 60, what="both tasks running")
+        wait_until(lambda: {(p, o) for _, p, o in written(journal, topic)}
+                   >= {(p, o) for p in range(PARTITIONS) for o in range(30, 40)}, 60, what="delivered from 30")
+        kafka.produce(topic, PARTITIONS * 10, partitions=PARTITIONS)
+        wait_until(lambda: all(r["committed_offset"] == 50 for r in api.get("/streams/pending_tasks/offsets").json()),
+                   60, what="every partition committed to its end")
+        history = [h for h in api.get("/streams/pending_tasks/history").json() if h["change_id"] == change_id]
+        assert sorted(h["partition"] for h in history) == list(range(PARTITIONS)), history
+        assert api.get("/streams/pending_tasks/pending").json() == []
+        delivered = written(journal, topic)
+        assert min(o for _, _, o in delivered) == 30, "nothing before the pending change's offset was delivered"
+        for p in range(PARTITIONS):   # moved once: offset 30 of each partition is delivered once
+            assert sum(1 for _, q, o in delivered if (q, o) == (p, 30)) == 1, [d for d in delivered if d[1] == p]
+        api.delete("/streams/pending_tasks").raise_for_status()
