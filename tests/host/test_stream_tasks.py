@@ -124,6 +124,13 @@ def test_a_tasks_2_stream_splits_its_partitions_between_two_processes_and_moves_
         assert all(o >= 10 for _, _, o in again), "nothing before the new offset was delivered again"
         assert all(pid == holder[p] for pid, p, _ in again), "each partition moved by the task that holds it"
         assert api.get("/streams/split/pending").json() == []
+        # a revert reaches every task too: one new change moving every partition back where it stood
+        reverted = api.post(f"/streams/split/history/{change_id}/revert", json={"timeout_ms": 30000})
+        reverted.raise_for_status()
+        rows = reverted.json()
+        assert {r["status"] for r in rows} == {"applied"} and {r["offset"] for r in rows} == {50}, rows
+        assert len({r["change_id"] for r in rows}) == 1 and rows[0]["change_id"] > change_id
+        assert api.get("/streams/split/pending").json() == []
         api.delete("/streams/split").raise_for_status()
 
 
