@@ -37,7 +37,8 @@ class Isolation(StrEnum):
 
 class StreamRunner(Protocol):
     """A running stream as the registry sees it."""
-    pid: int | None
+    @property
+    def pid(self) -> int | None: ...
 
     def start(self, timeout: float = 30.0) -> None: ...
     def stop(self, timeout: float) -> str | None:

@@ -41,7 +41,8 @@ NewTask = Callable[[StreamEvents, Callable[[StreamRunner, str], None]], StreamRu
 
 
 class Backoff(Protocol):
-    reset_after_s: float
+    @property
+    def reset_after_s(self) -> float: ...
 
     def delay(self, failures: int) -> float: ...
 
@@ -92,8 +93,10 @@ class TaskRunner:
 
         def start_one(task: _Task) -> None:
             task.started_at = time.monotonic()
+            runner = task.runner
             try:
-                task.runner.start(timeout)   # type: ignore[union-attr]   (set above)
+                if runner is not None:
+                    runner.start(timeout)
             except StreamError as exc:
                 failures.append(f"task {task.index}: {exc}")
         with ThreadPoolExecutor(max_workers=len(self._tasks), thread_name_prefix="mgstreams-task-start") as pool:
