@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_helpers import invoke
 from host_helpers import HostProcess
 from mgclient_standin import mgclient as standin
 from paths import ROOT, SUPPORT
@@ -86,6 +87,16 @@ def test_bad_tasks_are_refused_naming_the_field_and_the_value(kafka, tasks_host,
         assert answer.status_code == 400 and answer.json()["error"].startswith("tasks:"), answer.text
         assert api.get("/streams/one_task").json()["tasks"] == 1, "a refused alter changes nothing"
         api.delete("/streams/one_task").raise_for_status()
+    # the command line: --tasks on create and alter, checked by the host as the API's field is
+    made = invoke("create", "cli_tasks", "--topic", topic, "--bootstrap", kafka.bootstrap_servers, "--sink",
+                  "null://", "--tasks", 3, host=host)
+    assert made.exit_code == 0, made.output
+    refused = invoke("alter", "cli_tasks", "--tasks", 40, host=host)
+    assert refused.exit_code != 0 and "tasks: must be an integer from 1 to 32" in refused.output, refused.output
+    assert invoke("alter", "cli_tasks", "--tasks", 2, host=host).exit_code == 0
+    with httpx.Client(base_url=host.url, timeout=30) as api:
+        assert api.get("/streams/cli_tasks").json()["tasks"] == 2
+        api.delete("/streams/cli_tasks").raise_for_status()
 
 
 def test_a_tasks_2_stream_splits_its_partitions_between_two_processes_and_moves_them_all_in_one_change(
@@ -131,6 +142,15 @@ def test_a_tasks_2_stream_splits_its_partitions_between_two_processes_and_moves_
         assert {r["status"] for r in rows} == {"applied"} and {r["offset"] for r in rows} == {50}, rows
         assert len({r["change_id"] for r in rows}) == 1 and rows[0]["change_id"] > change_id
         assert api.get("/streams/split/pending").json() == []
+        described = invoke("describe", "split", host=host)
+        assert f"tasks 2, pids {pids[0]} {pids[1]}" in described.output, described.output
+        # alter: the stream restarts as one task, which holds every partition
+        assert api.patch("/streams/split", json={"tasks": 1}).json()["tasks"] == 1
+        one = wait_until(lambda: (info := api.get("/streams/split").json())["status"] == "running"
+                         and len(info["pids"]) == 1 and info, 60, what="the stream running as one task")
+        assert one["pid"] == one["pids"][0] and one["pid"] not in pids
+        wait_until(lambda: {r["task"] for r in api.get("/streams/split/offsets").json()} == {0}, 30,
+                   what="task 0 holding every partition")
         api.delete("/streams/split").raise_for_status()
 
 
