@@ -70,6 +70,7 @@ class TaskRunner:
         self._events, self._new_task, self._backoff = events, new_task, backoff
         self._stream_lock = lock           # the registry's lock of this stream: a task restarts under it
         self._lock = threading.Lock()      # the tasks' statuses and stats
+        self._tell = threading.Lock()      # what the registry is told, in the order it was decided
         self._tasks = [_Task(index) for index in range(config.tasks)]
         self._stopping = False
         self._shown: tuple[StreamStatus, str | None] | None = None
@@ -218,12 +219,13 @@ class TaskRunner:
         self._events.on_change(event)
 
     def _on_stats(self, task: _Task, stats: BatchStats) -> None:
-        with self._lock:
-            task.stats = stats
-            total = BatchStats()
-            for t in self._tasks:
-                total = total + t.earlier + t.stats
-        self._events.on_stats(total)
+        with self._tell:
+            with self._lock:
+                task.stats = stats
+                total = BatchStats()
+                for t in self._tasks:
+                    total = total + t.earlier + t.stats
+            self._events.on_stats(total)
 
     def _on_status(self, task: _Task, status: StreamStatus, error: str | None) -> None:
         with self._lock:
@@ -231,10 +233,12 @@ class TaskRunner:
         self._show()
 
     def _show(self) -> None:
-        """The stream's status from its tasks' (told to the registry when it changes)."""
-        with self._lock:
-            statuses = [t.status for t in self._tasks]
-            errors = [f"task {t.index}: {t.error}" for t in self._tasks if t.error]
+        """The stream's status from its tasks' (told to the registry when it changes, in order: two tasks'
+        pipe readers never tell it out of order)."""
+        with self._tell:
+            with self._lock:
+                statuses = [t.status for t in self._tasks]
+                errors = [f"task {t.index}: {t.error}" for t in self._tasks if t.error]
             if StreamStatus.ERROR in statuses:
                 status = StreamStatus.ERROR
             elif StreamStatus.STARTING in statuses or StreamStatus.CREATED in statuses:
@@ -244,10 +248,9 @@ class TaskRunner:
             else:
                 status = StreamStatus.RUNNING
             shown = (status, "; ".join(errors) or None)
-            if shown == self._shown:
-                return
-            self._shown = shown
-        self._events.on_status(*shown)
+            if shown != self._shown:
+                self._shown = shown
+                self._events.on_status(*shown)
 
     def _on_exit(self, task: _Task, runner: StreamRunner, cause: str) -> None:
         """A task's process died (its pipe's reader thread): say so, and restart it alone if the policy says so."""
