@@ -22,6 +22,8 @@ from mgclient_standin import mgclient as standin
 from paths import ROOT, SUPPORT
 from stream_helpers import FAST_REJOIN, RECORD_QUERY, wait_until
 
+from mgstreams.query_module import STREAMS_MODULE, QueryModule
+
 PARTITIONS = 4
 TRANSFORM = "stream_helpers.offsets_transform"
 
@@ -97,6 +99,13 @@ def test_bad_tasks_are_refused_naming_the_field_and_the_value(kafka, tasks_host,
     with httpx.Client(base_url=host.url, timeout=30) as api:
         assert api.get("/streams/cli_tasks").json()["tasks"] == 2
         api.delete("/streams/cli_tasks").raise_for_status()
+    # Cypher: `tasks` in create's options map; list shows it
+    with QueryModule(STREAMS_MODULE, host.url, token=host.token) as streams:
+        streams.call("create", "cypher_tasks", [topic], kafka.bootstrap_servers, TRANSFORM, "null://", "", 100, 100,
+                     {}, {}, "on-failure", {"tasks": 2})
+        listed = [row for row in streams.call("list") if row["name"] == "cypher_tasks"]
+        assert [(row["tasks"], row["pids"]) for row in listed] == [(2, [])]
+        streams.call("drop", "cypher_tasks")
 
 
 def test_a_tasks_2_stream_splits_its_partitions_between_two_processes_and_moves_them_all_in_one_change(
