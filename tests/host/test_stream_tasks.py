@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cli_helpers import invoke
+from confluent_kafka import Consumer
 from host_helpers import HostProcess
 from mgclient_standin import mgclient as standin
 from paths import ROOT, SUPPORT
@@ -215,3 +216,51 @@ def test_a_change_pending_at_start_is_applied_once_whichever_task_gets_each_part
         for p in range(PARTITIONS):   # moved once: offset 30 of each partition is delivered once
             assert sum(1 for _, q, o in delivered if (q, o) == (p, 30)) == 1, [d for d in delivered if d[1] == p]
         api.delete("/streams/pending_tasks").raise_for_status()
+
+
+def test_a_cancel_reaches_every_task_and_a_cancelled_change_is_never_applied_by_the_task_that_gets_it_later(
+        kafka, tasks_host):
+    """A member outside the stream holds some partitions: the change is applied on the tasks' partitions and
+    waits for the others in both tasks' gates. The cancel reaches both tasks; when the outsider leaves and the
+    tasks take its partitions, they resume them from the group's commits, not from the cancelled target."""
+    host, journal = tasks_host
+    topic = kafka.new_topic(partitions=PARTITIONS)
+    kafka.produce(topic, PARTITIONS * 20, partitions=PARTITIONS)
+    stream = body(kafka, topic, "cancelled", configs={**FAST_REJOIN, "partition.assignment.strategy": "range"})
+    outsider = None
+    with httpx.Client(base_url=host.url, timeout=60) as api:
+        api.post("/streams", json=stream).raise_for_status()
+        api.put("/streams/cancelled/start").raise_for_status()
+        wait_until(lambda: split_between(api, "cancelled"), 60, what="both tasks running")
+        wait_until(lambda: covered(journal, topic, 20), 60, what="every message written")
+        wait_until(lambda: all(r["committed_offset"] == 20 for r in api.get("/streams/cancelled/offsets").json()),
+                   30, what="every message committed")
+        outsider = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": stream["consumer_group"],
+                             "partition.assignment.strategy": "range", "enable.auto.commit": False, **FAST_REJOIN})
+        held: list[int] = []
+        outsider.subscribe([topic], on_assign=lambda c, parts: held.extend(p.partition for p in parts))
+        try:
+            wait_until(lambda: outsider.poll(0.1) is None and held, 60, what="the outsider's assignment")
+            wait_until(lambda: {r["partition"] for r in api.get("/streams/cancelled/offsets").json()
+                                if r["task"] is None} == set(held), 30, what="the tasks holding the rest")
+            rows = {r["partition"]: r for r in api.patch("/streams/cancelled/offsets",
+                                                          json={"offset": 5, "timeout_ms": 3000}).json()}
+            assert {p for p, r in rows.items() if r["status"] == "pending"} == set(held), rows
+            assert {r["status"] for p, r in rows.items() if p not in held} == {"applied"}, rows
+            cancelled = api.delete("/streams/cancelled/pending")
+            cancelled.raise_for_status()
+            assert sorted(r["partition"] for r in cancelled.json()) == sorted(held)
+            before = len(written(journal, topic))
+        finally:
+            outsider.close()   # the group gives its partitions to the tasks once its session times out
+        wait_until(lambda: {r["task"] for r in api.get("/streams/cancelled/offsets").json()} <= {0, 1}, 60,
+                   what="the tasks holding every partition")
+        kafka.produce(topic, PARTITIONS * 5, partitions=PARTITIONS)
+        wait_until(lambda: {(p, o) for _, p, o in written(journal, topic)[before:]}
+                   >= {(p, o) for p in held for o in range(20, 25)}, 60, what="the outsider's partitions go on")
+        again = [(p, o) for _, p, o in written(journal, topic)[before:] if p in held]
+        assert min(o for _, o in again) >= 20, f"a cancelled change moved a partition back: {again}"
+        assert api.get("/streams/cancelled/pending").json() == []
+        history = [h for h in api.get("/streams/cancelled/history").json() if h["change_id"] == rows[held[0]]["change_id"]]
+        assert not {h["partition"] for h in history} & set(held), history
+        api.delete("/streams/cancelled").raise_for_status()
