@@ -55,6 +55,8 @@ class StreamRunner(Protocol):
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Cancel the changes not persisted yet (of calls up to change id `up_to`); the cancelled ones, None if
         not confirmed in time."""
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        """Another task of the stream persisted change `change_id` on `tps`: drop it (task_runner)."""
     def rss_bytes(self) -> int | None: ...
     def close(self) -> None:
         """Release what a stream that ended by itself still holds (its sink, its process)."""

@@ -169,6 +169,10 @@ class TaskRunner:
         for runner in self._runners():
             runner.request_offsets(change_id, offsets, onward)
 
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        for runner in self._runners():
+            runner.forget(change_id, tps)
+
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Cancel in every task at once; None unless every running task confirmed in time."""
         runners = [r for r in self._runners() if r.alive]
@@ -213,9 +217,7 @@ class TaskRunner:
             for other in self._tasks:
                 runner = other.runner
                 if other is not task and runner is not None:
-                    forget = getattr(runner, "forget", None)
-                    if forget is not None:
-                        forget(event.change_id, tps)
+                    runner.forget(event.change_id, tps)
         self._events.on_change(event)
 
     def _on_stats(self, task: _Task, stats: BatchStats) -> None:
