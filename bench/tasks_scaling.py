@@ -13,7 +13,9 @@ A run is timed twice, from its start call:
 - `wall`: until the group's committed offsets cover every message (process start and group join included);
 - `steady`: from the moment every task runs and holds partitions (the first assignment, then for tasks 2 the
   rebalance that splits them) until the end, over the messages committed in that window: the rate the stream
-  keeps once it runs, which is what tasks buy.
+  keeps once it runs, which is what tasks buy. With it, the cores the stream's processes used in that window
+  (their CPU seconds over its length, psutil): near 1 for one task and near 2 for two on an idle 2-core
+  machine; on a machine other work loads, both fall, and the ratio with them (the load average is printed).
 The bench polls the committed offsets every POLL_S with a consumer that has the stream's group id and never
 joins the group, and GET /streams/{name} and /offsets for the tasks' pids and which task holds each partition.
 
@@ -35,6 +37,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+import psutil  # noqa: E402
 from bench_data import check_topic, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 
@@ -50,9 +53,22 @@ POLL_S = 0.05
 TRANSFORM = "cpu_transform.busy"
 
 
+def cpu_of(pids) -> float:
+    """CPU seconds (user + system) of these processes so far (0 for one that is gone)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def run(client, bootstrap: str, name: str, tasks: int, partitions: int, count: int,
-        timeout_s: float) -> tuple[float, float, int]:
-    """(wall s, steady s, messages in the steady window) of one stream run from the topic's beginning."""
+        timeout_s: float) -> tuple[float, float, int, float]:
+    """(wall s, steady s, messages in the steady window, cores its processes used in that window) of one stream
+    run from the topic's beginning."""
     client.create(name=name, topics=[TOPIC], bootstrap_servers=bootstrap, transform=TRANSFORM, sink="null://",
                   consumer_group=name, batch_size=BATCH_SIZE, batch_interval_ms=100, restart="never", tasks=tasks,
                   configs={"session.timeout.ms": 3000, "heartbeat.interval.ms": 1000})
@@ -64,7 +80,7 @@ def run(client, bootstrap: str, name: str, tasks: int, partitions: int, count: i
     try:
         started = time.perf_counter()
         client.start(name)
-        steady_at, steady_from = None, 0
+        steady_at, steady_from, pids, cpu_from = None, 0, (), 0.0
         while True:
             now = time.perf_counter()
             done = committed()
@@ -74,13 +90,14 @@ def run(client, bootstrap: str, name: str, tasks: int, partitions: int, count: i
                     raise SystemExit(f"bench: stream {name} is {info.status.value}: {info.error}")
                 holders = {row.task for row in client.describe(name)}
                 if info.status.value == "running" and len(info.pids) == tasks and holders == set(range(tasks)):
+                    pids, cpu_from = info.pids, cpu_of(info.pids)
                     steady_at, steady_from = time.perf_counter(), committed()
             if done >= count:
                 end = time.perf_counter()
                 if steady_at is None:
                     raise SystemExit(f"bench: stream {name} finished before all its {tasks} tasks held "
                                      f"partitions: give it more --messages")
-                return end - started, end - steady_at, count - steady_from
+                return end - started, end - steady_at, count - steady_from, (cpu_of(pids) - cpu_from) / (end - steady_at)
             if now - started > timeout_s:
                 raise SystemExit(f"bench: stream {name} stuck at {done}/{count} after {timeout_s:.0f} s")
             time.sleep(POLL_S)
@@ -125,12 +142,13 @@ def main(argv: list[str] | None = None) -> int:
                 client = host.client(timeout=60)
                 for round_no in range(1, args.rounds + 1):
                     for tasks in (1, 2) if round_no % 2 else (2, 1):
-                        total, window, messages = run(client, bootstrap, f"tasks_r{round_no}_{tasks}", tasks,
+                        total, window, messages, cores = run(client, bootstrap, f"tasks_r{round_no}_{tasks}", tasks,
                                                       partitions, count, max(120.0, count / 200))
                         steady[tasks].append(messages / window)
                         wall[tasks].append(count / total)
                         print(f"  round {round_no} tasks {tasks}: wall {total:6.2f} s {count / total:9,.0f} msgs/s; "
-                              f"steady {window:6.2f} s over {messages:,} messages {messages / window:9,.0f} msgs/s",
+                              f"steady {window:6.2f} s over {messages:,} messages {messages / window:9,.0f} msgs/s, "
+                              f"its processes using {cores:.2f} cores; load average {os.getloadavg()[0]:.2f}",
                               flush=True)
                 client.close()
             finally:
