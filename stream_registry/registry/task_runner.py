@@ -150,13 +150,14 @@ class TaskRunner:
         pending: dict = {}
         stored: dict = {}
         holders: dict = {}
-        for task in self._tasks:
-            runner = task.runner
-            if runner is None or not runner.alive:
-                continue
-            seen = runner.snapshot()
+        running = [(t.index, t.runner) for t in self._tasks if t.runner is not None and t.runner.alive]
+        if not running:
+            return WorkerSnapshot()
+        with ThreadPoolExecutor(max_workers=len(running), thread_name_prefix="mgstreams-task-snapshot") as pool:
+            seens = list(pool.map(lambda item: (item[0], item[1].snapshot()), running))   # asked at once
+        for index, seen in seens:
             assigned |= seen.assigned
-            holders.update(dict.fromkeys(seen.assigned, task.index))
+            holders.update(dict.fromkeys(seen.assigned, index))
             positions.update({tp: o for tp, o in seen.positions.items() if tp in seen.assigned})
             pending.update(seen.pending)
             stored.update(seen.stored)
