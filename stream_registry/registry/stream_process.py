@@ -226,7 +226,7 @@ class ProcessRunner:
         return self._ask(CancelRequest, (timeout, up_to), timeout + REPLY_GRACE_S)
 
     def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
-        """Sent even while the process starts: it reads it before anything else once it runs."""
+        """Sent even while the process starts: the pipe keeps it until the child serves it, as it starts."""
         self._send(Forget(change_id, frozenset(tps)))
 
     def rss_bytes(self) -> int | None:

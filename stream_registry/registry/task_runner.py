@@ -8,8 +8,10 @@ does not.
 - Offset changes go to every task's gate: whichever task holds a partition (now, or after a rebalance moves
   it) applies the change, so one call stays one change id with one row per partition. When a task persists a
   change on a partition, the others are told at once to forget it there (Forget, handled off their poll
-  thread), before the partition can reach them: a partition applied by one task is never moved again by the
-  task that takes it over later.
+  thread), so the task that takes the partition over later does not move it again. The partition can reach
+  another task only through a rebalance, which the applying task joins after it reported the change (its
+  poll thread persists, reports, then polls again): the relay through the host normally lands first. A window
+  remains when the host relays slower than a whole rebalance round.
 - A cancel reaches every task; it is confirmed when every running task confirmed it.
 - A task whose process dies is brought back by the stream's restart policy, alone, with the registry's
   backoff; meanwhile the group gives its partitions to the other tasks (once its session times out: a killed
