@@ -75,7 +75,7 @@ from .state_lock import StateLock
 from .state_store import StateStore
 from .state_store import stored_config as stored_config  # re-exported: its public home before
 from .stream_process import ProcessRunner
-from .task_runner import TaskRunner, runner_pids
+from .task_runner import TaskRunner, runner_pids, task_restarts
 from .worker import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
@@ -578,7 +578,7 @@ class StreamRegistry:
                           configs=c.shown_configs(), credentials=mask_all(c.credentials),
                           batch_size=c.batch_size, batch_interval_ms=c.batch_interval_ms, restart=c.restart.value,
                           pid=runner.pid if runner else None, rss_bytes=runner.rss_bytes() if runner else None,
-                          restarts=stream.restarts, delivery=c.delivery.value,
+                          restarts=stream.restarts + task_restarts(runner), delivery=c.delivery.value,
                           errors_tolerance=c.errors_tolerance.value, dead_letter_topic=c.dead_letter_topic,
                           dead_lettered=counts.get(ChangeStatus.DEAD_LETTERED, 0),
                           skipped=counts.get(ChangeStatus.SKIPPED, 0),

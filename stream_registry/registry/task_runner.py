@@ -145,6 +145,11 @@ class TaskRunner:
     def stopping(self) -> bool:
         return self._stopping
 
+    @property
+    def restarts(self) -> int:
+        """Tasks restarted by the restart policy since this runner started."""
+        return sum(t.restarts for t in self._tasks)
+
     def snapshot(self) -> WorkerSnapshot:
         """The tasks' views together; `holders` says which task holds each partition."""
         assigned: set = set()
@@ -303,6 +308,11 @@ class TaskRunner:
 
     def _runners(self) -> list[StreamRunner]:
         return [t.runner for t in self._tasks if t.runner is not None]
+
+
+def task_restarts(runner: StreamRunner | None) -> int:
+    """Restarts of a stream's tasks by its restart policy (the task runner's own, one task at a time)."""
+    return runner.restarts if isinstance(runner, TaskRunner) else 0
 
 
 def runner_pids(runner: StreamRunner | None) -> tuple[int, ...]:

@@ -183,7 +183,7 @@ def test_a_killed_task_loses_no_record_its_partitions_go_to_the_other_and_it_is_
         back = wait_until(lambda: split_between(api, "killed"), 90, what="task 1 restarted, partitions split again")
         new_pids = back["info"]["pids"]
         assert survivor in new_pids and victim not in new_pids and len(new_pids) == 2
-        assert back["info"]["error"] is None
+        assert back["info"]["error"] is None and back["info"]["restarts"] == 1
         rows = api.get("/streams/killed/offsets").json()
         assert all(r["committed_offset"] == 50 for r in rows), rows
         api.delete("/streams/killed").raise_for_status()

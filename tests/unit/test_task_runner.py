@@ -160,6 +160,7 @@ def test_a_dead_task_is_restarted_alone_and_the_stream_runs_again():
         time.sleep(0.01)
     restarted = tasks.made[2]
     assert restarted.alive and survivor.alive and tasks.runner.pids == (survivor.pid, restarted.pid)
+    assert tasks.runner.restarts == 1
     restarted.events.on_status(StreamStatus.RUNNING, None)
     assert tasks.statuses[-1] == (StreamStatus.RUNNING, None)
     tasks.runner.request_offsets(9, {P0: 1})
