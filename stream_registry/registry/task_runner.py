@@ -167,7 +167,9 @@ class TaskRunner:
             holders.update(dict.fromkeys(seen.assigned, index))
             positions.update({tp: o for tp, o in seen.positions.items() if tp in seen.assigned})
             pending.update(seen.pending)
-            stored.update(seen.stored)
+            stored.update({tp: o for tp, o in seen.stored.items() if tp not in seen.assigned})
+        for _, seen in seens:   # the task holding a partition knows its stored offset best (another's is older)
+            stored.update({tp: o for tp, o in seen.stored.items() if tp in seen.assigned})
         return WorkerSnapshot(assigned=frozenset(assigned), positions=positions, pending=pending, stored=stored,
                               holders=holders)
 

@@ -37,6 +37,7 @@ class FakeTask:
         self.requests: list = []
         self.forgotten: list = []
         self.assigned: frozenset = frozenset()
+        self.stored: dict = {}
         self.cancel_answer = cancel_answer
         self.fail_start = False
 
@@ -52,7 +53,8 @@ class FakeTask:
         return None
 
     def snapshot(self) -> WorkerSnapshot:
-        return WorkerSnapshot(assigned=self.assigned, positions={tp: 5 for tp in self.assigned})
+        return WorkerSnapshot(assigned=self.assigned, positions={tp: 5 for tp in self.assigned},
+                              stored=dict(self.stored))
 
     def request_offsets(self, change_id, offsets, onward=frozenset()) -> None:
         self.requests.append((change_id, dict(offsets)))
@@ -129,9 +131,12 @@ def test_the_snapshot_says_which_task_holds_each_partition():
     tasks = Tasks()
     tasks.runner.start()
     tasks.made[0].assigned, tasks.made[1].assigned = frozenset({P1}), frozenset({P0})
+    tasks.made[0].stored = {P0: 10, P1: 40}   # P0's 10: what task 0 stored before P0 moved to task 1
+    tasks.made[1].stored = {P0: 30, P1: 20}   # P1's 20: what task 1 stored before P1 moved to task 0
     seen = tasks.runner.snapshot()
     assert seen.assigned == {P0, P1} and dict(seen.holders) == {P1: 0, P0: 1}
     assert dict(seen.positions) == {P0: 5, P1: 5}
+    assert dict(seen.stored) == {P0: 30, P1: 40}, "each partition's stored offset as its holder knows it"
 
 
 def test_a_cancel_is_confirmed_only_when_every_task_confirmed_it():
