@@ -9,6 +9,12 @@ median and p95 over >= 20 changes. Baseline, same run, same host, stream and
 procedures: stop -> set -> start, the path Memgraph's built-in streams require
 (`mg.kafka_set_stream_offset` needs a stopped stream).
 
+Then the same running-path changes on a `tasks: 2` stream (two member processes of
+its group, each holding three partitions). A cypherl file has one writer at a
+time, so that stream writes to Bolt: the host's stream processes import the
+pymgclient stand-in (tests/support/mgclient_standin) as `mgclient`, which
+journals each committed transaction, and the script follows that journal.
+
     .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5]
 
 Prints `ratio: X` = baseline median / running-path median.
@@ -16,6 +22,8 @@ Prints `ratio: X` = baseline median / running-path median.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import re
 import statistics
@@ -25,9 +33,12 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from bench_data import produce  # noqa: E402
+from mgclient_standin import mgclient as standin  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -37,6 +48,8 @@ from stream_registry.graph.sinks.policy import OUTPUT_DIRS_ENV  # noqa: E402
 PARTITIONS = 6
 TOPIC = "latency"
 STREAM = "latency"
+TASKS_STREAM = "latency_tasks"
+BOLT_URI = "bolt://memgraph.standin:7687"
 POLL_S = 0.0005     # how often the sink file is looked at: the resolution of every figure
 # merge_messages renders `MERGE (m:KafkaMessage {topic: "latency", partition: P, offset: O}) SET ...`
 _WHERE = re.compile(rb'\{topic: "' + TOPIC.encode() + rb'", partition: (\d+), offset: (\d+)\}')
@@ -97,12 +110,24 @@ class SinkTail:
                 now = time.perf_counter()
                 complete, _, pending = (pending + chunk).rpartition(b"\n")
                 with self._cond:
-                    for partition, offset in _WHERE.findall(complete):
+                    for partition, offset in self._written(complete):
                         partition, offset = int(partition), int(offset)
                         self.last[partition] = max(offset, self.last.get(partition, -1))
                         if self._targets.get(partition) == offset and partition not in self.arrived:
                             self.arrived[partition] = now
                     self._cond.notify_all()
+
+
+    def _written(self, complete: bytes) -> list[tuple[bytes, bytes]]:
+        return _WHERE.findall(complete)
+
+
+class JournalTail(SinkTail):
+    """Follows the Bolt stand-in's journal (one JSON line per committed transaction, its statements' rows)."""
+
+    def _written(self, complete: bytes) -> list[tuple[int, int]]:
+        return [(params["partition"], params["offset"]) for line in complete.splitlines() if line
+                for _, params in json.loads(line)["statements"] if params.get("topic") == TOPIC]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -135,8 +160,13 @@ def main(argv=None) -> int:
         return rng.randrange(end - args.rewind, end - 1)
 
     with EmbeddedKafka(brokers=3) as cluster, tempfile.TemporaryDirectory(prefix="offset-latency-") as tmp:
+        journal = Path(tmp) / "standin.jsonl"
         host = HostProcess(Path(tmp) / "state", log_path=Path(tmp) / "host.log",
-                           env={OUTPUT_DIRS_ENV: tmp}).spawn()   # the sink file below may be written there
+                           env={OUTPUT_DIRS_ENV: tmp,   # the sink file below may be written there
+                                "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(ROOT))),
+                                "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
+                                "MGCLIENT_STANDIN_RTT_MS": "0",
+                                "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}).spawn()
         try:
             cluster.create_topic(TOPIC, PARTITIONS, 3)
             produce(cluster.bootstrap_servers, TOPIC, end * PARTITIONS, PARTITIONS, 100)
@@ -172,6 +202,29 @@ def main(argv=None) -> int:
                     baseline.append(tail.wait_arrived(120) - started)
                     tail.wait_end(end, 60)
                 streams.call("stop", STREAM)
+                tail.close()
+
+                tail = JournalTail(journal).start()
+                streams.call("create", TASKS_STREAM, [TOPIC], cluster.bootstrap_servers, "", BOLT_URI, "", 1000, 100,
+                             {"session.timeout.ms": 6000}, {}, "on-failure", {"tasks": 2})
+                streams.call("start", TASKS_STREAM)
+                tail.wait_end(end, 60)
+                split = time.monotonic() + 60
+                while {r["task"] for r in streams.call("offsets", TASKS_STREAM)} != {0, 1}:
+                    if time.monotonic() > split:
+                        raise SystemExit("bench: the tasks:2 stream's partitions were not split between its tasks")
+                    time.sleep(0.1)
+                tasks_running = []
+                for _ in range(args.changes):
+                    offset = target()
+                    tail.arm(offset)
+                    started = time.perf_counter()
+                    rows = streams.call("set_stream_offset", TASKS_STREAM, offset, 10000)
+                    if [r["status"] for r in rows] != ["applied"] * PARTITIONS:
+                        raise SystemExit(f"bench: set_stream_offset did not apply on every partition: {rows}")
+                    tasks_running.append(tail.wait_arrived(10) - started)
+                    tail.wait_end(end, 30)
+                streams.call("stop", TASKS_STREAM)
             tail.close()
         finally:
             code = host.stop()
@@ -189,6 +242,8 @@ def main(argv=None) -> int:
           f"{summary(baseline)}")
     print("  (the baseline waits for the group to rebalance: the broker's initial rebalance delay, and on the"
           " embedded cluster the old member's session timeout, as it ignores LeaveGroup)")
+    print(f"tasks: 2 running path, the same on a stream of two member processes, three partitions each "
+          f"({len(tasks_running)} changes): {summary(tasks_running)}")
     print(f"ratio: {statistics.median(baseline) / statistics.median(running):.1f}")
     return 0
 

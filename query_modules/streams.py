@@ -40,7 +40,7 @@ CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bol
 
 StatusRecord = mgp.Record(name=str, status=str)
 OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
-               "errors.deadletterqueue.context.headers.enable", "bolt_unwind")
+               "errors.deadletterqueue.context.headers.enable", "bolt_unwind", "tasks")
 
 
 def _token() -> str:
@@ -135,7 +135,8 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
     dies, "never" leaves it in error. options takes Kafka Connect's keys: "delivery"
     ("at_least_once" | "exactly_once"), "errors.tolerance" ("none" | "all"),
     "errors.deadletterqueue.topic.name", "errors.deadletterqueue.context.headers.enable",
-    "bolt_unwind" (true | false: a Bolt sink folds runs of one query into UNWIND statements).
+    "bolt_unwind" (true | false: a Bolt sink folds runs of one query into UNWIND statements),
+    "tasks" (1 to 32 member processes of the stream's consumer group; default 1).
     Nothing is stored when a check fails.
     """
     configs, credentials = _map(configs, "configs"), _map(credentials, "credentials")
@@ -152,7 +153,7 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
 
 @mgp.read_proc
 def alter(name: str, changes: mgp.Map) -> StatusRecord:
-    """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink and configs (merged
+    """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink, tasks and configs (merged
     into the stream's configs; a null value removes a key), e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
     "10"}}. Checked as create is; a refusal changes nothing. A running stream restarts to apply it, from its
     committed offsets; pending offset changes and the history stay. With a sink change, `from` (any offset spec)
@@ -193,14 +194,16 @@ def list_streams() -> mgp.Record(name=str, topics=mgp.List[str], consumer_group=
                          credentials=mgp.Map, restart=str, pid=mgp.Nullable[int],
                          rss_bytes=mgp.Nullable[int], restarts=int, delivery=str, errors_tolerance=str,
                          dead_letter_topic=mgp.Nullable[str], dead_lettered=int, skipped=int,
-                         batch_size=int, batch_interval_ms=int, detail=mgp.Nullable[str]):
+                         batch_size=int, batch_interval_ms=int, detail=mgp.Nullable[str], tasks=int,
+                         pids=mgp.List[int]):
     """Every stream with its configuration (secrets in configs and all credentials masked) and, while it
     runs, its process: pid, resident memory, restarts after that process died; `detail` says what a
     `starting` stream waits for."""
     fields = ("name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
               "configs", "credentials", "restart", "pid", "rss_bytes", "restarts", "delivery", "errors_tolerance",
               "dead_letter_topic", "dead_lettered", "skipped", "batch_size", "batch_interval_ms", "detail")
-    return [mgp.Record(**{field: info.get(field) for field in fields}) for info in _host("GET", "/streams")]
+    return [mgp.Record(**{field: info.get(field) for field in fields}, tasks=info.get("tasks", 1),
+                       pids=list(info.get("pids") or ())) for info in _host("GET", "/streams")]
 
 
 @mgp.read_proc
@@ -227,13 +230,14 @@ def set_stream_offset(name: str, offset: mgp.Any, timeout_ms: int = DEFAULT_TIME
 def offsets(name: str) -> mgp.Record(topic=str, partition=int, committed_offset=mgp.Nullable[int],
                                      position=mgp.Nullable[int], log_start_offset=int, log_end_offset=int,
                                      lag=mgp.Nullable[int], assigned=bool, stored_offset=mgp.Nullable[int],
-                                     resume_offset=mgp.Nullable[int]):
+                                     resume_offset=mgp.Nullable[int], task=mgp.Nullable[int]):
     """Per partition: committed offset, consumer position, log start/end, lag, held by this stream, the
     offset stored in the graph (exactly-once streams) and where the stream resumes if started now."""
     return [mgp.Record(topic=p["topic"], partition=p["partition"], committed_offset=p["committed_offset"],
                        position=p["position"], log_start_offset=p["log_start_offset"],
                        log_end_offset=p["log_end_offset"], lag=p["lag"], assigned=bool(p["assigned"]),
-                       stored_offset=p.get("stored_offset"), resume_offset=p.get("resume_offset"))
+                       stored_offset=p.get("stored_offset"), resume_offset=p.get("resume_offset"),
+                       task=p.get("task"))
             for p in _host("GET", _stream(name, "/offsets"))]
 
 

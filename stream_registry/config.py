@@ -16,6 +16,7 @@ from typing import Any
 from .allowlists import check_bootstrap, check_properties, check_sink_host
 from .errors import ConfigError
 from .redaction import mask_all, mask_secrets, redact, redact_error, secret_values
+from .stream_tasks import check_tasks
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")    # \Z, not $: "a\n" is no name
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+\Z")
@@ -67,10 +68,11 @@ OPTION_FIELDS = {
     "errors.deadletterqueue.context.headers.enable": "dead_letter_context_headers",
     "restart": "restart",
     "bolt_unwind": "bolt_unwind",
+    "tasks": "tasks",
 }
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
 # What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
-ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs")
+ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "tasks")
 ALTER_OPTIONS = ("from",)   # an alter's options beyond the fields: where a new sink starts (registry.sink_change)
 
 ALLOWED_GROUPS_ENV = "MGSTREAMS_ALLOWED_GROUPS"
@@ -120,6 +122,7 @@ class StreamConfig:
     dead_letter_topic: str | None = None
     dead_letter_context_headers: bool = True
     bolt_unwind: bool = True     # a Bolt sink folds runs of one query text into UNWIND statements (graph/unwind.py)
+    tasks: int = 1               # member processes of its group (Kafka Connect's tasks.max): stream_tasks.py
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
@@ -285,6 +288,7 @@ class StreamConfig:
         if not isinstance(self.sink, str) or not self.sink:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
         check_sink_host(self.sink)
+        check_tasks(self.tasks, self.sink)
         self._validate_configs()
         for key, value in self.credentials.items():
             if not isinstance(key, str) or not key:

@@ -147,6 +147,8 @@ class StreamInfo:
     batch_seconds_sum: float = 0.0
     batch_seconds_buckets: tuple[int, ...] = ()   # batches at or below each BATCH_SECONDS_BOUNDS, then all
     detail: str | None = None          # why it is in its state when that is not obvious (`starting`: what it waits for)
+    tasks: int = 1                     # member processes of its group (StreamConfig.tasks)
+    pids: tuple[int, ...] = ()         # one per running task (`pid` is the first)
 
 
 # -- offsets: reports, history, pending changes, previews ----------------------------------------------
@@ -176,6 +178,7 @@ class PartitionOffsets:
     assigned: bool
     stored_offset: int | None = None   # exactly-once: the next offset the sink holds with the data
     resume_offset: int | None = None   # where the stream resumes if started now: pending, else stored
+    task: int | None = None            # the index of the stream's task that holds it (None: none does)
                                        # (exactly-once), else committed, else auto.offset.reset
 
 
@@ -300,6 +303,7 @@ class WorkerSnapshot:
     positions: Mapping = field(default_factory=dict)
     pending: Mapping = field(default_factory=dict)
     stored: Mapping = field(default_factory=dict)   # exactly-once: the offsets the sink holds, as last written
+    holders: Mapping = field(default_factory=dict)  # tasks: N > 1: the index of the task holding each partition
 
 
 # -- lag ------------------------------------------------------------------------------------------------

@@ -271,6 +271,7 @@ BROKER_NEUTRAL = frozenset({
     "test_stream_alter.py::test_concurrent_alters_leave_one_config_in_memory_and_in_the_state_store",
     "test_stream_alter.py::test_mgstreams_alter",
     "test_streams.py::test_bad_input_gives_named_errors_and_changes_nothing",   # validation (10 s)
+    "test_stream_tasks.py::test_bad_tasks_are_refused_naming_the_field_and_the_value",   # validation (6 s)
 })
 
 

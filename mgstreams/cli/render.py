@@ -75,6 +75,9 @@ def process_line(info) -> str:
     with errors.tolerance 'all', also how many poison messages it dead-lettered and skipped."""
     where = f"pid {info.pid}, rss {info.rss_bytes / 2 ** 20:.1f} MiB" if info.pid and info.rss_bytes \
         else f"pid {info.pid}" if info.pid else "no process"
+    if info.tasks > 1:   # `tasks 2, pids 4242 4243, rss ...`
+        where = f"tasks {info.tasks}, " + where.replace(f"pid {info.pid}", "pids " + " ".join(map(str, info.pids))
+                                                        if info.pids else "no process", 1)
     poison = f", dead-lettered {info.dead_lettered}, skipped {info.skipped}" if info.errors_tolerance == "all" else ""
     return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}{poison}" + \
         (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")

@@ -60,11 +60,13 @@ def _config_pair(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
               help="A librdkafka property of the consumer, or a stream option (delivery, errors.tolerance, "
                    "errors.deadletterqueue.topic.name, restart) (repeatable).")
+@click.option("--tasks", type=int, default=None, metavar="N",
+              help="Member processes of the stream's consumer group, 1 to 32 (default 1).")
 @click.option("--start", "start_now", is_flag=True, help="Start the stream once it is created.")
 @json_option
 def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform: str | None, sink: str | None,
            consumer_group: str | None, batch_size: int | None, batch_interval_ms: int | None,
-           configs: dict[str, str], start_now: bool, as_json: bool) -> None:
+           configs: dict[str, str], tasks: int | None, start_now: bool, as_json: bool) -> None:
     """Create stream NAME on the host (POST /streams), as `CALL streams.create(...)` does.
 
     Secrets (sasl.password and the like) given with --config are stored masked in
@@ -74,7 +76,7 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
 
     fields: dict[str, Any] = {"name": name, "topics": list(topics), "bootstrap_servers": bootstrap_servers}
     for key, value in (("transform", transform), ("sink", sink), ("consumer_group", consumer_group),
-                       ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms)):
+                       ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("tasks", tasks)):
         if value is not None:
             fields[key] = value
     options = {k: v for k, v in configs.items() if k in OPTION_FIELDS}
@@ -102,23 +104,25 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
               help="Set a librdkafka property of the consumer (repeatable); the others stay.")
 @click.option("--unset-config", "unset", multiple=True, metavar="KEY",
               help="Remove a librdkafka property (repeatable): librdkafka's default applies again.")
+@click.option("--tasks", type=int, default=None, metavar="N", help="The new number of member processes (1 to 32).")
 @json_option
 def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, transform: str | None,
           sink: str | None, start_from: str | None, configs: dict[str, str], unset: tuple[str, ...],
+          tasks: int | None,
           as_json: bool) -> None:
     """Change stream NAME (PATCH /streams/NAME, as `CALL streams.alter(...)`): what is given changes, the rest
     stays. Checked as a create is; a refusal changes nothing. A running stream restarts to apply it, from its
     committed offsets; pending offset changes and the history stay."""
     changes: dict[str, Any] = {key: value for key, value in (
         ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("transform", transform),
-        ("sink", sink)) if value is not None}
+        ("sink", sink), ("tasks", tasks)) if value is not None}
     if configs or unset:
         changes["configs"] = {**configs, **{key: None for key in unset}}
     if start_from is not None:
         changes["from"] = run(lambda: option_spec(start_from, "--from"))
     if not changes:
         raise click.UsageError("nothing to change: give --batch-size, --batch-interval-ms, --transform, --sink, "
-                               "--config or --unset-config")
+                               "--tasks, --config or --unset-config")
     info = run(lambda: host_client().alter(name, **changes))
     if as_json:
         print_json(info)

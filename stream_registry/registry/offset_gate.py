@@ -134,6 +134,15 @@ class OffsetGate:
         with self._lock:
             return {tp: m.offset for tp, m in self._moves.items()}
 
+    def forget(self, change_id: int, tps: Iterable[PartitionKey]) -> None:
+        """Another task of the stream persisted change `change_id` on `tps` (any thread, at once: not queued
+        behind a batch, so it lands before the partitions can reach this task): drop it here unreported."""
+        with self._lock:
+            for tp in tps:
+                move = self._moves.get(tp)
+                if move is not None and move.change_id == change_id and move.state == MoveState.WAITING:
+                    del self._moves[tp]
+
     # -- seams (poll thread) ----------------------------------------------------
     def request(self, change_id: int, offsets: Mapping[PartitionKey, int],
                 onward: Collection[PartitionKey] = (), supersedes: int | None = None) -> None:

@@ -90,7 +90,9 @@ class StreamPositions:
                                  lag=None if s.committed is None else max(s.log_end - s.committed, 0),
                                  assigned=(s.topic, s.partition) in seen.assigned,
                                  stored_offset=stored.get(key) if stored else None,
-                                 resume_offset=resume[key])
+                                 resume_offset=resume[key],
+                                 task=seen.holders.get(key, 0 if key in seen.assigned and not seen.holders
+                                                       else None))
                 for s in snapshots for key in [PartitionKey(s.topic, s.partition)]]
 
     def stored_offsets(self, config: StreamConfig,

@@ -76,6 +76,7 @@ from .state_lock import StateLock
 from .state_store import StateStore
 from .state_store import stored_config as stored_config  # re-exported: its public home before
 from .stream_process import ProcessRunner
+from .task_runner import TaskRunner, runner_pids, task_restarts
 from .worker import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
@@ -481,11 +482,16 @@ class StreamRegistry:
                               on_set_aside=lambda records: self._changes.on_set_aside(name, records),
                               on_realign=lambda moves: self._changes.on_realign(name, moves),
                               on_stats=on_stats)
+        if config.tasks > 1:   # N member processes, one runner (task_runner)
+            return TaskRunner(config, events=events, new_task=lambda task_events, on_exit: self._one_runner(
+                config, task_events, on_exit), backoff=self._restart_backoff, lock=stream.lock)
+        return self._one_runner(config, events, lambda runner, cause: self._on_exit(stream, runner, cause))
+
+    def _one_runner(self, config: StreamConfig, events: StreamEvents, on_exit) -> StreamRunner:
         pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
-                                 stop_timeout=self._stop_timeout,
-                                 on_exit=lambda runner, cause: self._on_exit(stream, runner, cause))
+                                 stop_timeout=self._stop_timeout, on_exit=on_exit)
         return ThreadRunner(config, pending=pending, output=output, retry=self._retry, events=events)
 
     def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
@@ -595,7 +601,7 @@ class StreamRegistry:
                           configs=c.shown_configs(), credentials=mask_all(c.credentials),
                           batch_size=c.batch_size, batch_interval_ms=c.batch_interval_ms, restart=c.restart.value,
                           pid=runner.pid if runner else None, rss_bytes=runner.rss_bytes() if runner else None,
-                          restarts=stream.restarts, delivery=c.delivery.value,
+                          restarts=stream.restarts + task_restarts(runner), delivery=c.delivery.value,
                           errors_tolerance=c.errors_tolerance.value, dead_letter_topic=c.dead_letter_topic,
                           dead_lettered=counts.get(ChangeStatus.DEAD_LETTERED, 0),
                           skipped=counts.get(ChangeStatus.SKIPPED, 0),
@@ -603,7 +609,8 @@ class StreamRegistry:
                           batch_seconds_sum=stream.stats.seconds_sum,
                           batch_seconds_buckets=stream.stats.cumulative_buckets(),
                           detail=starting_detail(c.configs, time.monotonic() - stream.started_at)
-                          if stream.status == StreamStatus.STARTING and runner else None)
+                          if stream.status == StreamStatus.STARTING and runner else None,
+                          tasks=c.tasks, pids=runner_pids(runner))
 
 
 def _check_timeout(timeout: object) -> bool:

@@ -37,7 +37,8 @@ class Isolation(StrEnum):
 
 class StreamRunner(Protocol):
     """A running stream as the registry sees it."""
-    pid: int | None
+    @property
+    def pid(self) -> int | None: ...
 
     def start(self, timeout: float = 30.0) -> None: ...
     def stop(self, timeout: float) -> str | None:
@@ -54,6 +55,8 @@ class StreamRunner(Protocol):
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Cancel the changes not persisted yet (of calls up to change id `up_to`); the cancelled ones, None if
         not confirmed in time."""
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        """Another task of the stream persisted change `change_id` on `tps`: drop it (task_runner)."""
     def rss_bytes(self) -> int | None: ...
     def close(self) -> None:
         """Release what a stream that ended by itself still holds (its sink, its process)."""
@@ -111,6 +114,10 @@ class ThreadRunner:
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         return self._worker.cancel_pending(timeout, up_to) if self._worker is not None else []
+
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        if self._worker is not None:
+            self._worker.forget(change_id, tps)
 
     def rss_bytes(self) -> int | None:
         return process_rss(os.getpid())

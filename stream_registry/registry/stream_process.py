@@ -95,6 +95,13 @@ class SetOffsets:
 
 
 @dataclass(frozen=True)
+class Forget:
+    """Another task of the stream persisted this change on these partitions (task_runner)."""
+    change_id: int
+    tps: frozenset[PartitionKey]
+
+
+@dataclass(frozen=True)
 class CancelRequest:
     request_id: int
     timeout: float
@@ -224,6 +231,10 @@ class ProcessRunner:
     def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
         return self._ask(CancelRequest, (timeout, up_to), timeout + REPLY_GRACE_S)
+
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        """Sent even while the process starts: the pipe keeps it until the child serves it, as it starts."""
+        self._send(Forget(change_id, frozenset(tps)))
 
     def rss_bytes(self) -> int | None:
         return process_rss(self.pid) if self._running else None
@@ -421,6 +432,7 @@ def _child_handlers(runner: ThreadRunner, send) -> dict:
         threading.Thread(target=answer, daemon=True).start()
     return {SnapshotRequest: lambda m: send(Reply(m.request_id, runner.snapshot())),
             SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets, m.onward, m.supersedes),
+            Forget: lambda m: runner.forget(m.change_id, m.tps),
             CancelRequest: cancel}
 
 

@@ -207,6 +207,10 @@ class StreamWorker:
         change whose waiting moves end, a revert's); what becomes of them comes as on_change events."""
         self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
 
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        """Another task persisted the change on `tps` (task_runner): the gate drops it, from this thread."""
+        self._gate.forget(change_id, tps)
+
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Have the poll thread cancel every change not persisted yet; the cancelled ones, or None when it did
         not get to it within `timeout` (it still will, between batches). A change persisted before the cancel

@@ -84,6 +84,7 @@ def test_offset_latency_bench_prints_medians_and_ratio():
 
     running, baseline = median_of("running path,"), median_of("baseline,")
     assert running < 10_000 and baseline > running, done.stdout
+    assert median_of("tasks: 2 running path,") < 10_000   # the same changes on a stream of two processes
     ratio = [line for line in lines if line.startswith("ratio:")]
     assert ratio and float(ratio[0].split()[1]) == pytest.approx(baseline / running, rel=0.01, abs=0.06), done.stdout
     helped = subprocess.run([sys.executable, str(bench), "--help"], capture_output=True, text=True, timeout=30)

@@ -55,9 +55,9 @@ SIGNATURES = {
         "configs :: MAP, consumer_group :: STRING, "
         "credentials :: MAP, dead_letter_topic :: STRING?, dead_lettered :: INTEGER, delivery :: STRING, "
         "detail :: STRING?, error :: STRING?, errors_tolerance :: STRING, name :: STRING, pid :: INTEGER?, "
-        "restart :: STRING, "
+        "pids :: LIST OF INTEGER, restart :: STRING, "
         "restarts :: INTEGER, rss_bytes :: INTEGER?, sink :: STRING, skipped :: INTEGER, status :: STRING, "
-        "topics :: LIST OF STRING, transform :: STRING)"),
+        "tasks :: INTEGER, topics :: LIST OF STRING, transform :: STRING)"),
     "streams.set_stream_offset": (
         "streams.set_stream_offset(name :: STRING, offset :: ANY, timeout_ms = 10000 :: INTEGER, "
         "dry_run = false :: BOOLEAN) :: (message :: STRING, offset :: INTEGER?, partition :: INTEGER, "
@@ -65,7 +65,8 @@ SIGNATURES = {
     "streams.offsets": (
         "streams.offsets(name :: STRING) :: (assigned :: BOOLEAN, committed_offset :: INTEGER?, "
         "lag :: INTEGER?, log_end_offset :: INTEGER, log_start_offset :: INTEGER, partition :: INTEGER, "
-        "position :: INTEGER?, resume_offset :: INTEGER?, stored_offset :: INTEGER?, topic :: STRING)"),
+        "position :: INTEGER?, resume_offset :: INTEGER?, stored_offset :: INTEGER?, task :: INTEGER?, "
+        "topic :: STRING)"),
     "streams.lag": (
         "streams.lag(name :: STRING) :: (lag :: INTEGER, lag_seconds :: FLOAT?, message :: STRING, "
         "partition :: INTEGER, status :: STRING, topic :: STRING)"),
