@@ -27,7 +27,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -66,11 +66,12 @@ from ..redaction import mask_all, redact
 from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
+from .offset_calls import OffsetCall
 from .one_shot import call_in_child
 from .positions import StreamPositions
 from .preview import preview
 from .runner import Isolation, StreamRunner, ThreadRunner
-from .starting import starting_detail
+from .starting import restarting_detail, starting_detail
 from .state_lock import StateLock
 from .state_store import StateStore
 from .state_store import stored_config as stored_config  # re-exported: its public home before
@@ -112,6 +113,7 @@ class _Stream:
     lock: threading.Lock = field(default_factory=threading.Lock)
     dropped: bool = False       # set under its lock by drop(): no call acts on it any more
     stats: BatchStats = BatchStats()   # every run's batches since this registry opened (a new run adds to it)
+    restarting: StreamRunner | None = None   # the runner an alter is stopping, to start the stream again after it
 
 
 class StreamRegistry:
@@ -137,6 +139,7 @@ class StreamRegistry:
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._closed = False
+        self._closing = False   # set once the host stops: no stream is restarted any more
         restart = []
         for config, desired_running, status, error in self._store.load_streams():
             if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
@@ -170,11 +173,12 @@ class StreamRegistry:
         log.info("stream %s: created (%s)", config.name, described(config))
         return self.get(config.name)
 
-    def alter(self, name: str, changes: Mapping[str, Any]) -> StreamInfo:
+    def alter(self, name: str, changes: Mapping[str, Any], *, wait: bool = True) -> StreamInfo:
         """Change a stream's batch size, batch interval, transformation, sink or configs (`configs` merged, a
         null value removing a key), validated as a create is, before anything is built; nothing changes on a
         refusal. The state store keeps the new config; pending offset changes and the history stay. A running
-        (or starting) stream restarts to apply it, from its committed offsets and pending changes."""
+        (or starting) stream restarts to apply it, from its committed offsets and pending changes: with `wait`,
+        before this returns; without, on a thread of its own (the answer says the stream is restarting)."""
         before = self._stream(name).config
         config = before.altered(changes)
         self._group_policy.check(config)
@@ -183,9 +187,10 @@ class StreamRegistry:
         with self._locked(name) as stream:
             if stream.config is not before:
                 raise StreamStateError(f"name: stream {name!r} was altered meanwhile; read it and alter it again")
-            running = self._running(stream) is not None
-            if running:
-                self._stop_locked(stream, keep_desired=True)
+            if stream.restarting is not None:
+                raise StreamStateError(f"name: stream {name!r} is restarting to apply an earlier alter; alter it "
+                                       f"again once it runs")
+            old = self._running(stream)
             self._store.update_config(config)
             stream.config = config
             if stream.query is not None:   # it connected with the old configs
@@ -193,16 +198,57 @@ class StreamRegistry:
                 stream.query = None
             shown = ", ".join(f"{key} {shown_change(config, key, getattr(before, key), getattr(config, key))}"
                               for key in changes)
-            log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if running else "")
-            if running:
+            log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if old else "")
+            if old is not None:
+                # Recorded and handed off under the lock; the stop (a batch finishing) and the start happen
+                # outside it, so describe, set_offset and stop answer meanwhile (the stream says it restarts).
                 stream.failures = stream.restarts = 0
-                self._start_locked(stream, why="restart (altered)")
+                stream.restarting = old
+        if old is not None:
+            if wait:
+                self._restart_altered(stream, old)
+            else:
+                threading.Thread(target=self._restart_altered, args=(stream, old, False), daemon=True,
+                                 name=f"mgstreams-restart-{name}").start()
         return self.get(name)
+
+    def _restart_altered(self, stream: _Stream, old: StreamRunner, raising: bool = True) -> None:
+        """An alter's restart: stop the old runner (no lock held), then start the new config, unless the stream
+        was stopped or dropped meanwhile or the host is stopping."""
+        name = stream.config.name
+        failed: StreamError | None = None
+        try:
+            note = old.stop(self._stop_timeout)
+        except StreamError as exc:
+            failed, note = exc, None
+        with stream.lock:
+            if stream.restarting is not old or stream.dropped or self._closing or self._closed:
+                return   # stopped or dropped meanwhile (their stop ended the restart), or the host stops
+            stream.restarting = None
+            if failed is not None:   # a thread that did not stop in time keeps its sink and its place
+                stream.error = f"{failed}; it is still finishing its batch, stop it again later"
+                log.warning("stream %s: restart (altered) failed: %s", name, stream.error)
+                self._changes.notify(name)
+                if raising:
+                    raise StreamStateError(f"name: {stream.error}") from None
+                return
+            stream.runner = None
+            stream.status, stream.error = StreamStatus.STOPPED, note
+            try:
+                self._start_locked(stream, why="restart (altered)")
+            except StreamError:
+                self._changes.notify(name)
+                if raising:
+                    raise
+                return   # _start_locked logged why, and the stream is `error` saying so
+        self._changes.notify(name)
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
             if stream.status == StreamStatus.ERROR and self._running(stream) is not None:
                 self._stop_locked(stream, keep_desired=True)  # it reported ERROR and is ending: let it end
+            if stream.restarting is not None:
+                raise StreamStateError(f"name: stream {name!r} is restarting to apply an alter")
             if stream.runner is not None and stream.runner.alive:
                 state = "still stopping (its last stop timed out)" if stream.runner.stopping \
                     else f"already {stream.status.value}"
@@ -220,7 +266,7 @@ class StreamRegistry:
             self._store.set_status(name, stream.status, stream.error, desired_running=False)
         if was in (StreamStatus.STARTING, StreamStatus.RUNNING, StreamStatus.ERROR):
             log.info("stream %s: stopped (was %s)", name, was.value)
-        self._changes.notify()   # set_offset calls waiting for it answer now
+        self._changes.notify(name)   # set_offset calls waiting for it answer now
         return self.get(name)
 
     def drop(self, name: str) -> StreamInfo:
@@ -238,7 +284,7 @@ class StreamRegistry:
                 self._streams.pop(name, None)
             self._changes.forget(name)
         log.info("stream %s: dropped (was %s)", name, was.value)
-        self._changes.notify()
+        self._changes.notify(name)
         return info
 
     def list(self) -> list[StreamInfo]:
@@ -254,8 +300,15 @@ class StreamRegistry:
         stream does (the lag sampler's reader), never for an answer to a client."""
         return self._stream(name).config
 
+    def begin_close(self) -> None:
+        """The host is stopping (a signal): from now on no stream is restarted (a process that ends is not
+        replaced) and calls waiting for an offset change answer at once; close() follows."""
+        self._closing = True
+        self._changes.notify()
+
     def close(self) -> None:
         """Stop every consumer of this process; streams keep their desired state for the next start."""
+        self._closing = True
         with self._lock:
             if self._closed:
                 return
@@ -282,29 +335,61 @@ class StreamRegistry:
 
     # -- offsets --------------------------------------------------------------
     def set_offset(self, name: str, offset: object, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
-                   dry_run: bool = False) -> builtins.list[OffsetChange]:
+                   dry_run: bool = False, arrived: float | None = None) -> builtins.list[OffsetChange]:
         """Set the offset of every partition the spec targets; see the module docstring of offset_spec.
-        One call is one change: its partitions share one change id in the history."""
-        deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
+        One call is one change: its partitions share one change id in the history. The wait ends `timeout`
+        seconds after `arrived` (time.monotonic() when the call came; now by default)."""
+        return self._settled(self.request_offset(name, offset, timeout=timeout, dry_run=dry_run, arrived=arrived))
+
+    def request_offset(self, name: str, offset: object, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
+                       dry_run: bool = False, arrived: float | None = None) -> OffsetCall:
+        """set_offset up to its hand-off: the change is recorded and handed to the stream's gate; the caller
+        waits for it (or not) and reads `answer()` (the host awaits it holding no thread)."""
+        deadline = _deadline(timeout, arrived)
         return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", deadline, dry_run)
 
     def revert(self, name: str, change_id: int, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000, dry_run: bool = False,
-               partitions: builtins.list | None = None) -> builtins.list[OffsetChange]:
+               partitions: builtins.list | None = None, arrived: float | None = None) -> builtins.list[OffsetChange]:
         """Move every partition of change `change_id` (one set_offset call; or only `partitions`) back to its
         previous offset, through set_offset's gated path; the history then holds the revert, its message naming
         the change it reverts. A previous offset the log no longer holds is clamped into [log start, log end],
         and the result says so."""
-        deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
+        return self._settled(self.request_revert(name, change_id, timeout=timeout, dry_run=dry_run,
+                                                 partitions=partitions, arrived=arrived))
+
+    def request_revert(self, name: str, change_id: int, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
+                       dry_run: bool = False, partitions: builtins.list | None = None,
+                       arrived: float | None = None) -> OffsetCall:
+        """revert up to its hand-off (as request_offset)."""
+        deadline = _deadline(timeout, arrived)
         self._stream(name)
         spec, note = self._changes.revert_spec(name, change_id, partitions)
-        changes = self._move(name, spec, note, deadline, dry_run, note=note)
-        return [c if c.message.startswith(note) else replace(c, message="; ".join(m for m in (note, c.message) if m))
-                for c in changes]
+        call = self._move(name, spec, note, deadline, dry_run, note=note)
+
+        def answer() -> builtins.list[OffsetChange]:
+            return [c if c.message.startswith(note) else replace(c, message="; ".join(m for m in (note, c.message)
+                                                                                      if m))
+                    for c in call.answer()]
+        return replace(call, answer=answer)
+
+    def watch(self, callback: Callable[[str | None], None]) -> Callable[[], None]:
+        """Call `callback(stream name)` (None: any stream) from any thread whenever a pending change or a
+        stream's state may have changed; the function that stops it."""
+        return self._changes.watch(callback)
+
+    def unsettled(self, name: str, change_ids: Iterable[int]) -> set[int]:
+        """Those of `change_ids` that still have a pending row."""
+        return self._changes.unsettled(name, change_ids)
+
+    def _settled(self, call: OffsetCall) -> builtins.list[OffsetChange]:
+        if call.change_id is not None:
+            self._changes.wait(call.name, call.change_id, call.deadline, call.live)
+        return call.answer()
 
     def _move(self, name: str, spec: OffsetSpec, shown: str, deadline: float, dry_run: bool,
-              note: str | None = None) -> builtins.list[OffsetChange]:
-        """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
-        holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
+              note: str | None = None) -> OffsetCall:
+        """Plan `spec`, record it as one pending change and hand it to a running stream's gate; the call to
+        wait on (not holding the stream's lock) until `deadline` (counted from the call's arrival).
         `note` becomes the history message of the changes once applied."""
         _, runner, config, query = self._view(name)
         # Resolving asks the cluster (metadata, watermarks, time lookups, another group's commits): no lock is
@@ -312,30 +397,37 @@ class StreamRegistry:
         resolved, _ = self._positions.resolve(config, query, runner, spec, shown, deadline)
         plan = [r for r in resolved if not r.unchanged]
         if dry_run:
-            return [OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
-                                 offset=r.offset,
-                                 status=ChangeStatus.UNCHANGED if r.unchanged else
-                                 ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
-                                 message="; ".join(m for m in (note, r.message) if m) if not r.unchanged
-                                 else r.message)
-                    for r in resolved]
+            planned = [OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                    offset=r.offset,
+                                    status=ChangeStatus.UNCHANGED if r.unchanged else
+                                    ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
+                                    message="; ".join(m for m in (note, r.message) if m) if not r.unchanged
+                                    else r.message)
+                       for r in resolved]
+            return OffsetCall(name, None, deadline, lambda: False, lambda: planned)
         if not plan:
-            return self._changes.outcome(name, 0, resolved, runner is not None)
+            running = runner is not None
+            return OffsetCall(name, None, deadline, lambda: False,
+                              lambda: self._changes.outcome(name, 0, resolved, running))
         with self._locked(name) as stream:
             if stream.config is not config:
                 raise StreamStateError(f"name: stream {name!r} was altered while {shown} was resolved; nothing "
                                        f"changed, call again")
             # Started or stopped meanwhile: the targets stand; the change goes to whichever runner holds the
-            # stream now (or waits for its first assignment, as on a stopped stream).
-            runner = self._running(stream)
-            change_id = self._changes.open(name, plan, note, running=runner is not None)
+            # stream now (or waits for its first assignment, as on a stopped stream). A stream restarting (an
+            # alter) hands it to its next runner, which starts from the pending changes.
+            restarting = stream.restarting is not None
+            runner = None if restarting else self._running(stream)
+            change_id = self._changes.open(name, plan, note, running=runner is not None or restarting)
             if runner is not None:
                 runner.request_offsets(change_id, {PartitionKey(r.topic, r.partition): r.offset for r in plan
                                                    if r.offset is not None},   # none failed: they raised
                                        frozenset(PartitionKey(r.topic, r.partition) for r in plan if r.onward))
-        if runner is not None:
-            self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
-        return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
+
+        def live() -> bool:
+            return self._live(stream)
+        return OffsetCall(name, change_id if runner is not None or restarting else None, deadline, live,
+                          lambda: self._changes.outcome(name, change_id, resolved, self._live(stream)))
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
               timeout: float = CHECK_TIMEOUT_MS / 1000) -> builtins.list[PreviewStatement]:
@@ -419,6 +511,11 @@ class StreamRegistry:
         with self._locked(name) as stream:
             return stream, self._running(stream), stream.config, self._query(stream)
 
+    def _live(self, stream: _Stream) -> bool:
+        """Whether the stream runs, or restarts to run again (an alter), in a registry that is not stopping."""
+        return not (self._closing or stream.dropped) and (stream.restarting is not None
+                                                         or self._running(stream) is not None)
+
     def _running(self, stream: _Stream) -> StreamRunner | None:
         return stream.runner if stream.runner is not None and stream.runner.alive else None
 
@@ -470,6 +567,7 @@ class StreamRegistry:
         the sink under a write, or starting a second consumer beside it, would be worse than saying
         the stop failed); a process that does not stop in time is killed, and the stream says so."""
         runner = stream.runner
+        stream.restarting = None   # a stop (or drop, or close) ends an alter's restart: nothing starts after it
         note = None
         if runner is not None:
             try:
@@ -496,7 +594,9 @@ class StreamRegistry:
             return  # stopped, dropped or restarted meanwhile
         name = stream.config.name
         stream.exit_cause = cause
-        if stream.config.restart == RestartPolicy.NEVER:
+        if self._closing:
+            error = f"stream process {cause}; not restarted: the host is stopping"
+        elif stream.config.restart == RestartPolicy.NEVER:
             error = f"stream process {cause}; not restarted (restart: never)"
         else:
             if time.monotonic() - stream.started_at >= self._restart_backoff.reset_after_s:
@@ -510,7 +610,7 @@ class StreamRegistry:
         stream.status, stream.error = StreamStatus.ERROR, error
         log.warning("stream %s: error: %s", name,
                     error.replace("stream process", f"stream process (pid {runner.pid})", 1))
-        self._changes.notify()
+        self._changes.notify(name)
         try:
             self._store.set_status(name, StreamStatus.ERROR, error)
         except StreamError as exc:
@@ -519,7 +619,8 @@ class StreamRegistry:
     def _restart(self, stream: _Stream, crashed: StreamRunner) -> None:
         """The restart policy's start: from the committed offsets (and pending changes), as a start is."""
         with stream.lock:
-            if self._closed or stream.dropped or stream.runner is not crashed:
+            if self._closing or self._closed or stream.dropped or stream.runner is not crashed \
+                    or stream.restarting is not None:   # an alter's restart starts it
                 return
             stream.restarts += 1
             try:
@@ -535,7 +636,7 @@ class StreamRegistry:
                      time.monotonic() - stream.started_at)
         elif status == StreamStatus.ERROR and (was != StreamStatus.ERROR or error != was_error):
             log.warning("stream %s: error: %s", stream.config.name, error)
-        self._changes.notify()
+        self._changes.notify(stream.config.name)
         if status == StreamStatus.STOPPED:
             return  # stop()/close() store the final state and the desired state together
         try:
@@ -564,10 +665,11 @@ class StreamRegistry:
     def _info(self, stream: _Stream) -> StreamInfo:
         c = stream.config
         runner = self._running(stream)
+        restarting = stream.restarting
         counts = self._store.status_counts(c.name) if c.errors_tolerance == ErrorsTolerance.ALL else {}
         return StreamInfo(name=c.name, topics=tuple(c.topics), consumer_group=c.group_id,
                           bootstrap_servers=c.bootstrap_servers, transform=c.transform, sink=c.sink,
-                          status=stream.status,
+                          status=StreamStatus.STARTING if restarting is not None else stream.status,
                           error="; ".join(e for e in (stream.error, self._changes.store_error(c.name)) if e) or None,
                           configs=c.shown_configs(), credentials=mask_all(c.credentials),
                           batch_size=c.batch_size, batch_interval_ms=c.batch_interval_ms, restart=c.restart.value,
@@ -579,8 +681,15 @@ class StreamRegistry:
                           records=stream.stats.records, batches=stream.stats.batches,
                           batch_seconds_sum=stream.stats.seconds_sum,
                           batch_seconds_buckets=stream.stats.cumulative_buckets(),
-                          detail=starting_detail(c.configs, time.monotonic() - stream.started_at)
+                          detail=restarting_detail(restarting.pid) if restarting is not None else
+                          starting_detail(c.configs, time.monotonic() - stream.started_at)
                           if stream.status == StreamStatus.STARTING and runner else None)
+
+
+def _deadline(timeout: object, arrived: float | None) -> float:
+    """When a call that came at `arrived` (time.monotonic(); now when None) stops waiting."""
+    _check_timeout(timeout)
+    return (time.monotonic() if arrived is None else arrived) + float(timeout)   # type: ignore[arg-type]
 
 
 def _check_timeout(timeout: object) -> bool:

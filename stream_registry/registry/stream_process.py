@@ -205,6 +205,8 @@ class ProcessRunner:
         return self._stop_requested
 
     def snapshot(self):
+        if self._stop_requested:   # a stopping child finishes its batch before it answers: use its last answer
+            return self._last_snapshot
         answer = self._ask(SnapshotRequest, (), SNAPSHOT_TIMEOUT_S)
         if answer is not None:
             self._last_snapshot = answer
