@@ -3,8 +3,8 @@
 Handlers are thin: read the request, call the registry in a worker thread, encode
 the result. An offset change is handed off in a worker thread and then awaited on
 the event loop holding no thread (waits.py): its deadline counts from the
-request's arrival. An alter answers once its restart is handed off (the stream
-says it is restarting). The dashboards (/lag, /ui, /metrics) answer from the lag
+request's arrival. An alter's restart holds no lock of its stream: other calls
+answer meanwhile (the stream says it is restarting). The dashboards (/lag, /ui, /metrics) answer from the lag
 sampler's last round, saying how old it is: no request waits on the sampler.
 `GET /health` needs no token (a liveness probe's; it says only `{"status": "ok"}`).
 `PATCH /streams/{name}` alters a stream (ALTERABLE_FIELDS); a running one restarts to apply it.
@@ -138,7 +138,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         # Every create field is known here, so a field that cannot be altered is named as such (400).
         body = await parts.body(request, tuple(dict.fromkeys((*ALTERABLE_FIELDS, *CREATE_FIELDS))), required=())
         name = parts.name(request)
-        return await _call(lambda: registry.alter(name, body, wait=False))
+        return await _call(lambda: registry.alter(name, body))
 
     async def drop(request: Request) -> Response:
         return await _call(lambda: registry.drop(parts.name(request)))

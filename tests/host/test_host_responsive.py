@@ -9,14 +9,19 @@
 """
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import httpx
 import pytest
 from host_helpers import HostProcess
 from stream_helpers import FAST_REJOIN, wait_until
+
+from mgstreams.embedded_kafka import EmbeddedKafka
 
 WAITERS = 40          # the issue's count: anyio's worker threads, all of them
 HELD_S = 60_000       # the group's first assignment comes after this: the stream waits in `starting`
@@ -76,3 +81,74 @@ def test_waiting_offset_calls_hold_no_thread(kafka, tmp_path):
         assert stopped.status_code == 200 and took < 5, f"stop answered after {took:.1f} s"
         took_waiting = [w.result(timeout=30) for w in waiting]
         assert max(took_waiting) < 15, "the stop answered the waiting calls"
+
+
+# -- an outage: the streams' cluster is gone -------------------------------------------------------------
+STOP_TIMEOUT_S = 3
+DASHBOARD_S = 2.5     # "within a second", with headroom for a loaded machine; a sampler round here takes 10 s
+
+
+@pytest.fixture(scope="module")
+def outage_host(tmp_path_factory):
+    """A host restarted while its two running streams' cluster is down: they resume into an outage. Shared by
+    the tests below, in order: the last one stops it."""
+    state = tmp_path_factory.mktemp("outage") / "state"
+    args = ("--stop-timeout", str(STOP_TIMEOUT_S), "--lag-sample-interval", "0.5")
+    with EmbeddedKafka(brokers=1, initial_rebalance_delay_ms=100) as cluster:
+        cluster.create_topic("orders", 2)
+        with HostProcess(state, extra_args=args) as first, httpx.Client(base_url=first.url, timeout=60) as api:
+            for name in ("a", "b"):
+                created = api.post("/streams", json={
+                    "name": name, "topics": ["orders"], "bootstrap_servers": cluster.bootstrap_servers,
+                    "sink": "null://", "configs": FAST_REJOIN})
+                assert created.status_code == 201, created.text
+                assert api.put(f"/streams/{name}/start").status_code == 200
+            wait_until(lambda: {s["status"] for s in api.get("/streams").json()} == {"running"}, what="running")
+    host = HostProcess(state, extra_args=args).start()   # Kafka is down
+    yield host
+    host.stop()
+
+
+def test_dashboards_answer_at_once_from_the_last_sample_during_an_outage(outage_host):
+    """/lag, /ui, /metrics and /streams answer within a second of a host restart with Kafka down (the issue:
+    /lag 67 s, /ui 50 s), each saying the streams are not sampled yet or how old their sample is."""
+    with httpx.Client(base_url=outage_host.url, timeout=120) as api:
+        for _ in range(3):   # the sampler's first round, then while later rounds wait on the dead cluster
+            for path in ("/lag", "/ui", "/metrics", "/streams", "/streams/a/lag"):
+                answer, took = timed(partial(api.get, path))
+                assert answer.status_code == 200 and took < DASHBOARD_S, f"{path} answered after {took:.1f} s"
+            time.sleep(1)
+        lags = api.get("/lag").json()
+        assert {s["name"] for s in lags} == {"a", "b"}
+        for s in lags:
+            assert s["age_s"] is not None or "not sampled yet" in s["message"], s
+        assert "not sampled yet" in api.get("/ui").text or 'id="sample-age"' in api.get("/ui").text
+
+
+def test_an_outage_floods_no_log(outage_host):
+    """Each stream retried its connection about 20 times a second, a warning each: the log holds a few lines of
+    each kind per 10 s (the host's and its stream processes' loggers alike), with a count."""
+    time.sleep(8)
+    log = outage_host.log()
+    refused = [line for line in log.splitlines() if " WARNING " in line and "Connect to" in line]
+    assert refused, "the outage still reaches the log"
+    assert len(refused) <= 16, f"{len(refused)} lines:\n" + "\n".join(refused[:30])
+
+
+def test_a_stopping_host_restarts_nothing_and_is_down_within_its_stop_timeout(outage_host):
+    """SIGTERM to the host and its stream processes at once (`kill %1` of its process group) during an outage:
+    the streams are not restarted, and the host exits 0 within its stop timeout, with no traceback."""
+    with httpx.Client(base_url=outage_host.url, timeout=60) as api:
+        pids = wait_until(lambda: [s["pid"] for s in api.get("/streams").json() if s["pid"]], what="pids")
+    assert len(pids) == 2
+    began = time.monotonic()
+    for pid in (*pids, outage_host.proc.pid):
+        os.kill(pid, signal.SIGTERM)
+    code = outage_host.proc.wait(60)
+    took = time.monotonic() - began
+    log = outage_host.log()
+    assert code == 0, log[-3000:]
+    assert "restarting in" not in log and "restart 1" not in log, log[-3000:]
+    assert "not restarted: the host is stopping" in log, log[-3000:]
+    assert "Traceback" not in log and "graceful shutdown exceeded" not in log, log[-3000:]
+    assert took < STOP_TIMEOUT_S + 10, f"the host took {took:.1f} s to stop"
