@@ -83,6 +83,44 @@ def test_waiting_offset_calls_hold_no_thread(kafka, tmp_path):
         assert max(took_waiting) < 15, "the stop answered the waiting calls"
 
 
+BATCH_S = 8   # the batch in flight when the alter comes (the issue's was 14 s)
+
+
+def test_an_alter_holds_no_lock_across_its_restart(kafka, tmp_path):
+    """An alter of a stream whose batch takes 8 s: while its restart waits for that batch, describe and a 1 s
+    set_offset answer at once and the stream says it is restarting; the alter answers with the new process."""
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 1, payload=lambda i: f"sleep:{BATCH_S}".encode())
+    with HostProcess(tmp_path / "state") as host, httpx.Client(base_url=host.url, timeout=120) as api, \
+            kafka.quick_rebalance(), ThreadPoolExecutor(1) as pool:
+        create_stream(api, kafka, "slow", topic, transform="stream_helpers.sleeping_transform",
+                      sink=f"cypherl://{tmp_path / 'out.cypherl'}")
+        assert api.put("/streams/slow/start").status_code == 200
+        before = wait_until(lambda: (info := api.get("/streams/slow").json())["status"] == "running" and info,
+                            what="running")
+        time.sleep(1.5)   # its first batch sleeps now
+        altering = pool.submit(lambda: timed(lambda: api.patch("/streams/slow", json={"batch_size": 5})))
+        wait_until(lambda: "restarting" in (api.get("/streams/slow").json()["detail"] or ""), timeout=5,
+                   what="the stream saying it restarts")
+        info = api.get("/streams/slow").json()
+        assert info["status"] == "starting" and info["detail"].startswith("restarting to apply an alter"), info
+
+        described, took = timed(lambda: api.get("/streams/slow/offsets"))
+        assert described.status_code == 200 and took < 3, f"describe answered after {took:.1f} s"
+        short, took = timed(lambda: api.patch("/streams/slow/offsets", json={"offset": {f"{topic}:0": 0},
+                                                                            "timeout_ms": 1000}))
+        assert short.status_code == 200 and took < 3, f"a 1 s set_offset answered after {took:.1f} s"
+        [change] = short.json()
+        assert change["status"] == "pending" and change["change_id"], change
+        assert not altering.done(), "the alter still waits for the batch"
+
+        altered, took = altering.result(timeout=90)
+        assert altered.status_code == 200 and took >= BATCH_S - 3, (took, altered.text)
+        assert altered.json()["pid"] != before["pid"] and altered.json()["batch_size"] == 5
+        wait_until(lambda: api.get("/streams/slow/history").json(), timeout=30,
+                   what="the change made during the restart applied by the new process")
+
+
 # -- an outage: the streams' cluster is gone -------------------------------------------------------------
 STOP_TIMEOUT_S = 3
 DASHBOARD_S = 2.5     # "within a second", with headroom for a loaded machine; a sampler round here takes 10 s
