@@ -91,13 +91,13 @@ async def wait_one(api: httpx.AsyncClient, partition: int, timeout_ms: int) -> f
     return time.perf_counter() - began
 
 
-async def run(url: str, waiters: int, rate: float, seconds: float) -> None:
+async def run(url: str, waiters: int, rate: float, seconds: float, wait_ms: int) -> None:
     # idle connections are dropped before the host's keep-alive (5 s) closes them under a request
     limits = httpx.Limits(max_connections=waiters + 50, max_keepalive_connections=waiters + 50, keepalive_expiry=2)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as api:
         await phase(api, rate, 1)   # warm up: connections, the stream's query client
         alone, dry_alone, short_alone = await phase(api, rate, seconds)
-        timeout_ms = 600_000   # they wait until the stream stops
+        timeout_ms = wait_ms   # they wait until the stream stops (or their timeout)
         waiting = [asyncio.create_task(wait_one(api, p, timeout_ms)) for p in range(1, waiters + 1)]
         deadline = time.monotonic() + 60
         while len((await api.get(f"/streams/{STREAM}/pending")).json()) < waiters:
@@ -133,6 +133,8 @@ def main() -> None:
     parser.add_argument("--waiters", type=int, default=200, help="set_offset calls waiting (default 200)")
     parser.add_argument("--rate", type=float, default=20.0, help="describes a second (default 20)")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per measured phase (default 10)")
+    parser.add_argument("--wait-ms", type=int, default=600_000,
+                        help="the waiting calls' timeout_ms (default 600000: they wait until the stream stops)")
     parser.add_argument("--host-log", default=None, help="where the host writes its log (default: a temporary file)")
     args = parser.parse_args()
     with EmbeddedKafka(brokers=1) as cluster, tempfile.TemporaryDirectory() as tmp:
@@ -150,7 +152,7 @@ def main() -> None:
                 api.post("/streams", json={"name": DESCRIBED, "topics": [DESCRIBED], "sink": "null://",
                                            "bootstrap_servers": cluster.bootstrap_servers}).raise_for_status()
                 api.put(f"/streams/{DESCRIBED}/start").raise_for_status()
-            asyncio.run(run(host.url, args.waiters, args.rate, args.seconds))
+            asyncio.run(run(host.url, args.waiters, args.rate, args.seconds, args.wait_ms))
 
 
 if __name__ == "__main__":
