@@ -173,12 +173,12 @@ class StreamRegistry:
         log.info("stream %s: created (%s)", config.name, described(config))
         return self.get(config.name)
 
-    def alter(self, name: str, changes: Mapping[str, Any], *, wait: bool = True) -> StreamInfo:
+    def alter(self, name: str, changes: Mapping[str, Any]) -> StreamInfo:
         """Change a stream's batch size, batch interval, transformation, sink or configs (`configs` merged, a
         null value removing a key), validated as a create is, before anything is built; nothing changes on a
         refusal. The state store keeps the new config; pending offset changes and the history stay. A running
-        (or starting) stream restarts to apply it, from its committed offsets and pending changes: with `wait`,
-        before this returns; without, on a thread of its own (the answer says the stream is restarting)."""
+        (or starting) stream restarts to apply it, from its committed offsets and pending changes, before this
+        returns; its lock is not held while the old run finishes its batch (the stream says it restarts)."""
         before = self._stream(name).config
         config = before.altered(changes)
         self._group_policy.check(config)
@@ -205,14 +205,10 @@ class StreamRegistry:
                 stream.failures = stream.restarts = 0
                 stream.restarting = old
         if old is not None:
-            if wait:
-                self._restart_altered(stream, old)
-            else:
-                threading.Thread(target=self._restart_altered, args=(stream, old, False), daemon=True,
-                                 name=f"mgstreams-restart-{name}").start()
+            self._restart_altered(stream, old)
         return self.get(name)
 
-    def _restart_altered(self, stream: _Stream, old: StreamRunner, raising: bool = True) -> None:
+    def _restart_altered(self, stream: _Stream, old: StreamRunner) -> None:
         """An alter's restart: stop the old runner (no lock held), then start the new config, unless the stream
         was stopped or dropped meanwhile or the host is stopping."""
         name = stream.config.name
@@ -228,27 +224,20 @@ class StreamRegistry:
             if failed is not None:   # a thread that did not stop in time keeps its sink and its place
                 stream.error = f"{failed}; it is still finishing its batch, stop it again later"
                 log.warning("stream %s: restart (altered) failed: %s", name, stream.error)
-                self._changes.notify(name)
-                if raising:
-                    raise StreamStateError(f"name: {stream.error}") from None
-                return
+                raise StreamStateError(f"name: {stream.error}") from None
             stream.runner = None
             stream.status, stream.error = StreamStatus.STOPPED, note
             try:
                 self._start_locked(stream, why="restart (altered)")
-            except StreamError:
-                self._changes.notify(name)
-                if raising:
-                    raise
-                return   # _start_locked logged why, and the stream is `error` saying so
-        self._changes.notify(name)
+            finally:
+                self._changes.notify(name)   # calls waiting through the restart
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
-            if stream.status == StreamStatus.ERROR and self._running(stream) is not None:
-                self._stop_locked(stream, keep_desired=True)  # it reported ERROR and is ending: let it end
             if stream.restarting is not None:
                 raise StreamStateError(f"name: stream {name!r} is restarting to apply an alter")
+            if stream.status == StreamStatus.ERROR and self._running(stream) is not None:
+                self._stop_locked(stream, keep_desired=True)  # it reported ERROR and is ending: let it end
             if stream.runner is not None and stream.runner.alive:
                 state = "still stopping (its last stop timed out)" if stream.runner.stopping \
                     else f"already {stream.status.value}"
