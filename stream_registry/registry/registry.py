@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
 from ..errors import (
@@ -55,6 +55,7 @@ from ..model import (
     OffsetChange,
     PartitionKey,
     PartitionOffsets,
+    PendingMove,
     PendingOffset,
     PreviewStatement,
     RetryPolicy,
@@ -211,7 +212,7 @@ class StreamRegistry:
     def _restart_altered(self, stream: _Stream, old: StreamRunner) -> None:
         """An alter's restart: stop the old runner (no lock held), then start the new config, unless the stream
         was stopped or dropped meanwhile or the host is stopping."""
-        name = stream.config.name
+        name, why = stream.config.name, "restart (altered)"
         failed: StreamError | None = None
         try:
             note = old.stop(self._stop_timeout)
@@ -220,17 +221,47 @@ class StreamRegistry:
         with stream.lock:
             if stream.restarting is not old or stream.dropped or self._closing or self._closed:
                 return   # stopped or dropped meanwhile (their stop ended the restart), or the host stops
-            stream.restarting = None
             if failed is not None:   # a thread that did not stop in time keeps its sink and its place
+                stream.restarting = None
                 stream.error = f"{failed}; it is still finishing its batch, stop it again later"
                 log.warning("stream %s: restart (altered) failed: %s", name, stream.error)
                 raise StreamStateError(f"name: {stream.error}") from None
             stream.runner = None
             stream.status, stream.error = StreamStatus.STOPPED, note
+            handed = self._changes.last_change(name)   # the new runner is handed the changes up to this one
             try:
-                self._start_locked(stream, why="restart (altered)")
-            finally:
-                self._changes.notify(name)   # calls waiting through the restart
+                runner = self._prepared_runner(stream, why)
+            except StreamError:
+                stream.restarting = None
+                raise
+        # The new process starts (spawn, imports, subscribe) with no lock held either: the stream still says it
+        # restarts, and offset changes made meanwhile are recorded for it, and handed to it once it runs.
+        failed = None
+        try:
+            runner.start()
+        except StreamError as exc:
+            failed = exc
+        try:
+            with stream.lock:
+                if stream.restarting is not old or stream.runner is not runner:
+                    return   # stopped or dropped meanwhile: their stop took this runner too
+                stream.restarting = None
+                if failed is not None:
+                    self._start_failed(stream, why, failed)
+                log.info("stream %s: %s: starting%s", name, why, f" (pid {runner.pid})" if runner.pid else "")
+                self._hand_newer(name, runner, handed)
+        finally:
+            self._changes.notify(name)   # calls waiting through the restart
+
+    def _hand_newer(self, name: str, runner: StreamRunner, handed: int) -> None:
+        """Hand a runner that started from the pending changes up to `handed` those recorded since."""
+        newer: dict[int, dict[PartitionKey, PendingMove]] = {}
+        for tp, move in self._changes.pending_moves(name).items():
+            if move.change_id > handed:
+                newer.setdefault(move.change_id, {})[tp] = move
+        for change_id, moves in sorted(newer.items()):
+            runner.request_offsets(change_id, {tp: m.offset for tp, m in moves.items()},
+                                   frozenset(tp for tp, m in moves.items() if m.onward))
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
@@ -509,6 +540,15 @@ class StreamRegistry:
         return stream.runner if stream.runner is not None and stream.runner.alive else None
 
     def _start_locked(self, stream: _Stream, why: str) -> None:
+        runner = self._prepared_runner(stream, why)
+        try:
+            runner.start()
+        except StreamError as exc:
+            self._start_failed(stream, why, exc)
+        log.info("stream %s: %s: starting%s", stream.config.name, why, f" (pid {runner.pid})" if runner.pid else "")
+
+    def _prepared_runner(self, stream: _Stream, why: str) -> StreamRunner:
+        """A new runner for the stream, recorded as starting (its start() is the caller's)."""
         config = stream.config
         self._release(stream)  # a stream that went to ERROR by itself left its sink or process behind
         try:   # a stored stream read back: the allowlists of today (bootstrap and Bolt hosts, group) apply to it
@@ -523,15 +563,18 @@ class StreamRegistry:
         stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
         try:
             self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
-            runner.start()
         except StreamError as exc:
-            reason = redact(str(exc), config.secret_values())
-            self._release(stream)
-            stream.status, stream.error = StreamStatus.ERROR, reason
-            self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
-            log.warning("stream %s: error: %s failed: %s", config.name, why, reason)
-            raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
-        log.info("stream %s: %s: starting%s", config.name, why, f" (pid {runner.pid})" if runner.pid else "")
+            self._start_failed(stream, why, exc)
+        return runner
+
+    def _start_failed(self, stream: _Stream, why: str, exc: StreamError) -> NoReturn:
+        config = stream.config
+        reason = redact(str(exc), config.secret_values())
+        self._release(stream)
+        stream.status, stream.error = StreamStatus.ERROR, reason
+        self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
+        log.warning("stream %s: error: %s failed: %s", config.name, why, reason)
+        raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
 
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
