@@ -88,10 +88,13 @@ BATCH_S = 12   # the batch in flight when the alter comes (the issue's was 14 s)
 
 def test_an_alter_holds_no_lock_across_its_restart(kafka, tmp_path):
     """An alter of a stream whose batch takes 12 s: while its restart waits for that batch, describe and a 1 s
-    set_offset answer at once and the stream says it is restarting; the alter answers with the new process."""
-    topic = kafka.new_topic(partitions=1)
-    kafka.produce(topic, 1, payload=lambda i: f"sleep:{BATCH_S}".encode())
-    with HostProcess(tmp_path / "state") as host, httpx.Client(base_url=host.url, timeout=120) as api, \
+    set_offset answer at once and the stream says it is restarting; the alter answers with the new process,
+    which applies the change. Then an alter whose new process takes 6 s to start: a change made meanwhile is
+    applied by it."""
+    topic = kafka.new_topic(partitions=2)   # partition 0: the long batch; partition 1: what the changes move
+    kafka.produce(topic, 6, partitions=2, payload=lambda i: f"sleep:{BATCH_S}".encode() if i == 0 else b"{}")
+    env = {"MGSTREAMS_TRANSFORM_PACKAGES": "stream_helpers,slow_start_helpers"}
+    with HostProcess(tmp_path / "state", env=env) as host, httpx.Client(base_url=host.url, timeout=120) as api, \
             kafka.quick_rebalance(), ThreadPoolExecutor(1) as pool:
         create_stream(api, kafka, "slow", topic, transform="stream_helpers.sleeping_transform",
                       sink=f"cypherl://{tmp_path / 'out.cypherl'}")
@@ -104,7 +107,7 @@ def test_an_alter_holds_no_lock_across_its_restart(kafka, tmp_path):
 
         described, took = timed(lambda: api.get("/streams/slow/offsets"))
         assert described.status_code == 200 and took < 3, f"describe answered after {took:.1f} s"
-        short, took = timed(lambda: api.patch("/streams/slow/offsets", json={"offset": {f"{topic}:0": 0},
+        short, took = timed(lambda: api.patch("/streams/slow/offsets", json={"offset": {f"{topic}:1": 1},
                                                                             "timeout_ms": 1000}))
         assert short.status_code == 200 and took < 3, f"a 1 s set_offset answered after {took:.1f} s"
         [change] = short.json()
@@ -116,8 +119,21 @@ def test_an_alter_holds_no_lock_across_its_restart(kafka, tmp_path):
         altered, took = altering.result(timeout=90)
         assert altered.status_code == 200 and took >= BATCH_S - 3, (took, altered.text)
         assert altered.json()["pid"] != before["pid"] and altered.json()["batch_size"] == 5
-        wait_until(lambda: api.get("/streams/slow/history").json(), timeout=30,
+        wait_until(lambda: [h for h in api.get("/streams/slow/history").json()
+                            if h["change_id"] == change["change_id"]], timeout=30,
                    what="the change made during the restart applied by the new process")
+
+        slow_start = pool.submit(lambda: api.patch("/streams/slow", json={
+            "transform": "slow_start_helpers.slow_start_transform"}))
+        wait_until(lambda: "altered (transform" in host.log() or slow_start.done(), timeout=60,
+                   what="the second alter handed off")
+        assert not slow_start.done(), slow_start.result().text
+        time.sleep(1)   # the old process stops (no batch in flight); the new one imports for 6 s
+        described, took = timed(lambda: api.get("/streams/slow/offsets"))
+        assert described.status_code == 200 and took < 4, f"describe answered after {took:.1f} s while starting"
+        moved = api.patch("/streams/slow/offsets", json={"offset": {f"{topic}:1": 2}, "timeout_ms": 60_000})
+        assert moved.status_code == 200 and moved.json()[0]["status"] == "applied", moved.text
+        assert slow_start.result(timeout=90).status_code == 200
 
 
 # -- an outage: the streams' cluster is gone -------------------------------------------------------------
