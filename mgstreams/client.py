@@ -105,7 +105,8 @@ class HostClient:
     def set_offset(self, name: str, offset: object, *, timeout: float = 10.0,
                    dry_run: bool = False) -> builtins.list[OffsetChange]:
         body = {"offset": offset, "timeout_ms": max(1, round(timeout * 1000)), "dry_run": dry_run}
-        rows = self._request("PATCH", f"/streams/{_path(name)}/offsets", json=body, timeout=timeout + MARGIN_S)
+        rows = self._request("PATCH", f"/streams/{_path(name)}/offsets", json=body, timeout=timeout + MARGIN_S,
+                             may_remain=_may_remain(name))
         return [from_json(OffsetChange, r) for r in rows]
 
     def history(self, name: str, limit: int | None = None) -> builtins.list[HistoryEntry]:
@@ -128,7 +129,7 @@ class HostClient:
         if partitions is not None:
             body["partitions"] = list(partitions)
         rows = self._request("POST", f"/streams/{_path(name)}/history/{_path(change_id)}/revert", json=body,
-                             timeout=timeout + MARGIN_S)
+                             timeout=timeout + MARGIN_S, may_remain=_may_remain(name))
         return [from_json(OffsetChange, r) for r in rows]
 
     def pending(self, name: str) -> builtins.list[PendingOffset]:
@@ -144,11 +145,13 @@ class HostClient:
         return [from_json(PreviewStatement, r) for r in rows]
 
     # -- plumbing -------------------------------------------------------------------
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, *, may_remain: str = "", **kwargs: Any) -> Any:
+        """`may_remain`: what a call that got no answer may have left behind, said when it times out (the host
+        answers an offset change within its own timeout, counted from the request's arrival)."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TimeoutException:
-            raise HostUnavailable(f"host: no answer from {self.url} within the timeout") from None
+            raise HostUnavailable(f"host: no answer from {self.url} within the timeout{may_remain}") from None
         except httpx.TransportError:
             raise HostUnavailable(f"no mgstreams host at {self.url}: start one with `mgstreams serve`") from None
         except httpx.RequestError as exc:
@@ -165,6 +168,11 @@ class HostClient:
             sent = "the token sent was refused" if "authorization" in self._http.headers else "no token was sent"
             raise Unauthorized(f"{message or 'authorization: a token is required'} ({sent}): {TOKEN_HINT}")
         raise class_for_status(response.status_code)(message or f"host: HTTP {response.status_code}")
+
+
+def _may_remain(name: str) -> str:
+    return (f"; the change may have been recorded and be pending: `mgstreams pending {name}` shows it, "
+            f"`mgstreams pending {name} --cancel` cancels it")
 
 
 def _stream_lag(data: Any) -> StreamLag:

@@ -7,6 +7,13 @@ is a logging.Filter for the librdkafka logger: a line whose shape (its text
 with the thread tag and the millisecond counts taken out) was passed within
 the last `interval` seconds is dropped and counted; the next one of that shape
 after the interval passes with the count ("(and 57 more like it in 10 s)").
+
+`collapse_all_repeats` applies it to every logger of a process (the host and
+each stream process): on the root logger's handlers, which see every record
+that reaches them, for warnings and errors (an outage made each stream write
+`stream s: kafka: ... Connect to ipv4#... failed` 20 times a second); the
+librdkafka logger's lines collapse at every level, as before. Informational
+lines (a stream's lifecycle, its offset changes) are never collapsed.
 """
 from __future__ import annotations
 
@@ -28,14 +35,18 @@ def shape(message: str) -> str:
 
 
 class RepeatCollapser(logging.Filter):
-    def __init__(self, interval: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, interval: float = INTERVAL_S, clock: Callable[[], float] = time.monotonic,
+                 level: int = logging.NOTSET):
         super().__init__()
         self.interval = interval
+        self.level = level   # lines below it always pass
         self._clock = clock
         self._lock = threading.Lock()
         self._seen: dict[tuple[int, str], list] = {}   # (level, shape): [when passed, dropped since]
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level:
+            return True
         key = (record.levelno, shape(record.getMessage()))
         now = self._clock()
         with self._lock:
@@ -59,3 +70,12 @@ def collapse_repeats(logger_name: str = "mgstreams.librdkafka", interval: float 
     logger = logging.getLogger(logger_name)
     if not any(isinstance(f, RepeatCollapser) for f in logger.filters):
         logger.addFilter(RepeatCollapser(interval))
+
+
+def collapse_all_repeats(interval: float = INTERVAL_S, level: int = logging.WARNING) -> None:
+    """Every logger's repeated lines at `level` and above collapsed, on the root logger's handlers (configure
+    logging first), and librdkafka's at every level; calling again changes nothing."""
+    collapse_repeats(interval=interval)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RepeatCollapser) for f in handler.filters):
+            handler.addFilter(RepeatCollapser(interval, level=level))

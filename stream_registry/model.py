@@ -343,6 +343,7 @@ class StreamLag:
     dead_lettered: int = 0             # from the stream's StreamInfo
     error: str | None = None           # why the last round could not sample it (Kafka unreachable)
     partitions: tuple[PartitionLag, ...] = ()
+    age_s: float | None = None         # seconds since `sampled_at`, when it was read (None: never sampled)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -261,6 +261,7 @@ BROKER_NEUTRAL = frozenset({
     "test_unwind_host.py",         # Bolt writes folded into UNWIND batches (the sink's side)
     "test_backfill_secrets.py",    # secrets kept out of the backfill's output and Spark's UI
     "test_backfill_progress.py",   # the backfill's progress reports
+    "test_host_responsive.py",     # the host's event loop, locks, shutdown and logs (its outages are its own cluster's)
     # the API's shapes, validation and error classes (34 s on Tansu for the four); sigterm/sigkill stay
     "test_host.py::test_every_route_with_its_shapes_and_no_secret_anywhere",
     "test_host.py::test_bad_requests_are_400_naming_the_field_and_change_nothing",

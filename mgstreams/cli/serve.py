@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from stream_registry.log_repeats import collapse_repeats
+from stream_registry.log_repeats import collapse_all_repeats
 from stream_registry.model import STOP_TIMEOUT_S
 
 from ..host import serve as host
@@ -47,8 +47,8 @@ from .usage import UsageCommand
                    "(lag verdicts, lag seconds, metrics).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               envvar=LOG_LEVEL_ENV, default="info", show_default=True, show_envvar=True,
-              help="The host's and its stream processes' log level (stderr). librdkafka's repeated lines are "
-                   "collapsed to one per kind every 10 s, with a count.")
+              help="The host's and its stream processes' log level (stderr). Repeated lines (librdkafka's, and "
+                   "any warning or error) are collapsed to one per kind every 10 s, with a count.")
 def serve(state_dir: str | None, listen: str, token_file: str | None, no_token: bool, default_sink: str | None,
           stop_timeout: float, lag_sample_interval: float, log_level: str) -> None:
     """Run the stream host: the registry, its streams and the control API, until SIGTERM or Ctrl-C.
@@ -58,7 +58,7 @@ def serve(state_dir: str | None, listen: str, token_file: str | None, no_token: 
     naming the first.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    collapse_repeats()
+    collapse_all_repeats()   # the host's: its stream processes do the same (stream_process.child_main)
     token = run(lambda: read_token(token_file))
     directory = state_dir or default_state_dir()
 

@@ -1,7 +1,11 @@
 """The host's control API: HTTP + JSON in the shape of Kafka Connect's REST API.
 
-Handlers are thin: read the request, call the registry in a worker thread (its
-calls block: an offset change waits for the rebalance), encode the result.
+Handlers are thin: read the request, call the registry in a worker thread, encode
+the result. An offset change is handed off in a worker thread and then awaited on
+the event loop holding no thread (waits.py): its deadline counts from the
+request's arrival. An alter's restart holds no lock of its stream: other calls
+answer meanwhile (the stream says it is restarting). The dashboards (/lag, /ui, /metrics) answer from the lag
+sampler's last round, saying how old it is: no request waits on the sampler.
 `GET /health` needs no token (a liveness probe's; it says only `{"status": "ok"}`).
 `PATCH /streams/{name}` alters a stream (ALTERABLE_FIELDS); a running one restarts to apply it.
 Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 403 /
@@ -46,6 +50,7 @@ from . import request_parts as parts
 from . import ui
 from .boundary import BrowserBoundary
 from .metrics import registry_metrics
+from .waits import Waits
 
 log = logging.getLogger("mgstreams.host")
 
@@ -99,6 +104,13 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         lag = LagCollector(registry)
     creating = _Cap("creates", limits.creates, "$MGSTREAMS_MAX_CREATES")
     previewing = _Cap("previews", limits.previews, "$MGSTREAMS_MAX_PREVIEWS")
+    waits = Waits(registry)
+
+    async def settled(hand_off: Callable[[], Any]) -> Response:
+        """An offset call: handed off in a worker thread, then awaited here, then its answer read."""
+        call = await run_in_threadpool(hand_off)
+        await waits.settle(call)
+        return JSONResponse(to_json(await run_in_threadpool(call.answer)))
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -142,10 +154,12 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return await _call(lambda: registry.describe(parts.name(request)))
 
     async def set_offset(request: Request) -> Response:
+        arrived = time.monotonic()
         body = await parts.body(request, OFFSET_FIELDS, required=("offset",))
         timeout, dry_run = parts.timeout(body), parts.dry_run(body)
         name = parts.name(request)
-        return await _call(lambda: registry.set_offset(name, body["offset"], timeout=timeout, dry_run=dry_run))
+        return await settled(lambda: registry.request_offset(name, body["offset"], timeout=timeout, dry_run=dry_run,
+                                                             arrived=arrived))
 
     async def history(request: Request) -> Response:
         limit = parts.limit(request.query_params.get("limit"))
@@ -169,12 +183,13 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return HTMLResponse(await run_in_threadpool(render))
 
     async def revert(request: Request) -> Response:
+        arrived = time.monotonic()
         body = await parts.body(request, REVERT_FIELDS, required=(), empty_ok=True)
         timeout, dry_run = parts.timeout(body), parts.dry_run(body)
         name, change_id = parts.name(request), parts.change_id(request.path_params["change_id"])
         partitions = body.get("partitions")
-        return await _call(lambda: registry.revert(name, change_id, timeout=timeout, dry_run=dry_run,
-                                                   partitions=partitions))
+        return await settled(lambda: registry.request_revert(name, change_id, timeout=timeout, dry_run=dry_run,
+                                                             partitions=partitions, arrived=arrived))
 
     async def pending(request: Request) -> Response:
         return await _call(lambda: registry.pending(parts.name(request)))

@@ -5,7 +5,8 @@ an mgstreams host: per partition `kafka_consumergroup_group_offset`, `_lag`,
 `_lag_seconds`, `kafka_partition_latest_offset`, `kafka_partition_earliest_offset`
 (labels group, topic, partition, stream); per group `kafka_consumergroup_group_max_lag`,
 `_max_lag_seconds`, `_sum_lag` (labels group, stream). A scrape asks Kafka
-nothing: the values are the sampler's (every `serve --lag-sample-interval`).
+nothing: the values are the sampler's (every `serve --lag-sample-interval`);
+`mgstreams_lag_sample_age_seconds` says how old they are.
 
 mgstreams' own: `mgstreams_stream_up`, `mgstreams_stream_status` (one series
 with the stream's status, `{status, stream}`, and one with its lag verdict,
@@ -16,6 +17,8 @@ with the stream's status, `{status, stream}`, and one with its lag verdict,
 written since the host started, every run of the stream added up).
 """
 from __future__ import annotations
+
+import time
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -93,11 +96,15 @@ class RegistryCollector(Collector):
         changes = CounterMetricFamily("mgstreams_offset_changes",
                                       "Offset changes applied to the stream (set_stream_offset), as its history "
                                       "records them", labels=["stream"])
+        age = GaugeMetricFamily("mgstreams_lag_sample_age_seconds",
+                                "Seconds since the lag sampler's last round of the stream (its lag metrics are "
+                                "that old)", labels=["stream"])
         for s in self._lag.latest() if self._lag is not None else ():
             status.add_sample("mgstreams_stream_status", {"stream": s.name, "verdict": s.status.value}, 1.0)
             changes.add_metric([s.name], float(s.offset_changes))
             if s.sampled_at is None:
                 continue
+            age.add_metric([s.name], max(time.time() - s.sampled_at.timestamp(), 0.0))
             group = [s.consumer_group, s.name]
             max_lag.add_metric(group, float(s.max_lag))
             sum_lag.add_metric(group, float(s.total_lag))
@@ -112,7 +119,7 @@ class RegistryCollector(Collector):
                     lag_seconds.add_metric(labels, float(p.lag_seconds))
                 latest.add_metric(labels, float(p.log_end_offset))
                 earliest.add_metric(labels, float(p.log_start_offset))
-        return status, offset, lag, lag_seconds, max_lag, max_lag_seconds, sum_lag, latest, earliest, changes
+        return status, offset, lag, lag_seconds, max_lag, max_lag_seconds, sum_lag, latest, earliest, changes, age
 
 
 

@@ -4,7 +4,9 @@ Order matters: the state directory's lock first (a second host exits at once,
 naming the holder), then the listening socket (a bad address fails before any
 stream starts consuming), then the streams that were running resume. SIGTERM
 and SIGINT stop serving, then close the registry: each stream finishes its
-batch, commits and leaves its group, and the process exits 0.
+batch, commits and leaves its group, and the process exits 0. From the signal
+on, no stream is restarted (stream processes in the host's process group got
+the signal too) and calls waiting for an offset change answer at once.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,7 @@ log = logging.getLogger("mgstreams.host")
 MIN_REMOTE_TOKEN_LENGTH = 32     # a token guarding a non-loopback listen
 HEADER_TIMEOUT_S = 10.0          # a connection sends a request's headers within this, or is closed
 KEEP_ALIVE_S = 5                 # an idle connection after a response is closed after this
+GRACEFUL_SHUTDOWN_S = 5          # requests in progress at a stop get this long to answer (waiting calls answer at once)
 DEFAULT_MAX_CONNECTIONS = 64
 LIMIT_ENVS = {"creates": "MGSTREAMS_MAX_CREATES", "previews": "MGSTREAMS_MAX_PREVIEWS",
               "preview_bytes": "MGSTREAMS_MAX_PREVIEW_BYTES"}
@@ -120,6 +123,7 @@ class Shutdown:
     def __init__(self) -> None:
         self.requested = False
         self._server: uvicorn.Server | None = None
+        self._on_stop: Callable[[], None] | None = None
         self._previous: dict = {}
 
     def __enter__(self) -> Shutdown:
@@ -131,14 +135,22 @@ class Shutdown:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
-    def attach(self, server: uvicorn.Server) -> None:
-        self._server = server
+    def attach(self, server: uvicorn.Server, on_stop: Callable[[], None] | None = None) -> None:
+        """Stop `server` at the signal, and call `on_stop` (on a thread of its own: not in a signal handler)."""
+        self._server, self._on_stop = server, on_stop
         server.should_exit = server.should_exit or self.requested
+        if self.requested:
+            self._stopping()
 
     def _handle(self, sig: int, frame) -> None:
         self.requested = True
+        self._stopping()
         if self._server is not None:
             self._server.handle_exit(sig, frame)
+
+    def _stopping(self) -> None:
+        if self._on_stop is not None:
+            threading.Thread(target=self._on_stop, name="mgstreams-stopping", daemon=True).start()
 
 
 def limits_from_env(environ=None) -> Limits:
@@ -212,9 +224,10 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                              default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK, lag=lag,
                              limits=limits, server_names=server_names, loopback=listen.loopback)
             server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                            timeout_graceful_shutdown=15, timeout_keep_alive=KEEP_ALIVE_S,
+                                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                                            timeout_keep_alive=KEEP_ALIVE_S,
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections)))
-            shutdown.attach(server)
+            shutdown.attach(server, registry.begin_close)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
                   f"{len(registry.list())} stream(s){where})")
             server.run(sockets=[sock])

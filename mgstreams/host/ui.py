@@ -49,8 +49,17 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mgstreams: lag</title>'
             f'<meta http-equiv="refresh" content="{refresh_s:g}"><style>{_STYLE}</style></head><body>'
             f'<h1>mgstreams</h1><p class="muted">{len(streams)} stream(s) at {at}; lag sampled every '
-            f'{streams[0].interval_s if streams else refresh_s:g} s; this page reloads every {refresh_s:g} s.</p>'
+            f'{streams[0].interval_s if streams else refresh_s:g} s{_oldest(streams)}; this page reloads every '
+            f'{refresh_s:g} s.</p>'
             f"{summary}{sections}</body></html>")
+
+
+def _oldest(streams: Sequence[StreamLag]) -> str:
+    """How old the oldest sample shown is (the sampler may be stuck on an unreachable cluster)."""
+    ages = [s.age_s for s in streams if s.age_s is not None]
+    unsampled = sum(1 for s in streams if s.sampled_at is None)
+    return "".join((f'; <span id="sample-age">oldest sample {max(ages):.0f} s old</span>' if ages else "",
+                    f"; {unsampled} stream(s) not sampled yet" if unsampled else ""))
 
 
 def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMark], now: float) -> str:

@@ -12,7 +12,11 @@ when the offsets left are not records at all. Evaluation is the pure
 functions of `verdict` and `seconds`; this module only feeds them.
 
 A stream's last round is a `StreamLag`; `series` keeps its totals over the last
-hour (for charts), with the offset changes applied meanwhile.
+hour (for charts), with the offset changes applied meanwhile. Once the sampler
+runs (start()), a reader never waits for it: `lag`, `streams` and `series` answer
+from the last round at once, with its age (`age_s`), however long a round takes
+on an unreachable cluster; a stream not sampled yet says so. A collector that
+was never started samples when asked (an embedded registry's).
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ log = logging.getLogger("mgstreams.lag")
 DEFAULT_INTERVAL_S = 5.0
 KEEP_S = 3600.0             # an hour of totals per stream, and of samples per partition for extrapolation
 MAX_SAMPLES = 720           # per partition: an hour at the default interval
+CLOSE_WAIT_S = 2.0          # how long close() waits for a round in progress
 PROBE_BUDGET_S = 1.0        # the longest one stream's timestamp reads may take per round
 PROBE_RETRY_S = 30.0        # a partition whose record could not be read is extrapolated this long (at most
                             # 5 sample intervals) before a retry
@@ -70,7 +75,8 @@ class _Tracked:
     latest: StreamLag | None = None
     running_since: float | None = None   # when the current run was first sampled running (None: not running)
     pid: int | None = None               # the process of that run: another pid is another run
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)       # its points and changes, held briefly
+    sampling: threading.Lock = field(default_factory=threading.Lock)   # a round (Kafka I/O) of this stream
 
 
 class LagCollector:
@@ -101,12 +107,15 @@ class LagCollector:
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(30)
+            self._thread.join(CLOSE_WAIT_S)   # a round stuck on an unreachable cluster keeps no host from stopping
         with self._lock:
             tracked, self._tracked = list(self._tracked.values()), {}
         for t in tracked:
-            with t.lock:
-                self._close_reader(t)
+            if t.sampling.acquire(timeout=0 if self._thread is not None and self._thread.is_alive() else 5):
+                try:
+                    self._close_reader(t)
+                finally:
+                    t.sampling.release()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -119,18 +128,30 @@ class LagCollector:
 
     # -- reading -------------------------------------------------------------------------
     def lag(self, name: str) -> StreamLag:
-        """The stream's last round; sampled now when it has none yet. StreamNotFound for an unknown name."""
+        """The stream's last round, with its age. StreamNotFound for an unknown name."""
         info = self._registry.get(name)
-        tracked = self._track(name)
-        return tracked.latest if tracked.latest is not None else self._sample_stream(tracked, info)
+        return self._last(self._track(name), info)
 
     def streams(self) -> list[StreamLag]:
-        """Every stream's last round (sampled now for streams that have none yet), by name."""
-        out = []
-        for info in self._registry.list():
-            tracked = self._track(info.name)
-            out.append(tracked.latest if tracked.latest is not None else self._sample_stream(tracked, info))
-        return out
+        """Every stream's last round, with its age, by name."""
+        return [self._last(self._track(info.name), info) for info in self._registry.list()]
+
+    def _last(self, t: _Tracked, info: StreamInfo) -> StreamLag:
+        """What the last round found (its age said); a stream without one yet is sampled now only when no
+        sampler runs, else said to be not sampled yet."""
+        latest = t.latest
+        if latest is None:
+            if self._thread is None:
+                return self._sample_stream(t, info)
+            verdict = stream_verdict(info.status, {}, error=info.error)
+            return StreamLag(name=info.name, consumer_group=info.consumer_group, stream_status=info.status,
+                             status=verdict.verdict, message=f"{verdict.message}; not sampled yet (the sampler "
+                             f"samples every {self.interval:g} s)", total_lag=0, max_lag=0, max_lag_seconds=None,
+                             records_per_second=0.0, sampled_at=None, interval_s=self.interval,
+                             dead_lettered=info.dead_lettered)
+        if latest.sampled_at is None:
+            return latest
+        return dataclasses.replace(latest, age_s=round(max(self._clock() - latest.sampled_at.timestamp(), 0.0), 3))
 
     def latest(self) -> list[StreamLag]:
         """What the last rounds found, without sampling anything (for scrapes)."""
@@ -142,7 +163,7 @@ class LagCollector:
         """The stream's totals over the last hour and the offset changes applied meanwhile, oldest first."""
         self._registry.get(name)
         tracked = self._track(name)
-        with tracked.lock:
+        with tracked.lock:   # never held across a round's Kafka I/O
             return list(tracked.points), list(tracked.changes)
 
     # -- sampling ------------------------------------------------------------------------
@@ -155,7 +176,7 @@ class LagCollector:
             for t in gone:
                 del self._tracked[t.name]
         for t in gone:
-            with t.lock:
+            with t.sampling:
                 self._close_reader(t)
         for info in infos:
             if self._stop.is_set():
@@ -168,7 +189,7 @@ class LagCollector:
 
     def _sample_stream(self, t: _Tracked, info: StreamInfo) -> StreamLag:
         """One round for one stream: its StreamLag, also kept as `t.latest`."""
-        with t.lock:
+        with t.sampling:
             try:
                 rows = self._registry.describe(info.name)
                 self._changes(t)
@@ -244,12 +265,13 @@ class LagCollector:
                                  sampled_at=datetime.fromtimestamp(now, tz=UTC), interval_s=self.interval,
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
                                  partitions=tuple(partitions))
-            t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
-                                     records_per_second=rate, status=status, committed=committed))
-            while t.points and t.points[0].at < now - self._keep_s:
-                t.points.popleft()
-            while t.changes and t.changes[0].at < now - self._keep_s:
-                t.changes.popleft()
+            with t.lock:
+                t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
+                                         records_per_second=rate, status=status, committed=committed))
+                while t.points and t.points[0].at < now - self._keep_s:
+                    t.points.popleft()
+                while t.changes and t.changes[0].at < now - self._keep_s:
+                    t.changes.popleft()
             return latest
 
     def _seconds(self, t: _Tracked, history: list[LagSample], record: FirstRecord | None, now: float
@@ -343,9 +365,10 @@ class LagCollector:
         applied = [e for e in reversed(new) if e.status in OFFSET_CHANGES]   # oldest first
         t.changes_total += len(applied)
         horizon = self._clock() - self._keep_s
-        t.changes.extend(OffsetChangeMark(e.change_id, e.changed_at.timestamp(), e.topic, e.partition,
-                                          e.previous_offset, e.offset, e.status == ChangeStatus.REALIGNED)
-                         for e in applied if e.changed_at.timestamp() >= horizon)
+        with t.lock:
+            t.changes.extend(OffsetChangeMark(e.change_id, e.changed_at.timestamp(), e.topic, e.partition,
+                                              e.previous_offset, e.offset, e.status == ChangeStatus.REALIGNED)
+                             for e in applied if e.changed_at.timestamp() >= horizon)
 
 
 def _change_id(entry) -> int:

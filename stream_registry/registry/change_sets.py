@@ -56,6 +56,7 @@ class ChangeSets:
         self._unrecorded: dict[str, list[GateEvent | SetAside]] = {}   # per stream: what the store has not taken
         self._store_errors: dict[str, str] = {}
         self._record_lock = threading.Lock()
+        self._watchers: list[Callable[[str | None], None]] = []
 
     # -- calls ------------------------------------------------------------------
     def open(self, name: str, plan: Sequence[ResolvedOffset], note: str | None, running: bool,
@@ -73,7 +74,7 @@ class ChangeSets:
         log.info("stream %s: change %d requested%s: %s%s", name, change_id, f" ({note})" if note else "",
                  _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in plan),
                  "" if running else " (stream not running: pending until it starts)")
-        self.notify()   # a waiter whose partitions this call supersedes
+        self.notify(name)   # a waiter whose partitions this call supersedes
         return change_id
 
     def wait(self, name: str, change_id: int, deadline: float, running: Callable[[], bool]) -> None:
@@ -167,7 +168,7 @@ class ChangeSets:
         rows = self._store.take_pending(name, up_to, mark_only=running)
         if rows and not running:
             self._log_cancelled(name, rows)
-        self.notify()
+        self.notify(name)
         return rows
 
     def cancelled(self, name: str, rows: list[PendingOffset], confirmed: list[GateEvent] | None,
@@ -185,7 +186,7 @@ class ChangeSets:
             why = "cancelled; the stream process, busy with a batch, drops it before anything else it does next"
             rows = [replace(r, reason=why) for r in rows]
         self._log_cancelled(name, rows)
-        self.notify()
+        self.notify(name)
         return rows
 
     def _log_cancelled(self, name: str, rows: list[PendingOffset]) -> None:
@@ -215,7 +216,7 @@ class ChangeSets:
                     self._store.set_reason(name, event.change_id, event.topic, event.partition, event.reason)
             except StreamError as exc:
                 log.warning("stream %s: %s", name, exc)
-        self.notify()
+        self.notify(name)
 
     def on_realign(self, name: str, moves: list[Realignment]) -> None:
         """An exactly-once stream resumed where its sink stores rather than where it stood: one history row per
@@ -231,7 +232,7 @@ class ChangeSets:
             log.warning("stream %s: change %d realigned to the sink: %s (%s)", name, change_id,
                         _moves((m.topic, m.partition, m.previous_offset, m.offset) for m in moves
                                if m.reason == reason), reason)
-        self.notify()
+        self.notify(name)
 
     def on_set_aside(self, name: str, records: list[SetAside]) -> None:
         """Poison messages go to the history too: a skipped one is recorded nowhere else."""
@@ -281,9 +282,26 @@ class ChangeSets:
         self.flush(name)
         return self._store.history(name, limit)
 
-    def notify(self) -> None:
+    def unsettled(self, name: str, change_ids: Iterable[int]) -> set[int]:
+        """Those of `change_ids` that still have a pending row (one query for any number of waiting calls)."""
+        wanted = set(change_ids)
+        return wanted & self._store.pending_change_ids(name) if wanted else set()
+
+    def watch(self, callback: Callable[[str | None], None]) -> Callable[[], None]:
+        """Call `callback(stream name or None)` at every notify; the function that stops it."""
+        self._watchers.append(callback)
+
+        def unwatch() -> None:
+            if callback in self._watchers:
+                self._watchers.remove(callback)
+        return unwatch
+
+    def notify(self, name: str | None = None) -> None:
+        """Wake the calls waiting for changes of stream `name` (None: of every stream)."""
         with self._changed:
             self._changed.notify_all()
+        for callback in list(self._watchers):
+            callback(name)
 
 
 def _moves(moves: Iterable[tuple[str, int, int | None, int | None]], most: int = 8) -> str:

@@ -27,12 +27,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
 from ..errors import (
@@ -55,6 +55,7 @@ from ..model import (
     OffsetChange,
     PartitionKey,
     PartitionOffsets,
+    PendingMove,
     PendingOffset,
     PreviewStatement,
     RetryPolicy,
@@ -66,12 +67,13 @@ from ..redaction import mask_all, redact
 from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
 from .change_sets import ChangeSets
+from .offset_calls import OffsetCall
 from .one_shot import call_in_child
 from .positions import StreamPositions
 from .preview import preview
 from .runner import Isolation, StreamRunner, ThreadRunner
 from .sink_change import carried_over, prepare, sink_change, split_from
-from .starting import starting_detail
+from .starting import restarting_detail, starting_detail
 from .state_lock import StateLock
 from .state_store import StateStore
 from .state_store import stored_config as stored_config  # re-exported: its public home before
@@ -114,6 +116,7 @@ class _Stream:
     lock: threading.Lock = field(default_factory=threading.Lock)
     dropped: bool = False       # set under its lock by drop(): no call acts on it any more
     stats: BatchStats = BatchStats()   # every run's batches since this registry opened (a new run adds to it)
+    restarting: StreamRunner | None = None   # the runner an alter is stopping, to start the stream again after it
 
 
 class StreamRegistry:
@@ -139,6 +142,7 @@ class StreamRegistry:
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._closed = False
+        self._closing = False   # set once the host stops: no stream is restarted any more
         restart = []
         for config, desired_running, status, error in self._store.load_streams():
             if status in (StreamStatus.STARTING, StreamStatus.RUNNING):
@@ -176,8 +180,10 @@ class StreamRegistry:
         """Change a stream's batch size, batch interval, transformation, sink or configs (`configs` merged, a
         null value removing a key), validated as a create is, before anything is built; nothing changes on a
         refusal. The state store keeps the new config; pending offset changes and the history stay. A running
-        (or starting) stream restarts to apply it, from its committed offsets and pending changes. A sink change
-        is an offset change too (sink_change): the new sink continues where the stream stood, or from `from`."""
+        (or starting) stream restarts to apply it, from its committed offsets and pending changes, before this
+        returns; its lock is not held while the old run finishes its batch (the stream says it restarts). A sink
+        change is an offset change too (sink_change): the new sink continues where the stream stood, or from
+        `from`."""
         changes, start_from = split_from(changes)
         before = self._stream(name).config
         config = before.altered(changes)
@@ -191,37 +197,114 @@ class StreamRegistry:
             _, runner, _, query = self._view(name)
             plan, partitions = prepare(moving, before, query, runner, self._positions,
                                        time.monotonic() + DEFAULT_TIMEOUT_MS / 1000)
+        apply_later: Callable[[], None] | None = None
         with self._locked(name) as stream:
             if stream.config is not before:
                 raise StreamStateError(f"name: stream {name!r} was altered meanwhile; read it and alter it again")
-            running = self._running(stream) is not None
-            if running:
-                self._stop_locked(stream, keep_desired=True)
-            if moving is not None and plan is None:   # where the stream stood, once it stopped
-                try:
+            if stream.restarting is not None:
+                raise StreamStateError(f"name: stream {name!r} is restarting to apply an earlier alter; alter it "
+                                       f"again once it runs")
+            old = self._running(stream)
+
+            def apply() -> None:
+                """Record the new config (and a sink change's offset change), under the stream's lock. Where a
+                stream stood, carried over to its new sink, is read once it stopped (a StreamError: nothing
+                changed)."""
+                nonlocal plan
+                if moving is not None and plan is None:
                     plan = carried_over(before, partitions, self._positions.stored_offsets,
                                         self._store.pending(name))
-                except StreamError:
-                    if running:
-                        self._start_locked(stream, why="restart (alter refused)")
-                    raise
-            self._store.update_config(config)
-            if moving is not None and plan:
-                self._changes.open(name, plan, moving.note, running=False)
-            stream.config = config
-            if stream.query is not None:   # it connected with the old configs
-                stream.query.close()
-                stream.query = None
-            shown = ", ".join(f"{key} {shown_change(config, key, getattr(before, key), getattr(config, key))}"
-                              for key in changes)
-            log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if running else "")
-            if running:
+                self._store.update_config(config)
+                if moving is not None and plan:
+                    self._changes.open(name, plan, moving.note, running=False)
+                stream.config = config
+                if stream.query is not None:   # it connected with the old configs
+                    stream.query.close()
+                    stream.query = None
+                shown = ", ".join(f"{key} {shown_change(config, key, getattr(before, key), getattr(config, key))}"
+                                  for key in changes)
+                log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if old else "")
+
+            if old is None or moving is None or plan is not None:
+                apply()
+            else:
+                apply_later = apply   # a sink change carried over: once the old run stopped
+            if old is not None:
+                # Recorded and handed off under the lock; the stop (a batch finishing) and the start happen
+                # outside it, so describe, set_offset and stop answer meanwhile (the stream says it restarts).
                 stream.failures = stream.restarts = 0
-                self._start_locked(stream, why="restart (altered)")
+                stream.restarting = old
+        if old is not None:
+            self._restart_altered(stream, old, apply_later)
         return self.get(name)
+
+    def _restart_altered(self, stream: _Stream, old: StreamRunner, apply: Callable[[], None] | None) -> None:
+        """An alter's restart: stop the old runner (no lock held), then start the new config (`apply`, where given,
+        records it once the old run stopped; refused, the old config starts again and the refusal is raised),
+        unless the stream was stopped or dropped meanwhile or the host is stopping."""
+        name, why = stream.config.name, "restart (altered)"
+        failed: StreamError | None = None
+        refused: StreamError | None = None
+        try:
+            note = old.stop(self._stop_timeout)
+        except StreamError as exc:
+            failed, note = exc, None
+        with stream.lock:
+            if stream.restarting is not old or stream.dropped or self._closing or self._closed:
+                return   # stopped or dropped meanwhile (their stop ended the restart), or the host stops
+            if failed is not None:   # a thread that did not stop in time keeps its sink and its place
+                stream.restarting = None
+                stream.error = f"{failed}; it is still finishing its batch, stop it again later"
+                log.warning("stream %s: restart (altered) failed: %s", name, stream.error)
+                raise StreamStateError(f"name: {stream.error}") from None
+            stream.runner = None
+            stream.status, stream.error = StreamStatus.STOPPED, note
+            if apply is not None:
+                try:
+                    apply()
+                except StreamError as exc:
+                    refused, why = exc, "restart (alter refused)"
+            handed = self._changes.last_change(name)   # the new runner is handed the changes up to this one
+            try:
+                runner = self._prepared_runner(stream, why)
+            except StreamError:
+                stream.restarting = None
+                raise
+        # The new process starts (spawn, imports, subscribe) with no lock held either: the stream still says it
+        # restarts, and offset changes made meanwhile are recorded for it, and handed to it once it runs.
+        failed = None
+        try:
+            runner.start()
+        except StreamError as exc:
+            failed = exc
+        try:
+            with stream.lock:
+                if stream.restarting is not old or stream.runner is not runner:
+                    return   # stopped or dropped meanwhile: their stop took this runner too
+                stream.restarting = None
+                if failed is not None:
+                    self._start_failed(stream, why, failed)
+                log.info("stream %s: %s: starting%s", name, why, f" (pid {runner.pid})" if runner.pid else "")
+                self._hand_newer(name, runner, handed)
+        finally:
+            self._changes.notify(name)   # calls waiting through the restart
+        if refused is not None:
+            raise refused
+
+    def _hand_newer(self, name: str, runner: StreamRunner, handed: int) -> None:
+        """Hand a runner that started from the pending changes up to `handed` those recorded since."""
+        newer: dict[int, dict[PartitionKey, PendingMove]] = {}
+        for tp, move in self._changes.pending_moves(name).items():
+            if move.change_id > handed:
+                newer.setdefault(move.change_id, {})[tp] = move
+        for change_id, moves in sorted(newer.items()):
+            runner.request_offsets(change_id, {tp: m.offset for tp, m in moves.items()},
+                                   frozenset(tp for tp, m in moves.items() if m.onward))
 
     def start(self, name: str) -> StreamInfo:
         with self._locked(name) as stream:
+            if stream.restarting is not None:
+                raise StreamStateError(f"name: stream {name!r} is restarting to apply an alter")
             if stream.status == StreamStatus.ERROR and self._running(stream) is not None:
                 self._stop_locked(stream, keep_desired=True)  # it reported ERROR and is ending: let it end
             if stream.runner is not None and stream.runner.alive:
@@ -241,7 +324,7 @@ class StreamRegistry:
             self._store.set_status(name, stream.status, stream.error, desired_running=False)
         if was in (StreamStatus.STARTING, StreamStatus.RUNNING, StreamStatus.ERROR):
             log.info("stream %s: stopped (was %s)", name, was.value)
-        self._changes.notify()   # set_offset calls waiting for it answer now
+        self._changes.notify(name)   # set_offset calls waiting for it answer now
         return self.get(name)
 
     def drop(self, name: str) -> StreamInfo:
@@ -259,7 +342,7 @@ class StreamRegistry:
                 self._streams.pop(name, None)
             self._changes.forget(name)
         log.info("stream %s: dropped (was %s)", name, was.value)
-        self._changes.notify()
+        self._changes.notify(name)
         return info
 
     def list(self) -> list[StreamInfo]:
@@ -275,8 +358,15 @@ class StreamRegistry:
         stream does (the lag sampler's reader), never for an answer to a client."""
         return self._stream(name).config
 
+    def begin_close(self) -> None:
+        """The host is stopping (a signal): from now on no stream is restarted (a process that ends is not
+        replaced) and calls waiting for an offset change answer at once; close() follows."""
+        self._closing = True
+        self._changes.notify()
+
     def close(self) -> None:
         """Stop every consumer of this process; streams keep their desired state for the next start."""
+        self._closing = True
         with self._lock:
             if self._closed:
                 return
@@ -303,29 +393,61 @@ class StreamRegistry:
 
     # -- offsets --------------------------------------------------------------
     def set_offset(self, name: str, offset: object, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
-                   dry_run: bool = False) -> builtins.list[OffsetChange]:
+                   dry_run: bool = False, arrived: float | None = None) -> builtins.list[OffsetChange]:
         """Set the offset of every partition the spec targets; see the module docstring of offset_spec.
-        One call is one change: its partitions share one change id in the history."""
-        deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
+        One call is one change: its partitions share one change id in the history. The wait ends `timeout`
+        seconds after `arrived` (time.monotonic() when the call came; now by default)."""
+        return self._settled(self.request_offset(name, offset, timeout=timeout, dry_run=dry_run, arrived=arrived))
+
+    def request_offset(self, name: str, offset: object, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
+                       dry_run: bool = False, arrived: float | None = None) -> OffsetCall:
+        """set_offset up to its hand-off: the change is recorded and handed to the stream's gate; the caller
+        waits for it (or not) and reads `answer()` (the host awaits it holding no thread)."""
+        deadline = _deadline(timeout, arrived)
         return self._move(name, parse_offset_spec(offset), f"offset {offset!r}", deadline, dry_run)
 
     def revert(self, name: str, change_id: int, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000, dry_run: bool = False,
-               partitions: builtins.list | None = None) -> builtins.list[OffsetChange]:
+               partitions: builtins.list | None = None, arrived: float | None = None) -> builtins.list[OffsetChange]:
         """Move every partition of change `change_id` (one set_offset call; or only `partitions`) back to its
         previous offset, through set_offset's gated path; the history then holds the revert, its message naming
         the change it reverts. A previous offset the log no longer holds is clamped into [log start, log end],
         and the result says so."""
-        deadline = time.monotonic() + timeout if _check_timeout(timeout) else 0.0
+        return self._settled(self.request_revert(name, change_id, timeout=timeout, dry_run=dry_run,
+                                                 partitions=partitions, arrived=arrived))
+
+    def request_revert(self, name: str, change_id: int, *, timeout: float = DEFAULT_TIMEOUT_MS / 1000,
+                       dry_run: bool = False, partitions: builtins.list | None = None,
+                       arrived: float | None = None) -> OffsetCall:
+        """revert up to its hand-off (as request_offset)."""
+        deadline = _deadline(timeout, arrived)
         self._stream(name)
         spec, note = self._changes.revert_spec(name, change_id, partitions)
-        changes = self._move(name, spec, note, deadline, dry_run, note=note, replaces=change_id)
-        return [c if c.message.startswith(note) else replace(c, message="; ".join(m for m in (note, c.message) if m))
-                for c in changes]
+        call = self._move(name, spec, note, deadline, dry_run, note=note, replaces=change_id)
+
+        def answer() -> builtins.list[OffsetChange]:
+            return [c if c.message.startswith(note) else replace(c, message="; ".join(m for m in (note, c.message)
+                                                                                      if m))
+                    for c in call.answer()]
+        return replace(call, answer=answer)
+
+    def watch(self, callback: Callable[[str | None], None]) -> Callable[[], None]:
+        """Call `callback(stream name)` (None: any stream) from any thread whenever a pending change or a
+        stream's state may have changed; the function that stops it."""
+        return self._changes.watch(callback)
+
+    def unsettled(self, name: str, change_ids: Iterable[int]) -> set[int]:
+        """Those of `change_ids` that still have a pending row."""
+        return self._changes.unsettled(name, change_ids)
+
+    def _settled(self, call: OffsetCall) -> builtins.list[OffsetChange]:
+        if call.change_id is not None:
+            self._changes.wait(call.name, call.change_id, call.deadline, call.live)
+        return call.answer()
 
     def _move(self, name: str, spec: OffsetSpec, shown: str, deadline: float, dry_run: bool,
-              note: str | None = None, replaces: int | None = None) -> builtins.list[OffsetChange]:
-        """Plan `spec`, record it as one pending change, hand it to a running stream's gate, and wait (not
-        holding the stream's lock) until `deadline` (counted from the call's arrival) for what became of it.
+              note: str | None = None, replaces: int | None = None) -> OffsetCall:
+        """Plan `spec`, record it as one pending change and hand it to a running stream's gate; the call to
+        wait on (not holding the stream's lock) until `deadline` (counted from the call's arrival).
         `note` becomes the history message of the changes once applied; `replaces`: the change a revert reverts
         (its rows still pending end superseded)."""
         _, runner, config, query = self._view(name)
@@ -334,31 +456,39 @@ class StreamRegistry:
         resolved, _ = self._positions.resolve(config, query, runner, spec, shown, deadline)
         plan = [r for r in resolved if not r.unchanged]
         if dry_run:
-            return [OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
-                                 offset=r.offset,
-                                 status=ChangeStatus.UNCHANGED if r.unchanged else
-                                 ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
-                                 message="; ".join(m for m in (note, r.message) if m) if not r.unchanged
-                                 else r.message)
-                    for r in resolved]
+            planned = [OffsetChange(topic=r.topic, partition=r.partition, previous_offset=r.previous_offset,
+                                    offset=r.offset,
+                                    status=ChangeStatus.UNCHANGED if r.unchanged else
+                                    ChangeStatus.CLAMPED if r.clamped else ChangeStatus.PLANNED,
+                                    message="; ".join(m for m in (note, r.message) if m) if not r.unchanged
+                                    else r.message)
+                       for r in resolved]
+            return OffsetCall(name, None, deadline, lambda: False, lambda: planned)
         if not plan:
-            return self._changes.outcome(name, 0, resolved, runner is not None)
+            running = runner is not None
+            return OffsetCall(name, None, deadline, lambda: False,
+                              lambda: self._changes.outcome(name, 0, resolved, running))
         with self._locked(name) as stream:
             if stream.config is not config:
                 raise StreamStateError(f"name: stream {name!r} was altered while {shown} was resolved; nothing "
                                        f"changed, call again")
             # Started or stopped meanwhile: the targets stand; the change goes to whichever runner holds the
-            # stream now (or waits for its first assignment, as on a stopped stream).
-            runner = self._running(stream)
-            change_id = self._changes.open(name, plan, note, running=runner is not None, replaces=replaces)
+            # stream now (or waits for its first assignment, as on a stopped stream). A stream restarting (an
+            # alter) hands it to its next runner, which starts from the pending changes.
+            restarting = stream.restarting is not None
+            runner = None if restarting else self._running(stream)
+            change_id = self._changes.open(name, plan, note, running=runner is not None or restarting,
+                                           replaces=replaces)
             if runner is not None:
                 runner.request_offsets(change_id, {PartitionKey(r.topic, r.partition): r.offset for r in plan
                                                    if r.offset is not None},   # none failed: they raised
                                        frozenset(PartitionKey(r.topic, r.partition) for r in plan if r.onward),
                                        supersedes=replaces)
-        if runner is not None:
-            self._changes.wait(name, change_id, deadline, lambda: self._running(stream) is runner)
-        return self._changes.outcome(name, change_id, resolved, self._running(stream) is not None)
+
+        def live() -> bool:
+            return self._live(stream)
+        return OffsetCall(name, change_id if runner is not None or restarting else None, deadline, live,
+                          lambda: self._changes.outcome(name, change_id, resolved, self._live(stream)))
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
               timeout: float = CHECK_TIMEOUT_MS / 1000) -> builtins.list[PreviewStatement]:
@@ -442,10 +572,24 @@ class StreamRegistry:
         with self._locked(name) as stream:
             return stream, self._running(stream), stream.config, self._query(stream)
 
+    def _live(self, stream: _Stream) -> bool:
+        """Whether the stream runs, or restarts to run again (an alter), in a registry that is not stopping."""
+        return not (self._closing or stream.dropped) and (stream.restarting is not None
+                                                         or self._running(stream) is not None)
+
     def _running(self, stream: _Stream) -> StreamRunner | None:
         return stream.runner if stream.runner is not None and stream.runner.alive else None
 
     def _start_locked(self, stream: _Stream, why: str) -> None:
+        runner = self._prepared_runner(stream, why)
+        try:
+            runner.start()
+        except StreamError as exc:
+            self._start_failed(stream, why, exc)
+        log.info("stream %s: %s: starting%s", stream.config.name, why, f" (pid {runner.pid})" if runner.pid else "")
+
+    def _prepared_runner(self, stream: _Stream, why: str) -> StreamRunner:
+        """A new runner for the stream, recorded as starting (its start() is the caller's)."""
         config = stream.config
         self._release(stream)  # a stream that went to ERROR by itself left its sink or process behind
         try:   # a stored stream read back: the allowlists of today (bootstrap and Bolt hosts, group) apply to it
@@ -460,15 +604,18 @@ class StreamRegistry:
         stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
         try:
             self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
-            runner.start()
         except StreamError as exc:
-            reason = redact(str(exc), config.secret_values())
-            self._release(stream)
-            stream.status, stream.error = StreamStatus.ERROR, reason
-            self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
-            log.warning("stream %s: error: %s failed: %s", config.name, why, reason)
-            raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
-        log.info("stream %s: %s: starting%s", config.name, why, f" (pid {runner.pid})" if runner.pid else "")
+            self._start_failed(stream, why, exc)
+        return runner
+
+    def _start_failed(self, stream: _Stream, why: str, exc: StreamError) -> NoReturn:
+        config = stream.config
+        reason = redact(str(exc), config.secret_values())
+        self._release(stream)
+        stream.status, stream.error = StreamStatus.ERROR, reason
+        self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
+        log.warning("stream %s: error: %s failed: %s", config.name, why, reason)
+        raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
 
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
@@ -499,6 +646,7 @@ class StreamRegistry:
         the sink under a write, or starting a second consumer beside it, would be worse than saying
         the stop failed); a process that does not stop in time is killed, and the stream says so."""
         runner = stream.runner
+        stream.restarting = None   # a stop (or drop, or close) ends an alter's restart: nothing starts after it
         note = None
         if runner is not None:
             try:
@@ -525,7 +673,9 @@ class StreamRegistry:
             return  # stopped, dropped or restarted meanwhile
         name = stream.config.name
         stream.exit_cause = cause
-        if stream.config.restart == RestartPolicy.NEVER:
+        if self._closing:
+            error = f"stream process {cause}; not restarted: the host is stopping"
+        elif stream.config.restart == RestartPolicy.NEVER:
             error = f"stream process {cause}; not restarted (restart: never)"
         else:
             if time.monotonic() - stream.started_at >= self._restart_backoff.reset_after_s:
@@ -539,7 +689,7 @@ class StreamRegistry:
         stream.status, stream.error = StreamStatus.ERROR, error
         log.warning("stream %s: error: %s", name,
                     error.replace("stream process", f"stream process (pid {runner.pid})", 1))
-        self._changes.notify()
+        self._changes.notify(name)
         try:
             self._store.set_status(name, StreamStatus.ERROR, error)
         except StreamError as exc:
@@ -548,7 +698,8 @@ class StreamRegistry:
     def _restart(self, stream: _Stream, crashed: StreamRunner) -> None:
         """The restart policy's start: from the committed offsets (and pending changes), as a start is."""
         with stream.lock:
-            if self._closed or stream.dropped or stream.runner is not crashed:
+            if self._closing or self._closed or stream.dropped or stream.runner is not crashed \
+                    or stream.restarting is not None:   # an alter's restart starts it
                 return
             stream.restarts += 1
             try:
@@ -564,7 +715,7 @@ class StreamRegistry:
                      time.monotonic() - stream.started_at)
         elif status == StreamStatus.ERROR and (was != StreamStatus.ERROR or error != was_error):
             log.warning("stream %s: error: %s", stream.config.name, error)
-        self._changes.notify()
+        self._changes.notify(stream.config.name)
         if status == StreamStatus.STOPPED:
             return  # stop()/close() store the final state and the desired state together
         try:
@@ -593,10 +744,11 @@ class StreamRegistry:
     def _info(self, stream: _Stream) -> StreamInfo:
         c = stream.config
         runner = self._running(stream)
+        restarting = stream.restarting
         counts = self._store.status_counts(c.name) if c.errors_tolerance == ErrorsTolerance.ALL else {}
         return StreamInfo(name=c.name, topics=tuple(c.topics), consumer_group=c.group_id,
                           bootstrap_servers=c.bootstrap_servers, transform=c.transform, sink=c.sink,
-                          status=stream.status,
+                          status=StreamStatus.STARTING if restarting is not None else stream.status,
                           error="; ".join(e for e in (stream.error, self._changes.store_error(c.name)) if e) or None,
                           configs=c.shown_configs(), credentials=mask_all(c.credentials),
                           batch_size=c.batch_size, batch_interval_ms=c.batch_interval_ms, restart=c.restart.value,
@@ -608,9 +760,16 @@ class StreamRegistry:
                           records=stream.stats.records, batches=stream.stats.batches,
                           batch_seconds_sum=stream.stats.seconds_sum,
                           batch_seconds_buckets=stream.stats.cumulative_buckets(),
-                          detail=starting_detail(c.configs, time.monotonic() - stream.started_at)
+                          detail=restarting_detail(restarting.pid) if restarting is not None else
+                          starting_detail(c.configs, time.monotonic() - stream.started_at)
                           if stream.status == StreamStatus.STARTING and runner else None,
                           tasks=c.tasks, pids=runner_pids(runner))
+
+
+def _deadline(timeout: object, arrived: float | None) -> float:
+    """When a call that came at `arrived` (time.monotonic(); now when None) stops waiting."""
+    _check_timeout(timeout)
+    return (time.monotonic() if arrived is None else arrived) + float(timeout)   # type: ignore[arg-type]
 
 
 def _check_timeout(timeout: object) -> bool:

@@ -17,3 +17,9 @@ def starting_detail(configs: Mapping[str, object], waited_s: float) -> str:
     return (f"waiting for the group to assign partitions ({waited_s:.0f} s so far): a first join waits about "
             f"{INITIAL_REBALANCE_DELAY_S} s (the broker's group.initial.rebalance.delay.ms); a rejoin after a restart "
             f"or a crash waits up to session.timeout.ms ({session_s:g} s) for the previous member to leave")
+
+
+def restarting_detail(pid: int | None) -> str:
+    """A stream an alter restarts: its previous run finishes its batch and commits, then the new config starts."""
+    return (f"restarting to apply an alter: the previous run{f' (pid {pid})' if pid else ''} finishes its batch and "
+            f"commits, then the stream starts with its new config")

@@ -205,6 +205,11 @@ class StateStore:
         return [_pending_row(row) for row in self._read(_PENDING_ROWS + " AND change_id = ?" + _PENDING_ORDER,
                                                         (name, change_id))]
 
+    def pending_change_ids(self, name: str) -> set[int]:
+        """The ids of the stream's changes that still have a pending row."""
+        return {row[0] for row in self._read("SELECT DISTINCT change_id FROM pending_changes WHERE stream = ?",
+                                             (name,))}
+
     def last_change_id(self, name: str) -> int:
         """The newest change id the stream's pending rows hold (0: none)."""
         return self._read("SELECT COALESCE(MAX(change_id), 0) FROM pending_changes WHERE stream = ? AND ended IS "

@@ -40,7 +40,7 @@ from typing import Any
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks.policy import OutputPolicy
-from ..log_repeats import collapse_repeats
+from ..log_repeats import collapse_all_repeats
 from ..model import (
     STOP_TIMEOUT_S,
     GateEvent,
@@ -219,6 +219,8 @@ class ProcessRunner:
         return self._stop_requested
 
     def snapshot(self):
+        if self._stop_requested:   # a stopping child finishes its batch before it answers: use its last answer
+            return self._last_snapshot
         answer = self._ask(SnapshotRequest, (), SNAPSHOT_TIMEOUT_S)
         if answer is not None:
             self._last_snapshot = answer
@@ -356,7 +358,7 @@ def child_main(conn, spec: ChildSpec) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
     logging.basicConfig(level=spec.log_level,
                         format=f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
-    collapse_repeats()   # librdkafka's reconnect failures: one line per kind and interval, with a count
+    collapse_all_repeats()   # an outage's reconnect failures: one line per kind and interval, with a count
     send_lock = threading.Lock()
 
     def send(message) -> None:

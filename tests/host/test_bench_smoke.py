@@ -111,3 +111,19 @@ def test_multi_stream_bench_prints_ratios_and_rss():
         assert match and float(match[1]) > 0, done.stdout
     pids = {re.search(r"pid (\d+)", line)[1] for line in lines if line.startswith(("rss one/", "rss two/"))}
     assert len(pids) == 3, done.stdout     # a process of its own per stream and run
+
+
+def test_host_load_bench_prints_describe_with_and_without_waiting_calls():
+    """A tiny run: 20 set_offset calls wait while describes are timed; both phases, the offset latencies and the
+    ratio are printed, and the waiting calls all answered pending once their stream stopped."""
+    bench = BENCH.parent / "host_load.py"
+    done = subprocess.run([sys.executable, str(bench), "--waiters", "20", "--seconds", "2", "--rate", "10"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    for prefix in ("describe alone (20 calls): median", "describe with 20 waiting set_offset calls (20 calls): median",
+                   "set_offset (dry run) alone", "set_offset (timeout 1000 ms) with 20 waiting",
+                   "waiting set_offset calls: 20 answered pending", "goal: describe p99 <= 100 ms"):
+        assert any(line.startswith(prefix) for line in lines), done.stdout
+    ratio = [line for line in lines if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 0, done.stdout

@@ -195,3 +195,13 @@ def wait_until(condition, timeout: float = 30.0, interval: float = 0.05, what: s
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def sleeping_transform(messages):
+    """offsets_transform, but a payload `sleep:S` makes the batch take S seconds first (a long batch in flight,
+    in a stream's own process too)."""
+    for i in range(messages.total_messages()):
+        payload = messages.message_at(i).payload() or b""
+        if payload.startswith(b"sleep:"):
+            time.sleep(float(payload[len(b"sleep:"):]))
+    return offsets_transform(messages)
