@@ -548,9 +548,8 @@ class StreamRegistry:
         return OutputPolicy.for_state_dir(self.state_dir)
 
     def _open_query(self, config: StreamConfig) -> PartitionQuery:
-        return PartitionQuery(config.bootstrap_servers, config.group_id,
-                              {**config.configs, **config.kafka_credentials()}, timeout=self._query_timeout,
-                              secrets=config.secret_values())
+        return PartitionQuery(config.bootstrap.text, config.group_id, config.kafka_settings(),
+                              timeout=self._query_timeout, secrets=config.secret_values())
 
     def _query(self, stream: _Stream) -> PartitionQuery:
         if stream.query is None:
