@@ -58,6 +58,7 @@ from ..model import (
     PendingOffset,
     PreviewStatement,
     RetryPolicy,
+    StreamCaps,
     StreamInfo,
     StreamStatus,
 )
@@ -65,6 +66,7 @@ from ..offset_spec import OffsetSpec, parse_offset_spec
 from ..redaction import mask_all, redact
 from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
+from .caps import caps_from_env, check_running, check_streams, running_processes
 from .change_sets import ChangeSets
 from .one_shot import call_in_child
 from .positions import StreamPositions
@@ -118,7 +120,7 @@ class StreamRegistry:
     def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = DEFAULT_RETRY,
                  query_timeout: float = 10.0, stop_timeout: float = STOP_TIMEOUT_S, holder: str | None = None,
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
-                 group_policy: GroupPolicy = DEFAULT_GROUP_POLICY):
+                 group_policy: GroupPolicy = DEFAULT_GROUP_POLICY, caps: StreamCaps | None = None):
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -134,6 +136,8 @@ class StreamRegistry:
         self._isolation = Isolation(isolation)
         self._restart_backoff = restart_backoff
         self._group_policy = group_policy
+        self._caps = caps if caps is not None else caps_from_env()
+        self._slots = threading.Lock()   # counting running processes and taking a slot are one step
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._closed = False
@@ -165,6 +169,7 @@ class StreamRegistry:
         with self._lock:
             if config.name in self._streams:
                 raise StreamExists(f"name: a stream named {config.name!r} already exists")
+            check_streams(len(self._streams), self._caps)
             self._store.insert_stream(config)
             self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
         log.info("stream %s: created (%s)", config.name, described(config))
@@ -433,8 +438,11 @@ class StreamRegistry:
             self._store.set_status(config.name, StreamStatus.ERROR, stream.error)
             log.warning("stream %s: %s refused: %s", config.name, why, exc)
             raise
-        runner = self._new_runner(stream)
-        stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
+        with self._slots:
+            if self._isolation == Isolation.PROCESS:
+                self._check_running(stream)
+            runner = self._new_runner(stream)
+            stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
         try:
             self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
             runner.start()
@@ -446,6 +454,20 @@ class StreamRegistry:
             log.warning("stream %s: error: %s failed: %s", config.name, why, reason)
             raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
         log.info("stream %s: %s: starting%s", config.name, why, f" (pid {runner.pid})" if runner.pid else "")
+
+    def _check_running(self, stream: _Stream) -> None:
+        """StreamStateError naming $MGSTREAMS_MAX_RUNNING (the stream in error, saying so) past the cap."""
+        with self._lock:
+            runners = [s.runner for s in self._streams.values() if s is not stream and s.runner is not None]
+        tasks = getattr(stream.config, "tasks", 1)
+        try:
+            check_running(running_processes(runners), tasks if isinstance(tasks, int) else 1, self._caps,
+                          stream.config.name)
+        except StreamStateError as exc:
+            stream.status, stream.error = StreamStatus.ERROR, f"not started: {exc}"
+            self._store.set_status(stream.config.name, StreamStatus.ERROR, stream.error)
+            log.warning("stream %s: %s", stream.config.name, stream.error)
+            raise
 
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
@@ -461,7 +483,7 @@ class StreamRegistry:
         pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
-                                 stop_timeout=self._stop_timeout,
+                                 stop_timeout=self._stop_timeout, memory_limit_mb=self._caps.stream_memory_mb,
                                  on_exit=lambda runner, cause: self._on_exit(stream, runner, cause))
         return ThreadRunner(config, pending=pending, output=output, retry=self._retry, events=events)
 
