@@ -22,9 +22,10 @@ from .settings import TOKEN_ENV, TOKEN_FD_ENV
 
 
 def secret_variables(environ: Mapping[str, str]) -> list[str]:
-    """The host's own secrets in `environ`: $MGSTREAMS_* variables that look secret (a *_FILE names a file)."""
+    """The host's own secrets in `environ`: $MGSTREAMS_* variables that look secret (a *_FILE names a file,
+    $MGSTREAMS_TOKEN_FD a descriptor)."""
     return [k for k in environ if k.startswith("MGSTREAMS_") and is_secret_key(k.lower().replace("_", "."))
-            and not k.endswith("_FILE")]
+            and not k.endswith("_FILE") and k != TOKEN_FD_ENV]
 
 
 def reexec_without_secrets(argv: list[str] | None = None) -> None:
