@@ -19,7 +19,6 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-import unicodedata
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
@@ -39,8 +38,9 @@ def escaped(value: object, limit: int = _SHOWN_LIMIT) -> str:
 
 
 def is_unsafe_char(char: str) -> bool:
-    """A control (C0, DEL, C1), format (zero-width, bidi), separator or surrogate character."""
-    return unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+    """A character that does not print as itself: a control (C0, DEL, C1), format (zero-width, bidi), line or
+    paragraph separator, a space other than ' ' (no-break, em, ideographic), a surrogate or an unassigned one."""
+    return not char.isprintable()
 
 
 def clean_text(field: str, value: object, what: str = "value") -> str:
@@ -54,7 +54,7 @@ def clean_text(field: str, value: object, what: str = "value") -> str:
         raise ConfigError(f"{field}: {escaped(value)} has surrounding whitespace; give the {what} alone")
     bad = next((c for c in value if is_unsafe_char(c)), None)
     if bad is not None:
-        raise ConfigError(f"{field}: {escaped(value)} contains the control character {escaped(bad)}; "
+        raise ConfigError(f"{field}: {escaped(value)} contains the control or invisible character {escaped(bad)}; "
                           f"a {what} holds printable characters only")
     return value
 

@@ -21,6 +21,7 @@ from .redaction import mask_all, mask_secrets, redact, redact_error, secret_valu
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")    # \Z, not $: "a\n" is no name
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+\Z")
+_TRANSFORM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\Z")   # module.function, ASCII
 MAX_NAME_LENGTH = 128
 MAX_TOPIC_LENGTH = 249
 
@@ -292,6 +293,9 @@ class StreamConfig:
         if not isinstance(self.transform, str) or "." not in self.transform:
             raise ConfigError(f"transform: expected 'module.function', got {escaped(self.transform)}")
         clean_text("transform", self.transform, "transformation name ('module.function')")
+        if not _TRANSFORM.match(self.transform):
+            raise ConfigError(f"transform: {escaped(self.transform)} is not a dotted Python name "
+                              f"('package.module.function', ASCII letters, digits and _)")
         if not isinstance(self.sink, str) or not self.sink:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
         parse_sink_uri(self.sink, check_hosts=True)   # the parser and the allowlist the stream opens it with

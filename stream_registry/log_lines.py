@@ -21,7 +21,7 @@ def one_line(text: str) -> str:
     """`text` with every control, format and separator character escaped (`\\n`, `\\x1b`, `\\u202e`)."""
     if text.isprintable():
         return text
-    return "".join(ascii(c)[1:-1] if is_unsafe_char(c) or not c.isprintable() and c != " " else c for c in text)
+    return "".join(ascii(c)[1:-1] if is_unsafe_char(c) else c for c in text)
 
 
 class OneLineFormatter(logging.Formatter):
