@@ -342,7 +342,7 @@ MAX_RUNNING_ENV = "MGSTREAMS_MAX_RUNNING"             # stream processes running
 STREAM_MEMORY_MB_ENV = "MGSTREAMS_STREAM_MEMORY_MB"   # resident memory of one stream process
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StreamCaps:
     """Operator caps, sized by default for a small machine (a stream process is about 65 MiB at rest)."""
     max_streams: int = 64
