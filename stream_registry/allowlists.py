@@ -209,8 +209,7 @@ def check_host(field: str, host: Host, environ: Mapping[str, str] | None = None)
     """`host` if the operator allows it; ConfigError naming `field` otherwise."""
     if not host_allowed(host, environ):
         raise ConfigError(f"{field}: host {escaped(host.name)} is not one the operator allows "
-                          f"({', '.join(allowed_hosts(environ))}; set ${ALLOWED_HOSTS_ENV} or "
-                          f"`mgstreams serve --allow-host` to change them)")
+                          f"({', '.join(allowed_hosts(environ))}; set ${ALLOWED_HOSTS_ENV} to change them)")
     return host
 
 
