@@ -10,8 +10,11 @@ built and again when a stored stream is read back:
 - hosts the host may reach (bootstrap servers, Bolt sinks, OIDC token endpoints).
 - directories local files may be named under (TLS keys and CAs by path).
 
-Operators widen the lists with the host's environment variables, which its
-stream processes inherit. Errors are `field: reason`, and a path is
+Every host, URL and broker list is parsed once (`addresses`): the lists judge
+the parsed value, and that value is what the clients are given. Text with
+surrounding whitespace or a control character is refused before any list is
+consulted. Operators widen the lists with the host's environment variables,
+which its stream processes inherit. Errors are `field: reason`, and a path is
 judged by its text only, so an answer never tells whether a file exists.
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 
-from .addresses import BootstrapServers, Host, Url, escaped
+from .addresses import BootstrapServers, Host, Url, clean_text, escaped
 from .errors import ConfigError
 from .redaction import MASK, is_secret_key
 
@@ -168,6 +171,7 @@ def check_file_path(field: str, value: object, environ: Mapping[str, str] | None
                           f"pass PEM content in the matching *.pem property instead")
     if value == "probe" and field.endswith("['ssl.ca.location']"):
         return   # librdkafka's own search of the system's CA bundles
+    clean_text(field, value, "path")   # judged by its text alone: the same answer whether or not it exists
     if not isinstance(value, str) or not os.path.isabs(value) or "\x00" in value or ".." in value.split("/"):
         raise refused
     lexical = os.path.normpath(value)
