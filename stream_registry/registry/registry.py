@@ -121,6 +121,7 @@ class StreamRegistry:
                  query_timeout: float = 10.0, stop_timeout: float = STOP_TIMEOUT_S, holder: str | None = None,
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
                  group_policy: GroupPolicy = DEFAULT_GROUP_POLICY, caps: StreamCaps | None = None):
+        caps = caps if caps is not None else caps_from_env()   # a bad $MGSTREAMS_MAX_* stops us before the lock
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -136,7 +137,7 @@ class StreamRegistry:
         self._isolation = Isolation(isolation)
         self._restart_backoff = restart_backoff
         self._group_policy = group_policy
-        self._caps = caps if caps is not None else caps_from_env()
+        self._caps = caps
         self._slots = threading.Lock()   # counting running processes and taking a slot are one step
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}

@@ -1,6 +1,6 @@
 """Sink URIs: the checks every scheme shares (printable text with nothing around it, no credentials, no
-fragment, a well-formed query) and the
-helpers a scheme's parser uses. Pure: nothing here connects or touches a file."""
+fragment, a well-formed query) and the helpers a scheme's parser uses. Pure: nothing here connects or touches
+a file."""
 from __future__ import annotations
 
 import re
