@@ -25,6 +25,7 @@ URL_ENV = "MGSTREAMS_URL"                 # where clients (CLI, query module, de
 TOKEN_ENV = "MGSTREAMS_TOKEN"
 TOKEN_FILE_ENV = "MGSTREAMS_TOKEN_FILE"   # where clients (CLI, query module) read the token from
 TOKEN_FILE_NAME = "api-token"             # the token a host given none generates, in its state directory
+TOKEN_FD_ENV = "MGSTREAMS_TOKEN_FD"       # a pipe a host re-executed without $MGSTREAMS_TOKEN reads it from
 
 # -- the host's state and streams ------------------------------------------------------
 STATE_DIR_ENV = "MGSTREAMS_STATE_DIR"

@@ -14,20 +14,25 @@ from pathlib import Path
 from stream_registry.errors import ConfigError
 from stream_registry.safe_paths import open_beneath
 
+from .secret_env import handed_over_token
 from .settings import TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, state_dir_candidates
 
 
 def read_token(token_file: str | None) -> str | None:
-    """The host's token: the file's content (stripped) when given, else $MGSTREAMS_TOKEN, else none.
+    """The host's token: the file's content (stripped) when given, else the pipe a re-executed host was handed
+    it on (`secret_env.handed_over_token`), else $MGSTREAMS_TOKEN, else none.
 
     The file must be private (mode 0600 or 0400). $MGSTREAMS_TOKEN is removed from
-    this process's environment once read, so no child (stream, preview) inherits it.
+    this process's environment once read, so no child (stream, preview) inherits it;
+    `mgstreams serve` has re-executed itself without it before this (the kernel keeps
+    a process's first environment readable in /proc/<pid>/environ whatever it pops).
     """
+    handed = handed_over_token()
     if token_file:
         token = read_token_file(token_file, "token_file")
         os.environ.pop(TOKEN_ENV, None)
         return token
-    return os.environ.pop(TOKEN_ENV, None) or None
+    return handed or os.environ.pop(TOKEN_ENV, None) or None
 
 
 def read_token_file(path: str | os.PathLike, field: str) -> str:

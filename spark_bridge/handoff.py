@@ -45,7 +45,7 @@ def stream_resume_offsets(state_dir: str | os.PathLike, config: StreamConfig,
     finally:
         store.close()
     secrets = config.secret_values()
-    with PartitionQuery(config.bootstrap_servers, config.group_id, {**config.configs, **config.kafka_credentials()},
+    with PartitionQuery(config.bootstrap.text, config.group_id, config.kafka_settings(),
                         timeout=timeout, secrets=secrets) as query:
         partitions = query.partitions(config.topics)
         snapshots = query.snapshots([PartitionKey(t, p) for t in config.topics for p in partitions[t]])

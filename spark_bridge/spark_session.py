@@ -81,7 +81,27 @@ def check_remote(remote: str) -> str:
         shown = shown_remote(remote) if isinstance(remote, str) else remote
         raise ConfigError(f"--remote: expected sc://host:port (a Spark Connect server) or local[N] (one started "
                           f"in this process), got {shown!r}")
-    return remote
+    return parsed_remote(remote)
+
+
+def parsed_remote(remote: str) -> str:
+    """A Spark Connect URL parsed once (stream_registry.addresses): printable text with nothing around it, an
+    ASCII host or IP and a port; the form the client is given. `local[N]` is returned as it is."""
+    from stream_registry.addresses import authority, clean_text, escaped
+    from stream_registry.errors import ConfigError
+
+    from .engine import shown_remote
+
+    clean_text("--remote", shown_remote(remote), "Spark Connect URL")
+    if not remote.startswith("sc://"):
+        return remote
+    rest = remote[len("sc://"):]
+    netloc, rest = re.match(r"([^/;]*)(.*)\Z", rest, re.S).groups()   # type: ignore[union-attr]
+    if "@" in netloc or any(c.isspace() for c in remote):
+        raise ConfigError(f"--remote: {escaped(shown_remote(remote))} carries user-info or whitespace; pass a "
+                          f"token as ;token=... after the host")
+    host, port = authority("--remote", netloc, shown_remote(remote))
+    return f"sc://{host.text}{f':{port}' if port is not None else ''}{rest}"
 
 
 # The web UI listens on every interface and its kill links stop jobs: off unless asked for (--spark-ui).

@@ -10,8 +10,11 @@ built and again when a stored stream is read back:
 - hosts the host may reach (bootstrap servers, Bolt sinks, OIDC token endpoints).
 - directories local files may be named under (TLS keys and CAs by path).
 
-Operators widen the lists with the host's environment variables, which its
-stream processes inherit. Errors are `field: reason`, and a path is
+Every host, URL and broker list is parsed once (`addresses`): the lists judge
+the parsed value, and that value is what the clients are given. Text with
+surrounding whitespace or a control character is refused before any list is
+consulted. Operators widen the lists with the host's environment variables,
+which its stream processes inherit. Errors are `field: reason`, and a path is
 judged by its text only, so an answer never tells whether a file exists.
 """
 from __future__ import annotations
@@ -20,8 +23,8 @@ import fnmatch
 import ipaddress
 import os
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
+from .addresses import BootstrapServers, Host, Url, clean_text, escaped
 from .errors import ConfigError
 from .redaction import MASK, is_secret_key
 
@@ -134,7 +137,7 @@ def check_properties(field: str, values: Mapping[str, object], *, sink_keys: boo
         if key in PATH_PROPERTIES:
             check_file_path(f"{field}[{key!r}]", value, environ)
         if key in URL_PROPERTIES:
-            check_url(f"{field}[{key!r}]", value, environ)
+            checked_url(f"{field}[{key!r}]", value, environ)
 
 
 def _shown(key: str, value: object, secret: bool, limit: int = 60) -> str:
@@ -168,6 +171,7 @@ def check_file_path(field: str, value: object, environ: Mapping[str, str] | None
                           f"pass PEM content in the matching *.pem property instead")
     if value == "probe" and field.endswith("['ssl.ca.location']"):
         return   # librdkafka's own search of the system's CA bundles
+    clean_text(field, value, "path")   # judged by its text alone: the same answer whether or not it exists
     if not isinstance(value, str) or not os.path.isabs(value) or "\x00" in value or ".." in value.split("/"):
         raise refused
     lexical = os.path.normpath(value)
@@ -188,64 +192,42 @@ def allowed_hosts(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return tuple(_split(environ.get(ALLOWED_HOSTS_ENV))) or DEFAULT_ALLOWED_HOSTS
 
 
-def host_allowed(host: str, environ: Mapping[str, str] | None = None) -> bool:
-    host = host.strip().strip("[]").lower().rstrip(".")
-    if not host:
-        return False
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
+def host_allowed(host: Host, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the parsed `host` matches a pattern: an IP literal by network, a name by its pattern."""
+    address = host.address
     for pattern in allowed_hosts(environ):
         pattern = pattern.lower()
         try:
-            network = ipaddress.ip_network(pattern, strict=False)
+            network = ipaddress.ip_network(pattern.strip("[]"), strict=False)
         except ValueError:
             network = None
         if network is not None:
             if address is not None and address.version == network.version and address in network:
                 return True
-        elif fnmatch.fnmatchcase(host, pattern):
+        elif fnmatch.fnmatchcase(host.name, pattern.rstrip(".")):
             return True
     return False
 
 
-def check_host(field: str, host: str, environ: Mapping[str, str] | None = None) -> None:
+def check_host(field: str, host: Host, environ: Mapping[str, str] | None = None) -> Host:
+    """`host` if the operator allows it; ConfigError naming `field` otherwise."""
     if not host_allowed(host, environ):
-        raise ConfigError(f"{field}: host {host!r} is not one the operator allows "
-                          f"({', '.join(allowed_hosts(environ))}; set ${ALLOWED_HOSTS_ENV} or "
-                          f"`mgstreams serve --allow-host` to change them)")
+        raise ConfigError(f"{field}: host {escaped(host.name)} is not one the operator allows "
+                          f"({', '.join(allowed_hosts(environ))}; set ${ALLOWED_HOSTS_ENV} to change them)")
+    return host
 
 
-def check_bootstrap(field: str, servers: str, environ: Mapping[str, str] | None = None) -> None:
-    for server in servers.split(","):
-        server = server.strip()
-        host = server.rpartition(":")[0] if ":" in server else server
-        # librdkafka accepts a scheme prefix (PLAINTEXT://h:p): judge the host after it
-        host = host.split("://", 1)[-1]
-        check_host(field, host, environ)
+def checked_bootstrap(field: str, servers: object, environ: Mapping[str, str] | None = None) -> BootstrapServers:
+    """The broker list parsed, every host allowed; ConfigError naming `field` and the value otherwise."""
+    parsed = BootstrapServers.parse(field, servers)
+    for address in parsed.addresses:
+        check_host(field, address.host, environ)
+    return parsed
 
 
-def check_url(field: str, value: object, environ: Mapping[str, str] | None = None) -> None:
-    if not isinstance(value, str):
-        raise ConfigError(f"{field}: expected a URL, got {type(value).__name__}")
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname or ""
-    except ValueError:
-        raise ConfigError(f"{field}: not a valid URL") from None
-    if parts.scheme not in ("https", "http") or not host:
-        raise ConfigError(f"{field}: expected an http(s) URL")
-    check_host(field, host, environ)
-
-
-def check_sink_host(uri: object, environ: Mapping[str, str] | None = None) -> None:
-    """A Bolt sink's host must be allowed (file sinks are judged by the output directories)."""
-    if not isinstance(uri, str) or not uri.lower().startswith("bolt"):
-        return
-    try:
-        host = urlsplit(uri).hostname or ""
-    except ValueError:
-        return   # the sink's own parser names what is wrong
-    if host:
-        check_host("sink", host, environ)
+def checked_url(field: str, value: object, environ: Mapping[str, str] | None = None,
+                schemes: tuple[str, ...] = ("https", "http")) -> Url:
+    """The URL parsed, its host allowed; ConfigError naming `field` and the value otherwise."""
+    url = Url.parse(field, value, schemes)
+    check_host(field, url.host, environ)
+    return url

@@ -13,14 +13,16 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from .allowlists import check_bootstrap, check_properties, check_sink_host
+from .addresses import BootstrapServers, clean_text, escaped
+from .allowlists import URL_PROPERTIES, check_properties, checked_bootstrap, checked_url
 from .errors import ConfigError
+from .graph.sinks.schemes import parse_sink_uri
 from .redaction import mask_all, mask_secrets, redact, redact_error, secret_values
 from .stream_tasks import check_tasks
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")    # \Z, not $: "a\n" is no name
 _TOPIC = re.compile(r"[A-Za-z0-9._-]+\Z")
-_PORT = re.compile(r"[0-9]{1,5}\Z")
+_TRANSFORM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\Z")   # module.function, ASCII
 MAX_NAME_LENGTH = 128
 MAX_TOPIC_LENGTH = 249
 
@@ -223,10 +225,23 @@ class StreamConfig:
     def sink_credentials(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.credentials.items() if k.startswith(SINK_CREDENTIAL_PREFIX)}
 
+    @property
+    def bootstrap(self) -> BootstrapServers:
+        """The broker list parsed (ConfigError naming `bootstrap_servers` if it does not parse)."""
+        return BootstrapServers.parse("bootstrap_servers", self.bootstrap_servers)
+
+    def kafka_settings(self) -> dict[str, Any]:
+        """The configs and Kafka credentials (secrets included: never print them), URL properties as the
+        allowlist parsed and judged them."""
+        merged = {**self.configs, **self.kafka_credentials()}
+        for key in URL_PROPERTIES & merged.keys():
+            merged[key] = checked_url(f"configs[{key!r}]", merged[key]).text
+        return merged
+
     def client_config(self) -> dict[str, Any]:
-        """librdkafka configuration for this stream (secrets included: never print it)."""
-        return {**self.configs, **self.kafka_credentials(),
-                "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}
+        """librdkafka configuration for this stream (secrets included: never print it): the broker list and
+        URL properties as the allowlists parsed them."""
+        return {**self.kafka_settings(), "bootstrap.servers": self.bootstrap.text, "group.id": self.group_id}
 
     def validate(self) -> None:
         """Raise ConfigError naming the first bad field and its value (secrets masked)."""
@@ -248,16 +263,12 @@ class StreamConfig:
                                   f"([A-Za-z0-9._-], 1 to {MAX_TOPIC_LENGTH} characters)")
         if len(set(self.topics)) != len(self.topics):
             raise ConfigError(f"topics: duplicate topic in {list(self.topics)!r}")
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
-            raise ConfigError(f"bootstrap_servers: expected 'host:port[,host:port...]', got {self.bootstrap_servers!r}")
-        for server in self.bootstrap_servers.split(","):
-            host, _, port = server.strip().rpartition(":")
-            if not host or not _PORT.match(port) or not 0 < int(port) < 65536:
-                raise ConfigError(f"bootstrap_servers: {server.strip()!r} is not host:port")
-        check_bootstrap("bootstrap_servers", self.bootstrap_servers)
+        checked_bootstrap("bootstrap_servers", self.bootstrap_servers)
         if self.consumer_group is not None and (not isinstance(self.consumer_group, str)
                                                 or not self.consumer_group.strip()):
             raise ConfigError(f"consumer_group: {self.consumer_group!r} is not a valid group id")
+        if self.consumer_group is not None:
+            clean_text("consumer_group", self.consumer_group, "group id")
         for name in ("batch_size", "batch_interval_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -284,10 +295,14 @@ class StreamConfig:
                 raise ConfigError(f"{_option_name(name)}: expected true or false, "
                                   f"got {_shown_value(getattr(self, name))}")
         if not isinstance(self.transform, str) or "." not in self.transform:
-            raise ConfigError(f"transform: expected 'module.function', got {self.transform!r}")
+            raise ConfigError(f"transform: expected 'module.function', got {escaped(self.transform)}")
+        clean_text("transform", self.transform, "transformation name ('module.function')")
+        if not _TRANSFORM.match(self.transform):
+            raise ConfigError(f"transform: {escaped(self.transform)} is not a dotted Python name "
+                              f"('package.module.function', ASCII letters, digits and _)")
         if not isinstance(self.sink, str) or not self.sink:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
-        check_sink_host(self.sink)
+        parse_sink_uri(self.sink, check_hosts=True)   # the parser and the allowlist the stream opens it with
         check_tasks(self.tasks, self.sink)
         self._validate_configs()
         for key, value in self.credentials.items():

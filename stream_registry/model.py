@@ -355,3 +355,17 @@ class LagPoint:
     records_per_second: float
     status: Verdict
     committed: int = 0        # the committed offsets' sum (what the stream had consumed), for the trend
+
+
+# -- operator caps (issue 31): what no caller can make the host run -----------------------------------
+MAX_STREAMS_ENV = "MGSTREAMS_MAX_STREAMS"             # streams defined
+MAX_RUNNING_ENV = "MGSTREAMS_MAX_RUNNING"             # stream processes running
+STREAM_MEMORY_MB_ENV = "MGSTREAMS_STREAM_MEMORY_MB"   # resident memory of one stream process
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamCaps:
+    """Operator caps, sized by default for a small machine (a stream process is about 65 MiB at rest)."""
+    max_streams: int = 64
+    max_running: int = 8
+    stream_memory_mb: int = 512

@@ -252,6 +252,7 @@ TANSU_TIERS = ("integration", "host")
 BROKER_NEUTRAL = frozenset({
     "test_security_boundary.py",   # tokens, allowlists, redaction, connection limits: the host's own rules
     "test_stream_policy.py",       # the allowlists applied to stored streams
+    "test_parse_once.py",          # parse once, one-line logs, pending connections, the token's environ, caps
     "test_cli.py",                 # the CLI as a client of the host's API: arguments, output, exit codes
     "test_cli_tables.py",          # the CLI's table layout
     "test_query_module.py",        # the Cypher procedures as clients of the host's API

@@ -1,15 +1,16 @@
 """`mgstreams serve`: the stream host in the foreground (the host itself is `mgstreams.host`)."""
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
 
+from stream_registry.log_lines import one_line_logging
 from stream_registry.log_repeats import collapse_all_repeats
 from stream_registry.model import STOP_TIMEOUT_S
 
 from ..host import serve as host
+from ..secret_env import reexec_without_secrets
 from ..settings import (
     DEFAULT_LISTEN,
     DEFAULT_SINK,
@@ -57,7 +58,8 @@ def serve(state_dir: str | None, listen: str, token_file: str | None, no_token: 
     resume at once. A second host on the same state directory exits at once,
     naming the first.
     """
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    reexec_without_secrets()   # returns only once no secret is in /proc/<this pid>/environ
+    one_line_logging(log_level.upper(), "%(asctime)s %(levelname)s %(name)s: %(message)s")
     collapse_all_repeats()   # the host's: its stream processes do the same (stream_process.child_main)
     token = run(lambda: read_token(token_file))
     directory = state_dir or default_state_dir()

@@ -31,10 +31,10 @@ from stream_registry.graph.sinks.policy import OutputPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S
 from stream_registry.lag.collector import LagCollector
 from stream_registry.model import STOP_TIMEOUT_S
-from stream_registry.redaction import is_secret_key
 from stream_registry.registry import Isolation
 from stream_registry.safe_paths import check_private_dir
 
+from ..secret_env import secret_variables
 from ..settings import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, TOKEN_ENV
 from ..tokens import generated_token
 from .api import Limits, create_app
@@ -80,8 +80,7 @@ def scrub_environment(environ: MutableMapping[str, str] | None = None) -> list[s
     children inherit; the names removed."""
     if environ is None:
         environ = os.environ
-    removed = [k for k in list(environ) if k.startswith("MGSTREAMS_") and is_secret_key(k.lower().replace("_", "."))
-               and not k.endswith("_FILE")]
+    removed = secret_variables(environ)
     for key in removed:
         del environ[key]
     return removed
@@ -226,7 +225,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
             server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                                             timeout_keep_alive=KEEP_ALIVE_S,
-                                            http=guarded_protocol(HEADER_TIMEOUT_S, max_connections)))
+                                            http=guarded_protocol(HEADER_TIMEOUT_S, max_connections, token)))
             shutdown.attach(server, registry.begin_close)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
                   f"{len(registry.list())} stream(s){where})")

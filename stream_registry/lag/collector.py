@@ -334,7 +334,7 @@ class LagCollector:
         if t.reader is None and t.reader_error is None:
             try:
                 config = self._registry.config(info.name)   # the secrets the reader needs
-                t.reader = FirstRecords(config.bootstrap_servers, {**config.configs, **config.kafka_credentials()},
+                t.reader = FirstRecords(config.bootstrap.text, config.kafka_settings(),
                                         config.secret_values())
             except StreamError as exc:
                 t.reader_error = str(exc)

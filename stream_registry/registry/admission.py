@@ -29,7 +29,7 @@ def admit(config: StreamConfig, before: StreamConfig | None, isolation: Isolatio
         check_transformation(config, isolation)
     if before is None or config.sink != before.sink:
         try:
-            validate_sink_uri(config.sink, output())
+            validate_sink_uri(config.sink, output(), check_hosts=True)
         except StreamError as exc:
             raise ConfigError(redact_error(str(exc), config.secret_values())) from None
     if before is None or config.configs != before.configs:

@@ -59,6 +59,7 @@ from ..model import (
     PendingOffset,
     PreviewStatement,
     RetryPolicy,
+    StreamCaps,
     StreamInfo,
     StreamStatus,
 )
@@ -66,6 +67,7 @@ from ..offset_spec import OffsetSpec, parse_offset_spec
 from ..redaction import mask_all, redact
 from .admission import admit, described, shown_change
 from .batch_stats import BatchStats
+from .caps import caps_from_env, check_running, check_streams, running_processes
 from .change_sets import ChangeSets
 from .offset_calls import OffsetCall
 from .one_shot import call_in_child
@@ -123,7 +125,8 @@ class StreamRegistry:
     def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = DEFAULT_RETRY,
                  query_timeout: float = 10.0, stop_timeout: float = STOP_TIMEOUT_S, holder: str | None = None,
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
-                 group_policy: GroupPolicy = DEFAULT_GROUP_POLICY):
+                 group_policy: GroupPolicy = DEFAULT_GROUP_POLICY, caps: StreamCaps | None = None):
+        caps = caps if caps is not None else caps_from_env()   # a bad $MGSTREAMS_MAX_* stops us before the lock
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)
@@ -139,6 +142,8 @@ class StreamRegistry:
         self._isolation = Isolation(isolation)
         self._restart_backoff = restart_backoff
         self._group_policy = group_policy
+        self._caps = caps
+        self._slots = threading.Lock()   # counting running processes and taking a slot are one step
         self._lock = threading.Lock()
         self._streams: dict[str, _Stream] = {}
         self._closed = False
@@ -171,6 +176,7 @@ class StreamRegistry:
         with self._lock:
             if config.name in self._streams:
                 raise StreamExists(f"name: a stream named {config.name!r} already exists")
+            check_streams(len(self._streams), self._caps)
             self._store.insert_stream(config)
             self._streams[config.name] = _Stream(config, StreamStatus.CREATED)
         log.info("stream %s: created (%s)", config.name, described(config))
@@ -600,8 +606,11 @@ class StreamRegistry:
             self._store.set_status(config.name, StreamStatus.ERROR, stream.error)
             log.warning("stream %s: %s refused: %s", config.name, why, exc)
             raise
-        runner = self._new_runner(stream)
-        stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
+        with self._slots:
+            if self._isolation == Isolation.PROCESS:
+                self._check_running(stream)
+            runner = self._new_runner(stream)
+            stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
         try:
             self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
         except StreamError as exc:
@@ -616,6 +625,20 @@ class StreamRegistry:
         self._store.set_status(config.name, StreamStatus.ERROR, reason, desired_running=True)
         log.warning("stream %s: error: %s failed: %s", config.name, why, reason)
         raise StreamError(f"stream {config.name!r} failed to start: {reason}") from None
+
+    def _check_running(self, stream: _Stream) -> None:
+        """StreamStateError naming $MGSTREAMS_MAX_RUNNING (the stream in error, saying so) past the cap."""
+        with self._lock:
+            runners = [s.runner for s in self._streams.values() if s is not stream and s.runner is not None]
+        tasks = getattr(stream.config, "tasks", 1)
+        try:
+            check_running(running_processes(runners), tasks if isinstance(tasks, int) else 1, self._caps,
+                          stream.config.name)
+        except StreamStateError as exc:
+            stream.status, stream.error = StreamStatus.ERROR, f"not started: {exc}"
+            self._store.set_status(stream.config.name, StreamStatus.ERROR, stream.error)
+            log.warning("stream %s: %s", stream.config.name, stream.error)
+            raise
 
     def _new_runner(self, stream: _Stream) -> StreamRunner:
         config = stream.config
@@ -638,7 +661,8 @@ class StreamRegistry:
         pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
-                                 stop_timeout=self._stop_timeout, on_exit=on_exit)
+                                 stop_timeout=self._stop_timeout, memory_limit_mb=self._caps.stream_memory_mb,
+                                 on_exit=on_exit)
         return ThreadRunner(config, pending=pending, output=output, retry=self._retry, events=events)
 
     def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
@@ -728,9 +752,8 @@ class StreamRegistry:
         return OutputPolicy.for_state_dir(self.state_dir)
 
     def _open_query(self, config: StreamConfig) -> PartitionQuery:
-        return PartitionQuery(config.bootstrap_servers, config.group_id,
-                              {**config.configs, **config.kafka_credentials()}, timeout=self._query_timeout,
-                              secrets=config.secret_values())
+        return PartitionQuery(config.bootstrap.text, config.group_id, config.kafka_settings(),
+                              timeout=self._query_timeout, secrets=config.secret_values())
 
     def _query(self, stream: _Stream) -> PartitionQuery:
         if stream.query is None:

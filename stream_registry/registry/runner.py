@@ -76,7 +76,7 @@ class ThreadRunner:
     def start(self, timeout: float = 30.0) -> None:
         transformation = load_stream_transformation(self.config)
         self._sink = open_sink(self.config.sink, self.config.sink_credentials(), self._output,
-                               bolt_unwind=self.config.bolt_unwind)
+                               bolt_unwind=self.config.bolt_unwind, check_hosts=True)
         try:
             if self.config.delivery == Delivery.EXACTLY_ONCE and not hasattr(self._sink, "stored_offsets"):
                 raise ConfigError(f"delivery: 'exactly_once' needs a sink that stores offsets with its batches "

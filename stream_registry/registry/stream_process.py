@@ -40,6 +40,7 @@ from typing import Any
 from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks.policy import OutputPolicy
+from ..log_lines import one_line_logging
 from ..log_repeats import collapse_all_repeats
 from ..model import (
     STOP_TIMEOUT_S,
@@ -53,6 +54,7 @@ from ..model import (
     WorkerSnapshot,
 )
 from .batch_stats import BatchStats
+from .caps import MemoryWatch
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
 from .worker import StreamEvents
@@ -62,6 +64,7 @@ STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer an
 REPLY_GRACE_S = 2.0       # beyond an offset request's own timeout
 SNAPSHOT_TIMEOUT_S = 5.0  # a child busy in a long GIL-holding write answers late: use its last answer
 EXIT_STOP_TIMED_OUT = 75  # a child whose batch did not finish within the stop timeout leaves with this
+EXIT_OVER_MEMORY = 76     # a child over its memory cap leaves with this, its stream in error saying so
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class ChildSpec:
     retry: RetryPolicy
     stop_timeout: float
     log_level: int
+    memory_limit_mb: int | None = None   # resident memory over this ends the stream in error (caps.MemoryWatch)
 
 
 # -- host to child -------------------------------------------------------------------
@@ -161,11 +165,12 @@ class ProcessRunner:
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents,
-                 on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = STOP_TIMEOUT_S):
+                 on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = STOP_TIMEOUT_S,
+                 memory_limit_mb: int | None = None):
         self.config = config
         self.pid: int | None = None
         self._spec = ChildSpec(config, dict(pending), output, retry, stop_timeout,
-                               logging.getLogger().getEffectiveLevel())
+                               logging.getLogger().getEffectiveLevel(), memory_limit_mb)
         self._events, self._on_exit = events, on_exit
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
@@ -356,8 +361,8 @@ def child_main(conn, spec: ChildSpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the host stops us in order
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
-    logging.basicConfig(level=spec.log_level,
-                        format=f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
+    one_line_logging(spec.log_level,
+                     f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
     collapse_all_repeats()   # an outage's reconnect failures: one line per kind and interval, with a count
     send_lock = threading.Lock()
 
@@ -380,6 +385,8 @@ def child_main(conn, spec: ChildSpec) -> None:
         send(StartFailed(child_error(exc, spec.config.secret_values()).message))
         return
     send(Started(os.getpid()))
+    if spec.memory_limit_mb is not None:
+        MemoryWatch(spec.memory_limit_mb, lambda message: _over_memory(name, message, send)).start()
     host_gone = threading.Event()
     watch_host(host_gone.set)
     why = _serve(conn, runner, send, terminated, host_gone)
@@ -397,6 +404,15 @@ def child_main(conn, spec: ChildSpec) -> None:
         log.error("stream %s: %s", name, exc)
         os._exit(EXIT_STOP_TIMED_OUT)
     send(Ended(why))
+
+
+def _over_memory(name: str, message: str, send) -> None:
+    """Over the memory cap: the stream ends in error saying so (not restarted: it would grow again), and the
+    process leaves at once; its batch is not committed and is read again at the next start."""
+    log.error("stream %s: error: %s", name, message)
+    send(StatusChanged(StreamStatus.ERROR, message))
+    send(Ended(None))
+    os._exit(EXIT_OVER_MEMORY)
 
 
 def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host_gone: threading.Event

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
@@ -60,6 +60,7 @@ from stream_registry.graph.cypher_literals import (
     render_statement,
     to_cypher_literal,
 )
+from stream_registry.log_lines import one_line
 from stream_registry.model import PartitionSnapshot
 from stream_registry.offset_spec import (
     Absolute,
@@ -1168,3 +1169,126 @@ def test_api_create_accepts_only_allowlisted_properties(shared, record_property)
     fuzz(record_property, "api_librdkafka_properties", cases, check, max_examples=80,
          examples=(("configs", "plugin.library.paths", "/tmp/x.so"), ("credentials", "plugin.library.paths", "/tmp/x.so"),
                    ("configs", "ssl.engine.location", "/tmp/x.so"), ("configs", "client.id", "1")))
+
+
+# -- parse once, check what is used (issue 31) --------------------------------------------------------------------
+# The host may reach exactly these; every value the host would connect to must be one of them, by plain equality.
+REACHABLE = ("127.0.0.1", "localhost")
+HIDDEN_CHARS = (" \t\n\r\x0b\x0c\x00\x01\x1b\x7f\x85\xa0\u2000\u2028\u2029\u3000"   # whitespace and controls
+                "\u200b\u200c\u200e\u202e\u2066\ufeff")                                 # format (zero-width, bidi)
+LOOK_ALIKES = ("１２７.0.0.1", "127。0.0.1", "127．0.0.1", "ｌｏｃａｌｈｏｓｔ", "lоcalhost", "locaⅼhost", "127.0.0.１",
+               "localhost：9092", "ⓛocalhost", "LOCALHOST", "localhost.", "127.1", "127.0.1", "2130706433",
+               "0x7f.0.0.1", "0177.0.0.1", "[::ffff:127.0.0.1]", "[::1]", "127.0.0.2", "evil.example",
+               "127.0.0.1.evil.example", "localhost.evil.example")
+PERCENT = ("%20", "%00", "%0a", "%2e", "%31%32%37.0.0.1", "127.0.0.1%2f", "%40evil.example", "localhost%00.evil")
+SMUGGLED = ("127.0.0.1@evil.example", "evil.example@127.0.0.1", "evil.example\\@127.0.0.1", "127.0.0.1\\evil",
+            "127.0.0.1:1 evil.example", "127.0.0.1#@evil.example", "127.0.0.1?@evil.example", "evil.example;127.0.0.1")
+
+
+def hostile_hosts() -> st.SearchStrategy:
+    return st.one_of(st.sampled_from(REACHABLE + LOOK_ALIKES + PERCENT + SMUGGLED),
+                     st.builds(lambda host, char, where: _insert(host, char, where),
+                               st.sampled_from(REACHABLE), st.sampled_from(HIDDEN_CHARS), st.integers(0, 12)))
+
+
+def hostile_texts(base: str) -> st.SearchStrategy:
+    """`base` with a hidden character, a look-alike or a percent-escape put somewhere in it."""
+    return st.builds(_insert, st.just(base),
+                     st.one_of(st.sampled_from(HIDDEN_CHARS), st.sampled_from(("ａ", "е", "。", "%0a", "%00", "\\"))),
+                     st.integers(0, len(base)))
+
+
+def _insert(text: str, char: str, where: int) -> str:
+    where = min(where, len(text))
+    return text[:where] + char + text[where:]
+
+
+def field_values() -> st.SearchStrategy:
+    """(field, value) for every field that takes a URI, host or name."""
+    return st.one_of(
+        st.tuples(st.just("sink"), st.builds(lambda scheme, host, port, pre, post: f"{pre}{scheme}://{host}{port}{post}",
+                                             st.sampled_from(("bolt", "bolt+s", "BOLT", "bolt+ssc")), hostile_hosts(),
+                                             st.sampled_from(("", ":7687", ":１", ":7687/", "/x")),
+                                             st.sampled_from(("", " ", "\t", "\x01", "\u200b")),
+                                             st.sampled_from(("", " ", "\n", "?retries=1", "#x")))),
+        st.tuples(st.just("bootstrap_servers"),
+                  st.builds(lambda hosts, sep: sep.join(f"{h}:9092" for h in hosts),
+                            st.lists(hostile_hosts(), min_size=1, max_size=3), st.sampled_from((",", ", ", " ", ";")))),
+        st.tuples(st.just("oauth_url"), st.builds(lambda scheme, host, path: f"{scheme}://{host}{path}",
+                                                  st.sampled_from(("https", "http", "HTTPS", " https")),
+                                                  hostile_hosts(), st.sampled_from(("/token", "/t%0aok", "", "/a b")))),
+        st.tuples(st.just("spark_remote"), st.builds(lambda host, tail: f"sc://{host}{tail}", hostile_hosts(),
+                                                     st.sampled_from((":15002", ":15002/;token=x", "", ":1 ")))),
+        st.tuples(st.just("consumer_group"), hostile_texts("mgstreams_group")),
+        st.tuples(st.just("name"), hostile_texts("stream_a")),
+        st.tuples(st.just("topics"), hostile_texts("orders.v1")),
+        st.tuples(st.just("transform"), hostile_texts("stream_helpers.offsets_transform")),
+    )
+
+
+def _used(field: str, value: str) -> list[str]:
+    """What the host would act on for `field` = `value`: the hosts it would connect to, or the name it would use;
+    ConfigError if it is refused."""
+    from spark_bridge.spark_session import check_remote
+    from stream_registry.graph.sinks.schemes import parse_sink_uri
+
+    if field == "spark_remote":
+        return [check_remote(value)]
+    base = {"name": "s", "topics": ["t"], "bootstrap_servers": "127.0.0.1:9092", "transform": "m.f", "sink": "null://"}
+    if field == "oauth_url":
+        config = StreamConfig(**base, configs={"sasl.oauthbearer.token.endpoint.url": value})
+    else:
+        config = StreamConfig(**{**base, field: [value] if field == "topics" else value})
+    config.validate()
+    client = config.client_config()
+    if field == "sink":
+        return [parse_sink_uri(config.sink, check_hosts=True)[1].host]
+    if field == "bootstrap_servers":   # split as librdkafka splits a broker list: on commas and spaces
+        return [re.sub(r"^\w+://", "", entry).rpartition(":")[0] for entry in re.split(r"[, ]+", client[
+            "bootstrap.servers"])]
+    if field == "oauth_url":
+        return [urlsplit(client["sasl.oauthbearer.token.endpoint.url"]).hostname or ""]
+    return [config.group_id if field == "consumer_group" else str(getattr(config, field) if field != "topics"
+                                                                   else config.topics[0])]
+
+
+def test_uris_hosts_and_names_are_refused_or_used_exactly_as_checked(record_property, monkeypatch):
+    """Whitespace, controls, Unicode look-alikes, percent-escapes and smuggled hosts in every field that takes a URI,
+    a host or a name: refused naming the field, or what the host would use (the parsed value, read back the way the
+    client reads it) is one of the allowed hosts by plain equality, or a name of printable ASCII-safe text."""
+    monkeypatch.setenv("MGSTREAMS_ALLOWED_HOSTS", ",".join(REACHABLE))
+    monkeypatch.setenv("MGSTREAMS_ALLOWED_CONFIGS", "")
+    kinds: Counter = Counter()
+
+    def check(drawn) -> str:
+        field, value = drawn
+        kinds[field] += 1
+        shown_field = {"oauth_url": "configs['sasl.oauthbearer.token.endpoint.url']", "spark_remote": "--remote",
+                       "name": "name"}.get(field, field)
+        try:
+            used = _used(field, value)
+        except ConfigError as exc:
+            assert str(exc).startswith(f"{shown_field}: ") or str(exc).startswith(f"{shown_field}["), (field, value,
+                                                                                                        str(exc))
+            assert not any(c in str(exc) for c in LINE_BREAKS + "\x00\x1b\u202e"), str(exc)  # escaped, one line
+            return "refused"
+        for item in used:
+            assert item == item.strip() and one_line(item) == item, (field, value, used)   # a log line keeps it whole
+            if field != "consumer_group":   # Kafka's group ids are any printable text; the rest is ASCII
+                assert item.isascii() and item.isprintable() and " " not in item, (field, value, used)
+            if field in ("sink", "bootstrap_servers", "oauth_url"):
+                assert item in REACHABLE, (field, value, used)
+            if field in ("sink", "oauth_url"):   # a second, independent reading of the text names the same host
+                assert (urlsplit(value).hostname or "").rstrip(".") == item, (field, value, used)
+            if field == "spark_remote":
+                host = urlsplit(item.replace("sc://", "http://", 1).split(";")[0]).hostname
+                assert host and host.isascii(), (value, item)
+        return "accepted"
+
+    outcomes = fuzz(record_property, "parse_once", field_values(), check, max_examples=600, examples=(
+        ("sink", " bolt://127.0.0.2:7687"), ("sink", "\tbolt://127.0.0.2:7687"), ("sink", "\x01bolt://127.0.0.2:7687"),
+        ("bootstrap_servers", "evil.example:1 127.0.0.1:9092"), ("consumer_group", "g\n2026-01-01 WARNING forged"),
+        ("oauth_url", "https://evil.example\\@127.0.0.1/token"), ("sink", "bolt://127.0.0.1@127.0.0.2:7687"),
+        ("spark_remote", "sc://１２７.0.0.1:15002")))
+    print(f"fuzz parse_once by field: {dict(sorted(kinds.items()))}")
+    assert outcomes["accepted"] and outcomes["refused"]

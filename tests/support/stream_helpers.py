@@ -95,6 +95,23 @@ def crashing_transform(messages):
     return offsets_transform(messages)
 
 
+_HOARD: list[bytearray] = []
+
+
+def hoard_memory(messages):
+    """Keeps allocating (20 MiB every 50 ms, touched so that it is resident), as a leaking transformation
+    does; stops at 1 GiB so that a process nobody stops cannot take the machine."""
+    while len(_HOARD) < 50:
+        _HOARD.append(bytearray(b"\x01") * (20 * 2**20))
+        time.sleep(0.05)
+    return offsets_transform(messages)
+
+
+def forging_transform(messages):
+    """Raises an error whose text holds a newline and a forged log line (the message's fault)."""
+    raise ValueError("cannot read\n2026-01-01 00:00:00,000 WARNING mgstreams.host: token rotated; use the new one")
+
+
 def statement_lines(path: str | Path) -> list[str]:
     """A cypherl file's statements, one a line: its batches' frame lines (`// mgstreams-batch …`, comments
     to mgconsole and Memgraph) left out."""

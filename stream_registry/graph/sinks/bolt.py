@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...addresses import Host, authority
 from ...errors import ConfigError, SinkError
 from ...model import PartitionKey
 from ...redaction import MASK, redact
@@ -38,6 +39,7 @@ class BoltSettings:
     fingerprint: str | None = None
     retries: int = 5
     unwind: bool = True      # fold runs of one query text into UNWIND statements (unwind.py)
+    address: Host | None = None   # the parsed host the allowlist judges; `host` is its name
 
 
 class _Secret:
@@ -290,19 +292,18 @@ class BoltSink(Closing):
 def parse_bolt(parts: Any, query: dict[str, str], uri: str) -> BoltSettings:
     scheme = parts.scheme.lower()
     check_options(query, {"retries"} if scheme == "bolt" else {"retries", "fingerprint"}, uri)
-    try:
-        host, port = parts.hostname, parts.port or DEFAULT_BOLT_PORT
-    except ValueError:
-        raise ConfigError(f"sink: {shown_uri(uri)!r} has an invalid port") from None
-    if not host or parts.path not in ("", "/"):
+    if not parts.netloc or parts.path not in ("", "/"):
         raise ConfigError(f"sink: expected {scheme}://host[:port], got {shown_uri(uri)!r}")
+    # the one parse of the host: the allowlist judges this value and the sink connects to this value
+    address, port = authority("sink", parts.netloc, shown_uri(uri))
+    host, port = address.name, port or DEFAULT_BOLT_PORT
     retries = query.get("retries", "5")
     if not retries.isdigit() or not 1 <= int(retries) <= 100:
         raise ConfigError(f"sink: option retries={retries!r} in {shown_uri(uri)!r} is not in 1..100")
     fingerprint = query.get("fingerprint")
     if fingerprint is not None and not re.fullmatch(r"[0-9A-Fa-f:]{16,}", fingerprint):
         raise ConfigError(f"sink: option fingerprint={fingerprint!r} in {shown_uri(uri)!r} is not hex")
-    return BoltSettings(scheme, host, port, fingerprint, int(retries))
+    return BoltSettings(scheme, host, port, fingerprint, int(retries), address=address)
 
 
 def open_bolt(settings: BoltSettings, credentials: Mapping[str, str]) -> BoltSink:

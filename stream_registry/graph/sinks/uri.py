@@ -1,12 +1,14 @@
-"""Sink URIs: the checks every scheme shares (no credentials, no fragment, a well-formed query) and the
-helpers a scheme's parser uses. Pure: nothing here connects or touches a file."""
+"""Sink URIs: the checks every scheme shares (printable text with nothing around it, no credentials, no
+fragment, a well-formed query) and the helpers a scheme's parser uses. Pure: nothing here connects or touches
+a file."""
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
 from typing import Any
-from urllib.parse import SplitResult, parse_qsl, urlsplit
+from urllib.parse import SplitResult, parse_qsl
 
+from ...addresses import clean_text, escaped, split
 from ...errors import ConfigError
 from ...redaction import MASK
 
@@ -19,7 +21,10 @@ def split_uri(uri: object, known: Collection[str]) -> tuple[str, SplitResult, di
     if not isinstance(uri, str) or "://" not in uri:
         raise ConfigError(f"sink: expected a URI like cypherl:///abs/file.cypherl, bolt://host:port or "
                           f"null://, got {shown_uri(uri)!r}")
-    parts = urlsplit(uri)
+    clean_text("sink", shown_uri(uri), "URI")   # urlsplit would strip what a reader of the text sees
+    if "\\" in uri:
+        raise ConfigError(f"sink: {escaped(shown_uri(uri))} contains a backslash; percent-encode it in a path")
+    parts = split("sink", uri)
     scheme = parts.scheme.lower()
     if scheme not in known:
         raise ConfigError(f"sink: unknown scheme {scheme!r} in {shown_uri(uri)!r} "

@@ -23,7 +23,7 @@ from .messages import Messages
 QUERY_MODULES_ENV = "MGSTREAMS_QUERY_MODULES_DIR"
 TRANSFORM_PACKAGES_ENV = "MGSTREAMS_TRANSFORM_PACKAGES"
 BUILTIN_PACKAGES = ("stream_registry.builtin_transformations",)
-_DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+_DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z", re.ASCII)
 
 
 def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[[Messages], Any]:
