@@ -56,7 +56,7 @@ class FakeTask:
         return WorkerSnapshot(assigned=self.assigned, positions={tp: 5 for tp in self.assigned},
                               stored=dict(self.stored))
 
-    def request_offsets(self, change_id, offsets, onward=frozenset()) -> None:
+    def request_offsets(self, change_id, offsets, onward=frozenset(), supersedes=None) -> None:
         self.requests.append((change_id, dict(offsets)))
 
     def forget(self, change_id, tps) -> None:
