@@ -278,7 +278,8 @@ class StateStore:
         with where the partition really stood and went (the event's previous offset, where the stream saw one,
         else the planned one; the event's offset), what its pending row planned (clamped, message) and the gate's
         note when it went elsewhere than the plan (a move to the end the stream had passed), and the pending row
-        goes. One transaction."""
+        goes; one whose pending row is gone was recorded already (a task, or a reconciled change mark, reported it
+        twice) and adds nothing. One transaction."""
         now = time.time()
 
         def record(db) -> None:
@@ -288,7 +289,9 @@ class StateStore:
                 row = db.execute("SELECT previous_offset, clamped, note FROM pending_changes WHERE stream = ? AND "
                                  "topic = ? AND partition = ? AND change_id = ?",
                                  (name, topic, partition, change_id)).fetchone()
-                planned_previous, clamped, note = row if row else (None, 0, "")
+                if row is None:   # recorded already (another task, or a reconciled mark, reported it first)
+                    continue
+                planned_previous, clamped, note = row
                 # a negative origin is librdkafka's "beginning" of a sink that stores nothing: the plan knows more
                 previous = planned_previous if seen_previous is None or seen_previous < 0 else seen_previous
                 message = "; ".join(m for m in (note, event.reason) if m)
