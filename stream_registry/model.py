@@ -144,6 +144,10 @@ class StreamInfo:
     batch_seconds_sum: float = 0.0
     batch_seconds_buckets: tuple[int, ...] = ()   # batches at or below each BATCH_SECONDS_BOUNDS, then all
     detail: str | None = None          # why it is in its state when that is not obvious (`starting`: what it waits for)
+    key_format: str = "bytes"          # how its keys and values are decoded (stream_registry.formats)
+    value_format: str = "bytes"
+    schema_registry_url: str | None = None
+    transform_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 # -- offsets: reports, history, pending changes, previews ----------------------------------------------

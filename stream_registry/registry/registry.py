@@ -574,6 +574,8 @@ class StreamRegistry:
                           pid=runner.pid if runner else None, rss_bytes=runner.rss_bytes() if runner else None,
                           restarts=stream.restarts, delivery=c.delivery.value,
                           errors_tolerance=c.errors_tolerance.value, dead_letter_topic=c.dead_letter_topic,
+                          key_format=c.key_format, value_format=c.value_format,
+                          schema_registry_url=c.schema_registry_url, transform_options=dict(c.transform_options),
                           dead_lettered=counts.get(ChangeStatus.DEAD_LETTERED, 0),
                           skipped=counts.get(ChangeStatus.SKIPPED, 0),
                           records=stream.stats.records, batches=stream.stats.batches,

@@ -1,5 +1,9 @@
 """Kafka messages with the accessors of Memgraph's `mgp.Message` and `mgp.Messages`, so a transformation
-written for Memgraph's built-in streams reads them unchanged."""
+written for Memgraph's built-in streams reads them unchanged.
+
+Beyond Memgraph's: `value()` and `key_value()` are the value and key decoded in the stream's formats
+(`key.format`, `value.format`: stream_registry.formats); `payload()` and `key()` stay the raw bytes. With the
+default format (`bytes`) they are the same."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -37,6 +41,14 @@ class Message:
 
     def key(self) -> bytes | None:
         return self._key
+
+    def value(self) -> Any:
+        """The value decoded in the stream's value.format (the raw bytes for `bytes`; None for a tombstone)."""
+        return self.payload()
+
+    def key_value(self) -> Any:
+        """The key decoded in the stream's key.format (the raw bytes for `bytes`)."""
+        return self.key()
 
     def timestamp(self) -> int:
         """Milliseconds since the epoch, as Kafka reports it."""
@@ -91,6 +103,57 @@ class _KafkaMessage(Message):
 
     def partition(self) -> int:
         return self._msg.partition()
+
+
+_UNSET: Any = object()
+
+
+class DecodedMessage(_KafkaMessage):
+    """A _KafkaMessage whose value() and key_value() are decoded by a formats.Decoder, once, when `decode()` is
+    first called (the worker calls it before the transformation runs, so a record that does not decode is known
+    as such, and an unreachable registry is not mistaken for the transformation's fault)."""
+
+    __slots__ = ("_decoder", "_decoded_value", "_decoded_key")
+
+    def __init__(self, msg: Any, decoder: Any):
+        self._msg = msg
+        self._decoder = decoder
+        self._decoded_value = _UNSET
+        self._decoded_key = _UNSET
+
+    def decode(self) -> DecodedMessage:
+        """Decode key and value (DecodeError naming the record and the field, or RegistryUnavailable)."""
+        from ...errors import DecodeError
+        if self._decoded_value is _UNSET or self._decoded_key is _UNSET:
+            topic = self._msg.topic()
+            try:
+                if self._decoded_key is _UNSET:
+                    self._decoded_key = self._decoder.decode(topic, self._msg.key(), key=True)
+                if self._decoded_value is _UNSET:
+                    self._decoded_value = self._decoder.decode(topic, self._msg.value())
+            except DecodeError as exc:
+                raise DecodeError(f"record {topic}:{self._msg.partition()}@{self._msg.offset()}: {exc}") from None
+        return self
+
+    def value(self) -> Any:
+        return self.decode()._decoded_value
+
+    def key_value(self) -> Any:
+        return self.decode()._decoded_key
+
+
+def wrap(msg: Any, decoder: Any = None) -> Message:
+    """A confluent_kafka.Message for a transformation: decoded (lazily) when the decoder is active."""
+    if decoder is not None and decoder.active:
+        return DecodedMessage(msg, decoder)
+    return _KafkaMessage(msg)
+
+
+def decode_all(messages: Sequence[Message]) -> None:
+    """Decode every DecodedMessage of a batch (what the transformation will read), raising the first failure."""
+    for message in messages:
+        if isinstance(message, DecodedMessage):
+            message.decode()
 
 
 class Messages:
