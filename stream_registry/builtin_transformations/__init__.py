@@ -22,6 +22,9 @@ over a range already ingested) leaves the graph as one delivery would:
   setting, so no `configs` are needed), every group's commits as
   `(:ConsumerGroup)-[:COMMITTED]->(:Partition)-[:OF]->(:Topic)` and the current
   `(:ConsumerGroup)-[:AT]->(:Partition)` (see offset_commits).
+- `debezium`         idempotent and order-safe: Debezium change events (JSON, with or
+  without the schema/payload wrapper, or Avro/Protobuf/JSON Schema through the
+  stream's value.format) as one node per row, keyed by its primary key (see cdc).
 
 Payloads and keys are stored as UTF-8 text; undecodable bytes become U+FFFD.
 They need `message.partition()`, which mgstreams messages have and Memgraph's
@@ -33,7 +36,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import offset_commits
+from . import cdc, offset_commits
 
 _SET_MESSAGE = "SET m.payload = $payload, m.key = $key, m.timestamp = $timestamp"
 MERGE_MESSAGE = f"MERGE (m:KafkaMessage {{topic: $topic, partition: $partition, offset: $offset}}) {_SET_MESSAGE}"
@@ -86,6 +89,19 @@ def consumer_offsets(messages) -> list[dict[str, Any]]:
     metadata records are skipped; malformed records are skipped and counted (logged).
     """
     return offset_commits.statements(messages)
+
+
+def debezium(messages, options=None) -> list[dict[str, Any]]:
+    """Idempotent and order-safe: Debezium change events become the rows' nodes (see cdc's docstring).
+
+    A node per row, labelled by its table (`labels` in the stream's transform.options renames: {"labels":
+    {"inventory.customers": "Customer"}}), keyed by the event key's primary key columns; snapshot reads, creates
+    and updates set its properties to the row, deletes DETACH DELETE it, tombstones change nothing, truncates are
+    ignored or ({"truncate": "delete"}) delete the table's nodes; foreign keys become relationships with
+    {"relationships": {"inventory.orders": {"purchaser": {"type": "PURCHASED_BY", "label": "Customer",
+    "key": "id"}}}}. An event older than the node's last (by source position) changes nothing.
+    """
+    return cdc.statements(_each(messages), options)
 
 
 def _each(messages):
