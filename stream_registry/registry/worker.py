@@ -47,10 +47,10 @@ from confluent_kafka import Message as KafkaMessage
 
 from ..config import CONSUMER_DEFAULTS, Delivery, ErrorsTolerance, StreamConfig
 from ..errors import StoredOffsetsConflict, StreamError, StreamStateError
+from ..formats import Decoder
 from ..graph.offset_store import offset_statements
 from ..graph.sink_faults import Fault, classify
 from ..graph.sinks.stored_offsets import read_stored_offsets_within
-from ..formats import Decoder
 from ..graph.transform import Message, decode_all, run_transformation, wrap
 from ..kafka.client import new_consumer
 from ..kafka.messages import message_offset, record_key
