@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
+from ..config import OPTION_FIELDS, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
 from ..errors import (
     ConfigError,
     StreamError,
@@ -191,8 +191,9 @@ class StreamRegistry:
             if stream.query is not None:   # it connected with the old configs
                 stream.query.close()
                 stream.query = None
+            fields = [OPTION_FIELDS.get(key, key) for key in changes]   # `value.format` is value_format
             shown = ", ".join(f"{key} {shown_change(config, key, getattr(before, key), getattr(config, key))}"
-                              for key in changes)
+                              for key in fields)
             log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if running else "")
             if running:
                 stream.failures = stream.restarts = 0

@@ -149,6 +149,7 @@ def test_a_registry_outside_the_allowlist_is_refused_and_an_unreachable_one_is_t
         made = subprocess.run([sys.executable, "-m", "mgstreams", "create", "cdc_down", "--topic", topic,
                                "--bootstrap", kafka.bootstrap_servers, "--transform", DEBEZIUM,
                                "--sink", "bolt://memgraph:7687", "--config", "value.format=avro",
+                               "--config", "key.format=avro",
                                "--config", f"schema.registry.url={closed.url}", "--config", "restart=never",
                                "--config", "session.timeout.ms=6000"], env=env, capture_output=True, text=True,
                               timeout=60)
@@ -168,5 +169,6 @@ def test_a_registry_outside_the_allowlist_is_refused_and_an_unreachable_one_is_t
         assert api.get("/streams/cdc_down").json()["schema_registry_url"] == registry.url
         api.put("/streams/cdc_down/start").raise_for_status()
         wait_until(lambda: api.get("/streams/cdc_down/offsets").json()[0]["committed_offset"] == 1, 60,
-                   what="the record written once the registry answers")
+                   what=f"the record written once the registry answers ({api.get('/streams/cdc_down').json()}, "
+                        f"{api.get('/streams/cdc_down/offsets').json()})")
         api.delete("/streams/cdc_down").raise_for_status()
