@@ -252,6 +252,10 @@ class StreamConfig:
     def sink_credentials(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.credentials.items() if k.startswith(SINK_CREDENTIAL_PREFIX)}
 
+    def registry_credentials(self) -> dict[str, str]:
+        """The Schema Registry's (stream_registry.formats), never librdkafka's."""
+        return {k: str(v) for k, v in self.credentials.items() if k.startswith(REGISTRY_CREDENTIAL_PREFIX)}
+
     def client_config(self) -> dict[str, Any]:
         """librdkafka configuration for this stream (secrets included: never print it)."""
         return {**self.configs, **self.kafka_credentials(),

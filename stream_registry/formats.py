@@ -139,10 +139,12 @@ class Decoder:
         return self.key_format is not Format.BYTES or self.value_format is not Format.BYTES
 
     def decode(self, topic: str, data: bytes | None, *, key: bool = False) -> Any:
-        """The decoded key or value of a record of `topic` (None stays None)."""
+        """The decoded key or value of a record of `topic` (null, or empty, is None)."""
         fmt = self.key_format if key else self.value_format
-        if data is None or fmt is Format.BYTES:
+        if fmt is Format.BYTES:
             return data
+        if not data:   # a null record (a tombstone): a Message's payload() gives it as b""
+            return None
         if fmt is Format.JSON:
             try:
                 return json.loads(data)

@@ -108,15 +108,16 @@ class _KafkaMessage(Message):
 _UNSET: Any = object()
 
 
-class DecodedMessage(_KafkaMessage):
-    """A _KafkaMessage whose value() and key_value() are decoded by a formats.Decoder, once, when `decode()` is
-    first called (the worker calls it before the transformation runs, so a record that does not decode is known
-    as such, and an unreachable registry is not mistaken for the transformation's fault)."""
+class DecodedMessage(Message):
+    """A message whose value() and key_value() are decoded by a formats.Decoder, once, when `decode()` is first
+    called (the worker calls it before the transformation runs, so a record that does not decode is known as such,
+    and an unreachable registry is not mistaken for the transformation's fault). The rest reads through to the
+    message it wraps (a consumed confluent_kafka.Message's wrapper, or any Message: the backfill's)."""
 
-    __slots__ = ("_decoder", "_decoded_value", "_decoded_key")
+    __slots__ = ("_inner", "_decoder", "_decoded_value", "_decoded_key")
 
-    def __init__(self, msg: Any, decoder: Any):
-        self._msg = msg
+    def __init__(self, inner: Message, decoder: Any):  # super().__init__ skipped on purpose: nothing to copy
+        self._inner = inner
         self._decoder = decoder
         self._decoded_value = _UNSET
         self._decoded_key = _UNSET
@@ -125,14 +126,15 @@ class DecodedMessage(_KafkaMessage):
         """Decode key and value (DecodeError naming the record and the field, or RegistryUnavailable)."""
         from ...errors import DecodeError
         if self._decoded_value is _UNSET or self._decoded_key is _UNSET:
-            topic = self._msg.topic()
+            inner = self._inner
+            topic = inner.topic_name()
             try:
                 if self._decoded_key is _UNSET:
-                    self._decoded_key = self._decoder.decode(topic, self._msg.key(), key=True)
+                    self._decoded_key = self._decoder.decode(topic, inner.key(), key=True)
                 if self._decoded_value is _UNSET:
-                    self._decoded_value = self._decoder.decode(topic, self._msg.value())
+                    self._decoded_value = self._decoder.decode(topic, inner.payload())
             except DecodeError as exc:
-                raise DecodeError(f"record {topic}:{self._msg.partition()}@{self._msg.offset()}: {exc}") from None
+                raise DecodeError(f"record {topic}:{inner.partition()}@{inner.offset()}: {exc}") from None
         return self
 
     def value(self) -> Any:
@@ -141,12 +143,32 @@ class DecodedMessage(_KafkaMessage):
     def key_value(self) -> Any:
         return self.decode()._decoded_key
 
+    def payload(self) -> bytes:
+        return self._inner.payload()
+
+    def topic_name(self) -> str:
+        return self._inner.topic_name()
+
+    def key(self) -> bytes | None:
+        return self._inner.key()
+
+    def timestamp(self) -> int:
+        return self._inner.timestamp()
+
+    def offset(self) -> int:
+        return self._inner.offset()
+
+    def partition(self) -> int:
+        return self._inner.partition()
+
 
 def wrap(msg: Any, decoder: Any = None) -> Message:
-    """A confluent_kafka.Message for a transformation: decoded (lazily) when the decoder is active."""
+    """A message for a transformation (a consumed confluent_kafka.Message, or a Message), decoded (lazily) when
+    the decoder is active."""
+    inner = msg if isinstance(msg, Message) else _KafkaMessage(msg)
     if decoder is not None and decoder.active:
-        return DecodedMessage(msg, decoder)
-    return _KafkaMessage(msg)
+        return DecodedMessage(inner, decoder)
+    return inner
 
 
 def decode_all(messages: Sequence[Message]) -> None:
