@@ -21,7 +21,7 @@ from stream_registry import StreamConfig
 from stream_registry.errors import ConfigError, DecodeError, RegistryUnavailable, TransformError
 from stream_registry.formats import Decoder
 from stream_registry.graph.sink_faults import Fault, classify
-from stream_registry.graph.transform import Message, decode_all, run_transformation, wrap
+from stream_registry.graph.transform import Message, decode_all, load_transformation, run_transformation, wrap
 
 AVRO_ORDER = json.dumps({"type": "record", "name": "Order", "fields": [
     {"name": "id", "type": "long"}, {"name": "item", "type": "string"},
@@ -185,3 +185,16 @@ def test_alter_takes_the_formats_by_their_option_names():
     with pytest.raises(ConfigError, match=r"^schema.registry.url: value.format 'avro' needs a Schema Registry"):
         config.altered({"value.format": "avro"})
     assert config.value_format == "bytes"
+
+
+def test_the_built_in_transformations_use_the_decoded_value_when_a_format_is_set(registry):
+    client = SchemaRegistryClient({"url": registry.url})
+    data = AvroSerializer(client, AVRO_ORDER)({"id": 3, "item": "vase", "amount": decimal.Decimal("9.90")},
+                                              _ctx("orders_builtin"))
+    decoded = wrap(_Raw("orders_builtin", b"k", data, 5), Decoder("bytes", "avro", registry.url))
+    [node] = run_transformation(load_transformation("stream_registry.builtin_transformations.json_nodes"), [decoded])
+    assert node.parameters["properties"] == {"id": 3, "item": "vase", "amount": "9.90"}
+    [message] = run_transformation(load_transformation("stream_registry.builtin_transformations.merge_messages"),
+                                   [decoded])
+    assert json.loads(message.parameters["payload"]) == {"id": 3, "item": "vase", "amount": "9.90"}
+    assert message.parameters["key"] == "k"   # key.format bytes: the raw key as text
