@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import decimal
+import io
 import json
 import threading
 from collections.abc import Mapping
@@ -127,6 +128,8 @@ class Decoder:
         self._lock = threading.Lock()
         self._client: Any = None
         self._deserializers: dict[tuple[str, bool], Any] = {}
+        self._avro_plain: dict[int, Any] = {}
+        self._contexts: dict[tuple[str, bool], Any] = {}
 
     @classmethod
     def for_stream(cls, config: Any) -> Decoder:
@@ -154,28 +157,37 @@ class Decoder:
 
     # -- the registry formats -----------------------------------------------------------------------
     def _registry_decode(self, fmt: Format, topic: str, data: bytes, key: bool) -> Any:
-        from confluent_kafka.schema_registry import SchemaRegistryError
-        from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
         field = "key" if key else "value"
-        ctx = SerializationContext(topic, MessageField.KEY if key else MessageField.VALUE)
         if len(data) < 5 or data[0] != 0:
             raise DecodeError(f"{field} is not in the Schema Registry wire format: its first byte is "
                               f"{data[:1].hex() or 'missing'}, expected magic byte 00 then a 4-byte schema id "
                               f"({len(data)} bytes)")
         schema_id = int.from_bytes(data[1:5], "big")
+        if fmt is Format.AVRO:
+            plain_schema = self._avro_plain.get(schema_id)
+            if plain_schema:
+                try:
+                    return plain(_schemaless_reader()(io.BytesIO(data[5:]), plain_schema, None, False))
+                except Exception as exc:
+                    raise DecodeError(f"{field} does not decode as avro with schema id {schema_id}: "
+                                      f"{type(exc).__name__}: {self._redact(exc)}") from None
+        sr = _confluent()
+        ctx = self._context(topic, key)
         try:
             if fmt is Format.PROTOBUF:
                 value = self._protobuf(data, ctx, schema_id, key)
             else:
                 value = self._deserializer(fmt, key)(data, ctx)
-        except SchemaRegistryError as exc:
+                if fmt is Format.AVRO and schema_id not in self._avro_plain:
+                    self._avro_plain[schema_id] = self._plain_avro_schema(schema_id)
+        except sr.SchemaRegistryError as exc:
             status = exc.http_status_code
             if status == 404:
                 raise DecodeError(f"{field}: schema id {schema_id} is not known to the Schema Registry at "
                                   f"{self.registry_url} ({self._redact(exc.error_message)})") from None
             raise RegistryUnavailable(f"{field}: the Schema Registry at {self.registry_url} answered HTTP {status} "
                                       f"for schema id {schema_id}: {self._redact(exc.error_message)}") from None
-        except (SerializationError, DecodeError) as exc:
+        except (sr.SerializationError, DecodeError) as exc:
             raise DecodeError(f"{field} does not decode as {fmt.value} with schema id {schema_id}: "
                               f"{self._redact(exc)}") from None
         except Exception as exc:
@@ -185,6 +197,30 @@ class Decoder:
             raise DecodeError(f"{field} does not decode as {fmt.value} with schema id {schema_id}: "
                               f"{type(exc).__name__}: {self._redact(exc)}") from None
         return plain(value)
+
+    def _context(self, topic: str, key: bool) -> Any:
+        found = self._contexts.get((topic, key))
+        if found is None:
+            sr = _confluent()
+            found = self._contexts[(topic, key)] = sr.SerializationContext(
+                topic, sr.MessageField.KEY if key else sr.MessageField.VALUE)
+        return found
+
+    def _plain_avro_schema(self, schema_id: int) -> Any:
+        """The parsed writer schema when confluent-kafka's AvroDeserializer, for it, only reads the record
+        (`fastavro.schemaless_reader(payload, writer_schema, None)`): no rule set (no transforms, no encryption),
+        no references, no reader schema (a stream never sets one). Records of that schema after the first, which
+        the deserializer decoded, are then read by that call alone, without the deserializer's per-record schema
+        walk (its cost is most of an Avro stream's: bench/ingest_throughput.py --value-format avro). False: the
+        deserializer decodes every record of it."""
+        try:
+            schema = self._registry().get_schema(schema_id)
+            if schema.rule_set is not None or schema.references or schema.schema_type not in (None, "AVRO"):
+                return False
+            from fastavro import parse_schema
+            return parse_schema(json.loads(str(schema.schema_str)))
+        except Exception:   # the deserializer, which read it, decides; it goes on doing so
+            return False
 
     def _registry(self) -> Any:
         with self._lock:
@@ -235,6 +271,36 @@ class Decoder:
         return redact(str(value), self._secrets)
 
 
+class _Confluent:
+    """confluent-kafka's names the hot path needs, imported once (not at module import: a stream without a
+    registry format never needs the schema registry's packages)."""
+
+    def __init__(self) -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryError
+        from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+        self.SchemaRegistryError, self.SerializationError = SchemaRegistryError, SerializationError
+        self.MessageField, self.SerializationContext = MessageField, SerializationContext
+
+
+_CONFLUENT: _Confluent | None = None
+_READER: Any = None
+
+
+def _confluent() -> _Confluent:
+    global _CONFLUENT
+    if _CONFLUENT is None:
+        _CONFLUENT = _Confluent()
+    return _CONFLUENT
+
+
+def _schemaless_reader() -> Any:
+    global _READER
+    if _READER is None:
+        from fastavro import schemaless_reader
+        _READER = schemaless_reader
+    return _READER
+
+
 def _unreachable(exc: BaseException) -> bool:
     """A transport failure of the registry's HTTP client (httpx or httpx2, whichever confluent-kafka uses)."""
     if isinstance(exc, OSError):
@@ -278,9 +344,21 @@ def _protobuf_value(field: Any, value: Any) -> Any:
     return value
 
 
+_AS_IS = frozenset({str, int, float, bool, type(None), _dt.date, _dt.time, _dt.datetime})
+
+
 def plain(value: Any) -> Any:
     """Decoded values as the graph takes them: decimals as text (exact), bytes as base64 text, UUIDs as text;
-    dates and times stay (the sinks write them as Cypher temporals)."""
+    dates and times stay (the sinks write them as Cypher temporals). A record of plain values is returned as it
+    is (no copy)."""
+    kind = type(value)
+    if kind in _AS_IS:
+        return value
+    if kind is dict:
+        for item in value.values():
+            if type(item) not in _AS_IS:
+                return {k: plain(v) for k, v in value.items()}
+        return value
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -289,7 +367,7 @@ def plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, (str, int, float, bool, _dt.date, _dt.time, _dt.datetime)) or value is None:
+    if isinstance(value, (str, int, float, _dt.date, _dt.time)):   # subclasses (an IntEnum, a pendulum time)
         return value
     return str(value)
 

@@ -15,6 +15,8 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.message_factory import GetMessageClass
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from schema_registry import SchemaRegistry
 
 from stream_registry import StreamConfig
@@ -198,3 +200,39 @@ def test_the_built_in_transformations_use_the_decoded_value_when_a_format_is_set
                                    [decoded])
     assert json.loads(message.parameters["payload"]) == {"id": 3, "item": "vase", "amount": "9.90"}
     assert message.parameters["key"] == "k"   # key.format bytes: the raw key as text
+
+
+RICH = json.dumps({"type": "record", "name": "Rich", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3}},
+    {"name": "blob", "type": "bytes"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "double"}},
+    {"name": "inner", "type": ["null", {"type": "record", "name": "Inner", "fields": [
+        {"name": "flag", "type": "boolean"}, {"name": "kind", "type": {"type": "enum", "name": "Kind",
+                                                                      "symbols": ["A", "B"]}}]}]}]})
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "id": st.integers(-2 ** 63, 2 ** 63 - 1),
+    "price": st.decimals(min_value=-10 ** 8, max_value=10 ** 8, places=3, allow_nan=False, allow_infinity=False),
+    "blob": st.binary(max_size=20), "note": st.none() | st.text(max_size=10),
+    "tags": st.lists(st.text(max_size=5), max_size=3),
+    "attrs": st.dictionaries(st.text(max_size=5), st.floats(allow_nan=False), max_size=3),
+    "inner": st.none() | st.fixed_dictionaries({"flag": st.booleans(), "kind": st.sampled_from(["A", "B"])})}),
+    min_size=2, max_size=5))
+def test_avro_records_after_a_schemas_first_decode_as_confluent_kafkas_deserializer_decodes_them(registry, records):
+    """The Decoder reads a plain schema's later records with the one call AvroDeserializer makes for them
+    (formats._plain_avro_schema): the values must be what the deserializer itself gives."""
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    from stream_registry.formats import plain
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize, reference = AvroSerializer(client, RICH), AvroDeserializer(client)
+    decoder = Decoder("bytes", "avro", registry.url)
+    for record in records:
+        data = serialize(record, _ctx("rich"))
+        assert decoder.decode("rich", data) == plain(reference(data, _ctx("rich")))
+    assert decoder._avro_plain   # the later records took the plain path
