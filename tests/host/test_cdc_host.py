@@ -25,6 +25,9 @@ from paths import ROOT, SUPPORT
 from schema_registry import SchemaRegistry
 from stream_helpers import FAST_REJOIN, wait_until
 
+from mgstreams.query_module import STREAMS_MODULE, QueryModule
+from stream_registry.errors import StreamError
+
 DEBEZIUM = "stream_registry.builtin_transformations.debezium"
 POISON_OFFSET = 4
 
@@ -172,3 +175,21 @@ def test_a_registry_outside_the_allowlist_is_refused_and_an_unreachable_one_is_t
                    what=f"the record written once the registry answers ({api.get('/streams/cdc_down').json()}, "
                         f"{api.get('/streams/cdc_down/offsets').json()})")
         api.delete("/streams/cdc_down").raise_for_status()
+
+
+def test_streams_create_and_alter_from_cypher_take_the_formats_as_options(kafka, cdc_host):
+    host, _, registry = cdc_host
+    topic = kafka.new_topic(partitions=1)
+    with QueryModule(STREAMS_MODULE, host.url, token=host.token) as streams:
+        streams.call("create", "cdc_cypher", [topic], kafka.bootstrap_servers, DEBEZIUM, "bolt://memgraph:7687", "",
+                     1000, 100, {}, {}, "on-failure",
+                     {"key.format": "json", "value.format": "json", "transform.options": {"truncate": "delete"}})
+        with pytest.raises(StreamError, match=r"schema.registry.url: value.format 'avro' needs a Schema Registry"):
+            streams.call("alter", "cdc_cypher", {"value.format": "avro"})
+        streams.call("alter", "cdc_cypher", {"value.format": "avro", "schema.registry.url": registry.url})
+        with http(host) as api:
+            info = api.get("/streams/cdc_cypher").json()
+            assert (info["key_format"], info["value_format"], info["schema_registry_url"]) == \
+                ("json", "avro", registry.url)
+            assert info["transform_options"] == {"truncate": "delete"}
+        streams.call("drop", "cdc_cypher")
