@@ -12,6 +12,17 @@ at `schema.registry.url` and caches it.
 One decoder serves the stream process, a preview (`check`) and the Spark
 backfill (spark_bridge.job), so all three see the same values.
 
+Avro's cost: confluent-kafka's AvroDeserializer walks the writer schema for
+tags on every record, most of an Avro stream's CPU. For a writer schema
+without rules or references (what the deserializer then does is one
+`fastavro.schemaless_reader(payload, writer_schema, None)` call), the first
+record of the schema is decoded by the deserializer and the later ones by that
+call alone (`_plain_avro_schema`; tests/unit/test_formats.py checks the values
+equal the deserializer's). Protobuf: the deserializer parses into one generated
+class, which a stream does not have; one is built per writer message type from
+the schema the deserializer itself parses (its `_get_parsed_schema` and
+`_get_message_desc`).
+
 What goes wrong is decided by type, as everywhere (graph.sink_faults):
 - a record that does not decode (a wrong magic byte, a schema id the registry
   does not know, bytes that are not what the schema says) raises DecodeError,
