@@ -77,7 +77,8 @@ def test_avro_debezium_events_become_graph_writes_and_a_record_that_does_not_dec
     host, journal, registry = cdc_host
     topic, dlq = kafka.new_topic(partitions=1, prefix="dbserver1"), f"dlq_{uuid.uuid4().hex[:10]}"
     late = (key(1), envelope("u", pg_source(2500), after=customer(1, "Stale")))   # redelivered after a newer one
-    events = [*pg_story(), late]
+    truncate = (None, envelope("t", pg_source(9000)))   # a truncate has a null key
+    events = [*pg_story(), late, truncate]
     _produce_avro(kafka, topic, registry.url, events, poison_at=POISON_OFFSET)
     with http(host) as api:
         created = api.post("/streams", json={
@@ -86,7 +87,7 @@ def test_avro_debezium_events_become_graph_writes_and_a_record_that_does_not_dec
             "configs": FAST_REJOIN, "key.format": "avro", "value.format": "avro",
             "schema.registry.url": registry.url, "errors.tolerance": "all",
             "errors.deadletterqueue.topic.name": dlq,
-            "transform.options": {"labels": {"inventory.customers": "Customer"}}})
+            "transform.options": {"labels": {"inventory.customers": "Customer"}, "truncate": "delete"}})
         assert created.status_code == 201, created.text
         info = created.json()
         assert (info["key_format"], info["value_format"], info["schema_registry_url"]) == \
@@ -100,7 +101,7 @@ def test_avro_debezium_events_become_graph_writes_and_a_record_that_does_not_dec
         api.put("/streams/cdc_avro/start").raise_for_status()
         wait_until(lambda: api.get("/streams/cdc_avro").json()["dead_lettered"] == 1, 60,
                    what="the record that does not decode dead-lettered")
-        wait_until(lambda: len(_rows_written(journal, "Customer")) >= 6, 60, what="the change events written")
+        wait_until(lambda: len(_rows_written(journal, "Customer")) >= 7, 60, what="the change events written")
         stream = api.get("/streams/cdc_avro").json()
         assert stream["status"] == "running" and stream["error"] is None
         history = [h for h in api.get("/streams/cdc_avro/history").json() if h["status"] == "dead_lettered"]
@@ -114,7 +115,8 @@ def test_avro_debezium_events_become_graph_writes_and_a_record_that_does_not_dec
         [(1, "Anne"), (2, "Bob"), (3, "Cleo"), (1, "Anne Marie"), (1, "Stale")]
     assert "email" not in upserts[3]["properties"]          # the column that became absent is not set
     assert upserts[4]["position"] < upserts[3]["position"]  # the late event carries its older position
-    assert [r["key"] for r in rows if r["delete"]] == [{"id": 2}]   # the tombstone wrote nothing
+    assert [r.get("key") for r in rows if r["delete"]] == [{"id": 2}, None]   # the tombstone wrote nothing
+    assert rows[-1] == {"delete": True, "position": "pg:" + "9000".zfill(20)}   # the truncate: the table's nodes
 
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"r_{uuid.uuid4().hex[:8]}",
                          "auto.offset.reset": "earliest"})
