@@ -166,14 +166,16 @@ def _run_statements(shape: tuple, rows: list[dict[str, Any]]) -> list[dict[str, 
             "parameters": {ROWS_PARAMETER: [{"key": r["key"], "position": r["position"],
                                               "properties": r["properties"]} for r in rows]}}]
     for spec in relationships:
-        rel = _name(spec.type)
-        query = (f"{unwind}MATCH {match} WHERE {position} = {_ROW}.position "
-                 f"OPTIONAL MATCH (n)-[old:{rel}]->() DELETE old "
-                 f"WITH n, {_ROW} WHERE {_ROW}.target IS NOT NULL "
-                 f"MERGE (m:{_name(spec.label)} {{{_name(spec.key)}: {_ROW}.target}}) MERGE (n)-[:{rel}]->(m)")
+        rel, target_key = _name(spec.type), _name(spec.key)
         rel_rows = [{"key": r["key"], "position": r["position"], "target": r[f"target_{spec.column}"]}
                     for r in rows]
-        out.append({"query": query, "parameters": {ROWS_PARAMETER: rel_rows}})
+        # only for the event the node now holds (its position); no null is deleted, no WITH: two plain statements
+        unlink = (f"{unwind}MATCH {match}-[old:{rel}]->(m) WHERE {position} = {_ROW}.position AND "
+                  f"({_ROW}.target IS NULL OR m.{target_key} <> {_ROW}.target) DELETE old")
+        link = (f"{unwind}MATCH {match} WHERE {position} = {_ROW}.position AND {_ROW}.target IS NOT NULL "
+                f"MERGE (m:{_name(spec.label)} {{{target_key}: {_ROW}.target}}) MERGE (n)-[:{rel}]->(m)")
+        out.append({"query": unlink, "parameters": {ROWS_PARAMETER: rel_rows}})
+        out.append({"query": link, "parameters": {ROWS_PARAMETER: rel_rows}})
     return out
 
 

@@ -119,12 +119,16 @@ def test_labels_are_renamed_and_foreign_keys_become_relationships():
                                                                     "key": "id"}}}}
     events = [(key(10), envelope("c", pg_source(100, table="orders"), after={"id": 10, "purchaser": 1})),
               (key(11), envelope("c", pg_source(200, table="orders"), after={"id": 11, "purchaser": None}))]
-    upsert, relationship = _run(_messages(events, topic="dbserver1.inventory.orders"), options)
+    upsert, unlink, link = _run(_messages(events, topic="dbserver1.inventory.orders"), options)
     assert "MERGE (n:`Order` {`id`:" in upsert.query
-    assert "MERGE (m:`Customer` {`id`: mgstreams_row.target})" in relationship.query
-    assert "MERGE (n)-[:`PURCHASED_BY`]->(m)" in relationship.query and "DELETE old" in relationship.query
-    assert "= mgstreams_row.position" in relationship.query   # only for the event the node now holds
-    assert [r["target"] for r in _rows(relationship)] == [1, None]   # null: the old relationship only goes
+    # a relationship to another target, or any when the column became null, goes; the one it names is MERGEd
+    assert "-[old:`PURCHASED_BY`]->(m)" in unlink.query and unlink.query.endswith("DELETE old")
+    assert "(mgstreams_row.target IS NULL OR m.`id` <> mgstreams_row.target)" in unlink.query
+    assert "MERGE (m:`Customer` {`id`: mgstreams_row.target})" in link.query
+    assert "MERGE (n)-[:`PURCHASED_BY`]->(m)" in link.query and "mgstreams_row.target IS NOT NULL" in link.query
+    for statement in (unlink, link):   # only for the event the node now holds
+        assert "n.`_debezium_position` = mgstreams_row.position" in statement.query
+        assert [r["target"] for r in _rows(statement)] == [1, None]
 
 
 def test_json_converter_decimals_become_exact_text():
