@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..formats import plain as _plain
 from ..graph.unwind import ROW_VARIABLE, ROWS_PARAMETER
 
 POSITION_PROPERTY = "_debezium_position"
@@ -187,7 +188,7 @@ def read_change(message: Any) -> Change:
     value, value_schema = _unwrapped(value)
     if value is None:
         return Change("none")   # a tombstone: its delete came before it
-    if not isinstance(value, Mapping):
+    if not isinstance(value, dict):
         raise ValueError(f"{where}: value is a {type(value).__name__}, expected a Debezium change event (a map "
                          f"with op, source, before and after)")
     op = value.get("op")
@@ -197,24 +198,27 @@ def read_change(message: Any) -> Change:
         raise ValueError(f"{where}: value.op is {op!r}, expected one of 'r', 'c', 'u', 'd', 't' (is this a "
                          f"Debezium change event topic?)")
     source = value.get("source")
-    if not isinstance(source, Mapping) or not source.get("table"):
+    if not isinstance(source, dict) or not source.get("table"):
         raise ValueError(f"{where}: value.source.table is missing: the event does not name its table")
     table = _table_names(source)
     position = source_position(source, value)
     if op == "t":
         return Change("truncate", table=table, position=position)
     key, _ = _unwrapped(_document(_key_of(message), where, "key"))
-    if not isinstance(key, Mapping) or not key:
+    if not isinstance(key, dict) or not key:
         raise ValueError(f"{where}: the Debezium event (op {op!r} on {table[0]}) has no key: the table needs a "
                          f"primary key (or message.key.columns) for its rows to become nodes")
-    key = {str(k): _plain(v) for k, v in key.items()}
+    key = _plain(key)
     if op == "d":
         return Change("delete", table=table, key=key, position=position)
     after = value.get("after")
-    if not isinstance(after, Mapping):
+    if not isinstance(after, dict):
         raise ValueError(f"{where}: value.after is {type(after).__name__} for op {op!r}, expected the row")
     decimals = _decimal_scales(value_schema, "after")
-    properties = {str(k): _column(v, decimals.get(k)) for k, v in after.items() if v is not None}
+    if decimals:
+        properties = {str(k): _column(v, decimals.get(k)) for k, v in after.items() if v is not None}
+    else:
+        properties = {k: v for k, v in _plain(after).items() if v is not None}
     return Change("upsert", table=table, key=key, properties=properties, position=position)
 
 
@@ -258,7 +262,7 @@ def _document(data: Any, where: str, what: str) -> Any:
 
 def _unwrapped(document: Any) -> tuple[Any, Any]:
     """The JSON converter's `{"schema": ..., "payload": ...}` wrapper taken off: (payload, schema)."""
-    if isinstance(document, Mapping) and "payload" in document and "schema" in document and len(document) == 2:
+    if isinstance(document, dict) and "payload" in document and "schema" in document and len(document) == 2:
         return document["payload"], document["schema"]
     return document, None
 
@@ -309,15 +313,3 @@ def _column(value: Any, scale: int | None) -> Any:
             return value
         return str(decimal.Decimal(unscaled).scaleb(-scale))
     return _plain(value)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
