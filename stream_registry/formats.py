@@ -111,7 +111,8 @@ def check_formats(key_format: object, value_format: object, registry_url: object
 
 def registry_client_conf(url: str, credentials: Mapping[str, Any]) -> dict[str, Any]:
     """confluent-kafka's SchemaRegistryClient configuration (secrets included: never print it)."""
-    conf: dict[str, Any] = {"url": url, "timeout": REGISTRY_TIMEOUT_S, "max.retries": REGISTRY_RETRIES}
+    conf: dict[str, Any] = {"url": url, "timeout": REGISTRY_TIMEOUT_S, "max.retries": REGISTRY_RETRIES,
+                            "retries.wait.ms": 200, "retries.max.wait.ms": 1000}   # the batch's retry does the rest
     own = {k[len(REGISTRY_CREDENTIAL_PREFIX):]: str(v) for k, v in credentials.items()
            if isinstance(k, str) and k.startswith(REGISTRY_CREDENTIAL_PREFIX)}
     if "basic.auth.user.info" in own:

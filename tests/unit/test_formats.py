@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import decimal
+import functools
 import json
 
 import pytest
@@ -202,6 +203,13 @@ def test_the_built_in_transformations_use_the_decoded_value_when_a_format_is_set
     assert message.parameters["key"] == "k"   # key.format bytes: the raw key as text
 
 
+@functools.cache
+def _rich_serdes(url: str):
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    client = SchemaRegistryClient({"url": url})
+    return AvroSerializer(client, RICH), AvroDeserializer(client)
+
+
 RICH = json.dumps({"type": "record", "name": "Rich", "fields": [
     {"name": "id", "type": "long"},
     {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3}},
@@ -214,7 +222,7 @@ RICH = json.dumps({"type": "record", "name": "Rich", "fields": [
                                                                       "symbols": ["A", "B"]}}]}]}]})
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(st.lists(st.fixed_dictionaries({
     "id": st.integers(-2 ** 63, 2 ** 63 - 1),
     "price": st.decimals(min_value=-10 ** 8, max_value=10 ** 8, places=3, allow_nan=False, allow_infinity=False),
@@ -226,11 +234,8 @@ RICH = json.dumps({"type": "record", "name": "Rich", "fields": [
 def test_avro_records_after_a_schemas_first_decode_as_confluent_kafkas_deserializer_decodes_them(registry, records):
     """The Decoder reads a plain schema's later records with the one call AvroDeserializer makes for them
     (formats._plain_avro_schema): the values must be what the deserializer itself gives."""
-    from confluent_kafka.schema_registry.avro import AvroDeserializer
-
     from stream_registry.formats import plain
-    client = SchemaRegistryClient({"url": registry.url})
-    serialize, reference = AvroSerializer(client, RICH), AvroDeserializer(client)
+    serialize, reference = _rich_serdes(registry.url)
     decoder = Decoder("bytes", "avro", registry.url)
     for record in records:
         data = serialize(record, _ctx("rich"))
