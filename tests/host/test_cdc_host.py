@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from broker_support import PRODUCER_CONFIG
+from cli_helpers import mgstreams
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -117,6 +118,14 @@ def test_avro_debezium_events_become_graph_writes_and_a_record_that_does_not_dec
     assert upserts[4]["position"] < upserts[3]["position"]  # the late event carries its older position
     assert [r.get("key") for r in rows if r["delete"]] == [{"id": 2}, None]   # the tombstone wrote nothing
     assert rows[-1] == {"delete": True, "position": "pg:" + "9000".zfill(20)}   # the truncate: the table's nodes
+
+    # a backfill of the stream (local engine) decodes with the stream's formats and runs its options
+    out = journal.parent / "backfill"
+    done = mgstreams("backfill", "--stream", "cdc_avro", "--engine", "local", "--from", POISON_OFFSET + 1,
+                     "--until", "latest", "--sink", f"cypherl://{out}", host=host, timeout=120)
+    assert done.returncode == 0, done.stderr
+    replayed = "".join(f.read_text() for f in out.glob("*.cypherl"))
+    assert '"Stale"' in replayed and "MATCH (n:`Customer`) WHERE" in replayed and "DETACH DELETE" in replayed
 
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"r_{uuid.uuid4().hex[:8]}",
                          "auto.offset.reset": "earliest"})
