@@ -241,3 +241,14 @@ def test_avro_records_after_a_schemas_first_decode_as_confluent_kafkas_deseriali
         data = serialize(record, _ctx("rich"))
         assert decoder.decode("rich", data) == plain(reference(data, _ctx("rich")))
     assert decoder._avro_plain   # the later records took the plain path
+
+
+def test_a_streams_records_fetch_their_schema_once_not_per_record():
+    with SchemaRegistry() as server:
+        client = SchemaRegistryClient({"url": server.url})
+        serialize = AvroSerializer(client, AVRO_ORDER)
+        records = [serialize({"id": i, "item": "x", "amount": decimal.Decimal("1.00")}, _ctx("once"))
+                   for i in range(200)]
+        decoder = Decoder("bytes", "avro", server.url)
+        assert [decoder.decode("once", r)["id"] for r in records] == list(range(200))
+        assert server.requests[("GET", "/schemas/ids")] <= 2, server.requests
