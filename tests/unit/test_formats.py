@@ -252,3 +252,34 @@ def test_a_streams_records_fetch_their_schema_once_not_per_record():
         decoder = Decoder("bytes", "avro", server.url)
         assert [decoder.decode("once", r)["id"] for r in records] == list(range(200))
         assert server.requests[("GET", "/schemas/ids")] <= 2, server.requests
+
+
+_FORMAT_FIELDS = ("key.format:", "value.format:", "schema.registry.url:", "credentials[", "transform.options:")
+
+
+@settings(max_examples=150, deadline=None)
+@given(key_format=st.one_of(st.sampled_from(["bytes", "json", "avro", "protobuf", "json_schema"]), st.text(max_size=8),
+                            st.integers(), st.none()),
+       value_format=st.one_of(st.sampled_from(["bytes", "json", "avro", "protobuf", "json_schema"]),
+                              st.text(max_size=8), st.none()),
+       url=st.one_of(st.none(), st.sampled_from(["http://localhost:8081", "https://127.0.0.1:1", "ftp://localhost",
+                                                 "http://far.example.com", f"http://u:{SECRET}@localhost:1", "",
+                                                 "http://[::1", "localhost:8081"]), st.text(max_size=12)),
+       credentials=st.dictionaries(st.sampled_from(["schema.registry.basic.auth.user.info",
+                                                    "schema.registry.bearer.auth.token", "schema.registry.other",
+                                                    "sasl.password"]), st.just(SECRET), max_size=2),
+       options=st.one_of(st.none(), st.just('{"truncate": "delete"}'), st.just("{not json"), st.just("[1]"),
+                         st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
+def test_bad_formats_registry_urls_and_credentials_are_refused_naming_the_field_and_no_secret(
+        key_format, value_format, url, credentials, options):
+    try:
+        config = _config(key_format=key_format, value_format=value_format, schema_registry_url=url,
+                         credentials=credentials, transform_options=options)
+    except ConfigError as exc:
+        assert str(exc).startswith(_FORMAT_FIELDS), str(exc)
+        assert SECRET not in str(exc)
+        return
+    config.validate()
+    assert SECRET not in repr(config) and config.key_format in ("bytes", "json", "avro", "protobuf", "json_schema")
+    if "avro" in (config.key_format, config.value_format):
+        assert config.schema_registry_url is not None
