@@ -3,6 +3,8 @@
     .venv/bin/python bench/ingest_throughput.py                      # 1M x 200 B over 6 partitions, cypherl
     .venv/bin/python bench/ingest_throughput.py --sink null --messages 200000
     .venv/bin/python bench/ingest_throughput.py --sink bolt [--rtt-ms 0.2]   # 100k through the pymgclient stand-in
+    .venv/bin/python bench/ingest_throughput.py --value-format avro --messages 200000   # Avro vs JSON bytes
+    .venv/bin/python bench/ingest_throughput.py --transform debezium --messages 200000  # CDC events
 
 The messages are produced once to a 6-partition topic on the embedded 3-broker
 cluster. A stream host (`mgstreams serve`, a child process) runs for the whole
@@ -312,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(default cypherl)")
     parser.add_argument("--rtt-ms", type=float, default=0.2, help="--sink bolt: cost of a round trip (default 0.2)")
     parser.add_argument("--rounds", type=int, default=2, help="passes of every side, run alternately (default 2)")
-    parser.add_argument("--transform", default=TRANSFORM, help=f"transformation (default {TRANSFORM})")
+    parser.add_argument("--transform", default=TRANSFORM,
+                        help=f"transformation (default {TRANSFORM}); `debezium`: change events through the built-in "
+                             f"CDC transformation")
     parser.add_argument("--delivery", choices=("exactly_once",), default=None,
                         help="compare an exactly-once stream with an at-least-once one instead of stream/raw")
     parser.add_argument("--value-format", choices=("avro",), default=None,
