@@ -4,7 +4,8 @@ from __future__ import annotations
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int, poison_every: int = 0) -> None:
+def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int, poison_every: int = 0,
+            value_of=None) -> None:
     """`count` messages of about `size` bytes, message i to partition i % partitions.
 
     With `poison_every` N, one message in N (i % N == N // 2) is not JSON: a poison message for a
@@ -13,6 +14,10 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int, 
     zstd batches: the embedded broker keeps at most 5 MiB (compressed) per
     partition and drops the oldest batches beyond that; compressed, millions of
     200 B messages fit. Consumers decompress in C, the same for every side.
+
+    `value_of(i, record)`, when given, makes message i's value (or its (key, value)) from its record (the JSON
+    payload's fields as a dict): another encoding of the same data (bench/ingest_throughput.py --value-format
+    avro), or a change event made of it (--transform debezium).
     """
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1_000_000,
                          "batch.num.messages": 100_000, "compression.type": "zstd",
@@ -29,9 +34,13 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int, 
         value = head + b"x" * max(0, size - len(head) - 2) + b'"}'
         if is_poison(i, poison_every):
             value = b"not json: " + value
+        key = b"k%d" % (i % 1000)
+        if value_of is not None and not is_poison(i, poison_every):
+            made = value_of(i, record_of(value))
+            key, value = made if isinstance(made, tuple) else (key, made)
         while True:
             try:
-                producer.produce(topic, value=value, key=b"k%d" % (i % 1000), partition=i % partitions,
+                producer.produce(topic, value=value, key=key, partition=i % partitions,
                                  on_delivery=delivered)
                 break
             except BufferError:
@@ -41,6 +50,11 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, size: int, 
     if producer.flush(120) or failures:
         raise SystemExit(f"bench: {len(failures)} messages were not delivered "
                          f"({failures[0] if failures else 'flush timed out'})")
+
+
+def record_of(value: bytes) -> dict:
+    import json
+    return json.loads(value)
 
 
 def is_poison(i: int, poison_every: int) -> bool:

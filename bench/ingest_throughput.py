@@ -3,6 +3,8 @@
     .venv/bin/python bench/ingest_throughput.py                      # 1M x 200 B over 6 partitions, cypherl
     .venv/bin/python bench/ingest_throughput.py --sink null --messages 200000
     .venv/bin/python bench/ingest_throughput.py --sink bolt [--rtt-ms 0.2]   # 100k through the pymgclient stand-in
+    .venv/bin/python bench/ingest_throughput.py --value-format avro --messages 200000   # Avro vs JSON bytes
+    .venv/bin/python bench/ingest_throughput.py --transform debezium --messages 200000  # CDC events
 
 The messages are produced once to a 6-partition topic on the embedded 3-broker
 cluster. A stream host (`mgstreams serve`, a child process) runs for the whole
@@ -47,7 +49,18 @@ message costs its batch a bisection and a dead-letter produce; the files are
 checked to hold every other message, the dead-letter topic every poison one,
 and `ratio: X` is poisoned / clean. Floor: 0.8.
 
-One file of about 400 lines, a quarter of it this description: its four comparisons share one cluster, one
+With `--value-format avro` the two sides are host streams with the same transformation (`json_nodes`, which
+sets a record's fields) on two topics holding the same records: as JSON (value.format bytes, the default: the
+transformation parses the payload) and as Avro made by confluent-kafka's AvroSerializer against the Schema
+Registry stand-in (tests/support/schema_registry.py, in this process; value.format avro: the stream process
+decodes with confluent-kafka's AvroDeserializer). `ratio: X` is avro / bytes. Goal: 0.7.
+
+`--transform debezium` produces Debezium change events (PostgreSQL's JSON envelope, one create per row, the
+key `{"id": i}`) instead, and runs the usual sides with the built-in `debezium` transformation: the stream's
+rate is the CDC rate (its files hold one UNWIND statement per run of rows, not one per message: their line
+count is not checked).
+
+One file of about 450 lines, a quarter of it this description: its four comparisons share one cluster, one
 host, one alternating timing loop and one report, and apart they would repeat that harness four times.
 """
 from __future__ import annotations
@@ -72,6 +85,7 @@ from bench_data import check_topic, poison_count, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
 from multi_stream import cpu_of  # noqa: E402
+from schema_registry import SchemaRegistry  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -84,6 +98,12 @@ from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
 FLOOR = 0.85
 EXACTLY_ONCE_FLOOR = 0.9
 POISON_FLOOR = 0.8
+FORMAT_GOAL = 0.7
+AVRO_TOPIC = "ingest_avro"
+DEBEZIUM = "stream_registry.builtin_transformations.debezium"
+AVRO_RECORD = json.dumps({"type": "record", "name": "Record", "fields": [
+    {"name": "id", "type": "long"}, {"name": "user", "type": "string"}, {"name": "amount", "type": "double"},
+    {"name": "pad", "type": "string"}]})
 ROUND_TRIPS_GOAL = 5        # per 1000-message transaction
 SPEED_UP_GOAL = 10.0        # folded / one at a time, at 0.2 ms a round trip
 TOPIC = "ingest"
@@ -145,8 +165,31 @@ def dead_lettered(bootstrap: str) -> int:
     return high - low
 
 
+def avro_values(registry_url: str, topic: str):
+    """value_of for bench_data.produce: the record as Avro, by confluent-kafka's serializer and the registry."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), AVRO_RECORD)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return lambda i, record: serialize(record, ctx)
+
+
+def debezium_events(i: int, record: dict) -> tuple[bytes, bytes]:
+    """value_of for bench_data.produce: a PostgreSQL connector's create event of the record's row."""
+    source = {"version": "2.7.3.Final", "connector": "postgresql", "name": "bench", "ts_ms": 1_700_000_000_000 + i,
+              "snapshot": "false", "db": "postgres", "schema": "public", "table": "records", "txId": i,
+              "lsn": 1_000_000 + i, "sequence": None, "xmin": None}
+    event = {"before": None, "after": record, "source": source, "op": "c", "ts_ms": 1_700_000_000_000 + i,
+             "transaction": None}
+    return json.dumps({"id": record["id"]}).encode(), json.dumps(event).encode()
+
+
 def verify_and_clean(uri: str, count: int, label: str) -> None:
     if not uri.startswith("cypherl://"):
+        return
+    if count < 0:   # not one statement per message (debezium): only cleaned
+        Path(uri[len("cypherl://"):]).unlink(missing_ok=True)
         return
     path = Path(uri[len("cypherl://"):])
     lines = count_lines(path) - count_offset_lines(path)
@@ -271,24 +314,33 @@ def main(argv: list[str] | None = None) -> int:
                              "(default cypherl)")
     parser.add_argument("--rtt-ms", type=float, default=0.2, help="--sink bolt: cost of a round trip (default 0.2)")
     parser.add_argument("--rounds", type=int, default=2, help="passes of every side, run alternately (default 2)")
-    parser.add_argument("--transform", default=TRANSFORM, help=f"transformation (default {TRANSFORM})")
+    parser.add_argument("--transform", default=TRANSFORM,
+                        help=f"transformation (default {TRANSFORM}); `debezium`: change events through the built-in "
+                             f"CDC transformation")
     parser.add_argument("--delivery", choices=("exactly_once",), default=None,
                         help="compare an exactly-once stream with an at-least-once one instead of stream/raw")
+    parser.add_argument("--value-format", choices=("avro",), default=None,
+                        help="compare a stream of Avro records (Schema Registry) with one of the same records as "
+                             "JSON bytes, same transformation")
     parser.add_argument("--poison-every", type=int, default=0, metavar="N",
                         help="compare a stream on a topic where 1 message in N is poison with one on a clean topic")
     args = parser.parse_args(argv)
     if args.messages is None:
         args.messages = 100_000 if args.sink == "bolt" else 1_000_000
-    if args.delivery and args.poison_every:
-        parser.error("give --delivery or --poison-every, not both")
+    if sum(map(bool, (args.delivery, args.poison_every, args.value_format))) > 1:
+        parser.error("give one of --delivery, --poison-every and --value-format")
+    if args.transform == "debezium":
+        args.transform = DEBEZIUM
+    cdc = args.transform == DEBEZIUM
     bolt = args.sink == "bolt"
     sides = ("at_least_once", "exactly_once") if args.delivery else \
         ("clean", "poisoned") if args.poison_every else \
+        ("bytes", "avro") if args.value_format else \
         ("raw", "stream", "consume") + (("one_at_a_time",) if bolt else ())
     if args.messages < 1 or args.rounds < 1 or args.poison_every < 0 or args.rtt_ms < 0:
         parser.error("--messages, --rounds, --poison-every and --rtt-ms must be positive")
-    if args.poison_every and args.transform == TRANSFORM:
-        args.transform = POISON_TRANSFORM   # poison: a payload that is not JSON
+    if (args.poison_every or args.value_format) and args.transform == TRANSFORM:
+        args.transform = POISON_TRANSFORM   # poison: a payload that is not JSON; formats: the record's fields
     poisons = poison_count(args.messages, args.poison_every)
 
     shm = Path("/dev/shm")
@@ -311,13 +363,22 @@ def main(argv: list[str] | None = None) -> int:
     if bolt:   # the host's processes import the stand-in as `mgclient`
         host_env["PYTHONPATH"] = os.pathsep.join(filter(None, (standin.PYTHONPATH_ENTRY, str(ROOT),
                                                                os.environ.get("PYTHONPATH"))))
+    registry = SchemaRegistry() if args.value_format else None
     try:
         with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
             bootstrap = cluster.bootstrap_servers
             cluster.create_topic(TOPIC, PARTITIONS, 3)
             t = time.perf_counter()
-            produce(bootstrap, TOPIC, args.messages, PARTITIONS, args.size)
+            produce(bootstrap, TOPIC, args.messages, PARTITIONS, args.size,
+                    value_of=debezium_events if cdc else None)
             check_topic(bootstrap, TOPIC, PARTITIONS, args.messages)
+            if registry is not None:
+                cluster.create_topic(AVRO_TOPIC, PARTITIONS, 3)
+                produce(bootstrap, AVRO_TOPIC, args.messages, PARTITIONS, args.size,
+                        value_of=avro_values(registry.url, AVRO_TOPIC))
+                check_topic(bootstrap, AVRO_TOPIC, PARTITIONS, args.messages)
+                print(f"the same records as Avro on {AVRO_TOPIC} (Schema Registry stand-in {registry.url})",
+                      flush=True)
             if args.poison_every:
                 cluster.create_topic(POISONED_TOPIC, PARTITIONS, 3)
                 cluster.create_topic(DEAD_LETTER_TOPIC, 1, 3)
@@ -346,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
                             if dead_lettered(bootstrap) - before != expected:
                                 raise SystemExit(f"bench: {label} dead-lettered {dead_lettered(bootstrap) - before}"
                                                  f" messages, expected {expected}")
+                        elif args.value_format:
+                            settings = {"value.format": "avro", "schema.registry.url": registry.url} \
+                                if side == "avro" else {}
+                            run = run_stream(host, bootstrap, args.messages, args.transform, uri, label, timeout_s,
+                                             topic=AVRO_TOPIC if side == "avro" else TOPIC, **settings)
                         else:
                             settings = {"delivery": side} if args.delivery else {}
                             if side == "one_at_a_time":
@@ -353,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                             run = run_stream(host, bootstrap, args.messages, args.transform, uri, label,
                                              timeout_s, **settings)
                         if side != "consume":
-                            verify_and_clean(uri, args.messages - (poisons if side == "poisoned" else 0), label)
+                            verify_and_clean(uri, -1 if cdc else args.messages - (poisons if side == "poisoned"
+                                                                                   else 0), label)
                         runs[side].append(run)
                         cpu = f"   (stream process cpu {run.cpu_s / args.messages * 1e6:5.1f} us/msg)" \
                             if run.cpu_s is not None else ""
@@ -365,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  round {round_no} {side:<14} {run.rate:12,.0f} msgs/s  "
                               f"(total {run.total_s:6.2f} s with start-up){cpu}{each}", flush=True)
     finally:
+        if registry is not None:
+            registry.down()
         shutil.rmtree(out_dir, ignore_errors=True)
         shutil.rmtree(state_dir, ignore_errors=True)
 
@@ -382,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{side} round trips per transaction: {each:.1f} ({per_1000:.1f} per 1000 messages)")
     base, measured = ("raw", "stream") if "raw" in sides else sides
     ratio = best[measured] / best[base]
-    floor = EXACTLY_ONCE_FLOOR if args.delivery else POISON_FLOOR if args.poison_every else FLOOR
+    floor = EXACTLY_ONCE_FLOOR if args.delivery else POISON_FLOOR if args.poison_every else \
+        FORMAT_GOAL if args.value_format else FLOOR
     print(f"ratio: {ratio:.3f}  ({measured} / {base}; floor {floor}: {'ok' if ratio >= floor else 'BELOW FLOOR'})")
     return 0
 

@@ -40,7 +40,8 @@ CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bol
 
 StatusRecord = mgp.Record(name=str, status=str)
 OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
-               "errors.deadletterqueue.context.headers.enable", "bolt_unwind", "tasks")
+               "errors.deadletterqueue.context.headers.enable", "bolt_unwind", "tasks",
+               "key.format", "value.format", "schema.registry.url", "transform.options")
 
 
 def _token() -> str:
@@ -153,8 +154,9 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
 
 @mgp.read_proc
 def alter(name: str, changes: mgp.Map) -> StatusRecord:
-    """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink, tasks and configs (merged
-    into the stream's configs; a null value removes a key), e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
+    """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink, tasks, configs (merged
+    into the stream's configs; a null value removes a key), key.format, value.format, schema.registry.url and
+    transform.options, e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
     "10"}}. Checked as create is; a refusal changes nothing. A running stream restarts to apply it, from its
     committed offsets; pending offset changes and the history stay. With a sink change, `from` (any offset spec)
     names where the new sink starts; without it an exactly-once stream's new sink continues where it stood."""

@@ -24,11 +24,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from stream_registry.errors import ConfigError
+from stream_registry.formats import Decoder
 from stream_registry.graph.sinks.schemes import open_sink, validate_sink_uri
-from stream_registry.graph.transform import Message, load_transformation, run_transformation
+from stream_registry.graph.transform import Message, decode_all, load_transformation, run_transformation, wrap
 from stream_registry.graph.unwind import nodes_first
 from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.model import PartitionKey
@@ -61,6 +63,10 @@ class BackfillJob:
     fail_on_data_loss: bool = True
     writers: int = DEFAULT_WRITERS
     resume_offsets: Mapping[PartitionKey, int] | None = None
+    # how records are decoded (formats.Decoder's arguments: key_format, value_format, registry_url, credentials:
+    # a registered stream's, `decoding_of`) and the transformation's options: the stream's, decoded the same way
+    decoding: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    transform_options: Mapping[str, Any] = field(default_factory=dict)
 
     def consumer_config(self) -> dict[str, object]:
         return {**self.client_config, "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}
@@ -72,7 +78,7 @@ class BackfillJob:
 
     def loading(self) -> Loading:
         return Loading(self.transform, tuple(self.search_dirs), self.sink, dict(self.sink_credentials),
-                       self.batch_size, self.writers)
+                       self.batch_size, self.writers, dict(self.decoding), dict(self.transform_options))
 
     def validate(self) -> None:
         """Everything that can be checked without the cluster or Spark; raises ConfigError."""
@@ -85,7 +91,7 @@ class BackfillJob:
         if type(self.writers) is not int or not 1 <= self.writers <= MAX_WRITERS:
             raise ConfigError(f"writers: expected an integer in 1..{MAX_WRITERS}, got {self.writers!r}")
         validate_sink_uri(self.sink)
-        load_transformation(self.transform, self.search_dirs)
+        load_transformation(self.transform, self.search_dirs, options=self.transform_options)
         check_client_config(self.consumer_config())
 
 
@@ -144,6 +150,12 @@ class BackfillReport:
         }
 
 
+def decoding_of(config: Any) -> dict[str, Any]:
+    """A registered stream's formats (a StreamConfig) as BackfillJob.decoding."""
+    return {"key_format": config.key_format, "value_format": config.value_format,
+            "registry_url": config.schema_registry_url, "credentials": config.registry_credentials()}
+
+
 def plan_job(job: BackfillJob) -> RangePlan:
     settings = {k: v for k, v in job.client_config.items() if k not in ("bootstrap.servers", "group.id")}
     with PartitionQuery(job.bootstrap_servers, job.group_id, settings) as query:
@@ -166,18 +178,24 @@ class Loading:
     sink_credentials: Mapping[str, str] = field(repr=False, default_factory=dict)
     batch_size: int = 1000
     writers: int = DEFAULT_WRITERS
+    decoding: Mapping[str, Any] = field(repr=False, default_factory=dict)   # BackfillJob.decoding
+    transform_options: Mapping[str, Any] = field(default_factory=dict)
 
     def write(self, index: int, r: OffsetRange, output: PartitionOutput,
               batches: Iterable[list[Message]], attempt: int) -> PartitionStats:
         """Transform and write message batches (already `batch_size` long) into one output."""
         started = time.perf_counter()
-        fn = load_transformation(self.transform, self.search_dirs)
+        fn = load_transformation(self.transform, self.search_dirs, options=self.transform_options)
+        decoder = Decoder(**self.decoding)   # the stream's formats: the values its live transformation sees
         records = statements = written = 0
         bolt = is_bolt_uri(self.sink)
         slots = WriterSlots(self.sink, self.writers) if bolt else None
         sink = open_sink(output.uri, self.sink_credentials)
         try:
             for messages in batches:
+                if decoder.active:
+                    messages = [wrap(m, decoder) for m in messages]
+                    decode_all(messages)
                 produced = run_transformation(fn, messages, name=self.transform)
                 if produced:
                     if slots is not None:

@@ -155,6 +155,9 @@ class BootstrapServers:
         return ",".join(address.text for address in self.addresses)
 
 
+_USERINFO = re.compile(r"(?<=://)([^/?#@]*)@")   # a URL's user-info (user:password@), masked in errors
+
+
 @dataclass(frozen=True)
 class Url:
     """An absolute URL without user-info or fragment; `text` is the form every client is given."""
@@ -166,19 +169,24 @@ class Url:
 
     @classmethod
     def parse(cls, field: str, text: object, schemes: tuple[str, ...]) -> Url:
-        value = clean_text(field, text, "URL")
+        userinfo = _USERINFO.search(text) if isinstance(text, str) else None
+        try:
+            value = clean_text(field, text, "URL")
+        except ConfigError as exc:   # user-info may hold a password: never in an error
+            raise ConfigError(str(exc).replace(userinfo.group(1), "***")) if userinfo else exc from None
+        shown = escaped(_USERINFO.sub("***@", value))
         if any(c.isspace() for c in value) or "\\" in value:
-            raise ConfigError(f"{field}: {escaped(value)} contains whitespace or a backslash; percent-encode "
+            raise ConfigError(f"{field}: {shown} contains whitespace or a backslash; percent-encode "
                               f"them in the path")
         parts = split(field, value)
         scheme = parts.scheme.lower()
         if scheme not in schemes:
-            raise ConfigError(f"{field}: {escaped(value)} is not a {' or '.join(schemes)} URL")
+            raise ConfigError(f"{field}: {shown} is not a {' or '.join(schemes)} URL")
         if "@" in parts.netloc:
-            raise ConfigError(f"{field}: {escaped(value)} carries user-info (user@host); give credentials "
-                              f"in their own settings")
+            raise ConfigError(f"{field}: user information in the URL is refused ({shown}: it would be shown); "
+                              f"give credentials in their own settings")
         if parts.fragment:
-            raise ConfigError(f"{field}: {escaped(value)} has a fragment")
+            raise ConfigError(f"{field}: {shown} has a fragment")
         host, port = authority(field, parts.netloc, value)
         return cls(scheme, host, port, parts.path, parts.query)
 

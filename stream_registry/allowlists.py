@@ -89,6 +89,12 @@ DEFAULT_ALLOWED_CONFIGS = frozenset({
 # Credentials for the graph sink (not librdkafka).
 SINK_CREDENTIALS = frozenset({"bolt.username", "bolt.password"})
 
+# Credentials for the Schema Registry (stream_registry.formats: not librdkafka's).
+REGISTRY_CREDENTIAL_PREFIX = "schema.registry."
+REGISTRY_CREDENTIALS = frozenset({"schema.registry.basic.auth.user.info", "schema.registry.bearer.auth.token",
+                                  "schema.registry.bearer.auth.logical.cluster",
+                                  "schema.registry.bearer.auth.identity.pool.id"})
+
 # Reachable by default: this machine.
 DEFAULT_ALLOWED_HOSTS = ("localhost", "127.0.0.0/8", "::1")
 
@@ -124,6 +130,11 @@ def check_properties(field: str, values: Mapping[str, object], *, sink_keys: boo
             if key not in SINK_CREDENTIALS:
                 raise ConfigError(f"{field}[{key!r}]: unknown sink credential (allowed: "
                                   f"{', '.join(sorted(SINK_CREDENTIALS))})")
+            continue
+        if sink_keys and key.startswith(REGISTRY_CREDENTIAL_PREFIX):
+            if key not in REGISTRY_CREDENTIALS:
+                raise ConfigError(f"{field}[{key!r}]: unknown Schema Registry credential (allowed: "
+                                  f"{', '.join(sorted(REGISTRY_CREDENTIALS))})")
             continue
         got = _shown(key, value, secret=field == "credentials")
         if _never(key):

@@ -6,6 +6,7 @@ cluster (reachable brokers, existing topics) before anything is stored.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 from .addresses import BootstrapServers, clean_text, escaped
 from .allowlists import URL_PROPERTIES, check_properties, checked_bootstrap, checked_url
 from .errors import ConfigError
+from .formats import REGISTRY_CREDENTIAL_PREFIX, check_formats
 from .graph.sinks.schemes import parse_sink_uri
 from .redaction import mask_all, mask_secrets, redact, redact_error, secret_values
 from .stream_tasks import check_tasks
@@ -71,10 +73,16 @@ OPTION_FIELDS = {
     "restart": "restart",
     "bolt_unwind": "bolt_unwind",
     "tasks": "tasks",
+    # record formats (stream_registry.formats) and the transformation's own options
+    "key.format": "key_format",
+    "value.format": "value_format",
+    "schema.registry.url": "schema_registry_url",
+    "transform.options": "transform_options",
 }
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
 # What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
-ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "tasks")
+ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "tasks",
+                    "key_format", "value_format", "schema_registry_url", "transform_options")
 ALTER_OPTIONS = ("from",)   # an alter's options beyond the fields: where a new sink starts (registry.sink_change)
 
 ALLOWED_GROUPS_ENV = "MGSTREAMS_ALLOWED_GROUPS"
@@ -125,6 +133,10 @@ class StreamConfig:
     dead_letter_context_headers: bool = True
     bolt_unwind: bool = True     # a Bolt sink folds runs of one query text into UNWIND statements (graph/unwind.py)
     tasks: int = 1               # member processes of its group (Kafka Connect's tasks.max): stream_tasks.py
+    key_format: str = "bytes"    # formats.Format: how keys and values are decoded before the transformation
+    value_format: str = "bytes"
+    schema_registry_url: str | None = None
+    transform_options: Mapping[str, Any] = field(default_factory=dict)   # fn(messages, options=...)
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
@@ -155,10 +167,31 @@ class StreamConfig:
                 object.__setattr__(self, name, kind(value))
         if self.dead_letter_topic == "":
             object.__setattr__(self, "dead_letter_topic", None)
+        self._normalise_formats()
         # The allowlist, at every construction: a create (before any Kafka client exists) and a stored
         # stream read back from the state store alike.
         check_properties("configs", self.configs)
         check_properties("credentials", self.credentials, sink_keys=True)
+
+    def _normalise_formats(self) -> None:
+        """Formats and the registry (its URL under the host allowlist), at every construction like the allowlists;
+        `transform.options` may come as JSON text (a CLI --config)."""
+        for name in ("key_format", "value_format"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, "bytes")
+        if self.schema_registry_url == "":
+            object.__setattr__(self, "schema_registry_url", None)
+        options = self.transform_options
+        if isinstance(options, str):
+            try:
+                options = json.loads(options) if options.strip() else {}
+            except ValueError as exc:
+                raise ConfigError(f"transform.options: not a JSON map ({exc})") from None
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError(f"transform.options: expected a map, got {type(options).__name__}")
+        object.__setattr__(self, "transform_options", dict(options or {}))
+        registry_url = check_formats(self.key_format, self.value_format, self.schema_registry_url, self.credentials)
+        object.__setattr__(self, "schema_registry_url", registry_url)   # the URL as parsed and checked is the one used
 
     def __repr__(self) -> str:
         secrets = self.secret_values()   # values only: a secret `consumer` leaves the name consumer_group whole
@@ -197,13 +230,13 @@ class StreamConfig:
         bad field; nothing is changed then (the config is a value)."""
         if not isinstance(changes, Mapping):
             raise ConfigError(f"changes: expected a map of fields to change, got {type(changes).__name__}")
-        unknown = sorted(str(k) for k in changes if k not in ALTERABLE_FIELDS)
+        unknown = sorted(str(k) for k in changes if OPTION_FIELDS.get(k, k) not in ALTERABLE_FIELDS)
         if unknown:
             raise ConfigError(f"{unknown[0]}: cannot be altered (alterable: {', '.join(ALTERABLE_FIELDS)}); drop "
                               f"and create the stream to change it")
         if not changes:
             raise ConfigError(f"changes: nothing to change; give at least one of {', '.join(ALTERABLE_FIELDS)}")
-        fields = dict(changes)
+        fields = {OPTION_FIELDS.get(key, key): value for key, value in changes.items()}
         if "configs" in fields:
             patch = fields["configs"]
             if not isinstance(patch, Mapping):
@@ -220,7 +253,8 @@ class StreamConfig:
         return new
 
     def kafka_credentials(self) -> dict[str, str]:
-        return {k: str(v) for k, v in self.credentials.items() if not k.startswith(SINK_CREDENTIAL_PREFIX)}
+        return {k: str(v) for k, v in self.credentials.items()
+                if not k.startswith((SINK_CREDENTIAL_PREFIX, REGISTRY_CREDENTIAL_PREFIX))}
 
     def sink_credentials(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.credentials.items() if k.startswith(SINK_CREDENTIAL_PREFIX)}
@@ -237,6 +271,10 @@ class StreamConfig:
         for key in URL_PROPERTIES & merged.keys():
             merged[key] = checked_url(f"configs[{key!r}]", merged[key]).text
         return merged
+
+    def registry_credentials(self) -> dict[str, str]:
+        """The Schema Registry's (stream_registry.formats), never librdkafka's."""
+        return {k: str(v) for k, v in self.credentials.items() if k.startswith(REGISTRY_CREDENTIAL_PREFIX)}
 
     def client_config(self) -> dict[str, Any]:
         """librdkafka configuration for this stream (secrets included: never print it): the broker list and

@@ -44,6 +44,16 @@ class TransformError(StreamError):
     """The transformation could not be loaded, or failed on a batch."""
 
 
+class DecodeError(TransformError):
+    """A record's key or value does not decode in the stream's format (stream_registry.formats): the message's
+    fault, set aside under errors.tolerance 'all'."""
+
+
+class RegistryUnavailable(StreamError):
+    """The Schema Registry could not be reached or refused the stream's credentials: transient, the batch is
+    retried (graph.sink_faults)."""
+
+
 class SinkError(StreamError):
     """The graph sink did not apply a batch. `transient`: retrying later may succeed (a lost connection);
     `rejected`: the database refused the statements themselves (a query error caused by the data)."""
@@ -87,7 +97,8 @@ _BY_STATUS = {cls.http_status: cls for cls in (ConfigError, BodyTooLarge, Stream
                                                KafkaOperationError)}
 # What crosses a pipe by name: every class that is built from its message alone.
 _BY_NAME = {cls.__name__: cls for cls in (StreamError, ConfigError, BodyTooLarge, OffsetSpecError, StreamNotFound,
-                                          StreamStateError, StreamExists, TransformError, SinkError,
+                                          StreamStateError, StreamExists, TransformError, DecodeError, SinkError,
+                                          RegistryUnavailable,
                                           KafkaOperationError, Busy)}
 
 

@@ -149,6 +149,10 @@ class StreamInfo:
     detail: str | None = None          # why it is in its state when that is not obvious (`starting`: what it waits for)
     tasks: int = 1                     # member processes of its group (StreamConfig.tasks)
     pids: tuple[int, ...] = ()         # one per running task (`pid` is the first)
+    key_format: str = "bytes"          # how its keys and values are decoded (stream_registry.formats)
+    value_format: str = "bytes"
+    schema_registry_url: str | None = None
+    transform_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 # -- offsets: reports, history, pending changes, previews ----------------------------------------------

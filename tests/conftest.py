@@ -260,6 +260,7 @@ BROKER_NEUTRAL = frozenset({
     "test_ui.py",                  # the /ui page and its rendering in Chromium
     "test_readme_commands.py",     # the README's commands
     "test_unwind_host.py",         # Bolt writes folded into UNWIND batches (the sink's side)
+    "test_cdc_host.py",            # record formats and the debezium transformation (decoding and the sink's side)
     "test_backfill_secrets.py",    # secrets kept out of the backfill's output and Spark's UI
     "test_backfill_progress.py",   # the backfill's progress reports
     "test_host_responsive.py",     # the host's event loop, locks, shutdown and logs (its outages are its own cluster's)

@@ -52,6 +52,7 @@ def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs,
     """A job over a registered stream: its config, secrets included, read from the host's state directory;
     `committed` in the specs is the stream's resume point."""
     from spark_bridge.handoff import stream_resume_offsets, uses_committed
+    from spark_bridge.job import decoding_of
     from stream_registry.registry.registry import stored_config
 
     state_dir = state_dir or default_state_dir()
@@ -62,7 +63,8 @@ def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs,
     resume = stream_resume_offsets(state_dir, config) if uses_committed(start_spec, until_spec) else None
     return BackfillJob(client_config.pop("bootstrap.servers"), tuple(config.topics), start_spec, until_spec,
                        transform or config.transform, sink, client_config, credentials, search_dirs, batch_size,
-                       min_partitions, fail_on_data_loss, writers, resume)
+                       min_partitions, fail_on_data_loss, writers, resume, decoding=decoding_of(config),
+                       transform_options=config.transform_options if not transform else {})
 
 
 def _setting(text: str, option: str = "--config") -> tuple[str, str]:

@@ -59,7 +59,8 @@ def _config_pair(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
 @click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
               help="A librdkafka property of the consumer, or a stream option (delivery, errors.tolerance, "
-                   "errors.deadletterqueue.topic.name, restart) (repeatable).")
+                   "errors.deadletterqueue.topic.name, restart, key.format, value.format, schema.registry.url, "
+                   "transform.options as JSON) (repeatable).")
 @click.option("--tasks", type=int, default=None, metavar="N",
               help="Member processes of the stream's consumer group, 1 to 32 (default 1).")
 @click.option("--start", "start_now", is_flag=True, help="Start the stream once it is created.")
@@ -101,7 +102,8 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
               help="With --sink: where the new sink starts (an offset spec, as set-offset takes); by default an "
                    "exactly-once stream's new sink continues where the stream stood.")
 @click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
-              help="Set a librdkafka property of the consumer (repeatable); the others stay.")
+              help="Set a librdkafka property of the consumer, or a stream option (key.format, value.format, "
+                   "schema.registry.url, transform.options as JSON) (repeatable); the others stay.")
 @click.option("--unset-config", "unset", multiple=True, metavar="KEY",
               help="Remove a librdkafka property (repeatable): librdkafka's default applies again.")
 @click.option("--tasks", type=int, default=None, metavar="N", help="The new number of member processes (1 to 32).")
@@ -116,6 +118,9 @@ def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, tran
     changes: dict[str, Any] = {key: value for key, value in (
         ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("transform", transform),
         ("sink", sink), ("tasks", tasks)) if value is not None}
+    from stream_registry.config import OPTION_FIELDS
+    changes.update({k: v for k, v in configs.items() if k in OPTION_FIELDS})   # key.format=avro and the like
+    configs = {k: v for k, v in configs.items() if k not in OPTION_FIELDS}
     if configs or unset:
         changes["configs"] = {**configs, **{key: None for key in unset}}
     if start_from is not None:

@@ -22,8 +22,13 @@ over a range already ingested) leaves the graph as one delivery would:
   setting, so no `configs` are needed), every group's commits as
   `(:ConsumerGroup)-[:COMMITTED]->(:Partition)-[:OF]->(:Topic)` and the current
   `(:ConsumerGroup)-[:AT]->(:Partition)` (see offset_commits).
+- `debezium`         idempotent and order-safe: Debezium change events (JSON, with or
+  without the schema/payload wrapper, or Avro/Protobuf/JSON Schema through the
+  stream's value.format) as one node per row, keyed by its primary key (see cdc).
 
-Payloads and keys are stored as UTF-8 text; undecodable bytes become U+FFFD.
+Payloads and keys are stored as UTF-8 text; undecodable bytes become U+FFFD. When the stream has a
+key.format or value.format, they use the decoded value (`message.value()`, `message.key_value()`):
+`json_nodes` sets the decoded record's fields, `merge_messages` stores its JSON text.
 They need `message.partition()`, which mgstreams messages have and Memgraph's
 built-in streams' messages do not.
 Create an index first: `CREATE INDEX ON :KafkaMessage(topic, partition, offset);`
@@ -33,7 +38,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import offset_commits
+from . import cdc, offset_commits
 
 _SET_MESSAGE = "SET m.payload = $payload, m.key = $key, m.timestamp = $timestamp"
 MERGE_MESSAGE = f"MERGE (m:KafkaMessage {{topic: $topic, partition: $partition, offset: $offset}}) {_SET_MESSAGE}"
@@ -88,6 +93,19 @@ def consumer_offsets(messages) -> list[dict[str, Any]]:
     return offset_commits.statements(messages)
 
 
+def debezium(messages, options=None) -> list[dict[str, Any]]:
+    """Idempotent and order-safe: Debezium change events become the rows' nodes (see cdc's docstring).
+
+    A node per row, labelled by its table (`labels` in the stream's transform.options renames: {"labels":
+    {"inventory.customers": "Customer"}}), keyed by the event key's primary key columns; snapshot reads, creates
+    and updates set its properties to the row, deletes DETACH DELETE it, tombstones change nothing, truncates are
+    ignored or ({"truncate": "delete"}) delete the table's nodes; foreign keys become relationships with
+    {"relationships": {"inventory.orders": {"purchaser": {"type": "PURCHASED_BY", "label": "Customer",
+    "key": "id"}}}}. An event older than the node's last (by source position) changes nothing.
+    """
+    return cdc.statements(_each(messages), options)
+
+
 def _each(messages):
     """Through message_at/total_messages, the accessors both kinds of Messages offer."""
     return (messages.message_at(i) for i in range(messages.total_messages()))
@@ -99,19 +117,34 @@ def _position(message) -> dict[str, Any]:
 
 def _message_row(message) -> dict[str, Any]:
     row = _position(message)
-    key = message.key()
-    row["payload"] = _text(message.payload())
+    value, key = _decoded(message, "value", "payload"), _decoded(message, "key_value", "key")
+    row["payload"] = _text(value) if value is not None else ""
     row["key"] = None if key is None else _text(key)
     row["timestamp"] = message.timestamp()
     return row
 
 
+def _decoded(message, accessor: str, raw: str) -> Any:
+    """The decoded value or key when the stream has a format (`value()`/`key_value()`, which mgstreams messages
+    have and Memgraph's do not), else the raw bytes."""
+    read = getattr(message, accessor, None)
+    return read() if read is not None else getattr(message, raw)()
+
+
 def _text(data) -> str:
-    return bytes(data).decode("utf-8", errors="replace")
+    """Bytes as UTF-8 text; a decoded value (a map, a number) as its JSON text."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data).decode("utf-8", errors="replace")
+    if isinstance(data, str):
+        return data
+    return json.dumps(data, default=str, ensure_ascii=False)
 
 
 def _json_object(message) -> dict[str, Any]:
     where = f"{message.topic_name()}:{message.partition()} offset {message.offset()}"
+    decoded = _decoded(message, "value", "payload")
+    if isinstance(decoded, dict):   # a format is set: the decoded record
+        return decoded
     try:
         value = json.loads(bytes(message.payload()))
     except ValueError as exc:

@@ -9,7 +9,8 @@ so no decision here reads one:
   Memgraph's TransientError code such as a conflicting transaction and for
   transport failures; `OperationalError`, which `connect` raises; and
   `InterfaceError`, which it raises on a session lost before), and a
-  `SinkError(transient=True)`.
+  `SinkError(transient=True)`, and a Schema Registry that cannot be reached
+  (`RegistryUnavailable`).
 - MESSAGE: the messages may be at fault; bisect and set aside. Whatever the
   transformation raised (`TransformError`), a decode/deserialization error,
   the database refusing the statements (`SinkError(rejected=True)`, or the
@@ -23,7 +24,7 @@ from __future__ import annotations
 from enum import StrEnum
 from functools import lru_cache
 
-from ..errors import SinkError, TransformError
+from ..errors import RegistryUnavailable, SinkError, TransformError
 
 
 class Fault(StrEnum):
@@ -62,7 +63,7 @@ def classify(error: BaseException) -> Fault:
         if error.transient:
             return Fault.TRANSIENT
         return Fault.MESSAGE if error.rejected else Fault.SINK
-    if isinstance(error, OSError) or isinstance(error, driver_transient_types()):
+    if isinstance(error, (OSError, RegistryUnavailable)) or isinstance(error, driver_transient_types()):
         return Fault.TRANSIENT
     return Fault.MESSAGE
 

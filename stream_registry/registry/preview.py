@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..config import StreamConfig
-from ..graph.transform import Message, plain_parameters, run_transformation
+from ..formats import Decoder
+from ..graph.transform import decode_all, plain_parameters, run_transformation, wrap
 from ..kafka.sample import read_records
 from ..model import PartitionKey, PreviewStatement
 from .runner import load_stream_transformation
@@ -19,11 +20,13 @@ def preview(config: StreamConfig, starts: Mapping[PartitionKey, int], ends: Mapp
     one record at a time (each statement is known by its offset). Nothing is committed or written."""
     transformation = load_stream_transformation(config)
     records = read_records(config, starts, ends, limit, timeout)
+    decoder = Decoder.for_stream(config)   # the values the stream's transformation would see
     out = []
     for tp in starts:
         for record in records[tp]:
-            for statement in run_transformation(transformation, [Message.from_kafka(record)],
-                                                name=config.transform):
+            message = wrap(record, decoder)
+            decode_all([message])
+            for statement in run_transformation(transformation, [message], name=config.transform):
                 out.append(PreviewStatement(topic=tp[0], partition=tp[1], offset=record.offset(), query=statement.query,
                                             parameters=plain_parameters(statement.parameters)))
     return out

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
+from ..config import OPTION_FIELDS, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
 from ..errors import (
     ConfigError,
     StreamError,
@@ -227,8 +227,9 @@ class StreamRegistry:
                 if stream.query is not None:   # it connected with the old configs
                     stream.query.close()
                     stream.query = None
+                fields = [OPTION_FIELDS.get(key, key) for key in changes]   # `value.format` is value_format
                 shown = ", ".join(f"{key} {shown_change(config, key, getattr(before, key), getattr(config, key))}"
-                                  for key in changes)
+                                  for key in fields)
                 log.info("stream %s: altered (%s)%s", name, shown, "; restarting to apply it" if old else "")
 
             if old is None or moving is None or plan is not None:
@@ -778,6 +779,8 @@ class StreamRegistry:
                           pid=runner.pid if runner else None, rss_bytes=runner.rss_bytes() if runner else None,
                           restarts=stream.restarts + task_restarts(runner), delivery=c.delivery.value,
                           errors_tolerance=c.errors_tolerance.value, dead_letter_topic=c.dead_letter_topic,
+                          key_format=c.key_format, value_format=c.value_format,
+                          schema_registry_url=c.schema_registry_url, transform_options=dict(c.transform_options),
                           dead_lettered=counts.get(ChangeStatus.DEAD_LETTERED, 0),
                           skipped=counts.get(ChangeStatus.SKIPPED, 0),
                           records=stream.stats.records, batches=stream.stats.batches,

@@ -134,7 +134,8 @@ class ThreadRunner:
 def load_stream_transformation(config: StreamConfig):
     """The stream's transformation function, or ConfigError naming `transform`."""
     try:
-        return load_transformation(config.transform, search_dirs=query_module_dirs())
+        return load_transformation(config.transform, search_dirs=query_module_dirs(),
+                                   options=config.transform_options)
     except StreamError as exc:
         raise ConfigError(_named_transform(str(exc))) from None
 

@@ -49,10 +49,11 @@ from confluent_kafka import Message as KafkaMessage
 
 from ..config import CONSUMER_DEFAULTS, Delivery, ErrorsTolerance, StreamConfig
 from ..errors import StoredOffsetsConflict, StreamError, StreamStateError
+from ..formats import Decoder
 from ..graph.offset_store import offset_statements
 from ..graph.sink_faults import Fault, classify
 from ..graph.sinks.stored_offsets import read_stored_offsets_within
-from ..graph.transform import Message, run_transformation
+from ..graph.transform import Message, decode_all, run_transformation, wrap
 from ..kafka.client import new_consumer
 from ..kafka.messages import message_offset, record_key
 from ..model import (
@@ -135,6 +136,7 @@ class StreamWorker:
         self._retry = retry
         self._secrets = config.secret_values()
         self._tolerant = config.errors_tolerance == ErrorsTolerance.ALL
+        self._decoder = Decoder.for_stream(config)   # key.format / value.format (stream_registry.formats)
         self._dead_letters = DeadLetterQueue(config, self._redact) if config.dead_letter_topic else None
         self._control: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -313,7 +315,7 @@ class StreamWorker:
         """Transform, write, commit. Returns False when the stream went to ERROR."""
         started = time.perf_counter()
         next_offsets = _next_offsets(batch)
-        delivery = BatchDelivery([(m, Message.from_kafka(m)) for m in batch], self._write,
+        delivery = BatchDelivery([(m, wrap(m, self._decoder)) for m in batch], self._write,
                                  self._set_aside, tolerate=self._tolerant)
         attempt = 0
         while True:
@@ -352,7 +354,9 @@ class StreamWorker:
 
     def _write(self, chunk: Sequence[tuple[KafkaMessage, Message]]) -> None:
         """Transform and write (part of) a batch; exactly-once, with the offsets that follow it."""
-        statements = run_transformation(self._transformation, [message for _, message in chunk])
+        messages = [message for _, message in chunk]
+        decode_all(messages)   # a record that does not decode is its own fault; an unreachable registry is transient
+        statements = run_transformation(self._transformation, messages)
         if self._exactly_once:   # the offsets go with the batch, in its transaction or its append
             self._write_offsets(_next_offsets([raw for raw, _ in chunk]), statements)
         else:

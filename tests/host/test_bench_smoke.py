@@ -63,6 +63,21 @@ def test_ingest_throughput_bench_compares_a_poisoned_topic_with_a_clean_one():
     assert ratio and float(ratio[0].split()[1]) > 0 and "poisoned / clean" in ratio[0], done.stdout
 
 
+def test_ingest_throughput_bench_compares_an_avro_stream_with_a_bytes_one_and_runs_debezium():
+    """--value-format avro: the same records as JSON and as Avro (the Schema Registry stand-in), the files checked
+    to hold every record; --transform debezium: change events through the built-in transformation."""
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "2000", "--rounds", "1", "--value-format",
+                           "avro"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ratio = [line for line in done.stdout.splitlines() if line.startswith("ratio:")]
+    assert ratio and float(ratio[0].split()[1]) > 0 and "avro / bytes" in ratio[0], done.stdout
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "1000", "--rounds", "1", "--transform",
+                           "debezium", "--sink", "null"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "transform stream_registry.builtin_transformations.debezium" in done.stdout
+    assert any(line.startswith("stream rate:") for line in done.stdout.splitlines()), done.stdout
+
+
 @pytest.mark.slow
 def test_offset_latency_bench_prints_medians_and_ratio():
     """A short run through the Cypher path (module -> host child process -> sink file): both paths timed,

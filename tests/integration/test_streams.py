@@ -243,10 +243,10 @@ def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, 
     from stream_registry.registry import runner as runner_module
     real_loader = runner_module.load_transformation
 
-    def loader(path, search_dirs=()):
+    def loader(path, search_dirs=(), **kwargs):
         if path.endswith("merge_messages"):
             raise TransformError(f"transform {path!r}: module vanished after an upgrade")
-        return real_loader(path, search_dirs)
+        return real_loader(path, search_dirs, **kwargs)
 
     monkeypatch.setattr(runner_module, "load_transformation", loader)
     restored = StreamRegistry(state, retry=FAST_RETRY)

@@ -21,11 +21,12 @@ from .loader import (
     locate_transformation,
     transform_packages,
 )
-from .messages import Message, Messages
+from .messages import DecodedMessage, Message, Messages, decode_all, wrap
 from .run import run_transformation
 
 __all__ = [
-    "BUILTIN_PACKAGES", "QUERY_MODULES_ENV", "TRANSFORM_PACKAGES_ENV", "Message", "Messages", "Statement",
+    "BUILTIN_PACKAGES", "QUERY_MODULES_ENV", "TRANSFORM_PACKAGES_ENV", "DecodedMessage", "Message", "Messages",
+    "Statement", "decode_all", "wrap",
     "is_builtin", "load_transformation", "locate_transformation", "plain_parameters", "run_transformation",
     "transform_packages",
 ]

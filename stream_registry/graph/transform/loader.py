@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ BUILTIN_PACKAGES = ("stream_registry.builtin_transformations",)
 _DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z", re.ASCII)
 
 
-def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[[Messages], Any]:
+def load_transformation(path: str, search_dirs: Sequence[str] = (),
+                        options: Mapping[str, Any] | None = None) -> Callable[[Messages], Any]:
     """Resolve `module.function` to a callable taking one `Messages`.
 
     The name may be given by anyone who can create a stream, so only three
@@ -40,6 +41,9 @@ def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[
     The function must be defined in the module named (`os.system`,
     `subprocess.run`, `builtins.eval` or a name a module merely imports are
     refused). Ship the path, not the function, to other processes (Spark executors).
+
+    `options` (the stream's `transform.options`) are passed as `fn(messages, options=...)` to a function that
+    has an `options` parameter; a function without one refuses them.
     """
     module_name, function_name = _split(path)
     dirs = _search_dirs(search_dirs)
@@ -56,7 +60,28 @@ def load_transformation(path: str, search_dirs: Sequence[str] = ()) -> Callable[
     if defined_in != module.__name__:
         raise TransformError(f"transform {path!r}: refused: {function_name!r} is not defined in {module_name!r} "
                              f"(it comes from {defined_in!r}); name the module that defines the transformation")
-    return _as_messages_callable(path, fn)
+    return _with_options(path, _as_messages_callable(path, fn), options)
+
+
+def _with_options(path: str, fn: Callable, options: Mapping[str, Any] | None) -> Callable:
+    if not options:
+        return fn
+    try:
+        takes = "options" in inspect.signature(getattr(fn, "__wrapped__", fn)).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        raise TransformError(f"transform {path!r}: takes no options, but transform.options are given "
+                             f"({', '.join(sorted(map(str, options)))})")
+    bound = dict(options)
+
+    def with_options(messages: Messages, _fn: Callable = fn) -> Any:
+        return _fn(messages, options=bound)
+    with_options.__name__ = getattr(fn, "__name__", "transformation")
+    with_options.__qualname__ = getattr(fn, "__qualname__", with_options.__name__)
+    with_options.__module__ = getattr(fn, "__module__", None) or ""
+    setattr(with_options, "__wrapped__", fn)   # noqa: B010 (what _name reads)
+    return with_options
 
 
 def transform_packages() -> tuple[str, ...]:

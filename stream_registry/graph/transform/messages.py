@@ -1,5 +1,9 @@
 """Kafka messages with the accessors of Memgraph's `mgp.Message` and `mgp.Messages`, so a transformation
-written for Memgraph's built-in streams reads them unchanged."""
+written for Memgraph's built-in streams reads them unchanged.
+
+Beyond Memgraph's: `value()` and `key_value()` are the value and key decoded in the stream's formats
+(`key.format`, `value.format`: stream_registry.formats); `payload()` and `key()` stay the raw bytes. With the
+default format (`bytes`) they are the same."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -37,6 +41,14 @@ class Message:
 
     def key(self) -> bytes | None:
         return self._key
+
+    def value(self) -> Any:
+        """The value decoded in the stream's value.format (the raw bytes for `bytes`; None for a tombstone)."""
+        return self.payload()
+
+    def key_value(self) -> Any:
+        """The key decoded in the stream's key.format (the raw bytes for `bytes`)."""
+        return self.key()
 
     def timestamp(self) -> int:
         """Milliseconds since the epoch, as Kafka reports it."""
@@ -91,6 +103,79 @@ class _KafkaMessage(Message):
 
     def partition(self) -> int:
         return self._msg.partition()
+
+
+_UNSET: Any = object()
+
+
+class DecodedMessage(Message):
+    """A message whose value() and key_value() are decoded by a formats.Decoder, once, when `decode()` is first
+    called (the worker calls it before the transformation runs, so a record that does not decode is known as such,
+    and an unreachable registry is not mistaken for the transformation's fault). The rest reads through to the
+    message it wraps (a consumed confluent_kafka.Message's wrapper, or any Message: the backfill's)."""
+
+    __slots__ = ("_inner", "_decoder", "_decoded_value", "_decoded_key")
+
+    def __init__(self, inner: Message, decoder: Any):  # super().__init__ skipped on purpose: nothing to copy
+        self._inner = inner
+        self._decoder = decoder
+        self._decoded_value = _UNSET
+        self._decoded_key = _UNSET
+
+    def decode(self) -> DecodedMessage:
+        """Decode key and value (DecodeError naming the record and the field, or RegistryUnavailable)."""
+        from ...errors import DecodeError
+        if self._decoded_value is _UNSET or self._decoded_key is _UNSET:
+            inner = self._inner
+            topic = inner.topic_name()
+            try:
+                if self._decoded_key is _UNSET:
+                    self._decoded_key = self._decoder.decode(topic, inner.key(), key=True)
+                if self._decoded_value is _UNSET:
+                    self._decoded_value = self._decoder.decode(topic, inner.payload())
+            except DecodeError as exc:
+                raise DecodeError(f"record {topic}:{inner.partition()}@{inner.offset()}: {exc}") from None
+        return self
+
+    def value(self) -> Any:
+        return self.decode()._decoded_value
+
+    def key_value(self) -> Any:
+        return self.decode()._decoded_key
+
+    def payload(self) -> bytes:
+        return self._inner.payload()
+
+    def topic_name(self) -> str:
+        return self._inner.topic_name()
+
+    def key(self) -> bytes | None:
+        return self._inner.key()
+
+    def timestamp(self) -> int:
+        return self._inner.timestamp()
+
+    def offset(self) -> int:
+        return self._inner.offset()
+
+    def partition(self) -> int:
+        return self._inner.partition()
+
+
+def wrap(msg: Any, decoder: Any = None) -> Message:
+    """A message for a transformation (a consumed confluent_kafka.Message, or a Message), decoded (lazily) when
+    the decoder is active."""
+    inner = msg if isinstance(msg, Message) else _KafkaMessage(msg)
+    if decoder is not None and decoder.active:
+        return DecodedMessage(inner, decoder)
+    return inner
+
+
+def decode_all(messages: Sequence[Message]) -> None:
+    """Decode every DecodedMessage of a batch (what the transformation will read), raising the first failure."""
+    for message in messages:
+        if isinstance(message, DecodedMessage):
+            message.decode()
 
 
 class Messages:
