@@ -1,8 +1,12 @@
-"""Every command in README.md's fenced code blocks is run or checked here (issues 6 and 9).
+"""Every command in the fenced code blocks of README.md and of the documentation site (docs/) is run or checked
+here (issues 6, 9 and 35).
 
-The README is parsed, not copied: each command of a ```bash, ```cypher or
-```python block is matched by one rule below, and a command no rule handles
-fails `test_every_readme_command_has_a_rule`, so the README stays honest.
+The pages are parsed, not copied: README.md first, then docs/ in the order of mkdocs.yml's `nav`, then any other
+page under docs/ (a page not in the nav yet is checked all the same), as one document. Each command of a
+```bash, ```cypher or ```python block is matched by one rule below, and a command no rule handles fails
+`test_every_readme_command_has_a_rule`, so the documentation stays honest. A new page's commands need a rule
+here only when no existing rule (and its test) covers them. The walkthroughs (the CLI's, the toolkit's, curl's,
+Cypher's) run their commands in this document order. docs/getting-started.md is run as one bash script.
 
 Run for real (on fresh embedded Kafka clusters holding the README's topic
 `orders` literally; each test gets its own cluster because librdkafka's mock
@@ -93,25 +97,46 @@ from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+GETTING_STARTED = DOCS / "getting-started.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions
 
 
-# -- parsing the README ----------------------------------------------------------------
+# -- parsing the README and the documentation site ------------------------------------------
+def nav_pages(nav) -> list[str]:
+    """The pages of mkdocs.yml's `nav`, in order (sections nest lists of {title: page})."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, dict):
+        return [page for value in nav.values() for page in nav_pages(value)]
+    return [page for item in nav for page in nav_pages(item)]
+
+
+def pages() -> list[Path]:
+    """README.md, the nav's pages in order, then every other page under docs/ (sorted)."""
+    import yaml
+
+    listed = [DOCS / page for page in nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])]
+    others = sorted(path for path in DOCS.rglob("*.md") if path not in listed)
+    return [README, *listed, *others]
+
+
+def all_text() -> str:
+    return "\n".join(path.read_text() for path in pages())
+
+
+def fenced(text: str) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M)]
+
+
 def code_blocks() -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in
-            re.finditer(r"^```(\w*)\n(.*?)^```", README.read_text(), flags=re.S | re.M)]
-
-
-GETTING_STARTED = "## Getting started"
+    return [block for path in pages() for block in fenced(path.read_text())]
 
 
 def getting_started_blocks() -> list[str]:
-    """The ```bash blocks of the getting-started section: run as one script each (test_getting_started_...)."""
-    text = README.read_text()
-    start = text.index(f"\n{GETTING_STARTED}\n")
-    section = text[start:text.index("\n## ", start + 1)]
-    return [m.group(2) for m in re.finditer(r"^```(\w*)\n(.*?)^```", section, flags=re.S | re.M) if m.group(1) == "bash"]
+    """The ```bash blocks of the getting-started page: run as one script each (test_getting_started_...)."""
+    return [text for lang, text in fenced(GETTING_STARTED.read_text()) if lang == "bash"]
 
 
 def shell_commands() -> list[str]:
@@ -215,9 +240,9 @@ def test_every_readme_command_has_a_rule():
     unclaimed = [c for c in shell_commands() if sum(bool(re.search(r, c)) for r in SHELL_RULES.values()) != 1]
     unclaimed += [s for s in cypher_statements() if sum(bool(re.search(r, s)) for r in CYPHER_RULES.values()) != 1]
     unclaimed += [b for b in python_blocks() if sum(marker in b for marker in PYTHON_RULES.values()) != 1]
-    assert not unclaimed, f"README commands no rule of {__name__} checks (add one): {unclaimed}"
+    assert not unclaimed, f"documented commands no rule of {__name__} checks (add one): {unclaimed}"
     assert len(shell_commands()) >= 45 and len(cypher_statements()) >= 12 and len(python_blocks()) == 2, \
-        "the README parser lost commands"
+        "the documentation parser lost commands"
     assert all(shell(kind) for kind in SHELL_RULES), [kind for kind in SHELL_RULES if not shell(kind)]
 
 
@@ -646,7 +671,7 @@ def test_export_url_is_the_hosts_default_address(compose):
     [export] = shell("export-url")
     assert export.split("=", 1)[1] == DEFAULT_URL == f"http://{DEFAULT_LISTEN}"
     assert all("$MGSTREAMS_URL/" in c for c in shell("curl"))
-    assert re.search(r"^mgstreams serve --state-dir \S+\s+# 127\.0\.0\.1:8765;", README.read_text(), re.M)
+    assert re.search(r"^mgstreams serve --state-dir \S+\s+# 127\.0\.0\.1:8765;", all_text(), re.M)
     # compose refuses to start without the token; Memgraph reads it from the secret made of it
     assert compose["services"]["mgstreams"]["environment"]["MGSTREAMS_TOKEN"].startswith("${MGSTREAMS_TOKEN:?")
     assert compose["secrets"]["mgstreams_token"] == {"environment": "MGSTREAMS_TOKEN"}
@@ -818,7 +843,7 @@ def test_make_commands():
 def test_demo_options_in_the_readme_parse():
     from mgstreams.demo import main
 
-    line = re.search(r"`\.venv/bin/python -m mgstreams\.demo ([^`]+)`", README.read_text()).group(1)
+    line = re.search(r"`\.venv/bin/python -m mgstreams\.demo ([^`]+)`", all_text()).group(1)
     args = main.make_context("demo", shlex.split(re.sub(r"\[([^\[\]]*)\]", r"\1", line.replace("local[2]", "LOCAL2"))
                                                 .replace("DIR", "d").replace(" N", " 5").replace("URI", "bolt://h:1")
                                                 .replace("LOCAL2", "local[2]"))).params
@@ -842,7 +867,7 @@ def test_docker_compose_commands(compose):
     services = compose["services"]
     kafka_image = services["kafka"]["image"]
     assert kafka_image.startswith("apache/kafka:"), "its scripts live in /opt/kafka/bin"
-    inline = re.findall(r"`(docker compose exec mgstreams [^`]+)`", README.read_text())
+    inline = re.findall(r"`(docker compose exec mgstreams [^`]+)`", all_text())
     assert inline, "the README shows the CLI in the host's container"
     commands = shell("docker") + inline
     for command in commands:
@@ -1151,4 +1176,4 @@ curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
     assert listed["payments_graph"]["sink"] == "bolt://localhost:7687" and listed["payments"]["status"] == "running"
     statements = statement_lines(tmp_path / "mgstreams-state" / "output" / "payments.cypherl")
     assert len(statements) >= 700 and "payments" in (tmp_path / "ui.html").read_text()   # offsets 100 on
-    assert len(README.read_text()[README.read_text().index(GETTING_STARTED):].split("\n## ")[0].splitlines()) < 60
+    assert len(GETTING_STARTED.read_text().splitlines()) < 80
