@@ -213,8 +213,8 @@ def host_allowed(host: str, environ: Mapping[str, str] | None = None) -> bool:
 def check_host(field: str, host: str, environ: Mapping[str, str] | None = None) -> None:
     if not host_allowed(host, environ):
         raise ConfigError(f"{field}: host {host!r} is not one the operator allows "
-                          f"({', '.join(allowed_hosts(environ))}; set ${ALLOWED_HOSTS_ENV} or "
-                          f"`mgstreams serve --allow-host` to change them)")
+                          f"({', '.join(allowed_hosts(environ))}; an operator changes them with ${ALLOWED_HOSTS_ENV} "
+                          f"in the host's environment)")
 
 
 def check_bootstrap(field: str, servers: str, environ: Mapping[str, str] | None = None) -> None:

@@ -6,8 +6,8 @@
         [--min-partitions N] [--batch-size N] [--writers N] [--prepare] [--report FILE] [--dry-run]
 
 Also `spark-submit mgstreams/backfill_main.py ARGS...` (the master then comes
-from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
--1 beginning, -2 end; prefer `earliest`/`latest`), e.g. `earliest`, `1200`,
+from spark-submit). SPECs are the registry's offset specs as typed in a shell
+(`earliest`/`latest`; a bare -1 or -2 is refused as ambiguous), e.g. `earliest`, `1200`,
 `2024-05-01T00:00:00Z`, `-500` as '"-500"' (relative to the committed offset),
 or JSON '{"orders:0": 1200, "orders": "earliest"}'. `--until committed` ends
 at the group's committed offsets; with `--stream`, `committed` (and what relative

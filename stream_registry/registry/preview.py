@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..config import StreamConfig
+from ..errors import TransformError
 from ..graph.transform import Message, plain_parameters, run_transformation
 from ..kafka.sample import read_records
 from ..model import PartitionKey, PreviewStatement
@@ -16,14 +17,21 @@ from .runner import load_stream_transformation
 def preview(config: StreamConfig, starts: Mapping[PartitionKey, int], ends: Mapping[PartitionKey, int], limit: int,
             timeout: float) -> list[PreviewStatement]:
     """The statements the transformation makes of up to `limit` records per partition from `starts`,
-    one record at a time (each statement is known by its offset). Nothing is committed or written."""
+    one record at a time (each statement is known by its offset). A record the transformation fails on (the
+    message's fault) is one row holding the error, between the statements of the others: what a live stream
+    would stop at, or set aside with errors.tolerance 'all'. Nothing is committed or written."""
     transformation = load_stream_transformation(config)
     records = read_records(config, starts, ends, limit, timeout)
     out = []
     for tp in starts:
         for record in records[tp]:
-            for statement in run_transformation(transformation, [Message.from_kafka(record)],
-                                                name=config.transform):
+            try:
+                statements = run_transformation(transformation, [Message.from_kafka(record)], name=config.transform)
+            except TransformError as exc:
+                out.append(PreviewStatement(topic=tp[0], partition=tp[1], offset=record.offset(), query="",
+                                            error=str(exc)))
+                continue
+            for statement in statements:
                 out.append(PreviewStatement(topic=tp[0], partition=tp[1], offset=record.offset(), query=statement.query,
                                             parameters=plain_parameters(statement.parameters)))
     return out

@@ -435,7 +435,7 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
                 documents = [json.loads(line) for line in result.stdout.splitlines()]
                 assert len(documents) == 1, result.stdout
             rows = [line.split() for line in result.stdout.splitlines()[1:]]
-            if args[:3] == ["set-offset", "orders", "-1"]:
+            if args[:3] == ["set-offset", "orders", "earliest"]:
                 assert [r[:2] + r[3:5] for r in rows] == [["orders", str(p), "0", "planned"]
                                                          for p in range(PARTITIONS)], result.stdout
             if args[:3] == ["set-offset", "orders", '{"orders:0": 42}']:

@@ -1,0 +1,94 @@
+"""The operator's second day (issue 35): each friction a new user met off the getting-started script, through the
+interface they used (the `mgstreams` CLI, the HTTP API, a browser), against real `mgstreams serve` processes.
+
+The error messages' options and variables (friction 2) are checked in tests/unit/test_error_message_names.py.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+import httpx
+import pytest
+from cli_helpers import invoke
+from host_helpers import HostProcess
+
+POISON = "stream_helpers.poison_transform"   # raises on a payload starting with `poison`
+PARTITIONS = 3
+PER_PARTITION = 6
+
+
+@pytest.fixture(scope="module")
+def day2(kafka, tmp_path_factory):
+    """One host (no token) for the module, a 3-partition topic of 6 records a partition; offset 1 of partition 0
+    holds a poison payload."""
+    host = HostProcess(tmp_path_factory.mktemp("day2") / "state").start()
+    topic = kafka.new_topic(partitions=PARTITIONS)
+    kafka.produce(topic, PER_PARTITION * PARTITIONS, partitions=PARTITIONS,
+                  payload=lambda i: b"poison!" if i == PARTITIONS else f'{{"i": {i}}}'.encode())
+    host.topic = topic
+    host.kafka = kafka
+    yield host
+    host.stop()
+
+
+def create(host, transform: str = POISON, **fields) -> str:
+    name = f"s_{uuid.uuid4().hex[:8]}"
+    with host.client() as client:
+        client.create(name=name, topics=[host.topic], bootstrap_servers=host.kafka.bootstrap_servers,
+                      transform=transform, sink="null://", consumer_group=f"day2_{name}", **fields)
+    return name
+
+
+def cli(host, *args):
+    return invoke(*args, host=host)
+
+
+# -- 1: a bare -1 / -2 at a shell prompt ----------------------------------------------------------------
+@pytest.mark.parametrize("spec, reading, word", [("-1", "beginning", "earliest"), ("-2", "end", "latest")])
+def test_a_bare_minus_one_or_two_is_refused_at_the_shell_naming_both_readings_and_nothing_moves(day2, spec, reading,
+                                                                                                word):
+    name = create(day2)
+    result = cli(day2, "set-offset", name, spec)
+    assert result.exit_code == 1 and result.stdout == "", result.stdout
+    error = result.stderr
+    assert error.startswith(f"mgstreams: error: SPEC: {spec} is ambiguous"), error
+    assert reading in error and word in error and f"'\"{spec}\"'" in error and "back" in error, error
+    assert cli(day2, "check", name, spec).exit_code == 1          # every command taking a SPEC reads it the same
+    pending = json.loads(cli(day2, "pending", name, "--json").stdout)
+    assert pending == [] and json.loads(cli(day2, "history", name, "--json").stdout) == []   # nothing moved
+    # Cypher and the API keep Memgraph's dialect: -1 is the beginning, -2 the end
+    with httpx.Client(base_url=day2.url, headers={"Content-Type": "application/json"}, timeout=30) as api:
+        planned = api.patch(f"/streams/{name}/offsets", json={"offset": int(spec), "dry_run": True}).json()
+    assert {r["offset"] for r in planned} == {0 if spec == "-1" else PER_PARTITION}, planned
+    # the words it names work
+    moved = cli(day2, "set-offset", name, word, "--dry-run", "--json")
+    assert moved.exit_code == 0 and {r["offset"] for r in json.loads(moved.stdout)} == \
+        {0 if word == "earliest" else PER_PARTITION}
+
+
+# -- 5: check on a stream that has committed nothing yet ----------------------------------------------------
+def test_check_on_a_stream_with_nothing_committed_previews_from_where_it_resumes(day2):
+    name = create(day2, transform="stream_helpers.offsets_transform")
+    first = cli(day2, "check", name, "--limit", "2", "--json")
+    assert first.exit_code == 0, first.stderr
+    assert sorted((r["partition"], r["offset"]) for r in json.loads(first.stdout)) == \
+        [(p, o) for p in range(PARTITIONS) for o in (0, 1)]     # auto.offset.reset: the beginning
+    assert cli(day2, "set-offset", name, "4").exit_code == 0     # stopped: pending, where it resumes now
+    after = cli(day2, "check", name, "--limit", "1", "--json")
+    assert after.exit_code == 0, after.stderr
+    assert sorted((r["partition"], r["offset"]) for r in json.loads(after.stdout)) == [(p, 4) for p in range(PARTITIONS)]
+
+
+# -- 7: check over a record the transformation fails on -------------------------------------------------------
+def test_check_shows_the_good_statements_and_a_row_with_the_error_for_the_bad_record(day2):
+    name = create(day2)
+    result = cli(day2, "check", name, '{"%s:0": 0}' % day2.topic, "--limit", "3", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["offset"], bool(r["query"]), r["error"] is None) for r in rows] == \
+        [(0, True, True), (1, False, False), (2, True, True)], rows
+    assert "ValueError: cannot read b'poison!'" in rows[1]["error"], rows[1]
+    table = cli(day2, "check", name, '{"%s:0": 1}' % day2.topic, "--limit", "1")
+    assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[-1] == "ERROR", table.stdout
+    assert "ValueError" in table.stdout
