@@ -152,8 +152,8 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
 
 @mgp.read_proc
 def alter(name: str, changes: mgp.Map) -> StatusRecord:
-    """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink and configs (merged
-    into the stream's configs; a null value removes a key), e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
+    """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink, configs (merged
+    into the stream's configs; a null value removes a key) and the options create takes (errors.tolerance, ...), e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
     "10"}}. Checked as create is; a refusal changes nothing. A running stream restarts to apply it, from its
     committed offsets; pending offset changes and the history stay."""
     return _status(_host("PATCH", _stream(name), _map(changes, "changes"), timeout=ALTER_TIMEOUT_S))

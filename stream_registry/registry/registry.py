@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
+from ..config import ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig, alter_fields
 from ..errors import (
     ConfigError,
     StreamError,
@@ -175,6 +175,7 @@ class StreamRegistry:
         null value removing a key), validated as a create is, before anything is built; nothing changes on a
         refusal. The state store keeps the new config; pending offset changes and the history stay. A running
         (or starting) stream restarts to apply it, from its committed offsets and pending changes."""
+        changes = alter_fields(changes)   # Kafka Connect's option names too, as create takes them
         before = self._stream(name).config
         config = before.altered(changes)
         self._group_policy.check(config)

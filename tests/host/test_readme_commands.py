@@ -1056,11 +1056,13 @@ def memgraph(orders_host, tmp_path, monkeypatch):
 
 
 def walkthrough_order(statements: list[str]) -> list[str]:
-    """The walkthrough (from `streams.create` on) in order; CALLs shown elsewhere (the intro's
-    `set_stream_offset('orders', 42)`) run on its stream right after `streams.start`."""
+    """The walkthrough (from `streams.create` to `streams.drop`) in order; CALLs shown elsewhere (the intro's
+    `set_stream_offset('orders', 42)`, the reference's `streams.lag`) run on its stream right after
+    `streams.start`."""
     first = next(i for i, s in enumerate(statements) if s.startswith("CALL streams.create("))
     start = next(i for i, s in enumerate(statements) if s.startswith("CALL streams.start("))
-    walkthrough = [s for s in statements if s.startswith("CALL mg.")] + statements[first:]
+    last = next(i for i, s in enumerate(statements) if i > first and s.startswith("CALL streams.drop("))
+    walkthrough = [s for s in statements if s.startswith("CALL mg.")] + statements[first:last + 1]
     others = [s for s in statements if s not in walkthrough]
     at = walkthrough.index(statements[start]) + 1
     return walkthrough[:at] + others + walkthrough[at:]

@@ -92,3 +92,27 @@ def test_check_shows_the_good_statements_and_a_row_with_the_error_for_the_bad_re
     table = cli(day2, "check", name, '{"%s:0": 1}' % day2.topic, "--limit", "1")
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[-1] == "ERROR", table.stdout
     assert "ValueError" in table.stdout
+
+
+# -- 3: alter takes every stream option create takes, or says plainly which it cannot change -----------------
+def test_alter_changes_the_stream_options_create_takes_and_names_what_it_cannot(day2):
+    name = create(day2)
+    result = cli(day2, "alter", name, "--config", "errors.tolerance=all",
+                 "--config", "errors.deadletterqueue.topic.name=day2_dlq", "--config", "restart=never")
+    assert (result.exit_code, result.stdout.strip()) == (0, f"{name} altered (created)"), result.stderr
+    [listed] = [s for s in json.loads(cli(day2, "list", "--json").stdout) if s["name"] == name]
+    assert (listed["errors_tolerance"], listed["dead_letter_topic"], listed["restart"], listed["configs"]) == \
+        ("all", "day2_dlq", "never", {}), listed
+    back = cli(day2, "alter", name, "--config", "errors.tolerance=none")   # the dead-letter topic stays
+    assert back.exit_code == 1 and "needs errors.tolerance 'all'" in back.stderr, back.stderr   # checked as create
+    refused = cli(day2, "alter", name, "--config", "delivery=exactly_once")
+    assert refused.exit_code == 1 and refused.stderr.startswith(
+        "mgstreams: error: delivery: cannot be altered (an exactly-once stream resumes from the offsets its sink "
+        "stores"), refused.stderr
+    assert "drop the stream and create it again" in refused.stderr
+    # the API takes Kafka Connect's names in PATCH too, as in POST
+    with httpx.Client(base_url=day2.url, headers={"Content-Type": "application/json"}, timeout=30) as api:
+        patched = api.patch(f"/streams/{name}", json={"errors.tolerance": "none", "errors.deadletterqueue.topic.name":
+                                                      None, "restart": "on-failure"})
+        assert patched.status_code == 200, patched.text
+        assert (patched.json()["errors_tolerance"], patched.json()["dead_letter_topic"]) == ("none", None)
