@@ -116,3 +116,28 @@ def test_alter_changes_the_stream_options_create_takes_and_names_what_it_cannot(
                                                       None, "restart": "on-failure"})
         assert patched.status_code == 200, patched.text
         assert (patched.json()["errors_tolerance"], patched.json()["dead_letter_topic"]) == ("none", None)
+
+
+# -- 6: errors that name the value ------------------------------------------------------------------------------
+def test_errors_name_the_servers_the_value_and_the_partitions_there_are(day2):
+    from ports import free_port
+
+    closed = f"127.0.0.1:{free_port()}"
+    unreachable = cli(day2, "create", "nowhere", "--topic", day2.topic, "--bootstrap", closed)
+    assert unreachable.exit_code == 1 and f"'{closed}'" in unreachable.stderr, unreachable.stderr
+    assert unreachable.stderr.startswith("mgstreams: error: bootstrap_servers: metadata for topic"), unreachable.stderr
+
+    bad = cli(day2, "create", "badvalue", "--topic", day2.topic, "--bootstrap", day2.kafka.bootstrap_servers,
+              "--config", "session.timeout.ms=abc")
+    assert bad.exit_code == 1 and bad.stderr.startswith(
+        "mgstreams: error: configs['session.timeout.ms']: 'abc' rejected by the Kafka client: Invalid value"), \
+        bad.stderr
+    assert "KafkaError{" not in bad.stderr
+
+    name = create(day2)
+    unknown = cli(day2, "set-offset", name, json.dumps({f"{day2.topic}:9": 1}))
+    assert unknown.exit_code == 1 and unknown.stderr.rstrip().endswith(
+        f"offset: unknown partition {day2.topic}:9 (topic '{day2.topic}' has {PARTITIONS} partitions: 0-2)"), \
+        unknown.stderr
+    listed = {s["name"] for s in json.loads(cli(day2, "list", "--json").stdout)}
+    assert not {"nowhere", "badvalue"} & listed     # refused creates store nothing
