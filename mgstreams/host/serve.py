@@ -38,6 +38,7 @@ from ..tokens import generated_token
 from .api import Limits, create_app
 from .boundary import SERVER_NAMES_ENV
 from .connections import MAX_CONNECTIONS_ENV, guarded_protocol
+from .entry import PAGE
 
 log = logging.getLogger("mgstreams.host")
 
@@ -216,7 +217,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections)))
             shutdown.attach(server)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s){where})")
+                  f"{len(registry.list())} stream(s){where}); its page: {url}{PAGE}")
             server.run(sockets=[sock])
         finally:
             if lag is not None:

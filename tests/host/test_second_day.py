@@ -141,3 +141,52 @@ def test_errors_name_the_servers_the_value_and_the_partitions_there_are(day2):
         unknown.stderr
     listed = {s["name"] for s in json.loads(cli(day2, "list", "--json").stdout)}
     assert not {"nowhere", "badvalue"} & listed     # refused creates store nothing
+
+
+# -- 4: the token outside the first shell, and the browser ---------------------------------------------------
+def test_a_second_shell_and_a_browser_are_told_how_to_get_in(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from paths import ROOT, SUPPORT
+    from ports import free_port
+
+    state = tmp_path / "mgstreams-state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MGSTREAMS_")}
+    env.update(XDG_STATE_HOME=str(tmp_path / "xdg"), PYTHONPATH=f"{SUPPORT}{os.pathsep}{ROOT}")
+    port = free_port()
+    host = subprocess.Popen([sys.executable, "-m", "mgstreams", "serve", "--listen", f"127.0.0.1:{port}"],
+                            env={**env, "MGSTREAMS_STATE_DIR": str(state)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    try:
+        ready = host.stdout.readline()
+        url = f"http://127.0.0.1:{port}"
+        assert ready.rstrip().endswith(f"; its page: {url}/ui"), ready     # the ready line names the page
+        token = (state / "api-token").read_text().strip()
+
+        # a second shell: no token, no state directory; the hint names MGSTREAMS_STATE_DIR, which then works
+        def second_shell(**extra):
+            return subprocess.run([sys.executable, "-m", "mgstreams", "list"], env={**env, "MGSTREAMS_URL": url,
+                                  **extra}, capture_output=True, text=True, timeout=60, cwd=ROOT)
+        refused = second_shell()
+        assert refused.returncode == 1 and "(no token was sent)" in refused.stderr, refused.stderr
+        assert "MGSTREAMS_STATE_DIR" in refused.stderr, refused.stderr
+        assert second_shell(MGSTREAMS_STATE_DIR=str(state)).returncode == 0
+
+        # a browser without the token: an HTML page saying how to get in (not the API's JSON), at / too
+        with httpx.Client(base_url=url, timeout=30, headers={"Accept": "text/html"}) as browser:
+            for path in ("/ui", "/", "/ui?token=wrong"):
+                page = browser.get(path)
+                assert page.status_code == 401 and page.headers["content-type"].startswith("text/html"), path
+                assert "api-token" in page.text and 'name="token"' in page.text and token not in page.text, path
+            assert "not the token of this host" in browser.get("/ui?token=wrong").text
+            assert browser.get("/streams").headers["content-type"] == "application/json"   # the API stays JSON
+            home = browser.get("/", params={"token": token})       # `/` leads to the page, the token kept
+            assert home.status_code == 303 and home.headers["location"] == f"/ui?token={token}", home.headers
+            shown = browser.get("/", params={"token": token}, follow_redirects=True)
+            assert shown.status_code == 200 and "<h1>mgstreams</h1>" in shown.text
+    finally:
+        host.terminate()
+        assert host.wait(60) == 0
+        host.stdout.close()
