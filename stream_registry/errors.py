@@ -44,6 +44,10 @@ class TransformError(StreamError):
     """The transformation could not be loaded, or failed on a batch."""
 
 
+class TransformNotFound(TransformError):
+    """The transformation's module is in none of the places transformations may come from."""
+
+
 class SinkError(StreamError):
     """The graph sink did not apply a batch. `transient`: retrying later may succeed (a lost connection);
     `rejected`: the database refused the statements themselves (a query error caused by the data)."""

@@ -33,6 +33,7 @@ from stream_registry.redaction import is_secret_key
 from stream_registry.registry import Isolation
 from stream_registry.safe_paths import check_private_dir
 
+from .. import transform_dirs
 from ..settings import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, TOKEN_ENV
 from ..tokens import generated_token
 from .api import Limits, create_app
@@ -199,6 +200,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         lag = None
         try:
+            transform_dirs.record(state_dir)   # so `mgstreams backfill --stream` finds what this host finds
             where = ""
             if token is None and not no_token:   # once the state directory is ours
                 token, token_path = generated_token(state_dir)

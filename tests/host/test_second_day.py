@@ -83,13 +83,13 @@ def test_check_on_a_stream_with_nothing_committed_previews_from_where_it_resumes
 # -- 7: check over a record the transformation fails on -------------------------------------------------------
 def test_check_shows_the_good_statements_and_a_row_with_the_error_for_the_bad_record(day2):
     name = create(day2)
-    result = cli(day2, "check", name, '{"%s:0": 0}' % day2.topic, "--limit", "3", "--json")
+    result = cli(day2, "check", name, json.dumps({f"{day2.topic}:0": 0}), "--limit", "3", "--json")
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)
     assert [(r["offset"], bool(r["query"]), r["error"] is None) for r in rows] == \
         [(0, True, True), (1, False, False), (2, True, True)], rows
     assert "ValueError: cannot read b'poison!'" in rows[1]["error"], rows[1]
-    table = cli(day2, "check", name, '{"%s:0": 1}' % day2.topic, "--limit", "1")
+    table = cli(day2, "check", name, json.dumps({f"{day2.topic}:0": 1}), "--limit", "1")
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split()[-1] == "ERROR", table.stdout
     assert "ValueError" in table.stdout
 
@@ -190,3 +190,47 @@ def test_a_second_shell_and_a_browser_are_told_how_to_get_in(tmp_path):
         host.terminate()
         assert host.wait(60) == 0
         host.stdout.close()
+
+
+# -- 8: backfill finds the transformations the host finds; each hint names its own command ----------------------
+def test_backfill_finds_the_hosts_transformations_and_hints_name_the_right_command(kafka, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from paths import ROOT
+
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "day2_moves.py").write_text(
+        "def moved(messages):\n"
+        "    return [{'query': 'MERGE (:Moved {offset: $o})', 'parameters': {'o': messages.message_at(i).offset()}}\n"
+        "            for i in range(messages.total_messages())]\n")
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 5, partitions=1)
+    host = HostProcess(tmp_path / "state", env={"MGSTREAMS_QUERY_MODULES_DIR": str(modules)}).start()
+    try:
+        with host.client() as client:
+            client.create(name="moves", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
+                          transform="day2_moves.moved", sink="null://")
+        unknown = invoke("create", "nowhere", "--topic", topic, "--bootstrap", kafka.bootstrap_servers,
+                         "--transform", "no_such_day2_module.fn", host=host)
+        assert unknown.exit_code == 1 and "MGSTREAMS_QUERY_MODULES_DIR" in unknown.stderr, unknown.stderr
+        assert "mgstreams backfill" not in unknown.stderr and "--modules-dir" not in unknown.stderr, unknown.stderr
+
+        # another shell, without the host's environment: the stream's transformation is found all the same
+        env = {k: v for k, v in os.environ.items() if k != "MGSTREAMS_QUERY_MODULES_DIR"}
+        out = tmp_path / "backfill"
+        done = subprocess.run([sys.executable, "-m", "mgstreams", "backfill", "--stream", "moves", "--state-dir",
+                               str(host.state_dir), "--from", "earliest", "--until", "latest", "--engine", "local",
+                               "--sink", f"cypherl://{out}"], env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=180)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "".join(f.read_text() for f in out.glob("*.cypherl")).count("Moved") >= 5
+        hinted = subprocess.run([sys.executable, "-m", "mgstreams", "backfill", "--topics", topic,
+                                 "--bootstrap-servers", kafka.bootstrap_servers, "--from", "earliest",
+                                 "--transform", "no_such_day2_module.fn", "--sink", "null://", "--dry-run"],
+                                env=env, cwd=ROOT, capture_output=True, text=True, timeout=180)
+        assert hinted.returncode == 1 and hinted.stderr.rstrip().endswith("; here: --modules-dir DIR"), hinted.stderr
+    finally:
+        host.stop()
