@@ -203,9 +203,10 @@ def _split_outside_quotes(text: str, sep: str) -> list[str]:
 TOOLKIT = r"check |offsets |revert |pending |set-offset \S+ (?:-P|'\{\"group\"|--from-file)"
 SHELL_RULES = {
     "make": r"^(KAFKA_BOOTSTRAP_SERVERS=\S+ )?make (demo|test|test-unit|test-tansu|lint)$",
-    "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole( --import-mode=batched-parallel)? "
+    "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole"
+                 r"( --username \S+ --password \"\$MEMGRAPH_PASSWORD\")?( --import-mode=batched-parallel)? "
                  r"< demo-out/\S+\.cypherl$|^cat demo-out/\S+ \| mgconsole --import-mode=batched-parallel$",
-    "docker": r"^docker compose (?!exec -T memgraph mgconsole <)",
+    "docker": r"^docker compose (?!exec -T memgraph mgconsole )",
     "serve": r"^mgstreams serve( |$)",
     "backfill": r"^mgstreams backfill ",
     "mgstreams": r"^mgstreams (?!backfill |serve( |$))(?!" + TOOLKIT + ")",
@@ -851,10 +852,14 @@ def test_demo_options_in_the_readme_parse():
         ("d", 5, 5, "local[2]", "bolt://h:1")
 
 
-def test_mgconsole_commands_load_files_the_demo_writes():
-    """No mgconsole here; the files are the ones the demo writes (tests/spark/test_demo_e2e.py runs it)."""
+def test_mgconsole_commands_load_files_the_demo_writes(compose):
+    """No mgconsole here; the files are the ones the demo writes (tests/spark/test_demo_e2e.py runs it). Into the
+    compose Memgraph, which has a user and a password, as its own user (issue 35)."""
     demo = "".join(path.read_text() for path in (ROOT / "mgstreams" / "demo").glob("*.py"))
+    user = re.fullmatch(r"\$\{MEMGRAPH_USER:-(\w+)\}", compose["services"]["memgraph"]["environment"]["MEMGRAPH_USER"])
     for command in shell("mgconsole"):
+        if command.startswith("docker compose "):
+            assert f'--username {user.group(1)} --password "$MEMGRAPH_PASSWORD"' in command, command
         path = re.search(r"demo-out/(\S+)", command).group(1)
         written = path.split("/")[0] if "/" in path else path
         assert f'"{written}"' in demo, f"{command}: the demo does not write {written}"
@@ -1081,7 +1086,12 @@ def test_cypher_block(cluster, memgraph):
     for statement in statements:
         if re.search(CYPHER_RULES["graph"], statement):
             continue
-        name, args, yielded = parse_call(statement.replace('"kafka:29092"', repr(cluster.bootstrap_servers)))
+        # the compose Memgraph (no Memgraph here): the default sink's file instead, credentials and all
+        compose_sink = '"bolt://memgraph:7687"'
+        name, args, yielded = parse_call(statement.replace('"kafka:29092"', repr(cluster.bootstrap_servers))
+                                         .replace(compose_sink, json.dumps(f"cypherl://{memgraph.default_sink}")))
+        if name == "streams.create" and compose_sink in statement:   # logs in as compose's Memgraph user
+            assert args[9]["bolt.username"] == "mgstreams" and args[9]["bolt.password"], args
         if name == "mg.load_all":
             memgraph.load_all()
             continue

@@ -54,3 +54,29 @@ def test_every_variable_the_code_reads_is_in_the_configuration_reference():
     documented = set(re.findall(r"^\| `(MGSTREAMS_[A-Z_]+)` \|", table, re.M))
     assert read - documented == set(), f"variables missing from docs/reference/configuration.md: {read - documented}"
     assert documented - read == set(), f"documented variables nothing reads: {documented - read}"
+
+
+def test_what_the_docs_say_of_changed_at_is_what_the_cli_and_the_api_print(capsys):
+    """The docs said `+00:00` while `mgstreams history --json` prints `Z` (issue 35)."""
+    import datetime
+    import json
+
+    from mgstreams.cli.invocation import print_json
+    from mgstreams.wire import to_json
+
+    moment = datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.UTC)
+    print_json({"changed_at": moment})                                  # what `--json` prints
+    assert json.loads(capsys.readouterr().out)["changed_at"] == "2026-11-26T12:00:00Z"
+    assert to_json({"changed_at": moment})["changed_at"] == "2026-11-26T12:00:00+00:00"   # the API's answers
+    text = " ".join((DOCS / "how-to" / "move-a-stream.md").read_text().split())
+    assert "`changed_at` is UTC: written with `Z` by the CLI (its tables and `--json`), with `+00:00` in the " \
+           "API's JSON" in text
+
+
+def test_gitignore_holds_what_getting_started_and_the_docs_build_leave_behind():
+    ignored = set((ROOT / ".gitignore").read_text().splitlines())
+    started = (DOCS / "getting-started.md").read_text()
+    for name in ("kafka.txt", "serve.txt"):
+        assert f"> {name}" in started and name in ignored, name
+    assert "MGSTREAMS_STATE_DIR=$PWD/mgstreams-state" in started and "mgstreams-state/" in ignored
+    assert "site/" in ignored   # make docs
