@@ -318,7 +318,7 @@ def alter_fields(changes: Any) -> dict[str, Any]:
     ConfigError naming a field alter cannot change, why, and what to do instead."""
     if not isinstance(changes, Mapping):
         raise ConfigError(f"changes: expected a map of fields to change, got {type(changes).__name__}")
-    fields = {OPTION_FIELDS.get(key, key): value for key, value in changes.items()}
+    fields: dict[str, Any] = {OPTION_FIELDS.get(str(key), str(key)): value for key, value in changes.items()}
     for key in sorted(str(k) for k in fields if k not in ALTERABLE_FIELDS):
         why = _NOT_ALTERABLE.get(key)
         shown = _option_name(key) if why else repr(key)

@@ -234,3 +234,42 @@ def test_backfill_finds_the_hosts_transformations_and_hints_name_the_right_comma
         assert hinted.returncode == 1 and hinted.stderr.rstrip().endswith("; here: --modules-dir DIR"), hinted.stderr
     finally:
         host.stop()
+
+
+# -- 9: a restart on defaults delivers again within 10 s on the embedded cluster ------------------------------------
+RESTART_BUDGET_S = 10.0
+
+
+def test_a_stream_restarted_on_defaults_delivers_again_within_10_s(day2, embedded_kafka, tmp_path):
+    """The embedded cluster ignores LeaveGroup: a restarted stream waited for its last run's session, 45 s on
+    librdkafka's defaults. The stream sets no group timing here (no session.timeout.ms, no heartbeat)."""
+    import time
+
+    from stream_helpers import delivered_from_file, wait_until
+
+    kafka = day2.kafka
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 4, partitions=2)
+    out = tmp_path / "restart.cypherl"
+    with day2.client() as client:
+        client.create(name="restarts", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
+                      transform="stream_helpers.offsets_transform", sink=f"cypherl://{out}",
+                      consumer_group=f"day2_restart_{uuid.uuid4().hex[:8]}", batch_interval_ms=20)
+        assert "session.timeout.ms" not in client.get("restarts").configs
+        client.start("restarts")
+        wait_until(lambda: out.exists() and len(delivered_from_file(out)) == 4, 60, 0.1, "the first run's messages")
+        took = {}
+        for how in ("stop and start", "alter", "stop and start again"):
+            seen = len(delivered_from_file(out))
+            began = time.monotonic()
+            if how == "alter":
+                client.alter("restarts", batch_size=500)   # a running stream restarts to apply it
+            else:
+                client.stop("restarts")
+                began = time.monotonic()
+                client.start("restarts")
+            kafka.produce(topic, 2, partitions=2)
+            wait_until(lambda n=seen + 2: len(delivered_from_file(out)) >= n, 60, 0.1, f"delivery after {how}")
+            took[how] = time.monotonic() - began
+        client.stop("restarts")
+    assert max(took.values()) < RESTART_BUDGET_S, took
