@@ -2,7 +2,9 @@
 here (issues 6, 9 and 35).
 
 The pages are parsed, not copied: README.md first, then docs/ in the order of mkdocs.yml's `nav`, then any other
-page under docs/ (a page not in the nav yet is checked all the same), as one document. Each command of a
+page under docs/ (a page not in the nav yet is checked all the same), as one document. A page whose commands a
+test of its own runs says so on a line `<!-- commands: tests/host/test_x.py -->` (and that test names the page);
+its blocks are left to that test. Each command of a
 ```bash, ```cypher or ```python block is matched by one rule below, and a command no rule handles fails
 `test_every_readme_command_has_a_rule`, so the documentation stays honest. A new page's commands need a rule
 here only when no existing rule (and its test) covers them. The walkthroughs (the CLI's, the toolkit's, curl's,
@@ -113,7 +115,12 @@ def nav_pages(nav) -> list[str]:
     return [page for item in nav for page in nav_pages(item)]
 
 
-def pages() -> list[Path]:
+# A page whose commands a test of its own runs (its own scenario, cluster or host) says so on a line of its own:
+# `<!-- commands: tests/host/test_x.py -->`; that test must name the page. Its blocks are left out here.
+OWN_TEST = re.compile(r"^<!-- commands: (tests/[\w/]+\.py) -->$", re.M)
+
+
+def all_pages() -> list[Path]:
     """README.md, the nav's pages in order, then every other page under docs/ (sorted)."""
     import yaml
 
@@ -122,8 +129,21 @@ def pages() -> list[Path]:
     return [README, *listed, *others]
 
 
+def pages() -> list[Path]:
+    """all_pages() but those whose commands a test of their own runs (OWN_TEST)."""
+    return [path for path in all_pages() if not OWN_TEST.search(path.read_text())]
+
+
+def test_a_page_with_a_test_of_its_own_is_named_by_that_test():
+    for path in all_pages():
+        for test in OWN_TEST.findall(path.read_text()):
+            assert (ROOT / test).is_file(), f"{path.relative_to(ROOT)}: {test} does not exist"
+            assert str(path.relative_to(ROOT)) in (ROOT / test).read_text(), \
+                f"{test} does not name {path.relative_to(ROOT)}, whose commands it is said to run"
+
+
 def all_text() -> str:
-    return "\n".join(path.read_text() for path in pages())
+    return "\n".join(path.read_text() for path in all_pages())
 
 
 def fenced(text: str) -> list[tuple[str, str]]:
