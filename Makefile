@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lint test test-unit test-tansu demo clean browser
+.PHONY: install lint test test-unit test-tansu demo docs clean browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,5 +63,10 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(BIN)/python -m mgstreams.demo --out demo-out
 
+# The documentation site (mkdocs.yml, docs/): built with every warning an error (a broken link, a missing page,
+# an anchor that is not there), the CLI reference generated from the click commands. Open site/index.html.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache
+	rm -rf $(VENV) demo-out site .pytest_cache

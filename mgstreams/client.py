@@ -26,12 +26,14 @@ from stream_registry.model import (
     StreamLag,
 )
 
-from .settings import DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, URL_ENV
+from .settings import DEFAULT_URL, STATE_DIR_ENV, TOKEN_ENV, TOKEN_FILE_ENV, TOKEN_FILE_NAME, URL_ENV
 from .tokens import client_token, default_token_file, read_token_file
 from .wire import from_json
 
 TOKEN_HINT = (f"pass the host's token with ${TOKEN_ENV}, the CLI's --token, or ${TOKEN_FILE_ENV}=FILE; a host "
-              f"started without one keeps the token it generated in <its state dir>/{TOKEN_FILE_NAME}")
+              f"started without one keeps the token it generated in <its state dir>/{TOKEN_FILE_NAME}, which the "
+              f"CLI finds by itself when ${STATE_DIR_ENV} names that directory (as in the shell that started the "
+              f"host)")
 
 
 class HostUnavailable(StreamError):

@@ -155,8 +155,8 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
 @mgp.read_proc
 def alter(name: str, changes: mgp.Map) -> StatusRecord:
     """Change a stream: `changes` holds any of batch_size, batch_interval_ms, transform, sink, tasks, configs (merged
-    into the stream's configs; a null value removes a key), key.format, value.format, schema.registry.url and
-    transform.options, e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
+    into the stream's configs; a null value removes a key) and the options create takes (errors.tolerance,
+    key.format, value.format, schema.registry.url, transform.options, ...), e.g. {batch_size: 50, configs: {`fetch.wait.max.ms`:
     "10"}}. Checked as create is; a refusal changes nothing. A running stream restarts to apply it, from its
     committed offsets; pending offset changes and the history stay. With a sink change, `from` (any offset spec)
     names where the new sink starts; without it an exactly-once stream's new sink continues where it stood."""
@@ -323,17 +323,19 @@ def pending(name: str, cancel: bool = False) -> mgp.Record(topic=str, partition=
 
 @mgp.read_proc
 def check(name: str, offset: mgp.Any = "committed", limit: int = 10
-          ) -> mgp.Record(topic=str, partition=int, offset=int, query=str, parameters=mgp.Map):
+          ) -> mgp.Record(topic=str, partition=int, offset=int, query=str, parameters=mgp.Map,
+                          error=mgp.Nullable[str]):
     """Preview: the statements the stream's transformation makes of up to `limit` records per partition
     (at most 1000), read from where `offset` resolves (any set_stream_offset spec), without joining the
-    stream's group and without committing. Nothing is written anywhere."""
+    stream's group and without committing. Nothing is written anywhere. A record the transformation fails
+    on is a row with an empty query and the failure in `error`."""
     if isinstance(limit, bool) or not 1 <= limit <= MAX_CHECK_LIMIT:
         raise Exception(f"limit: must be an integer from 1 to {MAX_CHECK_LIMIT} (records per partition), "
                         f"got {limit!r}")
     rows = _host("POST", _stream(name, "/check"), {"offset": offset, "limit": limit, "timeout_ms": CHECK_TIMEOUT_MS},
                  timeout=CHECK_TIMEOUT_MS / 1000.0 + MARGIN_S)
     return [mgp.Record(topic=r["topic"], partition=r["partition"], offset=r["offset"], query=r["query"],
-                       parameters=r["parameters"]) for r in rows]
+                       parameters=r["parameters"], error=r.get("error")) for r in rows]
 
 
 def _utc(text: str) -> datetime.datetime:

@@ -224,7 +224,8 @@ def check_host(field: str, host: Host, environ: Mapping[str, str] | None = None)
     """`host` if the operator allows it; ConfigError naming `field` otherwise."""
     if not host_allowed(host, environ):
         raise ConfigError(f"{field}: host {escaped(host.name)} is not one the operator allows "
-                          f"({', '.join(allowed_hosts(environ))}; set ${ALLOWED_HOSTS_ENV} to change them)")
+                          f"({', '.join(allowed_hosts(environ))}; an operator changes them with ${ALLOWED_HOSTS_ENV} "
+                          f"in the host's environment)")
     return host
 
 

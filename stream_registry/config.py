@@ -81,9 +81,20 @@ OPTION_FIELDS = {
 }
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
 # What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
-ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "tasks",
+ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "restart", "errors_tolerance",
+                    "dead_letter_topic", "dead_letter_context_headers", "bolt_unwind", "tasks",
                     "key_format", "value_format", "schema_registry_url", "transform_options")
 ALTER_OPTIONS = ("from",)   # an alter's options beyond the fields: where a new sink starts (registry.sink_change)
+# What it cannot change, and why: the message says so plainly.
+_NOT_ALTERABLE = {
+    "name": "it names the stream",
+    "topics": "they are what the stream's group has committed offsets for",
+    "consumer_group": "it holds the stream's committed offsets",
+    "bootstrap_servers": "it names the cluster the stream's group and offsets live in",
+    "delivery": "an exactly-once stream resumes from the offsets its sink stores, an at-least-once one from "
+                "its Kafka commits, so a switch would move every partition",
+    "credentials": "secrets are only ever given with the stream's definition",
+}
 
 ALLOWED_GROUPS_ENV = "MGSTREAMS_ALLOWED_GROUPS"
 GROUP_PREFIX = "mgstreams_"   # a stream's default group is mgstreams_<name>: the host's own namespace
@@ -228,15 +239,7 @@ class StreamConfig:
         """This stream with `changes` (a subset of ALTERABLE_FIELDS) applied and validated as a create is:
         `configs` is merged into the present ones (a null value removes a key). ConfigError naming the first
         bad field; nothing is changed then (the config is a value)."""
-        if not isinstance(changes, Mapping):
-            raise ConfigError(f"changes: expected a map of fields to change, got {type(changes).__name__}")
-        unknown = sorted(str(k) for k in changes if OPTION_FIELDS.get(k, k) not in ALTERABLE_FIELDS)
-        if unknown:
-            raise ConfigError(f"{unknown[0]}: cannot be altered (alterable: {', '.join(ALTERABLE_FIELDS)}); drop "
-                              f"and create the stream to change it")
-        if not changes:
-            raise ConfigError(f"changes: nothing to change; give at least one of {', '.join(ALTERABLE_FIELDS)}")
-        fields = {OPTION_FIELDS.get(key, key): value for key, value in changes.items()}
+        fields = alter_fields(changes)
         if "configs" in fields:
             patch = fields["configs"]
             if not isinstance(patch, Mapping):
@@ -366,6 +369,22 @@ class StreamConfig:
         if protocol is not None and protocol not in GROUP_PROTOCOLS:
             raise ConfigError(f"configs['group.protocol']: {protocol!r} is not one of "
                               f"{', '.join(sorted(GROUP_PROTOCOLS))}")
+
+
+def alter_fields(changes: Any) -> dict[str, Any]:
+    """`alter`'s changes by field name (Kafka Connect's option names, as create takes them, become the fields);
+    ConfigError naming a field alter cannot change, why, and what to do instead."""
+    if not isinstance(changes, Mapping):
+        raise ConfigError(f"changes: expected a map of fields to change, got {type(changes).__name__}")
+    fields: dict[str, Any] = {OPTION_FIELDS.get(str(key), str(key)): value for key, value in changes.items()}
+    for key in sorted(str(k) for k in fields if k not in ALTERABLE_FIELDS):
+        why = _NOT_ALTERABLE.get(key)
+        shown = _option_name(key) if why else repr(key)
+        raise ConfigError(f"{shown}: cannot be altered{f' ({why})' if why else ''}: drop the stream and create it "
+                          f"again to change it (alterable: {', '.join(_option_name(f) for f in ALTERABLE_FIELDS)})")
+    if not fields:
+        raise ConfigError(f"changes: nothing to change; give at least one of {', '.join(ALTERABLE_FIELDS)}")
+    return fields
 
 
 def _option_name(field_name: str) -> str:

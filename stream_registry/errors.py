@@ -54,6 +54,10 @@ class RegistryUnavailable(StreamError):
     retried (graph.sink_faults)."""
 
 
+class TransformNotFound(TransformError):
+    """The transformation's module is in none of the places transformations may come from."""
+
+
 class SinkError(StreamError):
     """The graph sink did not apply a batch. `transient`: retrying later may succeed (a lost connection);
     `rejected`: the database refused the statements themselves (a query error caused by the data)."""

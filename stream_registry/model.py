@@ -218,12 +218,14 @@ class PendingOffset:
 @dataclass(frozen=True, kw_only=True)
 class PreviewStatement:
     """One statement the stream's transformation makes of the record at topic/partition/offset (a preview:
-    nothing was written); `parameters` are plain JSON values (bytes as text, times as ISO-8601)."""
+    nothing was written); `parameters` are plain JSON values (bytes as text, times as ISO-8601). A record the
+    transformation fails on is one row with an empty query and the failure in `error`."""
     topic: str
     partition: int
     offset: int
     query: str
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

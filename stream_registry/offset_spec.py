@@ -145,8 +145,13 @@ class OffsetSpec:
             if topic not in partitions_by_topic:
                 raise OffsetSpecError(f"offset: unknown topic {topic!r} in {topic}:{partition} "
                                       f"(stream topics: {', '.join(sorted(partitions_by_topic))})")
-            if partition not in set(partitions_by_topic[topic]):
-                raise OffsetSpecError(f"offset: unknown partition {topic}:{partition}")
+            known = sorted(partitions_by_topic[topic])
+            if partition not in set(known):
+                have = f"{len(known)} partition{'s' if len(known) != 1 else ''}"
+                ids = f"{known[0]}-{known[-1]}" if known == list(range(known[0], known[-1] + 1)) and len(known) > 1 \
+                    else ", ".join(map(str, known))
+                raise OffsetSpecError(f"offset: unknown partition {topic}:{partition} (topic {topic!r} has {have}: "
+                                      f"{ids})")
 
 
 # -- parsing ------------------------------------------------------------------

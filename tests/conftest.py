@@ -259,6 +259,7 @@ BROKER_NEUTRAL = frozenset({
     "test_host_log.py",            # what the host writes to its log
     "test_ui.py",                  # the /ui page and its rendering in Chromium
     "test_readme_commands.py",     # the README's commands
+    "test_second_day.py",          # the CLI's refusals and messages, previews, the browser page, restart time
     "test_unwind_host.py",         # Bolt writes folded into UNWIND batches (the sink's side)
     "test_cdc_host.py",            # record formats and the debezium transformation (decoding and the sink's side)
     "test_backfill_secrets.py",    # secrets kept out of the backfill's output and Spark's UI

@@ -6,8 +6,8 @@
         [--min-partitions N] [--batch-size N] [--writers N] [--prepare] [--report FILE] [--dry-run]
 
 Also `spark-submit mgstreams/backfill_main.py ARGS...` (the master then comes
-from spark-submit). SPECs are the registry's offset specs (Memgraph's dialect:
--1 beginning, -2 end; prefer `earliest`/`latest`), e.g. `earliest`, `1200`,
+from spark-submit). SPECs are the registry's offset specs as typed in a shell
+(`earliest`/`latest`; a bare -1 or -2 is refused as ambiguous), e.g. `earliest`, `1200`,
 `2024-05-01T00:00:00Z`, `-500` as '"-500"' (relative to the committed offset),
 or JSON '{"orders:0": 1200, "orders": "earliest"}'. `--until committed` ends
 at the group's committed offsets; with `--stream`, `committed` (and what relative
@@ -34,7 +34,7 @@ import click
 from spark_bridge.bolt_load import DEFAULT_WRITERS, MAX_WRITERS, is_bolt_uri, prepare_graph, prepare_statements
 from spark_bridge.engine import Engine, choose_engine, spark_target
 from spark_bridge.job import BackfillJob, BackfillReport, plan_job
-from stream_registry.errors import ConfigError, StreamError
+from stream_registry.errors import ConfigError, StreamError, TransformNotFound
 from stream_registry.redaction import redact
 
 from ..settings import SINK_PASSWORD_ENV, SPARK_REMOTE_ENV, STATE_DIR_ENV, default_state_dir
@@ -52,6 +52,14 @@ from .usage import UsageCommand
 
 ANALYTICAL_HINT = ("for a first big import Memgraph recommends `STORAGE MODE IN_MEMORY_ANALYTICAL;` (no transactions "
                    "to conflict or roll back); run `STORAGE MODE IN_MEMORY_TRANSACTIONAL;` before live streams write")
+
+
+def _validate(job: BackfillJob) -> None:
+    """job.validate(); a transformation found nowhere says how to point this command at it."""
+    try:
+        job.validate()
+    except TransformNotFound as exc:
+        raise TransformNotFound(f"{exc}; here: --modules-dir DIR") from None
 
 
 class BackfillFailed(click.ClickException):
@@ -116,7 +124,7 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
     job = _guard(lambda: build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start,
                                    until, transform, modules_dirs, sink, sink_username, min_partitions,
                                    batch_size, fail_on_data_loss, writers, config_file=config_file))
-    _guard(job.validate)
+    _guard(lambda: _validate(job))
     if master and master.startswith("sc://") and not remote:
         master, remote = None, master       # --master sc://… was how Spark Connect was named before --remote
     _guard(lambda: _check_engine_options(Engine(engine_name), master, remote))

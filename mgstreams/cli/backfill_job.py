@@ -13,6 +13,7 @@ from stream_registry.offset_spec import parse_offset_spec
 from stream_registry.redaction import is_secret_key
 
 from ..settings import SINK_PASSWORD_ENV, default_state_dir
+from ..transform_dirs import recorded
 from .spec_argument import option_spec
 
 
@@ -57,6 +58,7 @@ def _stream_job(name, state_dir, start_spec, until_spec, transform, search_dirs,
 
     state_dir = state_dir or default_state_dir()
     config = stored_config(state_dir, name).with_group()
+    search_dirs = (*search_dirs, *(d for d in recorded(state_dir) if d not in search_dirs))   # the host's too
     if not credentials and sink == config.sink:
         credentials = config.sink_credentials()
     client_config = config.client_config()

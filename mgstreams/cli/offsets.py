@@ -34,8 +34,8 @@ def set_offset(name: str, spec: str | None, from_file, dry_run: bool, timeout: f
     """Set the offset of stream NAME on every partition SPEC (or the --from-file FILE) targets.
 
     \b
-    SPEC: 10 | -1 (beginning) | -2 (end) | earliest | latest | committed | +N | -N (N >= 3; back 1 or 2
-          is '"-1"', '"-2"') |
+    SPEC: 10 | earliest | latest | committed | +N | -N (N >= 3; back 1 or 2 is '"-1"', '"-2"'; a bare
+          -1 or -2, Memgraph's beginning and end, is refused here: say earliest or latest) |
           2024-05-01T12:00:00Z | -PT15M (a duration back from now) | '{"group": "other_group"}' |
           '{"topic": "earliest", "topic:0": 42, "topic:1": {"group": "g"}}'
     """
@@ -159,7 +159,8 @@ def check(name: str, spec: str, limit: int, as_json: bool) -> None:
         print_json(rows)
         return
     show(table(CHECK_COLUMNS, (
-        (r.topic, r.partition, r.offset, r.query, json.dumps(r.parameters, ensure_ascii=False)) for r in rows)))
+        (r.topic, r.partition, r.offset, r.query, json.dumps(r.parameters, ensure_ascii=False) if not r.error
+         else "", r.error or "") for r in rows)))
 
 
 COMMANDS = (set_offset, history, revert, pending, offsets, check)

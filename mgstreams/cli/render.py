@@ -33,7 +33,7 @@ HISTORY_COLUMNS = (key("CHANGE-ID"), key("CHANGED-AT"), key("TOPIC"), key("PARTI
 PENDING_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), extra("PREVIOUS-OFFSET"), key("REQUESTED-AT"),
                    long("MESSAGE", fold=True))
 CHECK_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), long("QUERY", fold=True),
-                 long("PARAMETERS", fold=True))
+                 long("PARAMETERS", fold=True), long("ERROR", fold=True))
 LAG_COLUMNS = (key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("LOG-END-OFFSET"), key("LAG"),
                key("LAG-SECONDS"), extra("METHOD"), key("STATUS"), long("MESSAGE", fold=True))
 TOP_COLUMNS = (key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),

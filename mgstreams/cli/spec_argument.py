@@ -10,12 +10,25 @@ from stream_registry.errors import ConfigError
 _INTEGER = re.compile(r"-?[0-9]{1,30}")   # ASCII digits, matched whole; longer runs are the parser's to refuse
 
 
+# A bare -1, -2 or -0 has two readings at a shell prompt: Memgraph's dialect (-1 beginning, -2 end, what Cypher
+# keeps) and a move back (-N, as -3 is). Typed in a shell they are refused, naming both and the words to use.
+_AMBIGUOUS = {
+    "-1": "Memgraph's dialect reads it as the beginning, a shell as one back: say earliest for the beginning, "
+          "or '\"-1\"' (quoted) to move back 1",
+    "-2": "Memgraph's dialect reads it as the end, a shell as two back: say latest for the end, "
+          "or '\"-2\"' (quoted) to move back 2",
+    "-0": "it reads as offset 0 or as no move back: say 0 (or earliest) for the first offset",
+}
+
+
 def parse_spec_argument(text: str) -> object:
     """SPEC as typed in a shell: JSON when it starts with `{` or `"`, an integer, else the string.
 
-    An integer is Memgraph's dialect (-1 beginning, -2 end); below -2 it cannot
-    be an offset, so `-50` is a move back by 50, as `+50` is one forward. A move
-    back by 1 or 2 is the quoted '"-1"', '"-2"'; maps name topics or topic:partition.
+    A non-negative integer is an offset; `-N` (N >= 3) is a move back by N, as `+N`
+    is one forward. A bare -1, -2 or -0 is refused (ConfigError naming both readings
+    and what to type instead): Memgraph's -1 (beginning) and -2 (end) are `earliest`
+    and `latest` here, a move back by 1 or 2 the quoted '"-1"', '"-2"'. Maps name
+    topics or topic:partition.
     """
     stripped = text.strip()
     if stripped.startswith(("{", '"')):
@@ -28,8 +41,11 @@ def parse_spec_argument(text: str) -> object:
         except RecursionError:
             raise ConfigError(f"SPEC: {_shown(text)} is nested too deeply") from None
     if _INTEGER.fullmatch(stripped):
+        ambiguous = _AMBIGUOUS.get(re.sub(r"^-0+(?=[0-9])", "-", stripped))
+        if ambiguous:
+            raise ConfigError(f"SPEC: {stripped} is ambiguous at a shell prompt: {ambiguous}")
         number = int(stripped)
-        return number if number >= -2 else stripped   # -N (N >= 3): a move back, as "+N" is one forward
+        return number if number >= 0 else stripped   # -N (N >= 3): a move back, as "+N" is one forward
     return text   # the offset parser refuses, naming the value, what is no spec (longer numbers too)
 
 

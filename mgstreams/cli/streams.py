@@ -46,6 +46,21 @@ def _config_pair(ctx, param, values: tuple[str, ...]) -> dict[str, str]:
     return pairs
 
 
+_BOOLEAN_OPTIONS = ("errors.deadletterqueue.context.headers.enable", "bolt_unwind")
+
+
+def _split_options(configs: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """--config pairs split into stream options (Kafka Connect's names, as Cypher's `options` and the API take
+    them; true/false for the boolean ones) and librdkafka properties."""
+    from stream_registry.config import OPTION_FIELDS
+
+    options: dict[str, Any] = {k: v for k, v in configs.items() if k in OPTION_FIELDS}
+    for key in _BOOLEAN_OPTIONS:
+        if key in options and options[key].lower() in ("true", "false"):
+            options[key] = options[key].lower() == "true"
+    return options, {k: v for k, v in configs.items() if k not in OPTION_FIELDS}
+
+
 @click.command(cls=UsageCommand)
 @click.argument("name")
 @click.option("--topic", "topics", multiple=True, required=True, help="A topic to consume (repeatable).")
@@ -73,15 +88,12 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
     Secrets (sasl.password and the like) given with --config are stored masked in
     every listing, but a command line is visible to other local users: prefer
     the API or Cypher for them."""
-    from stream_registry.config import OPTION_FIELDS
-
     fields: dict[str, Any] = {"name": name, "topics": list(topics), "bootstrap_servers": bootstrap_servers}
     for key, value in (("transform", transform), ("sink", sink), ("consumer_group", consumer_group),
                        ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("tasks", tasks)):
         if value is not None:
             fields[key] = value
-    options = {k: v for k, v in configs.items() if k in OPTION_FIELDS}
-    kafka_configs = {k: v for k, v in configs.items() if k not in OPTION_FIELDS}
+    options, kafka_configs = _split_options(configs)
     if kafka_configs:
         fields["configs"] = kafka_configs
     fields.update(options)
@@ -102,8 +114,9 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
               help="With --sink: where the new sink starts (an offset spec, as set-offset takes); by default an "
                    "exactly-once stream's new sink continues where the stream stood.")
 @click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
-              help="Set a librdkafka property of the consumer, or a stream option (key.format, value.format, "
-                   "schema.registry.url, transform.options as JSON) (repeatable); the others stay.")
+              help="Set a librdkafka property of the consumer, or a stream option as create takes it "
+                   "(errors.tolerance, errors.deadletterqueue.topic.name, restart, key.format, value.format, "
+                   "schema.registry.url, transform.options as JSON, ...) (repeatable); the others stay.")
 @click.option("--unset-config", "unset", multiple=True, metavar="KEY",
               help="Remove a librdkafka property (repeatable): librdkafka's default applies again.")
 @click.option("--tasks", type=int, default=None, metavar="N", help="The new number of member processes (1 to 32).")
@@ -118,11 +131,14 @@ def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, tran
     changes: dict[str, Any] = {key: value for key, value in (
         ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("transform", transform),
         ("sink", sink), ("tasks", tasks)) if value is not None}
-    from stream_registry.config import OPTION_FIELDS
-    changes.update({k: v for k, v in configs.items() if k in OPTION_FIELDS})   # key.format=avro and the like
-    configs = {k: v for k, v in configs.items() if k not in OPTION_FIELDS}
-    if configs or unset:
-        changes["configs"] = {**configs, **{key: None for key in unset}}
+    options, kafka_configs = _split_options(configs)
+    changes.update(options)
+    if set(unset) & set(_option_keys()):
+        key = sorted(set(unset) & set(_option_keys()))[0]
+        raise click.BadParameter(f"{key!r} is a stream option, not a Kafka property: set it with --config "
+                                 f"{key}=VALUE", param_hint="--unset-config")
+    if kafka_configs or unset:
+        changes["configs"] = {**kafka_configs, **{key: None for key in unset}}
     if start_from is not None:
         changes["from"] = run(lambda: option_spec(start_from, "--from"))
     if not changes:
@@ -133,6 +149,12 @@ def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, tran
         print_json(info)
     else:
         click.echo(f"{info.name} altered ({info.status.value})")
+
+
+def _option_keys() -> tuple[str, ...]:
+    from stream_registry.config import OPTION_FIELDS
+
+    return tuple(OPTION_FIELDS)
 
 
 def _print_status(info, as_json: bool) -> None:

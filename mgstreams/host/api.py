@@ -46,8 +46,8 @@ from stream_registry.model import CHECK_TIMEOUT_MS
 
 from ..settings import DEFAULT_SINK
 from ..wire import to_json
+from . import entry, ui
 from . import request_parts as parts
-from . import ui
 from .boundary import BrowserBoundary
 from .metrics import registry_metrics
 from .waits import Waits
@@ -240,6 +240,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams/{name}/lag", stream_lag, methods=["GET"]),
         Route("/lag", all_lag, methods=["GET"]),
         Route("/ui", ui_page, methods=["GET"]),
+        Route("/", entry.home, methods=["GET"]),
         Route("/streams/{name}/history/{change_id}/revert", revert, methods=["POST"]),
         Route("/streams/{name}/pending", pending, methods=["GET"]),
         Route("/streams/{name}/pending", cancel_pending, methods=["DELETE"]),
@@ -336,11 +337,13 @@ def _require_token(token: str) -> Callable[[Request, Callable[[Request], Awaitab
         if request.method == "GET" and request.url.path == "/health":
             return await call_next(request)   # liveness probes carry no token; it answers {"status": "ok"} only
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if not scheme and request.method == "GET" and request.url.path == "/ui":
+        if not scheme and request.method == "GET" and request.url.path in entry.PAGE_PATHS:
             # a browser cannot send a bearer header when it opens a page: /ui?token=... (as Jupyter's URLs)
             scheme, given = "bearer", request.query_params.get("token", "")
         # compare_digest runs in constant time for any input; the scheme is case-insensitive (RFC 9110)
         if not hmac.compare_digest(given.strip().encode(), expected) or scheme.lower() != "bearer":
+            if request.method == "GET" and request.url.path in entry.PAGE_PATHS:
+                return entry.sign_in(request)   # a browser: an HTML page saying how to get in
             return _error("authorization: a valid bearer token is required (Authorization: Bearer ...)", 401,
                           {"WWW-Authenticate": 'Bearer realm="mgstreams"'})
         return await call_next(request)

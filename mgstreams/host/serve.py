@@ -34,12 +34,14 @@ from stream_registry.model import STOP_TIMEOUT_S
 from stream_registry.registry import Isolation
 from stream_registry.safe_paths import check_private_dir
 
+from .. import transform_dirs
 from ..secret_env import secret_variables
 from ..settings import DEFAULT_LISTEN, DEFAULT_SINK, DEFAULT_SINK_ENV, TOKEN_ENV
 from ..tokens import generated_token
 from .api import Limits, create_app
 from .boundary import SERVER_NAMES_ENV
 from .connections import MAX_CONNECTIONS_ENV, guarded_protocol
+from .entry import PAGE
 
 log = logging.getLogger("mgstreams.host")
 
@@ -209,6 +211,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         lag = None
         try:
+            transform_dirs.record(state_dir)   # so `mgstreams backfill --stream` finds what this host finds
             where = ""
             if token is None and not no_token:   # once the state directory is ours
                 token, token_path = generated_token(state_dir)
@@ -228,7 +231,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections, token)))
             shutdown.attach(server, registry.begin_close)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s){where})")
+                  f"{len(registry.list())} stream(s){where}); its page: {url}{PAGE}")
             server.run(sockets=[sock])
         finally:
             if lag is not None:

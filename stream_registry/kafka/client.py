@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from ..errors import ConfigError
-from ..redaction import redact
+from ..redaction import is_secret_key, redact
 
 
 class RedactingLog:
@@ -35,8 +36,23 @@ def _new_client(kind: type, config: Mapping[str, object], secrets: Iterable[str]
         # every process logs through it (a password used as client.id is quoted by librdkafka's own lines).
         return kind({**config, "logger": RedactingLog(secrets)})
     except (KafkaException, ValueError, TypeError) as exc:
-        text = redact(str(exc.args[0] if exc.args else exc), secrets)
-        raise ConfigError(f"{field}: rejected by the Kafka client: {text}") from None
+        error = exc.args[0] if exc.args else exc
+        text = redact(error.str() if isinstance(error, KafkaError) else str(error), secrets)
+        raise ConfigError(f"{_named(field, config, text, secrets)}rejected by the Kafka client: {text}") from None
+
+
+_PROPERTY = re.compile(r'(?:property|property:) "([^"]+)"')
+
+
+def _named(field: str, config: Mapping[str, object], text: str, secrets: list[str]) -> str:
+    """`configs['session.timeout.ms']: 'abc' ` when librdkafka's message names a property the config sets (its
+    value masked if it is a secret), else `configs: `."""
+    found = _PROPERTY.search(text)
+    key = found.group(1) if found else None
+    if key is None or key not in config:
+        return f"{field}: "
+    value = "'***'" if is_secret_key(key) else redact(repr(config[key]), secrets)
+    return f"{field}[{key!r}]: {value} "
 
 
 # Consumer-only properties an admin client or a producer would warn about; everything else (security, sockets,

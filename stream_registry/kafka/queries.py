@@ -86,7 +86,8 @@ class PartitionQuery:
         timeout = self.timeout if timeout is None else timeout
         for topic in topics:
             metadata = self._call(partial(Consumer.list_topics, topic=topic, timeout=max(timeout, 0.1)),
-                                  f"metadata for topic {topic!r}", field="bootstrap_servers", timeout=timeout)
+                                  f"metadata for topic {topic!r} from {self._bootstrap_servers!r}",
+                                  field="bootstrap_servers", timeout=timeout)
             info = metadata.topics.get(topic)
             if info is None or info.error is not None or not info.partitions:
                 reason = info.error.str() if info is not None and info.error is not None else "no partitions"

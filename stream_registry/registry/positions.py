@@ -95,6 +95,18 @@ class StreamPositions:
                                                        else None))
                 for s in snapshots for key in [PartitionKey(s.topic, s.partition)]]
 
+    def resume_starts(self, config: StreamConfig, query: PartitionQuery, runner: StreamRunner | None
+                      ) -> tuple[dict[PartitionKey, int], dict[PartitionKey, int]]:
+        """(start, log end) of every partition from where the stream resumes (`describe`'s resume_offset);
+        OffsetSpecError when an exactly-once stream's sink cannot be read, naming it."""
+        rows = self.describe(config, query, runner)
+        unknown = [f"{r.topic}:{r.partition}" for r in rows if r.resume_offset is None]
+        if unknown:
+            raise OffsetSpecError(f"offset 'committed': where the stream resumes on {', '.join(unknown)} is the "
+                                  "offset its exactly-once sink stores, and the sink cannot be read now")
+        starts = {PartitionKey(r.topic, r.partition): r.resume_offset for r in rows if r.resume_offset is not None}
+        return starts, {PartitionKey(r.topic, r.partition): r.log_end_offset for r in rows}
+
     def stored_offsets(self, config: StreamConfig,
                        partitions: Iterable[PartitionKey]) -> dict[PartitionKey, int] | None:
         """An exactly-once stream's offsets read from its sink; None when the sink cannot be read."""

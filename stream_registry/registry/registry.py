@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import OPTION_FIELDS, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig
+from ..config import OPTION_FIELDS, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig, alter_fields
 from ..errors import (
     ConfigError,
     StreamError,
@@ -191,6 +191,7 @@ class StreamRegistry:
         change is an offset change too (sink_change): the new sink continues where the stream stood, or from
         `from`."""
         changes, start_from = split_from(changes)
+        changes = alter_fields(changes)   # Kafka Connect's option names too, as create takes them
         before = self._stream(name).config
         config = before.altered(changes)
         moving = sink_change(before, config, start_from)
@@ -502,7 +503,10 @@ class StreamRegistry:
         """The statements the stream's transformation makes of up to `limit` records per partition, from
         where `offset` (any set_offset spec) resolves: Memgraph's CHECK STREAM at any offset. Read without
         joining the stream's group and without committing; nothing is written anywhere (no sink is opened).
-        A partition the spec leaves alone is not read; one a group never committed is read from its offset."""
+        A partition the spec leaves alone is not read; one a group never committed is read from its offset.
+        "committed" (the default) previews from where the stream resumes (`describe`'s resume_offset: a pending
+        change, an exactly-once sink's stored offset, the committed offset, else auto.offset.reset), so a
+        stream that has committed nothing yet previews what it would read first."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CHECK_LIMIT:
             raise ConfigError(f"limit: must be an integer from 1 to {MAX_CHECK_LIMIT} (records per partition), "
                               f"got {limit!r}")
@@ -510,11 +514,15 @@ class StreamRegistry:
         spec = parse_offset_spec(offset)
         deadline = time.monotonic() + timeout
         stream, runner, config, query = self._view(name)
-        resolved, snapshots = self._positions.resolve(config, query, runner, spec, f"offset {offset!r}",
-                                                      deadline)  # no lock held
-        starts = {PartitionKey(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
+        if offset == "committed":   # where the stream resumes (no lock held)
+            starts, ends = self._positions.resume_starts(config, query, runner)
+        else:
+            resolved, snapshots = self._positions.resolve(config, query, runner, spec, f"offset {offset!r}",
+                                                          deadline)  # no lock held
+            starts = {PartitionKey(r.topic, r.partition): r.offset for r in resolved if r.offset is not None}
+            ends = {tp: snapshots[tp].log_end for tp in starts}
         left = max(deadline - time.monotonic(), 0.1)
-        args = (stream.config, starts, {tp: snapshots[tp].log_end for tp in starts}, limit, left)
+        args = (stream.config, starts, ends, limit, left)
         if self._isolation == Isolation.PROCESS:
             return call_in_child(preview, *args, timeout=left, secrets=stream.config.secret_values(),
                                  what=f"check: the preview of transformation {stream.config.transform!r}")

@@ -55,6 +55,7 @@ from ..graph.sink_faults import Fault, classify
 from ..graph.sinks.stored_offsets import read_stored_offsets_within
 from ..graph.transform import Message, decode_all, run_transformation, wrap
 from ..kafka.client import new_consumer
+from ..kafka.embedded_fit import embedded_fit
 from ..kafka.messages import message_offset, record_key
 from ..model import (
     DEFAULT_RETRY,
@@ -261,6 +262,7 @@ class StreamWorker:
     def _open_consumer(self) -> Consumer:
         conf = {
             **CONSUMER_DEFAULTS,
+            **embedded_fit(self.config.client_config(), self._secrets),   # the embedded cluster's timings
             **self.config.client_config(),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

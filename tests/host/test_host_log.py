@@ -42,7 +42,7 @@ def test_a_starting_stream_says_what_it_waits_for(host, kafka, tmp_path):
         assert info["status"] == "starting" and info["error"] is None
         assert info["detail"].startswith("waiting for the group to assign partitions ("), info
         assert "session.timeout.ms (12 s)" in info["detail"], info
-        assert "group.initial.rebalance.delay.ms" in info["detail"]
+        assert len(info["detail"]) <= 110, info["detail"]      # a column of `mgstreams list` (issue 35)
         listed = mgstreams("--url", host.url, "list", script=True)   # piped: whole values
         assert listed.returncode == 0 and "DETAIL" in listed.stdout.splitlines()[0]
         assert "waiting for the group to assign partitions" in listed.stdout, listed.stdout

@@ -86,8 +86,8 @@ SIGNATURES = {
         "streams.pending(name :: STRING, cancel = false :: BOOLEAN) :: (message :: STRING?, offset :: INTEGER, "
         "partition :: INTEGER, previous_offset :: INTEGER?, requested_at :: LOCAL_DATE_TIME, topic :: STRING)"),
     "streams.check": (
-        'streams.check(name :: STRING, offset = "committed" :: ANY, limit = 10 :: INTEGER) :: (offset :: INTEGER, '
-        "parameters :: MAP, partition :: INTEGER, query :: STRING, topic :: STRING)"),
+        'streams.check(name :: STRING, offset = "committed" :: ANY, limit = 10 :: INTEGER) :: (error :: STRING?, '
+        "offset :: INTEGER, parameters :: MAP, partition :: INTEGER, query :: STRING, topic :: STRING)"),
 }
 
 # One call of every procedure, for checks that must hold whatever is called.

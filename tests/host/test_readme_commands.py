@@ -1,8 +1,14 @@
-"""Every command in README.md's fenced code blocks is run or checked here (issues 6 and 9).
+"""Every command in the fenced code blocks of README.md and of the documentation site (docs/) is run or checked
+here (issues 6, 9 and 35).
 
-The README is parsed, not copied: each command of a ```bash, ```cypher or
-```python block is matched by one rule below, and a command no rule handles
-fails `test_every_readme_command_has_a_rule`, so the README stays honest.
+The pages are parsed, not copied: README.md first, then docs/ in the order of mkdocs.yml's `nav`, then any other
+page under docs/ (a page not in the nav yet is checked all the same), as one document. A page whose commands a
+test of its own runs says so on a line `<!-- commands: tests/host/test_x.py -->` (and that test names the page);
+its blocks are left to that test. Each command of a
+```bash, ```cypher or ```python block is matched by one rule below, and a command no rule handles fails
+`test_every_readme_command_has_a_rule`, so the documentation stays honest. A new page's commands need a rule
+here only when no existing rule (and its test) covers them. The walkthroughs (the CLI's, the toolkit's, curl's,
+Cypher's) run their commands in this document order. docs/getting-started.md is run as one bash script.
 
 Run for real (on fresh embedded Kafka clusters holding the README's topic
 `orders` literally; each test gets its own cluster because librdkafka's mock
@@ -93,25 +99,64 @@ from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import StreamStateError
 
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+GETTING_STARTED = DOCS / "getting-started.md"
 PER_PARTITION = 1300          # > 1200: the README's `{"orders:0": 1200}` examples start inside the log
 PARTITIONS = 3                # the README creates `orders` with 3 partitions
 
 
-# -- parsing the README ----------------------------------------------------------------
+# -- parsing the README and the documentation site ------------------------------------------
+def nav_pages(nav) -> list[str]:
+    """The pages of mkdocs.yml's `nav`, in order (sections nest lists of {title: page})."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, dict):
+        return [page for value in nav.values() for page in nav_pages(value)]
+    return [page for item in nav for page in nav_pages(item)]
+
+
+# A page whose commands a test of its own runs (its own scenario, cluster or host) says so on a line of its own:
+# `<!-- commands: tests/host/test_x.py -->`; that test must name the page. Its blocks are left out here.
+OWN_TEST = re.compile(r"^<!-- commands: (tests/[\w/]+\.py) -->$", re.M)
+
+
+def all_pages() -> list[Path]:
+    """README.md, the nav's pages in order, then every other page under docs/ (sorted)."""
+    import yaml
+
+    listed = [DOCS / page for page in nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])]
+    others = sorted(path for path in DOCS.rglob("*.md") if path not in listed)
+    return [README, *listed, *others]
+
+
+def pages() -> list[Path]:
+    """all_pages() but those whose commands a test of their own runs (OWN_TEST)."""
+    return [path for path in all_pages() if not OWN_TEST.search(path.read_text())]
+
+
+def test_a_page_with_a_test_of_its_own_is_named_by_that_test():
+    for path in all_pages():
+        for test in OWN_TEST.findall(path.read_text()):
+            assert (ROOT / test).is_file(), f"{path.relative_to(ROOT)}: {test} does not exist"
+            assert str(path.relative_to(ROOT)) in (ROOT / test).read_text(), \
+                f"{test} does not name {path.relative_to(ROOT)}, whose commands it is said to run"
+
+
+def all_text() -> str:
+    return "\n".join(path.read_text() for path in all_pages())
+
+
+def fenced(text: str) -> list[tuple[str, str]]:
+    return [(m.group(1), m.group(2)) for m in re.finditer(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M)]
+
+
 def code_blocks() -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in
-            re.finditer(r"^```(\w*)\n(.*?)^```", README.read_text(), flags=re.S | re.M)]
-
-
-GETTING_STARTED = "## Getting started"
+    return [block for path in pages() for block in fenced(path.read_text())]
 
 
 def getting_started_blocks() -> list[str]:
-    """The ```bash blocks of the getting-started section: run as one script each (test_getting_started_...)."""
-    text = README.read_text()
-    start = text.index(f"\n{GETTING_STARTED}\n")
-    section = text[start:text.index("\n## ", start + 1)]
-    return [m.group(2) for m in re.finditer(r"^```(\w*)\n(.*?)^```", section, flags=re.S | re.M) if m.group(1) == "bash"]
+    """The ```bash blocks of the getting-started page: run as one script each (test_getting_started_...)."""
+    return [text for lang, text in fenced(GETTING_STARTED.read_text()) if lang == "bash"]
 
 
 def shell_commands() -> list[str]:
@@ -178,9 +223,10 @@ def _split_outside_quotes(text: str, sep: str) -> list[str]:
 TOOLKIT = r"check |offsets |revert |pending |set-offset \S+ (?:-P|'\{\"group\"|--from-file)"
 SHELL_RULES = {
     "make": r"^(KAFKA_BOOTSTRAP_SERVERS=\S+ )?make (demo|test|test-unit|test-tansu|lint)$",
-    "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole( --import-mode=batched-parallel)? "
+    "mgconsole": r"^(cat \S+ \| |docker compose exec -T memgraph )?mgconsole"
+                 r"( --username \S+ --password \"\$MEMGRAPH_PASSWORD\")?( --import-mode=batched-parallel)? "
                  r"< demo-out/\S+\.cypherl$|^cat demo-out/\S+ \| mgconsole --import-mode=batched-parallel$",
-    "docker": r"^docker compose (?!exec -T memgraph mgconsole <)",
+    "docker": r"^docker compose (?!exec -T memgraph mgconsole )",
     "serve": r"^mgstreams serve( |$)",
     "backfill": r"^mgstreams backfill ",
     "mgstreams": r"^mgstreams (?!backfill |serve( |$))(?!" + TOOLKIT + ")",
@@ -215,9 +261,9 @@ def test_every_readme_command_has_a_rule():
     unclaimed = [c for c in shell_commands() if sum(bool(re.search(r, c)) for r in SHELL_RULES.values()) != 1]
     unclaimed += [s for s in cypher_statements() if sum(bool(re.search(r, s)) for r in CYPHER_RULES.values()) != 1]
     unclaimed += [b for b in python_blocks() if sum(marker in b for marker in PYTHON_RULES.values()) != 1]
-    assert not unclaimed, f"README commands no rule of {__name__} checks (add one): {unclaimed}"
+    assert not unclaimed, f"documented commands no rule of {__name__} checks (add one): {unclaimed}"
     assert len(shell_commands()) >= 45 and len(cypher_statements()) >= 12 and len(python_blocks()) == 2, \
-        "the README parser lost commands"
+        "the documentation parser lost commands"
     assert all(shell(kind) for kind in SHELL_RULES), [kind for kind in SHELL_RULES if not shell(kind)]
 
 
@@ -410,7 +456,7 @@ def test_mgstreams_cli_commands(cluster, orders_host, tmp_path, monkeypatch):
                 documents = [json.loads(line) for line in result.stdout.splitlines()]
                 assert len(documents) == 1, result.stdout
             rows = [line.split() for line in result.stdout.splitlines()[1:]]
-            if args[:3] == ["set-offset", "orders", "-1"]:
+            if args[:3] == ["set-offset", "orders", "earliest"]:
                 assert [r[:2] + r[3:5] for r in rows] == [["orders", str(p), "0", "planned"]
                                                          for p in range(PARTITIONS)], result.stdout
             if args[:3] == ["set-offset", "orders", '{"orders:0": 42}']:
@@ -646,7 +692,7 @@ def test_export_url_is_the_hosts_default_address(compose):
     [export] = shell("export-url")
     assert export.split("=", 1)[1] == DEFAULT_URL == f"http://{DEFAULT_LISTEN}"
     assert all("$MGSTREAMS_URL/" in c for c in shell("curl"))
-    assert re.search(r"^mgstreams serve --state-dir \S+\s+# 127\.0\.0\.1:8765;", README.read_text(), re.M)
+    assert re.search(r"^mgstreams serve --state-dir \S+\s+# 127\.0\.0\.1:8765;", all_text(), re.M)
     # compose refuses to start without the token; Memgraph reads it from the secret made of it
     assert compose["services"]["mgstreams"]["environment"]["MGSTREAMS_TOKEN"].startswith("${MGSTREAMS_TOKEN:?")
     assert compose["secrets"]["mgstreams_token"] == {"environment": "MGSTREAMS_TOKEN"}
@@ -818,7 +864,7 @@ def test_make_commands():
 def test_demo_options_in_the_readme_parse():
     from mgstreams.demo import main
 
-    line = re.search(r"`\.venv/bin/python -m mgstreams\.demo ([^`]+)`", README.read_text()).group(1)
+    line = re.search(r"`\.venv/bin/python -m mgstreams\.demo ([^`]+)`", all_text()).group(1)
     args = main.make_context("demo", shlex.split(re.sub(r"\[([^\[\]]*)\]", r"\1", line.replace("local[2]", "LOCAL2"))
                                                 .replace("DIR", "d").replace(" N", " 5").replace("URI", "bolt://h:1")
                                                 .replace("LOCAL2", "local[2]"))).params
@@ -826,10 +872,14 @@ def test_demo_options_in_the_readme_parse():
         ("d", 5, 5, "local[2]", "bolt://h:1")
 
 
-def test_mgconsole_commands_load_files_the_demo_writes():
-    """No mgconsole here; the files are the ones the demo writes (tests/spark/test_demo_e2e.py runs it)."""
+def test_mgconsole_commands_load_files_the_demo_writes(compose):
+    """No mgconsole here; the files are the ones the demo writes (tests/spark/test_demo_e2e.py runs it). Into the
+    compose Memgraph, which has a user and a password, as its own user (issue 35)."""
     demo = "".join(path.read_text() for path in (ROOT / "mgstreams" / "demo").glob("*.py"))
+    user = re.fullmatch(r"\$\{MEMGRAPH_USER:-(\w+)\}", compose["services"]["memgraph"]["environment"]["MEMGRAPH_USER"])
     for command in shell("mgconsole"):
+        if command.startswith("docker compose "):
+            assert f'--username {user.group(1)} --password "$MEMGRAPH_PASSWORD"' in command, command
         path = re.search(r"demo-out/(\S+)", command).group(1)
         written = path.split("/")[0] if "/" in path else path
         assert f'"{written}"' in demo, f"{command}: the demo does not write {written}"
@@ -842,7 +892,7 @@ def test_docker_compose_commands(compose):
     services = compose["services"]
     kafka_image = services["kafka"]["image"]
     assert kafka_image.startswith("apache/kafka:"), "its scripts live in /opt/kafka/bin"
-    inline = re.findall(r"`(docker compose exec mgstreams [^`]+)`", README.read_text())
+    inline = re.findall(r"`(docker compose exec mgstreams [^`]+)`", all_text())
     assert inline, "the README shows the CLI in the host's container"
     commands = shell("docker") + inline
     for command in commands:
@@ -1031,11 +1081,13 @@ def memgraph(orders_host, tmp_path, monkeypatch):
 
 
 def walkthrough_order(statements: list[str]) -> list[str]:
-    """The walkthrough (from `streams.create` on) in order; CALLs shown elsewhere (the intro's
-    `set_stream_offset('orders', 42)`) run on its stream right after `streams.start`."""
+    """The walkthrough (from `streams.create` to `streams.drop`) in order; CALLs shown elsewhere (the intro's
+    `set_stream_offset('orders', 42)`, the reference's `streams.lag`) run on its stream right after
+    `streams.start`."""
     first = next(i for i, s in enumerate(statements) if s.startswith("CALL streams.create("))
     start = next(i for i, s in enumerate(statements) if s.startswith("CALL streams.start("))
-    walkthrough = [s for s in statements if s.startswith("CALL mg.")] + statements[first:]
+    last = next(i for i, s in enumerate(statements) if i > first and s.startswith("CALL streams.drop("))
+    walkthrough = [s for s in statements if s.startswith("CALL mg.")] + statements[first:last + 1]
     others = [s for s in statements if s not in walkthrough]
     at = walkthrough.index(statements[start]) + 1
     return walkthrough[:at] + others + walkthrough[at:]
@@ -1054,7 +1106,12 @@ def test_cypher_block(cluster, memgraph):
     for statement in statements:
         if re.search(CYPHER_RULES["graph"], statement):
             continue
-        name, args, yielded = parse_call(statement.replace('"kafka:29092"', repr(cluster.bootstrap_servers)))
+        # the compose Memgraph (no Memgraph here): the default sink's file instead, credentials and all
+        compose_sink = '"bolt://memgraph:7687"'
+        name, args, yielded = parse_call(statement.replace('"kafka:29092"', repr(cluster.bootstrap_servers))
+                                         .replace(compose_sink, json.dumps(f"cypherl://{memgraph.default_sink}")))
+        if name == "streams.create" and compose_sink in statement:   # logs in as compose's Memgraph user
+            assert args[9]["bolt.username"] == "mgstreams" and args[9]["bolt.password"], args
         if name == "mg.load_all":
             memgraph.load_all()
             continue
@@ -1151,4 +1208,4 @@ curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
     assert listed["payments_graph"]["sink"] == "bolt://localhost:7687" and listed["payments"]["status"] == "running"
     statements = statement_lines(tmp_path / "mgstreams-state" / "output" / "payments.cypherl")
     assert len(statements) >= 700 and "payments" in (tmp_path / "ui.html").read_text()   # offsets 100 on
-    assert len(README.read_text()[README.read_text().index(GETTING_STARTED):].split("\n## ")[0].splitlines()) < 60
+    assert len(GETTING_STARTED.read_text().splitlines()) < 80

@@ -252,9 +252,13 @@ def test_host_image_installs_the_base_package_without_spark(host_dockerfile):
 
 
 def test_host_finds_transformations_in_its_query_modules_directory(services, host_dockerfile):
+    """The bundled ones (copied into the image), then the operator's own: ./transformations, mounted (issue 35)."""
     from stream_registry.graph.transform import QUERY_MODULES_ENV
-    directory = env_of(services["mgstreams"])[QUERY_MODULES_ENV]
-    assert any(src == ["query_modules/"] and dest.rstrip("/") == directory for src, dest in copies(host_dockerfile))
+    bundled, own = env_of(services["mgstreams"])[QUERY_MODULES_ENV].split(",")
+    assert any(src == ["query_modules/"] and dest.rstrip("/") == bundled for src, dest in copies(host_dockerfile))
+    mounted = mounts_of(services["mgstreams"])
+    assert mounted[own] == (ROOT / "transformations").resolve() and mounted[own].is_dir()
+    assert any(v.endswith(f"{own}:ro") for v in services["mgstreams"]["volumes"]), "read only in the host"
 
 
 def test_streams_created_from_cypher_default_to_the_compose_memgraph(services):

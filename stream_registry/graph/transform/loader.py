@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...errors import TransformError
+from ...errors import TransformError, TransformNotFound
 from .messages import Messages
 
 QUERY_MODULES_ENV = "MGSTREAMS_QUERY_MODULES_DIR"
@@ -138,11 +138,11 @@ def _locate(path: str, module_name: str, dirs: Sequence[str]) -> Path | None:
         if candidate.is_file():
             _refuse_shadowing(path, module_name, candidate)
             return candidate
-    raise TransformError(f"transform {path!r}: refused: module {module_name!r} is not one transformations may "
-                         f"come from: the packages {', '.join(packages)} (the host's {TRANSFORM_PACKAGES_ENV} "
-                         f"adds more) and the query modules directories {list(dirs)!r} (no {str(relative)!r} "
-                         f"there; add its directory: `mgstreams backfill --modules-dir DIR`, or "
-                         f"{QUERY_MODULES_ENV}=DIR in the host's environment)")
+    raise TransformNotFound(f"transform {path!r}: refused: module {module_name!r} is not one transformations may "
+                            f"come from: the packages {', '.join(packages)} ({TRANSFORM_PACKAGES_ENV} adds more) "
+                            f"and the query modules directories {list(dirs)!r} (no {str(relative)!r} there; put "
+                            f"it in one of them, or name its directory in {QUERY_MODULES_ENV} where the "
+                            f"transformation runs: the host's environment for a stream)")
 
 
 def _loaded_by_us(module_name: str) -> bool:
