@@ -126,7 +126,7 @@ class StreamRegistry:
                  query_timeout: float = 10.0, stop_timeout: float = STOP_TIMEOUT_S, holder: str | None = None,
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
                  group_policy: GroupPolicy = DEFAULT_GROUP_POLICY, caps: StreamCaps | None = None):
-        caps = caps if caps is not None else caps_from_env()   # a bad $MGSTREAMS_MAX_* stops us before the lock
+        caps = caps if caps is not None else caps_from_env()   # a bad cap variable (model.StreamCaps) stops us before the lock
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
             self._store = StateStore(state_dir)

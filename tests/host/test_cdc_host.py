@@ -3,7 +3,10 @@ pymgclient stand-in as `mgclient`): Debezium events for a PostgreSQL table, keys
 confluent-kafka's real AvroSerializer against the Schema Registry stand-in (support/schema_registry.py), decoded in
 the stream's process and written as the debezium transformation's UNWIND statements. A record that does not decode
 goes to the dead-letter topic with Connect's headers and the stream runs on; `check` previews decoded values; a
-registry outside the allowlist is refused at create; an unreachable registry is the stream's error."""
+registry outside the allowlist is refused at create; an unreachable registry is the stream's error.
+
+The scenario documented in docs/how-to/change-data-capture.md: that page's commands are checked here.
+"""
 from __future__ import annotations
 
 import json

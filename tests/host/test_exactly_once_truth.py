@@ -7,6 +7,8 @@ cluster (one host sampling lag every 0.2 s, shared by the module: the `lag_host`
 - A cypherl file cut back while the stream runs: the next append's compare-and-set sees the file as it is, the
   stream realigns to what the file holds (nothing lost, nothing twice), logged, in the history ("realigned") and
   shown by the lag verdict as REWIND. A file deleted while the stream is stopped: the same, at the assignment.
+
+The scenario documented in docs/how-to/exactly-once.md: that page's commands are checked here.
 """
 from __future__ import annotations
 

@@ -6,6 +6,8 @@
 - idle connections without the token cannot starve the owner's authenticated calls;
 - no process of the host's tree has the token in /proc/<pid>/environ;
 - operator caps: streams defined, stream processes running, memory of one stream process.
+
+The scenario documented in docs/how-to/security.md: that page's commands are checked here.
 """
 from __future__ import annotations
 

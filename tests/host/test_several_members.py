@@ -9,6 +9,8 @@ Consumer with the stream's group id (range assignment), as an operator's console
 3. a change persisted just before the host died is recorded as applied by the next host, never applied again;
 4. a cancel is durable from its first answer, even when the stream process is inside a long batch;
 5. no raw librdkafka constant (-2) ever shows as an offset.
+
+The scenario documented in docs/how-to/move-a-stream-several-members.md: that page's commands are checked here.
 """
 from __future__ import annotations
 

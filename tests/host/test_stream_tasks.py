@@ -5,6 +5,8 @@ transaction with the pid that committed it and its statements (tests/support/mgc
 wrote to the Bolt sink, seen from outside the processes. The stand-in's exactly-once offsets live in each
 process's memory, so these streams are at-least-once (docs/how-to/scale-with-tasks.md says how exactly-once
 holds per sink).
+
+The scenario documented in docs/how-to/scale-with-tasks.md: that page's commands are checked here.
 """
 from __future__ import annotations
 
