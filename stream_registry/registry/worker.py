@@ -66,6 +66,7 @@ from ..model import (
 )
 from ..redaction import redact
 from .batch_stats import BatchStats
+from .commits import BoundedCommitter, CommitUnanswered
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
 from .poison import BatchDelivery
@@ -75,6 +76,7 @@ log = logging.getLogger("mgstreams.worker")
 CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
+COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
@@ -150,6 +152,7 @@ class StreamWorker:
         self._next_probe = 0.0
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
+        self._committer = BoundedCommitter(config.name)   # a commit never holds the poll thread past its deadline
         self.status = StreamStatus.CREATED
         self.error: str | None = None
         self._stats = BatchStats()
@@ -418,16 +421,20 @@ class StreamWorker:
         deadline = time.monotonic() + deadline_s
         while True:
             try:
-                result = consumer.commit(offsets=tps, asynchronous=False)
+                result = self._committer.commit(consumer, tps, max(deadline - time.monotonic(), COMMIT_MIN_WAIT_S),
+                                                give_up=self._outage_confirmed)
                 failed = [tp for tp in result or [] if tp.error is not None]
                 if not failed:
                     return None
                 raise KafkaException(failed[0].error)
+            except CommitUnanswered as exc:   # its outcome is unknown: the next batch's commit carries it
+                log.warning("stream %s: commit not answered: %s", self.config.name, exc)
+                return f"{exc} (the commit's outcome is unknown)"
             except KafkaException as exc:
                 error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
                 reason = self._redact(f"{error.name()}: {error.str()}" if error is not None else exc)
                 if error is None or error.code() in NEEDS_POLL or time.monotonic() >= deadline or \
-                        not (error.retriable() or error.code() in RETRIABLE_COMMIT):
+                        not (error.retriable() or error.code() in RETRIABLE_COMMIT) or self._outage_confirmed():
                     log.warning("stream %s: commit failed: %s", self.config.name, reason)
                     return reason
                 time.sleep(COMMIT_RETRY_S)
@@ -642,6 +649,14 @@ class StreamWorker:
             self._suspect = f"SASL authentication failed: {text}"
         elif error.code() in UNREACHABLE:
             self._suspect = f"all brokers down since {{since}}: {text}"
+
+    def _outage_confirmed(self) -> bool:
+        """While a commit waits or is retried: probe the cluster as the loop does (the error callback that
+        hints at an outage runs only inside consume()); give up once no broker answers."""
+        if self._suspect is None and self._outage is None:
+            self._suspect = "all brokers down since {since}: no broker answers while a commit waits"
+        self._check_cluster()
+        return self._outage is not None
 
     def _check_cluster(self) -> None:
         """While an outage is suspected, ask the cluster (at most once a second) whether it answers.
