@@ -61,6 +61,9 @@ class ChangeStatus(StrEnum):
     # Not offset changes: a poison message set aside by errors.tolerance 'all' (history only)
     SKIPPED = "skipped"
     DEAD_LETTERED = "dead_lettered"
+    # Not an offset change: records that left the log before the stream read them (previous_offset: the first
+    # of them, offset: where the stream went on), history only
+    LOST = "lost"
 
 
 class MoveState(StrEnum):
@@ -85,6 +88,7 @@ class Verdict(StrEnum):
     WARN = "WARN"
     STALL = "STALL"
     STOP = "STOP"
+    ERR = "ERR"     # Burrow's group ERR: its cluster cannot be reached, or records left the log unread (until seen)
 
     @property
     def severity(self) -> int:
@@ -92,7 +96,7 @@ class Verdict(StrEnum):
 
 
 _SEVERITY = {Verdict.OK: 0, Verdict.STARTING: 1, Verdict.REWIND: 2, Verdict.WARN: 3, Verdict.STALL: 4,
-             Verdict.STOP: 5}
+             Verdict.STOP: 5, Verdict.ERR: 6}
 
 
 class LagSecondsMethod(StrEnum):
@@ -144,6 +148,8 @@ class StreamInfo:
     batch_seconds_sum: float = 0.0
     batch_seconds_buckets: tuple[int, ...] = ()   # batches at or below each BATCH_SECONDS_BOUNDS, then all
     detail: str | None = None          # why it is in its state when that is not obvious (`starting`: what it waits for)
+    records_lost: int = 0              # records that left the log before the stream read them (history rows `lost`)
+    records_lost_unacknowledged: int = 0   # of those, not acknowledged by an operator yet (acknowledge_loss)
 
 
 # -- offsets: reports, history, pending changes, previews ----------------------------------------------
@@ -278,6 +284,25 @@ class SetAside:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecordsLost:
+    """Records [from_offset, to_offset) of one partition that the stream never read: they left the log (its start
+    moved past the stream's offset: retention) before the stream got to them, and it went on from `to_offset`."""
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    log_start: int
+
+    @property
+    def count(self) -> int:
+        return self.to_offset - self.from_offset
+
+    def describe(self) -> str:
+        return (f"{self.count} record(s) of {self.topic}:{self.partition} (offsets {self.from_offset} to "
+                f"{self.to_offset - 1}) left the log before the stream read them (log start {self.log_start})")
+
+
+@dataclass(frozen=True, kw_only=True)
 class WorkerSnapshot:
     """What the poll thread last saw, for describe() and offset changes."""
     assigned: frozenset = frozenset()
@@ -323,6 +348,11 @@ class StreamLag:
     dead_lettered: int = 0             # from the stream's StreamInfo
     error: str | None = None           # why the last round could not sample it (Kafka unreachable)
     partitions: tuple[PartitionLag, ...] = ()
+    cluster_up: bool = True            # False: the last round could not reach the stream's cluster
+    skipped: int = 0                   # from the stream's StreamInfo
+    pending_changes: int = 0           # offset changes waiting for an assignment
+    records_lost: int = 0              # from the stream's StreamInfo
+    records_lost_unacknowledged: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -392,6 +392,20 @@ class StreamRegistry:
         self._stream(name)
         return self._changes.history(name, limit)
 
+    def records_lost(self, name: str) -> dict[PartitionKey, int]:
+        """Records that left the log before the stream read them, per partition (its `lost` history rows)."""
+        self._stream(name)
+        return self._changes.records_lost(name)
+
+    def acknowledge_loss(self, name: str) -> StreamInfo:
+        """An operator has seen the stream's lost records: its verdict no longer says ERR for them (the count
+        and the history rows stay)."""
+        self._stream(name)
+        acknowledged = self._changes.acknowledge_loss(name)
+        if acknowledged:
+            log.info("stream %s: %d lost record(s) acknowledged", name, acknowledged)
+        return self.get(name)
+
     # -- internals ------------------------------------------------------------
     def _stream(self, name: str) -> _Stream:
         if not isinstance(name, str):
@@ -457,7 +471,7 @@ class StreamRegistry:
         events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
                               on_change=lambda event: self._changes.on_event(name, event),
                               on_set_aside=lambda records: self._changes.on_set_aside(name, records),
-                              on_stats=on_stats)
+                              on_stats=on_stats, on_lost=lambda lost: self._changes.on_lost(name, lost))
         pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
@@ -580,7 +594,8 @@ class StreamRegistry:
                           batch_seconds_sum=stream.stats.seconds_sum,
                           batch_seconds_buckets=stream.stats.cumulative_buckets(),
                           detail=starting_detail(c.configs, time.monotonic() - stream.started_at)
-                          if stream.status == StreamStatus.STARTING and runner else None)
+                          if stream.status == StreamStatus.STARTING and runner else None,
+                          **self._changes.lost_counts(c.name))
 
 
 def _check_timeout(timeout: object) -> bool:

@@ -46,6 +46,7 @@ from ..model import (
     GateEvent,
     PartitionKey,
     PendingMove,
+    RecordsLost,
     RetryPolicy,
     SetAside,
     StreamStatus,
@@ -129,6 +130,11 @@ class SetAsideRecords:
 @dataclass(frozen=True)
 class StatsReport:
     stats: BatchStats
+
+
+@dataclass(frozen=True)
+class LostReport:
+    lost: RecordsLost
 
 
 @dataclass(frozen=True)
@@ -265,6 +271,7 @@ class ProcessRunner:
                     OffsetEvent: lambda m: self._events.on_change(m.event),
                     SetAsideRecords: lambda m: self._events.on_set_aside(m.records),
                     StatsReport: lambda m: self._events.on_stats(m.stats),
+                    LostReport: lambda m: self._events.on_lost(m.lost),
                     Reply: self._on_reply, Started: self._on_started, StartFailed: self._on_start_failed,
                     Ended: self._on_ended}
         while True:
@@ -351,7 +358,8 @@ def child_main(conn, spec: ChildSpec) -> None:
                           events=StreamEvents(on_status=lambda status, error: send(StatusChanged(status, error)),
                                               on_change=lambda event: send(OffsetEvent(event)),
                                               on_set_aside=lambda records: send(SetAsideRecords(records)),
-                                              on_stats=lambda stats: send(StatsReport(stats))))
+                                              on_stats=lambda stats: send(StatsReport(stats)),
+                                              on_lost=lambda lost: send(LostReport(lost))))
     try:
         runner.start()
     except BaseException as exc:  # ours, or a transformation module that fails oddly at import

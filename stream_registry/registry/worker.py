@@ -59,6 +59,7 @@ from ..model import (
     MoveState,
     PartitionKey,
     PendingMove,
+    RecordsLost,
     RetryPolicy,
     SetAside,
     StreamStatus,
@@ -67,6 +68,7 @@ from ..model import (
 from ..redaction import redact
 from .batch_stats import BatchStats
 from .commits import BoundedCommitter, CommitUnanswered
+from .data_loss import decide as decide_reset
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
 from .poison import BatchDelivery
@@ -82,6 +84,7 @@ OUTAGE_PROBE_TIMEOUT_S = 0.5
 STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
 ASSIGN_STORED_DEADLINE_S = 2.0   # exactly-once: how long a rebalance callback retries reading the sink's offsets
 HELD_RETRY_S = 0.5          # then between batches, this often, while the partitions wait for the sink
+RESET_WATERMARKS_TIMEOUT_S = 1.0   # a partition librdkafka could not fetch from: its watermarks, asked this long
 OFFSET_BEGINNING = -2       # librdkafka's raw constants
 OFFSET_STORED = -1000
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
@@ -100,6 +103,7 @@ class StreamEvents:
     on_change: Callable[[GateEvent], None] = lambda event: None   # an offset change persisted, or held back
     on_set_aside: Callable[[list[SetAside]], None] = lambda records: None     # poison messages
     on_stats: Callable[[BatchStats], None] = lambda stats: None               # since this worker started
+    on_lost: Callable[[RecordsLost], None] = lambda lost: None                # records that left the log unread
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,8 @@ class StreamWorker:
         self._outage: str | None = None         # confirmed: shown as the stream's error until it clears
         self._outage_since: datetime | None = None
         self._next_probe = 0.0
+        self._resets: dict[PartitionKey, int] = {}   # partitions with no offset to fetch from, not decided yet
+        self._reset_policy = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._committer = BoundedCommitter(config.name)   # a commit never holds the poll thread past its deadline
@@ -230,6 +236,7 @@ class StreamWorker:
                 self._start_held()
                 self._follow_sink()
                 self._check_cluster()
+                self._decide_resets()
                 batch = self._collect_batch()
                 if self._fatal:
                     self._fail(self._fatal)
@@ -252,6 +259,7 @@ class StreamWorker:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
+            "auto.offset.reset": "error",   # never moved silently: data_loss.py decides, and counts what left the log
             "error_cb": self._on_error,
             "logger": logging.getLogger("mgstreams.librdkafka"),
         }
@@ -291,6 +299,9 @@ class StreamWorker:
                 if error is None:
                     if self._gate.check_delivery(record_key(msg), message_offset(msg)):
                         batch.append(msg)
+                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    at = msg.offset()   # the offset it could not fetch from; None: nothing committed
+                    self._resets[record_key(msg)] = -1 if at is None else at
                 elif error.fatal():
                     raise KafkaException(error)
                 elif error.code() != KafkaError._PARTITION_EOF:
@@ -640,6 +651,39 @@ class StreamWorker:
             log.info("stream %s: the group runs the %s protocol", self.config.name,
                      "incremental" if self._incremental else "eager")
             (incremental if self._incremental else eager)()
+
+    def _decide_resets(self) -> None:
+        """Partitions librdkafka found no offset to fetch from (data_loss.py): go on where the stream's
+        auto.offset.reset says, counting the records that left the log on the way (or fail, on_data_loss stop)."""
+        for tp, at in list(self._resets.items()):
+            if tp not in self._gate.assigned():
+                del self._resets[tp]
+                continue
+            watermarks = None
+            if at >= 0:
+                try:
+                    watermarks = self._live_consumer().get_watermark_offsets(
+                        TopicPartition(*tp), timeout=RESET_WATERMARKS_TIMEOUT_S, cached=False)
+                except KafkaException as exc:
+                    log.warning("stream %s: %s:%d: offset %d is out of range; its watermarks: %s", self.config.name,
+                                tp.topic, tp.partition, at, self._redact(exc))
+            decision = decide_reset(tp, at, watermarks, self._reset_policy, self.config.on_data_loss)
+            if decision.fail:
+                self._fatal = decision.fail
+                return
+            if decision.start is None:
+                continue   # the watermarks did not answer: asked again before the next batch
+            del self._resets[tp]
+            if decision.lost is not None:
+                log.warning("stream %s: %s; going on from %d", self.config.name, decision.lost.describe(),
+                            decision.start)
+                self._events.on_lost(decision.lost)
+            if not self.seek(tp, decision.start):
+                self.reassign(tp, decision.start)
+            if decision.start >= 0:
+                self._gate.rewound({tp: decision.start})
+            if decision.lost is not None:   # the group's offset leaves the records that are gone (lag tools)
+                self._commit({tp: decision.start}, deadline_s=0.0)
 
     def _on_error(self, error: KafkaError) -> None:
         """librdkafka's client-level errors: a suspected outage is confirmed by a probe (_check_cluster)."""

@@ -52,3 +52,67 @@ def test_an_outage_during_a_batch_commit_shows_within_seconds(kafka, embedded_ka
     slow_transformation["per_batch"] = 0.0
     kafka.produce(topic, 1, partitions=1)
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 6, 60, what="delivery after the outage")
+
+
+# -- records that left the log ------------------------------------------------------------------------------------
+# The embedded cluster keeps at most 5 MiB (and 100,000 batches) per partition, dropping its oldest batches first
+# (librdkafka's mock partition log): twelve records of 600 KiB, one batch each, move the log start past whatever a
+# stopped stream committed before them.
+BIG = 600 * 1024
+
+
+def _push_log_start_past(kafka, topic: str) -> int:
+    kafka.produce(topic, 12, partitions=1, payload=lambda i: b'{"pad": "' + b"x" * BIG + b'"}')
+    from confluent_kafka import Consumer, TopicPartition
+    probe = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": "probe"})
+    try:
+        low, _ = probe.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        probe.close()
+    return low
+
+
+def test_records_that_left_the_log_are_counted_until_acknowledged(kafka, embedded_kafka, registry, memory_sinks):
+    """A stopped stream's committed offset fell below the log start. librdkafka reset the partition to the log
+    start and the stream went on as if nothing happened (a warning in the log only). Now the records that left
+    the log are counted: in the stream's info, per partition, and as a history row from where to where; they
+    stay unacknowledged until an operator acknowledges them."""
+    topic = kafka.new_topic(partitions=1)
+    registry.create(_config(kafka, topic))
+    registry.start("orders")
+    kafka.produce(topic, 3, partitions=1)
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) == 3, 30, what="the first records")
+    registry.stop("orders")
+    log_start = _push_log_start_past(kafka, topic)
+    assert log_start > 3, log_start
+    registry.start("orders")
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 3 + 15 - log_start, 60,
+               what="the records still in the log")
+    offsets = [o for _, _, o in memory_sinks["orders"].delivered()]
+    assert offsets == [0, 1, 2, *range(log_start, 15)], offsets
+    info = wait_until(lambda: registry.get("orders").records_lost and registry.get("orders"), 10, what="the count")
+    assert (info.records_lost, info.records_lost_unacknowledged) == (log_start - 3, log_start - 3)
+    assert registry.records_lost("orders") == {(topic, 0): log_start - 3}
+    [row] = [h for h in registry.history("orders") if h.status.value == "lost"]
+    assert (row.topic, row.partition, row.previous_offset, row.offset) == (topic, 0, 3, log_start)
+    assert f"offsets 3 to {log_start - 1}" in row.message and "left the log" in row.message
+    info = registry.acknowledge_loss("orders")
+    assert (info.records_lost, info.records_lost_unacknowledged) == (log_start - 3, 0)
+
+
+def test_on_data_loss_stop_stops_the_stream_naming_the_range(kafka, embedded_kafka, registry, memory_sinks):
+    topic = kafka.new_topic(partitions=1)
+    registry.create(_config(kafka, topic, on_data_loss="stop"))
+    registry.start("orders")
+    kafka.produce(topic, 3, partitions=1)
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) == 3, 30, what="the first records")
+    registry.stop("orders")
+    log_start = _push_log_start_past(kafka, topic)
+    registry.start("orders")
+    info = wait_until(lambda: registry.get("orders").status == StreamStatus.ERROR and registry.get("orders"), 30,
+                      what="the stream in error")
+    assert f"{log_start - 3} record(s) of {topic}:0 (offsets 3 to {log_start - 1}) left the log" in info.error
+    assert "on_data_loss is stop" in info.error
+    assert len(memory_sinks["orders"].delivered()) == 3, "nothing was read past the loss"
+    assert [r.committed_offset for r in registry.describe("orders")] == [3], "the committed offset stays"
+    assert info.records_lost == 0, "nothing was skipped"
