@@ -76,6 +76,8 @@ def process_line(info) -> str:
     where = f"pid {info.pid}, rss {info.rss_bytes / 2 ** 20:.1f} MiB" if info.pid and info.rss_bytes \
         else f"pid {info.pid}" if info.pid else "no process"
     poison = f", dead-lettered {info.dead_lettered}, skipped {info.skipped}" if info.errors_tolerance == "all" else ""
+    if info.records_lost:
+        poison += f", records lost {info.records_lost} ({info.records_lost_unacknowledged} not acknowledged)"
     return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}{poison}" + \
         (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")
 

@@ -1,0 +1,56 @@
+"""What a stream's lag round says when the truth includes something that went wrong (issue 32).
+
+- Its cluster cannot be reached (the round's batched queries failed): the
+  verdict is ERR (Burrow's group error status), `cluster_up` is False, the
+  records/s fall to 0 (nothing is being consumed that anyone can see), and the
+  message says since when; the last partitions and totals are kept for the
+  charts. It clears with the first round that reaches the cluster again.
+- Records left the log before the stream read them and no operator has
+  acknowledged them yet (`acknowledge_loss`): ERR, naming how many.
+"""
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from typing import Any
+
+from ..errors import StreamError
+from ..model import StreamInfo, StreamLag, Verdict
+from .verdict import StreamVerdict
+
+
+def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: float) -> StreamLag:
+    """The stream's StreamLag for a round that could not sample it (`t`: the collector's record of the stream,
+    whose `unreachable_since` this starts)."""
+    t.unreachable_since = t.unreachable_since or now
+    since = _time(t.unreachable_since)
+    previous: StreamLag | None = t.latest
+    base = previous if previous is not None else StreamLag(
+        name=info.name, consumer_group=info.consumer_group, stream_status=info.status, status=Verdict.ERR,
+        message="", total_lag=0, max_lag=0, max_lag_seconds=None, records_per_second=0.0, sampled_at=None,
+        interval_s=interval)
+    return dataclasses.replace(
+        base, stream_status=info.status, status=Verdict.ERR, records_per_second=0.0, cluster_up=False,
+        message=f"the stream's cluster cannot be reached since {since}: lag and offsets are not known",
+        offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=f"lag: cannot sample since "
+        f"{since}: {exc}", skipped=info.skipped, records_lost=info.records_lost,
+        records_lost_unacknowledged=info.records_lost_unacknowledged)
+
+
+def loss_verdict(info: StreamInfo) -> StreamVerdict | None:
+    """ERR while records the stream lost are not acknowledged; None otherwise."""
+    if not info.records_lost_unacknowledged:
+        return None
+    return StreamVerdict(Verdict.ERR, f"{info.records_lost_unacknowledged} record(s) left the log before the stream "
+                                      f"read them (see its history, status lost); once seen: mgstreams "
+                                      f"acknowledge-loss {info.name}", alarm=True)
+
+
+def counts(info: StreamInfo, registry: Any) -> dict[str, Any]:
+    """The counts a round carries besides lag: set aside, pending changes, lost."""
+    return {"skipped": info.skipped, "pending_changes": len(registry.pending(info.name)),
+            "records_lost": info.records_lost, "records_lost_unacknowledged": info.records_lost_unacknowledged}
+
+
+def _time(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
