@@ -354,6 +354,12 @@ class StreamLag:
     records_lost: int = 0              # from the stream's StreamInfo
     records_lost_unacknowledged: int = 0
 
+    @property
+    def quiet(self) -> bool:
+        """A STOP that needs no one: the stream was stopped (or never started) and nothing waits for it."""
+        return self.status == Verdict.STOP and self.stream_status in (StreamStatus.CREATED, StreamStatus.STOPPED) \
+            and self.total_lag == 0
+
 
 @dataclass(frozen=True, kw_only=True)
 class LagPoint:
