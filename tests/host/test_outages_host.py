@@ -60,13 +60,13 @@ def test_create_refuses_a_bolt_sink_nothing_answers_on_unless_told_not_to_check(
     """`mgstreams create p7 --topic orders --sink bolt://...` printed `p7 created` with nothing listening."""
     topic = kafka.new_topic(partitions=1)
     sink = f"bolt://127.0.0.1:{free_port()}"
-    refused = invoke("create", "p7", "--topic", topic, "--bootstrap-servers", kafka.bootstrap_servers,
+    refused = invoke("create", "p7", "--topic", topic, "--bootstrap", kafka.bootstrap_servers,
                      "--sink", sink, host=host)
     assert refused.exit_code != 0, refused.output
     assert f"sink: '{sink}' does not answer as a Bolt server" in refused.output, refused.output
     assert "Connection refused" in refused.output and "--no-check-sink" in refused.output, refused.output
     assert "p7" not in [s["name"] for s in httpx.get(f"{host.url}/streams").json()], "nothing was stored"
-    created = invoke("create", "p7", "--topic", topic, "--bootstrap-servers", kafka.bootstrap_servers,
+    created = invoke("create", "p7", "--topic", topic, "--bootstrap", kafka.bootstrap_servers,
                      "--sink", sink, "--no-check-sink", host=host)
     assert created.exit_code == 0 and "p7 created" in created.output, created.output
     assert httpx.delete(f"{host.url}/streams/p7").status_code == 200
