@@ -40,7 +40,7 @@ CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bol
 
 StatusRecord = mgp.Record(name=str, status=str)
 OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
-               "errors.deadletterqueue.context.headers.enable", "bolt_unwind")
+               "errors.deadletterqueue.context.headers.enable", "bolt_unwind", "on_data_loss", "check_sink")
 
 
 def _token() -> str:
@@ -135,7 +135,9 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
     dies, "never" leaves it in error. options takes Kafka Connect's keys: "delivery"
     ("at_least_once" | "exactly_once"), "errors.tolerance" ("none" | "all"),
     "errors.deadletterqueue.topic.name", "errors.deadletterqueue.context.headers.enable",
-    "bolt_unwind" (true | false: a Bolt sink folds runs of one query into UNWIND statements).
+    "bolt_unwind" (true | false: a Bolt sink folds runs of one query into UNWIND statements),
+    "on_data_loss" ("continue" | "stop": when records left the log before the stream read them),
+    "check_sink" (true | false: connect and log in to a Bolt sink first; false for a Memgraph not up yet).
     Nothing is stored when a check fails.
     """
     configs, credentials = _map(configs, "configs"), _map(credentials, "credentials")
