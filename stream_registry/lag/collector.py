@@ -39,7 +39,7 @@ from ..model import (
     StreamStatus,
 )
 from ..registry.registry import StreamRegistry
-from .outage import counts, loss_verdict, unsampled
+from .outage import UNREACHABLE_CODES, counts, loss_verdict, unsampled
 from .seconds import extrapolated, from_timestamp
 from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
 
@@ -179,7 +179,7 @@ class LagCollector:
                 rows = self._registry.describe(info.name)
                 self._changes(t)
             except StreamError as exc:   # Kafka away, or dropped meanwhile: say so (ERR), keep the samples
-                if isinstance(exc, KafkaOperationError):
+                if isinstance(exc, KafkaOperationError) and exc.code in UNREACHABLE_CODES:
                     self._unreachable[info.bootstrap_servers] = exc
                 t.latest = unsampled(t, info, exc, self._clock(), self.interval)
                 return t.latest

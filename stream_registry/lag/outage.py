@@ -18,6 +18,9 @@ from ..errors import StreamError
 from ..model import StreamInfo, StreamLag, Verdict
 from .verdict import StreamVerdict
 
+# A round's query failing with one of these found the cluster away: its other streams are not asked again this round
+UNREACHABLE_CODES = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE"})
+
 
 def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: float) -> StreamLag:
     """The stream's StreamLag for a round that could not sample it (`t`: the collector's record of the stream,
