@@ -10,6 +10,11 @@ gives up once an outage is confirmed) until the deadline. A commit given up on
 goes on in its thread; the next one fails at once while it does (two commits of
 one consumer never race each other), and closing the consumer waits for it, as
 librdkafka's close waits for every outstanding commit.
+
+Inside a rebalance callback (an offset change applied at assignment) a commit
+made from another thread is not answered until the callback returns (seen: it
+waited out its deadline), so there it is made directly, on the poll thread, as
+before; the group has just answered then.
 """
 from __future__ import annotations
 
@@ -38,9 +43,12 @@ class BoundedCommitter:
         return self._running is not None and self._running.is_alive()
 
     def commit(self, consumer: Consumer, offsets: Sequence[TopicPartition], wait_s: float,
-               give_up: Callable[[], bool] = lambda: False) -> Any:
+               give_up: Callable[[], bool] = lambda: False, direct: bool = False) -> Any:
         """`consumer.commit(offsets=..., asynchronous=False)`'s result, or its KafkaException raised here;
-        CommitUnanswered when no answer came within `wait_s` or `give_up()` said so."""
+        CommitUnanswered when no answer came within `wait_s` or `give_up()` said so. `direct`: in this thread
+        (inside a rebalance callback)."""
+        if direct and not self.busy:
+            return consumer.commit(offsets=list(offsets), asynchronous=False)
         if self.busy:
             raise CommitUnanswered("an earlier commit still waits for the group coordinator")
         answer: dict[str, Any] = {}

@@ -68,6 +68,7 @@ from ..model import (
 from ..redaction import redact
 from .batch_stats import BatchStats
 from .commits import BoundedCommitter, CommitUnanswered
+from .data_loss import ResetDecision
 from .data_loss import decide as decide_reset
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
@@ -159,6 +160,7 @@ class StreamWorker:
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._committer = BoundedCommitter(config.name)   # a commit never holds the poll thread past its deadline
+        self._rebalancing = False   # inside a rebalance callback (poll thread)
         self.status = StreamStatus.CREATED
         self.error: str | None = None
         self._stats = BatchStats()
@@ -265,8 +267,8 @@ class StreamWorker:
         }
         consumer = new_consumer(conf, self._secrets)
         try:
-            consumer.subscribe(list(self.config.topics), on_assign=self._on_assign,
-                               on_revoke=self._on_revoke, on_lost=self._on_lost)
+            consumer.subscribe(list(self.config.topics), on_assign=self._rebalance(self._on_assign),
+                               on_revoke=self._rebalance(self._on_revoke), on_lost=self._rebalance(self._on_lost))
         except (KafkaException, ValueError, TypeError, RuntimeError) as exc:
             consumer.close()
             raise StreamError(f"topics: the Kafka client cannot subscribe: {self._redact(exc)}") from None
@@ -433,7 +435,7 @@ class StreamWorker:
         while True:
             try:
                 result = self._committer.commit(consumer, tps, max(deadline - time.monotonic(), COMMIT_MIN_WAIT_S),
-                                                give_up=self._outage_confirmed)
+                                                give_up=self._outage_confirmed, direct=self._rebalancing)
                 failed = [tp for tp in result or [] if tp.error is not None]
                 if not failed:
                     return None
@@ -639,6 +641,17 @@ class StreamWorker:
 
     _on_lost = _on_revoke
 
+    def _rebalance(self, callback: Callable[[Consumer, list[TopicPartition]], None]
+                   ) -> Callable[[Consumer, list[TopicPartition]], None]:
+        """A rebalance callback, marked while it runs: a commit inside it is made directly (commits.py)."""
+        def run(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._rebalancing = True
+            try:
+                callback(consumer, partitions)
+            finally:
+                self._rebalancing = False
+        return run
+
     def _assignment(self, incremental: Callable[[], None], eager: Callable[[], None]) -> None:
         """Change the assignment the way the group's protocol wants; learn the protocol from a refusal."""
         try:
@@ -660,6 +673,8 @@ class StreamWorker:
                 del self._resets[tp]
                 continue
             watermarks = None
+            if at >= 0 and self._outage:
+                continue   # asked once the cluster answers again
             if at >= 0:
                 try:
                     watermarks = self._live_consumer().get_watermark_offsets(
@@ -668,6 +683,11 @@ class StreamWorker:
                     log.warning("stream %s: %s:%d: offset %d is out of range; its watermarks: %s", self.config.name,
                                 tp.topic, tp.partition, at, self._redact(exc))
             decision = decide_reset(tp, at, watermarks, self._reset_policy, self.config.on_data_loss)
+            known = self._gate.positions().get(tp)
+            if at < 0 and known is not None and known >= 0:
+                # "nothing committed", from a committed-offset lookup an explicit start raced (KIP-848's
+                # incremental assignment): the partition goes on from where the stream stands
+                decision = ResetDecision(start=known)
             if decision.fail:
                 self._fatal = decision.fail
                 return
