@@ -14,7 +14,7 @@ import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import StreamError
+from ..errors import KafkaOperationError, StreamError
 from ..model import StreamInfo, StreamLag, Verdict
 from .verdict import StreamVerdict
 
@@ -32,9 +32,11 @@ def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: 
         name=info.name, consumer_group=info.consumer_group, stream_status=info.status, status=Verdict.ERR,
         message="", total_lag=0, max_lag=0, max_lag_seconds=None, records_per_second=0.0, sampled_at=None,
         interval_s=interval)
+    away = isinstance(exc, KafkaOperationError) and exc.code in UNREACHABLE_CODES
     return dataclasses.replace(
-        base, stream_status=info.status, status=Verdict.ERR, records_per_second=0.0, cluster_up=False,
-        message=f"the stream's cluster cannot be reached since {since}: lag and offsets are not known",
+        base, stream_status=info.status, status=Verdict.ERR, records_per_second=0.0, cluster_up=not away,
+        message=(f"the stream's cluster cannot be reached since {since}" if away else
+                 f"its lag cannot be sampled since {since}") + ": lag and offsets are not known",
         offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=f"lag: cannot sample since "
         f"{since}: {exc}", skipped=info.skipped, records_lost=info.records_lost,
         records_lost_unacknowledged=info.records_lost_unacknowledged)
