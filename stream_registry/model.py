@@ -150,6 +150,7 @@ class StreamInfo:
     detail: str | None = None          # why it is in its state when that is not obvious (`starting`: what it waits for)
     records_lost: int = 0              # records that left the log before the stream read them (history rows `lost`)
     records_lost_unacknowledged: int = 0   # of those, not acknowledged by an operator yet (acknowledge_loss)
+    cluster_unreachable_since: datetime | None = None   # its running consumer finds no broker answering, since
 
 
 # -- offsets: reports, history, pending changes, previews ----------------------------------------------

@@ -39,7 +39,7 @@ from ..model import (
     StreamStatus,
 )
 from ..registry.registry import StreamRegistry
-from .outage import UNREACHABLE_CODES, counts, loss_verdict, unsampled
+from .outage import UNREACHABLE_CODES, consumer_outage, counts, loss_verdict, unsampled
 from .seconds import extrapolated, from_timestamp
 from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
 
@@ -173,8 +173,8 @@ class LagCollector:
         """One round for one stream: its StreamLag, also kept as `t.latest`."""
         with t.lock:
             try:
-                unreachable = self._unreachable.get(info.bootstrap_servers)
-                if unreachable is not None:   # another stream of this cluster found it away this round
+                unreachable = self._unreachable.get(info.bootstrap_servers) or consumer_outage(info)
+                if unreachable is not None:   # its consumer, or another stream of this cluster, found it away
                     raise unreachable
                 rows = self._registry.describe(info.name)
                 self._changes(t)

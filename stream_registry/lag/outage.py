@@ -1,7 +1,7 @@
 """What a stream's lag round says when the truth includes something that went wrong (issue 32).
 
-- Its cluster cannot be reached (the round's batched queries failed): the
-  verdict is ERR (Burrow's group error status), `cluster_up` is False, the
+- Its cluster cannot be reached (its running consumer found no broker
+  answering, or the round's batched queries failed): the verdict is ERR (Burrow's group error status), `cluster_up` is False, the
   records/s fall to 0 (nothing is being consumed that anyone can see), and the
   message says since when; the last partitions and totals are kept for the
   charts. It clears with the first round that reaches the cluster again.
@@ -25,7 +25,8 @@ UNREACHABLE_CODES = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", 
 def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: float) -> StreamLag:
     """The stream's StreamLag for a round that could not sample it (`t`: the collector's record of the stream,
     whose `unreachable_since` this starts)."""
-    t.unreachable_since = t.unreachable_since or now
+    since_consumer = info.cluster_unreachable_since.timestamp() if info.cluster_unreachable_since else now
+    t.unreachable_since = t.unreachable_since or min(since_consumer, now)
     since = _time(t.unreachable_since)
     previous: StreamLag | None = t.latest
     base = previous if previous is not None else StreamLag(
@@ -40,6 +41,15 @@ def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: 
         offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=f"lag: cannot sample since "
         f"{since}: {exc}", skipped=info.skipped, records_lost=info.records_lost,
         records_lost_unacknowledged=info.records_lost_unacknowledged)
+
+
+def consumer_outage(info: StreamInfo) -> KafkaOperationError | None:
+    """The stream's own consumer found no broker answering (a probe confirmed it): the round need not wait for its
+    queries to time out to say so."""
+    if info.cluster_unreachable_since is None:
+        return None
+    return KafkaOperationError(f"the stream's consumer finds no broker answering since "
+                               f"{_time(info.cluster_unreachable_since.timestamp())}", code="_ALL_BROKERS_DOWN")
 
 
 def loss_verdict(info: StreamInfo) -> StreamVerdict | None:

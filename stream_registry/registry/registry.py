@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,7 @@ class _Stream:
     lock: threading.Lock = field(default_factory=threading.Lock)
     dropped: bool = False       # set under its lock by drop(): no call acts on it any more
     stats: BatchStats = BatchStats()   # every run's batches since this registry opened (a new run adds to it)
+    outage_since: datetime | None = None   # its consumer finds no broker answering, since (while it runs)
 
 
 class StreamRegistry:
@@ -465,13 +467,15 @@ class StreamRegistry:
         config = stream.config
         name = config.name
         earlier = stream.stats   # this run's batches add to those of the runs before
+        stream.outage_since = None   # this run's consumer says when it finds no broker
 
         def on_stats(stats: BatchStats) -> None:
             stream.stats = earlier + stats
         events = StreamEvents(on_status=lambda status, error: self._on_status(stream, status, error),
                               on_change=lambda event: self._changes.on_event(name, event),
                               on_set_aside=lambda records: self._changes.on_set_aside(name, records),
-                              on_stats=on_stats, on_lost=lambda lost: self._changes.on_lost(name, lost))
+                              on_stats=on_stats, on_lost=lambda lost: self._changes.on_lost(name, lost),
+                              on_outage=lambda since: setattr(stream, "outage_since", since))
         pending, output = self._changes.pending_moves(config.name), self._output_policy()
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
@@ -595,6 +599,7 @@ class StreamRegistry:
                           batch_seconds_buckets=stream.stats.cumulative_buckets(),
                           detail=starting_detail(c.configs, time.monotonic() - stream.started_at)
                           if stream.status == StreamStatus.STARTING and runner else None,
+                          cluster_unreachable_since=stream.outage_since if runner else None,
                           **self._changes.lost_counts(c.name))
 
 

@@ -105,6 +105,7 @@ class StreamEvents:
     on_set_aside: Callable[[list[SetAside]], None] = lambda records: None     # poison messages
     on_stats: Callable[[BatchStats], None] = lambda stats: None               # since this worker started
     on_lost: Callable[[RecordsLost], None] = lambda lost: None                # records that left the log unread
+    on_outage: Callable[[datetime | None], None] = lambda since: None         # no broker answers, since (None: over)
 
 
 @dataclass(frozen=True)
@@ -739,12 +740,14 @@ class StreamWorker:
                 self._outage = self._suspect.replace("{since}", self._outage_since.strftime("%Y-%m-%dT%H:%M:%SZ"))
                 self._suspect = None
                 self._set_status(self.status, self._outage)
+                self._events.on_outage(self._outage_since)
             return
         self._suspect = None
         if self._outage:
             log.info("stream %s: the cluster answers again (%s)", self.config.name, self._outage)
             self._outage = self._outage_since = None
             self._set_status(self.status, None)
+            self._events.on_outage(None)
 
     # -- state ----------------------------------------------------------------
     def _set_status(self, status: StreamStatus, error: str | None = None) -> None:
