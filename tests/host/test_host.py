@@ -28,7 +28,8 @@ from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_
 STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "transform", "sink", "status", "error",
                  "configs", "credentials", "batch_size", "batch_interval_ms", "restart", "pid", "rss_bytes", "restarts",
                  "delivery", "errors_tolerance", "dead_letter_topic", "dead_lettered", "skipped",
-                 "records", "batches", "batch_seconds_sum", "batch_seconds_buckets", "detail"}
+                 "records", "batches", "batch_seconds_sum", "batch_seconds_buckets", "detail", "records_lost",
+                 "records_lost_unacknowledged", "cluster_unreachable_since"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned", "stored_offset", "resume_offset"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
