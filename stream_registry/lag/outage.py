@@ -1,7 +1,7 @@
 """What a stream's lag round says when the truth includes something that went wrong (issue 32).
 
 - Its cluster cannot be reached (its running consumer found no broker
-  answering, or the round's batched queries failed): the verdict is ERR (Burrow's group error status), `cluster_up` is False, the
+  answering, or two rounds in a row could not sample it): the verdict is ERR (Burrow's group error status), `cluster_up` is False, the
   records/s fall to 0 (nothing is being consumed that anyone can see), and the
   message says since when; the last partitions and totals are kept for the
   charts. It clears with the first round that reaches the cluster again.
@@ -25,10 +25,16 @@ UNREACHABLE_CODES = frozenset({"_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", 
 def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: float) -> StreamLag:
     """The stream's StreamLag for a round that could not sample it (`t`: the collector's record of the stream,
     whose `unreachable_since` this starts)."""
+    repeated = t.unreachable_since is not None
     since_consumer = info.cluster_unreachable_since.timestamp() if info.cluster_unreachable_since else now
     t.unreachable_since = t.unreachable_since or min(since_consumer, now)
     since = _time(t.unreachable_since)
     previous: StreamLag | None = t.latest
+    if previous is not None and not repeated and info.cluster_unreachable_since is None:
+        # One round that could not sample (a query that timed out once on a loaded machine is no outage): said
+        # in `error`; the verdict says ERR from the next such round on, or at once when the consumer confirmed it.
+        return dataclasses.replace(previous, stream_status=info.status, error=f"lag: cannot sample since {since}: "
+                                   f"{exc}", dead_lettered=info.dead_lettered, skipped=info.skipped)
     base = previous if previous is not None else StreamLag(
         name=info.name, consumer_group=info.consumer_group, stream_status=info.status, status=Verdict.ERR,
         message="", total_lag=0, max_lag=0, max_lag_seconds=None, records_per_second=0.0, sampled_at=None,
