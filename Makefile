@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lint test test-unit test-tansu demo docs clean browser
+.PHONY: install lint test test-unit test-tansu demo docs clean browser promtool
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,15 @@ lint: $(STAMP)
 HAVE_BROWSER := $(shell command -v chromium || command -v chromium-browser)
 CAN_INSTALL  := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get)
 NEEDS_BROWSER := $(if $(HAVE_BROWSER),,$(if $(CAN_INSTALL),browser))
+# The alert rules (docker/prometheus/alerts.yml) are evaluated by promtool, from Debian's prometheus package
+# (tests/unit/test_alert_rules.py, tests/host/test_outages_host.py): installed the same way, skipped the same way.
+HAVE_PROMTOOL := $(shell command -v promtool)
+NEEDS_PROMTOOL := $(if $(HAVE_PROMTOOL),,$(if $(CAN_INSTALL),promtool))
 
 # Every tier: unit, integration (the embedded Kafka), host (`mgstreams serve` processes), spark, adversarial.
-test: $(STAMP) $(NEEDS_BROWSER)
+test: $(STAMP) $(NEEDS_BROWSER) $(NEEDS_PROMTOOL)
 	@$(if $(HAVE_BROWSER)$(CAN_INSTALL),:,echo "make: Chromium is not installed and installing it needs root (apt-get install chromium): tests/host/test_ui.py's browser test is skipped")
+	@$(if $(HAVE_PROMTOOL)$(CAN_INSTALL),:,echo "make: promtool is not installed and installing it needs root (apt-get install prometheus): the alert rule tests that run it are skipped")
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The unit tier alone: nothing running (no Kafka, no host, no Spark); under a minute.
@@ -49,6 +54,13 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
 	  { apt-get update -qq >/dev/null 2>&1 && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; }
+
+promtool:
+	@command -v promtool >/dev/null 2>&1 || \
+	{ [ "$$(id -u)" = 0 ] || { echo "make promtool: installing promtool needs root (apt-get install prometheus)"; exit 1; }; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+	  { apt-get update -qq >/dev/null 2>&1 && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; }; }
 
 # The demo needs the Spark extra and Memgraph's mgp (it loads the query module as Memgraph does), not the test
 # extra (in a venv made by `make install` they are there already, and pip only checks).

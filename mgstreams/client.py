@@ -98,6 +98,9 @@ class HostClient:
     def stop(self, name: str) -> StreamInfo:
         return from_json(StreamInfo, self._request("PUT", f"/streams/{_path(name)}/stop"))
 
+    def acknowledge_loss(self, name: str) -> StreamInfo:
+        return from_json(StreamInfo, self._request("PUT", f"/streams/{_path(name)}/acknowledge-loss"))
+
     def drop(self, name: str) -> StreamInfo:
         return from_json(StreamInfo, self._request("DELETE", f"/streams/{_path(name)}"))
 

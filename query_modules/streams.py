@@ -40,8 +40,8 @@ CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bol
 
 StatusRecord = mgp.Record(name=str, status=str)
 OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
-               "errors.deadletterqueue.context.headers.enable", "bolt_unwind", "tasks",
-               "key.format", "value.format", "schema.registry.url", "transform.options")
+               "errors.deadletterqueue.context.headers.enable", "bolt_unwind", "tasks", "on_data_loss",
+               "check_sink", "key.format", "value.format", "schema.registry.url", "transform.options")
 
 
 def _token() -> str:
@@ -138,6 +138,8 @@ def create(name: str, topics: mgp.List[str], bootstrap_servers: str, transform: 
     "errors.deadletterqueue.topic.name", "errors.deadletterqueue.context.headers.enable",
     "bolt_unwind" (true | false: a Bolt sink folds runs of one query into UNWIND statements),
     "tasks" (1 to 32 member processes of the stream's consumer group; default 1).
+    "on_data_loss" ("continue" | "stop": when records left the log before the stream read them),
+    "check_sink" (true | false: connect and log in to a Bolt sink first; false for a Memgraph not up yet).
     Nothing is stored when a check fails.
     """
     configs, credentials = _map(configs, "configs"), _map(credentials, "credentials")

@@ -58,6 +58,12 @@ class Delivery(StrEnum):
     EXACTLY_ONCE = "exactly_once"     # written with the batch, in the same transaction or write: nothing repeats
 
 
+class DataLossPolicy(StrEnum):
+    """What a stream does when records left the log before it read them (its offset fell below the log start)."""
+    CONTINUE = "continue"   # go on from the log start, count the records lost (history, metrics, verdict ERR)
+    STOP = "stop"           # go to error naming the range that left the log; the committed offset stays
+
+
 class ErrorsTolerance(StrEnum):
     """What a message that cannot be transformed or written does to its stream (Kafka Connect's errors.tolerance)."""
     NONE = "none"   # the batch is retried, then the stream goes to error
@@ -78,8 +84,11 @@ OPTION_FIELDS = {
     "value.format": "value_format",
     "schema.registry.url": "schema_registry_url",
     "transform.options": "transform_options",
+    "on_data_loss": "on_data_loss",
+    "check_sink": "check_sink",
 }
-_ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance}
+_ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance,
+                "on_data_loss": DataLossPolicy}
 # What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
 ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "restart", "errors_tolerance",
                     "dead_letter_topic", "dead_letter_context_headers", "bolt_unwind", "tasks",
@@ -148,6 +157,8 @@ class StreamConfig:
     value_format: str = "bytes"
     schema_registry_url: str | None = None
     transform_options: Mapping[str, Any] = field(default_factory=dict)   # fn(messages, options=...)
+    on_data_loss: DataLossPolicy = DataLossPolicy.CONTINUE
+    check_sink: bool = True      # create (and an alter of the sink) connects and logs in to a Bolt sink first
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
@@ -331,7 +342,7 @@ class StreamConfig:
             if self.errors_tolerance != ErrorsTolerance.ALL:
                 raise ConfigError(f"{_option_name('dead_letter_topic')}: {dlq!r} needs errors.tolerance 'all' "
                                   f"(got {self.errors_tolerance.value!r})")
-        for name in ("dead_letter_context_headers", "bolt_unwind"):
+        for name in ("dead_letter_context_headers", "bolt_unwind", "check_sink"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{_option_name(name)}: expected true or false, "
                                   f"got {_shown_value(getattr(self, name))}")

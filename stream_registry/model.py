@@ -64,6 +64,9 @@ class ChangeStatus(StrEnum):
     # An exactly-once stream resumed elsewhere than where its group (or its own view) stood: the sink's stored
     # offsets decided (a sink cut back, edited, replaced, or holding none); not requested by anyone (history only)
     REALIGNED = "realigned"
+    # Not an offset change: records that left the log before the stream read them (previous_offset: the first
+    # of them, offset: where the stream went on), history only
+    LOST = "lost"
 
 
 class MoveState(StrEnum):
@@ -88,6 +91,7 @@ class Verdict(StrEnum):
     WARN = "WARN"
     STALL = "STALL"
     STOP = "STOP"
+    ERR = "ERR"     # Burrow's group ERR: its cluster cannot be reached, or records left the log unread (until seen)
 
     @property
     def severity(self) -> int:
@@ -95,7 +99,7 @@ class Verdict(StrEnum):
 
 
 _SEVERITY = {Verdict.OK: 0, Verdict.STARTING: 1, Verdict.REWIND: 2, Verdict.WARN: 3, Verdict.STALL: 4,
-             Verdict.STOP: 5}
+             Verdict.STOP: 5, Verdict.ERR: 6}
 
 
 class LagSecondsMethod(StrEnum):
@@ -153,6 +157,9 @@ class StreamInfo:
     value_format: str = "bytes"
     schema_registry_url: str | None = None
     transform_options: Mapping[str, Any] = field(default_factory=dict)
+    records_lost: int = 0              # records that left the log before the stream read them (history rows `lost`)
+    records_lost_unacknowledged: int = 0   # of those, not acknowledged by an operator yet (acknowledge_loss)
+    cluster_unreachable_since: datetime | None = None   # its running consumer finds no broker answering, since
 
 
 # -- offsets: reports, history, pending changes, previews ----------------------------------------------
@@ -303,6 +310,25 @@ class SetAside:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RecordsLost:
+    """Records [from_offset, to_offset) of one partition that the stream never read: they left the log (its start
+    moved past the stream's offset: retention) before the stream got to them, and it went on from `to_offset`."""
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+    log_start: int
+
+    @property
+    def count(self) -> int:
+        return self.to_offset - self.from_offset
+
+    def describe(self) -> str:
+        return (f"{self.count} record(s) of {self.topic}:{self.partition} (offsets {self.from_offset} to "
+                f"{self.to_offset - 1}) left the log before the stream read them (log start {self.log_start})")
+
+
+@dataclass(frozen=True, kw_only=True)
 class WorkerSnapshot:
     """What the poll thread last saw, for describe() and offset changes."""
     assigned: frozenset = frozenset()
@@ -350,6 +376,17 @@ class StreamLag:
     error: str | None = None           # why the last round could not sample it (Kafka unreachable)
     partitions: tuple[PartitionLag, ...] = ()
     age_s: float | None = None         # seconds since `sampled_at`, when it was read (None: never sampled)
+    cluster_up: bool = True            # False: the last round could not reach the stream's cluster
+    skipped: int = 0                   # from the stream's StreamInfo
+    pending_changes: int = 0           # offset changes waiting for an assignment
+    records_lost: int = 0              # from the stream's StreamInfo
+    records_lost_unacknowledged: int = 0
+
+    @property
+    def quiet(self) -> bool:
+        """A STOP that needs no one: the stream was stopped (or never started) and nothing waits for it."""
+        return self.status == Verdict.STOP and self.stream_status in (StreamStatus.CREATED, StreamStatus.STOPPED) \
+            and self.total_lag == 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,6 +60,11 @@ def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str,
     Prints the bootstrap servers as the only line on stdout; runs until Ctrl-C or SIGTERM. `mgstreams kafka
     topic create` reaches it through a control socket in the user's runtime directory (the mock brokers
     cannot create topics through Kafka's CreateTopics).
+
+    Retention: everything is kept in memory, and the embedded cluster keeps at most 5 MiB and 100,000 batches
+    per partition, dropping its oldest batches first; its log start then moves on, and a stream stopped or
+    behind meanwhile loses the records that left (it counts them: records_lost, `mgstreams describe`). Tansu
+    keeps everything until it stops.
     """
     if ctx.invoked_subcommand is not None:
         return

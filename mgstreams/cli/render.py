@@ -37,7 +37,7 @@ CHECK_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), long("QUERY", fo
 LAG_COLUMNS = (key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("LOG-END-OFFSET"), key("LAG"),
                key("LAG-SECONDS"), extra("METHOD"), key("STATUS"), long("MESSAGE", fold=True))
 TOP_COLUMNS = (key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
-               long("MESSAGE"))
+               key("DEAD"), key("SKIPPED"), key("PENDING"), key("LOST"), long("MESSAGE"))
 
 
 def console() -> Console:
@@ -79,6 +79,8 @@ def process_line(info) -> str:
         where = f"tasks {info.tasks}, " + where.replace(f"pid {info.pid}", "pids " + " ".join(map(str, info.pids))
                                                         if info.pids else "no process", 1)
     poison = f", dead-lettered {info.dead_lettered}, skipped {info.skipped}" if info.errors_tolerance == "all" else ""
+    if info.records_lost:
+        poison += f", records lost {info.records_lost} ({info.records_lost_unacknowledged} not acknowledged)"
     return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}{poison}" + \
         (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")
 
@@ -113,7 +115,9 @@ def top_table(streams: list[StreamLag], url: str, interval: float, error: str | 
     """`mgstreams top`'s view: a title line, one row per stream, and the last error if any."""
     at = datetime.datetime.now().strftime("%H:%M:%S")
     rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
-             _seconds(s.max_lag_seconds) or "-", s.error or s.message) for s in streams]
+             _seconds(s.max_lag_seconds) or "-", str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
+             f"{s.records_lost}" + (f"({s.records_lost_unacknowledged} new)" if s.records_lost_unacknowledged else ""),
+             s.error or s.message) for s in streams]
     parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
                   style="bold"), table(TOP_COLUMNS, rows)]
     if error:

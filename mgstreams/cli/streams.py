@@ -74,15 +74,19 @@ def _split_options(configs: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
 @click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
 @click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
               help="A librdkafka property of the consumer, or a stream option (delivery, errors.tolerance, "
-                   "errors.deadletterqueue.topic.name, restart, key.format, value.format, schema.registry.url, "
-                   "transform.options as JSON) (repeatable).")
+                   "errors.deadletterqueue.topic.name, restart, on_data_loss, key.format, value.format, "
+                   "schema.registry.url, transform.options as JSON) (repeatable).")
 @click.option("--tasks", type=int, default=None, metavar="N",
               help="Member processes of the stream's consumer group, 1 to 32 (default 1).")
 @click.option("--start", "start_now", is_flag=True, help="Start the stream once it is created.")
+@click.option("--no-check-sink", "no_check_sink", is_flag=True,
+              help="Do not connect to a Bolt sink at create (a Memgraph that is not up yet); the stream's start "
+                   "fails, naming why, if it is still not there then.")
 @json_option
 def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform: str | None, sink: str | None,
            consumer_group: str | None, batch_size: int | None, batch_interval_ms: int | None,
-           configs: dict[str, str], tasks: int | None, start_now: bool, as_json: bool) -> None:
+           configs: dict[str, str], tasks: int | None, start_now: bool, no_check_sink: bool,
+           as_json: bool) -> None:
     """Create stream NAME on the host (POST /streams), as `CALL streams.create(...)` does.
 
     Secrets (sasl.password and the like) given with --config are stored masked in
@@ -97,6 +101,8 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
     if kafka_configs:
         fields["configs"] = kafka_configs
     fields.update(options)
+    if no_check_sink:
+        fields["check_sink"] = False
     client = host_client()
     info = run(lambda: client.create(**fields))
     if start_now:
@@ -193,6 +199,20 @@ def stop(name: str, as_json: bool) -> None:
     _print_status(run(lambda: host_client().stop(name)), as_json)
 
 
+@click.command("acknowledge-loss", cls=UsageCommand)
+@click.argument("name")
+@json_option
+def acknowledge_loss(name: str, as_json: bool) -> None:
+    """Say that the records stream NAME lost (they left the log before it read them) have been seen: its lag
+    verdict stops saying ERR for them. The count and the history rows (status lost) stay."""
+    info = run(lambda: host_client().acknowledge_loss(name))
+    if as_json:
+        print_json({"name": info.name, "records_lost": info.records_lost,
+                    "records_lost_unacknowledged": info.records_lost_unacknowledged})
+    else:
+        click.echo(f"{info.name}: {info.records_lost} lost record(s), all acknowledged")
+
+
 @click.command(cls=UsageCommand)
 @click.argument("name")
 @json_option
@@ -205,4 +225,4 @@ def drop(name: str, as_json: bool) -> None:
         click.echo(f"{info.name} dropped")
 
 
-COMMANDS = (list_streams, create, alter, start, stop, drop)
+COMMANDS = (list_streams, create, alter, start, stop, acknowledge_loss, drop)

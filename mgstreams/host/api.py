@@ -150,6 +150,9 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
     async def stop(request: Request) -> Response:
         return await _call(lambda: registry.stop(parts.name(request)))
 
+    async def acknowledge_loss(request: Request) -> Response:
+        return await _call(lambda: registry.acknowledge_loss(parts.name(request)))
+
     async def offsets(request: Request) -> Response:
         return await _call(lambda: registry.describe(parts.name(request)))
 
@@ -234,6 +237,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams/{name}", alter, methods=["PATCH"]),
         Route("/streams/{name}/start", start, methods=["PUT"]),
         Route("/streams/{name}/stop", stop, methods=["PUT"]),
+        Route("/streams/{name}/acknowledge-loss", acknowledge_loss, methods=["PUT"]),
         Route("/streams/{name}/offsets", offsets, methods=["GET"]),
         Route("/streams/{name}/offsets", set_offset, methods=["PATCH"]),
         Route("/streams/{name}/history", history, methods=["GET"]),

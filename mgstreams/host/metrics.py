@@ -14,7 +14,11 @@ with the stream's status, `{status, stream}`, and one with its lag verdict,
 `mgstreams_stream_restarts`, `mgstreams_offset_changes_total`,
 `mgstreams_dead_letter_records_total`, `mgstreams_skipped_records_total`, `mgstreams_records_total`,
 `mgstreams_batches_total` and the `mgstreams_batch_seconds` histogram (batches
-written since the host started, every run of the stream added up).
+written since the host started, every run of the stream added up); `mgstreams_cluster_up`
+(0 when the sampler's last round could not reach the stream's cluster),
+`mgstreams_records_lost_total{stream, topic, partition}` (records that left the log
+before the stream read them, klag-exporter's data-loss counters being the anchor) and
+`mgstreams_records_lost_unacknowledged`.
 """
 from __future__ import annotations
 
@@ -41,7 +45,8 @@ class RegistryCollector(Collector):
         up = GaugeMetricFamily("mgstreams_stream_up", "1 when the stream's consumer runs, else 0", labels=["stream"])
         status = GaugeMetricFamily("mgstreams_stream_status",
                                    "1 for the stream's current status ({status, stream}) and for its lag verdict "
-                                   "({stream, verdict}: OK, STARTING, WARN, STALL, STOP, REWIND)", labels=["status", "stream"])
+                                   "({stream, verdict}: OK, STARTING, WARN, STALL, STOP, REWIND, ERR)",
+                                   labels=["status", "stream"])
         rss = GaugeMetricFamily("mgstreams_stream_resident_memory_bytes",
                                 "Resident memory of the stream's process, while it runs", labels=["stream"])
         restarts = GaugeMetricFamily("mgstreams_stream_restarts",
@@ -57,8 +62,18 @@ class RegistryCollector(Collector):
         batches = CounterMetricFamily("mgstreams_batches", "Batches the stream wrote to its sink", labels=["stream"])
         batch_seconds = HistogramMetricFamily("mgstreams_batch_seconds",
                                               "Seconds per batch: transform, write, commit", labels=["stream"])
+        lost = CounterMetricFamily("mgstreams_records_lost",
+                                   "Records that left the log (retention) before the stream read them",
+                                   labels=["stream", "topic", "partition"])
+        unseen = GaugeMetricFamily("mgstreams_records_lost_unacknowledged",
+                                   "Of those, records no operator has acknowledged yet (mgstreams acknowledge-loss)",
+                                   labels=["stream"])
         infos = self._registry.list()
         for info in infos:
+            unseen.add_metric([info.name], float(info.records_lost_unacknowledged))
+            for (topic, partition), count in (self._registry.records_lost(info.name).items()
+                                              if info.records_lost else ()):
+                lost.add_metric([info.name, topic, str(partition)], float(count))
             up.add_metric([info.name], 1.0 if info.status == StreamStatus.RUNNING else 0.0)
             status.add_metric([info.status.value, info.name], 1.0)
             restarts.add_metric([info.name], float(info.restarts))
@@ -73,7 +88,8 @@ class RegistryCollector(Collector):
                 batch_seconds.add_metric([info.name], [(le, float(n)) for le, n in zip(
                     bounds, info.batch_seconds_buckets, strict=False)],
                                          info.batch_seconds_sum)
-        yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead, skipped)
+        yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead, skipped,
+                    lost, unseen)
 
     def _lag_metrics(self, status: GaugeMetricFamily):
         offset = GaugeMetricFamily("kafka_consumergroup_group_offset", "The group's committed offset of a partition",
@@ -99,8 +115,11 @@ class RegistryCollector(Collector):
         age = GaugeMetricFamily("mgstreams_lag_sample_age_seconds",
                                 "Seconds since the lag sampler's last round of the stream (its lag metrics are "
                                 "that old)", labels=["stream"])
+        cluster_up = GaugeMetricFamily("mgstreams_cluster_up", "1 when the lag sampler's last round reached the "
+                                       "stream's Kafka cluster, else 0", labels=["stream"])
         for s in self._lag.latest() if self._lag is not None else ():
             status.add_sample("mgstreams_stream_status", {"stream": s.name, "verdict": s.status.value}, 1.0)
+            cluster_up.add_metric([s.name], 1.0 if s.cluster_up else 0.0)
             changes.add_metric([s.name], float(s.offset_changes))
             if s.sampled_at is None:
                 continue
@@ -119,7 +138,8 @@ class RegistryCollector(Collector):
                     lag_seconds.add_metric(labels, float(p.lag_seconds))
                 latest.add_metric(labels, float(p.log_end_offset))
                 earliest.add_metric(labels, float(p.log_start_offset))
-        return status, offset, lag, lag_seconds, max_lag, max_lag_seconds, sum_lag, latest, earliest, changes, age
+        return (status, offset, lag, lag_seconds, max_lag, max_lag_seconds, sum_lag, latest, earliest, changes, age,
+                cluster_up)
 
 
 

@@ -17,7 +17,9 @@ from stream_registry.model import LagPoint, StreamLag
 HOUR_S = 3600.0
 WIDTH, HEIGHT = 720, 160
 LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 24     # plot margins, px
-VERDICT_COLORS = {"OK": "#2e7d32", "STARTING": "#546e7a", "REWIND": "#1565c0", "WARN": "#f9a825", "STALL": "#ef6c00", "STOP": "#c62828"}
+VERDICT_COLORS = {"OK": "#2e7d32", "STARTING": "#546e7a", "REWIND": "#1565c0", "WARN": "#f9a825", "STALL": "#ef6c00", "STOP": "#c62828",
+                  "ERR": "#6a1b9a"}
+QUIET = "#757575"   # STOP of a stream an operator stopped (or never started) with nothing waiting: no alarm
 LINE = {"lag": "#1f77b4", "lag-seconds": "#9467bd"}
 
 _STYLE = """
@@ -38,11 +40,14 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
     at = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     rows = "".join(
         f'<tr data-stream="{escape(s.name)}" data-verdict="{s.status.value}"><td><a href="#stream-{escape(s.name)}">'
-        f"{escape(s.name)}</a></td><td>{s.stream_status.value}</td><td>{_verdict(s.status.value)}</td>"
+        f"{escape(s.name)}</a></td><td>{s.stream_status.value}</td><td>{_stream_verdict(s)}</td>"
         f"<td>{s.total_lag}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
+        f'<td data-count="dead-lettered">{s.dead_lettered}</td><td data-count="skipped">{s.skipped}</td>'
+        f'<td data-count="pending">{s.pending_changes}</td><td data-count="lost">{_lost(s)}</td>'
         f"<td>{escape(s.error or s.message)}</td></tr>" for s in streams)
     summary = (f'<table id="streams"><thead><tr><th>stream</th><th>state</th><th>verdict</th><th>lag</th>'
-               f"<th>lag seconds</th><th>records/s</th><th>why</th></tr></thead><tbody>{rows}</tbody></table>"
+               f"<th>lag seconds</th><th>records/s</th><th>dead-lettered</th><th>skipped</th>"
+               f"<th>pending changes</th><th>records lost</th><th>why</th></tr></thead><tbody>{rows}</tbody></table>"
                if streams else '<p id="streams">No streams yet: create one with <code>mgstreams</code>, the API or '
                                "<code>CALL streams.create</code>.</p>")
     sections = "".join(_section(s, *series(s.name), now) for s in streams)
@@ -73,7 +78,7 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMar
     seconds_chart = chart([(p.at, p.max_lag_seconds) for p in points if p.max_lag_seconds is not None], changes,
                           now, kind="lag-seconds", title=f"{s.name}: lag (seconds) over the last hour", unit="s")
     return (f'<section id="stream-{escape(s.name)}" data-stream="{escape(s.name)}">'
-            f"<h2>{escape(s.name)} {_verdict(s.status.value)} <span class=\"muted\">{s.stream_status.value}, "
+            f"<h2>{escape(s.name)} {_stream_verdict(s)} <span class=\"muted\">{s.stream_status.value}, "
             f"group {escape(s.consumer_group)}</span></h2><p>{escape(s.error or s.message)}</p>"
             f"<figure>{lag_chart}<figcaption>Total lag in offsets; dashed lines: offset changes "
             f"(set_stream_offset).</figcaption></figure>"
@@ -133,8 +138,18 @@ def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeM
     return "".join(parts)
 
 
-def _verdict(value: str) -> str:
-    return f'<span class="verdict" style="background:{VERDICT_COLORS.get(value, "#555")}">{escape(value)}</span>'
+def _verdict(value: str, color: str | None = None) -> str:
+    color = color or VERDICT_COLORS.get(value, "#555")
+    return f'<span class="verdict" style="background:{color}">{escape(value)}</span>'
+
+
+def _stream_verdict(s: StreamLag) -> str:
+    return _verdict(s.status.value, QUIET if s.quiet else None)
+
+
+def _lost(s: StreamLag) -> str:
+    unseen = f" ({s.records_lost_unacknowledged} not acknowledged)" if s.records_lost_unacknowledged else ""
+    return f"{s.records_lost}{unseen}"
 
 
 def _num(value) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import pairwise
 
-from ..errors import StreamError
+from ..errors import KafkaOperationError, StreamError
 from ..kafka.timestamps import FirstRecord, FirstRecords
 from ..model import (
     ChangeStatus,
@@ -41,9 +41,9 @@ from ..model import (
     StreamInfo,
     StreamLag,
     StreamStatus,
-    Verdict,
 )
 from ..registry.registry import StreamRegistry
+from .outage import UNREACHABLE_CODES, consumer_outage, counts, loss_verdict, unsampled
 from .seconds import extrapolated, from_timestamp
 from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
 
@@ -73,6 +73,7 @@ class _Tracked:
     reader: FirstRecords | None = None
     reader_error: str | None = None
     latest: StreamLag | None = None
+    unreachable_since: float | None = None   # the first round in a row that could not sample it
     running_since: float | None = None   # when the current run was first sampled running (None: not running)
     pid: int | None = None               # the process of that run: another pid is another run
     lock: threading.Lock = field(default_factory=threading.Lock)       # its points and changes, held briefly
@@ -94,6 +95,7 @@ class LagCollector:
         self._read_timestamps = read_timestamps
         self._clock = clock
         self._tracked: dict[str, _Tracked] = {}
+        self._unreachable: dict[str, KafkaOperationError] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -169,6 +171,7 @@ class LagCollector:
     # -- sampling ------------------------------------------------------------------------
     def sample(self) -> None:
         """One round over every stream."""
+        self._unreachable = {}   # bootstrap servers found unreachable this round: their other streams are too
         infos = self._registry.list()
         names = {i.name for i in infos}
         with self._lock:
@@ -191,22 +194,17 @@ class LagCollector:
         """One round for one stream: its StreamLag, also kept as `t.latest`."""
         with t.sampling:
             try:
+                unreachable = self._unreachable.get(info.bootstrap_servers) or consumer_outage(info)
+                if unreachable is not None:   # its consumer, or another stream of this cluster, found it away
+                    raise unreachable
                 rows = self._registry.describe(info.name)
                 self._changes(t)
-            except StreamError as exc:   # Kafka away, or dropped meanwhile: say so, keep the samples
-                previous = t.latest
-                t.latest = StreamLag(name=info.name, consumer_group=info.consumer_group, stream_status=info.status,
-                                     status=previous.status if previous else Verdict.OK,
-                                     message=previous.message if previous else "not sampled yet",
-                                     total_lag=previous.total_lag if previous else 0,
-                                     max_lag=previous.max_lag if previous else 0,
-                                     max_lag_seconds=previous.max_lag_seconds if previous else None,
-                                     records_per_second=previous.records_per_second if previous else 0.0,
-                                     sampled_at=previous.sampled_at if previous else None, interval_s=self.interval,
-                                     offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered,
-                                     error=f"lag: cannot sample: {exc}",
-                                     partitions=previous.partitions if previous else ())
+            except StreamError as exc:   # Kafka away, or dropped meanwhile: say so (ERR), keep the samples
+                if isinstance(exc, KafkaOperationError) and exc.code in UNREACHABLE_CODES:
+                    self._unreachable[info.bootstrap_servers] = exc
+                t.latest = unsampled(t, info, exc, self._clock(), self.interval)
                 return t.latest
+            t.unreachable_since = None
             now = self._clock()
             running = info.status == StreamStatus.RUNNING
             if not running:
@@ -252,7 +250,7 @@ class LagCollector:
             committed = sum(p.committed_offset or 0 for p in partitions)
             totals = [(p.at, p.total_lag, p.committed) for p in t.points if t.running_since is not None
                       and p.at >= t.running_since][-(self._window - 1):] + [(now, total, committed)]
-            overall = stream_verdict(info.status, verdicts, totals, error=info.error)
+            overall = loss_verdict(info) or stream_verdict(info.status, verdicts, totals, error=info.error)
             status, message = overall.verdict, overall.message
             if info.status != StreamStatus.RUNNING:   # what the stream is decides for its partitions too, at once
                 partitions = [dataclasses.replace(p, status=overall.verdict, message=overall.message,
@@ -264,7 +262,7 @@ class LagCollector:
                                  max_lag_seconds=max(known) if known else None, records_per_second=rate,
                                  sampled_at=datetime.fromtimestamp(now, tz=UTC), interval_s=self.interval,
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
-                                 partitions=tuple(partitions))
+                                 partitions=tuple(partitions), **counts(info, self._registry))
             with t.lock:
                 t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
                                          records_per_second=rate, status=status, committed=committed))

@@ -1,8 +1,8 @@
 """Admitting a stream's config at create and alter, and saying in the log what was admitted.
 
 What a create checks beyond the config's own validation, before anything is
-stored: the transformation imports, the sink URI is allowed, the brokers answer
-with the topics. An alter re-checks only what it changes. The registry runs
+stored: the transformation imports, the sink URI is allowed (and a Bolt sink
+answers and logs in: sink_check), the brokers answer with the topics. An alter re-checks only what it changes. The registry runs
 these with no lock held (they may wait for the cluster or a child's import).
 """
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..model import CHECK_IMPORT_TIMEOUT_S
 from ..redaction import mask_secrets, redact, redact_error
 from .one_shot import call_in_child
 from .runner import Isolation, check_stream_transformation, locate_stream_transformation
+from .sink_check import check_sink
 
 
 def admit(config: StreamConfig, before: StreamConfig | None, isolation: Isolation,
@@ -32,6 +33,7 @@ def admit(config: StreamConfig, before: StreamConfig | None, isolation: Isolatio
             validate_sink_uri(config.sink, output(), check_hosts=True)
         except StreamError as exc:
             raise ConfigError(redact_error(str(exc), config.secret_values())) from None
+        check_sink(config, isolation, output())
     if before is None or config.configs != before.configs:
         with open_query(config) as query:
             query.partitions(config.topics)

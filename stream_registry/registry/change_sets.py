@@ -36,6 +36,7 @@ from ..model import (
     PendingMove,
     PendingOffset,
     Realignment,
+    RecordsLost,
     ResolvedOffset,
     SetAside,
 )
@@ -53,7 +54,7 @@ class ChangeSets:
     def __init__(self, store: StateStore):
         self._store = store
         self._changed = threading.Condition()
-        self._unrecorded: dict[str, list[GateEvent | SetAside]] = {}   # per stream: what the store has not taken
+        self._unrecorded: dict[str, list[GateEvent | SetAside | RecordsLost]] = {}   # per stream: what the store has not taken
         self._store_errors: dict[str, str] = {}
         self._record_lock = threading.Lock()
         self._watchers: list[Callable[[str | None], None]] = []
@@ -239,6 +240,24 @@ class ChangeSets:
         self._unrecorded.setdefault(name, []).extend(records)
         self.flush(name)
 
+    def on_lost(self, name: str, lost: RecordsLost) -> None:
+        """Records that left the log before the stream read them: a history row (from where to where)."""
+        self._unrecorded.setdefault(name, []).append(lost)
+        self.flush(name)
+
+    def lost_counts(self, name: str) -> dict[str, int]:
+        """StreamInfo's records_lost and records_lost_unacknowledged."""
+        total, unacknowledged = self._store.lost_totals(name)
+        return {"records_lost": total, "records_lost_unacknowledged": unacknowledged}
+
+    def records_lost(self, name: str) -> dict[PartitionKey, int]:
+        self.flush(name)
+        return self._store.lost_per_partition(name)
+
+    def acknowledge_loss(self, name: str) -> int:
+        self.flush(name)
+        return self._store.acknowledge_loss(name)
+
     def flush(self, name: str) -> None:
         """Write what waits for the state store, in order; on failure it waits on and the error is kept."""
         with self._record_lock:
@@ -253,6 +272,8 @@ class ChangeSets:
                             moves = [(e.topic, e.partition, e.previous_offset, e.offset) for e in group
                                      if e.change_id == change_id]
                             log.info("stream %s: change %d applied: %s", name, change_id, _moves(moves))
+                    elif isinstance(group[0], RecordsLost):
+                        self._store.record_lost(name, group)
                     else:
                         self._store.record_set_aside(name, group)
                     del self._unrecorded[name][:len(group)]

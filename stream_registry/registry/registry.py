@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -119,6 +120,7 @@ class _Stream:
     dropped: bool = False       # set under its lock by drop(): no call acts on it any more
     stats: BatchStats = BatchStats()   # every run's batches since this registry opened (a new run adds to it)
     restarting: StreamRunner | None = None   # the runner an alter is stopping, to start the stream again after it
+    outage_since: datetime | None = None   # its consumer finds no broker answering, since (while it runs)
 
 
 class StreamRegistry:
@@ -560,6 +562,20 @@ class StreamRegistry:
         self._stream(name)
         return self._changes.history(name, limit)
 
+    def records_lost(self, name: str) -> dict[PartitionKey, int]:
+        """Records that left the log before the stream read them, per partition (its `lost` history rows)."""
+        self._stream(name)
+        return self._changes.records_lost(name)
+
+    def acknowledge_loss(self, name: str) -> StreamInfo:
+        """An operator has seen the stream's lost records: its verdict no longer says ERR for them (the count
+        and the history rows stay)."""
+        self._stream(name)
+        acknowledged = self._changes.acknowledge_loss(name)
+        if acknowledged:
+            log.info("stream %s: %d lost record(s) acknowledged", name, acknowledged)
+        return self.get(name)
+
     # -- internals ------------------------------------------------------------
     def _stream(self, name: str) -> _Stream:
         if not isinstance(name, str):
@@ -653,6 +669,7 @@ class StreamRegistry:
         config = stream.config
         name = config.name
         earlier = stream.stats   # this run's batches add to those of the runs before
+        stream.outage_since = None   # this run's consumer says when it finds no broker
 
         def on_stats(stats: BatchStats) -> None:
             stream.stats = earlier + stats
@@ -660,7 +677,8 @@ class StreamRegistry:
                               on_change=lambda event: self._changes.on_event(name, event),
                               on_set_aside=lambda records: self._changes.on_set_aside(name, records),
                               on_realign=lambda moves: self._changes.on_realign(name, moves),
-                              on_stats=on_stats)
+                              on_stats=on_stats, on_lost=lambda lost: self._changes.on_lost(name, lost),
+                              on_outage=lambda since: setattr(stream, "outage_since", since))
         if config.tasks > 1:   # N member processes, one runner (task_runner)
             return TaskRunner(config, events=events, new_task=lambda task_events, on_exit: self._one_runner(
                 config, task_events, on_exit), backoff=self._restart_backoff, lock=stream.lock)
@@ -797,7 +815,9 @@ class StreamRegistry:
                           detail=restarting_detail(restarting.pid) if restarting is not None else
                           starting_detail(c.configs, time.monotonic() - stream.started_at)
                           if stream.status == StreamStatus.STARTING and runner else None,
-                          tasks=c.tasks, pids=runner_pids(runner))
+                          tasks=c.tasks, pids=runner_pids(runner),
+                          cluster_unreachable_since=stream.outage_since if runner else None,
+                          **self._changes.lost_counts(c.name))
 
 
 def _deadline(timeout: object, arrived: float | None) -> float:

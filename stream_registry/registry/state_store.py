@@ -24,6 +24,7 @@ from ..model import (
     PartitionKey,
     PendingOffset,
     Realignment,
+    RecordsLost,
     SetAside,
     StreamStatus,
 )
@@ -62,6 +63,10 @@ CREATE TABLE IF NOT EXISTS offset_history (
     offset INTEGER NOT NULL,
     status TEXT NOT NULL,
     message TEXT
+);
+CREATE TABLE IF NOT EXISTS loss_acknowledged (
+    stream TEXT PRIMARY KEY,
+    up_to INTEGER NOT NULL
 );
 """
 
@@ -164,7 +169,8 @@ class StateStore:
     def delete_stream(self, name: str) -> None:
         self._write(("DELETE FROM streams WHERE name = ?", (name,)),
                     ("DELETE FROM pending_changes WHERE stream = ?", (name,)),
-                    ("DELETE FROM offset_history WHERE stream = ?", (name,)))
+                    ("DELETE FROM offset_history WHERE stream = ?", (name,)),
+                    ("DELETE FROM loss_acknowledged WHERE stream = ?", (name,)))
 
     # -- offsets: change sets (owned by change_sets.ChangeSets) -------------------------
     def add_change(self, name: str, rows: list[PlannedRow], supersede: bool, replaces: int | None = None) -> int:
@@ -330,6 +336,47 @@ class StateStore:
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?)",
                            (name, now, r.topic, r.partition, r.offset, status.value, r.error, _next_change_id(db)))
         self._transaction(record)
+
+    def record_lost(self, name: str, losses: list[RecordsLost]) -> None:
+        """Records that left the log before the stream read them: history rows `lost`, from where to where."""
+        now = time.time()
+
+        def record(db) -> None:
+            for lost in losses:
+                db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
+                           "offset, status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           (name, now, lost.topic, lost.partition, lost.from_offset, lost.to_offset,
+                            ChangeStatus.LOST.value, lost.describe(), _next_change_id(db)))
+        self._transaction(record)
+
+    def lost_totals(self, name: str) -> tuple[int, int]:
+        """(records lost, of those not acknowledged) over the stream's `lost` history rows."""
+        [(total, unseen)] = self._read(
+            "SELECT COALESCE(SUM(offset - previous_offset), 0), COALESCE(SUM(CASE WHEN id > COALESCE((SELECT up_to "
+            "FROM loss_acknowledged WHERE stream = ?), 0) THEN offset - previous_offset ELSE 0 END), 0) "
+            "FROM offset_history WHERE stream = ? AND status = ?", (name, name, ChangeStatus.LOST.value))
+        return total, unseen
+
+    def lost_per_partition(self, name: str) -> dict[PartitionKey, int]:
+        rows = self._read("SELECT topic, partition, SUM(offset - previous_offset) FROM offset_history WHERE "
+                          "stream = ? AND status = ? GROUP BY topic, partition ORDER BY topic, partition",
+                          (name, ChangeStatus.LOST.value))
+        return {PartitionKey(topic, partition): count for topic, partition, count in rows}
+
+    def acknowledge_loss(self, name: str) -> int:
+        """Mark every `lost` row so far as seen; how many records that acknowledged."""
+        def acknowledge(db) -> int:
+            up_to = db.execute("SELECT COALESCE(MAX(id), 0) FROM offset_history WHERE stream = ? AND status = ?",
+                               (name, ChangeStatus.LOST.value)).fetchone()[0]
+            before = db.execute("SELECT COALESCE((SELECT up_to FROM loss_acknowledged WHERE stream = ?), 0)",
+                                (name,)).fetchone()[0]
+            count = db.execute("SELECT COALESCE(SUM(offset - previous_offset), 0) FROM offset_history WHERE "
+                               "stream = ? AND status = ? AND id > ?",
+                               (name, ChangeStatus.LOST.value, before)).fetchone()[0]
+            db.execute("INSERT INTO loss_acknowledged (stream, up_to) VALUES (?, ?) ON CONFLICT(stream) DO UPDATE "
+                       "SET up_to = excluded.up_to", (name, max(up_to, before)))
+            return count
+        return self._transaction(acknowledge)
 
     def history(self, name: str, limit: int | None = None) -> list[HistoryEntry]:
         sql = _HISTORY_ROWS + " ORDER BY id DESC"

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -48,6 +49,7 @@ from ..model import (
     PartitionKey,
     PendingMove,
     Realignment,
+    RecordsLost,
     RetryPolicy,
     SetAside,
     StreamStatus,
@@ -147,6 +149,16 @@ class Realigned:
 @dataclass(frozen=True)
 class StatsReport:
     stats: BatchStats
+
+
+@dataclass(frozen=True)
+class LostReport:
+    lost: RecordsLost
+
+
+@dataclass(frozen=True)
+class OutageReport:
+    since: datetime | None
 
 
 @dataclass(frozen=True)
@@ -291,6 +303,8 @@ class ProcessRunner:
                     SetAsideRecords: lambda m: self._events.on_set_aside(m.records),
                     StatsReport: lambda m: self._events.on_stats(m.stats),
                     Realigned: lambda m: self._events.on_realign(m.moves),
+                    LostReport: lambda m: self._events.on_lost(m.lost),
+                    OutageReport: lambda m: self._events.on_outage(m.since),
                     Reply: self._on_reply, Started: self._on_started, StartFailed: self._on_start_failed,
                     Ended: self._on_ended}
         while True:
@@ -378,7 +392,9 @@ def child_main(conn, spec: ChildSpec) -> None:
                                               on_change=lambda event: send(OffsetEvent(event)),
                                               on_set_aside=lambda records: send(SetAsideRecords(records)),
                                               on_stats=lambda stats: send(StatsReport(stats)),
-                                              on_realign=lambda moves: send(Realigned(moves))))
+                                              on_realign=lambda moves: send(Realigned(moves)),
+                                              on_lost=lambda lost: send(LostReport(lost)),
+                                              on_outage=lambda since: send(OutageReport(since))))
     try:
         runner.start()
     except BaseException as exc:  # ours, or a transformation module that fails oddly at import

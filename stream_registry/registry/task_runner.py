@@ -216,7 +216,9 @@ class TaskRunner:
         events = StreamEvents(on_status=lambda status, error: self._on_status(task, status, error),
                               on_change=lambda event: self._on_change(task, event),
                               on_set_aside=self._events.on_set_aside,
-                              on_stats=lambda stats: self._on_stats(task, stats))
+                              on_stats=lambda stats: self._on_stats(task, stats),
+                              on_realign=self._events.on_realign, on_lost=self._events.on_lost,
+                              on_outage=self._events.on_outage)
         return self._new_task(events, lambda runner, cause: self._on_exit(task, runner, cause))
 
     def _on_change(self, task: _Task, event: GateEvent) -> None:

@@ -64,6 +64,7 @@ from ..model import (
     PartitionKey,
     PendingMove,
     Realignment,
+    RecordsLost,
     RetryPolicy,
     SetAside,
     StreamStatus,
@@ -72,6 +73,9 @@ from ..model import (
 from ..redaction import redact
 from .batch_stats import BatchStats
 from .change_marks import ChangeMark, Committed
+from .commits import BoundedCommitter, CommitUnanswered
+from .data_loss import ResetDecision
+from .data_loss import decide as decide_reset
 from .dead_letter import DeadLetterQueue
 from .offset_gate import OffsetGate
 from .poison import BatchDelivery
@@ -82,11 +86,13 @@ log = logging.getLogger("mgstreams.worker")
 CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
 COMMIT_RETRY_S = 0.05
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
+COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
 ASSIGN_STORED_DEADLINE_S = 2.0   # exactly-once: how long a rebalance callback retries reading the sink's offsets
 HELD_RETRY_S = 0.5          # then between batches, this often, while the partitions wait for the sink
+RESET_WATERMARKS_TIMEOUT_S = 1.0   # a partition librdkafka could not fetch from: its watermarks, asked this long
 OFFSET_BEGINNING = -2       # librdkafka's raw constants
 OFFSET_STORED = -1000
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
@@ -106,6 +112,8 @@ class StreamEvents:
     on_set_aside: Callable[[list[SetAside]], None] = lambda records: None     # poison messages
     on_stats: Callable[[BatchStats], None] = lambda stats: None               # since this worker started
     on_realign: Callable[[list[Realignment]], None] = lambda moves: None     # exactly-once: the sink decided
+    on_lost: Callable[[RecordsLost], None] = lambda lost: None                # records that left the log unread
+    on_outage: Callable[[datetime | None], None] = lambda since: None         # no broker answers, since (None: over)
 
 
 @dataclass(frozen=True)
@@ -160,8 +168,12 @@ class StreamWorker:
         self._outage: str | None = None         # confirmed: shown as the stream's error until it clears
         self._outage_since: datetime | None = None
         self._next_probe = 0.0
+        self._resets: dict[PartitionKey, int] = {}   # partitions with no offset to fetch from, not decided yet
+        self._reset_policy = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
         self._state_lock = threading.Lock()
         self._consumer: Consumer | None = None
+        self._committer = BoundedCommitter(config.name)   # a commit never holds the poll thread past its deadline
+        self._rebalancing = False   # inside a rebalance callback (poll thread)
         self.status = StreamStatus.CREATED
         self.error: str | None = None
         self._stats = BatchStats()
@@ -244,6 +256,7 @@ class StreamWorker:
                 self._start_held()
                 self._follow_sink()
                 self._check_cluster()
+                self._decide_resets()
                 batch = self._collect_batch()
                 if self._fatal:
                     self._fail(self._fatal)
@@ -267,13 +280,14 @@ class StreamWorker:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
+            "auto.offset.reset": "error",   # never moved silently: data_loss.py decides, and counts what left the log
             "error_cb": self._on_error,
             "logger": logging.getLogger("mgstreams.librdkafka"),
         }
         consumer = new_consumer(conf, self._secrets)
         try:
-            consumer.subscribe(list(self.config.topics), on_assign=self._on_assign,
-                               on_revoke=self._on_revoke, on_lost=self._on_lost)
+            consumer.subscribe(list(self.config.topics), on_assign=self._rebalance(self._on_assign),
+                               on_revoke=self._rebalance(self._on_revoke), on_lost=self._rebalance(self._on_lost))
         except (KafkaException, ValueError, TypeError, RuntimeError) as exc:
             consumer.close()
             raise StreamError(f"topics: the Kafka client cannot subscribe: {self._redact(exc)}") from None
@@ -306,6 +320,9 @@ class StreamWorker:
                 if error is None:
                     if self._gate.check_delivery(record_key(msg), message_offset(msg)):
                         batch.append(msg)
+                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    at = msg.offset()   # the offset it could not fetch from; None: nothing committed
+                    self._resets[record_key(msg)] = -1 if at is None else at
                 elif error.fatal():
                     raise KafkaException(error)
                 elif error.code() != KafkaError._PARTITION_EOF:
@@ -441,16 +458,20 @@ class StreamWorker:
         deadline = time.monotonic() + deadline_s
         while True:
             try:
-                result = consumer.commit(offsets=tps, asynchronous=False)
+                result = self._committer.commit(consumer, tps, max(deadline - time.monotonic(), COMMIT_MIN_WAIT_S),
+                                                give_up=self._outage_confirmed, direct=self._rebalancing)
                 failed = [tp for tp in result or [] if tp.error is not None]
                 if not failed:
                     return None
                 raise KafkaException(failed[0].error)
+            except CommitUnanswered as exc:   # its outcome is unknown: the next batch's commit carries it
+                log.warning("stream %s: commit not answered: %s", self.config.name, exc)
+                return f"{exc} (the commit's outcome is unknown)"
             except KafkaException as exc:
                 error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
                 reason = self._redact(f"{error.name()}: {error.str()}" if error is not None else exc)
                 if error is None or error.code() in NEEDS_POLL or time.monotonic() >= deadline or \
-                        not (error.retriable() or error.code() in RETRIABLE_COMMIT):
+                        not (error.retriable() or error.code() in RETRIABLE_COMMIT) or self._outage_confirmed():
                     log.warning("stream %s: commit failed: %s", self.config.name, reason)
                     return reason
                 time.sleep(COMMIT_RETRY_S)
@@ -678,6 +699,17 @@ class StreamWorker:
 
     _on_lost = _on_revoke
 
+    def _rebalance(self, callback: Callable[[Consumer, list[TopicPartition]], None]
+                   ) -> Callable[[Consumer, list[TopicPartition]], None]:
+        """A rebalance callback, marked while it runs: a commit inside it is made directly (commits.py)."""
+        def run(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self._rebalancing = True
+            try:
+                callback(consumer, partitions)
+            finally:
+                self._rebalancing = False
+        return run
+
     def _assignment(self, incremental: Callable[[], None], eager: Callable[[], None]) -> None:
         """Change the assignment the way the group's protocol wants; learn the protocol from a refusal."""
         try:
@@ -691,6 +723,46 @@ class StreamWorker:
                      "incremental" if self._incremental else "eager")
             (incremental if self._incremental else eager)()
 
+    def _decide_resets(self) -> None:
+        """Partitions librdkafka found no offset to fetch from (data_loss.py): go on where the stream's
+        auto.offset.reset says, counting the records that left the log on the way (or fail, on_data_loss stop)."""
+        for tp, at in list(self._resets.items()):
+            if tp not in self._gate.assigned():
+                del self._resets[tp]
+                continue
+            watermarks = None
+            if at >= 0 and self._outage:
+                continue   # asked once the cluster answers again
+            if at >= 0:
+                try:
+                    watermarks = self._live_consumer().get_watermark_offsets(
+                        TopicPartition(*tp), timeout=RESET_WATERMARKS_TIMEOUT_S, cached=False)
+                except KafkaException as exc:
+                    log.warning("stream %s: %s:%d: offset %d is out of range; its watermarks: %s", self.config.name,
+                                tp.topic, tp.partition, at, self._redact(exc))
+            decision = decide_reset(tp, at, watermarks, self._reset_policy, self.config.on_data_loss)
+            known = self._gate.positions().get(tp)
+            if at < 0 and known is not None and known >= 0:
+                # "nothing committed", from a committed-offset lookup an explicit start raced (KIP-848's
+                # incremental assignment): the partition goes on from where the stream stands
+                decision = ResetDecision(start=known)
+            if decision.fail:
+                self._fatal = decision.fail
+                return
+            if decision.start is None:
+                continue   # the watermarks did not answer: asked again before the next batch
+            del self._resets[tp]
+            if decision.lost is not None:
+                log.warning("stream %s: %s; going on from %d", self.config.name, decision.lost.describe(),
+                            decision.start)
+                self._events.on_lost(decision.lost)
+            if not self.seek(tp, decision.start):
+                self.reassign(tp, decision.start)
+            if decision.start >= 0:
+                self._gate.rewound({tp: decision.start})
+            if decision.lost is not None:   # the group's offset leaves the records that are gone (lag tools)
+                self._commit({tp: decision.start}, deadline_s=0.0)
+
     def _on_error(self, error: KafkaError) -> None:
         """librdkafka's client-level errors: a suspected outage is confirmed by a probe (_check_cluster)."""
         text = self._redact(error.str())
@@ -699,6 +771,14 @@ class StreamWorker:
             self._suspect = f"SASL authentication failed: {text}"
         elif error.code() in UNREACHABLE:
             self._suspect = f"all brokers down since {{since}}: {text}"
+
+    def _outage_confirmed(self) -> bool:
+        """While a commit waits or is retried: probe the cluster as the loop does (the error callback that
+        hints at an outage runs only inside consume()); give up once no broker answers."""
+        if self._suspect is None and self._outage is None:
+            self._suspect = "all brokers down since {since}: no broker answers while a commit waits"
+        self._check_cluster()
+        return self._outage is not None
 
     def _check_cluster(self) -> None:
         """While an outage is suspected, ask the cluster (at most once a second) whether it answers.
@@ -717,12 +797,14 @@ class StreamWorker:
                 self._outage = self._suspect.replace("{since}", self._outage_since.strftime("%Y-%m-%dT%H:%M:%SZ"))
                 self._suspect = None
                 self._set_status(self.status, self._outage)
+                self._events.on_outage(self._outage_since)
             return
         self._suspect = None
         if self._outage:
             log.info("stream %s: the cluster answers again (%s)", self.config.name, self._outage)
             self._outage = self._outage_since = None
             self._set_status(self.status, None)
+            self._events.on_outage(None)
 
     # -- state ----------------------------------------------------------------
     def _set_status(self, status: StreamStatus, error: str | None = None) -> None:

@@ -29,7 +29,8 @@ STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "trans
                  "configs", "credentials", "batch_size", "batch_interval_ms", "restart", "pid", "rss_bytes", "restarts",
                  "delivery", "errors_tolerance", "dead_letter_topic", "dead_lettered", "skipped",
                  "records", "batches", "batch_seconds_sum", "batch_seconds_buckets", "detail", "tasks", "pids",
-                 "key_format", "value_format", "schema_registry_url", "transform_options"}
+                 "key_format", "value_format", "schema_registry_url", "transform_options", "records_lost",
+                 "records_lost_unacknowledged", "cluster_unreachable_since"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned", "stored_offset", "resume_offset", "task"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}

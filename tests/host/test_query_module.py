@@ -29,6 +29,7 @@ import pytest
 from broker_support import QUICK_FIRST_JOIN
 from configs import MERGE
 from host_helpers import HostProcess
+from mgclient_standin import mgclient as standin
 from mgp_backend import QUERY_MODULES, mgp_environment, query_modules
 from paths import ROOT, SUPPORT
 from ports import free_port
@@ -114,6 +115,18 @@ def connected(host, monkeypatch):
     return host
 
 
+@pytest.fixture
+def bolt_connected(tmp_path, monkeypatch):
+    """`connected`, to a host whose Bolt sinks answer: it imports the pymgclient stand-in as `mgclient` (create
+    connects and logs in to a Bolt sink before it stores the stream)."""
+    host = HostProcess(tmp_path / "state", env={
+        "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(SUPPORT), str(ROOT)))}).start()
+    monkeypatch.setenv("MGSTREAMS_URL", host.url)
+    monkeypatch.delenv("MGSTREAMS_TOKEN", raising=False)
+    yield host
+    host.stop()
+
+
 def create(memgraph, name, topic, bootstrap, out: Path, **options):
     # A group of its own: on the embedded cluster a group whose member stopped takes ~44 s to rebalance.
     # QUICK_FIRST_JOIN: on Tansu a group's first join waits half the session timeout (see broker_support).
@@ -141,7 +154,7 @@ def test_every_procedure_has_a_docstring(memgraph):
 
 @pytest.mark.parametrize("env_sink, default", [(None, "bolt://localhost:7687"),
                                                ("bolt://127.0.0.2:7687", "bolt://127.0.0.2:7687")])
-def test_defaults_give_a_working_stream(connected, kafka, monkeypatch, env_sink, default):
+def test_defaults_give_a_working_stream(bolt_connected, kafka, monkeypatch, env_sink, default):
     """sink defaults to $MGSTREAMS_DEFAULT_SINK as it was when Memgraph loaded the module (a container's
     compose Memgraph); transform "" stores messages as :KafkaMessage nodes; consumer_group "" is mgstreams_<name>."""
     if env_sink is None:

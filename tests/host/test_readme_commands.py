@@ -88,6 +88,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
 from kafka_records import commit_as
+from mgclient_standin import mgclient as standin
 from paths import ROOT
 from ports import free_port
 from stream_helpers import statement_lines, wait_until
@@ -1187,8 +1188,10 @@ for i in $(seq 300); do [ "$(cat mgstreams-state/output/payments.cypherl | wc -l
 mgstreams list --json > list.json
 curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
 """
+    # create checks a Bolt sink (connect, log in): the Bolt switch's Memgraph is the pymgclient stand-in here
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
-           "MGSTREAMS_URL": url}
+           "MGSTREAMS_URL": url, "PYTHONPATH": os.pathsep.join(
+               (standin.PYTHONPATH_ENTRY, *filter(None, [os.environ.get("PYTHONPATH")])))}
     for name in ("MGSTREAMS_STATE_DIR", "KAFKA_BOOTSTRAP_SERVERS", "MGSTREAMS_TOKEN"):
         env.pop(name, None)
     done = subprocess.run(["bash", "-e", "-c", "trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n" + script + checks],

@@ -38,10 +38,10 @@ def test_a_member_is_its_value_as_text_json_and_sqlite(member):
 def test_the_values_users_and_stored_state_see_are_unchanged():
     # The strings the previous version wrote to the state store, the API and the Prometheus labels.
     assert [s.value for s in StreamStatus] == ["created", "starting", "running", "stopped", "error"]
-    assert [s.value for s in Verdict] == ["OK", "STARTING", "REWIND", "WARN", "STALL", "STOP"]
+    assert [s.value for s in Verdict] == ["OK", "STARTING", "REWIND", "WARN", "STALL", "STOP", "ERR"]   # ERR: new
     assert [s.value for s in ChangeStatus] == ["planned", "applied", "clamped", "pending", "unchanged",
                                                "superseded", "cancelled", "error", "skipped", "dead_lettered",
-                                               "realigned"]
+                                               "realigned", "lost"]
     assert (RestartPolicy.ON_FAILURE, Delivery.EXACTLY_ONCE, ErrorsTolerance.ALL, Stage.SINK) == \
         ("on-failure", "exactly_once", "all", "TASK_PUT")
 

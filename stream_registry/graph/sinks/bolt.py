@@ -220,6 +220,20 @@ class BoltSink(Closing):
                     except Exception:
                         self._abandon()
 
+    def check(self) -> None:
+        """Connect (TCP, the Bolt handshake, the login) and close again: what create checks before it stores a
+        stream. SinkError naming the sink and why, when that fails."""
+        with self._lock:
+            try:
+                self._connection()
+            except SinkError:
+                raise
+            except Exception as exc:
+                self._abandon()
+                raise SinkError(f"sink {self._where()}: cannot connect: "
+                                f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}") from None
+        self.close()
+
     def _connection(self):
         if self._conn is None:
             kwargs: dict[str, Any] = {"host": self.host, "port": self.port}
