@@ -31,8 +31,10 @@ def is_embedded_cluster(cluster_id: str | None) -> bool:
 def embedded_fit(client_config: Mapping[str, object], secrets: Iterable[str] = ()) -> dict[str, object]:
     """The group timings to add to a consumer of `client_config` (bootstrap servers and security settings):
     EMBEDDED_GROUP_TIMINGS when the cluster is the embedded one and the config sets neither, else {}. One
-    metadata request; a cluster that does not answer within 2 s gets {} (the consumer reports it)."""
-    if any(key in client_config for key in EMBEDDED_GROUP_TIMINGS):
+    metadata request; a cluster that does not answer within 2 s gets {} (the consumer reports it). A KIP-848 group
+    (group.protocol=consumer) gets {}: its timings are the broker's, and the mock acts on its leaving at once."""
+    if any(key in client_config for key in EMBEDDED_GROUP_TIMINGS) or \
+            str(client_config.get("group.protocol", "classic")).lower() == "consumer":
         return {}
     try:
         admin = new_admin(client_config, secrets)
