@@ -108,6 +108,14 @@ class LagSecondsMethod(StrEnum):
 
 
 # -- a stream ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExitOutcome:
+    """What a stream process's death leads to (registry.restarts.RestartBackoff.after_exit)."""
+    error: str                 # shown as the stream's (or its task's) error
+    delay_s: float | None      # before the restart; None: not restarted
+    failures: int              # the crash loop's count, for the next backoff
+
+
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """How a failed batch is retried before the stream goes to ERROR (handed to each stream's process)."""

@@ -35,7 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import OPTION_FIELDS, ErrorsTolerance, GroupPolicy, RestartPolicy, StreamConfig, alter_fields
+from ..config import OPTION_FIELDS, ErrorsTolerance, GroupPolicy, StreamConfig, alter_fields
 from ..errors import (
     ConfigError,
     StreamError,
@@ -74,6 +74,7 @@ from .offset_calls import OffsetCall
 from .one_shot import call_in_child
 from .positions import StreamPositions
 from .preview import preview
+from .restarts import DEFAULT_RESTART_BACKOFF, RestartBackoff
 from .runner import Isolation, StreamRunner, ThreadRunner
 from .sink_change import carried_over, prepare, sink_change, split_from
 from .starting import restarting_detail, starting_detail
@@ -85,21 +86,6 @@ from .task_runner import TaskRunner, runner_pids, task_restarts
 from .worker import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
-
-
-@dataclass(frozen=True)
-class RestartBackoff:
-    """When a stream whose process died is started again: capped exponential backoff.
-
-    A process that ran `reset_after_s` before dying starts the backoff over, so
-    a crash a day is restarted at once and a crash loop is slowed down.
-    """
-    first_s: float = 1.0
-    max_s: float = 60.0
-    reset_after_s: float = 60.0
-
-    def delay(self, failures: int) -> float:
-        return min(self.first_s * (2 ** (failures - 1)), self.max_s)
 
 
 DEFAULT_GROUP_POLICY = GroupPolicy()
@@ -126,7 +112,7 @@ class _Stream:
 class StreamRegistry:
     def __init__(self, state_dir: str | os.PathLike, *, retry: RetryPolicy = DEFAULT_RETRY,
                  query_timeout: float = 10.0, stop_timeout: float = STOP_TIMEOUT_S, holder: str | None = None,
-                 isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = RestartBackoff(),
+                 isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = DEFAULT_RESTART_BACKOFF,
                  group_policy: GroupPolicy = DEFAULT_GROUP_POLICY, caps: StreamCaps | None = None):
         caps = caps if caps is not None else caps_from_env()   # a bad cap variable (model.StreamCaps) stops us before the lock
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
@@ -681,7 +667,8 @@ class StreamRegistry:
                               on_outage=lambda since: setattr(stream, "outage_since", since))
         if config.tasks > 1:   # N member processes, one runner (task_runner)
             return TaskRunner(config, events=events, new_task=lambda task_events, on_exit: self._one_runner(
-                config, task_events, on_exit), backoff=self._restart_backoff, lock=stream.lock)
+                config, task_events, on_exit), backoff=self._restart_backoff, lock=stream.lock,
+                host_stopping=lambda: self._closing)
         return self._one_runner(config, events, lambda runner, cause: self._on_exit(stream, runner, cause))
 
     def _one_runner(self, config: StreamConfig, events: StreamEvents, on_exit) -> StreamRunner:
@@ -724,17 +711,12 @@ class StreamRegistry:
             return  # stopped, dropped or restarted meanwhile
         name = stream.config.name
         stream.exit_cause = cause
-        if self._closing:
-            error = f"stream process {cause}; not restarted: the host is stopping"
-        elif stream.config.restart == RestartPolicy.NEVER:
-            error = f"stream process {cause}; not restarted (restart: never)"
-        else:
-            if time.monotonic() - stream.started_at >= self._restart_backoff.reset_after_s:
-                stream.failures = 0
-            stream.failures += 1
-            delay = self._restart_backoff.delay(stream.failures)
-            error = f"stream process {cause}; restarting in {delay:g} s (restart {stream.restarts + 1})"
-            timer = threading.Timer(delay, self._restart, (stream, runner))
+        outcome = self._restart_backoff.after_exit(cause, stream.config.restart, failures=stream.failures,
+                                                   ran_s=time.monotonic() - stream.started_at,
+                                                   restarts=stream.restarts, host_stopping=self._closing)
+        stream.failures, error = outcome.failures, outcome.error
+        if outcome.delay_s is not None:
+            timer = threading.Timer(outcome.delay_s, self._restart, (stream, runner))
             timer.daemon = True
             timer.start()
         stream.status, stream.error = StreamStatus.ERROR, error

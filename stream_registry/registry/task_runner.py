@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Protocol
 
-from ..config import RestartPolicy, StreamConfig
+from ..config import StreamConfig
 from ..errors import StreamError
 from ..model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
 from .batch_stats import BatchStats
+from .restarts import RestartBackoff
 from .runner import StreamRunner
 from .worker import StreamEvents
 
@@ -40,13 +40,6 @@ log = logging.getLogger("mgstreams.registry")
 
 # (the task's own events, what to call when its process dies) -> a runner of one task, not started
 NewTask = Callable[[StreamEvents, Callable[[StreamRunner, str], None]], StreamRunner]
-
-
-class Backoff(Protocol):
-    @property
-    def reset_after_s(self) -> float: ...
-
-    def delay(self, failures: int) -> float: ...
 
 
 class _Task:
@@ -66,10 +59,11 @@ class _Task:
 class TaskRunner:
     """N tasks of one stream, as one StreamRunner (see the module docstring)."""
 
-    def __init__(self, config: StreamConfig, *, events: StreamEvents, new_task: NewTask, backoff: Backoff,
-                 lock: AbstractContextManager):
+    def __init__(self, config: StreamConfig, *, events: StreamEvents, new_task: NewTask, backoff: RestartBackoff,
+                 lock: AbstractContextManager, host_stopping: Callable[[], bool] = lambda: False):
         self.config = config
         self._events, self._new_task, self._backoff = events, new_task, backoff
+        self._host_stopping = host_stopping   # a stopping host restarts no task
         self._stream_lock = lock           # the registry's lock of this stream: a task restarts under it
         self._lock = threading.Lock()      # the tasks' statuses and stats
         self._tell = threading.Lock()      # what the registry is told, in the order it was decided
@@ -272,15 +266,12 @@ class TaskRunner:
             if self._stopping or task.runner is not runner:
                 return
             task.earlier, task.stats = task.earlier + task.stats, BatchStats()
-            if self.config.restart == RestartPolicy.NEVER:
-                error = f"stream process {cause}; not restarted (restart: never)"
-            else:
-                if time.monotonic() - task.started_at >= self._backoff.reset_after_s:
-                    task.failures = 0
-                task.failures += 1
-                delay = self._backoff.delay(task.failures)
-                error = f"stream process {cause}; restarting in {delay:g} s (restart {task.restarts + 1})"
-                task.timer = threading.Timer(delay, self._restart, (task, runner))
+            outcome = self._backoff.after_exit(cause, self.config.restart, failures=task.failures,
+                                               ran_s=time.monotonic() - task.started_at, restarts=task.restarts,
+                                               host_stopping=self._host_stopping())
+            task.failures, error = outcome.failures, outcome.error
+            if outcome.delay_s is not None:
+                task.timer = threading.Timer(outcome.delay_s, self._restart, (task, runner))
                 task.timer.daemon = True
                 task.timer.start()
             task.status, task.error = StreamStatus.ERROR, error

@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 
 import pytest
 
 from stream_registry.config import StreamConfig
 from stream_registry.errors import StreamError
 from stream_registry.model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
+from stream_registry.registry.restarts import RestartBackoff
 from stream_registry.registry.task_runner import TaskRunner, runner_pids
 from stream_registry.registry.worker import StreamEvents
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 
 
-@dataclass(frozen=True)
-class Backoff:
-    reset_after_s: float = 60.0
-
-    def delay(self, failures: int) -> float:
-        return 0.05 * failures
+QUICK = RestartBackoff(first_s=0.05, max_s=0.2)   # the product's rule, in test time
 
 
 class FakeTask:
@@ -79,7 +74,7 @@ class FakeTask:
 class Tasks:
     """A TaskRunner of `n` fake tasks; `made` holds every task it made, in order (restarts too)."""
 
-    def __init__(self, n: int = 2, restart: str = "on-failure"):
+    def __init__(self, n: int = 2, restart: str = "on-failure", host_stopping=lambda: False):
         self.statuses: list[tuple[StreamStatus, str | None]] = []
         self.changes: list[GateEvent] = []
         self.made: list[FakeTask] = []
@@ -87,7 +82,8 @@ class Tasks:
                                    sink="null://", tasks=n, restart=restart)
         self.runner = TaskRunner(self.config, events=StreamEvents(
             on_status=lambda status, error: self.statuses.append((status, error)),
-            on_change=self.changes.append), new_task=self.new_task, backoff=Backoff(), lock=threading.Lock())
+            on_change=self.changes.append), new_task=self.new_task, backoff=QUICK, lock=threading.Lock(),
+            host_stopping=host_stopping)
 
     def new_task(self, events, on_exit) -> FakeTask:
         task = FakeTask(events, on_exit)
@@ -187,6 +183,17 @@ def test_restart_never_leaves_a_dead_task_down_and_a_stop_cancels_a_coming_resta
     tasks.runner.stop(1.0)
     time.sleep(0.2)
     assert len(tasks.made) == 2 and not tasks.runner.alive
+
+
+def test_a_stopping_host_restarts_no_task():
+    """SIGTERM reaches the host's process group: the tasks die before the host stops the stream (issue 33)."""
+    tasks = Tasks(host_stopping=lambda: True)
+    tasks.runner.start()
+    tasks.made[0].die("killed by signal 15 (SIGTERM)")
+    assert tasks.statuses[-1] == (StreamStatus.ERROR, "task 0: stream process killed by signal 15 (SIGTERM); not "
+                                                      "restarted: the host is stopping")
+    time.sleep(0.3)
+    assert len(tasks.made) == 2
 
 
 def test_a_task_that_fails_to_start_stops_the_others_and_names_its_index():
