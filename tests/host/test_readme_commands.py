@@ -89,7 +89,7 @@ from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
 from kafka_records import commit_as
 from mgclient_standin import mgclient as standin
-from paths import ROOT
+from paths import ROOT, nav_pages
 from ports import free_port
 from stream_helpers import statement_lines, wait_until
 
@@ -107,15 +107,6 @@ PARTITIONS = 3                # the README creates `orders` with 3 partitions
 
 
 # -- parsing the README and the documentation site ------------------------------------------
-def nav_pages(nav) -> list[str]:
-    """The pages of mkdocs.yml's `nav`, in order (sections nest lists of {title: page})."""
-    if isinstance(nav, str):
-        return [nav]
-    if isinstance(nav, dict):
-        return [page for value in nav.values() for page in nav_pages(value)]
-    return [page for item in nav for page in nav_pages(item)]
-
-
 # A page whose commands a test of its own runs (its own scenario, cluster or host) says so on a line of its own:
 # `<!-- commands: tests/host/test_x.py -->`; that test must name the page. Its blocks are left out here.
 OWN_TEST = re.compile(r"^<!-- commands: (tests/[\w/]+\.py) -->$", re.M)

@@ -8,19 +8,13 @@ from __future__ import annotations
 import re
 
 import yaml
-from paths import ROOT
+from paths import ROOT, nav_pages
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 SOURCES = ("mgstreams", "stream_registry", "spark_bridge", "query_modules")
 
 
-def nav_pages(nav) -> list[str]:
-    if isinstance(nav, str):
-        return [nav]
-    if isinstance(nav, dict):
-        return [page for value in nav.values() for page in nav_pages(value)]
-    return [page for item in nav for page in nav_pages(item)]
 
 
 def test_readme_is_a_first_screen_with_the_two_commands_and_links():
