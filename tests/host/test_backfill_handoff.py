@@ -20,7 +20,7 @@ import pytest
 from cli_helpers import mgstreams
 from configs import stream_body
 from host_helpers import http
-from paths import ROOT
+from paths import ROOT, SUPPORT
 from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 from spark_bridge.handoff import stream_resume_offsets
@@ -188,7 +188,8 @@ def test_a_stream_moved_while_its_backfill_runs_fails_the_backfill_saying_what_t
         [sys.executable, "-m", "mgstreams", "backfill", "--stream", "orders", "--state-dir", str(host.state_dir),
          "--engine", "local", "--from", "earliest", "--until", "committed", "--sink", f"cypherl://{out}",
          "--batch-size", "5", "--transform", "stream_helpers.held_offsets_transform"],
-        cwd=ROOT, env={**os.environ, "MGSTREAMS_URL": host.url, "MGSTREAMS_TEST_HOLD": str(hold)},
+        cwd=ROOT, env={**os.environ, "MGSTREAMS_URL": host.url, "MGSTREAMS_TEST_HOLD": str(hold),
+                       "PYTHONPATH": f"{SUPPORT}{os.pathsep}{ROOT}"},   # the held transformation's module
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: Path(f"{hold}.seen").exists() or backfill.poll() is not None, 60, what="the backfill")
