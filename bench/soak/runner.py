@@ -21,9 +21,9 @@ from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.host_process import HostProcess
 from stream_registry.errors import StreamError
 
-from .evidence import Call, changes_for
-from .faults import EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu, SecondMember
-from .oracle import Verdict, check_partition, read_sink
+from .evidence import Call, changes_for, logical_positions, with_cuts
+from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu, SecondMember
+from .oracle import Verdict, _ranges, check_partition, read_sink
 from .plan import BENCH, BROKERS, PARTITIONS, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
 
@@ -43,17 +43,22 @@ class Soak(FaultMenu):
         for d in (self.out, self.ctl):
             d.mkdir(parents=True, exist_ok=True)
         self.exactly_once = args.delivery == "exactly_once"
-        self.weights = {**FAULT_WEIGHTS, **(EXACTLY_ONCE_FAULTS if self.exactly_once else {})}
+        self.weights = {**FAULT_WEIGHTS, **(EXACTLY_ONCE_FAULTS if self.exactly_once else AT_LEAST_ONCE_FAULTS)}
         self.secrets = {"bolt.password": f"soak-secret-bolt-{secrets.token_hex(8)}",
                         "ssl.key.password": f"soak-secret-ssl-{secrets.token_hex(8)}"}
         self.faults: Counter = Counter()
         self.calls: list[Call] = []
+        self.removed: dict[str, int] = {}                # bytes file cuts removed, per stream
+        self.cuts: dict[str, list[tuple[int, int]]] = {}  # per stream: (size cut to, bytes removed so far)
+        self.cut_moves: list = []
+        self.cancelled: list[tuple[str, int | None, str, int]] = []   # what cancel said it cancelled
         self.stream_errors: list[tuple[float, str, str]] = []
         self.describe_errors: Counter = Counter()
         self.sightings: dict[tuple, int] = {}           # history entry -> sink size after it was first seen
         self.history: dict[str, list] = {}
         self.undo: list[tuple[float, int, str, object]] = []
         self.members: dict[str, SecondMember] = {}
+        self.foreign_members: list[SecondMember] = []
         self.down: set[int] = set()
         self.last_kill = time.monotonic()
         self.host: HostProcess | None = None
@@ -81,10 +86,12 @@ class Soak(FaultMenu):
         return self.out / f"{plan.name}.cypherl"
 
     def sink_size(self, plan: StreamPlan) -> int:
-        try:
-            return self.sink_path(plan).stat().st_size
-        except FileNotFoundError:
-            return 0
+        """The file's size plus every byte a file cut removed (monotonic: comparable across cuts)."""
+        with self._lock:
+            try:
+                return self.sink_path(plan).stat().st_size + self.removed.get(plan.name, 0)
+            except FileNotFoundError:
+                return self.removed.get(plan.name, 0)
 
     def host_env(self) -> dict[str, str]:
         path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
@@ -159,6 +166,11 @@ class Soak(FaultMenu):
         self.down.clear()
         for member in self.members.values():
             member.join(30)
+        for member in self.foreign_members:
+            member.join(30)
+            self.event("foreign_left", stream=member.plan.name, lo=member.lo, hi=member.hi, consumed=member.consumed,
+                       read={p: _spans(sorted(o)) for p, o in member.read.items()},
+                       committed={p: sorted(c) for p, c in member.committed.items()})
         # Batch failures still armed fire during the catch-up (1-2 batches each, as during the run).
         self.producer.stop()
         if self.producer.error is not None:
@@ -247,14 +259,18 @@ class Soak(FaultMenu):
             seqs[(t, p)][o] = seq
         for plan in STREAMS:
             records, corrupt = read_sink(self.sink_path(plan))
+            records = {tp: logical_positions(recs, self.cuts.get(plan.name, [])) for tp, recs in records.items()}
             corrupt_total += corrupt
             stream_verdict = Verdict()
             for partition in range(PARTITIONS):
                 tp = (plan.topic, partition)
                 notes: list[str] = []
                 changes = changes_for(self.calls, self.history, self.sightings, plan, partition, notes)
+                changes = with_cuts(changes, [m for m in self.cut_moves if m.stream == plan.name], tp)
+                foreign = [f for m in self.foreign_members if m.plan is plan
+                           for f in [m.foreign(partition)] if f is not None]
                 v = check_partition(records.get(tp, []), changes, log_ends.get(tp, 0), seqs.get(tp, {}),
-                                    where=f"{plan.topic}:{partition}")
+                                    where=f"{plan.topic}:{partition}", foreign=foreign)
                 v.problems = notes + v.problems
                 stream_verdict.add(v)
                 stream_verdict.problems += v.problems
@@ -277,3 +293,7 @@ class Soak(FaultMenu):
             if self.cluster is not None:
                 self.cluster.close()
             self._events.close()
+
+
+def _spans(offsets: list[int]) -> str:
+    return _ranges(offsets) if offsets else ""
