@@ -82,7 +82,7 @@ FAULT_WEIGHTS = {
     "host_kill": 0.4, "revert": 1.0, "cancel": 0.7, "alter": 0.5,
 }
 AT_LEAST_ONCE_FAULTS = {"foreign_member": 1.0}
-EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6}
+EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4}
 SET_OFFSET_TIMEOUT_S = 3.0
 KILL_MIN_GAP_S = 25.0
 MAX_INJECTED_BATCH_FAILURES = 2     # below the host's retry attempts (4): transient by construction
@@ -327,12 +327,32 @@ class FaultMenu:
                 return self.fault_set_offset("set_offset")
             to, removed, moves = cut
             self.removed[plan.name] = self.removed.get(plan.name, 0) + removed
-            self.cuts.setdefault(plan.name, []).append((to, self.removed[plan.name]))
-            at = to + self.removed[plan.name]        # the logical size right after the cut
+            index = self.sink_changes.get(plan.name, 0)
+            self.cuts.setdefault((plan.name, index), []).append((to, self.removed[plan.name]))
+            at = self.sink_size(plan)        # the logical size right after the cut
             self.cut_moves.append(CutMove(plan.name, time.time(), at, moves))
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, to=to, removed=removed, logical=at,
                    moves={f"{t}:{p}": m for (t, p), m in moves.items()})
+
+    def fault_sink_change(self, kind: str) -> None:
+        """Exactly-once: PATCH the stream's sink to a new cypherl file while it runs. The new sink must continue
+        where the stream stood (its first frame carries the offsets over): a replay from the log start would
+        be duplicates, a jump past the stream's position lost records. The oracle reads the files in order."""
+        plan = self.rng.choice(STREAMS)
+        index = self.sink_changes.get(plan.name, 0) + 1
+        path = self.sink_file(plan, index)
+        self.client.alter(plan.name, sink=f"cypherl://{path}")   # returns once the stream restarted on it
+        with self._lock:
+            old = self.sink_size(plan)                              # the old file's final logical size
+            self.bases.setdefault(plan.name, [0]).append(old)
+            self.sink_changes[plan.name] = index
+            self.removed[plan.name] = 0
+        tmp = self.ctl / f"{plan.topic}.sink.soak.tmp"
+        tmp.write_text(str(path))
+        os.replace(tmp, self.ctl / f"{plan.topic}.sink")
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, sink=str(path), logical=old)
 
     def fault_leader_move(self, kind: str) -> None:
         plan = self.rng.choice(STREAMS)

@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -28,6 +29,7 @@ from .plan import BENCH, BROKERS, PARTITIONS, STREAMS, TRANSFORM, TRANSFORM_MODU
 from .producer import SteadyProducer
 
 CATCH_UP_TIMEOUT_S = 120.0
+QUIET_LOAD_S = 3.0      # the producer's run after the faults and members are gone
 
 
 class Soak(FaultMenu):
@@ -48,8 +50,10 @@ class Soak(FaultMenu):
                         "ssl.key.password": f"soak-secret-ssl-{secrets.token_hex(8)}"}
         self.faults: Counter = Counter()
         self.calls: list[Call] = []
-        self.removed: dict[str, int] = {}                # bytes file cuts removed, per stream
-        self.cuts: dict[str, list[tuple[int, int]]] = {}  # per stream: (size cut to, bytes removed so far)
+        self.removed: dict[str, int] = {}                # bytes file cuts removed from the current file
+        self.cuts: dict[tuple, list[tuple[int, int]]] = {}  # per (stream, file): (size cut to, bytes removed so far)
+        self.sink_changes: dict[str, int] = {}           # per stream: the index of its current sink file
+        self.bases: dict[str, list[int]] = {}             # per stream, per file: its first byte's logical position
         self.cut_moves: list = []
         self.cancelled: list[tuple[str, int | None, str, int]] = []   # what cancel said it cancelled
         self.stream_errors: list[tuple[float, str, str]] = []
@@ -83,15 +87,21 @@ class Soak(FaultMenu):
         print(text, flush=True)
 
     def sink_path(self, plan: StreamPlan) -> Path:
-        return self.out / f"{plan.name}.cypherl"
+        """The stream's current sink file (a sink change moves it to the next one)."""
+        return self.sink_file(plan, self.sink_changes.get(plan.name, 0))
+
+    def sink_file(self, plan: StreamPlan, index: int) -> Path:
+        return self.out / (f"{plan.name}.cypherl" if index == 0 else f"{plan.name}.{index}.cypherl")
 
     def sink_size(self, plan: StreamPlan) -> int:
-        """The file's size plus every byte a file cut removed (monotonic: comparable across cuts)."""
+        """The current file's size plus every byte a file cut removed and the final sizes of the files before a
+        sink change (monotonic: comparable across cuts and sink changes)."""
         with self._lock:
+            base = self.removed.get(plan.name, 0) + self.bases.get(plan.name, [0])[-1]
             try:
-                return self.sink_path(plan).stat().st_size + self.removed.get(plan.name, 0)
+                return self.sink_path(plan).stat().st_size + base
             except FileNotFoundError:
-                return self.removed.get(plan.name, 0)
+                return base
 
     def host_env(self) -> dict[str, str]:
         path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
@@ -172,6 +182,10 @@ class Soak(FaultMenu):
                        read={p: _spans(sorted(o)) for p, o in member.read.items()},
                        committed={p: sorted(c) for p, c in member.committed.items()})
         # Batch failures still armed fire during the catch-up (1-2 batches each, as during the run).
+        # The load runs on a few seconds after the last member left: a stream whose last batch's commit failed
+        # in the rebalance it caused never commits that batch again if nothing more arrives (a finding of
+        # issue 30's soak, left to the worker: see the lead's notes), and the catch-up would wait for it forever.
+        time.sleep(QUIET_LOAD_S)
         self.producer.stop()
         if self.producer.error is not None:
             raise SystemExit(f"soak: the producer failed: {self.producer.error}")
@@ -258,8 +272,14 @@ class Soak(FaultMenu):
         for (t, p, o), seq in self.producer.written.items():
             seqs[(t, p)][o] = seq
         for plan in STREAMS:
-            records, corrupt = read_sink(self.sink_path(plan))
-            records = {tp: logical_positions(recs, self.cuts.get(plan.name, [])) for tp, recs in records.items()}
+            records: dict = defaultdict(list)
+            corrupt = 0
+            for index, base in enumerate(self.bases.get(plan.name, [0])):
+                held, torn = read_sink(self.sink_file(plan, index))
+                corrupt += torn
+                for tp, recs in held.items():
+                    records[tp] += [replace(r, pos=r.pos + base)
+                                    for r in logical_positions(recs, self.cuts.get((plan.name, index), []))]
             corrupt_total += corrupt
             stream_verdict = Verdict()
             for partition in range(PARTITIONS):
