@@ -63,8 +63,10 @@ def contradictions(calls: list[Call], history: dict[str, list], cancelled: list[
 
 
 def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tuple, int], plan: StreamPlan,
-                partition: int, verdict_notes: list[str]) -> list[Change]:
-    """The offset changes the oracle weighs for one partition, from the calls' answers and the history's rows."""
+                partition: int, verdict_notes: list[str], sink_changes: list[float] = ()) -> list[Change]:
+    """The offset changes the oracle weighs for one partition, from the calls' answers and the history's rows.
+    `sink_changes`: when the stream's sink was changed (the new sink's start, where the stream stood, is an
+    applied row that moves nothing: not a call's)."""
     tp = (plan.topic, partition)
     asked = []
     for call in calls:
@@ -85,6 +87,8 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         # a realigned row is the stream resuming where its sink stores (after a kill), not a call: the oracle's
         # continuations already resume there
         if (entry.topic, entry.partition) != tp or entry.status.value not in ("applied", "clamped"):
+            continue
+        if entry.previous_offset == entry.offset and any(entry.changed_at.timestamp() >= t for t in sink_changes):
             continue
         key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
                entry.offset)

@@ -320,10 +320,13 @@ class FaultMenu:
         what the file stores and deliver the cut records again; each partition whose stored offset went back
         must get a `realigned` history row. The soak keeps the sizes it measures monotonic (bytes cut are
         added back: `sink_size`), so the oracle's windows stay comparable with positions after the cut."""
-        plan = self.rng.choice(STREAMS)
+        batches = self.rng.randint(1, 3)
         with self._lock:
-            cut = cut_file(self.sink_path(plan), plan.name, self.rng.randint(1, 3))
-            if cut is None:
+            for plan in self.rng.sample(STREAMS, len(STREAMS)):   # a file long enough to cut
+                cut = cut_file(self.sink_path(plan), plan.name, batches)
+                if cut is not None:
+                    break
+            else:
                 return self.fault_set_offset("set_offset")
             to, removed, moves = cut
             self.removed[plan.name] = self.removed.get(plan.name, 0) + removed
@@ -342,6 +345,7 @@ class FaultMenu:
         plan = self.rng.choice(STREAMS)
         index = self.sink_changes.get(plan.name, 0) + 1
         path = self.sink_file(plan, index)
+        self.sink_changed_at.append((plan.name, time.time()))
         self.client.alter(plan.name, sink=f"cypherl://{path}")   # returns once the stream restarted on it
         with self._lock:
             old = self.sink_size(plan)                              # the old file's final logical size
