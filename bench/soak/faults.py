@@ -13,7 +13,8 @@ that long, so even a short run sees them all), each counted by kind:
   it leaves (a classic group waits out its session: the embedded brokers ignore
   LeaveGroup);
 - foreign_member (at-least-once): the same for 4-7 s on a stream with short
-  batches, but it also commits what it consumed every ~0.5 s: the stream must take its partitions over from where
+  batches (up to 10 s longer until it has committed once), but it also
+  commits what it consumed every ~0.5 s: the stream must take its partitions over from where
   it committed (records it consumed and committed past are legitimately not
   the stream's to deliver: the oracle counts them as `foreign`, and only while
   it held the partition; the ranges are in events.jsonl, `foreign_left`);
@@ -85,6 +86,7 @@ AT_LEAST_ONCE_FAULTS = {"foreign_member": 1.0}
 EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4}
 SET_OFFSET_TIMEOUT_S = 3.0
 KILL_MIN_GAP_S = 25.0
+FOREIGN_GRACE_S = 10.0   # how much longer a foreign member may stay to get partitions and commit once
 MAX_INJECTED_BATCH_FAILURES = 2     # below the host's retry attempts (4): transient by construction
 
 
@@ -112,8 +114,9 @@ class SecondMember(threading.Thread):
         try:
             consumer.subscribe([self.plan.topic])
             deadline = time.monotonic() + self.seconds
+            latest = deadline + FOREIGN_GRACE_S     # a committing member stays until it has committed something
             next_commit = time.monotonic() + 0.5
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline or (self.commits and not self.committed and time.monotonic() < latest):
                 msg = consumer.poll(0.1)
                 if msg is not None and msg.error() is None:
                     self.consumed += 1
