@@ -27,7 +27,7 @@ that long, so even a short run sees them all), each counted by kind:
   and the sink file's size before the call and after it returned are kept;
 - revert: POST .../history/{id}/revert of one of a stream's last applied
   changes, timeout 3 s; its rows are judged like a set_offset's;
-- cancel: DELETE .../pending; every row it says it cancelled must never show
+- cancel: DELETE .../pending of a stream with pending rows if any; every row it says it cancelled must never show
   applied in the history (a contradiction otherwise);
 - alter: PATCH /streams/{name} with a new batch size or interval (the stream
   restarts with it);
@@ -411,8 +411,10 @@ class FaultMenu:
                           lambda: self.client.revert(plan.name, change_id, timeout=SET_OFFSET_TIMEOUT_S))
 
     def fault_cancel(self, kind: str) -> None:
-        """DELETE .../pending: what it says it cancelled must never show applied in the history."""
-        plan = self.rng.choice(STREAMS)
+        """DELETE .../pending (of a stream that has pending rows, when one has): what it says it cancelled must
+        never show applied in the history."""
+        waiting = [p for p in STREAMS if self.client.pending(p.name)]
+        plan = self.rng.choice(waiting or list(STREAMS))
         started = time.time()
         try:
             rows = self.client.cancel_pending(plan.name)
