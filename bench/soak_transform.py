@@ -17,7 +17,8 @@ anything). Each injected failure is appended to `<topic>.fired`. N is kept
 below the host's retry attempts, so the stream retries the same batch from
 memory and goes on: a transient failure, never a skipped batch. `kill 1`: the
 stream process kills itself (SIGKILL) as soon as the batch's append reaches its
-sink file, `$SOAK_SINK_DIR/<topic>.cypherl`, before the Kafka commit (a commit
+sink file, `$SOAK_SINK_DIR/<topic>.cypherl` (or the path `<topic>.sink` in the control directory names, after
+a sink change), before the Kafka commit (a commit
 whose outcome the stream never learns; often in the middle of the append).
 
 One stream (one poll thread) per topic reads its control file, so the read,
@@ -99,6 +100,11 @@ def _take_fault(topic: str) -> str | None:
 def _kill_after_append(topic: str) -> None:
     """SIGKILL this process as soon as its sink file grows (the batch being returned is appended)."""
     path = os.path.join(os.environ.get(SINK_DIR_ENV, ""), f"{topic}.cypherl")
+    try:     # the soak moved the stream to another sink file (a sink change): it names it here
+        with open(os.path.join(os.environ.get(CONTROL_ENV, ""), f"{topic}.sink")) as handle:
+            path = handle.read().strip() or path
+    except OSError:
+        pass
     try:
         size = os.stat(path).st_size
     except OSError:

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import __doc__ as OVERVIEW
-from .evidence import contradictions, invalid_offsets
+from .evidence import contradictions, invalid_offsets, unexplained_cuts
 from .plan import PARTITIONS, STREAMS
 from .runner import Soak
 
@@ -66,10 +66,20 @@ def main(argv=None) -> int:
         for name, v in per_stream.items():
             soak.say(f"  {name}: {v.records} lines; lost {v.lost}, skipped {v.skipped}, stale {v.stale}, "
                      f"duplicates {v.duplicates}, replayed after backward moves {v.replayed}, "
+                     f"consumed and committed by a foreign member {v.foreign}, "
                      f"seq mismatches {v.mismatched}")
         calls = soak.calls
         statuses = Counter(r.status.value for c in calls for r in c.rows or [])
-        soak.say(f"  set_offset: {len(calls)} calls ({sum(c.rows is not None for c in calls)} answered, "
+        soak.say(f"  cancel: {len(soak.cancelled)} pending rows cancelled")
+        foreign = [m for m in soak.foreign_members]
+        soak.say(f"  foreign members: {len(foreign)}, consumed {sum(m.consumed for m in foreign)}, committed "
+                 f"{sum(len(c) for m in foreign for c in m.committed.values())} times; offsets they consumed and "
+                 f"committed past, not delivered by the stream: {verdict.foreign}")
+        if soak.exactly_once:
+            soak.say(f"  file cuts: {len(soak.cut_moves)}, partitions whose stored offset they took back "
+                     f"{sum(len(m.moves) for m in soak.cut_moves)} (each must be explained by a realigned history "
+                     f"row: a contradiction otherwise)")
+        soak.say(f"  set_offset and revert: {len(calls)} calls ({sum(c.rows is not None for c in calls)} answered, "
                  f"{sum(c.error is not None and not c.unknown for c in calls)} refused, "
                  f"{sum(c.unknown for c in calls)} unanswered); partition results {dict(statuses)}; "
                  f"history rows {sum(len(h) for h in soak.history.values())}")
@@ -90,7 +100,8 @@ def main(argv=None) -> int:
             soak.say(f"  invalid offset: {text}")
         for problem in verdict.problems[:30]:
             soak.say(f"  problem: {problem}")
-        contradicted = contradictions(soak.calls, soak.history)
+        contradicted = contradictions(soak.calls, soak.history, soak.cancelled) + \
+            unexplained_cuts(soak.cut_moves, soak.history)
         for text in contradicted[:10]:
             soak.say(f"  contradiction: {text}")
         lost = verdict.lost + verdict.skipped

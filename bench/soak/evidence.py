@@ -8,10 +8,11 @@ their own.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from .oracle import Change
+from .oracle import Change, Rec
 from .plan import StreamPlan
 
 
@@ -29,11 +30,18 @@ class Call:
     unknown: bool = False             # no answer: it may or may not have acted
 
 
-def contradictions(calls: list[Call], history: dict[str, list]) -> list[str]:
-    """What a set_offset call was told that the host's history contradicts: a partition reported applied
-    (or clamped) whose change has no such history row, or one with another offset, previous offset, status
-    or message; one reported superseded or cancelled that the history shows applied."""
+def contradictions(calls: list[Call], history: dict[str, list], cancelled: list[tuple] = ()) -> list[str]:
+    """What a set_offset or revert call was told that the host's history contradicts: a partition reported
+    applied (or clamped) whose change has no such history row, or one with another offset, previous offset,
+    status or message; one reported superseded or cancelled that the history shows applied; a pending row a
+    cancel said it cancelled (`cancelled`: stream, change id, topic, partition) that the history shows applied."""
     out = []
+    for stream, change_id, topic, partition in cancelled:
+        for h in history.get(stream, []):
+            if (h.change_id, h.topic, h.partition) == (change_id, topic, partition) and \
+                    h.status.value in ("applied", "clamped"):
+                out.append(f"{stream} {topic}:{partition} change {change_id}: cancel said cancelled, the history "
+                           f"shows it {h.status.value} {h.previous_offset}->{h.offset} at {h.changed_at}")
     for call in calls:
         recorded = {(h.change_id, h.topic, h.partition): h for h in history.get(call.stream, [])}
         for row in call.rows or []:
@@ -55,8 +63,10 @@ def contradictions(calls: list[Call], history: dict[str, list]) -> list[str]:
 
 
 def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tuple, int], plan: StreamPlan,
-                partition: int, verdict_notes: list[str]) -> list[Change]:
-    """The offset changes the oracle weighs for one partition, from the calls' answers and the history's rows."""
+                partition: int, verdict_notes: list[str], sink_changes: list[float] = ()) -> list[Change]:
+    """The offset changes the oracle weighs for one partition, from the calls' answers and the history's rows.
+    `sink_changes`: when the stream's sink was changed (the new sink's start, where the stream stood, is an
+    applied row that moves nothing: not a call's)."""
     tp = (plan.topic, partition)
     asked = []
     for call in calls:
@@ -77,6 +87,8 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         # a realigned row is the stream resuming where its sink stores (after a kill), not a call: the oracle's
         # continuations already resume there
         if (entry.topic, entry.partition) != tp or entry.status.value not in ("applied", "clamped"):
+            continue
+        if entry.previous_offset == entry.offset and any(entry.changed_at.timestamp() >= t for t in sink_changes):
             continue
         key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
                entry.offset)
@@ -121,4 +133,50 @@ def invalid_offsets(calls: list[Call], history: dict[str, list]) -> list[str]:
             if e.offset < 0:
                 out.append(f"history of {name}: {e.topic}:{e.partition} {e.previous_offset} -> {e.offset} "
                            f"{e.status.value} at {e.changed_at.isoformat()}")
+    return out
+
+
+def logical_positions(records: list[Rec], cuts: list[tuple[int, int]]) -> list[Rec]:
+    """Records at the positions the soak's monotonic sizes use: a record at byte p of the final file was written
+    after the last cut back to at or below p (and before every later one), so it sits at p plus the bytes cut
+    up to that cut (`cuts`: (size cut to, bytes removed so far), in order)."""
+    if not cuts:
+        return records
+    out = []
+    for r in records:
+        shift = 0
+        for to, removed in cuts:
+            if to <= r.pos:
+                shift = removed
+        out.append(replace(r, pos=r.pos + shift))
+    return out
+
+
+def with_cuts(changes: list[Change], cut_moves: list, tp: tuple[str, int]) -> list[Change]:
+    """The changes plus one per file cut that took this partition's stored offset back: the stream realigns
+    there (when is unknown: hi None). Claims are dropped: a cut removes records they vouch for."""
+    added = [(m.size, Change(m.moves[tp][1], m.size)) for m in cut_moves if tp in m.moves]
+    if not added:
+        return changes
+    out = [replace(c, claim=None) for c in changes]
+    for size, change in added:
+        out.insert(bisect.bisect_right([c.lo for c in out], size), change)
+    return out
+
+
+def unexplained_cuts(cut_moves: list, history: dict[str, list]) -> list[str]:
+    """File cuts after which the stream resumed somewhere other than Kafka's commit with no `realigned` history
+    row saying so: for each partition whose stored offset the cut took back, the first history row after the
+    cut must be a realigned one to the offset the file then stored, or a change applied by a call."""
+    out = []
+    for m in cut_moves:
+        for (topic, partition), (before, after) in m.moves.items():
+            rows = [h for h in history.get(m.stream, []) if (h.topic, h.partition) == (topic, partition)
+                    and h.changed_at.timestamp() >= m.at - 0.5]
+            first = rows[0] if rows else None
+            ok = first is not None and (first.status.value != "realigned" or first.offset == after)
+            if not ok:
+                seen = None if first is None else (first.status.value, first.previous_offset, first.offset)
+                out.append(f"{m.stream} {topic}:{partition}: a file cut took the stored offset {before} -> {after}; "
+                           f"the first history row after it: {seen}")
     return out

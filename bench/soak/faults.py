@@ -12,6 +12,12 @@ that long, so even a short run sees them all), each counted by kind:
   mid-batch under both protocols; its partitions come back to the stream after
   it leaves (a classic group waits out its session: the embedded brokers ignore
   LeaveGroup);
+- foreign_member (at-least-once): the same for 4-7 s on a stream with short
+  batches (up to 10 s longer until it has committed once), but it also
+  commits what it consumed every ~0.5 s: the stream must take its partitions over from where
+  it committed (records it consumed and committed past are legitimately not
+  the stream's to deliver: the oracle counts them as `foreign`, and only while
+  it held the partition; the ranges are in events.jsonl, `foreign_left`);
 - transform_failure / sink_failure: the next 1-2 batches of a stream raise in
   the transformation, or are refused whole by the cypherl sink (see
   bench/soak_transform.py); counted when they fired;
@@ -19,6 +25,12 @@ that long, so even a short run sees them all), each counted by kind:
   just past the log, earliest, latest, "-N", "+N", a recent datetime, or a map
   naming some partitions), timeout 3 s; per-partition results, the wall time
   and the sink file's size before the call and after it returned are kept;
+- revert: POST .../history/{id}/revert of one of a stream's last applied
+  changes, timeout 3 s; its rows are judged like a set_offset's;
+- cancel: DELETE .../pending of a stream with pending rows if any; every row it says it cancelled must never show
+  applied in the history (a contradiction otherwise);
+- alter: PATCH /streams/{name} with a new batch size or interval (the stream
+  restarts with it);
 - leader_move / coordinator_move: a partition's leader or a group's
   coordinator moves to another broker;
 - host_kill: SIGKILL the host, start a new one on the same state directory
@@ -35,20 +47,24 @@ Then every re-delivery within a continuation counts against the run: the
 promise is duplicates 0 (at-least-once keeps its duplicates at commit points)."""
 from __future__ import annotations
 
+import fcntl
 import heapq
 import os
 import signal
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from mgstreams.client import HostUnavailable
 from stream_registry.errors import StreamError
+from stream_registry.graph import cypherl_frames
 
 from .evidence import Call
+from .oracle import Foreign
 from .plan import BROKERS, PARTITIONS, STREAMS, StreamPlan
 
 REQUEST_ERRORS = {
@@ -64,37 +80,112 @@ REQUEST_ERRORS = {
 FAULT_WEIGHTS = {
     "set_offset": 3.0, "broker_down": 1.0, "member_join": 1.5, "transform_failure": 1.0, "sink_failure": 1.0,
     **{f"errors:{api}": 0.7 for api in REQUEST_ERRORS}, "leader_move": 0.5, "coordinator_move": 0.5,
-    "host_kill": 0.4,
+    "host_kill": 0.4, "revert": 1.0, "cancel": 0.7, "alter": 0.5,
 }
-EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6}
+AT_LEAST_ONCE_FAULTS = {"foreign_member": 1.0}
+EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4}
 SET_OFFSET_TIMEOUT_S = 3.0
 KILL_MIN_GAP_S = 25.0
+FOREIGN_GRACE_S = 10.0   # how much longer a foreign member may stay to get partitions and commit once
 MAX_INJECTED_BATCH_FAILURES = 2     # below the host's retry attempts (4): transient by construction
 
 
 class SecondMember(threading.Thread):
-    """A plain consumer in a stream's group for a while: polls (rebalances), never commits, writes nothing."""
+    """A plain consumer in a stream's group for a while: polls (rebalances), writes nothing; a foreign member
+    (`commits`) also commits what it consumed every ~0.5 s (and keeps, per partition, the offsets it consumed
+    and the offsets it committed: the oracle's `Foreign`)."""
 
-    def __init__(self, bootstrap: str, plan: StreamPlan, seconds: float):
+    def __init__(self, bootstrap: str, plan: StreamPlan, seconds: float, commits: bool = False,
+                 size=lambda: 0):
         super().__init__(daemon=True, name=f"soak-member-{plan.name}")
-        self.plan, self.seconds = plan, seconds
+        self.plan, self.seconds, self.commits = plan, seconds, commits
         self.config = {"bootstrap.servers": bootstrap, "group.id": plan.group, "enable.auto.commit": False,
                        "auto.offset.reset": "earliest", "log_level": 2, **plan.group_config()}
         self.taken: set[int] = set()
         self.consumed = 0
+        self.read: dict[int, set[int]] = {}         # partition -> offsets consumed
+        self.committed: dict[int, set[int]] = {}    # partition -> offsets committed
+        self.size = size
+        self.lo = size()
+        self.hi: int | None = None
 
     def run(self) -> None:
         consumer = Consumer(self.config)
         try:
             consumer.subscribe([self.plan.topic])
             deadline = time.monotonic() + self.seconds
-            while time.monotonic() < deadline:
+            latest = deadline + FOREIGN_GRACE_S     # a committing member stays until it has committed something
+            next_commit = time.monotonic() + 0.5
+            while time.monotonic() < deadline or (self.commits and not self.committed and time.monotonic() < latest):
                 msg = consumer.poll(0.1)
                 if msg is not None and msg.error() is None:
                     self.consumed += 1
+                    self.read.setdefault(msg.partition(), set()).add(msg.offset())
                 self.taken.update(tp.partition for tp in consumer.assignment())
+                if self.commits and time.monotonic() >= next_commit:
+                    next_commit = time.monotonic() + 0.5
+                    self._commit(consumer)
         finally:
             consumer.close()
+            self.hi = self.size()
+
+    def _commit(self, consumer) -> None:
+        try:
+            done = consumer.commit(asynchronous=False)
+        except KafkaException:      # nothing consumed since the last commit, a rebalance, an injected error
+            return
+        for tp in done or []:
+            if tp.error is None and tp.offset >= 0:
+                self.committed.setdefault(tp.partition, set()).add(tp.offset)
+
+    def foreign(self, partition: int) -> Foreign | None:
+        """What it consumed and committed past on `partition` (None: it committed nothing there)."""
+        commits = self.committed.get(partition)
+        if not commits or self.hi is None:
+            return None
+        top = max(commits)
+        taken = frozenset(o for o in self.read.get(partition, ()) if o < top)
+        return Foreign(self.lo, self.hi, taken, frozenset(commits))
+
+
+@dataclass(frozen=True)
+class CutMove:
+    """A file cut: when, the stream's logical sink size right after it, and per partition whose stored offset
+    went back, (stored before, stored after)."""
+    stream: str
+    at: float
+    size: int
+    moves: dict
+
+
+def cut_file(path, stream: str, batches: int):
+    """Cut `path` back `batches` whole batches under its lock: (new size, bytes removed, moves) or None when
+    the file is too short (the cut would leave a partition with no stored offset)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        last = target = cypherl_frames.last_frame(fd, size)
+        for _ in range(batches):
+            earlier = cypherl_frames.previous_frame(fd, target) if target is not None else None
+            if earlier is None:
+                break
+            target = earlier
+        if last is None or target is None or target is last or target.end >= size:
+            return None
+        before = cypherl_frames.stored_offsets(fd, size, stream)
+        after = cypherl_frames.stored_offsets(fd, size, stream, end=target.end)
+        if set(after) != set(before):
+            return None
+        os.ftruncate(fd, target.end)
+        moves = {(k.topic, k.partition): (before[k], after[k]) for k in before if after[k] < before[k]}
+        return target.end, size - target.end, moves
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class FaultMenu:
@@ -169,16 +260,26 @@ class FaultMenu:
         self.faults[kind] += 1
         self.event(kind, codes=[KafkaError(c).name() for c in codes])
 
-    def fault_member_join(self, kind: str) -> None:
+    def fault_member_join(self, kind: str, commits: bool = False) -> None:
         free = [p for p in STREAMS if p.name not in self.members or not self.members[p.name].is_alive()]
+        if commits:     # the streams with short batches: the group rebalances in time for it to read and commit
+            free = [p for p in free if p.batch_interval_ms <= 300]
         if not free:
             return self.fault_set_offset("set_offset")
         plan = self.rng.choice(free)
-        member = SecondMember(self.cluster.bootstrap_servers, plan, self.rng.uniform(2, 6))
+        seconds = self.rng.uniform(4, 7) if commits else self.rng.uniform(2, 6)
+        member = SecondMember(self.cluster.bootstrap_servers, plan, seconds, commits=commits,
+                              size=lambda: self.sink_size(plan))
         member.start()
         self.members[plan.name] = member
+        if commits:
+            self.foreign_members.append(member)
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, strategy=plan.strategy, seconds=round(member.seconds, 2))
+
+    def fault_foreign_member(self, kind: str) -> None:
+        """A member_join that also commits what it read (at-least-once: the stream owes nothing below it)."""
+        self.fault_member_join(kind, commits=True)
 
     def fault_transform_failure(self, kind: str) -> None:
         self._arm_batch_failure(kind, "transform")
@@ -216,6 +317,50 @@ class FaultMenu:
         os.replace(tmp, path)
         self.event(kind, stream=plan.name, batches=count)   # counted when fired (ctl/<topic>.fired)
 
+    def fault_file_cut(self, kind: str) -> None:
+        """Exactly-once: cut a stream's cypherl file back 1-3 whole batches (to a frame's end, under the file's
+        lock, as an operator restoring an earlier copy would) while the stream runs. The stream must realign to
+        what the file stores and deliver the cut records again; each partition whose stored offset went back
+        must get a `realigned` history row. The soak keeps the sizes it measures monotonic (bytes cut are
+        added back: `sink_size`), so the oracle's windows stay comparable with positions after the cut."""
+        batches = self.rng.randint(1, 3)
+        with self._lock:
+            for plan in self.rng.sample(STREAMS, len(STREAMS)):   # a file long enough to cut
+                cut = cut_file(self.sink_path(plan), plan.name, batches)
+                if cut is not None:
+                    break
+            else:
+                return self.fault_set_offset("set_offset")
+            to, removed, moves = cut
+            self.removed[plan.name] = self.removed.get(plan.name, 0) + removed
+            index = self.sink_changes.get(plan.name, 0)
+            self.cuts.setdefault((plan.name, index), []).append((to, self.removed[plan.name]))
+            at = self.sink_size(plan)        # the logical size right after the cut
+            self.cut_moves.append(CutMove(plan.name, time.time(), at, moves))
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, to=to, removed=removed, logical=at,
+                   moves={f"{t}:{p}": m for (t, p), m in moves.items()})
+
+    def fault_sink_change(self, kind: str) -> None:
+        """Exactly-once: PATCH the stream's sink to a new cypherl file while it runs. The new sink must continue
+        where the stream stood (its first frame carries the offsets over): a replay from the log start would
+        be duplicates, a jump past the stream's position lost records. The oracle reads the files in order."""
+        plan = self.rng.choice(STREAMS)
+        index = self.sink_changes.get(plan.name, 0) + 1
+        path = self.sink_file(plan, index)
+        self.sink_changed_at.append((plan.name, time.time()))
+        self.client.alter(plan.name, sink=f"cypherl://{path}")   # returns once the stream restarted on it
+        with self._lock:
+            old = self.sink_size(plan)                              # the old file's final logical size
+            self.bases.setdefault(plan.name, [0]).append(old)
+            self.sink_changes[plan.name] = index
+            self.removed[plan.name] = 0
+        tmp = self.ctl / f"{plan.topic}.sink.soak.tmp"
+        tmp.write_text(str(path))
+        os.replace(tmp, self.ctl / f"{plan.topic}.sink")
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, sink=str(path), logical=old)
+
     def fault_leader_move(self, kind: str) -> None:
         plan = self.rng.choice(STREAMS)
         partition, broker = self.rng.randrange(PARTITIONS), self.rng.choice(BROKERS)
@@ -245,15 +390,61 @@ class FaultMenu:
     def fault_set_offset(self, kind: str) -> None:
         plan = self.rng.choice(STREAMS)
         spec = self.random_spec(plan)
+        self._offset_call(kind, plan, spec, lambda: self.client.set_offset(plan.name, spec,
+                                                                           timeout=SET_OFFSET_TIMEOUT_S))
+
+    def fault_revert(self, kind: str) -> None:
+        """POST .../history/{id}/revert of a recent applied change (its rows judged like a set_offset's)."""
+        plan = self.rng.choice(STREAMS)
+        ids = [e.change_id for e in self.client.history(plan.name, limit=30)
+               if e.change_id is not None and e.status.value in ("applied", "clamped")]
+        if not ids:     # nothing to revert yet: a set_offset first, then its revert
+            spec = self.random_spec(plan)
+            self._offset_call("set_offset", plan, spec, lambda: self.client.set_offset(
+                plan.name, spec, timeout=SET_OFFSET_TIMEOUT_S))
+            ids = [r.change_id for r in self.calls[-1].rows or [] if r.change_id is not None
+                   and r.status.value in ("applied", "clamped")]
+            if not ids:
+                return
+        change_id = self.rng.choice(ids[:5])
+        self._offset_call(kind, plan, {"revert": change_id},
+                          lambda: self.client.revert(plan.name, change_id, timeout=SET_OFFSET_TIMEOUT_S))
+
+    def fault_cancel(self, kind: str) -> None:
+        """DELETE .../pending (of a stream that has pending rows, when one has): what it says it cancelled must
+        never show applied in the history."""
+        waiting = [p for p in STREAMS if self.client.pending(p.name)]
+        plan = self.rng.choice(waiting or list(STREAMS))
+        started = time.time()
+        try:
+            rows = self.client.cancel_pending(plan.name)
+        except HostUnavailable as exc:
+            self.event(kind, stream=plan.name, error=str(exc))
+            return
+        self.cancelled += [(plan.name, r.change_id, r.topic, r.partition) for r in rows]
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, started=started,
+                   cancelled=[(r.change_id, r.partition, r.offset) for r in rows])
+
+    def fault_alter(self, kind: str) -> None:
+        """PATCH /streams/{name}: a new batch size or interval (the stream restarts with it)."""
+        plan = self.rng.choice(STREAMS)
+        change = self.rng.choice([{"batch_size": self.rng.choice((plan.batch_size // 2, plan.batch_size,
+                                                                  plan.batch_size * 2))},
+                                  {"batch_interval_ms": self.rng.choice((plan.batch_interval_ms // 2,
+                                                                         plan.batch_interval_ms))}])
+        self.client.alter(plan.name, **change)
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, change=change)
+
+    def _offset_call(self, kind: str, plan: StreamPlan, spec: object, send) -> None:
         call = Call(plan.name, spec, time.time(), self.sink_size(plan))
         self.calls.append(call)
         try:
-            rows = self.client.set_offset(plan.name, spec, timeout=SET_OFFSET_TIMEOUT_S)
+            call.rows = send()
         except StreamError as exc:
             call.error = str(exc)
             call.unknown = isinstance(exc, HostUnavailable)
-        else:
-            call.rows = rows
         call.size_after = self.sink_size(plan)
         call.returned = time.time()
         self.faults[kind] += 1

@@ -58,6 +58,20 @@ class Change:
     previous: int | None = None
 
 
+@dataclass(frozen=True)
+class Foreign:
+    """A foreign member's stay on one partition (a plain consumer in the stream's group that commits).
+
+    `lo`/`hi`: the stream's sink size when it joined and after it left; `taken`: the offsets it consumed
+    and then committed past (the group moved on without the stream: at-least-once owes the stream nothing
+    for them); `commits`: the offsets it committed (points the stream may resume from).
+    """
+    lo: int
+    hi: int
+    taken: frozenset[int]
+    commits: frozenset[int]
+
+
 @dataclass
 class Verdict:
     records: int = 0
@@ -67,6 +81,7 @@ class Verdict:
     duplicates: int = 0      # re-delivered within a continuation, from a commit point (uncommitted batches)
     replayed: int = 0        # delivered again because a change moved the stream back
     mismatched: int = 0      # the payload's seq is not what the producer wrote at that offset
+    foreign: int = 0         # expected, not delivered by the stream, consumed and committed by a foreign member
     problems: list[str] = field(default_factory=list)
 
     def note(self, text: str) -> None:
@@ -74,12 +89,13 @@ class Verdict:
             self.problems.append(text)
 
     def add(self, other: Verdict) -> None:
-        for name in ("records", "lost", "skipped", "stale", "duplicates", "replayed", "mismatched"):
+        for name in ("records", "lost", "skipped", "stale", "duplicates", "replayed", "mismatched", "foreign"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 def check_partition(records: list[Rec], changes: list[Change], log_end: int,
-                    seqs: dict[int, int] | None = None, where: str = "") -> Verdict:
+                    seqs: dict[int, int] | None = None, where: str = "",
+                    foreign: tuple[Foreign, ...] | list[Foreign] = ()) -> Verdict:
     """Check one partition's deliveries (its records in sink file order) against at-least-once.
 
     Continuations. The stream's deliveries form continuations: the first starts
@@ -119,6 +135,16 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
     of re-delivered records must start at such a point; a run that does not is
     stale, record by record.
 
+    Foreign members (`foreign`): a plain consumer of the stream's group that
+    held the partition for a while, consumed some offsets and committed past
+    them. Those offsets are owed by nobody any more in the continuation that
+    was current while it held the partition (its window `lo`..`hi` of the sink
+    file overlaps the continuation's span in the file, from its first record
+    to the next continuation's first record): missing from the stream there,
+    they count as `foreign`, not lost. Everywhere else (a continuation a
+    change started after it left) they are owed as usual. Its commits are
+    commit points the stream may resume from.
+
     Duplicates: records re-delivered within a continuation from a commit point,
     i.e. batches written but not (yet) committed when the stream restarted or
     rebalanced. Replayed: records delivered again because a change moved the
@@ -128,7 +154,9 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
     starts = [0] + [c.offset for c in changes]
     delivered = [set() for _ in starts]
     frontier = list(starts)                 # per continuation: highest offset delivered + 1
-    commit_points = [{s} for s in starts]
+    foreign_commits = {c for f in foreign for c in f.commits}
+    commit_points = [{s} | foreign_commits for s in starts]
+    first_pos: dict[int, int] = {}
     entered = [False] * len(starts)
     entered[0] = True
     seen: set[int] = set()                  # every offset delivered anywhere so far
@@ -160,6 +188,7 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
             cur = nxt
             entered[cur] = True
         prev = r
+        first_pos.setdefault(cur, r.pos)
         start = starts[cur]
         if new_run:
             # A run re-delivering below what the continuation reached must start at a commit point.
@@ -184,6 +213,7 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
     last = max([cur] + [j for j, c in enumerate(changes, 1) if c.hi is not None and j > cur], default=cur)
     entered[last] = True
     claims = {j - 1: c.claim for j, c in enumerate(changes, 1) if c.claim is not None}
+    excused = _foreign_excused(foreign, first_pos, changes, entered)
     for i, start in enumerate(starts):
         if not entered[i] or start < 0:
             continue
@@ -191,7 +221,9 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
         claimed = claims.get(i)
         expected = set(range(start, end))
         for o in sorted(expected - delivered[i]):
-            if o in seen:
+            if o in excused.get(i, ()):
+                v.foreign += 1
+            elif o in seen:
                 v.skipped += 1
             else:
                 v.lost += 1
@@ -201,10 +233,24 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
             if missing:
                 v.note(f"{where}: the stream reported position/committed {claimed} in continuation #{i} "
                        f"(start {start}) but offsets {_ranges(missing)} were never delivered")
-        holes = sorted(expected - delivered[i])
+        holes = sorted(expected - delivered[i] - excused.get(i, set()))
         if holes:
             v.note(f"{where}: continuation #{i} (start {start}, end {end}) misses {_ranges(holes)}")
     return v
+
+
+def _foreign_excused(foreign, first_pos: dict[int, int], changes: list[Change], entered: list[bool]) -> dict:
+    """Per continuation: the offsets foreign members consumed and committed past while it was current."""
+    if not foreign:
+        return {}
+    spans = sorted((first_pos.get(i, changes[i - 1].lo if i else 0), i) for i, e in enumerate(entered) if e)
+    out: dict[int, set[int]] = {}
+    for k, (begin, i) in enumerate(spans):
+        end = spans[k + 1][0] if k + 1 < len(spans) else float("inf")
+        for f in foreign:
+            if f.lo < end and f.hi > begin:
+                out.setdefault(i, set()).update(f.taken)
+    return out
 
 
 def _forced(r: Rec, changes: list[Change]) -> int:

@@ -13,6 +13,7 @@ import secrets
 import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -21,13 +22,15 @@ from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.host_process import HostProcess
 from stream_registry.errors import StreamError
 
-from .evidence import Call, changes_for
-from .faults import EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu, SecondMember
-from .oracle import Verdict, check_partition, read_sink
+from .evidence import Call, changes_for, logical_positions, with_cuts
+from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu, SecondMember
+from .oracle import Verdict, _ranges, check_partition, read_sink
 from .plan import BENCH, BROKERS, PARTITIONS, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
 
 CATCH_UP_TIMEOUT_S = 120.0
+QUIET_LOAD_S = 10.0     # the producer's run after the faults and members are gone: past the rebalance a member's
+                        # departure brings once its 6 s session has expired (the embedded brokers ignore LeaveGroup)
 
 
 class Soak(FaultMenu):
@@ -43,17 +46,25 @@ class Soak(FaultMenu):
         for d in (self.out, self.ctl):
             d.mkdir(parents=True, exist_ok=True)
         self.exactly_once = args.delivery == "exactly_once"
-        self.weights = {**FAULT_WEIGHTS, **(EXACTLY_ONCE_FAULTS if self.exactly_once else {})}
+        self.weights = {**FAULT_WEIGHTS, **(EXACTLY_ONCE_FAULTS if self.exactly_once else AT_LEAST_ONCE_FAULTS)}
         self.secrets = {"bolt.password": f"soak-secret-bolt-{secrets.token_hex(8)}",
                         "ssl.key.password": f"soak-secret-ssl-{secrets.token_hex(8)}"}
         self.faults: Counter = Counter()
         self.calls: list[Call] = []
+        self.removed: dict[str, int] = {}                # bytes file cuts removed from the current file
+        self.cuts: dict[tuple, list[tuple[int, int]]] = {}  # per (stream, file): (size cut to, bytes removed so far)
+        self.sink_changed_at: list[tuple[str, float]] = []  # (stream, when its sink change was asked)
+        self.sink_changes: dict[str, int] = {}           # per stream: the index of its current sink file
+        self.bases: dict[str, list[int]] = {}             # per stream, per file: its first byte's logical position
+        self.cut_moves: list = []
+        self.cancelled: list[tuple[str, int | None, str, int]] = []   # what cancel said it cancelled
         self.stream_errors: list[tuple[float, str, str]] = []
         self.describe_errors: Counter = Counter()
         self.sightings: dict[tuple, int] = {}           # history entry -> sink size after it was first seen
         self.history: dict[str, list] = {}
         self.undo: list[tuple[float, int, str, object]] = []
         self.members: dict[str, SecondMember] = {}
+        self.foreign_members: list[SecondMember] = []
         self.down: set[int] = set()
         self.last_kill = time.monotonic()
         self.host: HostProcess | None = None
@@ -78,13 +89,21 @@ class Soak(FaultMenu):
         print(text, flush=True)
 
     def sink_path(self, plan: StreamPlan) -> Path:
-        return self.out / f"{plan.name}.cypherl"
+        """The stream's current sink file (a sink change moves it to the next one)."""
+        return self.sink_file(plan, self.sink_changes.get(plan.name, 0))
+
+    def sink_file(self, plan: StreamPlan, index: int) -> Path:
+        return self.out / (f"{plan.name}.cypherl" if index == 0 else f"{plan.name}.{index}.cypherl")
 
     def sink_size(self, plan: StreamPlan) -> int:
-        try:
-            return self.sink_path(plan).stat().st_size
-        except FileNotFoundError:
-            return 0
+        """The current file's size plus every byte a file cut removed and the final sizes of the files before a
+        sink change (monotonic: comparable across cuts and sink changes)."""
+        with self._lock:
+            base = self.removed.get(plan.name, 0) + self.bases.get(plan.name, [0])[-1]
+            try:
+                return self.sink_path(plan).stat().st_size + base
+            except FileNotFoundError:
+                return base
 
     def host_env(self) -> dict[str, str]:
         path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
@@ -159,7 +178,16 @@ class Soak(FaultMenu):
         self.down.clear()
         for member in self.members.values():
             member.join(30)
+        for member in self.foreign_members:
+            member.join(30)
+            self.event("foreign_left", stream=member.plan.name, lo=member.lo, hi=member.hi, consumed=member.consumed,
+                       read={p: _spans(sorted(o)) for p, o in member.read.items()},
+                       committed={p: sorted(c) for p, c in member.committed.items()})
         # Batch failures still armed fire during the catch-up (1-2 batches each, as during the run).
+        # The load runs on past the rebalance the last member's departure brings: a stream whose last batch's
+        # commit failed in that rebalance never commits that batch again if nothing more arrives (a finding of
+        # issue 30's soak, left to the worker: see the lead's notes), and the catch-up would wait for it forever.
+        time.sleep(QUIET_LOAD_S)
         self.producer.stop()
         if self.producer.error is not None:
             raise SystemExit(f"soak: the producer failed: {self.producer.error}")
@@ -246,15 +274,26 @@ class Soak(FaultMenu):
         for (t, p, o), seq in self.producer.written.items():
             seqs[(t, p)][o] = seq
         for plan in STREAMS:
-            records, corrupt = read_sink(self.sink_path(plan))
+            records: dict = defaultdict(list)
+            corrupt = 0
+            for index, base in enumerate(self.bases.get(plan.name, [0])):
+                held, torn = read_sink(self.sink_file(plan, index))
+                corrupt += torn
+                for tp, recs in held.items():
+                    records[tp] += [replace(r, pos=r.pos + base)
+                                    for r in logical_positions(recs, self.cuts.get((plan.name, index), []))]
             corrupt_total += corrupt
             stream_verdict = Verdict()
             for partition in range(PARTITIONS):
                 tp = (plan.topic, partition)
                 notes: list[str] = []
-                changes = changes_for(self.calls, self.history, self.sightings, plan, partition, notes)
+                changes = changes_for(self.calls, self.history, self.sightings, plan, partition, notes,
+                                      [t for name, t in self.sink_changed_at if name == plan.name])
+                changes = with_cuts(changes, [m for m in self.cut_moves if m.stream == plan.name], tp)
+                foreign = [f for m in self.foreign_members if m.plan is plan
+                           for f in [m.foreign(partition)] if f is not None]
                 v = check_partition(records.get(tp, []), changes, log_ends.get(tp, 0), seqs.get(tp, {}),
-                                    where=f"{plan.topic}:{partition}")
+                                    where=f"{plan.topic}:{partition}", foreign=foreign)
                 v.problems = notes + v.problems
                 stream_verdict.add(v)
                 stream_verdict.problems += v.problems
@@ -277,3 +316,7 @@ class Soak(FaultMenu):
             if self.cluster is not None:
                 self.cluster.close()
             self._events.close()
+
+
+def _spans(offsets: list[int]) -> str:
+    return _ranges(offsets) if offsets else ""

@@ -12,6 +12,9 @@ from paths import ROOT
 LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), stale (\d+), contradictions (\d+), "
                   r"duplicates (\d+), secrets in logs (\d+)$")
 
+FOREIGN = re.compile(r"foreign members: \d+, consumed (?P<consumed>\d+), committed (?P<commits>\d+) times")
+CUTS = re.compile(r"file cuts: \d+, partitions whose stored offset they took back (?P<moved>\d+)")
+
 
 def short_soak(*extra: str, timeout: float) -> tuple:
     """Run a 10 s soak (it still goes through every fault kind once, about 12 steps of ~1 s, before it stops):
@@ -36,6 +39,11 @@ def test_a_short_soak_loses_nothing_and_leaks_no_secret():
     assert {"host_kill", "member_join", "set_offset", "broker_down", "errors:OffsetCommit", "errors:Heartbeat",
             "errors:JoinGroup", "errors:Fetch", "leader_move", "coordinator_move"} <= set(kinds), kinds
     assert {"sink_failure", "transform_failure"} & set(kinds), kinds    # counted when a batch hit them
+    # Issue 30: a foreign member that read and committed (the stream takes over where it committed; what it
+    # consumed and committed past is not lost), and revert, cancel and alter calls through the host's API.
+    assert {"foreign_member", "revert", "cancel", "alter"} <= set(kinds), kinds
+    foreign = FOREIGN.search(done.stdout)
+    assert foreign and int(foreign["consumed"]) > 0 and int(foreign["commits"]) > 0, done.stdout[-4000:]
 
 
 @pytest.mark.slow
@@ -49,4 +57,10 @@ def test_a_short_exactly_once_soak_writes_each_offset_once_through_kills_and_amb
     assert done.returncode == 0, done.stdout[-4000:]
     assert int(records) > 1000
     assert {"stream_kill", "ambiguous_commit", "host_kill", "set_offset", "member_join"} <= set(kinds), kinds
+    # Issue 34: the file cut back while the stream runs (it realigns, with a history row per partition taken
+    # back: a contradiction otherwise) and the sink changed to a new file (it continues where the stream stood:
+    # a replay would be duplicates, a jump lost records), and issue 30's revert, cancel and alter.
+    assert {"file_cut", "sink_change", "revert", "cancel", "alter"} <= set(kinds), kinds
+    cuts = CUTS.search(done.stdout)
+    assert cuts and int(cuts["moved"]) > 0, done.stdout[-4000:]
     assert "killed by signal 9" in done.stdout, "a stream process was killed and restarted"

@@ -28,9 +28,9 @@ class File:
         return self
 
 
-def check(file: File, changes=(), log_end: int | None = None):
+def check(file: File, changes=(), log_end: int | None = None, foreign=()):
     end = log_end if log_end is not None else max((r.offset for r in file.records), default=-1) + 1
-    return check_partition(file.records, list(changes), end, {o: o for o in range(end)})
+    return check_partition(file.records, list(changes), end, {o: o for o in range(end)}, foreign=foreign)
 
 
 def figures(v) -> dict:
@@ -153,3 +153,54 @@ def test_read_sink_keeps_file_order_and_counts_torn_lines(tmp_path):
     assert [r.offset for r in records[("t", 0)]] == [5, 6] and [r.offset for r in records[("t", 1)]] == [0]
     assert corrupt == 1
     assert records[("t", 0)][1].pos == path.read_bytes().rindex(b"CREATE")
+
+
+def test_what_a_foreign_member_consumed_and_committed_past_is_not_lost_while_it_held_the_partition():
+    """Issue 30: a plain consumer of the group holds the partition, reads 5..9 and commits 10; the stream
+    takes it over from 10. Those offsets are the foreign member's, not lost; a foreign member that read them
+    but never committed past them (or a stream that resumed past its commit) leaves them lost."""
+    from bench.soak.oracle import Foreign
+    f = File().batch(0, 1, 2, 3, 4)
+    lo = f.size
+    f.batch(10, 11, 12)
+    held = Foreign(lo, lo, frozenset(range(5, 10)), frozenset({10}))
+    v = check(f, [], log_end=13, foreign=[held])
+    assert figures(v) == ZERO and v.foreign == 5, v.problems
+    read_only = Foreign(lo, lo, frozenset(range(5, 8)), frozenset({8}))     # committed 8, the stream took 10
+    v = check(f, [], log_end=13, foreign=[read_only])
+    assert v.lost == 2 and v.foreign == 3, v.problems
+    assert check(f, [], log_end=13).lost == 5
+
+
+def test_a_foreign_members_offsets_are_owed_again_after_a_move_back_that_came_after_it_left():
+    from bench.soak.oracle import Foreign
+    f = File().batch(0, 1, 2, 3, 4)
+    held = Foreign(f.size, f.size, frozenset(range(5, 10)), frozenset({10}))
+    f.batch(10, 11)
+    back = Change(3, lo=f.size, hi=f.size)
+    f.batch(3, 4, 5, 11)                  # the move back must deliver 5..10 again: 6..10 missing
+    v = check(f, [back], log_end=12, foreign=[held])
+    assert v.foreign == 5 and v.lost + v.skipped == 5, v.problems
+
+
+def test_a_file_cut_and_the_stream_realigning_to_it_is_neither_lost_nor_duplicated():
+    """Issue 34: the exactly-once file is cut back to the frame after offset 5 (records 5..9 removed); the
+    stream realigns there and delivers 5..9 again. The file as it is at the end holds each once; a stream that
+    went on from its remembered position (10) leaves 5..9 lost."""
+    from bench.soak.evidence import logical_positions, with_cuts
+    from bench.soak.faults import CutMove
+    f = File().batch(0, 1, 2, 3, 4)
+    to = f.size
+    f.batch(5, 6, 7, 8, 9)
+    removed = f.size - to
+    cut = CutMove("s", 0.0, f.size, {("t", 0): (10, 5)})
+    kept = f.records[:5]
+    for ok, offsets in ((True, range(5, 13)), (False, range(10, 13))):
+        g = File()
+        g.records, g.size, g.batches = list(kept), to, 1
+        g.batch(*offsets)
+        records = logical_positions(g.records, [(to, removed)])
+        assert all(r.pos >= f.size for r in records[5:])
+        changes = with_cuts([], [cut], ("t", 0))
+        v = check_partition(records, changes, 13, {o: o for o in range(13)})
+        assert figures(v) == (ZERO if ok else {**ZERO, "lost": 5}), (ok, v.problems)
