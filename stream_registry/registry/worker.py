@@ -92,6 +92,7 @@ OUTAGE_PROBE_TIMEOUT_S = 0.5
 STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
 ASSIGN_STORED_DEADLINE_S = 2.0   # exactly-once: how long a rebalance callback retries reading the sink's offsets
 HELD_RETRY_S = 0.5          # then between batches, this often, while the partitions wait for the sink
+OWED_RETRY_S = 1.0          # a failed batch commit is tried again between batches, this often
 RESET_WATERMARKS_TIMEOUT_S = 1.0   # a partition librdkafka could not fetch from: its watermarks, asked this long
 OFFSET_BEGINNING = -2       # librdkafka's raw constants
 OFFSET_STORED = -1000
@@ -162,6 +163,8 @@ class StreamWorker:
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
         self._resumed: dict[PartitionKey, tuple] = {}   # exactly-once, just assigned elsewhere than the group's commit
         self._marks: dict[PartitionKey, ChangeMark] = {}   # last change persisted per partition (each commit)
+        self._owed: dict[PartitionKey, int] = {}   # a batch's offsets whose commit failed: retried between batches
+        self._next_owed_try = 0.0
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
@@ -255,6 +258,7 @@ class StreamWorker:
                 self._gate.retry()
                 self._start_held()
                 self._follow_sink()
+                self._retry_owed()
                 self._check_cluster()
                 self._decide_resets()
                 batch = self._collect_batch()
@@ -361,7 +365,8 @@ class StreamWorker:
                 if self._stop.wait(self._retry.backoff(attempt)):
                     self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
                     return True
-        self._commit(next_offsets)   # exactly-once too: lag tools read the group's offsets
+        if self._commit(next_offsets) is not None:   # exactly-once too: lag tools read the group's offsets
+            self._owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
         self._gate.after_batch(next_offsets)
         self._stats = self._stats.add_batch(len(batch), time.perf_counter() - started)
         return True
@@ -462,6 +467,8 @@ class StreamWorker:
                                                 give_up=self._outage_confirmed, direct=self._rebalancing)
                 failed = [tp for tp in result or [] if tp.error is not None]
                 if not failed:
+                    for tp in offsets:
+                        self._owed.pop(tp, None)
                     return None
                 raise KafkaException(failed[0].error)
             except CommitUnanswered as exc:   # its outcome is unknown: the next batch's commit carries it
@@ -475,6 +482,17 @@ class StreamWorker:
                     log.warning("stream %s: commit failed: %s", self.config.name, reason)
                     return reason
                 time.sleep(COMMIT_RETRY_S)
+
+    def _retry_owed(self) -> None:
+        """Between batches, once a second: commit again the offsets of a batch whose commit failed (a rebalance,
+        an outage), for the partitions still assigned, until it succeeds or a later commit carries them. A stream
+        with nothing more to read would otherwise leave the group's offset behind what it wrote, for good."""
+        if not self._owed or time.monotonic() < self._next_owed_try:
+            return
+        self._next_owed_try = time.monotonic() + OWED_RETRY_S
+        assigned = self._gate.assigned()
+        self._owed = {tp: offset for tp, offset in self._owed.items() if tp in assigned}
+        self._commit(dict(self._owed), deadline_s=0.0)
 
     # -- offset changes (poll thread) -----------------------------------------
     def _drain_control(self) -> None:
@@ -531,7 +549,10 @@ class StreamWorker:
 
     def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
         """Commit a change (exactly-once: store it in the sink first, the truth a restart resumes from; the
-        group's commit then only feeds lag tools), its mark with it (change_marks)."""
+        group's commit then only feeds lag tools), its mark with it (change_marks). A batch's failed commit of these
+        partitions is owed no more: the change moved them."""
+        for tp in offsets:
+            self._owed.pop(tp, None)
         before = dict(self._marks)
         self._marks.update(marks)
         if self._exactly_once:
@@ -692,6 +713,7 @@ class StreamWorker:
                 self._stored.pop(tp, None)
                 self._resumed.pop(tp, None)
                 self._marks.pop(tp, None)
+                self._owed.pop(tp, None)
         try:
             self._assignment(lambda: consumer.incremental_unassign(started), consumer.unassign)
         except KafkaException:

@@ -218,6 +218,20 @@ def test_commit_errors_and_a_broker_down_during_the_call(kafka, embedded_kafka, 
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 300 + 150 + 30, timeout=30)
 
 
+def test_a_failed_batch_commit_is_retried_when_nothing_more_comes(kafka, embedded_kafka, registry, memory_sinks):
+    """The last batch's commit fails (a non-retriable OffsetCommit error, as a rebalance or an outage can leave
+    it) and nothing more arrives to carry it: the stream commits it again between batches, so the group's offset
+    does not stay behind what the stream wrote (its lag 0, a restart resuming after it)."""
+    topic = _stream(kafka, registry, partitions=1, messages=10)
+    registry.start("orders")
+    wait_until(lambda: {r.committed_offset for r in registry.describe("orders")} == {10}, timeout=30)
+    embedded_kafka.push_request_errors("OffsetCommit", *[KafkaError.OFFSET_METADATA_TOO_LARGE] * 2)
+    kafka.produce(topic, 5, partitions=1)
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 15, timeout=30)
+    wait_until(lambda: {r.committed_offset for r in registry.describe("orders")} == {15}, timeout=15,
+               what="the failed commit retried with nothing more to read")
+
+
 def test_describe_running_and_stopped(kafka, registry, memory_sinks):
     topic = _stream(kafka, registry, partitions=3, messages=30)
     rows = registry.describe("orders")
