@@ -43,7 +43,8 @@ def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: 
     return dataclasses.replace(
         base, stream_status=info.status, status=Verdict.ERR, records_per_second=0.0, cluster_up=not away,
         message=(f"the stream's cluster cannot be reached since {since}" if away else
-                 f"its lag cannot be sampled since {since}") + ": lag and offsets are not known",
+                 f"its lag cannot be sampled since {since}") + ": lag and offsets are not known"
+        + ("" if base.sampled_at is not None else "; not sampled yet"),   # how old what is shown is
         offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=f"lag: cannot sample since "
         f"{since}: {exc}", skipped=info.skipped, records_lost=info.records_lost,
         records_lost_unacknowledged=info.records_lost_unacknowledged)

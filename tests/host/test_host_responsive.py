@@ -202,6 +202,7 @@ def test_a_stopping_host_restarts_nothing_and_is_down_within_its_stop_timeout(ou
     log = outage_host.log()
     assert code == 0, log[-3000:]
     assert "restarting in" not in log and "restart 1" not in log, log[-3000:]
-    assert "not restarted: the host is stopping" in log, log[-3000:]
+    # each stream process either ended by its own SIGTERM (a clean stop) or was seen to die and not restarted
+    assert "not restarted: the host is stopping" in log or log.count("stopped by SIGTERM; stopping") == 2, log[-3000:]
     assert "Traceback" not in log and "graceful shutdown exceeded" not in log, log[-3000:]
     assert took < STOP_TIMEOUT_S + 10, f"the host took {took:.1f} s to stop"
