@@ -108,7 +108,7 @@ class LagSecondsMethod(StrEnum):
 
 
 # -- a stream ------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExitOutcome:
     """What a stream process's death leads to (registry.restarts.RestartBackoff.after_exit)."""
     error: str                 # shown as the stream's (or its task's) error

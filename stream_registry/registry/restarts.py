@@ -27,13 +27,15 @@ class RestartBackoff:
         """The error to show, the delay before a restart (None: no restart) and the failures now counted, for a
         process that died of `cause` after running `ran_s`. A stopping host restarts nothing."""
         if host_stopping:
-            return ExitOutcome(f"stream process {cause}; not restarted: the host is stopping", None, failures)
+            return ExitOutcome(error=f"stream process {cause}; not restarted: the host is stopping", delay_s=None,
+                               failures=failures)
         if policy == RestartPolicy.NEVER:
-            return ExitOutcome(f"stream process {cause}; not restarted (restart: never)", None, failures)
+            return ExitOutcome(error=f"stream process {cause}; not restarted (restart: never)", delay_s=None,
+                               failures=failures)
         failures = 1 if ran_s >= self.reset_after_s else failures + 1
         delay = self.delay(failures)
-        return ExitOutcome(f"stream process {cause}; restarting in {delay:g} s (restart {restarts + 1})", delay,
-                           failures)
+        return ExitOutcome(error=f"stream process {cause}; restarting in {delay:g} s (restart {restarts + 1})",
+                           delay_s=delay, failures=failures)
 
 
 DEFAULT_RESTART_BACKOFF = RestartBackoff()

@@ -89,9 +89,13 @@ class StateStore:
             self._add_column("pending_changes", "onward", "INTEGER NOT NULL DEFAULT 0")
             self._add_column("pending_changes", "ended", "TEXT")   # cancelled/superseded: not pending any more
             self._migrate_pending()
+            # Reads have a connection of their own: under WAL they see what was committed while a write waits for
+            # the file's lock (another process holding it), so describe and GET never queue behind a write.
+            self._reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         except (OSError, sqlite3.Error) as exc:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
 
     def _add_column(self, table: str, column: str, definition: str) -> bool:
         """Bring a state file written by an older version up to date; True when the column was added."""
@@ -116,6 +120,8 @@ class StateStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            self._reader.close()
 
     def _write(self, *statements: tuple[str, tuple]) -> None:
         """Apply statements in one transaction: all or nothing."""
@@ -141,8 +147,8 @@ class StateStore:
                 raise StreamError(f"state: cannot write {self.path}: {exc}") from None
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
+        with self._read_lock:
+            return self._reader.execute(sql, args).fetchall()
 
     # -- streams ----------------------------------------------------------
     def load_streams(self) -> list[tuple[StreamConfig, bool, StreamStatus, str | None]]:
