@@ -197,14 +197,7 @@ class BoltSink(Closing):
         transaction per batch again."""
         secrets = self._secrets()
         with self._lock:
-            try:
-                conn = self._connection()
-            except SinkError:
-                raise
-            except Exception as exc:
-                self._abandon()
-                raise SinkError(f"sink {self._where()}: cannot connect: "
-                                f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
+            conn = self._connected()
             try:
                 conn.autocommit = True
                 conn.cursor().execute(query, driver_parameters(parameters or {}, 0))
@@ -224,15 +217,19 @@ class BoltSink(Closing):
         """Connect (TCP, the Bolt handshake, the login) and close again: what create checks before it stores a
         stream. SinkError naming the sink and why, when that fails."""
         with self._lock:
-            try:
-                self._connection()
-            except SinkError:
-                raise
-            except Exception as exc:
-                self._abandon()
-                raise SinkError(f"sink {self._where()}: cannot connect: "
-                                f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}") from None
+            self._connected()
         self.close()
+
+    def _connected(self):
+        """The connection (made if need be, under the lock); SinkError saying the sink cannot be reached."""
+        try:
+            return self._connection()
+        except SinkError:
+            raise
+        except Exception as exc:
+            self._abandon()
+            raise SinkError(f"sink {self._where()}: cannot connect: "
+                            f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}") from None
 
     def _connection(self):
         if self._conn is None:
