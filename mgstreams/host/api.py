@@ -24,7 +24,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -33,10 +33,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import ALTER_OPTIONS, ALTERABLE_FIELDS, OPTION_FIELDS
@@ -109,8 +109,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
     async def settled(hand_off: Callable[[], Any]) -> Response:
         """An offset call: handed off in a worker thread, then awaited here, then its answer read."""
         call = await run_in_threadpool(hand_off)
-        await waits.settle(call)
-        return JSONResponse(to_json(await run_in_threadpool(call.answer)))
+        return JSONResponse(to_json(await waits.answer(call)))
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -250,7 +249,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         Route("/streams/{name}/pending", cancel_pending, methods=["DELETE"]),
         Route("/streams/{name}/check", check, methods=["POST"]),
     ]
-    middleware = [Middleware(BaseHTTPMiddleware, dispatch=_require_token(token))] if token else []
+    middleware = [Middleware(_TokenRequired, token=token)] if token else []
     app = Starlette(routes=routes, middleware=middleware, exception_handlers={
         StreamError: _stream_error, 404: _not_found, 405: _not_allowed, Exception: _internal_error})
     # No 307 to the path without its trailing slash: a client that does not follow it (DELETE /streams/)
@@ -334,21 +333,32 @@ async def _internal_error(request: Request, exc: Exception) -> Response:
     return _error(f"internal error: {type(exc).__name__}", 500)
 
 
-def _require_token(token: str) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
-    expected = token.encode()
+class _TokenRequired:
+    """Every request but /health carries the host's bearer token. Plain ASGI: starlette's BaseHTTPMiddleware
+    runs each request in a task of its own behind memory streams, about a millisecond on every call."""
 
-    async def dispatch(request: Request, call_next) -> Response:
+    def __init__(self, app: ASGIApp, token: str):
+        self.app = app
+        self._expected = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._refusal(Request(scope)) if scope["type"] == "http" else None
+        if refusal is None:
+            await self.app(scope, receive, send)
+        else:
+            await refusal(scope, receive, send)
+
+    def _refusal(self, request: Request) -> Response | None:
         if request.method == "GET" and request.url.path == "/health":
-            return await call_next(request)   # liveness probes carry no token; it answers {"status": "ok"} only
+            return None   # liveness probes carry no token; it answers {"status": "ok"} only
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if not scheme and request.method == "GET" and request.url.path in entry.PAGE_PATHS:
             # a browser cannot send a bearer header when it opens a page: /ui?token=... (as Jupyter's URLs)
             scheme, given = "bearer", request.query_params.get("token", "")
         # compare_digest runs in constant time for any input; the scheme is case-insensitive (RFC 9110)
-        if not hmac.compare_digest(given.strip().encode(), expected) or scheme.lower() != "bearer":
-            if request.method == "GET" and request.url.path in entry.PAGE_PATHS:
-                return entry.sign_in(request)   # a browser: an HTML page saying how to get in
-            return _error("authorization: a valid bearer token is required (Authorization: Bearer ...)", 401,
-                          {"WWW-Authenticate": 'Bearer realm="mgstreams"'})
-        return await call_next(request)
-    return dispatch
+        if hmac.compare_digest(given.strip().encode(), self._expected) and scheme.lower() == "bearer":
+            return None
+        if request.method == "GET" and request.url.path in entry.PAGE_PATHS:
+            return entry.sign_in(request)   # a browser: an HTML page saying how to get in
+        return _error("authorization: a valid bearer token is required (Authorization: Bearer ...)", 401,
+                      {"WWW-Authenticate": 'Bearer realm="mgstreams"'})

@@ -6,7 +6,8 @@ outcome, which can last the call's whole timeout. `Waits` keeps those waits as
 futures on the event loop: the registry says (from any thread) which stream may
 have changed, and one check per stream, in a worker thread, asks the state store
 which of its waiting changes are still pending (one query, however many calls
-wait). A call's wait ends at its deadline, counted from the request's arrival.
+wait) and, in the same thread, reads the answers of those that are not. A call's
+wait ends at its deadline, counted from the request's arrival.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from collections.abc import Callable
 
 from starlette.concurrency import run_in_threadpool
 
-from stream_registry import StreamRegistry
+from stream_registry import OffsetChange, StreamRegistry
 from stream_registry.registry.offset_calls import OffsetCall
 
 RECHECK_S = 2.0   # a waiting call checks its change this often even when nothing says it changed
@@ -28,33 +29,35 @@ class Waits:
     def __init__(self, registry: StreamRegistry):
         self._registry = registry
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: dict[str, dict[OffsetCall, asyncio.Future]] = {}
+        self._waiting: dict[str, dict[OffsetCall, asyncio.Future[list[OffsetChange]]]] = {}
         self._dirty: set[str] = set()
         self._checking: set[str] = set()
         self._unwatch: Callable[[], None] | None = None
 
-    async def settle(self, call: OffsetCall) -> None:
-        """Until no row of the call's change is pending, its stream stops running, or its deadline."""
-        if not call.waits:
-            return
-        self._attach()
-        future = asyncio.get_running_loop().create_future()
-        calls = self._waiting.setdefault(call.name, {})
-        calls[call] = future
-        try:
-            self._mark(call.name)
-            while not future.done():
-                left = call.deadline - time.monotonic()
-                if left <= 0:
-                    return
-                try:
-                    await asyncio.wait_for(asyncio.shield(future), min(left, RECHECK_S))
-                except TimeoutError:
-                    self._mark(call.name)
-        finally:
-            calls.pop(call, None)
-            if not calls:
-                self._waiting.pop(call.name, None)
+    async def answer(self, call: OffsetCall) -> list[OffsetChange]:
+        """The call's answer, once no row of its change is pending, its stream stops running, or its deadline."""
+        if call.waits:
+            self._attach()
+            future: asyncio.Future[list[OffsetChange]] = asyncio.get_running_loop().create_future()
+            calls = self._waiting.setdefault(call.name, {})
+            calls[call] = future
+            try:
+                self._mark(call.name)
+                while not future.done():
+                    left = call.deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        return await asyncio.wait_for(asyncio.shield(future), min(left, RECHECK_S))
+                    except TimeoutError:
+                        self._mark(call.name)
+                if future.done():
+                    return future.result()
+            finally:
+                calls.pop(call, None)
+                if not calls:
+                    self._waiting.pop(call.name, None)
+        return await run_in_threadpool(call.answer)
 
     def _attach(self) -> None:
         if self._unwatch is None:
@@ -93,13 +96,30 @@ class Waits:
                 calls = dict(self._waiting.get(name, {}))
                 if not calls:
                     return
-                ids = [call.change_id for call in calls if call.change_id is not None]
-                try:
-                    pending = await run_in_threadpool(self._registry.unsettled, name, ids)
-                except Exception:   # the stream was dropped, or the store is busy: the calls answer what is
-                    pending = set()
-                for call, future in calls.items():
-                    if not future.done() and (call.change_id not in pending or not call.live()):
-                        future.set_result(None)
+                answers = await run_in_threadpool(self._settled, name, [c for c, f in calls.items() if not f.done()])
+                for call, (answer, error) in answers.items():
+                    future = calls[call]
+                    if future.done():
+                        continue
+                    if error is not None:
+                        future.set_exception(error)
+                    else:
+                        future.set_result(answer)
         finally:
             self._checking.discard(name)
+
+    def _settled(self, name: str, calls: list[OffsetCall]
+                 ) -> dict[OffsetCall, tuple[list[OffsetChange] | None, Exception | None]]:
+        """In a worker thread: the answers (or the errors reading them) of those calls no longer waiting."""
+        try:
+            pending = self._registry.unsettled(name, [call.change_id for call in calls if call.change_id is not None])
+        except Exception:   # the stream was dropped, or the store is busy: the calls answer what is
+            pending = set()
+        answers: dict[OffsetCall, tuple[list[OffsetChange] | None, Exception | None]] = {}
+        for call in calls:
+            if call.change_id not in pending or not call.live():
+                try:
+                    answers[call] = (call.answer(), None)
+                except Exception as exc:   # raised where the call awaits it, as its own hand-off's errors are
+                    answers[call] = (None, exc)
+        return answers

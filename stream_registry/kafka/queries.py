@@ -100,24 +100,28 @@ class PartitionQuery:
                    timeout: float | None = None) -> dict[PartitionKey, tuple[int, int]]:
         """(log start, log end) per partition; log end is the last stable offset under read_committed.
 
-        Two batched ListOffsets (earliest, latest) for all partitions: one request per
-        leader broker, so 200 partitions cost what 2 do.
+        Two batched ListOffsets (earliest, latest) for all partitions, both in flight at once: one
+        request per leader broker, so 200 partitions cost what 2 do.
         """
         tps = list(tps)
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
-        earliest = self._call(lambda _: self._list_offsets(tps, OffsetSpec.earliest(), timeout), "watermarks",
-                              timeout=timeout)
-        latest = self._call(lambda _: self._list_offsets(tps, OffsetSpec.latest(), timeout), "watermarks",
-                            timeout=timeout)
+        earliest, latest = self._call(lambda _: self._list_offsets(tps, (OffsetSpec.earliest(), OffsetSpec.latest()),
+                                                                   timeout), "watermarks", timeout=timeout)
         return {PartitionKey(*tp): (earliest[tp], latest[tp]) for tp in tps}
 
-    def _list_offsets(self, tps: list[PartitionKey], spec: OffsetSpec, timeout: float) -> dict[PartitionKey, int]:
-        futures = self._admin_client().list_offsets(
-            {TopicPartition(t, p): spec for t, p in tps}, isolation_level=self._isolation,
-            request_timeout=max(timeout, 0.1))
+    def _list_offsets(self, tps: list[PartitionKey], specs: tuple[OffsetSpec, ...], timeout: float
+                      ) -> list[dict[PartitionKey, int]]:
+        """The offsets of each spec for `tps`: every spec's ListOffsets is sent before any answer is awaited."""
+        admin = self._admin_client()
+        requests = [admin.list_offsets({TopicPartition(t, p): spec for t, p in tps}, isolation_level=self._isolation,
+                                       request_timeout=max(timeout, 0.1)) for spec in specs]
         deadline = time.monotonic() + timeout
+        return [self._listed(futures, deadline) for futures in requests]
+
+    @staticmethod
+    def _listed(futures: Mapping[TopicPartition, Any], deadline: float) -> dict[PartitionKey, int]:
         out: dict[PartitionKey, int] = {}
         for tp, future in futures.items():
             try:

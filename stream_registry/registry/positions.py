@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from ..config import Delivery, StreamConfig
 from ..errors import OffsetSpecError, StreamError
@@ -25,6 +27,19 @@ from ..resume_point import resume_offsets
 from .runner import StreamRunner
 
 log = logging.getLogger("mgstreams.registry")
+
+
+def _while_seen(runner: StreamRunner | None, cluster: Callable[[], list[PartitionSnapshot]]
+                ) -> tuple[list[PartitionSnapshot], WorkerSnapshot]:
+    """`cluster()`'s snapshots (questions to Kafka), their positions what the stream's processes see, asked
+    meanwhile (a pipe round trip each): the two at once, not one after the other, as offset calls wait for both."""
+    if runner is None:
+        return cluster(), WorkerSnapshot()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgstreams-seen") as pool:
+        asked = pool.submit(runner.snapshot)
+        snapshots = cluster()
+        seen = asked.result()
+    return [replace(s, position=seen.positions.get(PartitionKey(s.topic, s.partition))) for s in snapshots], seen
 
 
 class StreamPositions:
@@ -43,11 +58,13 @@ class StreamPositions:
         else its resume point (a pending change; an exactly-once sink's stored offset)."""
         def left() -> float:
             return max(deadline - time.monotonic(), 0.1)
-        partitions = query.partitions(config.topics, left())
-        spec.check_against(partitions)
-        seen = runner.snapshot() if runner else WorkerSnapshot()
-        tps = [PartitionKey(t, p) for t in config.topics for p in partitions[t]]
-        snapshots = query.snapshots(tps, seen.positions, deadline=deadline)
+
+        def cluster() -> list[PartitionSnapshot]:
+            partitions = query.partitions(config.topics, left())
+            spec.check_against(partitions)
+            return query.snapshots([PartitionKey(t, p) for t in config.topics for p in partitions[t]],
+                                   deadline=deadline)
+        snapshots, seen = _while_seen(runner, cluster)
         where = self._where(config, snapshots, seen)
         based = [PartitionSnapshot(topic=s.topic, partition=s.partition, log_start=s.log_start, log_end=s.log_end,
                                    committed=s.committed, position=where.get(PartitionKey(s.topic, s.partition)))
@@ -77,10 +94,11 @@ class StreamPositions:
                  runner: StreamRunner | None) -> list[PartitionOffsets]:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
-        partitions = query.partitions(config.topics)
-        seen = runner.snapshot() if runner else WorkerSnapshot()
-        tps = [PartitionKey(t, p) for t in config.topics for p in partitions[t]]
-        snapshots = query.snapshots(tps, seen.positions)
+        def cluster() -> list[PartitionSnapshot]:
+            partitions = query.partitions(config.topics)
+            return query.snapshots([PartitionKey(t, p) for t in config.topics for p in partitions[t]])
+        snapshots, seen = _while_seen(runner, cluster)
+        tps = [PartitionKey(s.topic, s.partition) for s in snapshots]
         missing = [tp for tp in tps if tp not in seen.stored]   # not assigned since its process started
         offline = self.stored_offsets(config, missing) if missing else {}
         stored = None if offline is None else {**offline, **seen.stored}   # None: the sink cannot be read

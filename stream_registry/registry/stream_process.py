@@ -16,7 +16,7 @@ the whole process group; children ignore it and wait for the host's stop.
 The pipe speaks typed messages (the frozen dataclasses below), each side
 dispatching on the message's type in one table. Offset changes are not
 questions: the host hands them over (SetOffsets) and learns their fate from the
-gate's events (OffsetEvent), which the host records in its state store, the
+gate's events (OffsetEvents), which the host records in its state store, the
 one truth of a pending change. Spawning, watching the host and carrying errors
 back are child_process's, shared with one-shot calls.
 
@@ -132,8 +132,9 @@ class StatusChanged:
 
 
 @dataclass(frozen=True)
-class OffsetEvent:
-    event: GateEvent
+class OffsetEvents:
+    """The gate's events in order; the partitions of one persist (`more` on all but the last) in one message."""
+    events: tuple[GateEvent, ...]
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,7 @@ class ProcessRunner:
         """Dispatch what the child says, in order; when the pipe closes, find out why."""
         self._ended = None
         handlers: dict[type, Callable[[Any], None]] = {StatusChanged: lambda m: self._events.on_status(m.status, m.error),
-                    OffsetEvent: lambda m: self._events.on_change(m.event),
+                    OffsetEvents: self._on_offset_events,
                     SetAsideRecords: lambda m: self._events.on_set_aside(m.records),
                     StatsReport: lambda m: self._events.on_stats(m.stats),
                     Realigned: lambda m: self._events.on_realign(m.moves),
@@ -331,6 +332,10 @@ class ProcessRunner:
         if ended is not None and cause is None:
             return  # the stream ended by itself (an error it reported); its process left cleanly
         self._on_exit(self, cause)   # the registry logs it, with what its restart policy does
+
+    def _on_offset_events(self, message: OffsetEvents) -> None:
+        for event in message.events:
+            self._events.on_change(event)
 
     def _on_reply(self, message: Reply) -> None:
         reply = self._waiting.get(message.request_id)
@@ -389,7 +394,7 @@ def child_main(conn, spec: ChildSpec) -> None:
 
     runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry,
                           events=StreamEvents(on_status=lambda status, error: send(StatusChanged(status, error)),
-                                              on_change=lambda event: send(OffsetEvent(event)),
+                                              on_change=_EventRelay(send),
                                               on_set_aside=lambda records: send(SetAsideRecords(records)),
                                               on_stats=lambda stats: send(StatsReport(stats)),
                                               on_realign=lambda moves: send(Realigned(moves)),
@@ -420,6 +425,20 @@ def child_main(conn, spec: ChildSpec) -> None:
         log.error("stream %s: %s", name, exc)
         os._exit(EXIT_STOP_TIMED_OUT)
     send(Ended(why))
+
+
+class _EventRelay:
+    """The gate's events to the host, a persist's partitions together: one pipe message, not one each."""
+
+    def __init__(self, send: Callable[[object], None]):
+        self._send = send
+        self._held: list[GateEvent] = []
+
+    def __call__(self, event: GateEvent) -> None:
+        self._held.append(event)
+        if not event.more:
+            events, self._held = tuple(self._held), []
+            self._send(OffsetEvents(events))
 
 
 def _over_memory(name: str, message: str, send) -> None:

@@ -310,7 +310,8 @@ class StreamWorker:
         consumer = self._live_consumer()
         batch: list[KafkaMessage] = []
         self._batch = batch
-        hurry = False   # a batch with the first messages after an offset change goes as soon as the queue drains
+        hurry = False   # a batch with the first messages after an offset change goes once each moved partition
+        # delivered (or the queue drained)
         while len(batch) < size and not self._stop.is_set() and self._control.empty():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -331,6 +332,8 @@ class StreamWorker:
                     raise KafkaException(error)
                 elif error.code() != KafkaError._PARTITION_EOF:
                     log.warning("stream %s: %s", self.config.name, self._redact(error.str()))
+            if hurry and batch and not self._gate.moved:
+                break   # every moved partition delivered from its target: no wait for the queue to drain
         self._batch = []
         return batch
 
