@@ -7,9 +7,11 @@ from another process: the CLI, the Spark planner).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import Any, TypeVar
@@ -108,7 +110,8 @@ class PartitionQuery:
             return {}
         timeout = self.timeout if timeout is None else timeout
         earliest, latest = self._call(lambda _: self._list_offsets(tps, (OffsetSpec.earliest(), OffsetSpec.latest()),
-                                                                   timeout), "watermarks", timeout=timeout)
+                                                                   timeout), "watermarks", timeout=timeout,
+                                      admin=True)
         return {PartitionKey(*tp): (earliest[tp], latest[tp]) for tp in tps}
 
     def _list_offsets(self, tps: list[PartitionKey], specs: tuple[OffsetSpec, ...], timeout: float
@@ -183,7 +186,7 @@ class PartitionQuery:
             except FutureTimeout:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for group {group!r}")) from None
 
-        answer = self._call(ask, f"committed offsets of group {group!r}", timeout=timeout)
+        answer = self._call(ask, f"committed offsets of group {group!r}", timeout=timeout, admin=True)
         out: dict[PartitionKey, int | None] = {}
         for tp in answer.topic_partitions:
             if tp.error is not None:
@@ -230,8 +233,10 @@ class PartitionQuery:
 
         def left() -> float | None:
             return None if deadline is None else max(deadline - time.monotonic(), 0.1)
-        marks = self.watermarks(keys, left())
-        committed = self.committed(keys, left())
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgstreams-committed") as pool:
+            asked = pool.submit(self.committed, keys, left())   # the group's coordinator, while the leaders answer
+            marks = self.watermarks(keys, left())
+            committed = asked.result()
         positions = positions or {}
         return [PartitionSnapshot(topic=key.topic, partition=key.partition, log_start=marks[key][0],
                                   log_end=marks[key][1], committed=committed.get(key), position=positions.get(key))
@@ -322,12 +327,13 @@ class PartitionQuery:
                                           code=error.name(), topic=topic, partition=partition)
 
     def _call(self, fn: Callable[[Consumer], T], what: str, *, field: str | None = None, topic: str | None = None,
-              partition: int | None = None, timeout: float | None = None) -> T:
+              partition: int | None = None, timeout: float | None = None, admin: bool = False) -> T:
         """Run one client call with the query's consumer (under its lock, so close() cannot pull it away);
-        transient errors (leader moves, a broker down) are retried until timeout."""
+        transient errors (leader moves, a broker down) are retried until timeout. `admin`: the call uses only the
+        admin client, which close() merely lets go of, so it runs outside the lock, beside a consumer call."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
-            with self._lock:
+            with contextlib.nullcontext() if admin else self._lock:
                 if self._consumer is None:
                     raise KafkaOperationError(f"{what}: the query client is closed")
                 try:
