@@ -329,7 +329,7 @@ class FaultMenu:
         except ProcessLookupError:
             return self.fault_set_offset("set_offset")
         self.faults[kind] += 1
-        self.event(kind, stream=plan.name, task=task, pid=pids[task], pids=pids)
+        self.event(kind, stream=plan.name, pid=pids[task], pids=pids)
 
     def _arm_batch_failure(self, kind: str, what: str, count: int | None = None) -> None:
         plan = self.rng.choice(STREAMS)

@@ -143,17 +143,22 @@ class Soak(FaultMenu):
                                batch_interval_ms=plan.batch_interval_ms, delivery=self.args.delivery,
                                configs={**plan.group_config(),
                                         "ssl.key.password": self.secrets["ssl.key.password"]},
-                               credentials={"bolt.password": self.secrets["bolt.password"]})
+                               credentials={"bolt.password": self.secrets["bolt.password"],
+                                            **({"bolt.username": "soak"} if plan.bolt else {})})
             self.client.start(plan.name)
         self.producer = SteadyProducer(self.cluster.bootstrap_servers, [p.topic for p in STREAMS], self.args.rate,
                                        self.args.seed)
         self.producer.start()
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
-            if all(all(row.assigned for row in self.client.describe(p.name)) for p in STREAMS):
+            described = {p: self.client.describe(p.name) for p in STREAMS}
+            # a stream of several tasks: its partitions split between all of them (the group spreads them)
+            if all(all(row.assigned for row in rows) and {row.task for row in rows} >= set(range(p.tasks))
+                   for p, rows in described.items()):
                 return
             time.sleep(0.3)
-        raise SystemExit("soak: the streams did not get their partitions within 40 s")
+        raise SystemExit("soak: the streams did not get their partitions (split between the tasks of a stream of "
+                         "several) within 40 s")
 
     # -- watching the host ------------------------------------------------------------
     def observe(self) -> None:
