@@ -124,10 +124,11 @@ def _kill_after_append(topic: str) -> None:
         while time.monotonic() < deadline:
             try:
                 now = os.stat(path).st_size
-                if now != size:
-                    if mine is None or _appended_holds(path, size, mine):
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    size = now
+                # grown: an append (of this process, in the journal); shrunk: a file cut (or a torn journal line
+                # cut off), no append: the watch goes on from there
+                if now > size and (mine is None or _appended_holds(path, size, mine)):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                size = now
             except OSError:
                 pass
             time.sleep(0.0001)
