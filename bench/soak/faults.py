@@ -64,7 +64,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from mgstreams.client import HostUnavailable
 from stream_registry.errors import StreamError
@@ -157,12 +157,14 @@ class SecondMember(threading.Thread):
 
 @dataclass(frozen=True)
 class CutMove:
-    """A file cut: when, the stream's logical sink size right after it, and per partition whose stored offset
-    went back, (stored before, stored after)."""
+    """A file cut: when, the stream's logical sink size right after it, per partition whose stored offset
+    went back, (stored before, stored after), and the group's committed offsets read right after it (None: not
+    read)."""
     stream: str
     at: float
     size: int
     moves: dict
+    committed: dict | None = None
 
 
 def cut_file(path, stream: str, batches: int):
@@ -363,10 +365,13 @@ class FaultMenu:
             index = self.sink_changes.get(plan.name, 0)
             self.cuts.setdefault((plan.name, index), []).append((to, self.removed[plan.name]))
             at = self.sink_size(plan)        # the logical size right after the cut
-            self.cut_moves.append(CutMove(plan.name, time.time(), at, moves))
+            when = time.time()
+        committed = self.group_committed(plan)
+        self.cut_moves.append(CutMove(plan.name, when, at, moves, committed))
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, to=to, removed=removed, logical=at,
-                   moves={f"{t}:{p}": m for (t, p), m in moves.items()})
+                   moves={f"{t}:{p}": m for (t, p), m in moves.items()},
+                   committed=None if committed is None else {f"{t}:{p}": o for (t, p), o in committed.items()})
 
     def fault_sink_change(self, kind: str) -> None:
         """Exactly-once: PATCH the stream's sink to a new cypherl file while it runs. The new sink must continue
@@ -501,6 +506,18 @@ class FaultMenu:
             chosen = self.rng.sample(range(PARTITIONS), self.rng.randint(1, 2))
             return {f"{plan.topic}:{p}": one() for p in chosen}
         return one()
+
+    def group_committed(self, plan: StreamPlan) -> dict | None:
+        """The stream's group's committed offsets now ((topic, partition) -> offset), None when not read."""
+        reader = Consumer({"bootstrap.servers": self.cluster.bootstrap_servers, "group.id": plan.group,
+                           "enable.auto.commit": False, "log_level": 2})
+        try:
+            found = reader.committed([TopicPartition(plan.topic, p) for p in range(PARTITIONS)], timeout=5)
+        except KafkaException:
+            return None
+        finally:
+            reader.close()
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
 
     def log_ends_estimate(self) -> list[tuple[str, int, int]]:
         return [(t, p, e) for (t, p), e in dict(self.producer.ends).items()]

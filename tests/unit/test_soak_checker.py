@@ -296,3 +296,27 @@ def test_the_shared_stand_in_is_one_database_for_every_process_with_memgraphs_wr
     # without SHARED each process keeps its own offsets (what the stand-in did before, for in-process tests)
     alone = journal_sink(tmp_path / "alone.jsonl")
     assert alone.stored_offsets("s") == {}
+
+
+def test_a_file_cut_owes_a_realigned_row_unless_it_took_the_file_back_to_its_groups_commit():
+    """The cut's partition must get a realigned history row; none is owed where the group's commit read right
+    after the cut already was what the file then stored (the cut removed a batch its killed process never
+    committed to Kafka: the restarted stream resumes at the commit, the sink's offset). A realigned row to
+    another offset is a contradiction either way."""
+    from datetime import UTC, datetime
+
+    from bench.soak.evidence import unexplained_cuts
+    from bench.soak.faults import CutMove
+    from stream_registry.model import ChangeStatus, HistoryEntry
+
+    def row(offset: int) -> HistoryEntry:
+        return HistoryEntry(changed_at=datetime.fromtimestamp(101, UTC), topic="t", partition=0, previous_offset=10,
+                            offset=offset, status=ChangeStatus.REALIGNED, change_id=1)
+
+    at_commit = CutMove("s", 100.0, 0, {("t", 0): (10, 5)}, {("t", 0): 5})
+    past_commit = CutMove("s", 100.0, 0, {("t", 0): (10, 5)}, {("t", 0): 10})
+    unread = CutMove("s", 100.0, 0, {("t", 0): (10, 5)})
+    assert unexplained_cuts([at_commit], {}) == []
+    assert len(unexplained_cuts([past_commit], {})) == 1 and len(unexplained_cuts([unread], {})) == 1
+    assert unexplained_cuts([past_commit], {"s": [row(5)]}) == []
+    assert len(unexplained_cuts([at_commit], {"s": [row(7)]})) == 1
