@@ -11,15 +11,19 @@ sees batch boundaries in the sink file (commit points are batch ends).
 
 Faults on demand, per topic: the soak writes `$SOAK_CONTROL_DIR/<topic>.fail`
 holding `transform N` or `sink N`; the next N calls for that topic then raise
-(transform) or return a batch the cypherl sink refuses as a whole (a statement
-naming a parameter it is not given: the sink raises SinkError before writing
-anything). Each injected failure is appended to `<topic>.fired`. N is kept
+(transform) or return a batch the sink refuses as a whole (a statement
+naming a parameter it is not given: the cypherl sink raises SinkError before
+writing anything; the Bolt stand-in of the tasks stream refuses it by its
+marker, failing the transaction). Each injected failure is appended to `<topic>.fired`. N is kept
 below the host's retry attempts, so the stream retries the same batch from
 memory and goes on: a transient failure, never a skipped batch. `kill 1`: the
 stream process kills itself (SIGKILL) as soon as the batch's append reaches its
 sink file, `$SOAK_SINK_DIR/<topic>.cypherl` (or the path `<topic>.sink` in the control directory names, after
 a sink change), before the Kafka commit (a commit
-whose outcome the stream never learns; often in the middle of the append).
+whose outcome the stream never learns; often in the middle of the append). For
+the tasks stream that path is the Bolt stand-in's journal, which every task
+appends to: the process dies once a line of its own pid lands there (its
+transaction committed).
 
 One stream (one poll thread) per topic reads its control file, so the read,
 decrement and rewrite need no lock.
@@ -36,7 +40,10 @@ CONTROL_ENV = "SOAK_CONTROL_DIR"
 SINK_DIR_ENV = "SOAK_SINK_DIR"
 KILL_WATCH_S = 10.0   # a batch that never reaches the file (it failed) does not kill anything
 QUERY = "CREATE (:SoakMsg {topic: $topic, partition: $partition, offset: $offset, seq: $seq, batch: $batch})"
-REFUSED_BY_SINK = {"query": "CREATE (:SoakFault {why: $not_given})", "parameters": {}}
+REFUSAL_MARKER = "soak-refused-by-sink"     # the Bolt stand-in refuses a statement holding it (MGCLIENT_STANDIN_REJECT)
+# a cypherl sink refuses it for the parameter it is not given, the Bolt stand-in for the marker (as Memgraph
+# refuses a statement naming a parameter it is not given)
+REFUSED_BY_SINK = {"query": "CREATE (:SoakFault {why: $not_given})", "parameters": {"marker": REFUSAL_MARKER}}
 
 _calls = itertools.count(1)
 
@@ -109,18 +116,31 @@ def _kill_after_append(topic: str) -> None:
         size = os.stat(path).st_size
     except OSError:
         size = 0
+    mine = f'{{"pid": {os.getpid()},'.encode() if path.endswith(".jsonl") else None   # a journal line's start
 
     def watch() -> None:
+        nonlocal size
         deadline = time.monotonic() + KILL_WATCH_S
         while time.monotonic() < deadline:
             try:
-                if os.stat(path).st_size != size:
+                now = os.stat(path).st_size
+                # grown: an append (of this process, in the journal); shrunk: a file cut (or a torn journal line
+                # cut off), no append: the watch goes on from there
+                if now > size and (mine is None or _appended_holds(path, size, mine)):
                     os.kill(os.getpid(), signal.SIGKILL)
+                size = now
             except OSError:
                 pass
             time.sleep(0.0001)
 
     threading.Thread(target=watch, daemon=True, name="soak-kill").start()
+
+
+def _appended_holds(path: str, since: int, text: bytes) -> bool:
+    """Whether what was appended to `path` past byte `since` holds `text`."""
+    with open(path, "rb") as handle:
+        handle.seek(since)
+        return text in handle.read()
 
 
 def _remove(path: str) -> None:

@@ -4,25 +4,41 @@
     .venv/bin/python -m bench.soak --seconds 20          # the short run the test suite makes
     .venv/bin/python -m bench.soak --delivery exactly_once --minutes 2
 
-A `mgstreams serve` child process (state in a temporary directory) runs four
-streams over 16 partitions (plan.py): topics soak_a..soak_d of 4 partitions
-each, one cypherl sink per stream, eager `range` assignment on two streams,
-`cooperative-sticky` on the third (6 s sessions, 0.5 s heartbeats) and the
-KIP-848 `consumer` protocol on the fourth. Every stream carries secrets the
-embedded brokers ignore (credential `bolt.password`, config
-`ssl.key.password`). A producer thread (producer.py) writes keyed payloads
+A `mgstreams serve` child process (state in a temporary directory) runs five
+streams over 20 partitions (plan.py): topics soak_a..soak_e of 4 partitions
+each, eager `range` assignment on two streams, `cooperative-sticky` on the
+third (6 s sessions, 0.5 s heartbeats), the KIP-848 `consumer` protocol on the
+fourth, and on the fifth `tasks: 2`: two member processes of its
+(cooperative-sticky) group, which the setup waits to see holding partitions
+each. The first four write one cypherl sink file each; a cypherl file has one
+writer at a time (create refuses tasks > 1 on one), so the tasks stream writes
+to Bolt (`bolt://memgraph.standin:7687`): the host's processes import the
+pymgclient stand-in (tests/support/mgclient_standin) as `mgclient`, one
+database for all of them (MGCLIENT_STANDIN_SHARED): its journal, `bolt.jsonl`
+in the work directory, holds every committed transaction in commit order and
+the exactly-once offsets, with Memgraph's snapshot reads and write-write
+conflicts, so the Bolt sink's per-partition compare-and-set holds across the
+tasks as it does on Memgraph. Every stream carries secrets the embedded
+brokers ignore (credential `bolt.password`, config `ssl.key.password`; the
+stand-in takes the tasks stream's password and must not log it either). A producer thread (producer.py) writes keyed payloads
 `seq=<n>;...` at a steady rate and keeps, from its delivery reports, which
 sequence number sits at each (topic, partition, offset).
 
 Faults (faults.py) are injected at random every few seconds (`--seed` fixes the
 choice and order; the first ones go through every kind once, and a run lasts at
 least that long, so even a short run sees them all), each counted by kind.
+Among them `task_kill` SIGKILLs one task process of the `tasks: 2` stream
+(one of the `pids` of GET /streams/{name}): the group gives its partitions to
+the other task and the restart policy brings it back. The faults that act on
+a cypherl file (file_cut, sink_change) skip the tasks stream.
 Streams that go to ERROR on their own are restarted through the API and listed
 (a finding, not a fault).
 
 At the end (runner.py): faults stop, the producer stops, every stream must
 catch up (committed = log end on every partition), the host gets SIGTERM (exit 0
-expected), and the oracle (oracle.py) reads each sink file independently. The
+expected), and the oracle (oracle.py) reads each sink file independently (the
+tasks stream's records from the journal: `read_journal`), judging every
+stream by the same rules. The
 host's log is searched for the configured secrets. The last line is
 
     soak: N records, F faults (kind n, ...), lost L, stale S, contradictions C, duplicates D, secrets in logs X

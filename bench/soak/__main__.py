@@ -52,7 +52,8 @@ def main(argv=None) -> int:
     try:
         soak.setup()
         soak.say(f"soak: host at {soak.host.url}, {len(STREAMS)} streams x {PARTITIONS} partitions running "
-                 f"(eager, cooperative-sticky and KIP-848 groups); injecting faults")
+                 f"(eager, cooperative-sticky and KIP-848 groups, one of tasks: 2 on Bolt); "
+                 f"injecting faults")
         soak.run_faults(seconds)
         soak.quiesce()
         caught_up, log_ends = soak.catch_up()

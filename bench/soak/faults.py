@@ -34,7 +34,14 @@ that long, so even a short run sees them all), each counted by kind:
 - leader_move / coordinator_move: a partition's leader or a group's
   coordinator moves to another broker;
 - host_kill: SIGKILL the host, start a new one on the same state directory
-  (the streams resume by themselves); at most one every 25 s.
+  (the streams resume by themselves); at most one every 25 s;
+- task_kill: SIGKILL one task process of the `tasks: 2` stream (one of the
+  `pids` GET /streams/{name} shows): the group gives its partitions to the
+  other task at once and the restart policy brings it back; nothing is lost
+  (and on exactly-once nothing is written twice: the Bolt sink's
+  compare-and-set is per partition).
+The tasks stream writes to Bolt (a cypherl file has one writer at a time), so
+the faults that act on a cypherl file (file_cut, sink_change) skip it.
 With `--delivery exactly_once` the streams store their offsets with each
 batch in the sink file, and two more faults kill stream processes:
 - stream_kill: SIGKILL a stream's process at a random moment (busy streams
@@ -57,7 +64,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from mgstreams.client import HostUnavailable
 from stream_registry.errors import StreamError
@@ -80,7 +87,7 @@ REQUEST_ERRORS = {
 FAULT_WEIGHTS = {
     "set_offset": 3.0, "broker_down": 1.0, "member_join": 1.5, "transform_failure": 1.0, "sink_failure": 1.0,
     **{f"errors:{api}": 0.7 for api in REQUEST_ERRORS}, "leader_move": 0.5, "coordinator_move": 0.5,
-    "host_kill": 0.4, "revert": 1.0, "cancel": 0.7, "alter": 0.5,
+    "host_kill": 0.4, "revert": 1.0, "cancel": 0.7, "alter": 0.5, "task_kill": 0.5,
 }
 AT_LEAST_ONCE_FAULTS = {"foreign_member": 1.0}
 EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4}
@@ -150,12 +157,14 @@ class SecondMember(threading.Thread):
 
 @dataclass(frozen=True)
 class CutMove:
-    """A file cut: when, the stream's logical sink size right after it, and per partition whose stored offset
-    went back, (stored before, stored after)."""
+    """A file cut: when, the stream's logical sink size right after it, per partition whose stored offset
+    went back, (stored before, stored after), and the group's committed offsets read right after it (None: not
+    read)."""
     stream: str
     at: float
     size: int
     moves: dict
+    committed: dict | None = None
 
 
 def cut_file(path, stream: str, batches: int):
@@ -306,6 +315,24 @@ class FaultMenu:
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, pid=pid)
 
+    def fault_task_kill(self, kind: str) -> None:
+        """SIGKILL one task process of a stream of several (any of the pids GET /streams/{name} shows): its
+        partitions go to the other tasks at once, the restart policy brings it back."""
+        plan = self.rng.choice([p for p in STREAMS if p.tasks > 1])
+        try:
+            pids = [p for p in self.client.get(plan.name).pids if p and p != self.host.proc.pid]
+        except StreamError:
+            pids = []
+        if not pids:
+            return self.fault_set_offset("set_offset")
+        task = self.rng.randrange(len(pids))
+        try:
+            os.kill(pids[task], signal.SIGKILL)
+        except ProcessLookupError:
+            return self.fault_set_offset("set_offset")
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, pid=pids[task], pids=pids)
+
     def _arm_batch_failure(self, kind: str, what: str, count: int | None = None) -> None:
         plan = self.rng.choice(STREAMS)
         path = self.ctl / f"{plan.topic}.fail"
@@ -326,6 +353,8 @@ class FaultMenu:
         batches = self.rng.randint(1, 3)
         with self._lock:
             for plan in self.rng.sample(STREAMS, len(STREAMS)):   # a file long enough to cut
+                if plan.bolt:       # no file: its sink is Bolt (a cypherl file refuses tasks > 1)
+                    continue
                 cut = cut_file(self.sink_path(plan), plan.name, batches)
                 if cut is not None:
                     break
@@ -336,16 +365,21 @@ class FaultMenu:
             index = self.sink_changes.get(plan.name, 0)
             self.cuts.setdefault((plan.name, index), []).append((to, self.removed[plan.name]))
             at = self.sink_size(plan)        # the logical size right after the cut
-            self.cut_moves.append(CutMove(plan.name, time.time(), at, moves))
+            when = time.time()
+        committed = self.group_committed(plan)
+        self.cut_moves.append(CutMove(plan.name, when, at, moves, committed))
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, to=to, removed=removed, logical=at,
-                   moves={f"{t}:{p}": m for (t, p), m in moves.items()})
+                   moves={f"{t}:{p}": m for (t, p), m in moves.items()},
+                   committed=None if committed is None else {f"{t}:{p}": o for (t, p), o in committed.items()})
 
     def fault_sink_change(self, kind: str) -> None:
         """Exactly-once: PATCH the stream's sink to a new cypherl file while it runs. The new sink must continue
         where the stream stood (its first frame carries the offsets over): a replay from the log start would
         be duplicates, a jump past the stream's position lost records. The oracle reads the files in order."""
-        plan = self.rng.choice(STREAMS)
+        # Not the tasks stream: a cypherl sink refuses tasks > 1 (one writer per file), so the change would be
+        # refused, not tested.
+        plan = self.rng.choice([p for p in STREAMS if not p.bolt])
         index = self.sink_changes.get(plan.name, 0) + 1
         path = self.sink_file(plan, index)
         self.sink_changed_at.append((plan.name, time.time()))
@@ -472,6 +506,18 @@ class FaultMenu:
             chosen = self.rng.sample(range(PARTITIONS), self.rng.randint(1, 2))
             return {f"{plan.topic}:{p}": one() for p in chosen}
         return one()
+
+    def group_committed(self, plan: StreamPlan) -> dict | None:
+        """The stream's group's committed offsets now ((topic, partition) -> offset), None when not read."""
+        reader = Consumer({"bootstrap.servers": self.cluster.bootstrap_servers, "group.id": plan.group,
+                           "enable.auto.commit": False, "log_level": 2})
+        try:
+            found = reader.committed([TopicPartition(plan.topic, p) for p in range(PARTITIONS)], timeout=5)
+        except KafkaException:
+            return None
+        finally:
+            reader.close()
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None}
 
     def log_ends_estimate(self) -> list[tuple[str, int, int]]:
         return [(t, p, e) for (t, p), e in dict(self.producer.ends).items()]

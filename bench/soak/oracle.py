@@ -1,13 +1,15 @@
-"""The soak's oracle: pure functions over what a sink file holds, judged against at-least-once.
+"""The soak's oracle: pure functions over what a sink holds, judged against at-least-once.
 
 `read_sink` parses a cypherl sink file the soak's transformation wrote into
-records per partition; `check_partition` judges one partition's records
+records per partition, `read_journal` the same records from the Bolt
+stand-in's journal (the tasks stream's sink); `check_partition` judges one partition's records
 against the offset changes the stream may have applied (see its docstring for
 the continuations, the expected set and what counts as lost, stale, duplicated
 or replayed). tests/test_soak.py feeds it hand-made histories.
 """
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -312,3 +314,42 @@ def read_sink(path: Path) -> tuple[dict[tuple[str, int], list[Rec]], int]:
         pos += len(line) + 1
     return out, corrupt
 
+
+
+_FIELDS = {"topic", "partition", "offset", "seq", "batch"}
+
+
+def read_journal(path: Path, topic: str) -> tuple[dict[tuple[str, int], list[Rec]], int]:
+    """The records of `topic` the Bolt stand-in committed, per (topic, partition) in commit order, and the number
+    of lines that are not a whole transaction.
+
+    The journal (tests/support/mgclient_standin, MGCLIENT_STANDIN_RECORD=rows) holds one JSON line per
+    committed transaction, `"statements"` being its (query, parameters) as they took effect (an UNWIND's rows
+    one by one): the soak transformation's `CREATE (:SoakMsg {...})` carries topic, partition, offset, seq and
+    batch. With MGCLIENT_STANDIN_SHARED the lines are in commit order across the stream's processes. A
+    record's position is its line's first byte plus its index in the line (below the line's end: statements
+    take more than a byte each), so positions compare with the journal sizes the soak measured, as a cypherl
+    file's bytes do. A last line without its newline is a transaction whose append was cut short by a kill:
+    it did not commit (the stand-in cuts it off at its next commit), so it is neither read nor counted."""
+    out: dict[tuple[str, int], list[Rec]] = defaultdict(list)
+    corrupt = 0
+    if not path.exists():
+        return out, 0
+    data = path.read_bytes()
+    whole = data[:data.rfind(b"\n") + 1]
+    pos = 0
+    for line in whole.split(b"\n")[:-1]:
+        try:
+            statements = json.loads(line)["statements"]
+        except (ValueError, KeyError, TypeError):
+            corrupt += 1
+            statements = []
+        index = 0
+        for query, parameters in statements:
+            if ":SoakMsg" in query and isinstance(parameters, dict) and set(parameters) == _FIELDS \
+                    and parameters["topic"] == topic:
+                out[(topic, parameters["partition"])].append(
+                    Rec(parameters["offset"], parameters["seq"], parameters["batch"], pos + index))
+                index += 1
+        pos += len(line) + 1
+    return out, corrupt

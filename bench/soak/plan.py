@@ -1,4 +1,5 @@
-"""The streams the soak runs: one topic each, their group protocols, batch sizes and the transformation."""
+"""The streams the soak runs: one topic each, their group protocols, batch sizes, tasks, sinks and the
+transformation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,11 @@ TRANSFORM = f"{TRANSFORM_MODULE}.record"
 PARTITIONS = 4
 BROKERS = (1, 2, 3)
 GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+# A stream of several tasks writes to Bolt: a cypherl file has one writer at a time (create refuses tasks > 1 on
+# one). The host's processes import the pymgclient stand-in as `mgclient` (runner.host_env), which journals each
+# committed transaction: the oracle reads that stream's records there (oracle.read_journal).
+BOLT_URI = "bolt://memgraph.standin:7687"
+STANDIN_DIR = BENCH.parent / "tests" / "support" / "mgclient_standin"   # its `mgclient` module, first on the path
 
 
 @dataclass(frozen=True)
@@ -19,6 +25,12 @@ class StreamPlan:
     strategy: str
     batch_size: int
     batch_interval_ms: int
+    tasks: int = 1          # member processes of the stream's group (`tasks: N`); > 1 writes to Bolt
+
+    @property
+    def bolt(self) -> bool:
+        """It writes to the Bolt stand-in (its records are in the journal), not to a cypherl file."""
+        return self.tasks > 1
 
     @property
     def group(self) -> str:
@@ -36,5 +48,6 @@ STREAMS = (
     StreamPlan("soak_b", "soak_b", "cooperative-sticky", 50, 300),
     StreamPlan("soak_c", "soak_c", "range", 200, 500),     # long batches: rebalances land mid-batch
     StreamPlan("soak_d", "soak_d", "consumer", 100, 200),  # KIP-848: the broker assigns incrementally
+    StreamPlan("soak_e", "soak_e", "cooperative-sticky", 50, 200, tasks=2),   # two member processes, Bolt
 )
 

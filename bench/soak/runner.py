@@ -22,10 +22,11 @@ from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.host_process import HostProcess
 from stream_registry.errors import StreamError
 
+from ..soak_transform import REFUSAL_MARKER
 from .evidence import Call, changes_for, logical_positions, with_cuts
 from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu, SecondMember
-from .oracle import Verdict, _ranges, check_partition, read_sink
-from .plan import BENCH, BROKERS, PARTITIONS, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
+from .oracle import Verdict, _ranges, check_partition, read_journal, read_sink
+from .plan import BENCH, BOLT_URI, BROKERS, PARTITIONS, STANDIN_DIR, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
 
 CATCH_UP_TIMEOUT_S = 120.0
@@ -43,6 +44,7 @@ class Soak(FaultMenu):
         self.ctl = work / "ctl"
         self.log_path = work / "host.log"
         self.events_path = work / "events.jsonl"
+        self.journal = work / "bolt.jsonl"      # the Bolt stand-in's committed transactions (the tasks stream's)
         for d in (self.out, self.ctl):
             d.mkdir(parents=True, exist_ok=True)
         self.exactly_once = args.delivery == "exactly_once"
@@ -89,10 +91,13 @@ class Soak(FaultMenu):
         print(text, flush=True)
 
     def sink_path(self, plan: StreamPlan) -> Path:
-        """The stream's current sink file (a sink change moves it to the next one)."""
+        """The stream's current sink file (a sink change moves it to the next one); the Bolt stand-in's journal
+        for a stream that writes to Bolt (only the tasks stream does: its size is that stream's position)."""
         return self.sink_file(plan, self.sink_changes.get(plan.name, 0))
 
     def sink_file(self, plan: StreamPlan, index: int) -> Path:
+        if plan.bolt:
+            return self.journal
         return self.out / (f"{plan.name}.cypherl" if index == 0 else f"{plan.name}.{index}.cypherl")
 
     def sink_size(self, plan: StreamPlan) -> int:
@@ -106,10 +111,17 @@ class Soak(FaultMenu):
                 return base
 
     def host_env(self) -> dict[str, str]:
-        path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
+        """The host's environment. Its processes import the pymgclient stand-in as `mgclient`: one database for
+        all of them (MGCLIENT_STANDIN_SHARED: its journal holds every commit and the exactly-once offsets, as one
+        Memgraph server would), refusing the batch a sink_failure fault adds (MGCLIENT_STANDIN_REJECT)."""
+        path = os.pathsep.join(p for p in (str(STANDIN_DIR), str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
         return {"MGSTREAMS_OUTPUT_DIRS": str(self.out), "MGSTREAMS_TRANSFORM_PACKAGES": TRANSFORM_MODULE,
                 "SOAK_SINK_DIR": str(self.out),
-                "MGSTREAMS_QUERY_MODULES_DIR": str(BENCH), "SOAK_CONTROL_DIR": str(self.ctl), "PYTHONPATH": path}
+                "MGSTREAMS_QUERY_MODULES_DIR": str(BENCH), "SOAK_CONTROL_DIR": str(self.ctl), "PYTHONPATH": path,
+                "MGCLIENT_STANDIN_JOURNAL": str(self.journal), "MGCLIENT_STANDIN_RECORD": "rows",
+                "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_SHARED": "1",
+                "MGCLIENT_STANDIN_REJECT": REFUSAL_MARKER,
+                "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}
 
     def start_host(self) -> None:
         self.host = HostProcess(self.state, log_path=self.log_path, env=self.host_env()).start(60)
@@ -123,23 +135,30 @@ class Soak(FaultMenu):
         self._undo_thread.start()
         self.start_host()
         for plan in STREAMS:
+            if plan.bolt:     # where an ambiguous_commit's kill watches for the batch's commit (soak_transform)
+                (self.ctl / f"{plan.topic}.sink").write_text(str(self.journal))
             self.client.create(name=plan.name, topics=[plan.topic], bootstrap_servers=self.cluster.bootstrap_servers,
-                               transform=TRANSFORM, sink=f"cypherl://{self.sink_path(plan)}",
-                               consumer_group=plan.group, batch_size=plan.batch_size,
+                               transform=TRANSFORM, sink=BOLT_URI if plan.bolt else f"cypherl://{self.sink_path(plan)}",
+                               tasks=plan.tasks, consumer_group=plan.group, batch_size=plan.batch_size,
                                batch_interval_ms=plan.batch_interval_ms, delivery=self.args.delivery,
                                configs={**plan.group_config(),
                                         "ssl.key.password": self.secrets["ssl.key.password"]},
-                               credentials={"bolt.password": self.secrets["bolt.password"]})
+                               credentials={"bolt.password": self.secrets["bolt.password"],
+                                            **({"bolt.username": "soak"} if plan.bolt else {})})
             self.client.start(plan.name)
         self.producer = SteadyProducer(self.cluster.bootstrap_servers, [p.topic for p in STREAMS], self.args.rate,
                                        self.args.seed)
         self.producer.start()
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
-            if all(all(row.assigned for row in self.client.describe(p.name)) for p in STREAMS):
+            described = {p: self.client.describe(p.name) for p in STREAMS}
+            # a stream of several tasks: its partitions split between all of them (the group spreads them)
+            if all(all(row.assigned for row in rows) and {row.task for row in rows} >= set(range(p.tasks))
+                   for p, rows in described.items()):
                 return
             time.sleep(0.3)
-        raise SystemExit("soak: the streams did not get their partitions within 40 s")
+        raise SystemExit("soak: the streams did not get their partitions (split between the tasks of a stream of "
+                         "several) within 40 s")
 
     # -- watching the host ------------------------------------------------------------
     def observe(self) -> None:
@@ -277,7 +296,8 @@ class Soak(FaultMenu):
             records: dict = defaultdict(list)
             corrupt = 0
             for index, base in enumerate(self.bases.get(plan.name, [0])):
-                held, torn = read_sink(self.sink_file(plan, index))
+                held, torn = read_journal(self.journal, plan.topic) if plan.bolt else \
+                    read_sink(self.sink_file(plan, index))
                 corrupt += torn
                 for tp, recs in held.items():
                     records[tp] += [replace(r, pos=r.pos + base)

@@ -13,6 +13,7 @@ LAST = re.compile(r"^soak: (\d+) records, (\d+) faults \((.*)\), lost (\d+), sta
                   r"duplicates (\d+), secrets in logs (\d+)$")
 
 FOREIGN = re.compile(r"foreign members: \d+, consumed (?P<consumed>\d+), committed (?P<commits>\d+) times")
+TASKS = re.compile(r"^  soak_e: (?P<lines>\d+) lines;", re.M)
 CUTS = re.compile(r"file cuts: \d+, partitions whose stored offset they took back (?P<moved>\d+)")
 
 
@@ -42,6 +43,8 @@ def test_a_short_soak_loses_nothing_and_leaks_no_secret():
     # Issue 30: a foreign member that read and committed (the stream takes over where it committed; what it
     # consumed and committed past is not lost), and revert, cancel and alter calls through the host's API.
     assert {"foreign_member", "revert", "cancel", "alter"} <= set(kinds), kinds
+    # ... and a `tasks: 2` stream (on Bolt, judged from the stand-in's journal) with one of its tasks killed
+    assert "task_kill" in kinds and int(TASKS.search(done.stdout)["lines"]) > 0, done.stdout[-4000:]
     foreign = FOREIGN.search(done.stdout)
     assert foreign and int(foreign["consumed"]) > 0 and int(foreign["commits"]) > 0, done.stdout[-4000:]
 
@@ -56,7 +59,9 @@ def test_a_short_exactly_once_soak_writes_each_offset_once_through_kills_and_amb
         done.stdout[-4000:]
     assert done.returncode == 0, done.stdout[-4000:]
     assert int(records) > 1000
-    assert {"stream_kill", "ambiguous_commit", "host_kill", "set_offset", "member_join"} <= set(kinds), kinds
+    assert {"stream_kill", "ambiguous_commit", "host_kill", "set_offset", "member_join", "task_kill"} <= set(kinds), \
+        kinds
+    assert int(TASKS.search(done.stdout)["lines"]) > 0, done.stdout[-4000:]
     # Issue 34: the file cut back while the stream runs (it realigns, with a history row per partition taken
     # back: a contradiction otherwise) and the sink changed to a new file (it continues where the stream stood:
     # a replay would be duplicates, a jump lost records), and issue 30's revert, cancel and alter.

@@ -7,7 +7,16 @@ applied) are not. tests/adversarial/test_soak.py runs the soak itself.
 """
 from __future__ import annotations
 
-from bench.soak.oracle import Change, Rec, check_partition, read_sink
+import pytest
+from mgclient_standin.mgclient import Server, TransientError
+
+from bench.soak.oracle import Change, Rec, check_partition, read_journal, read_sink
+from bench.soak_transform import QUERY
+from stream_registry.errors import StoredOffsetsConflict
+from stream_registry.graph.offset_store import offset_statements
+from stream_registry.graph.sinks.bolt import BoltSink
+from stream_registry.graph.statement import Statement
+from stream_registry.model import PartitionKey
 
 LINE = 100   # bytes per statement in these hand-made files
 
@@ -204,3 +213,110 @@ def test_a_file_cut_and_the_stream_realigning_to_it_is_neither_lost_nor_duplicat
         changes = with_cuts([], [cut], ("t", 0))
         v = check_partition(records, changes, 13, {o: o for o in range(13)})
         assert figures(v) == (ZERO if ok else {**ZERO, "lost": 5}), (ok, v.problems)
+
+
+def soak_batch(topic: str, partition: int, offsets, batch: str) -> list[Statement]:
+    return [Statement(QUERY, {"topic": topic, "partition": partition, "offset": o, "seq": o + 1000, "batch": batch})
+            for o in offsets]
+
+
+def journal_sink(journal, **kwargs) -> BoltSink:
+    """A Bolt sink on a stand-in journaling as the soak's host processes do (each BoltSink: one process)."""
+    server = Server(0, str(journal), True, **kwargs)
+    return BoltSink("memgraph.standin", connect=server.connect, sleep=lambda s: None)
+
+
+def test_read_journal_reads_the_stand_ins_transactions_in_commit_order(tmp_path):
+    """The journal as the stand-in writes it, through the Bolt sink (UNWIND folded, unrolled by the server):
+    the topic's records per partition in commit order, positions growing with the file, other topics and the
+    offset statements left out."""
+    journal = tmp_path / "bolt.jsonl"
+    task0, task1 = journal_sink(journal, shared=True), journal_sink(journal, shared=True)
+    task0.write(soak_batch("soak_e", 0, range(0, 3), "7-1") + soak_batch("other", 0, [9], "7-1"))
+    task1.write(soak_batch("soak_e", 1, range(0, 2), "8-1"))
+    task0.write(soak_batch("soak_e", 0, range(3, 5), "7-2") + soak_batch("soak_e", 1, [2], "7-2")
+                + offset_statements("soak_e", {PartitionKey("soak_e", 1): 3}))
+    records, corrupt = read_journal(journal, "soak_e")
+    assert corrupt == 0 and set(records) == {("soak_e", 0), ("soak_e", 1)}
+    assert [(r.offset, r.seq, r.batch) for r in records[("soak_e", 0)]] == \
+        [(0, 1000, "7-1"), (1, 1001, "7-1"), (2, 1002, "7-1"), (3, 1003, "7-2"), (4, 1004, "7-2")]
+    assert [(r.offset, r.batch) for r in records[("soak_e", 1)]] == [(0, "8-1"), (1, "8-1"), (2, "7-2")]
+    lines = journal.read_bytes().split(b"\n")
+    starts = [sum(len(line) + 1 for line in lines[:i]) for i in range(3)]
+    assert [r.pos for r in records[("soak_e", 0)]] == [starts[0], starts[0] + 1, starts[0] + 2, starts[2],
+                                                         starts[2] + 1]
+    assert [r.pos for r in records[("soak_e", 1)]] == [starts[1], starts[1] + 1, starts[2] + 2]
+    assert all(r.pos < starts[2] + len(lines[2]) for r in records[("soak_e", 1)])
+    assert read_journal(tmp_path / "none.jsonl", "soak_e") == ({}, 0)
+
+
+def test_read_journal_skips_a_torn_last_line_and_counts_a_garbled_one(tmp_path):
+    """A process killed in the middle of its append leaves a last line without its newline: that transaction
+    did not commit (the stand-in's next commit cuts it off), so it is neither read nor counted. A line that is
+    not a transaction anywhere else is corrupt."""
+    journal = tmp_path / "bolt.jsonl"
+    sink = journal_sink(journal, shared=True)
+    sink.write(soak_batch("soak_e", 0, [0, 1], "7-1"))
+    whole = journal.read_bytes()
+    torn = whole[:len(whole) // 2]
+    with journal.open("ab") as handle:
+        handle.write(torn)
+    records, corrupt = read_journal(journal, "soak_e")
+    assert [r.offset for r in records[("soak_e", 0)]] == [0, 1] and corrupt == 0
+    sink.write(soak_batch("soak_e", 0, [2], "7-2"))   # the next commit cuts the torn line off
+    assert journal.read_bytes().count(b"\n") == 2 and torn not in journal.read_bytes()[len(whole):]
+    last = journal.read_bytes().split(b"\n")[1]
+    with journal.open("ab") as handle:      # a line that is no transaction, then a whole one again
+        handle.write(b'{"pid": 1, "statements": [["CREATE (:SoakMsg\n' + last + b"\n")
+    records, corrupt = read_journal(journal, "soak_e")
+    assert [r.offset for r in records[("soak_e", 0)]] == [0, 1, 2, 2] and corrupt == 1
+
+
+def test_the_shared_stand_in_is_one_database_for_every_process_with_memgraphs_write_conflicts(tmp_path):
+    """MGCLIENT_STANDIN_SHARED: the exactly-once offsets one task (process) commits are what another reads (a
+    task taking a partition over continues from them), a batch that does not continue from them is refused by
+    the sink's compare-and-set, and two transactions writing one partition's offset conflict as in Memgraph."""
+    journal = tmp_path / "bolt.jsonl"
+    task0, task1 = journal_sink(journal, shared=True), journal_sink(journal, shared=True)
+    tp = PartitionKey("soak_e", 0)
+    task0.write(soak_batch("soak_e", 0, [0, 1], "7-1") + offset_statements("s", {tp: 2}), expect={tp: None})
+    assert task1.stored_offsets("s") == {tp: 2}
+    with pytest.raises(StoredOffsetsConflict):        # task 1 still believes nothing is stored: a zombie batch
+        task1.write(soak_batch("soak_e", 0, [0], "8-1") + offset_statements("s", {tp: 1}), expect={tp: None})
+    task1.write(soak_batch("soak_e", 0, [2], "8-2") + offset_statements("s", {tp: 3}), expect={tp: 2})
+    assert [r.offset for r in read_journal(journal, "soak_e")[0][("soak_e", 0)]] == [0, 1, 2]
+    # a write-write conflict: both began before either committed
+    a, b = Server(0, str(journal), shared=True).connect(), Server(0, str(journal), shared=True).connect()
+    write = offset_statements("s", {tp: 9})[0]
+    a.cursor().execute(write.query, dict(write.parameters))
+    b.cursor().execute("MATCH (n) RETURN n", {})
+    a.commit()
+    with pytest.raises(TransientError, match="conflicting transactions"):
+        b.cursor().execute(write.query, dict(write.parameters))
+    # without SHARED each process keeps its own offsets (what the stand-in did before, for in-process tests)
+    alone = journal_sink(tmp_path / "alone.jsonl")
+    assert alone.stored_offsets("s") == {}
+
+
+def test_a_file_cut_owes_a_realigned_row_unless_it_took_the_file_back_to_its_groups_commit():
+    """The cut's partition must get a realigned history row; none is owed where the group's commit read right
+    after the cut already was what the file then stored (the cut removed a batch its killed process never
+    committed to Kafka: the restarted stream resumes at the commit, the sink's offset). A realigned row to
+    another offset is a contradiction either way."""
+    from datetime import UTC, datetime
+
+    from bench.soak.evidence import unexplained_cuts
+    from bench.soak.faults import CutMove
+    from stream_registry.model import ChangeStatus, HistoryEntry
+
+    def row(offset: int) -> HistoryEntry:
+        return HistoryEntry(changed_at=datetime.fromtimestamp(101, UTC), topic="t", partition=0, previous_offset=10,
+                            offset=offset, status=ChangeStatus.REALIGNED, change_id=1)
+
+    at_commit = CutMove("s", 100.0, 0, {("t", 0): (10, 5)}, {("t", 0): 5})
+    past_commit = CutMove("s", 100.0, 0, {("t", 0): (10, 5)}, {("t", 0): 10})
+    unread = CutMove("s", 100.0, 0, {("t", 0): (10, 5)})
+    assert unexplained_cuts([at_commit], {}) == []
+    assert len(unexplained_cuts([past_commit], {})) == 1 and len(unexplained_cuts([unread], {})) == 1
+    assert unexplained_cuts([past_commit], {"s": [row(5)]}) == []
+    assert len(unexplained_cuts([at_commit], {"s": [row(7)]})) == 1

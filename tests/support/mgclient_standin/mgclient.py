@@ -11,7 +11,17 @@ Two ways to use it:
     statement and of its commit's answer), plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`;
   - `MGCLIENT_STANDIN_REJECT`: a statement whose parameters hold a string containing this text fails
     with DatabaseError, as Memgraph fails a whole query on one bad row (in a test's process, any predicate:
-    `Server.fail_when`).
+    `Server.fail_when`);
+  - `MGCLIENT_STANDIN_SHARED=1` (with a journal): the journal is one database for every process that names
+    it, as one Memgraph server is for all its clients (without it each process keeps its exactly-once offsets
+    in its memory, lost with it). Each line then also carries the transaction's offset writes (`"offsets"`:
+    [stream, topic, partition, next_offset] rows), a commit is one append made under the journal's lock
+    (`<journal>.lock`), so the lines are in commit order across processes and a line is the commit itself:
+    a last line without its newline (its process was killed in the middle of the append) is a transaction
+    that did not commit, never read, and cut off by the next commit. A transaction reads the offsets
+    committed when it began (Memgraph's snapshot isolation), and an offset write to a partition another
+    transaction committed since fails the transaction with TransientError ("Cannot resolve conflicting
+    transactions", Memgraph's write-write conflict; checked again at commit).
 
 What the server understands of Cypher is what the tests look at: it runs
 `UNWIND $list AS v <query>` over a list of maps as one execution of `<query>`
@@ -50,6 +60,7 @@ picks, as Memgraph answers a MATCH ... RETURN (the offset read is answered from 
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -71,6 +82,25 @@ OFFSET_WRITE = ("MERGE (o:MgstreamsOffset {stream: $stream, topic: $topic, parti
                 "SET o.next_offset = $next_offset")
 OFFSET_READ = ("MATCH (o:MgstreamsOffset {stream: $stream}) "
                "RETURN o.topic AS topic, o.partition AS partition, o.next_offset AS next_offset")
+# Memgraph's answer to a write-write conflict (a TransientError: the client may retry the transaction)
+CONFLICT = ("Cannot resolve conflicting transactions. You can retry this transaction when the conflicting "
+            "transaction is finished")
+
+
+class _FileLock:
+    """flock on `<path>.lock`: the shared journal's lock, across processes."""
+
+    def __init__(self, path: str, mode: int):
+        self.path, self.mode, self.fd = f"{path}.lock", mode, -1
+
+    def __enter__(self) -> _FileLock:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.fd, self.mode)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
 
 
 # pymgclient's exception classes. Imported in a test's own process (as mgclient_standin.mgclient) next to the
@@ -183,8 +213,13 @@ class Server:
     to inject (see the module docstring)."""
 
     def __init__(self, rtt_ms: float = 0.2, journal: str | None = None, record_rows: bool = False,
-                 reject: str | None = None, *, old_driver: bool = False):
+                 reject: str | None = None, *, old_driver: bool = False, shared: bool = False):
         self.rtt_s = rtt_ms / 1000
+        # MGCLIENT_STANDIN_SHARED: the journal is the database of every process naming it (its offsets as
+        # read up to `_read_to`, the end of its last whole line read)
+        self.shared = journal if shared and journal else None
+        self._read_to = 0
+        self._committed_offsets: dict[tuple[str, str, int], int] = {}
         self.journal, self.record_rows = journal, record_rows
         # a predicate on each statement as it takes effect (query, parameters): True fails the whole statement
         self.fail_when = (lambda query, parameters: _holds(parameters, reject)) if reject else None
@@ -211,7 +246,41 @@ class Server:
         return cls(float(os.environ.get("MGCLIENT_STANDIN_RTT_MS", "0.2")),
                    os.environ.get("MGCLIENT_STANDIN_JOURNAL") or None,
                    os.environ.get("MGCLIENT_STANDIN_RECORD") == "rows",
-                   os.environ.get("MGCLIENT_STANDIN_REJECT") or None)
+                   os.environ.get("MGCLIENT_STANDIN_REJECT") or None,
+                   shared=os.environ.get("MGCLIENT_STANDIN_SHARED") == "1")
+
+    def shared_offsets(self) -> dict[tuple[str, str, int], int]:
+        """The committed offsets: the shared journal's (MGCLIENT_STANDIN_SHARED) or this process's."""
+        if not self.shared:
+            with self.lock:
+                return dict(self.offsets)
+        with _FileLock(self.shared, fcntl.LOCK_SH):
+            return self._read_shared()
+
+    def _read_shared(self) -> dict[tuple[str, str, int], int]:
+        """The journal's offsets, its whole lines read on from where the last read stopped (under its lock)."""
+        with self.lock:
+            try:
+                with open(self.shared, "rb") as handle:      # type: ignore[arg-type]
+                    handle.seek(self._read_to)
+                    tail = handle.read()
+            except FileNotFoundError:
+                tail = b""
+            whole = tail[:tail.rfind(b"\n") + 1]
+            for line in whole.splitlines():
+                for stream, topic, partition, offset in json.loads(line).get("offsets", ()):
+                    self._committed_offsets[(stream, topic, partition)] = offset
+            self._read_to += len(whole)
+            return dict(self._committed_offsets)
+
+    def shared_conflict(self, snapshot: dict, key: tuple[str, str, int]) -> bool:
+        """Another transaction committed an offset for `key` since `snapshot` was read."""
+        return bool(self.conflicts(snapshot, {key: None}, self.shared_offsets()))
+
+    @staticmethod
+    def conflicts(snapshot: dict, writes: dict, now: dict) -> list:
+        """The offset keys among `writes` that another transaction committed since `snapshot` was read."""
+        return sorted(key for key in writes if now.get(key) != snapshot.get(key))
 
     def connect(self, **kwargs) -> Connection:
         with self.lock:
@@ -268,7 +337,17 @@ class Server:
         if self.rtt_s > 0:
             time.sleep(self.rtt_s)
 
-    def _committed(self, transaction: dict, offsets: dict, created: list) -> None:
+    def _committed(self, transaction: dict, offsets: dict, created: list, snapshot: dict | None = None) -> None:
+        if self.shared:
+            with _FileLock(self.shared, fcntl.LOCK_EX):     # one append: the commit itself, in commit order
+                now = self._read_shared()
+                if self.conflicts(snapshot or {}, offsets, now):
+                    raise TransientError(CONFLICT)
+                self._apply(transaction, offsets, created)
+            return
+        self._apply(transaction, offsets, created)
+
+    def _apply(self, transaction: dict, offsets: dict, created: list) -> None:
         with self.lock:
             self.offsets.update(offsets)
             self.applied.update(created)
@@ -280,9 +359,16 @@ class Server:
                     "began": transaction["began"], "ended": transaction["ended"]}
             if self.record_rows:
                 line["statements"] = transaction["statements"]
+            if self.shared:
+                line["offsets"] = [[*key, offset] for key, offset in sorted(offsets.items())]
+            data = (json.dumps(line) + "\n").encode()
             fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                os.write(fd, (json.dumps(line) + "\n").encode())
+                if self.shared:
+                    os.ftruncate(fd, self._read_to)     # a torn last line (a killed append) did not commit
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, data[written:])
             finally:
                 os.close(fd)
 
@@ -297,6 +383,7 @@ class Connection:
         self._open: dict | None = None       # the transaction in progress
         self._pending: dict = {}             # its offset writes
         self._created: list = []             # its CREATEs
+        self._snapshot: dict = {}            # with a shared offsets file: the offsets committed when it began
 
     @property
     def autocommit(self) -> bool:
@@ -325,11 +412,11 @@ class Connection:
             server.drop_before_commit -= 1
             self._discard()
             raise server.lost(self)
-        transaction, offsets, created = self._open, self._pending, self._created
+        transaction, offsets, created, snapshot = self._open, self._pending, self._created, self._snapshot
         transaction["round_trips"] += 1
         transaction["ended"] = time.time()
         self._discard()
-        server._committed(transaction, offsets, created)
+        server._committed(transaction, offsets, created, snapshot)
         if server.drop_after_commit:
             server.drop_after_commit -= 1
             raise server.lost(self)
@@ -358,7 +445,7 @@ class Connection:
             raise InterfaceError("connection is closed")
 
     def _discard(self) -> None:
-        self._open, self._pending, self._created = None, {}, []
+        self._open, self._pending, self._created, self._snapshot = None, {}, [], {}
 
     def _refusal(self, statements: list[tuple[str, dict]]) -> Exception | None:
         """What the server fails these statements with (`fail_when`), if it does."""
@@ -380,6 +467,8 @@ class Connection:
         if self._open is None:
             self._open = {"round_trips": 0, "executes": 0, "statements": [], "sent": [],
                           "autocommit": self._autocommit, "began": time.time()}
+            if self.server.shared:
+                self._snapshot = self.server.shared_offsets()
             if not self._autocommit:
                 self.server._round_trip()     # BEGIN
                 self._open["round_trips"] += 1
@@ -397,18 +486,25 @@ class Connection:
             self._open["statements"].append((statement, values))
             rows += [row for when, answer in self.server.answers if when(statement, values) for row in answer]
             if statement == OFFSET_WRITE:
-                self._pending[(values["stream"], values["topic"], values["partition"])] = values["next_offset"]
+                key = (values["stream"], values["topic"], values["partition"])
+                if self.server.shared and self.server.shared_conflict(self._snapshot, key):
+                    self._discard()     # Memgraph fails the transaction on a write-write conflict
+                    raise TransientError(CONFLICT)
+                self._pending[key] = values["next_offset"]
             elif statement == OFFSET_READ:
-                with self.server.lock:
-                    seen = {**self.server.offsets, **self._pending}
+                if self.server.shared:
+                    seen = {**self._snapshot, **self._pending}
+                else:
+                    with self.server.lock:
+                        seen = {**self.server.offsets, **self._pending}
                 rows += [(t, p, o) for (s, t, p), o in sorted(seen.items()) if s == values["stream"]]
             elif statement.lstrip().upper().startswith("CREATE"):
                 self._created.append((values.get("topic"), values.get("partition"), values.get("offset")))
         if self._autocommit:
-            transaction, offsets, created = self._open, self._pending, self._created
+            transaction, offsets, created, snapshot = self._open, self._pending, self._created, self._snapshot
             transaction["ended"] = time.time()
             self._discard()
-            self.server._committed(transaction, offsets, created)
+            self.server._committed(transaction, offsets, created, snapshot)
         return rows
 
 
