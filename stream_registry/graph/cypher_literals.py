@@ -251,25 +251,30 @@ def render_statement(query: str, parameters: Mapping[str, Any] | None = None) ->
     """
     if not isinstance(query, str):
         raise SinkError(f"query: expected a string, got {type(query).__name__} {_short(query)}")
-    if parameters is not None and not isinstance(parameters, Mapping):
+    if parameters is not None and type(parameters) is not dict and not isinstance(parameters, Mapping):
         raise SinkError(f"parameters: expected a map of names to values, got {type(parameters).__name__} "
                         f"{_short(parameters)}")
     template = _template(query)
     parameters = parameters or {}
-    if type(parameters) is dict and template.required <= parameters.keys():
-        # the common case, at full speed: a dict holding every name, values of the common types dispatched here
+    values = None
+    if type(parameters) is dict:   # the common case: every value looked up at once (KeyError: one is missing)
+        try:
+            values = list(map(parameters.__getitem__, template.names))
+        except KeyError:
+            pass
+    if values is not None:   # the common types' literals dispatched here, without a call to to_cypher_literal
         literals = [(_BY_EXACT_TYPE.get(type(value)) or to_cypher_literal)(value, label)
-                    for value, label in zip(map(parameters.__getitem__, template.names), template.labels)]
-    else:
+                    for value, label in zip(values, template.labels, strict=True)]
+    else:   # one by one, so that the first problem in the query's order is the one reported
         literals = []
-        for name, label in zip(template.names, template.labels):
+        for name, label in zip(template.names, template.labels, strict=True):
             if name not in parameters:
                 raise SinkError(f"parameter {label}: referenced by the query but not given "
                                 f"(given: {sorted(parameters)!r}); query: {_short(query)}")
             literals.append(to_cypher_literal(parameters[name], label))
     pieces = list(template.pieces)
     pieces[1::2] = literals
-    return "".join(pieces).strip() + ";"
+    return "".join(pieces)
 
 
 class _Template(NamedTuple):
@@ -278,7 +283,6 @@ class _Template(NamedTuple):
     pieces: tuple[str, ...]
     names: tuple[str, ...]
     labels: tuple[str, ...]
-    required: frozenset[str]
 
 
 @lru_cache(maxsize=512)
@@ -319,8 +323,12 @@ def _template(query: str) -> _Template:
             pieces[-1] += console_safe_name(text, "query")
         else:
             pieces[-1] += _BREAK_RUN.sub(" ", text)
+    # the statement stripped and ended with ';' (a literal neither starts nor ends with a space, and is never
+    # empty: stripping the ends of the query's text is stripping the statement)
+    pieces[0] = pieces[0].lstrip()
+    pieces[-1] = pieces[-1].rstrip() + ";"
     names = tuple(pieces[1::2])
-    return _Template(tuple(pieces), names, tuple(f"${name}" for name in names), frozenset(names))
+    return _Template(tuple(pieces), names, tuple(f"${name}" for name in names))
 
 
 def _param_name(token: str) -> str:
