@@ -108,7 +108,7 @@ def debezium(messages, options=None) -> list[dict[str, Any]]:
 
 def _each(messages):
     """Through message_at/total_messages, the accessors both kinds of Messages offer."""
-    return (messages.message_at(i) for i in range(messages.total_messages()))
+    return map(messages.message_at, range(messages.total_messages()))
 
 
 def _position(message) -> dict[str, Any]:
@@ -116,12 +116,10 @@ def _position(message) -> dict[str, Any]:
 
 
 def _message_row(message) -> dict[str, Any]:
-    row = _position(message)
     value, key = _decoded(message, "value", "payload"), _decoded(message, "key_value", "key")
-    row["payload"] = _text(value) if value is not None else ""
-    row["key"] = None if key is None else _text(key)
-    row["timestamp"] = message.timestamp()
-    return row
+    return {"topic": message.topic_name(), "partition": message.partition(), "offset": message.offset(),
+            "payload": "" if value is None else _text(value), "key": None if key is None else _text(key),
+            "timestamp": message.timestamp()}
 
 
 def _decoded(message, accessor: str, raw: str) -> Any:
@@ -134,7 +132,7 @@ def _decoded(message, accessor: str, raw: str) -> Any:
 def _text(data) -> str:
     """Bytes as UTF-8 text; a decoded value (a map, a number) as its JSON text."""
     if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data).decode("utf-8", errors="replace")
+        return str(data, "utf-8", "replace")
     if isinstance(data, str):
         return data
     return json.dumps(data, default=str, ensure_ascii=False)

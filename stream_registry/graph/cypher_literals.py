@@ -26,10 +26,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import SinkError
 
@@ -54,16 +54,9 @@ _LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 def to_cypher_literal(value: Any, name: str = "value") -> str:
     """Render one Python value as a Cypher literal; `name` is used in errors."""
     kind = type(value)
-    if value is None:
-        return "null"
-    if kind is bool:
-        return "true" if value else "false"
-    if kind is str:
-        return _string(value, name)
-    if kind is int:
-        return _integer(value, name)
-    if kind is float:
-        return _float(value, name)
+    exact = _BY_EXACT_TYPE.get(kind)
+    if exact is not None:
+        return exact(value, name)
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{_key(k, name)}: {to_cypher_literal(v, f'{name}.{k}')}"
                                for k, v in value.items()) + "}"
@@ -100,9 +93,10 @@ def text_of_bytes(value: bytes | bytearray | memoryview, name: str = "value") ->
 
 
 def _string(text: str, name: str) -> str:
-    if _NEEDS_ESCAPE.search(text) is None:
-        return f'"{text}"'
-    if _NEEDS_SLOW_ESCAPE.search(text) is None:
+    # isprintable() is False for every character _NEEDS_SLOW_ESCAPE finds (controls, line separators,
+    # surrogates) and faster than the search; then only quotes and backslashes are left, and replace() is a
+    # quick no-op on a text without them
+    if text.isprintable() or _NEEDS_SLOW_ESCAPE.search(text) is None:
         return '"' + text.replace("\\", "\\\\").replace("'", "\\'").replace('"', '\\"') + '"'
     return '"' + _NEEDS_ESCAPE.sub(lambda m: _escape_char(m.group(), name), text) + '"'
 
@@ -130,6 +124,19 @@ def _float(value: float, name: str) -> str:
     if not math.isfinite(value):
         raise SinkError(f"parameter {name}: float {value!r} has no Cypher literal; use null or a string")
     return repr(value).replace("e+", "e")
+
+
+def _null(value: None, name: str) -> str:
+    return "null"
+
+
+def _boolean(value: bool, name: str) -> str:
+    return "true" if value else "false"
+
+
+# The common types, by exact type (a subclass takes to_cypher_literal's isinstance chain).
+_BY_EXACT_TYPE: dict[type, Callable[[Any, str], str]] = {
+    str: _string, int: _integer, float: _float, bool: _boolean, type(None): _null}
 
 
 def _key(key: Any, name: str) -> str:
@@ -244,30 +251,48 @@ def render_statement(query: str, parameters: Mapping[str, Any] | None = None) ->
     """
     if not isinstance(query, str):
         raise SinkError(f"query: expected a string, got {type(query).__name__} {_short(query)}")
-    if parameters is not None and not isinstance(parameters, Mapping):
+    if parameters is not None and type(parameters) is not dict and not isinstance(parameters, Mapping):
         raise SinkError(f"parameters: expected a map of names to values, got {type(parameters).__name__} "
                         f"{_short(parameters)}")
+    template = _template(query)
+    parameters = parameters or {}
+    values = None
+    if type(parameters) is dict:   # the common case: every value looked up at once (KeyError: one is missing)
+        try:
+            values = list(map(parameters.__getitem__, template.names))
+        except KeyError:
+            pass
+    if values is not None:   # the common types' literals dispatched here, without a call to to_cypher_literal
+        literals = [(_BY_EXACT_TYPE.get(type(value)) or to_cypher_literal)(value, label)
+                    for value, label in zip(values, template.labels, strict=True)]
+    else:   # one by one, so that the first problem in the query's order is the one reported
+        literals = []
+        for name, label in zip(template.names, template.labels, strict=True):
+            if name not in parameters:
+                raise SinkError(f"parameter {label}: referenced by the query but not given "
+                                f"(given: {sorted(parameters)!r}); query: {_short(query)}")
+            literals.append(to_cypher_literal(parameters[name], label))
+    pieces = list(template.pieces)
+    pieces[1::2] = literals
+    return "".join(pieces)
+
+
+class _Template(NamedTuple):
+    """A query split into its text and its parameter references, which alternate in `pieces`: text (perhaps
+    empty), a parameter's name, text, ...; `names` are the references in order, `labels` their `$name`."""
+    pieces: tuple[str, ...]
+    names: tuple[str, ...]
+    labels: tuple[str, ...]
+
+
+@lru_cache(maxsize=512)
+def _template(query: str) -> _Template:
+    """Check and split a query once (queries repeat per batch)."""
     surrogate = _SURROGATE.search(query)
     if surrogate is not None:
         raise SinkError(f"query: holds a lone surrogate U+{ord(surrogate.group()):04X} at character "
                         f"{surrogate.start()}, which cannot be written as UTF-8: {_short(query)}")
-    parameters = parameters or {}
-    out = []
-    for is_param, text in _template(query):
-        if not is_param:
-            out.append(text)
-        elif text in parameters:
-            out.append(to_cypher_literal(parameters[text], f"${text}"))
-        else:
-            raise SinkError(f"parameter ${text}: referenced by the query but not given "
-                            f"(given: {sorted(parameters)!r}); query: {_short(query)}")
-    return "".join(out).strip() + ";"
-
-
-@lru_cache(maxsize=512)
-def _template(query: str) -> tuple[tuple[bool, str], ...]:
-    """Split a query once into text pieces and parameter names (queries repeat per batch)."""
-    parts: list[tuple[bool, str]] = []
+    pieces = [""]
     ended_at = None
     for match in _TOKEN.finditer(query):
         kind, text = match.lastgroup, match.group()
@@ -284,21 +309,26 @@ def _template(query: str) -> tuple[tuple[bool, str], ...]:
             # again stays the same): it goes without a space; any other comment becomes one
             beside_name = text in _QUOTE_COMMENTS and "`" in (query[match.start() - 1:match.start()] +
                                                             query[match.end():match.end() + 1])
-            parts.append((False, "" if beside_name else " "))
+            pieces[-1] += "" if beside_name else " "
         elif kind == "param":
-            parts.append((True, _param_name(text[1:])))
+            pieces += (_param_name(text[1:]), "")
         elif kind == "string":
             if any(escaped in _LINE_BREAKS for escaped in _ESCAPED.findall(text[1:-1])):
                 raise SinkError(f"query: string literal at character {match.start()} escapes a line break "
                                 f"(a backslash before it): {_short(query)}")
-            parts.append((False, _one_line_string(text)))
+            pieces[-1] += _one_line_string(text)
         elif kind == "name":
             if any(c in _LINE_BREAKS for c in text):
                 raise SinkError(f"query: backticked name {text!r} spans lines: {_short(query)}")
-            parts.append((False, console_safe_name(text, "query")))
+            pieces[-1] += console_safe_name(text, "query")
         else:
-            parts.append((False, _BREAK_RUN.sub(" ", text)))
-    return tuple(parts)
+            pieces[-1] += _BREAK_RUN.sub(" ", text)
+    # the statement stripped and ended with ';' (a literal neither starts nor ends with a space, and is never
+    # empty: stripping the ends of the query's text is stripping the statement)
+    pieces[0] = pieces[0].lstrip()
+    pieces[-1] = pieces[-1].rstrip() + ";"
+    names = tuple(pieces[1::2])
+    return _Template(tuple(pieces), names, tuple(f"${name}" for name in names))
 
 
 def _param_name(token: str) -> str:

@@ -4,9 +4,12 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+from types import MappingProxyType
 
 import pytest
 from cypher_literal_parser import LiteralParser
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stream_registry.errors import SinkError
 from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
@@ -142,3 +145,70 @@ def test_statement_ends_with_exactly_one_semicolon_and_keeps_literal_line_breaks
 def test_bad_statements_are_errors(query, params, message):
     with pytest.raises(SinkError, match=message):
         render_statement(query, params)
+
+
+# -- the common case's fast paths against the general ones ---------------------------------------------------------
+# render_statement has a fast path for a dict of parameters and for values of the exact common types; a mapping of
+# another type, and subclasses of str/int/float, tuples and other mappings, take the general path. Both must render
+# the same bytes and refuse with the same message.
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+class _Float(float):
+    pass
+
+
+def _through_general_path(value):
+    """The same value, of types the fast paths do not take."""
+    kind = type(value)
+    if kind is str:
+        return _Str(value)
+    if kind is int:
+        return _Int(value)
+    if kind is float:
+        return _Float(value)
+    if kind is list:
+        return tuple(_through_general_path(v) for v in value)
+    if kind is dict:
+        return MappingProxyType({k: _through_general_path(v) for k, v in value.items()})
+    return value   # None, bool: no subclass to take
+
+
+_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2 ** 64), max_value=2 ** 64)
+            | st.sampled_from([INT64_MIN, INT64_MAX, INT64_MIN - 1, INT64_MAX + 1]) | st.floats()
+            | st.text(st.characters(codec=None)) | st.text(alphabet="ab'\"\\\n\r\t\x00\x1b\x7f\x85\u2028\ud800 é日"))
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text(alphabet="ab_ `\n9", max_size=4), inner, max_size=3), max_leaves=8)
+_names = st.sampled_from(["a", "b", "x_1", "`odd name`"])
+_paddings = st.sampled_from(["", " ", "\n\t ", " // note\n", "/* c */ "])
+
+
+def _outcome(render, *args):
+    try:
+        return render(*args)
+    except SinkError as exc:
+        return SinkError, str(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(references=st.lists(_names, min_size=0, max_size=4), given_names=st.sets(_names),
+       values=st.lists(_values, min_size=4, max_size=4), before=_paddings, after=_paddings)
+def test_fast_paths_render_what_the_general_paths_render(references, given_names, values, before, after):
+    query = before + "RETURN " + ", ".join(["1"] + [f"${name}" for name in references]) + after
+    parameters = {name.strip("`"): value for name, value in zip(sorted(given_names), values, strict=False)}
+    fast = _outcome(render_statement, query, parameters)
+    general = _outcome(render_statement, query, MappingProxyType({k: _through_general_path(v)
+                                                                  for k, v in parameters.items()}))
+    assert fast == general
+    if all(name.strip("`") in parameters for name in references):
+        # a statement is the literals of its values in the query's text, stripped, ending in ';'
+        expected = _outcome(lambda: "RETURN " + ", ".join(
+            ["1"] + [to_cypher_literal(parameters[name.strip("`")], f"${name.strip('`')}") for name in references]))
+        assert fast == (expected + ";" if isinstance(expected, str) else expected)
+    else:   # a missing parameter, or a value before it in the query's order that has no literal
+        assert fast[0] is SinkError

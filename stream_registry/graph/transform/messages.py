@@ -104,6 +104,10 @@ class _KafkaMessage(Message):
     def partition(self) -> int:
         return self._msg.partition()
 
+    # never decoded (DecodedMessage wraps a message to decode it): value and key are the raw ones, read directly
+    value = payload
+    key_value = key
+
 
 _UNSET: Any = object()
 
