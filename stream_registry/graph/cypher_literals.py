@@ -328,7 +328,12 @@ def _template(query: str) -> _Template:
     pieces[0] = pieces[0].lstrip()
     pieces[-1] = pieces[-1].rstrip() + ";"
     names = tuple(pieces[1::2])
-    return _Template(tuple(pieces), names, tuple(f"${name}" for name in names))
+    return _Template(tuple(pieces), names, tuple(f"${_printable(name)}" for name in names))
+
+
+def _printable(name: str) -> str:
+    """A parameter's name as errors show it: on one line, whatever a backticked name holds (a carriage return)."""
+    return name if name.isprintable() else name.encode("unicode_escape").decode("ascii")
 
 
 def _param_name(token: str) -> str:

@@ -420,7 +420,9 @@ def same(read: Any, original: Any) -> bool:
     if isinstance(original, dt.datetime) and original.utcoffset() is not None:
         offset = original.utcoffset()
         kept = offset if not offset % dt.timedelta(minutes=1) else dt.timedelta(0)
-        return isinstance(read, dt.datetime) and read == original and read.utcoffset() == kept
+        # the same instant: `==` is False for a zoned time in a repeated hour against any other zone (PEP 495),
+        # subtraction compares the UTC instants
+        return isinstance(read, dt.datetime) and read - original == dt.timedelta(0) and read.utcoffset() == kept
     if isinstance(original, bool) or original is None:
         return read is original
     return type(read) is type(original) and read == original

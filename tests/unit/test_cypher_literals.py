@@ -5,6 +5,7 @@ import datetime as dt
 import math
 import random
 from types import MappingProxyType
+from zoneinfo import ZoneInfo
 
 import pytest
 from cypher_literal_parser import LiteralParser
@@ -212,3 +213,19 @@ def test_fast_paths_render_what_the_general_paths_render(references, given_names
         assert fast == (expected + ";" if isinstance(expected, str) else expected)
     else:   # a missing parameter, or a value before it in the query's order that has no literal
         assert fast[0] is SinkError
+
+
+def test_an_error_names_a_backticked_parameter_on_one_line():
+    """A parameter's name may hold any character between backticks: the error shows it escaped, on one line
+    (found by the statement fuzz: `$`\\r`` with an integer beyond int64 broke the message over two lines)."""
+    with pytest.raises(SinkError) as caught:
+        render_statement("RETURN $`a\rb`", {"a\rb": 2 ** 63})
+    assert str(caught.value).startswith("parameter $a\\rb: integer 9223372036854775808 is outside"), caught.value
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_a_zoned_time_in_a_repeated_hour_keeps_its_offset():
+    """2008-08-31 23:00 in Africa/El_Aaiun came twice (summer time ended at midnight); fold 0 is the first, +01:00."""
+    zoned = dt.datetime(2008, 8, 31, 23, 0, tzinfo=ZoneInfo("Africa/El_Aaiun"))
+    assert to_cypher_literal(zoned) == 'datetime("2008-08-31T23:00:00+01:00")'
+    assert to_cypher_literal(zoned.replace(fold=1)) == 'datetime("2008-08-31T23:00:00+00:00")'
