@@ -204,14 +204,17 @@ def by_partition(delivered) -> dict[tuple[str, int], list[int]]:
     return dict(out)
 
 
-def wait_until(condition, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+def wait_until(condition, timeout: float = 30.0, interval: float = 0.05, what: str = "condition", describe=None):
+    """`condition()`'s first truthy value; on a timeout, the error says what was awaited and, given `describe`,
+    what `describe()` shows then."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    seen = f"; last seen: {describe()}" if describe else ""
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}{seen}")
 
 
 def sleeping_transform(messages):
