@@ -289,21 +289,10 @@ def meets_the_broker(item: pytest.Item) -> bool:
             and f"{item.path.name}::{item.originalname}" not in BROKER_NEUTRAL)
 
 
-# Known to fail on the Tansu leg, open findings (not hidden: they run, and show as xfail or XPASS):
-TANSU_OPEN = {
-    "test_a_tasks_2_stream_splits_its_partitions_between_two_processes_and_moves_them_all_in_one_change":
-        "after `alter tasks: 1` the one task stayed `starting` past 120 s on Tansu, in both CI runs of 2026-11-27 "
-        "(it passed in the round before); under investigation",
-}
-
-
 @pytest.hookimpl(trylast=True)   # after the tiers' conftests have marked their tests
 def pytest_collection_modifyitems(config, items):
     if not broker_support.ON_TANSU:
         return
-    for item in items:
-        if item.name in TANSU_OPEN:
-            item.add_marker(pytest.mark.xfail(reason=TANSU_OPEN[item.name], strict=False))
     tests = Path(__file__).parent
     for entry in sorted(BROKER_NEUTRAL):   # a renamed file or test must not slip back in unnoticed
         file, _, test = entry.partition("::")
