@@ -7,6 +7,8 @@ loop checking for None.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from confluent_kafka import Message
 
 from ..errors import KafkaOperationError
@@ -16,7 +18,13 @@ from ..model import PartitionKey
 def message_key(msg: Message) -> PartitionKey | None:
     """The message's (topic, partition), None for an event that belongs to no partition."""
     topic, partition = msg.topic(), msg.partition()
-    return None if topic is None or partition is None else PartitionKey(topic, partition)
+    return None if topic is None or partition is None else _partition_key(topic, partition)
+
+
+@lru_cache(maxsize=65536)
+def _partition_key(topic: str, partition: int) -> PartitionKey:
+    """One key per partition, not one per message: a stream asks twice per record (bench/ingest_throughput.py)."""
+    return PartitionKey(topic, partition)
 
 
 def message_offset(msg: Message) -> int:

@@ -146,7 +146,8 @@ class StreamWorker:
         self._retry = retry
         self._secrets = config.secret_values()
         self._tolerant = config.errors_tolerance == ErrorsTolerance.ALL
-        self._decoder = Decoder.for_stream(config)   # key.format / value.format (stream_registry.formats)
+        decoder = Decoder.for_stream(config)   # key.format / value.format (stream_registry.formats)
+        self._decoder = decoder if decoder.active else None   # None: bytes as they are, nothing asked per record
         self._dead_letters = DeadLetterQueue(config, self._redact) if config.dead_letter_topic else None
         self._control: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
