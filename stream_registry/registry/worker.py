@@ -584,7 +584,7 @@ class StreamWorker:
                 self._assignment(lambda: consumer.incremental_assign([]), lambda: consumer.assign([]))
                 if not self._fatal:
                     self._held.update(keys)   # the group gave them to us: start them once the sink answers
-                    self._set_status(StreamStatus.RUNNING)
+                    self._set_status(StreamStatus.RUNNING)   # running, and the error says why they wait: at once
                 return
             starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
         self._start_partitions(consumer, partitions, starts)
@@ -649,7 +649,6 @@ class StreamWorker:
                     log.warning("stream %s: %s; the partitions wait, asked again every %g s", self.config.name,
                                 reason, HELD_RETRY_S)
                     self._held_error = f"{reason}; its partitions wait for the sink"
-                    self._set_status(self.status)
             return None
         stored = {PartitionKey(*tp): offset for tp, offset in found.items()}
         with self._state_lock:
@@ -687,7 +686,8 @@ class StreamWorker:
         keys = sorted(self._held)
         stored = self._resume_from_sink(keys, 0.0)
         if stored is None:
-            return   # shown as the stream's error (a non-transient one fails it: the poll loop sees _fatal)
+            self._set_status(self.status)   # the error says so (a non-transient one fails it: the poll loop sees _fatal)
+            return
         self._held.clear()
         log.info("stream %s: the sink answers again; starting %s", self.config.name, _keys_text(keys))
         self._held_error = None
