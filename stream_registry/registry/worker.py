@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -103,6 +104,13 @@ NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERAT
 RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                               KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
                               KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
+
+
+class _Outcome(Enum):
+    """What became of a batch given to _process."""
+    WRITTEN = "written"   # written, and committed (or its commit owed)
+    AGAIN = "again"       # sought back (a stop during its retries, the sink's realign): its messages come again
+    FAILED = "failed"     # the stream went to ERROR
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,7 @@ class StreamWorker:
         self._owed: dict[PartitionKey, int] = {}   # a batch's offsets whose commit failed: retried between batches
         self._next_owed_try = 0.0
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
+        self._after_move = False   # the batch collected last is the first after an offset change (_deliver)
         self._fatal: str | None = None          # set in a callback; the poll loop fails the stream
         self._suspect: str | None = None        # an error callback hinted at an outage: probe
         self._outage: str | None = None         # confirmed: shown as the stream's error until it clears
@@ -266,7 +275,7 @@ class StreamWorker:
                 if self._fatal:
                     self._fail(self._fatal)
                     return
-                if batch and not self._process(batch):
+                if batch and not self._deliver(batch):
                     return  # went to ERROR; consumer already closed
                 self._report_stats()
         except BaseException as exc:  # never let a stream thread die silently
@@ -336,10 +345,22 @@ class StreamWorker:
             if hurry and batch and not self._gate.moved:
                 break   # every moved partition delivered from its target: no wait for the queue to drain
         self._batch = []
+        self._after_move = hurry
         return batch
 
-    def _process(self, batch: list[KafkaMessage]) -> bool:
-        """Transform, write, commit. Returns False when the stream went to ERROR."""
+    def _deliver(self, batch: list[KafkaMessage]) -> bool:
+        """Process a batch; the first one after an offset change in two, the first record of each of its
+        partitions, then the rest, so that the change shows in the graph as soon as it is applied, not once the
+        whole batch is. False when the stream went to ERROR."""
+        first, rest = _first_of_each_partition(batch) if self._after_move else (batch, [])
+        outcome = self._process(first)
+        if outcome is _Outcome.WRITTEN and rest:
+            outcome = self._process(rest)
+        # AGAIN after the first part: its seeks covered every partition of the rest, which comes again too
+        return outcome is not _Outcome.FAILED
+
+    def _process(self, batch: list[KafkaMessage]) -> _Outcome:
+        """Transform, write, commit."""
         started = time.perf_counter()
         next_offsets = _next_offsets(batch)
         delivery = BatchDelivery([(m, wrap(m, self._decoder)) for m in batch], self._write,
@@ -353,27 +374,27 @@ class StreamWorker:
                 break
             except StoredOffsetsConflict as exc:   # the sink stores other offsets: go on from them
                 self._realign(batch, exc)
-                return True
+                return _Outcome.AGAIN
             except Exception as exc:  # transformation, sink or dead-letter topic: retry, never skip
                 attempt += 1
                 reason = self._redact(exc)
                 if classify(exc) is Fault.SINK:   # no batch can be written now: retrying the same one helps not
                     self._rewind(batch)
                     self._fail(f"batch at {_first_offsets_text(batch)} failed: {reason}")
-                    return False
+                    return _Outcome.FAILED
                 if attempt >= self._retry.attempts or self._stop.is_set():
                     self._rewind(batch)
                     self._fail(f"batch at {_first_offsets_text(batch)} failed {attempt} time(s): {reason}")
-                    return False
+                    return _Outcome.FAILED
                 log.warning("stream %s: batch failed (attempt %d), retrying: %s", self.config.name, attempt, reason)
                 if self._stop.wait(self._retry.backoff(attempt)):
                     self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
-                    return True
+                    return _Outcome.AGAIN
         if self._commit(next_offsets) is not None:   # exactly-once too: lag tools read the group's offsets
             self._owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
         self._gate.after_batch(next_offsets)
         self._stats = self._stats.add_batch(len(batch), time.perf_counter() - started)
-        return True
+        return _Outcome.WRITTEN
 
     def _report_stats(self, final: bool = False) -> None:
         if self._stats.batches and (final or time.monotonic() - self._stats_reported_at >= STATS_EVERY_S):
@@ -865,6 +886,21 @@ class StreamWorker:
         if self._consumer is None:
             raise StreamStateError(f"stream {self.config.name!r}: its consumer is closed")
         return self._consumer
+
+
+def _first_of_each_partition(batch: list[KafkaMessage]) -> tuple[list[KafkaMessage], list[KafkaMessage]]:
+    """The first record of each partition of `batch`, and the rest (each partition's records keep their order)."""
+    first: list[KafkaMessage] = []
+    rest: list[KafkaMessage] = []
+    seen: set[PartitionKey] = set()
+    for msg in batch:
+        key = record_key(msg)
+        if key in seen:
+            rest.append(msg)
+        else:
+            seen.add(key)
+            first.append(msg)
+    return first, rest
 
 
 def _next_offsets(batch: Sequence[KafkaMessage]) -> dict[PartitionKey, int]:

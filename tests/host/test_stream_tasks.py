@@ -61,6 +61,18 @@ def written(journal: Path, topic: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def transactions(journal: Path, topic: str) -> list[tuple[int, list[tuple[int, int]]]]:
+    """(pid, [(partition, offset), ...]) of every transaction the sink committed with records of `topic`."""
+    out = []
+    for line in journal.read_text().splitlines() if journal.exists() else []:
+        entry = json.loads(line)
+        records = [(params["partition"], params["offset"]) for query, params in entry["statements"]
+                   if query == RECORD_QUERY and params.get("topic") == topic]
+        if records:
+            out.append((entry["pid"], records))
+    return out
+
+
 def covered(journal: Path, topic: str, per_partition: int) -> bool:
     seen = {(p, o) for _, p, o in written(journal, topic)}
     return all((p, o) in seen for p in range(PARTITIONS) for o in range(per_partition))
@@ -131,7 +143,7 @@ def test_a_tasks_2_stream_splits_its_partitions_between_two_processes_and_moves_
         holder = {r["partition"]: pids[r["task"]] for r in api.get("/streams/split/offsets").json()}
         assert {pid for pid, _, _ in written(journal, topic)} <= set(pids)
 
-        before = len(written(journal, topic))
+        before, before_tx = len(written(journal, topic)), len(transactions(journal, topic))
         moved = api.patch("/streams/split/offsets", json={"offset": 10, "timeout_ms": 30000})
         moved.raise_for_status()
         rows = moved.json()
@@ -149,6 +161,13 @@ def test_a_tasks_2_stream_splits_its_partitions_between_two_processes_and_moves_
             f"nothing before the new offset was delivered again: (pid, partition, offset) " \
             f"{[(x, p, o) for x, p, o in again if o < 10][:20]}; pids {pids}"
         assert all(pid == holder[p] for pid, p, _ in again), "each partition moved by the task that holds it"
+        # the change shows in the graph at once: a partition's first write after it holds the partition's first
+        # record alone (with other partitions' first records at most), not a whole batch (50 records here)
+        after = transactions(journal, topic)[before_tx:]
+        for partition in range(PARTITIONS):
+            first_write = next(records for _, records in after if any(p == partition for p, _ in records))
+            assert {o for _, o in first_write} == {10} and len({p for p, _ in first_write}) == len(first_write), \
+                f"partition {partition}'s first write after the change: {first_write}"
         assert api.get("/streams/split/pending").json() == []
         # a revert reaches every task too: one new change moving every partition back where it stood
         reverted = api.post(f"/streams/split/history/{change_id}/revert", json={"timeout_ms": 30000})
