@@ -229,8 +229,10 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
                 v.skipped += 1
             else:
                 v.lost += 1
-        if claimed is not None and claimed > end:
-            missing = [o for o in range(end, claimed) if o not in seen]
+        if claimed is not None and claimed > end:   # a foreign member's commit is a claim the stream may carry
+            taken = [o for o in range(end, claimed) if o not in seen and o in excused.get(i, ())]
+            v.foreign += len(taken)
+            missing = [o for o in range(end, claimed) if o not in seen and o not in excused.get(i, ())]
             v.lost += len(missing)
             if missing:
                 v.note(f"{where}: the stream reported position/committed {claimed} in continuation #{i} "
