@@ -198,6 +198,7 @@ class LagCollector:
                 if unreachable is not None:   # its consumer, or another stream of this cluster, found it away
                     raise unreachable
                 rows = self._registry.describe(info.name)
+                tallies = counts(info, self._registry)   # asks the registry too: a drop since is caught here
                 self._changes(t)
             except StreamError as exc:   # Kafka away, or dropped meanwhile: say so (ERR), keep the samples
                 if isinstance(exc, KafkaOperationError) and exc.code in UNREACHABLE_CODES:
@@ -262,7 +263,7 @@ class LagCollector:
                                  max_lag_seconds=max(known) if known else None, records_per_second=rate,
                                  sampled_at=datetime.fromtimestamp(now, tz=UTC), interval_s=self.interval,
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
-                                 partitions=tuple(partitions), **counts(info, self._registry))
+                                 partitions=tuple(partitions), **tallies)
             with t.lock:
                 t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
                                          records_per_second=rate, status=status, committed=committed))
