@@ -16,6 +16,7 @@ from collections import Counter
 from functools import partial
 
 import pytest
+from broker_support import DEPARTED_LEADER_KEPT, skip_rest_on_tansu
 from configs import stream_body
 from host_helpers import http
 from mgclient_standin.mgclient import Server
@@ -84,7 +85,11 @@ def test_sigkills_at_random_moments_repeat_nothing_and_a_file_cut_back_rewinds_t
         rows = api.get("/streams/orders/offsets").json()
         assert {r["partition"]: r["stored_offset"] for r in rows} == {p: produced for p in range(3)}
 
-        # cut the file back at a batch boundary (right after a batch's frame line), about half way
+        # cut the file back at a batch boundary (right after a batch's frame line), about half way. The stop and
+        # start rejoin a group whose members all left: on Tansu the start then waits for an assignment that does
+        # not come (status starting, 60 s, 1 run in 4 here and in CI); what the cut checks is the sink's, not
+        # the broker's, and `make test` runs it
+        skip_rest_on_tansu(DEPARTED_LEADER_KEPT)
         api.put("/streams/orders/stop").raise_for_status()
         lines = out.read_text().splitlines(keepends=True)
         boundaries = [i + 1 for i, line in enumerate(lines) if line.startswith(FRAME_PREFIX.decode())]
@@ -96,7 +101,9 @@ def test_sigkills_at_random_moments_repeat_nothing_and_a_file_cut_back_rewinds_t
         held = {p: max([o for (_, q, o) in kept if q == p], default=-1) + 1 for p in range(3)}
         assert resume == held, "a stopped exactly-once stream resumes where its file ends"
         api.put("/streams/orders/start").raise_for_status()
-        wait_until(lambda: set(counts(out)) == expected, 60, what="the cut part delivered again")
+        wait_until(lambda: set(counts(out)) == expected, 60, what="the cut part delivered again",
+                   describe=lambda: (api.get("/streams/orders").json(), api.get("/streams/orders/offsets").json(),
+                                     len(expected - set(counts(out)))))
         assert [item for item, n in counts(out).items() if n > 1] == [], "exactly once after the cut"
     assert "Traceback" not in host.log()
 
