@@ -30,10 +30,13 @@ HAVE_PROMTOOL := $(shell command -v promtool)
 NEEDS_PROMTOOL := $(if $(HAVE_PROMTOOL),,$(if $(CAN_INSTALL),promtool))
 
 # Every tier: unit, integration (the embedded Kafka), host (`mgstreams serve` processes), spark, adversarial.
+# On TEST_WORKERS pytest-xdist workers (0: in this process): most tests wait on rebalances and child processes,
+# not on the CPU. A file's tests stay on one worker; the tests that need Spark share one (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: $(STAMP) $(NEEDS_BROWSER) $(NEEDS_PROMTOOL)
 	@$(if $(HAVE_BROWSER)$(CAN_INSTALL),:,echo "make: Chromium is not installed and installing it needs root (apt-get install chromium): tests/host/test_ui.py's browser test is skipped")
 	@$(if $(HAVE_PROMTOOL)$(CAN_INSTALL),:,echo "make: promtool is not installed and installing it needs root (apt-get install prometheus): the alert rule tests that run it are skipped")
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The unit tier alone: nothing running (no Kafka, no host, no Spark); under a minute.
 test-unit: $(STAMP)

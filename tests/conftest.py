@@ -289,8 +289,18 @@ def meets_the_broker(item: pytest.Item) -> bool:
             and f"{item.path.name}::{item.originalname}" not in BROKER_NEUTRAL)
 
 
+def xdist_group(item: pytest.Item) -> str:
+    """`make test` runs on two pytest-xdist workers (`--dist loadgroup`, the Makefile's TEST_WORKERS): a file's
+    tests stay together on one worker, and every test that needs Spark goes to one worker, so that a run starts
+    one SparkSession and one Spark Connect server."""
+    needs_spark = item.get_closest_marker("spark") or {"spark", "spark_connect"} & set(item.fixturenames)
+    return "spark" if needs_spark else item.path.name
+
+
 @pytest.hookimpl(trylast=True)   # after the tiers' conftests have marked their tests
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
     if not broker_support.ON_TANSU:
         return
     tests = Path(__file__).parent
