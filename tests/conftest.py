@@ -283,18 +283,21 @@ def meets_the_broker(item: pytest.Item) -> bool:
     """Whether a test runs on the Tansu leg (see above)."""
     return (any(item.get_closest_marker(tier) for tier in TANSU_TIERS)
             and "kafka" in item.fixturenames
-            and not {"spark", "spark_connect"} & set(item.fixturenames)
-            and not item.get_closest_marker("slow") and not item.get_closest_marker("spark")
+            and not needs_spark(item) and not item.get_closest_marker("slow")
             and item.path.name not in BROKER_NEUTRAL
             and f"{item.path.name}::{item.originalname}" not in BROKER_NEUTRAL)
+
+
+def needs_spark(item: pytest.Item) -> bool:
+    """A test marked spark, or one that takes a SparkSession or Spark Connect."""
+    return bool(item.get_closest_marker("spark") or {"spark", "spark_connect"} & set(item.fixturenames))
 
 
 def xdist_group(item: pytest.Item) -> str:
     """`make test` runs on two pytest-xdist workers (`--dist loadgroup`, the Makefile's TEST_WORKERS): a file's
     tests stay together on one worker, and every test that needs Spark goes to one worker, so that a run starts
     one SparkSession and one Spark Connect server."""
-    needs_spark = item.get_closest_marker("spark") or {"spark", "spark_connect"} & set(item.fixturenames)
-    return "spark" if needs_spark else item.path.name
+    return "spark" if needs_spark(item) else item.path.name
 
 
 @pytest.hookimpl(trylast=True)   # after the tiers' conftests have marked their tests
