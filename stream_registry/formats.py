@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from .allowlists import REGISTRY_CREDENTIAL_PREFIX, REGISTRY_CREDENTIALS, checked_url
+from .allowlists import REGISTRY_CREDENTIAL_PREFIX, REGISTRY_CREDENTIALS, checked_url_list
 from .errors import ConfigError, DecodeError, RegistryUnavailable
 from .redaction import redact
 
@@ -71,10 +71,11 @@ REGISTRY_RETRIES = 1
 
 
 def check_registry_url(value: object) -> str:
-    """`schema.registry.url` parsed once (addresses.Url: no whitespace, controls or user-info; credentials go in
-    the stream's `credentials`, never in the URL, which is shown), its host allowed (MGSTREAMS_ALLOWED_HOSTS): the
-    URL's text as parsed, the only form the registry client is given."""
-    return checked_url("schema.registry.url", value).text
+    """`schema.registry.url` parsed once, as the list its client reads (addresses.UrlList: comma-separated base
+    URLs, each without whitespace, controls, user-info or query; credentials go in the stream's `credentials`,
+    never in the URL, which is shown), every member's host allowed (MGSTREAMS_ALLOWED_HOSTS): the text as parsed,
+    the only form the registry client is given."""
+    return checked_url_list("schema.registry.url", value).text
 
 
 def check_formats(key_format: object, value_format: object, registry_url: object,

@@ -7,17 +7,20 @@ the token. Here:
 
 - a connection is *pending* until it sends a request carrying the host's token
   (any request, on a host serving without one). A pending connection must do so
-  within `auth_timeout` seconds of connecting (or of its last answer), or it is
-  closed;
+  within `auth_timeout` seconds of connecting, or it is closed: answers without
+  the token (`/health`, a 401) do not extend that deadline;
 - pending connections have a pool of their own, `PENDING_FACTOR` times
   `max_connections`: they never take the `max_connections` kept for
   authenticated ones. Past the pool, the oldest pending connection that has
-  sent nothing for `IDLE_PROOF_S` is closed to make room for the new one, so a
-  crowd of idle connections goes first, and a new connection, which sends its
-  request at once, is never closed before it could. Fresh connections may
-  overflow the pool up to twice its size; past that the oldest silent one goes. One remote peer address
-  may hold at most `PENDING_PER_PEER` pending connections (its oldest goes
-  first); loopback peers are every local process, so the pool bounds them;
+  proved to be no owner's is closed to make room: one answered without the
+  token, or one silent for `IDLE_PROOF_S` with no bytes waiting to be read. A
+  connection just accepted, or one whose request is waiting to be read, is never
+  closed for room: the owner's new connection sends its request at once, and a
+  loaded host may not have read it yet. Past twice the pool with nothing to
+  close, the new connection is answered 503;
+- one peer address, loopback ones included (127.0.0.0/8 is many addresses of
+  every local process), may hold at most `PENDING_PER_PEER` pending connections;
+  past that its own oldest provable one goes, or the new one is refused;
 - an authenticated connection completes each request's headers within
   `header_timeout` seconds of its last response;
 - past both, with nothing pending to close, a new connection is answered 503
@@ -26,9 +29,11 @@ the token. Here:
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hmac
-import ipaddress
 import json
+import struct
+import termios
 from collections import Counter
 from urllib.parse import parse_qsl
 
@@ -50,7 +55,8 @@ def bearer_token_shown(scope: dict, expected: bytes) -> bool:
     scheme, _, given = authorization.partition(b" ")
     if not scheme and scope.get("path") == "/ui":
         query = scope.get("query_string", b"").decode("latin-1")
-        scheme, given = b"bearer", dict(parse_qsl(query)).get("token", "").encode("latin-1")
+        # the token as the API's check reads it (UTF-8): a '%E2%82%AC' is no token, never an exception here
+        scheme, given = b"bearer", dict(parse_qsl(query)).get("token", "").encode("utf-8", "replace")
     return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), expected)
 
 
@@ -68,6 +74,7 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
         _peer = ""
         _spoken = False    # it has sent bytes
         _born = 0.0        # loop time it connected
+        _answered = False  # it had an answer without showing the token
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -75,12 +82,11 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
             self._born = self.loop.time()
             pending[self] = self._peer
             by_peer[self._peer] += 1
-            if by_peer[self._peer] > per_peer and not _loopback(self._peer) and not self._make_room(self._peer):
+            if by_peer[self._peer] > per_peer and not self._make_room(self._peer):
                 self._refuse(transport)
                 return
-            # past the pool: close one that has proved idle; a crowd of fresh ones may overflow it up to twice
-            if len(pending) > max_pending and not self._make_room(None, idle_for=IDLE_PROOF_S) \
-                    and len(pending) > 2 * max_pending and not self._make_room(None):
+            # past the pool: close one that proved to be no owner's; a crowd of fresh ones may overflow it twice
+            if len(pending) > max_pending and not self._make_room(None) and len(pending) > 2 * max_pending:
                 self._refuse(transport)
                 return
             if len(self.connections) > max_connections + 2 * max_pending and not self._make_room(None):
@@ -94,16 +100,21 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
             if self in pending and self.cycle is not None and (
                     expected is None or bearer_token_shown(self.scope, expected)):
                 self._authenticated()
+                self._disarm()
+            if self in pending:
+                return   # its deadline runs from its connection, whatever it sends
             if self._waiting():
                 if self._deadline is None:
-                    self._arm(auth_timeout if self in pending else header_timeout)
+                    self._arm(header_timeout)
             else:
                 self._disarm()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self in pending:   # answered without the token: it still has to show it in time
-                self._arm(auth_timeout)
+            if self in pending:   # answered without the token: no owner's; its deadline from connecting stands
+                self._answered = True
+                if self.loop.time() - self._born >= auth_timeout and not self.transport.is_closing():
+                    self.transport.close()
             else:
                 self._disarm()    # uvicorn's keep-alive timeout takes over until the next bytes arrive
 
@@ -120,19 +131,24 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
                 if by_peer[peer] <= 0:
                     del by_peer[peer]
 
-        def _make_room(self, peer: str | None, idle_for: float | None = None) -> bool:
-            """Close the oldest pending connection (of `peer`, when given) other than this one: with `idle_for`,
-            one that has sent nothing for that long; else one that has sent nothing, or the oldest between
-            requests. False if there is none."""
+        def _provably_no_owner(self, now: float) -> bool:
+            """Answered without the token, or silent for IDLE_PROOF_S with nothing waiting to be read."""
+            if not self._waiting():
+                return False
+            return self._answered or (not self._spoken and now - self._born >= IDLE_PROOF_S
+                                      and not _bytes_waiting(self.transport))
+
+        def _make_room(self, peer: str | None) -> bool:
+            """Close the oldest pending connection (of `peer`, when given) other than this one that proved to be
+            no owner's; False if there is none."""
             now = self.loop.time()
-            candidates = [other for other, other_peer in pending.items()
-                          if other is not self and (peer is None or other_peer == peer) and other._waiting()]
-            silent = (other for other in candidates if not other._spoken
-                      and (idle_for is None or now - other._born >= idle_for))
-            victim = next(silent, None) or (next(iter(candidates), None) if idle_for is None else None)
+            victim = next((other for other, other_peer in pending.items()
+                           if other is not self and (peer is None or other_peer == peer)
+                           and other._provably_no_owner(now)), None)
             if victim is None:
                 return False
             victim._authenticated()
+            victim._disarm()
             victim.transport.close()
             victim.connections.discard(victim)   # counted out now; uvicorn's connection_lost follows
             return True
@@ -168,8 +184,10 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
     return GuardedH11Protocol
 
 
-def _loopback(peer: str) -> bool:
+def _bytes_waiting(transport) -> bool:
+    """Whether bytes the peer sent wait in the socket, not yet read by the loop (FIONREAD)."""
+    sock = transport.get_extra_info("socket")
     try:
-        return ipaddress.ip_address(peer).is_loopback
-    except ValueError:
-        return False
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0] > 0
+    except (OSError, AttributeError, ValueError):
+        return True   # unknown: treat it as possibly the owner's
