@@ -93,7 +93,8 @@ class _Cap:
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
                default_sink: str = DEFAULT_SINK, lag: LagCollector | None = None,
-               limits: Limits = Limits(), server_names: tuple[str, ...] = (), loopback: bool = True):
+               limits: Limits = Limits(), server_names: tuple[str, ...] = (), loopback: bool = True,
+               sandbox_warning: str | None = None):
     """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`.
 
     `lag` is the host's lag sampler; without one, a sampler that samples only when asked is made.
@@ -112,7 +113,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return JSONResponse(to_json(await waits.answer(call)))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        # where the kernel has no Landlock, a probe sees it (stream_registry.sandbox)
+        return JSONResponse({"status": "ok", **({"sandbox": sandbox_warning} if sandbox_warning else {})})
 
     async def list_streams(request: Request) -> Response:
         return await _call(registry.list)
