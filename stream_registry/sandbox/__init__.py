@@ -72,10 +72,11 @@ def status() -> dict[str, object]:
     return shown
 
 
-def confine(*, write: Iterable[str] = (), read: Iterable[str] = (), memory_mb: int | None = None,
-            environ: dict[str, str] | None = None) -> Confinement:
+def confine(*, write: Iterable[str] = (), read: Iterable[str] = (), walk: Iterable[str] = (),
+            memory_mb: int | None = None, environ: dict[str, str] | None = None) -> Confinement:
     """Confine this process (see the module docstring): read Python, its libraries and `read`; write `write`;
-    never the host's state directory. Without Landlock in the kernel, only the memory limit applies."""
+    list the directories beneath `walk` (names, not contents); never the host's state directory's files.
+    Without Landlock in the kernel, only the memory limit applies."""
     environ = os.environ if environ is None else environ
     data_limit = _limit_memory(memory_mb) if memory_mb else None
     state_dir = environ.get(STATE_DIR_ENV) or None
@@ -87,8 +88,9 @@ def confine(*, write: Iterable[str] = (), read: Iterable[str] = (), memory_mb: i
     granted_write = [os.path.realpath(p) for p in write]
     for path in _read_paths(read):
         rules += [(p, landlock.READ) for p in _except(path, excluded, granted_write)]
-    rules += [(p, landlock.WRITE) for p in granted_write]
+    rules += [(q, landlock.WRITE) for p in granted_write for q in _except(p, excluded, [])]
     rules += [(p, landlock.READ | landlock.WRITE_FILE) for p in SYSTEM_WRITE]
+    rules += [(os.path.realpath(p), landlock.READ_DIR) for p in walk]
     rules.append((f"/proc/{os.getpid()}", landlock.READ_FILE | landlock.READ_DIR))
     return Confinement(landlock.restrict_self(rules), data_limit)
 
@@ -157,20 +159,28 @@ def transformation_paths(environ: dict[str, str] | None = None) -> list[str]:
     return [root, *(os.path.abspath(d) for d in listed), *files]
 
 
-def sink_write_paths(sink: str, output: object) -> list[str]:
-    """The directory a file sink writes in (the deepest existing one below the directory the policy admitted
-    it under, as the sink creates the rest); nothing for a sink that writes no file."""
-    from ..graph.sinks.cypherl import CypherlSettings
+def sink_write_paths(sink: str, output: object) -> tuple[list[str], list[str]]:
+    """(directories a file sink writes in, directories it opens on its way there): the deepest existing one
+    below the directory the policy admitted it under (the sink creates the rest), and that directory, which
+    the sink walks down from without following symlinks; nothing for a sink that writes no file."""
+    from ..graph.sinks.cypherl import FILE_MODE, CypherlSettings
     from ..graph.sinks.schemes import parse_sink_uri
 
     _, settings = parse_sink_uri(sink, output)   # type: ignore[arg-type]
     if not isinstance(settings, CypherlSettings):
-        return []
+        return [], []
     directory = os.path.dirname(settings.path)
     top = settings.admitted_under or directory
+    if os.path.isdir(directory):   # the file itself too, for a directory granted around the state directory
+        try:
+            os.close(os.open(settings.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             FILE_MODE))
+        except OSError:
+            pass   # the sink says why when it opens it
+        return [directory, settings.path], [top]
     while not os.path.isdir(directory) and _within(directory, top) and directory != top:
         directory = os.path.dirname(directory)
-    return [directory]
+    return [directory], [top]
 
 
 def confine_stream(sink: str, output: object, memory_mb: int | None) -> Confinement:
@@ -179,7 +189,8 @@ def confine_stream(sink: str, output: object, memory_mb: int | None) -> Confinem
         os.setpgid(0, 0)   # a group of its own: the host ends it with the stream (end_group)
     except OSError:
         pass
-    done = confine(write=sink_write_paths(sink, output), read=transformation_paths(), memory_mb=memory_mb)
+    write, walked = sink_write_paths(sink, output)
+    done = confine(write=write, walk=walked, read=transformation_paths(), memory_mb=memory_mb)
     log.debug("confined: Landlock ABI %d, data limit %s", done.landlock_abi, done.data_limit)
     return done
 

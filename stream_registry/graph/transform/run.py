@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ...errors import TransformError
+from ...model import STREAM_MEMORY_MB_ENV
 from ..statement import Statement
 from .messages import Message, Messages
 
@@ -27,6 +28,10 @@ def run_transformation(fn: Callable, messages: Sequence[Message] | Messages, *,
     except TransformError as exc:
         raise TransformError(f"transform {_name(fn, name)!r}: {exc} "
                              f"(batch starting at {_batch_start(messages)})") from None
+    except MemoryError:   # the kernel's limit in a stream process (stream_registry.sandbox): say which
+        raise TransformError(f"memory: transform {_name(fn, name)!r} ran out of memory on the batch starting at "
+                             f"{_batch_start(messages)}: past the cap of its process (${STREAM_MEMORY_MB_ENV})"
+                             ) from None
     except (Exception, SystemExit) as exc:
         raise TransformError(f"transform {_name(fn, name)!r} failed on the batch starting at "
                              f"{_batch_start(messages)}: {type(exc).__name__}: {exc}") from exc
