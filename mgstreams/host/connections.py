@@ -12,19 +12,20 @@ the token. Here:
 - pending connections have a pool of their own, `PENDING_FACTOR` times
   `max_connections`: they never take the `max_connections` kept for
   authenticated ones. Past the pool, the oldest pending connection that has
-  proved to be no owner's is closed to make room: one answered without the
-  token, or one silent for `IDLE_PROOF_S` with no bytes waiting to be read. A
-  connection just accepted, or one whose request is waiting to be read, is never
-  closed for room: the owner's new connection sends its request at once, and a
-  loaded host may not have read it yet. Past twice the pool with nothing to
-  close, the new connection is answered 503;
-- one peer address, loopback ones included (127.0.0.0/8 is many addresses of
-  every local process), may hold at most `PENDING_PER_PEER` pending connections;
-  past that its own oldest provable one goes, or the new one is refused;
+  proved to be no owner's is closed to make room for each new one: one whose
+  request came without the token (answered or being answered), or one silent
+  for `IDLE_PROOF_S` with no bytes waiting to be read; first those of a peer
+  address holding more than `PENDING_PER_PEER` (loopback addresses included:
+  127.0.0.0/8 is many addresses of every local process). A connection just
+  accepted, or one whose request waits to be read, is never closed for room: the
+  owner's new connection sends its request at once, and a loaded host may not
+  have read it yet. So a burst of fresh connections overflows the pool (until
+  they prove themselves), up to `OVERFLOW_FACTOR` times it, bounded by half the
+  process's file descriptor limit;
 - an authenticated connection completes each request's headers within
   `header_timeout` seconds of its last response;
-- past both, with nothing pending to close, a new connection is answered 503
-  (naming the cap) and closed.
+- past the overflow, with nothing pending to close, a new connection is answered
+  503 (naming the cap) and closed.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import asyncio
 import fcntl
 import hmac
 import json
+import resource
 import struct
 import termios
 from collections import Counter
@@ -42,7 +44,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 MAX_CONNECTIONS_ENV = "MGSTREAMS_MAX_CONNECTIONS"
 AUTH_TIMEOUT_S = 3.0         # a new connection shows the token (sends an authenticated request) within this
 PENDING_FACTOR = 4           # the pending pool, in multiples of max_connections
-PENDING_PER_PEER = 16        # pending connections one remote peer address may hold
+PENDING_PER_PEER = 16        # pending connections past which a peer address's go first
+OVERFLOW_FACTOR = 16         # fresh pending connections, in multiples of the pool, before new ones are refused
 IDLE_PROOF_S = 0.25          # silent this long after connecting: idle, the first to be closed past the pool
 
 
@@ -66,6 +69,8 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
     expected = token.encode() if token else None
     max_pending = max_connections * PENDING_FACTOR
     per_peer = min(PENDING_PER_PEER, max_pending)
+    overflow = max(2 * max_pending, min(OVERFLOW_FACTOR * max_pending,
+                                        resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2))
     pending: dict[H11Protocol, str] = {}     # connection -> peer address, oldest first
     by_peer: Counter[str] = Counter()
 
@@ -82,14 +87,9 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
             self._born = self.loop.time()
             pending[self] = self._peer
             by_peer[self._peer] += 1
-            if by_peer[self._peer] > per_peer and not self._make_room(self._peer):
-                self._refuse(transport)
-                return
-            # past the pool: close one that proved to be no owner's; a crowd of fresh ones may overflow it twice
-            if len(pending) > max_pending and not self._make_room(None) and len(pending) > 2 * max_pending:
-                self._refuse(transport)
-                return
-            if len(self.connections) > max_connections + 2 * max_pending and not self._make_room(None):
+            if len(pending) > max_pending:   # room from one that proved to be no owner's, a crowded peer's first
+                self._make_room()
+            if len(pending) > overflow and not self._make_room():
                 self._refuse(transport)
                 return
             self._arm(auth_timeout)
@@ -132,19 +132,18 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
                     del by_peer[peer]
 
         def _provably_no_owner(self, now: float) -> bool:
-            """Answered without the token, or silent for IDLE_PROOF_S with nothing waiting to be read."""
-            if not self._waiting():
-                return False
-            return self._answered or (not self._spoken and now - self._born >= IDLE_PROOF_S
-                                      and not _bytes_waiting(self.transport))
+            """Its request came without the token, or it was silent for IDLE_PROOF_S with nothing waiting."""
+            if self._answered or (self._spoken and self.cycle is not None):
+                return True
+            return not self._spoken and now - self._born >= IDLE_PROOF_S and not _bytes_waiting(self.transport)
 
-        def _make_room(self, peer: str | None) -> bool:
-            """Close the oldest pending connection (of `peer`, when given) other than this one that proved to be
-            no owner's; False if there is none."""
+        def _make_room(self) -> bool:
+            """Close the oldest pending connection other than this one that proved to be no owner's, one of a
+            peer over PENDING_PER_PEER first; False if there is none."""
             now = self.loop.time()
-            victim = next((other for other, other_peer in pending.items()
-                           if other is not self and (peer is None or other_peer == peer)
-                           and other._provably_no_owner(now)), None)
+            provable = [other for other in pending if other is not self and other._provably_no_owner(now)]
+            victim = next((other for other in provable if by_peer[other._peer] > per_peer),
+                          provable[0] if provable else None)
             if victim is None:
                 return False
             victim._authenticated()
@@ -156,7 +155,7 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
         def _refuse(self, transport) -> None:
             body = json.dumps({"error": f"connections: {len(self.connections) - 1} open, none of them idle, the most "
                                         f"this host serves at once (${MAX_CONNECTIONS_ENV} {max_connections}, "
-                                        f"and {max_pending} yet to show the token); try again shortly"}).encode()
+                                        f"and {overflow} yet to show the token); try again shortly"}).encode()
             self._authenticated()
             transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                             b"connection: close\r\ncontent-length: " + str(len(body)).encode()
