@@ -160,27 +160,25 @@ def transformation_paths(environ: dict[str, str] | None = None) -> list[str]:
 
 
 def sink_write_paths(sink: str, output: object) -> tuple[list[str], list[str]]:
-    """(directories a file sink writes in, directories it opens on its way there): the deepest existing one
-    below the directory the policy admitted it under (the sink creates the rest), and that directory, which
-    the sink walks down from without following symlinks; nothing for a sink that writes no file."""
-    from ..graph.sinks.cypherl import FILE_MODE, CypherlSettings
+    """(what a file sink writes: its file and the file's directory, what it walks down from: the directory the
+    policy admitted it under); nothing for a sink that writes no file. The file and its directories are made
+    first, as the sink would make them (one component at a time, no symlink followed), so that they can be
+    granted by name, and a directory holding the state directory is granted around it."""
+    from ..graph.sinks.cypherl import DIR_MODE, FILE_MODE, CypherlSettings
     from ..graph.sinks.schemes import parse_sink_uri
+    from ..safe_paths import open_beneath
 
     _, settings = parse_sink_uri(sink, output)   # type: ignore[arg-type]
     if not isinstance(settings, CypherlSettings):
         return [], []
-    directory = os.path.dirname(settings.path)
-    top = settings.admitted_under or directory
-    if os.path.isdir(directory):   # the file itself too, for a directory granted around the state directory
-        try:
-            os.close(os.open(settings.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             FILE_MODE))
-        except OSError:
-            pass   # the sink says why when it opens it
-        return [directory, settings.path], [top]
-    while not os.path.isdir(directory) and _within(directory, top) and directory != top:
-        directory = os.path.dirname(directory)
-    return [directory], [top]
+    top = settings.admitted_under or os.path.dirname(settings.path)
+    try:
+        os.makedirs(top, mode=DIR_MODE, exist_ok=True)
+        os.close(open_beneath(top, os.path.relpath(settings.path, top), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                              FILE_MODE, dir_mode=DIR_MODE, make_dirs=True))
+    except (OSError, ValueError):
+        pass   # the sink says why when it opens it
+    return [os.path.dirname(settings.path), settings.path], [top]
 
 
 def confine_stream(sink: str, output: object, memory_mb: int | None) -> Confinement:
