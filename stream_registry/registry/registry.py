@@ -81,9 +81,9 @@ from .starting import restarting_detail, starting_detail
 from .state_lock import StateLock
 from .state_store import StateStore
 from .state_store import stored_config as stored_config  # re-exported: its public home before
+from .stream_events import StreamEvents
 from .stream_process import ProcessRunner
 from .task_runner import TaskRunner, runner_pids, task_restarts
-from .worker import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
 

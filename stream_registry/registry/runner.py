@@ -25,7 +25,8 @@ from ..graph.sinks.protocol import Sink
 from ..graph.sinks.schemes import open_sink
 from ..graph.transform import load_transformation, locate_transformation
 from ..model import GateEvent, PartitionKey, PendingMove, RetryPolicy, WorkerSnapshot
-from .worker import StreamEvents, StreamWorker
+from .stream_events import StreamEvents
+from .worker import StreamWorker
 
 log = logging.getLogger("mgstreams.registry")
 

@@ -59,7 +59,7 @@ from .batch_stats import BatchStats
 from .caps import MemoryWatch
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
-from .worker import StreamEvents
+from .stream_events import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
 STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer and the sink

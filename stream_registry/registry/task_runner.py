@@ -34,7 +34,7 @@ from ..model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnap
 from .batch_stats import BatchStats
 from .restarts import RestartBackoff
 from .runner import StreamRunner
-from .worker import StreamEvents
+from .stream_events import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
 

@@ -117,7 +117,7 @@ def test_the_assignment_protocol_is_learned_from_the_consumer_not_only_the_confi
 
     def wrong_guess(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
-        self._incremental = False
+        self.assignment.incremental = False
     monkeypatch.setattr(worker_module.StreamWorker, "__init__", wrong_guess)
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 10, partitions=2)
@@ -129,7 +129,7 @@ def test_the_assignment_protocol_is_learned_from_the_consumer_not_only_the_confi
         registry.set_offset("orders", 2)
         registry.start("orders")
         wait_until(lambda: len(memory_sinks["out"].delivered()) == 6, 30, what="delivery from offset 2")
-        assert registry._streams["orders"].runner._worker._incremental is True
+        assert registry._streams["orders"].runner._worker.assignment.incremental is True
         assert registry.get("orders").status.value == "running"
     finally:
         registry.close()
