@@ -199,6 +199,14 @@ class ProcessRunner:
         self._reader: threading.Thread | None = None   # the only thread that reaps the process
         self._exitcode: int | None = None
 
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return (self.pid,) if self.pid is not None else ()
+
+    @property
+    def restarts(self) -> int:
+        return 0   # the registry restarts a stream whose process died
+
     # -- control --------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
         process, conn = spawn_child(child_main, (self._spec,), f"mgstreams-stream-{self.config.name}")
