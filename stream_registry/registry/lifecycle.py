@@ -130,20 +130,26 @@ class Lifecycle:
             config.validate()
             self._group_policy.check(config)
         except ConfigError as exc:
-            stream.status, stream.error = StreamStatus.ERROR, f"not started: {exc}"
-            self._store.set_status(config.name, StreamStatus.ERROR, stream.error)
-            log.warning("stream %s: %s refused: %s", config.name, why, exc)
-            raise
+            self._refused(stream, why, exc)
         with self._slots:
             if self._processes:
                 self._check_running(stream)
-            runner = self._new_runner(stream)
+            try:
+                runner = self._new_runner(stream)
+            except ConfigError as exc:   # an engine this host does not have
+                self._refused(stream, why, exc)
             stream.runner, stream.started_at, stream.exit_cause = runner, time.monotonic(), None
         try:
             self._store.set_status(config.name, StreamStatus.STARTING, None, desired_running=True)
         except StreamError as exc:
             self.start_failed(stream, why, exc)
         return runner
+
+    def _refused(self, stream: StreamEntry, why: str, exc: ConfigError) -> NoReturn:
+        stream.status, stream.error = StreamStatus.ERROR, f"not started: {exc}"
+        self._store.set_status(stream.config.name, StreamStatus.ERROR, stream.error)
+        log.warning("stream %s: %s refused: %s", stream.config.name, why, exc)
+        raise exc
 
     def start_failed(self, stream: StreamEntry, why: str, exc: StreamError) -> NoReturn:
         config = stream.config

@@ -101,6 +101,8 @@ def test_a_move_whose_commit_fails_is_pending_with_the_kafka_error_then_applied(
         wait_until(lambda: registry.history("orders"), 15, what="the retried commit")
         [entry] = registry.history("orders")
         assert (entry.offset, entry.status.value) == (5, "applied")
+        # the change is recorded once persisted; its first batch is delivered after that
+        wait_until(lambda: len(memory_sinks["out"].delivered()) >= 35, 15, what="the redelivery from 5")
         offsets = [o for _, _, o in memory_sinks["out"].delivered()]
         assert offsets[20:] == list(range(5, 20)), "redelivered from exactly the new offset"
     finally:
