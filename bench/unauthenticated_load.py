@@ -63,7 +63,7 @@ async def _one(port: int, source: str, interval: float, attack: Attack) -> None:
                 await reader.readexactly(length)
                 attack.requests += 1
                 await asyncio.sleep(interval)
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:
             writer.close()

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.parse
 import sys
+import urllib.parse
 from collections.abc import Mapping
 
 _LOCAL = re.compile(r"^local(\[(\d+|\*)(,\s*\d+)?\])?$")

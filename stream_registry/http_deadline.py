@@ -38,7 +38,7 @@ def bound(session: Any) -> bool:
     """Put the deadline under `session` (an httpx or httpx2 Client); False when its pool has no seam for it."""
     pool = getattr(getattr(session, "_transport", None), "_pool", None)
     backend = getattr(pool, "_network_backend", None)
-    if backend is None:
+    if pool is None or backend is None:
         return False
     core = importlib.import_module(type(pool).__module__.split(".")[0])   # httpcore or httpcore2
     if not isinstance(backend, _Backend):

@@ -55,9 +55,9 @@ from ..model import (
     StreamStatus,
     WorkerSnapshot,
 )
+from ..sandbox import confine_stream, end_group
 from .batch_stats import BatchStats
 from .caps import MemoryWatch
-from ..sandbox import confine_stream, end_group
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
 from .stream_events import StreamEvents

@@ -33,7 +33,7 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from . import landlock
@@ -73,13 +73,13 @@ def status() -> dict[str, object]:
 
 
 def confine(*, write: Iterable[str] = (), read: Iterable[str] = (), walk: Iterable[str] = (),
-            memory_mb: int | None = None, environ: dict[str, str] | None = None) -> Confinement:
+            memory_mb: int | None = None, environ: Mapping[str, str] | None = None) -> Confinement:
     """Confine this process (see the module docstring): read Python, its libraries and `read`; write `write`;
     list the directories beneath `walk` (names, not contents); never the host's state directory's files.
     Without Landlock in the kernel, only the memory limit applies."""
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     data_limit = _limit_memory(memory_mb) if memory_mb else None
-    state_dir = environ.get(STATE_DIR_ENV) or None
+    state_dir = env.get(STATE_DIR_ENV) or None
     abi = landlock.abi()
     if abi < 1:
         return Confinement(0, data_limit)
@@ -146,16 +146,16 @@ def data_in_use() -> int:
 
 
 # -- what a stream process and a preview may touch ------------------------------------------
-def transformation_paths(environ: dict[str, str] | None = None) -> list[str]:
+def transformation_paths(environ: Mapping[str, str] | None = None) -> list[str]:
     """Where transformations and the files streams name are read from: the package's own tree (the bundled
     query modules), $MGSTREAMS_QUERY_MODULES_DIR and $MGSTREAMS_ALLOWED_FILE_DIRS."""
     from ..allowlists import ALLOWED_FILE_DIRS_ENV
     from ..graph.transform.loader import QUERY_MODULES_ENV
 
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    listed = [d.strip() for d in re.split(r"[:,]", environ.get(QUERY_MODULES_ENV, "")) if d.strip()]
-    files = [d.strip() for d in environ.get(ALLOWED_FILE_DIRS_ENV, "").split(os.pathsep) if d.strip()]
+    listed = [d.strip() for d in re.split(r"[:,]", env.get(QUERY_MODULES_ENV, "")) if d.strip()]
+    files = [d.strip() for d in env.get(ALLOWED_FILE_DIRS_ENV, "").split(os.pathsep) if d.strip()]
     return [root, *(os.path.abspath(d) for d in listed), *files]
 
 
