@@ -12,7 +12,7 @@ from stream_helpers import wait_until
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.errors import ConfigError
 from stream_registry.model import GateEvent, MoveState, PartitionKey, WorkerSnapshot
-from stream_registry.registry.engine import RunRequest
+from stream_registry.registry.runners.engine import RunRequest
 
 
 class QueryStandIn:

@@ -13,9 +13,9 @@ from stream_registry.errors import SinkError
 from stream_registry.graph.offset_store import offset_statements
 from stream_registry.graph.sinks.null import NullSink
 from stream_registry.model import PartitionKey, StreamStatus
-from stream_registry.registry import assignment as assignment_module
-from stream_registry.registry.assignment import OFFSET_BEGINNING
-from stream_registry.registry.worker import StreamWorker
+from stream_registry.registry.stream import assignment as assignment_module
+from stream_registry.registry.stream.assignment import OFFSET_BEGINNING
+from stream_registry.registry.stream.worker import StreamWorker
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 

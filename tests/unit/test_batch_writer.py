@@ -13,7 +13,7 @@ from stream_registry.errors import SinkError
 from stream_registry.graph.offset_store import offset_statements
 from stream_registry.graph.sinks.null import NullSink
 from stream_registry.model import PartitionKey, StreamStatus
-from stream_registry.registry.batch_writer import Outcome
+from stream_registry.registry.stream.batch_writer import Outcome
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 

@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError
 from consumer_standin import ConsumerStandIn
 
 from stream_registry.model import PartitionKey
-from stream_registry.registry.group_commits import OWED_RETRY_S, GroupCommits
+from stream_registry.registry.stream.group_commits import OWED_RETRY_S, GroupCommits
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 

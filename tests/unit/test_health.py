@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 
 from stream_registry.model import StreamStatus
-from stream_registry.registry.health import OUTAGE_PROBE_S, Health
-from stream_registry.registry.stream_events import StreamEvents
+from stream_registry.registry.stream.health import OUTAGE_PROBE_S, Health
+from stream_registry.registry.stream.stream_events import StreamEvents
 
 
 class Clock:

@@ -11,9 +11,9 @@ import pytest
 from stream_registry.config import StreamConfig
 from stream_registry.errors import StreamError
 from stream_registry.model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
-from stream_registry.registry.restarts import RestartBackoff
-from stream_registry.registry.stream_events import StreamEvents
-from stream_registry.registry.task_runner import TaskRunner
+from stream_registry.registry.runners.restarts import RestartBackoff
+from stream_registry.registry.runners.task_runner import TaskRunner
+from stream_registry.registry.stream.stream_events import StreamEvents
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 
