@@ -1,4 +1,4 @@
-"""The partitions a stream process holds (stream_registry/registry/assignment.py), wired as the worker wires its
+"""The partitions a stream process holds (stream_registry/registry/stream/assignment.py), wired as the worker wires its
 parts (consumer_standin.worker_on), over a consumer stand-in (tests/support/consumer_standin.py) and a real null:// sink: the group's protocol
 learned from a refusal, exactly-once start points from the sink (and the realignment said when the group committed
 elsewhere), partitions held back while the sink does not answer, what a revoke forgets, records that left the log."""

@@ -1,4 +1,4 @@
-"""A stream's health (stream_registry/registry/health.py) without a consumer: the status and error it shows, an
+"""A stream's health (stream_registry/registry/stream/health.py) without a consumer: the status and error it shows, an
 outage confirmed by a probe and cleared by the next answer, a wait for the sink shown until it ends."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The runner of a stream's N tasks (stream_registry/registry/task_runner.py), over task runners that record
+"""The runner of a stream's N tasks (stream_registry/registry/runners/task_runner.py), over task runners that record
 what they are asked: the status the stream shows, offset changes and cancels reaching every task, a persisted
 change forgotten by the others, a dead task restarted alone. tests/host/test_stream_tasks.py runs real tasks."""
 from __future__ import annotations
