@@ -13,13 +13,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-<<<<<<< HEAD:stream_registry/registry/one_shot.py
-from ..errors import TransformError
+from ...errors import TransformError
 from ...sandbox import confine_stream, end_group
 from .caps import caps_from_env
-=======
-from ...errors import TransformError
->>>>>>> main:stream_registry/registry/runners/one_shot.py
 from .child_process import child_error, exit_cause, spawn_child, watch_host
 
 SPAWN_GRACE_S = 15.0   # beyond the call's own timeout: starting the interpreter and importing the transformation
