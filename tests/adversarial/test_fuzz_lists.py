@@ -10,13 +10,12 @@ reading reaches must be an allowed one.
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from urllib.parse import urlparse, urlsplit
 
 import pytest
 from hypothesis import strategies as st
-from test_fuzz import REACHABLE, fuzz
+from test_fuzz import REACHABLE, _used, fuzz
 
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError
@@ -48,26 +47,14 @@ def _reached(field: str, value: str) -> list[str]:
     """The hosts the client would reach with what we hand it for `field` = `value`, read by the client's rules;
     ConfigError when we refuse the value."""
     from spark_bridge.spark_session import check_remote
-    from stream_registry.graph.sinks.schemes import parse_sink_uri
 
     if field == "spark_remote":   # pyspark's ChannelBuilder: "http" + url[2:], urllib's urlparse
         return [urlparse("http" + check_remote(value)[2:]).hostname or ""]
-    base = {"name": "s", "topics": ["t"], "bootstrap_servers": "127.0.0.1:9092", "transform": "m.f", "sink": "null://"}
-    if field == "oauth_url":
-        config = StreamConfig(**base, configs={"sasl.oauthbearer.token.endpoint.url": value})
-    elif field == "schema.registry.url":
-        config = StreamConfig(**base, value_format="avro", schema_registry_url=value)
-    else:
-        config = StreamConfig(**{**base, field: value})
+    if field != "schema.registry.url":   # librdkafka's broker list, the token endpoint, the Bolt sink's host
+        return _used(field, value) + ([urlsplit(value).hostname or ""] if field == "sink" else [])
+    config = StreamConfig(name="s", topics=["t"], bootstrap_servers="127.0.0.1:9092", transform="m.f",
+                          sink="null://", value_format="avro", schema_registry_url=value)
     config.validate()
-    client = config.client_config()
-    if field == "sink":
-        return [parse_sink_uri(config.sink, check_hosts=True)[1].host, urlsplit(value).hostname or ""]
-    if field == "bootstrap_servers":   # librdkafka: entries separated by commas and spaces
-        return [re.sub(r"^\w+://", "", entry).rpartition(":")[0].strip("[]")
-                for entry in re.split(r"[, ]+", client["bootstrap.servers"])]
-    if field == "oauth_url":
-        return [urlsplit(client["sasl.oauthbearer.token.endpoint.url"]).hostname or ""]
     # confluent-kafka's _BaseRestClient: url.split(','), each stripped and its trailing '/' removed
     return [urlparse(member.strip().rstrip("/")).hostname or "" for member in config.schema_registry_url.split(",")]
 

@@ -11,10 +11,8 @@
 from __future__ import annotations
 
 import socket
-import threading
 from functools import partial
 
-import pytest
 from configs import MERGE, stream_body
 from drip_server import DripServer
 from host_helpers import HostProcess
@@ -25,30 +23,6 @@ from bench.unauthenticated_load import TOKEN, measure
 
 ALLOWED = {"MGSTREAMS_ALLOWED_HOSTS": "localhost,127.0.0.1"}
 create_body = partial(stream_body, group="sr", transform=MERGE, sink="null://")
-
-
-@pytest.fixture
-def listener():
-    """A TCP socket listening on 127.0.0.2 (another address of this machine) that records every connection."""
-    server = socket.create_server(("127.0.0.2", 0))
-    server.settimeout(0.2)
-    seen: list[tuple] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, peer = server.accept()
-            except OSError:
-                continue
-            seen.append(peer)
-            conn.close()
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], seen
-    stop.set()
-    thread.join(5)
-    server.close()
 
 
 def test_every_member_of_a_value_a_client_reads_as_a_list_is_checked(tmp_path, kafka, listener):
