@@ -43,8 +43,10 @@ log = logging.getLogger("mgstreams.sandbox")
 STATE_DIR_ENV = "MGSTREAMS_SANDBOX_STATE_DIR"   # set by the host for its children: the directory they never see
 LIBRDKAFKA_HEADROOM_MB = 256    # thread stacks (8 MiB each) and fetch queues of a consumer and its producer
 PR_SET_DUMPABLE = 4
+# Also the files /etc often links elsewhere (systemd-resolved's resolv.conf under /run): their targets are granted.
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/sys/devices/system/cpu",
-               "/dev/urandom", "/dev/random", "/dev/zero")
+               "/dev/urandom", "/dev/random", "/dev/zero", "/etc/resolv.conf", "/etc/hosts", "/etc/localtime",
+               "/etc/nsswitch.conf", "/etc/ssl/certs/ca-certificates.crt")
 SYSTEM_WRITE = ("/dev/null",)
 
 
