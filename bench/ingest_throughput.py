@@ -83,6 +83,7 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))   # the pymgclient stand-in
 
 from bench_data import check_topic, poison_count, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from host_helpers import standin_files  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
 from multi_stream import cpu_of  # noqa: E402
 from schema_registry import SchemaRegistry  # noqa: E402
@@ -94,6 +95,7 @@ from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
 from stream_registry.graph.transform import Message, load_transformation, run_transformation  # noqa: E402
 from stream_registry.registry.stream.worker import CONSUMER_DEFAULTS  # noqa: E402
+from stream_registry.sandbox import WRITE_PATHS_ENV  # noqa: E402
 
 FLOOR = 0.85
 EXACTLY_ONCE_FLOOR = 0.9
@@ -358,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[Run]] = {side: [] for side in sides}
     trips: dict[str, list[tuple[int, int, int]]] = {side: [] for side in sides}
     host_env = {OUTPUT_DIRS_ENV: str(out_dir), "MGCLIENT_STANDIN_RTT_MS": str(args.rtt_ms),
-                "MGCLIENT_STANDIN_JOURNAL": str(journal),
+                "MGCLIENT_STANDIN_JOURNAL": str(journal), WRITE_PATHS_ENV: standin_files(journal),
                 "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}   # the stand-in's host, by name
     if bolt:   # the host's processes import the stand-in as `mgclient`
         host_env["PYTHONPATH"] = os.pathsep.join(filter(None, (standin.PYTHONPATH_ENTRY, str(ROOT),

@@ -38,12 +38,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from bench_data import produce  # noqa: E402
+from host_helpers import standin_files  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
 from mgstreams.query_module import STREAMS_MODULE, QueryModule  # noqa: E402
 from stream_registry.graph.sinks.policy import OUTPUT_DIRS_ENV  # noqa: E402
+from stream_registry.sandbox import WRITE_PATHS_ENV  # noqa: E402
 
 PARTITIONS = 6
 TOPIC = "latency"
@@ -165,6 +167,7 @@ def main(argv=None) -> int:
                            env={OUTPUT_DIRS_ENV: tmp,   # the sink file below may be written there
                                 "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(ROOT))),
                                 "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
+                                WRITE_PATHS_ENV: standin_files(journal),   # the stand-in's database
                                 "MGCLIENT_STANDIN_RTT_MS": "0",
                                 "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}).spawn()
         try:

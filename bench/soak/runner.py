@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.host_process import HostProcess
 from stream_registry.errors import StreamError
+from stream_registry.sandbox import WRITE_PATHS_ENV
 
 from ..soak_transform import REFUSAL_MARKER
 from .evidence import Call, changes_for, logical_positions, with_cuts
@@ -121,6 +122,8 @@ class Soak(FaultMenu):
                 "MGCLIENT_STANDIN_JOURNAL": str(self.journal), "MGCLIENT_STANDIN_RECORD": "rows",
                 "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_SHARED": "1",
                 "MGCLIENT_STANDIN_REJECT": REFUSAL_MARKER,
+                # the sandboxed stream processes read the control files and write the stand-in's database
+                WRITE_PATHS_ENV: os.pathsep.join((str(self.ctl), *_touched(self.journal, f"{self.journal}.lock"))),
                 "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}
 
     def start_host(self) -> None:
@@ -340,3 +343,10 @@ class Soak(FaultMenu):
 
 def _spans(offsets: list[int]) -> str:
     return _ranges(offsets) if offsets else ""
+
+
+def _touched(*paths) -> list[str]:
+    """`paths`, made now if missing: the sandbox grants an existing file by name."""
+    for path in paths:
+        open(path, "a").close()
+    return [str(path) for path in paths]

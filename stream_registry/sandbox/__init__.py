@@ -41,6 +41,7 @@ from . import landlock
 log = logging.getLogger("mgstreams.sandbox")
 
 STATE_DIR_ENV = "MGSTREAMS_SANDBOX_STATE_DIR"   # set by the host for its children: the directory they never see
+WRITE_PATHS_ENV = "MGSTREAMS_SANDBOX_WRITE_PATHS"   # the operator's: files and directories streams may also write
 LIBRDKAFKA_HEADROOM_MB = 256    # thread stacks (8 MiB each) and fetch queues of a consumer and its producer
 PR_SET_DUMPABLE = 4
 # Also the files /etc often links elsewhere (systemd-resolved's resolv.conf under /run): their targets are granted.
@@ -190,6 +191,7 @@ def confine_stream(sink: str, output: object, memory_mb: int | None) -> Confinem
     except OSError:
         pass
     write, walked = sink_write_paths(sink, output)
+    write += [p.strip() for p in os.environ.get(WRITE_PATHS_ENV, "").split(os.pathsep) if os.path.isabs(p.strip())]
     done = confine(write=write, walk=walked, read=transformation_paths(), memory_mb=memory_mb)
     log.debug("confined: Landlock ABI %d, data limit %s", done.landlock_abi, done.data_limit)
     return done
