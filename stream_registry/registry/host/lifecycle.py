@@ -21,9 +21,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
 
-from ...config import GroupPolicy
 from ...errors import ConfigError, StreamError, StreamStateError
 from ...graph.sinks.policy import OutputPolicy
+from ...group_policy import GroupPolicy
 from ...model import RetryPolicy, StreamCaps, StreamInfo, StreamStatus
 from ...redaction import redact
 from ..runners.caps import check_running, running_processes
