@@ -211,7 +211,7 @@ class StreamRegistry:
                                         self._store.pending(name))
                 self._store.update_config(config)
                 if moving is not None and plan:
-                    self._changes.open(name, plan, moving.note, running=False)
+                    self._changes.open(name, plan, moving.note, running=False, sink_change=True)
                 stream.config = config
                 if stream.query is not None:   # it connected with the old configs
                     stream.query.close()
@@ -673,11 +673,12 @@ class StreamRegistry:
 
     def _one_runner(self, config: StreamConfig, events: StreamEvents, on_exit) -> StreamRunner:
         pending, output = self._changes.pending_moves(config.name), self._output_policy()
+        marks = self._store.mark_key(config.name)   # its identity and mark key (change_marks), shared by its tasks
         if self._isolation == Isolation.PROCESS:
             return ProcessRunner(config, pending=pending, output=output, retry=self._retry, events=events,
                                  stop_timeout=self._stop_timeout, memory_limit_mb=self._caps.stream_memory_mb,
-                                 on_exit=on_exit)
-        return ThreadRunner(config, pending=pending, output=output, retry=self._retry, events=events)
+                                 on_exit=on_exit, marks=marks)
+        return ThreadRunner(config, pending=pending, output=output, retry=self._retry, events=events, marks=marks)
 
     def _stop_locked(self, stream: _Stream, keep_desired: bool = False) -> None:
         """Stop the runner. A thread that does not stop in time keeps its sink and its place (closing

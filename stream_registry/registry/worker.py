@@ -73,7 +73,7 @@ from ..model import (
 )
 from ..redaction import redact
 from .batch_stats import BatchStats
-from .change_marks import ChangeMark, Committed
+from .change_marks import ChangeMark, Committed, MarkKey
 from .commits import BoundedCommitter, CommitUnanswered
 from .data_loss import ResetDecision
 from .data_loss import decide as decide_reset
@@ -146,7 +146,7 @@ class _CancelRequest:
 class StreamWorker:
     def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None, events: StreamEvents = StreamEvents(),
-                 retry: RetryPolicy = DEFAULT_RETRY):
+                 retry: RetryPolicy = DEFAULT_RETRY, marks: MarkKey | None = None):
         self.config = config
         self._transformation = transformation
         self._sink = sink
@@ -172,6 +172,7 @@ class StreamWorker:
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
         self._resumed: dict[PartitionKey, tuple] = {}   # exactly-once, just assigned elsewhere than the group's commit
         self._marks: dict[PartitionKey, ChangeMark] = {}   # last change persisted per partition (each commit)
+        self._mark_key = marks or MarkKey.new()   # none given: no mark written before is believed (change_marks)
         self._owed: dict[PartitionKey, int] = {}   # a batch's offsets whose commit failed: retried between batches
         self._next_owed_try = 0.0
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
@@ -481,7 +482,7 @@ class StreamWorker:
         """
         if not offsets:
             return None
-        marks = {tp: mark.encode() for tp, mark in self._marks.items()}   # each commit carries the last change's
+        marks = {tp: self._mark_key.encode(tp, mark) for tp, mark in self._marks.items()}   # each commit carries the last change's
         tps = [TopicPartition(tp[0], tp[1], o, metadata=marks[tp]) if tp in marks else TopicPartition(tp[0], tp[1], o)
                for tp, o in offsets.items()]
         consumer = self._live_consumer()
@@ -614,8 +615,7 @@ class StreamWorker:
                           starts: Mapping[PartitionKey, int | None]) -> None:
         """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
-        unknown = [key for key in keys if starts.get(key) is None]   # at-least-once: where the group resumes
-        offsets = self._gate.on_assign(starts, self._committed(sorted({*unknown, *self._gate.waiting_on(keys)})))
+        offsets = self._gate.on_assign(starts, self._committed(sorted(keys)))   # where they stand, and our marks
         for tp, key in zip(partitions, keys, strict=True):
             offset = offsets[key]
             if offset is not None:
@@ -647,7 +647,7 @@ class StreamWorker:
         out = {}
         for tp in found:
             key = PartitionKey(tp.topic, tp.partition)
-            mark = ChangeMark.decode(tp.metadata) if tp.error is None else None
+            mark = self._mark_key.decode(key, tp.metadata) if tp.error is None else None   # foreign: None
             if mark is not None:
                 self._marks[key] = mark   # carried on: this process's commits must not erase it
             out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
