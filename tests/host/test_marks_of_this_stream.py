@@ -93,6 +93,7 @@ def test_a_change_one_task_applied_is_not_applied_again_by_the_task_that_reads_i
                    what="each task holding a partition")
         _caught_up(client, name, [20, 20])
         holders = {r["partition"]: r["task"] for r in api.get(f"/streams/{name}/offsets").json()}
+        before = len(_written(host.journal, topic))   # (a partition may have been written twice as the tasks joined)
         pids = api.get(f"/streams/{name}").json()["pids"]
         mine = next(p for p, task in holders.items() if task == 0)   # P: task 0's
         slow = 1 - mine
@@ -101,7 +102,8 @@ def test_a_change_one_task_applied_is_not_applied_again_by_the_task_that_reads_i
         changes = {c.partition: c for c in client.set_offset(name, 10, timeout=3)}
         assert changes[mine].status == ChangeStatus.APPLIED, changes
         assert changes[slow].status == ChangeStatus.PENDING, changes   # task 1 is inside its batch
-        wait_until(lambda: _written(host.journal, topic).count((mine, 19)) == 2, 30, what="P: 10..19 again")
+        wait_until(lambda: _written(host.journal, topic)[before:].count((mine, 19)) == 1, 30, what="P: 10..19 again",
+                   describe=lambda: (_written(host.journal, topic)[before:], client.describe(name)))
         wait_until(lambda: committed(kafka, client.get(name).consumer_group, topic, mine)[0] == 20, 30,
                    what="P committed at 20 (carrying the change's mark)")
         os.kill(pids[0], signal.SIGKILL)
@@ -109,10 +111,10 @@ def test_a_change_one_task_applied_is_not_applied_again_by_the_task_that_reads_i
                    what="task 1 holding both partitions")
         produce_to(kafka, topic, mine, 5)
         wait_until(lambda: (mine, 24) in _written(host.journal, topic), 60, what="P's 5 new records")
-        again = [o for p, o in _written(host.journal, topic) if p == mine]
-        assert again.count(10) == 2 and again.count(19) == 2, f"P moved back to 10 again: {again}"
-        assert [h.partition for h in client.history(name) if h.change_id == changes[mine].change_id] \
-            == sorted([mine, slow]), client.history(name)
+        again = [o for p, o in _written(host.journal, topic)[before:] if p == mine]
+        assert again == list(range(10, 25)), f"P moved back to 10 again: {again}"
+        assert sorted(h.partition for h in client.history(name) if h.change_id == changes[mine].change_id) \
+            == [0, 1], client.history(name)   # one row per partition: applied once each
         assert client.pending(name) == []
         api.delete(f"/streams/{name}").raise_for_status()
 
@@ -220,7 +222,7 @@ def test_a_cancel_while_a_sink_change_is_in_flight_refuses_and_the_new_sink_cont
             refused = api.delete(f"/streams/{name}/pending")
             assert refused.status_code == 409, refused.text
             assert "sink change in flight" in refused.text and f"{topic}:{theirs}" in refused.text, refused.text
-            assert [(p.partition, p.offset) for p in client.pending(name)] == [(theirs, 100)]
+            assert (theirs, 100) in [(p.partition, p.offset) for p in client.pending(name)]   # nothing cancelled
         wait_until(lambda: not client.pending(name), 60, what="the carry-over applied when the stream took P")
         produce_to(kafka, topic, theirs, 5)
         wait_until(lambda: offsets_of(new, theirs)[-1:] == [104], 60, what="the 5 new records in the new sink")
