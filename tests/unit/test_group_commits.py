@@ -123,3 +123,31 @@ def test_exactly_once_a_change_is_stored_in_the_sink_first_and_a_failed_store_co
     error = commits.persist({P1: 7}, {P1: M7}, store=unreachable)
     assert error == "storing the new offset in the sink failed (graph unreachable)"
     assert ("t", 1) not in consumer.committed_offsets and P1 not in commits.marks
+
+
+def test_a_commit_refused_while_an_earlier_one_hangs_still_asks_whether_the_cluster_is_gone():
+    """Issue 42: an outage that begins while a commit hangs in librdkafka must reach the stream's error from the
+    owed commit's retries too, where the next commit fails at once (an earlier one still waits): the probe
+    (`give_up`) runs there as it does while a commit waits."""
+    from stream_registry.registry.commits import BoundedCommitter, CommitUnanswered
+
+    release = threading.Event()
+
+    class Hanging:
+        def commit(self, offsets, asynchronous):
+            release.wait(10)
+            return offsets
+    committer, asked = BoundedCommitter("orders"), []
+    try:
+        try:
+            committer.commit(Hanging(), [], 0.2)
+        except CommitUnanswered:
+            pass
+        assert committer.busy
+        try:
+            committer.commit(Hanging(), [], 5.0, give_up=lambda: asked.append(1) or True)
+        except CommitUnanswered as exc:
+            assert "an earlier commit still waits" in str(exc)
+        assert asked == [1], "refused at once without asking whether the cluster answers"
+    finally:
+        release.set()
