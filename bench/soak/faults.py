@@ -394,6 +394,28 @@ class FaultMenu:
         os.replace(tmp, self.ctl / f"{plan.topic}.sink")
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, sink=str(path), logical=old)
+        if self.rng.random() < 0.5:
+            self.cancel_during_sink_change(plan)
+
+    def cancel_during_sink_change(self, plan: StreamPlan) -> None:
+        """Issue 42: DELETE .../pending right after a sink change, its carry-over maybe still pending. The host
+        refuses (409) while it is in flight, or cancels what else is pending; a carry-over cancelled would leave
+        the new sink storing nothing, refilled from the log start (duplicates, stale rows)."""
+        kind = "sink_change_cancel"
+        started = time.time()
+        try:
+            rows = self.client.cancel_pending(plan.name)
+        except HostUnavailable as exc:
+            self.event(kind, stream=plan.name, error=str(exc))
+            return
+        except StreamError as exc:   # refused: the sink change is in flight (its carry-over is part of the alter)
+            self.faults[kind] += 1
+            self.event(kind, stream=plan.name, started=started, refused=str(exc))
+            return
+        self.cancelled += [(plan.name, r.change_id, r.topic, r.partition) for r in rows]
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, started=started, cancelled=[(r.change_id, r.partition, r.offset)
+                                                                         for r in rows])
 
     def fault_leader_move(self, kind: str) -> None:
         plan = self.rng.choice(STREAMS)
