@@ -211,11 +211,16 @@ class StateStore:
         a running stream: it may have been applied just before), or goes now (a stopped stream). `replaces`:
         the change a revert reverts: its rows still pending end superseded in the same transaction (their
         history rows now, for a stopped stream; when the gate confirms, for a running one). `sink_change`: the
-        rows are an alter's sink change (where the new sink starts), part of the alter: no cancel ends them."""
+        rows are an alter's sink change (where the new sink starts), part of the alter: no cancel ends them. A
+        row of a later call on a partition whose carry-over is still pending stands in for it (it too starts the
+        new sink somewhere): it is a sink change row as well, or cancelling it would leave the new sink storing
+        nothing of the partition, refilled from its log start."""
         now = time.time()
 
         def add(db) -> int:
             change_id = _next_change_id(db)
+            carrying = {(t, p) for t, p in db.execute("SELECT topic, partition FROM pending_changes WHERE stream = ? "
+                                                      "AND sink_change = 1 AND ended IS NULL", (name,))}
             if replaces is not None:
                 db.execute("UPDATE pending_changes SET ended = ?, reason = ? WHERE stream = ? AND change_id = ? "
                            "AND ended IS NULL", (ENDED_SUPERSEDED, f"superseded by change {change_id}", name,
@@ -229,7 +234,7 @@ class StateStore:
                 db.execute("INSERT INTO pending_changes (stream, change_id, topic, partition, offset, requested_at, "
                            "clamped, previous_offset, note, onward, sink_change) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (name, change_id, r.topic, r.partition, r.offset, now, int(r.clamped), r.previous_offset,
-                            r.message, int(r.onward), int(sink_change)))
+                            r.message, int(r.onward), int(sink_change or (r.topic, r.partition) in carrying)))
             return change_id
         return self._transaction(add)
 

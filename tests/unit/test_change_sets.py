@@ -197,3 +197,23 @@ def test_a_cancel_refuses_while_a_sink_change_is_in_flight_and_changes_nothing(t
     [cancelled] = changes.cancel("s", carry, running=True)   # applied: the other change can be cancelled now
     assert (cancelled.change_id, cancelled.partition) == (other, 1)
     store.close()
+
+
+def test_a_call_that_supersedes_a_pending_carry_over_cannot_be_cancelled_either(tmp_path):
+    """Seen in the exactly-once soak (seed 21): set_offset superseded a partition's carry-over, a cancel then
+    ended the set_offset, and the new sink, storing nothing of the partition, was refilled from its log start
+    (duplicates). The later call stands in for the carry-over: refused too while pending."""
+    import pytest
+
+    from stream_registry.errors import StreamStateError
+
+    store = StateStore(tmp_path)
+    changes = ChangeSets(store)
+    carry = changes.open("s", [_planned(12, 12, onward=False, clamped=False)], "sink change a -> b", running=True,
+                         sink_change=True)
+    later = changes.open("s", [_planned(40, 12, onward=True, clamped=False)], None, running=True)
+    changes.on_event("s", GateEvent(change_id=carry, topic="t", partition=0, offset=12, state=MoveState.SUPERSEDED))
+    with pytest.raises(StreamStateError, match=rf"sink change in flight \(change {later}: t:0 12 -> 40\)"):
+        changes.cancel("s", later, running=True)
+    assert [p.change_id for p in store.pending_rows("s")] == [later]
+    store.close()

@@ -142,7 +142,8 @@ class GateMachine(RuleBasedStateMachine):
         self.queued: list = []              # cancels sent, not yet drained by the poll thread (up_to)
         self.late: list = []                # (change_id, {tp: offset}): calls this task has not read yet
         self.elsewhere: dict = {}           # (change_id, tp) -> offset: another task persisted and recorded it
-        self.sink_changes: set = set()      # change ids of sink changes (an alter's carry-over)
+        self.sink_keys: set = set()         # (change_id, tp) of a sink change's carry-over, or of a later call that
+        #                                     superseded one still pending (it stands in for it: state_store.add_change)
         self.reverted: set = set()          # change ids a revert superseded the rest of
         self.gate = self._new_gate({})
 
@@ -170,7 +171,7 @@ class GateMachine(RuleBasedStateMachine):
                 COUNTS["reconciled"] += 1
             return
         if event.state == MoveState.CANCELLED:
-            assert event.change_id not in self.sink_changes, f"{key}: a sink change's carry-over was cancelled"
+            assert key not in self.sink_keys, f"{key}: a sink change's carry-over (or its stand-in) was cancelled"
         assert key not in self.final, f"{key} reported {event.state} after its final state {self.final.get(key)}"
         if event.state == MoveState.PERSISTED and key not in self.sim.last:
             # reconciled: persisted by an earlier process whose record was lost; not moved again
@@ -200,6 +201,13 @@ class GateMachine(RuleBasedStateMachine):
 
     def _new_change(self) -> int:
         return next(self.ids)
+
+    def _live(self, change_id: int, tp, offset: int, sink: bool = False) -> None:
+        """A call's partition is pending on the host; a sink change's, or a later call's on a partition whose
+        carry-over is still pending, is refused a cancel."""
+        if sink or any(key in self.sink_keys for key in self.live if key[1] == tp):
+            self.sink_keys.add((change_id, tp))
+        self.live[(change_id, tp)] = offset
 
     def _step(self) -> None:
         """Every step is a seam of the poll thread: a dead host restarts first (with it, the stream process),
@@ -393,7 +401,7 @@ class GateMachine(RuleBasedStateMachine):
         self._step()
         change_id = self._new_change()
         for tp in which:
-            self.live[(change_id, tp)] = offset
+            self._live(change_id, tp, offset)
         if late or self.late:   # one task reads its calls in order: behind a late one, every one is late
             self.late.append((change_id, {tp: offset for tp in which}))
         else:
@@ -447,15 +455,14 @@ class GateMachine(RuleBasedStateMachine):
         self._step()
         self._read_late()
         change_id = self._new_change()
-        self.sink_changes.add(change_id)
         offsets = {tp: self.committed.get(tp, 0) for tp in TPS}
         for tp, offset in offsets.items():
-            self.live[(change_id, tp)] = offset
+            self._live(change_id, tp, offset, sink=True)
         self.gate.request(change_id, offsets)
 
     def _sink_change_in_flight(self) -> bool:
         """The host refuses a cancel while a sink change's carry-over is pending (change_sets.cancel)."""
-        if any(cid in self.sink_changes for cid, _ in self.live):
+        if any(key in self.sink_keys for key in self.live):
             COUNTS["sink_change_cancels_refused"] += 1
             return True
         return False
@@ -482,7 +489,7 @@ class GateMachine(RuleBasedStateMachine):
         change_id = self._new_change()
         self.onward.add(change_id)
         for tp in which:
-            self.live[(change_id, tp)] = end
+            self._live(change_id, tp, end)
         self.gate.request(change_id, dict.fromkeys(which, end), onward=frozenset(which))
 
     @rule()
@@ -510,7 +517,7 @@ class GateMachine(RuleBasedStateMachine):
         self._read_late()
         change_id = self._new_change()
         for tp in revertible[change]:
-            self.live[(change_id, tp)] = revertible[change][tp]
+            self._live(change_id, tp, revertible[change][tp])
         self.reverted.add(change)
         self.gate.request(change_id, dict(revertible[change]), supersedes=change)   # its pending half ends
         assert not [key for key in self.live if key[0] == change], f"change {change} still live after its revert"
