@@ -88,7 +88,10 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         # continuations already resume there
         if (entry.topic, entry.partition) != tp or entry.status.value not in ("applied", "clamped"):
             continue
-        if entry.previous_offset == entry.offset and any(entry.changed_at.timestamp() >= t for t in sink_changes):
+        # a sink change's carry-over: where the old sink stood; from where the group had committed, which a kill
+        # can leave behind the sink (exactly-once), so only its message says what it is
+        carried = entry.previous_offset == entry.offset or "carried over to the new sink" in (entry.message or "")
+        if carried and any(entry.changed_at.timestamp() >= t for t in sink_changes):
             continue
         key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
                entry.offset)
