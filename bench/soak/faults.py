@@ -394,7 +394,7 @@ class FaultMenu:
         os.replace(tmp, self.ctl / f"{plan.topic}.sink")
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, sink=str(path), logical=old)
-        if self.rng.random() < 0.5:
+        if self.faults[kind] == 1 or self.rng.random() < 0.5:   # the first one always, then half of them
             self.cancel_during_sink_change(plan)
 
     def cancel_during_sink_change(self, plan: StreamPlan) -> None:
