@@ -32,8 +32,8 @@ from stream_helpers import delivered_from_file, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry
 from stream_registry.model import RetryPolicy
-from stream_registry.registry.runner import Isolation
-from stream_registry.registry.state_store import STATE_FILE
+from stream_registry.registry.runners.runner import Isolation
+from stream_registry.registry.state.state_store import STATE_FILE
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 # Committed with metadata 'mgstreams:{"change":12}' at offset 3, Tansu (v0.6.0) answers OffsetFetch with offset 3

@@ -1,4 +1,4 @@
-"""The group's commits (stream_registry/registry/group_commits.py) over a consumer stand-in: marks carried by
+"""The group's commits (stream_registry/registry/stream/group_commits.py) over a consumer stand-in: marks carried by
 every commit, errors only a poll resolves returned at once, transient ones retried, a failed batch commit owed
 and committed again between batches for the partitions still held, an offset change's persist."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from confluent_kafka import KafkaError
 from consumer_standin import ConsumerStandIn
 
 from stream_registry.model import PartitionKey
-from stream_registry.registry.change_marks import ChangeMark, MarkKey
-from stream_registry.registry.group_commits import OWED_RETRY_S, GroupCommits
+from stream_registry.registry.stream.change_marks import ChangeMark, MarkKey
+from stream_registry.registry.stream.group_commits import OWED_RETRY_S, GroupCommits
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 
@@ -129,7 +129,7 @@ def test_a_commit_refused_while_an_earlier_one_hangs_still_asks_whether_the_clus
     """Issue 42: an outage that begins while a commit hangs in librdkafka must reach the stream's error from the
     owed commit's retries too, where the next commit fails at once (an earlier one still waits): the probe
     (`give_up`) runs there as it does while a commit waits."""
-    from stream_registry.registry.commits import BoundedCommitter, CommitUnanswered
+    from stream_registry.registry.stream.commits import BoundedCommitter, CommitUnanswered
 
     release = threading.Event()
 
