@@ -176,11 +176,15 @@ def unexplained_cuts(cut_moves: list, history: dict[str, list]) -> list[str]:
     an ambiguous_commit), and the restarted stream resumes at its group's commit, which is where its sink
     stores (a live stream would still realign on its next batch, with a row)."""
     out = []
-    for m in cut_moves:
+    for index, m in enumerate(cut_moves):
         for (topic, partition), (before, after) in m.moves.items():
             rows = [h for h in history.get(m.stream, []) if (h.topic, h.partition) == (topic, partition)
                     and h.changed_at.timestamp() >= m.at - 0.5]
             first = rows[0] if rows else None
+            later = [c for c in cut_moves[index + 1:] if c.stream == m.stream and (topic, partition) in c.moves
+                     and (first is None or c.at - 0.5 <= first.changed_at.timestamp())]
+            if later:
+                continue   # cut again before the stream noticed (a rebalance, a long batch): the later cut is judged
             at_commit = first is None and (m.committed or {}).get((topic, partition)) == after
             ok = at_commit or (first is not None and (first.status.value != "realigned" or first.offset == after))
             if not ok:
