@@ -282,7 +282,6 @@ class PendingMove:
     change_id: int
     offset: int
     onward: bool = False   # the target never moves the partition back (ResolvedOffset.onward)
-    requested_at: float = 0.0   # epoch seconds: a commit's change mark older than this is not about this change
 
 
 @dataclass(frozen=True, kw_only=True)

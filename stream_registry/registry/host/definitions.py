@@ -98,7 +98,7 @@ class Definitions:
                                         self._store.pending(name))
                 self._store.update_config(config)
                 if moving is not None and plan:
-                    self._changes.open(name, plan, moving.note, running=False)
+                    self._changes.open(name, plan, moving.note, running=False, sink_change=True)
                 stream.config = config
                 if stream.query is not None:   # it connected with the old configs
                     stream.query.close()
