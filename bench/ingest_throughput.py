@@ -210,7 +210,7 @@ def run_loop(bootstrap: str, count: int, transform: str | None, uri: str | None,
 def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, group: str,
           rtt_ms: float | None) -> Run:
     if rtt_ms is not None:
-        sinks.bolt.connect_mgclient = standin.Server(rtt_ms).connect
+        sinks.bolt.connect_driver = standin.Server(rtt_ms).connect
     started = time.perf_counter()
     fn = load_transformation(transform) if transform else None
     sink = open_sink(uri) if uri else None

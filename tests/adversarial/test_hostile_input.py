@@ -349,7 +349,7 @@ def key_fingerprint(directory: Path, name: str) -> str:
 
 @pytest.fixture
 def driver(monkeypatch):
-    """The driver boundary (sinks.bolt.connect_mgclient, what pymgclient's `mgclient.connect` receives): records the
+    """The driver boundary (sinks.bolt.connect_driver, what pymgclient's `mgclient.connect` receives): records the
     keyword arguments and every trust_callback answer, then calls the real pymgclient."""
     calls: list[dict] = []
     answers: list[tuple] = []
@@ -365,7 +365,7 @@ def driver(monkeypatch):
             kwargs["trust_callback"] = recorded
         return mgclient.connect(**kwargs)
 
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", connect)
     return calls, answers
 
 

@@ -17,8 +17,8 @@ opened when it starts. One module per concept:
 raises SinkError on failure (graph.sink_faults says whose fault it is); an
 exactly-once batch checks the offsets it continues from in its own
 transaction (offset_store.continuation). Tests replace the Bolt driver at
-`sinks.bolt.connect_mgclient` and the bolt+s check at `sinks.bolt.verified_server_key` (where they are
-looked up; the package does not re-export them, so a stale patch of `sinks.connect_mgclient` fails
+`sinks.bolt.connect_driver` and the bolt+s check at `sinks.bolt.verified_server_key` (where they are
+looked up; the package does not re-export them, so a stale patch of `sinks.connect_driver` fails
 loudly instead of doing nothing).
 """
 from ...errors import SinkError
