@@ -30,6 +30,7 @@ from ..cypher_literals import to_cypher_literal
 from .tls import normal_fingerprint, public_key_bits
 
 CONNECT_TIMEOUT_S = 10.0
+PINNED_MISMATCH = "is not the pinned fingerprint"
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -55,7 +56,7 @@ class PinnedContext(ssl.SSLContext):
             key = hashlib.sha512(public_key_bits(sock.getpeercert(binary_form=True) or b"")).hexdigest()
             if key != self.fingerprint:
                 sock.close()
-                raise ssl.SSLError(f"the server's key fingerprint {key[:16]}... is not the pinned fingerprint "
+                raise ssl.SSLError(f"the server's key fingerprint {key[:16]}... {PINNED_MISMATCH} "
                                    f"{self.fingerprint[:16]}...")
         return sock
 
@@ -92,10 +93,29 @@ def connect_driver(*, host: str, port: int, scheme: str = "bolt", username: str 
     connection = BoltConnection(driver, engine)
     try:
         driver.verify_connectivity()
-    except BaseException:
+    except BaseException as exc:
         connection.close()
+        refusal = _tls_refusal(exc, f"{scheme}://{host}:{port}")
+        if refusal is not None:
+            raise refusal from None
         raise
     return connection
+
+
+def _tls_refusal(exc: BaseException, where: str) -> SinkError | None:
+    """A TLS refusal (an untrusted certificate, a key that is not the pinned one) as a SinkError that is not
+    retried, found among the causes the driver chains (it reports them as ServiceUnavailable)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return SinkError(f"sink {where}: the server's certificate is not trusted: "
+                             f"{seen.verify_message or seen} (bolt+s verifies it against the system CAs and the "
+                             f"host name; for a server with a self-signed certificate use bolt+ssc://, with "
+                             f"?fingerprint= to pin its key)")
+        if isinstance(seen, ssl.SSLError) and PINNED_MISMATCH in str(seen):
+            return SinkError(f"sink {where}: {seen.args[0]}")
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _host_part(host: str) -> str:
