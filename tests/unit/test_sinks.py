@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from mgclient_standin import mgclient
 import pytest
+from mgclient_standin import mgclient
 from mgclient_standin.mgclient import Server
 
 from stream_registry.errors import ConfigError, SinkError
