@@ -18,7 +18,8 @@ Facts this rests on (measured here, also in /work/shared/DESIGN.md):
   prefix (strings unescaped, floats with 6 decimals) in a 4096-byte stack buffer, and more than that crashes
   the server (SIGSEGV). tests/integration/test_graph_engine.py shows each;
 - reading the graph back goes through the Redis port (the `falkordb` client's `select_graph(...).query`, typed
-  values; its `list_graphs()` hung here), not through Bolt, so a test's check does not share the sink's client.
+  values; its `list_graphs()` hung here), not through Bolt, so a test's check does not share the sink's client;
+  a float comes back with 15 significant digits there (the graph holds it whole: Bolt returns every digit).
 """
 from __future__ import annotations
 
