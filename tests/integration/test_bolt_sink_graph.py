@@ -92,3 +92,20 @@ def test_a_write_after_the_server_restarted_reconnects_and_lands_once(graph_serv
     assert sink.write(merges(name, [(1, "after"), (2, "new")])) is Written.APPLIED
     assert graph_server.query(f"MATCH (n:{name}) RETURN n.k AS k, n.v AS v ORDER BY k") == [
         {"k": 1, "v": "after"}, {"k": 2, "v": "new"}]
+
+
+def test_json_nodes_with_nested_objects_land_on_an_engine_without_map_properties(graph_server, sink):
+    """json_nodes stores an object field as its JSON text (FalkorDB refuses a map property; Memgraph stores one):
+    the same graph on both. Fails with the object passed through: the server refuses the batch."""
+    from stream_registry.builtin_transformations import json_nodes
+    from stream_registry.graph.transform import Message, run_transformation
+
+    topic = f"t{uuid.uuid4().hex[:8]}"
+    payloads = [b'{"id": 1, "obj": {"b": 1}, "objs": [{"x": "y"}], "nums": [1, 2]}', b'{"id": 2, "s": "plain"}']
+    statements = run_transformation(json_nodes, [Message(topic, 0, offset, None, payload, 1_700_000_000_000)
+                                                 for offset, payload in enumerate(payloads)])
+    sink.write(statements)
+    rows = graph_server.query("MATCH (n:KafkaRecord {topic: $t}) RETURN properties(n) AS p ORDER BY n.offset",
+                              {"t": topic})
+    assert [{k: v for k, v in row["p"].items() if k not in ("topic", "partition", "offset")} for row in rows] == [
+        {"id": 1, "obj": '{"b":1}', "objs": '[{"x":"y"}]', "nums": [1, 2]}, {"id": 2, "s": "plain"}]
