@@ -216,4 +216,6 @@ def kill_connections(driver) -> None:
 
 def start_graph_server(directory: Path | None = None) -> GraphServer:
     """A started server in `directory` (a new temporary one by default); `close()` it when done."""
-    return GraphServer(Path(directory or tempfile.mkdtemp(prefix="falkordb-"))).start()
+    path = Path(directory or tempfile.mkdtemp(prefix="falkordb-"))
+    path.mkdir(parents=True, exist_ok=True)
+    return GraphServer(path).start()
