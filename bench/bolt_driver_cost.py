@@ -21,7 +21,8 @@ ROUNDS = 30
 
 
 def rows(count: int = ROWS) -> list[dict]:
-    return [{"topic": "ingest", "partition": i % 6, "offset": i, "payload": '{"i": %d, "pad": "%s"}' % (i, "x" * 180),
+    pad = "x" * 180
+    return [{"topic": "ingest", "partition": i % 6, "offset": i, "payload": f'{{"i": {i}, "pad": "{pad}"}}',
              "key": None, "timestamp": 1_700_000_000_000 + i} for i in range(count)]
 
 
