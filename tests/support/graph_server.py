@@ -197,21 +197,14 @@ def bolt_driver(uri: str, **config):
     """A neo4j driver on `uri`, closed without GOODBYE (its pooled connections killed), which FalkorDB needs."""
     import neo4j
 
+    from stream_registry.graph.sinks.bolt_driver import kill_connections
+
     driver = neo4j.GraphDatabase.driver(uri, auth=None, **config)
     try:
         yield driver
     finally:
         kill_connections(driver)
         driver.close()
-
-
-def kill_connections(driver) -> None:
-    """Close a neo4j driver's pooled connections without a GOODBYE (the driver's own `kill`)."""
-    pool = driver._pool
-    with pool.lock:
-        connections = [connection for queue in pool.connections.values() for connection in queue]
-    for connection in connections:
-        connection.kill()
 
 
 def start_graph_server(directory: Path | None = None) -> GraphServer:
