@@ -102,7 +102,7 @@ from stream_registry.graph import sinks  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
 from stream_registry.graph.transform import Message, load_transformation, run_transformation  # noqa: E402
-from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
+from stream_registry.registry.stream.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 0.85
 GRAPH_SERVER_FLOOR = 0.9    # --sink bolt: the stream against the raw loop, both into the real server
