@@ -109,3 +109,29 @@ def test_json_nodes_with_nested_objects_land_on_an_engine_without_map_properties
                               {"t": topic})
     assert [{k: v for k, v in row["p"].items() if k not in ("topic", "partition", "offset")} for row in rows] == [
         {"id": 1, "obj": '{"b":1}', "objs": '[{"x":"y"}]', "nums": [1, 2]}, {"id": 2, "s": "plain"}]
+
+
+def test_a_1000_message_batch_is_a_handful_of_round_trips(graph_server, monkeypatch):
+    """Folding on the real server: an exactly-once batch of 1000 statements and its offset is the stored offsets'
+    read, one UNWIND, and the offset write (each statement a round trip: FalkorDB runs them one by one)."""
+    from stream_registry.graph.sinks import bolt, bolt_driver
+
+    sent: list[str] = []
+
+    def counted(**kwargs):
+        connection = bolt_driver.connect_driver(**kwargs)
+        run = connection._run
+        connection._run = lambda query, parameters: sent.append(query) or run(query, parameters)
+        return connection
+
+    monkeypatch.setattr(bolt, "connect_driver", counted)
+    name, stream = label(), f"s_{uuid.uuid4().hex[:6]}"
+    sink = open_sink(f"{graph_server.bolt_uri}?engine=falkordb")
+    try:
+        batch = [*merges(name, [(i, i) for i in range(1000)]),
+                 *offset_statements(stream, {PartitionKey("t", 0): 1000})]
+        sink.write(batch, expect={PartitionKey("t", 0): None})
+    finally:
+        sink.close()
+    assert len(sent) == 3 and sent[1].startswith("UNWIND $mgstreams_rows AS mgstreams_row MERGE")
+    assert graph_server.query(f"MATCH (n:{name}) RETURN count(n) AS n") == [{"n": 1000}]
