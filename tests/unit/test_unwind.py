@@ -147,7 +147,7 @@ BATCH = [Statement("CREATE (:Msg {offset: $offset})", {"offset": i}) for i in ra
 @pytest.mark.parametrize("unwind, round_trips", [(True, 5), (False, 1005)])
 def test_the_bolt_sink_folds_unless_told_not_to(monkeypatch, unwind, round_trips):
     server = standin.Server(rtt_ms=0)
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", server.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", server.connect)
     with open_sink("bolt://memgraph:7687", bolt_unwind=unwind) as sink:
         sink.write([*BATCH, *offset_statements("s", {("t", 0): 1000, ("t", 1): 7})])
     assert server.round_trips == round_trips      # folded: the read, the messages' run, the offsets' run
