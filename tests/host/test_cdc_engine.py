@@ -294,7 +294,7 @@ def _deliver(log, data):
     for at in sorted(replays, reverse=True):
         out.insert(data.draw(st.integers(at, len(out)), label="replayed at"), out[at])
     cuts = sorted(data.draw(st.lists(st.integers(0, len(out)), max_size=4), label="batch cuts"))
-    return [out[a:b] for a, b in zip([0, *cuts], [*cuts, len(out)]) if out[a:b]]
+    return [out[a:b] for a, b in zip([0, *cuts], [*cuts, len(out)], strict=True) if out[a:b]]
 
 
 def test_semantic_types_reach_the_statements_as_the_graphs_values():
@@ -314,5 +314,5 @@ def test_semantic_types_reach_the_statements_as_the_graphs_values():
     row = statement.parameters["mgstreams_rows"][0]["properties"]
     assert row["born"] == dt.date(2022, 1, 8)
     assert row["seen"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123456)
-    assert row["at"] == dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.timezone.utc)
+    assert row["at"] == dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)
     assert row["price"] == "12.345" and json.loads(row["shape"]) == {"srid": 4326, "wkb": "AQEAAAA="}

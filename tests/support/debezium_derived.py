@@ -34,6 +34,8 @@ def event(name: str, op: str | None = None, after: dict | None = None, **source:
         doc["after" if doc["op"] != "d" else "before"] = after
         if doc["op"] == "d":
             doc["after"] = None
+    if "ts_ms" in source and "ts_us" not in source:   # the source's clock, at every precision it prints
+        source = {**source, "ts_us": source["ts_ms"] * 1000, "ts_ns": source["ts_ms"] * 1_000_000}
     doc["source"].update(source)
     return doc
 

@@ -54,9 +54,9 @@ def source_position(source: Mapping[str, Any], envelope: Mapping[str, Any], snap
         serial = int(source.get("event_serial_no") or 0)
         return Position(f"lsn:{commit}:{phase}:{change}:{serial:010d}", "", time)
     if source.get("scn") is not None or source.get("commit_scn") is not None:          # Oracle
-        commit = int(source.get("commit_scn") or source.get("scn"))
+        committed = int(source.get("commit_scn") or source.get("scn") or 0)
         scn = int(source.get("scn") or 0)
-        return Position(f"or:{commit:030d}:{phase}:{scn:030d}:{int(source.get('ssn') or 0):010d}", "", time)
+        return Position(f"or:{committed:030d}:{phase}:{scn:030d}:{int(source.get('ssn') or 0):010d}", "", time)
     if source.get("ord") is not None and source.get("ts_ms") is not None:              # MongoDB
         return Position(f"mo:{int(source['ts_ms']) // 1000:015d}:{phase}:{int(source['ord']):010d}", "", time)
     for name, scale in (("ts_ns", 1), ("ts_us", 1_000), ("ts_ms", 1_000_000)):
