@@ -101,6 +101,7 @@ POISON_FLOOR = 0.8
 FORMAT_GOAL = 0.7
 AVRO_TOPIC = "ingest_avro"
 DEBEZIUM = "stream_registry.builtin_transformations.debezium"
+CDC_OPTIONS = {"tables": ["public.records"]}   # the table debezium_events writes: the stream mirrors it
 AVRO_RECORD = json.dumps({"type": "record", "name": "Record", "fields": [
     {"name": "id", "type": "long"}, {"name": "user", "type": "string"}, {"name": "amount", "type": "double"},
     {"name": "pad", "type": "string"}]})
@@ -212,7 +213,8 @@ def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, gr
     if rtt_ms is not None:
         sinks.bolt.connect_mgclient = standin.Server(rtt_ms).connect
     started = time.perf_counter()
-    fn = load_transformation(transform) if transform else None
+    fn = load_transformation(transform, options=CDC_OPTIONS if transform == DEBEZIUM else None) \
+        if transform else None
     sink = open_sink(uri) if uri else None
     consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "enable.auto.offset.store": False,
@@ -250,6 +252,8 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
                topic: str = TOPIC, **settings) -> Run:
     """A stream of the host; done when its group's committed offsets cover all `count` messages."""
     client = host.client()
+    if transform == DEBEZIUM:
+        settings = {**settings, "transform.options": CDC_OPTIONS}
     client.create(name=name, topics=[topic], bootstrap_servers=bootstrap, transform=transform, sink=uri,
                   consumer_group=name, batch_size=BATCH_SIZE, batch_interval_ms=BATCH_INTERVAL_MS, **settings)
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False})

@@ -223,3 +223,31 @@ def test_avro_debezium_events_through_the_registry_make_the_same_statements_as_j
                          values(v, SerializationContext(topic, MessageField.VALUE))), decoder)
                 for i, (k, v) in enumerate(story)]
         assert _run(avro) == _run(_messages(story))
+
+
+def test_protobuf_nullable_wrappers_decode_to_a_value_or_null():
+    """Debezium's Protobuf converter writes a nullable column as google.protobuf.*Value: the column's value, or null
+    when unset (not "" nor {"value": ...})."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import descriptor_pb2, descriptor_pool, wrappers_pb2
+    from google.protobuf.message_factory import GetMessageClass
+    pool = descriptor_pool.DescriptorPool()
+    wrappers = descriptor_pb2.FileDescriptorProto()
+    wrappers_pb2.DESCRIPTOR.CopyToProto(wrappers)
+    pool.Add(wrappers)
+    fd = descriptor_pb2.FileDescriptorProto(name="inventory/customer.proto", package="inventory", syntax="proto3",
+                                            dependency=["google/protobuf/wrappers.proto"])
+    row = fd.message_type.add(name="Customer")
+    row.field.add(name="id", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32, label=1)
+    for number, name in ((2, "email"), (3, "nickname")):
+        row.field.add(name=name, number=number, type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE, label=1,
+                      type_name=".google.protobuf.StringValue")
+    pool.Add(fd)
+    customer = GetMessageClass(pool.FindMessageTypeByName("inventory.Customer"))
+    with SchemaRegistry() as server:
+        client = SchemaRegistryClient({"url": server.url})
+        data = ProtobufSerializer(customer, client, {"use.deprecated.format": False})(
+            customer(id=1, email={"value": ""}),
+            SerializationContext("customers", MessageField.VALUE))
+        decoded = Decoder("bytes", "protobuf", server.url).decode("customers", data)
+    assert decoded == {"id": 1, "email": "", "nickname": None}
