@@ -151,15 +151,23 @@ def _row(after: Mapping[str, Any], types: Mapping[str, tuple[str, int | None]], 
          cassandra: bool = False) -> tuple[dict[str, Any], frozenset[str]]:
     properties: dict[str, Any] = {}
     unchanged = []
-    placeholder = options.unavailable_value
+    placeholders = _placeholders(options.unavailable_value)
     for column, raw in after.items():
         column = str(column)
+        kind = type(raw)
         if cassandra:   # {value, deletion_ts, set}; a column the mutation did not touch is null
             if raw is None:
                 unchanged.append(column)
                 continue
             raw = raw.get("value") if isinstance(raw, Mapping) else raw
-        if _placeholder(raw, placeholder):
+            kind = type(raw)
+        if kind in _SCALARS and column not in types:   # the common case, quickly
+            if kind is str and raw in placeholders:
+                unchanged.append(column)
+            elif raw is not None:
+                properties[column] = raw
+            continue
+        if _placeholder(raw, placeholders):
             unchanged.append(column)
             continue
         try:
@@ -172,13 +180,26 @@ def _row(after: Mapping[str, Any], types: Mapping[str, tuple[str, int | None]], 
     return properties, frozenset(unchanged)
 
 
-def _placeholder(value: Any, placeholder: str) -> bool:
-    if isinstance(value, str):
-        return value == placeholder or value == _TOAST_UUID or value == _b64(placeholder)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value) == placeholder.encode()
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_PLACEHOLDERS: dict[str, frozenset[Any]] = {}
+
+
+def _placeholders(placeholder: str) -> frozenset[Any]:
+    """The forms the placeholder takes: text, base64 of its bytes (a bytea column), the uuid column's."""
+    found = _PLACEHOLDERS.get(placeholder)
+    if found is None:
+        found = _PLACEHOLDERS[placeholder] = frozenset({placeholder, _b64(placeholder), _TOAST_UUID,
+                                                        placeholder.encode()})
+    return found
+
+
+def _placeholder(value: Any, placeholders: frozenset[Any]) -> bool:
+    if isinstance(value, (str, bytes)):
+        return value in placeholders
+    if isinstance(value, bytearray):
+        return bytes(value) in placeholders
     if isinstance(value, list) and value:
-        return all(_placeholder(v, placeholder) for v in value)
+        return all(_placeholder(v, placeholders) for v in value)
     return False
 
 
@@ -196,6 +217,8 @@ def _key(message: Any, where: str, op: str, names: tuple[str, ...], source: Mapp
             return {"_id": _mongo(json.loads(key["id"]))}
         except ValueError:
             return {"_id": key["id"]}
+    if schema is None:
+        return {str(k): v if type(v) in _SCALARS else column_value(v, None) for k, v in key.items()}
     types = field_types(schema, "")
     return {str(k): column_value(v, types.get(str(k))) for k, v in key.items()}
 
@@ -236,6 +259,18 @@ def _table_names(source: Mapping[str, Any]) -> tuple[tuple[str, ...], str]:
     table = str(source.get("table") or source.get("collection"))
     db = source.get("db") or source.get("keyspace")
     schema = source.get("schema")
+    found = _NAMES.get((db, schema, table))
+    if found is None:
+        if len(_NAMES) > 4096:
+            _NAMES.clear()
+        found = _NAMES[(db, schema, table)] = _names(db, schema, table)
+    return found
+
+
+_NAMES: dict[tuple[Any, Any, str], tuple[tuple[str, ...], str]] = {}
+
+
+def _names(db: Any, schema: Any, table: str) -> tuple[tuple[str, ...], str]:
     names = []
     if db and schema:
         names.append(f"{db}.{schema}.{table}")
