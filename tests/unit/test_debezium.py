@@ -68,7 +68,7 @@ def test_a_postgres_tables_life_becomes_upserts_a_delete_and_nothing_for_the_tom
     assert rows[1]["properties"][POSITION_PROPERTY] == rows[1]["position"] == "pg:" + "3000".zfill(20) + ":1"
     assert rows[1]["properties"]["_debezium_mark"] == "debezium"
     assert "_DebeziumDeleted" in marker.query and "DETACH DELETE n" in delete.query
-    assert [r["k0"] for r in _rows(delete)] == [2] and _rows(delete)[0]["key"] == '{"id":2}'
+    assert [r["k0"] for r in _rows(delete)] == [2] and "k0: r.k0" in marker.query
     # delete markers older than delete_retention_ms (a week by default) before the newest delete go
     assert "MATCH (d:`_DebeziumDeleted`)" in aged.query and aged.parameters["before"] == \
         _rows(delete)[0]["time"] - 7 * 24 * 3600 * 1000

@@ -4,7 +4,7 @@ What the graph holds, per mirrored row: a node with the table's label, its key c
 `_debezium_mark` (the stream's mark: only nodes with it are matched, updated or deleted),
 `_debezium_position`/`_debezium_origin`/`_debezium_time` (the position of the event that wrote it), and
 `_debezium_snapshot` (the snapshot that last read it). A deleted row leaves a `_DebeziumDeleted` marker (its key as
-JSON text, the delete's position) and a truncated table a `_DebeziumTruncated` marker, so that an older event
+columns as `k0`, `k1`, ..., the delete's position) and a truncated table a `_DebeziumTruncated` marker, so that an older event
 processed later (a repartitioned topic, a replay) does not bring the row back; markers of deletes older than
 `delete_retention_ms` (by the source's clock) go.
 
@@ -50,6 +50,11 @@ def _node(label: str, key_columns: tuple[str, ...]) -> str:
     return f"(n:{name(label)} {{{keys}, {name(MARK)}: $mark}})"
 
 
+def _marker(key_columns: tuple[str, ...]) -> str:
+    keys = "".join(f", k{i}: r.k{i}" for i in range(len(key_columns)))
+    return f"(d:{name(DELETED_LABEL)} {{{name(MARK)}: $mark, label: $label{keys}}})"
+
+
 def _stamp(variable: str) -> str:
     return (f"SET {variable}.{name(POSITION)} = r.position, {variable}.{name(ORIGIN)} = r.origin, "
             f"{variable}.{name(TIME)} = r.time")
@@ -62,7 +67,7 @@ def upsert(label: str, key_columns: tuple[str, ...], unchanged: tuple[str, ...])
     restore = "".join(f" SET n.{name(c)} = keep{i}" for i, c in enumerate(unchanged))
     return (f"{_UNWIND}OPTIONAL MATCH (t:{name(TRUNCATED_LABEL)} {{{name(MARK)}: $mark, label: $label}}) "
             f"WITH r, t WHERE {_older('t')} "
-            f"OPTIONAL MATCH (d:{name(DELETED_LABEL)} {{{name(MARK)}: $mark, label: $label, key: r.key}}) "
+            f"OPTIONAL MATCH {_marker(key_columns)} "
             f"WITH r, d WHERE {_older('d')} "
             f"MERGE {_node(label, key_columns)} "
             f"WITH r, n{keep} WHERE n.{name(POSITION)} IS NULL OR {not_newer('n')} "
@@ -71,7 +76,7 @@ def upsert(label: str, key_columns: tuple[str, ...], unchanged: tuple[str, ...])
 
 def delete(label: str, key_columns: tuple[str, ...]) -> list[str]:
     """Each row's marker (kept newest), then its node, unless the node holds a newer write."""
-    return [f"{_UNWIND}MERGE (d:{name(DELETED_LABEL)} {{{name(MARK)}: $mark, label: $label, key: r.key}}) "
+    return [f"{_UNWIND}MERGE {_marker(key_columns)} "
             f"WITH r, d WHERE d.{name(POSITION)} IS NULL OR {not_newer('d')} {_stamp('d')}",
             f"{_UNWIND}MATCH {_node(label, key_columns)} WHERE n.{name(POSITION)} IS NULL OR {not_newer('n')} "
             f"DETACH DELETE n"]

@@ -23,12 +23,12 @@ class Segment:
 
     def __init__(self, options: CdcOptions):
         self.options = options
-        self.rows: dict[tuple[str, str], Change] = {}   # (label, the key as JSON text): the row's newest
+        self.rows: dict[tuple[str, Any], Change] = {}   # (label, the key's values): the row's newest change
         self.newest_delete_ms: int | None = None
 
     def add(self, change: Change) -> None:
         label = self.options.label(change.names, change.qualified)
-        slot = (label, _key_text(change.key))
+        slot = (label, _slot_key(change.key))
         held = self.rows.get(slot)
         if held is not None:
             if not change.position.at_least(held.position):
@@ -42,7 +42,6 @@ class Segment:
     def flush(self) -> list[dict[str, Any]]:
         upserts: dict[tuple, list[Change]] = {}
         deletes: dict[tuple, list[Change]] = {}
-        key_texts = {id(change): key for (_, key), change in self.rows.items()}
         for (label, _), change in self.rows.items():
             key_columns = tuple(change.key)
             if change.kind == "delete":
@@ -54,7 +53,7 @@ class Segment:
         out: list[dict[str, Any]] = []
         for (label, key_columns, unchanged, relationships), changes in upserts.items():
             out.append(self._statement(cypher.upsert(label, key_columns, unchanged), label,
-                                       [self._upsert_row(c, key_texts[id(c)]) for c in changes]))
+                                       [self._upsert_row(c) for c in changes]))
             for spec in relationships:
                 rows = [{**_keys(c), "position": c.position.text, "target": c.properties.get(spec.column)}
                         for c in changes]
@@ -67,7 +66,7 @@ class Segment:
                                                                         "mark": self.options.mark}})
                 out.append(self._statement(link, label, rows))
         for (label, key_columns), changes in deletes.items():
-            rows = [{**_keys(c), **_stamp(c), "key": key_texts[id(c)]} for c in changes]
+            rows = [{**_keys(c), **_stamp(c)} for c in changes]
             out.extend(self._statement(query, label, rows) for query in cypher.delete(label, key_columns))
             newest = max(c.position.time for c in changes)
             self.newest_delete_ms = max(newest, self.newest_delete_ms or newest)
@@ -91,14 +90,14 @@ class Segment:
         before = self.newest_delete_ms - self.options.delete_retention_ms
         return [{"query": cypher.markers_aged(), "parameters": {"mark": self.options.mark, "before": before}}]
 
-    def _upsert_row(self, change: Change, key_text: str) -> dict[str, Any]:
+    def _upsert_row(self, change: Change) -> dict[str, Any]:
         stamp = _stamp(change)
         properties = {**change.properties, **change.key, cypher.MARK: self.options.mark,
                       cypher.POSITION: stamp["position"], cypher.ORIGIN: stamp["origin"], cypher.TIME: stamp["time"],
                       cypher.SNAPSHOT: _snapshot_id(change) if change.snapshot else ""}
         for column in change.unchanged:
             properties.pop(column, None)
-        return {**_keys(change), **stamp, "key": key_text, "properties": properties}
+        return {**_keys(change), **stamp, "properties": properties}
 
     def _statement(self, query: str, label: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {"query": query, "parameters": {cypher.ROWS: rows, "mark": self.options.mark, "label": label}}
@@ -116,5 +115,10 @@ def _snapshot_id(change: Change) -> str:
     return f"{change.position.origin}|{change.position.text}"
 
 
-def _key_text(key: Any) -> str:
-    return json.dumps(key, sort_keys=True, default=str, separators=(",", ":"))
+def _slot_key(key: Any) -> Any:
+    values = tuple(key.items())
+    try:
+        hash(values)
+    except TypeError:   # a list-valued key column
+        return json.dumps(key, sort_keys=True, default=str)
+    return values

@@ -1,4 +1,4 @@
-"""The `debezium` transformation's statements run in a real graph engine (FalkorDB, support/debezium_derived.py)
+"""The `debezium` transformation's statements run in a real graph engine (the `graph_server` fixture's FalkorDB)
 on events from Debezium's documentation (support/debezium_corpus) and sequences derived from them: after each
 sequence the graph must hold what the table holds. One test per defect of issue 43, and a hypothesis test of
 random row histories per connector kind.
@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 
 import pytest
-from debezium_derived import MIRROR, GraphServer, event
+from debezium_derived import MIRROR, Graph, event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,16 +18,9 @@ from stream_registry.graph.transform import Message, load_transformation, run_tr
 PLACEHOLDER = "__debezium_unavailable_value"
 
 
-@pytest.fixture(scope="module")
-def server():
-    running = GraphServer()
-    yield running
-    running.stop()
-
-
 @pytest.fixture
-def graph(server):
-    return server.graph(f"g{uuid.uuid4().hex[:12]}")
+def graph(graph_server):
+    return Graph(graph_server)
 
 
 def run(graph, records, options, topic="server1.inventory.customers"):
@@ -190,7 +182,7 @@ def test_defect10_a_complete_resnapshot_removes_rows_deleted_while_the_connector
 
 
 def test_defect11_only_named_tables_and_only_this_streams_nodes_are_touched(graph):
-    graph.graph.query("CREATE (:`public.Secret` {id: 1, data: 'not CDC'}), (:`public.customers` {id: 1, "
+    graph.server.query("CREATE (:`public.Secret` {id: 1, data: 'not CDC'}), (:`public.customers` {id: 1, "
                       "first_name: 'hand-made'})")
     secret = event("postgresql-change-truncate-L1249", table="Secret", lsn=10)
     run(graph, [({"id": 1}, event("postgresql-change-delete-L1150", "d", {"id": 1}, table="Secret", lsn=5)),
@@ -236,11 +228,11 @@ STEP = st.one_of(st.tuples(st.just("upsert"), st.integers(1, 4), st.booleans()),
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(KINDS)), steps=st.lists(STEP, max_size=14), data=st.data())
-def test_random_histories_leave_the_graph_equal_to_the_table(server, kind, steps, data):
+def test_random_histories_leave_the_graph_equal_to_the_table(graph_server, kind, steps, data):
     """Per key the connector's order (Debezium keys partition by row); across keys any interleaving, batches of
     any size, and redeliveries of earlier events (a replay). The graph must equal the table."""
     options, label, make = KINDS[kind]
-    graph = server.graph(f"h{uuid.uuid4().hex[:12]}")
+    graph = Graph(graph_server)
     table: dict[int, dict] = {}
     log: list = []   # (key or None for table-wide, record)
     for n, (what, row_id, toast) in enumerate(steps, start=1):
