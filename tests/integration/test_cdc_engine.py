@@ -71,6 +71,19 @@ def test_defect2_a_change_committed_during_the_snapshot_is_not_lost_to_the_reads
     assert graph.table("dbo.customers")[1005]["first_name"] == "John Doe"
 
 
+def test_defect2_mysql_with_gtids_a_change_during_the_snapshot_is_newer_than_the_read(graph):
+    """The read carries no GTID and no server id, and the time it read the row; the change streamed after the
+    snapshot's binlog position carries a GTID and an earlier time."""
+    read = event("shared-mariadb-mysql-change-create-L1143", "r", {"id": 1, "first_name": "read"},
+                 snapshot="true", server_id=0, gtid=None, file="mysql-bin.000003", pos=154, ts_ms=1_700_000_900_000)
+    change = event("shared-mariadb-mysql-change-update-L1442", "u", {"id": 1, "first_name": "changed"},
+                   server_id=223344, gtid=f"{GTID_UUID}:24", file="mysql-bin.000003", pos=484,
+                   ts_ms=1_700_000_100_000)
+    run(graph, [({"id": 1}, read)], MYSQL)
+    run(graph, [({"id": 1}, change)], MYSQL)
+    assert graph.table("inventory.customers")[1]["first_name"] == "changed"
+
+
 def test_defect2_oracle_and_db2_order_by_their_scn_and_lsn_not_time(graph):
     oracle = {"tables": ["DEBEZIUM.CUSTOMERS"]}
     newer = event("oracle-change-truncate-L1956", "u", {"ID": 1, "NAME": "new"}, table="CUSTOMERS",
@@ -200,11 +213,17 @@ def _pg_event(op, row, n):
 
 
 def _mysql_event(op, row, n):
+    """With GTIDs; a snapshot read has none, no server id, and the (late) time it read the row."""
     name = "shared-mariadb-mysql-change-" + {"c": "create-L1143", "u": "update-L1442", "d": "delete-L1566",
                                              "r": "create-L1143"}[op]
+    read = op == "r"
     return {"id": row["id"]}, event(name, op, row, file=f"mysql-bin.{n // 7 + 999998:06d}",
-                                    pos=(n % 7) * 100 + 4, row=0, snapshot="true" if op == "r" else False,
-                                    server_id=223344, ts_ms=1_465_581_029_100 + n * 1000)
+                                    pos=(n % 7) * 100 + 4, row=0, snapshot="true" if read else False,
+                                    server_id=0 if read else 223344, gtid=None if read else f"{GTID_UUID}:{n}",
+                                    ts_ms=1_900_000_000_000 if read else 1_465_581_029_100 + n * 1000)
+
+
+GTID_UUID = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 
 
 def _sqlserver_event(op, row, n):

@@ -58,7 +58,7 @@ def test_a_postgres_tables_life_becomes_upserts_a_delete_and_nothing_for_the_tom
     reads, sweep, upsert, marker, delete, aged = _run(_messages(pg_story(), wrap_json=wrap_json))
     # the snapshot (its first read to its last) is written, then its table's nodes it did not read go
     assert [r["k0"] for r in _rows(reads)] == [1, 2] and "coalesce(n.`_debezium_snapshot`, '') <> r.snapshot" \
-        in sweep.query and _rows(sweep)[0]["snapshot"] == "|pg:" + "1000".zfill(20) + ":0"
+        in sweep.query and _rows(sweep)[0]["snapshot"] == "pg:" + "1000".zfill(20) + ":0"
     assert upsert.query.startswith(f"UNWIND ${ROWS_PARAMETER} AS r ") and \
         "MERGE (n:`inventory.customers` {`id`: r.k0, `_debezium_mark`: $mark})" in upsert.query
     assert "SET n = r.properties" in upsert.query   # replaced, so a column that became absent goes

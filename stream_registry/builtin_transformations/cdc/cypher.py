@@ -2,7 +2,8 @@
 
 What the graph holds, per mirrored row: a node with the table's label, its key columns, its columns, and
 `_debezium_mark` (the stream's mark: only nodes with it are matched, updated or deleted),
-`_debezium_position`/`_debezium_origin`/`_debezium_time` (the position of the event that wrote it), and
+`_debezium_position`/`_debezium_origin`/`_debezium_sequence`/`_debezium_time` (the position of the event that
+wrote it, positions.Position), and
 `_debezium_snapshot` (the snapshot that last read it). A deleted row leaves a `_DebeziumDeleted` marker (its key as
 columns as `k0`, `k1`, ..., the delete's position) and a truncated table a `_DebeziumTruncated` marker, so that an older event
 processed later (a repartitioned topic, a replay) does not bring the row back; markers of deletes older than
@@ -18,6 +19,7 @@ from .options import RelationshipSpec
 MARK = "_debezium_mark"
 POSITION = "_debezium_position"
 ORIGIN = "_debezium_origin"
+SEQUENCE = "_debezium_sequence"
 TIME = "_debezium_time"
 SNAPSHOT = "_debezium_snapshot"
 DELETED_LABEL = "_DebeziumDeleted"
@@ -31,18 +33,24 @@ def name(identifier: str) -> str:
     return "`" + identifier.replace("`", "``") + "`"
 
 
+def _compare(stored: str, row: str, operator: str) -> str:
+    """Cypher for `stored <operator> row` by position (positions.Position.at_least): by GTID when both carry one
+    (by time across GTID origins), else by position text."""
+    p, o, q, t = name(POSITION), name(ORIGIN), name(SEQUENCE), name(TIME)
+    both = f"{stored}.{o} <> '' AND {row}.origin <> ''"
+    return (f"(({both}) AND ({stored}.{o} = {row}.origin AND {stored}.{q} {operator} {row}.sequence OR "
+            f"{stored}.{o} <> {row}.origin AND {stored}.{t} {operator} {row}.time) OR "
+            f"NOT ({both}) AND {stored}.{p} {operator} {row}.position)")
+
+
 def not_newer(stored: str, row: str = "r") -> str:
-    """Cypher for: what `stored` holds is not newer than the event `row` (positions.Position.at_least)."""
-    p, o, t = name(POSITION), name(ORIGIN), name(TIME)
-    return (f"({stored}.{o} = {row}.origin AND {stored}.{p} <= {row}.position OR "
-            f"{stored}.{o} <> {row}.origin AND {stored}.{t} <= {row}.time)")
+    """Cypher for: what `stored` holds is not newer than the event `row`."""
+    return _compare(stored, row, "<=")
 
 
 def _older(stored: str) -> str:
     """The marker `stored` is older than the event r (or absent): the event applies."""
-    p, o, t = name(POSITION), name(ORIGIN), name(TIME)
-    return (f"({stored} IS NULL OR {stored}.{o} = r.origin AND {stored}.{p} < r.position OR "
-            f"{stored}.{o} <> r.origin AND {stored}.{t} < r.time)")
+    return f"({stored} IS NULL OR {_compare(stored, 'r', '<')})"
 
 
 def _node(label: str, key_columns: tuple[str, ...]) -> str:
@@ -57,7 +65,7 @@ def _marker(key_columns: tuple[str, ...]) -> str:
 
 def _stamp(variable: str) -> str:
     return (f"SET {variable}.{name(POSITION)} = r.position, {variable}.{name(ORIGIN)} = r.origin, "
-            f"{variable}.{name(TIME)} = r.time")
+            f"{variable}.{name(SEQUENCE)} = r.sequence, {variable}.{name(TIME)} = r.time")
 
 
 def upsert(label: str, key_columns: tuple[str, ...], unchanged: tuple[str, ...]) -> str:

@@ -136,7 +136,7 @@ def _flattened(message: Any, value: Mapping[str, Any], schema: Any, headers: Map
     try:
         position = source_position(source, {}, snapshot=op == "r")
     except ValueError:   # no metadata added: the record's time (Kafka's), on the partition that keys the row
-        position = Position(f"ts:{int(message.timestamp()) * 1_000_000:025d}", "", int(message.timestamp()))
+        position = Position(f"ts:{int(message.timestamp()) * 1_000_000:025d}", time=int(message.timestamp()))
     key = _key(message, where, op, names, source)
     if deleted:
         return Change("delete", names=names, qualified=qualified, key=key, position=position)

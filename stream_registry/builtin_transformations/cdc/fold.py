@@ -93,7 +93,8 @@ class Segment:
     def _upsert_row(self, change: Change) -> dict[str, Any]:
         stamp = _stamp(change)
         properties = {**change.properties, **change.key, cypher.MARK: self.options.mark,
-                      cypher.POSITION: stamp["position"], cypher.ORIGIN: stamp["origin"], cypher.TIME: stamp["time"],
+                      cypher.POSITION: stamp["position"], cypher.ORIGIN: stamp["origin"],
+                      cypher.SEQUENCE: stamp["sequence"], cypher.TIME: stamp["time"],
                       cypher.SNAPSHOT: _snapshot_id(change) if change.snapshot else ""}
         for column in change.unchanged:
             properties.pop(column, None)
@@ -108,11 +109,13 @@ def _keys(change: Change) -> dict[str, Any]:
 
 
 def _stamp(change: Change) -> dict[str, Any]:
-    return {"position": change.position.text, "origin": change.position.origin, "time": change.position.time}
+    position = change.position
+    return {"position": position.text, "origin": position.origin, "sequence": position.sequence,
+            "time": position.time}
 
 
 def _snapshot_id(change: Change) -> str:
-    return f"{change.position.origin}|{change.position.text}"
+    return change.position.text
 
 
 def _slot_key(key: Any) -> Any:

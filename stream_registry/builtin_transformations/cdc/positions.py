@@ -9,9 +9,12 @@ carries the time the row was read, so a change committed during the snapshot wou
   of the oplog time) and `ord`; Cassandra: the commit log segment and `pos`; any other: the event's time.
 - A snapshot read sorts before the streaming events at the same log position (the snapshot is taken at the
   position the stream then starts from).
-- MySQL positions compare only on one server: `origin` names it (the GTID's server UUID, else `server_id`). Two
-  events of different origins (a failover) are ordered by the source's event time, `ts_ms`, as Debezium's own
-  guidance for consumers says; events of one server within one second across a failover cannot be ordered.
+- MySQL binlog coordinates compare only within the binlog of one server, the one the connector reads. Two events
+  that both carry a GTID are compared by it instead: within one GTID origin (the server UUID that committed the
+  transaction, whichever server's binlog it was read from) by its transaction number; across origins (the
+  writes of a new primary after a failover, whose binlog may start again at 000001) by the source's event time,
+  `ts_ms`, as Debezium's own guidance for consumers says. A snapshot read carries no GTID (nor a server id): it
+  compares by coordinates, against the binlog it was taken on. Without GTIDs a failover cannot be ordered.
 
 `Position.text` is fixed-width text that sorts as the positions do, so the graph compares it in Cypher.
 """
@@ -28,14 +31,17 @@ _DIGITS = re.compile(r"(\d+)")
 @dataclass(frozen=True)
 class Position:
     text: str
-    origin: str = ""   # positions compare within one origin; across origins, by `time`
-    time: int = 0      # the source's event time, ms
+    origin: str = ""     # MySQL's GTID origin ("" without one): positions that both have one compare by it
+    sequence: str = ""   # within that origin: the GTID's transaction number, then the event's place in it
+    time: int = 0        # the source's event time, ms: orders events of two GTID origins
 
     def at_least(self, other: Position) -> bool:
-        """Whether this event is as new as `other` or newer (the graph's guard says the same in Cypher)."""
-        if self.origin == other.origin:
-            return self.text >= other.text
-        return self.time >= other.time
+        """Whether this event is as new as `other` or newer (the graph's guard, cypher.not_newer, says the same)."""
+        if self.origin and other.origin:
+            if self.origin == other.origin:
+                return self.sequence >= other.sequence
+            return self.time >= other.time
+        return self.text >= other.text
 
 
 def source_position(source: Mapping[str, Any], envelope: Mapping[str, Any], snapshot: bool = False) -> Position:
@@ -43,26 +49,26 @@ def source_position(source: Mapping[str, Any], envelope: Mapping[str, Any], snap
     phase = "0" if snapshot else "1"
     time = _time_ms(source, envelope)
     if source.get("lsn") is not None:                                    # PostgreSQL
-        return Position(f"pg:{int(source['lsn']):020d}:{phase}", "", time)
+        return Position(f"pg:{int(source['lsn']):020d}:{phase}", time=time)
     if source.get("file") is not None and source.get("pos") is not None:
         if str(source.get("connector")) == "cassandra" or "keyspace" in source:
-            return Position(f"ca:{_index(source['file']):020d}:{int(source['pos']):020d}:{phase}", "", time)
+            return Position(f"ca:{_index(source['file']):020d}:{int(source['pos']):020d}:{phase}", time=time)
         return _mysql(source, phase, time)
     if source.get("commit_lsn") is not None or source.get("change_lsn") is not None:   # SQL Server, Db2, Informix
         commit = _lsn(source.get("commit_lsn") or source.get("change_lsn"))
         change = _lsn(source.get("change_lsn") or "0") if not snapshot else _lsn("0")
         serial = int(source.get("event_serial_no") or 0)
-        return Position(f"lsn:{commit}:{phase}:{change}:{serial:010d}", "", time)
+        return Position(f"lsn:{commit}:{phase}:{change}:{serial:010d}", time=time)
     if source.get("scn") is not None or source.get("commit_scn") is not None:          # Oracle
         committed = int(source.get("commit_scn") or source.get("scn") or 0)
         scn = int(source.get("scn") or 0)
-        return Position(f"or:{committed:030d}:{phase}:{scn:030d}:{int(source.get('ssn') or 0):010d}", "", time)
+        return Position(f"or:{committed:030d}:{phase}:{scn:030d}:{int(source.get('ssn') or 0):010d}", time=time)
     if source.get("ord") is not None and source.get("ts_ms") is not None:              # MongoDB
-        return Position(f"mo:{int(source['ts_ms']) // 1000:015d}:{phase}:{int(source['ord']):010d}", "", time)
+        return Position(f"mo:{int(source['ts_ms']) // 1000:015d}:{phase}:{int(source['ord']):010d}", time=time)
     for name, scale in (("ts_ns", 1), ("ts_us", 1_000), ("ts_ms", 1_000_000)):
         for holder in (source, envelope):
             if holder.get(name) is not None:
-                return Position(f"ts:{int(holder[name]) * scale:025d}", "", time)
+                return Position(f"ts:{int(holder[name]) * scale:025d}", time=time)
     raise ValueError("value.source has no position (lsn, file/pos, commit_lsn, scn, ord, ts_ms)")
 
 
@@ -89,15 +95,15 @@ def _lsn(text: Any) -> str:
 
 
 def _mysql(source: Mapping[str, Any], phase: str, time: int) -> Position:
-    """With a GTID (MySQL `uuid:N`, MariaDB `domain-server-N`), N orders the transactions of its origin on every
-    server (a replica's binlog keeps the GTIDs it replicated): the position is N, then the event's place in the
-    transaction. Without one, the binlog coordinates of the server (`server_id`) that wrote them."""
+    """Binlog coordinates (file index, pos, row); with a GTID (MySQL `uuid:N`, MariaDB `domain-server-N`) also its
+    origin and N, which order the transactions of that origin on every server (a replica's binlog keeps the
+    GTIDs it replicated)."""
     pos, row = int(source["pos"]), int(source.get("row") or 0)
+    text = f"my:{_index(source['file']):012d}:{pos:020d}:{row:010d}:{phase}"
     gtid = source.get("gtid")
-    if gtid:
-        text = str(gtid)
-        origin, number = (text.rsplit(":", 1) if ":" in text else text.rsplit("-", 1))
-        last = int(_DIGITS.findall(number)[-1]) if _DIGITS.findall(number) else 0
-        return Position(f"my:{last:020d}:{pos:020d}:{row:010d}:{phase}", f"gtid:{origin}", time)
-    return Position(f"my:{_index(source['file']):012d}:{pos:020d}:{row:010d}:{phase}",
-                    f"server:{source.get('server_id')}", time)
+    if not gtid:
+        return Position(text, "", time=time)
+    gtid = str(gtid)
+    origin, number = gtid.rsplit(":", 1) if ":" in gtid else gtid.rsplit("-", 1)
+    digits = _DIGITS.findall(number)
+    return Position(text, f"gtid:{origin}", f"{int(digits[-1]) if digits else 0:020d}:{pos:020d}:{row:010d}", time)
