@@ -15,27 +15,27 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from ...formats import plain
 from .options import CdcOptions
 from .positions import Position, source_position
 from .types import column_value, field_types
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 SNAPSHOT_ENDS = frozenset({"last", "last_in_data_collection"})
 _TOAST_UUID = "b68a35a7-17ad-35b3-af2a-ae46edb4545a"   # the PostgreSQL connector's placeholder for a uuid column
 
 
-@dataclass(frozen=True)
-class Change:
-    """One record, read."""
+class Change(NamedTuple):
+    """One record, read (a named tuple: one is made per record, and a frozen dataclass is slower to make)."""
     kind: str                                # "upsert", "delete", "truncate", or "skip"
     reason: str = ""                         # for "skip": what the record is
     names: tuple[str, ...] = ()              # the table's names, most qualified first
     qualified: str = ""                      # its schema-qualified name (the default label)
-    key: Mapping[str, Any] = field(default_factory=dict)
-    properties: Mapping[str, Any] = field(default_factory=dict)
+    key: Mapping[str, Any] = _EMPTY
+    properties: Mapping[str, Any] = _EMPTY
     unchanged: frozenset[str] = frozenset()  # columns the event does not carry (TOAST): the stored value stays
     position: Position = Position("")
     snapshot: str = ""                       # source.snapshot of a read: "first", "true", "last", ...
@@ -100,7 +100,7 @@ def _envelope(message: Any, value: Mapping[str, Any], schema: Any, options: CdcO
     if op == "t":
         return Change("truncate", names=names, qualified=qualified, position=position)
     key = _key(message, where, op, names, source)
-    types = {**options.types_of(names), **field_types(schema, "after")}
+    types = {**options.types_of(names), **field_types(schema, "after")} if schema or options.types else _EMPTY
     if op == "d":   # the key as the row's types read it (a key without a schema holds a decimal as base64)
         before = value.get("before")
         if isinstance(before, dict):

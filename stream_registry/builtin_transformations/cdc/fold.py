@@ -8,7 +8,6 @@ of an UNWIND. A truncate or the end of a snapshot is a barrier: what came before
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Any
 
 from . import cypher
@@ -35,8 +34,8 @@ class Segment:
                 return   # older than what the batch already holds for the row: the graph's guard would skip it
             if change.kind == "upsert" and change.unchanged and held.kind == "upsert":
                 filled = {c: held.properties[c] for c in change.unchanged if c in held.properties}
-                change = replace(change, properties={**change.properties, **filled},
-                                 unchanged=change.unchanged & held.unchanged)
+                change = change._replace(properties={**change.properties, **filled},
+                                         unchanged=change.unchanged & held.unchanged)
         self.rows[slot] = change
 
     def flush(self) -> list[dict[str, Any]]:

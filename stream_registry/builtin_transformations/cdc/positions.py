@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _DIGITS = re.compile(r"(\d+)")
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(NamedTuple):
+    """(A named tuple: one is made per record.)"""
     text: str
     origin: str = ""     # MySQL's GTID origin ("" without one): positions that both have one compare by it
     sequence: str = ""   # within that origin: the GTID's transaction number, then the event's place in it
