@@ -236,7 +236,17 @@ def _sqlserver_event(op, row, n):
                                     snapshot="true" if read else False)
 
 
+def _oracle_event(op, row, n):
+    """LogMiner's scn and commit_scn; a snapshot read has the snapshot's scn, no commit_scn, a late time."""
+    read = op == "r"
+    return {"id": row["id"]}, event("oracle-change-truncate-L1956", op, row, table="CUSTOMERS",
+                                    scn=str(5000 + n * 10), commit_scn=None if read else str(5001 + n * 10),
+                                    ts_ms=1_900_000_000_000 if read else 1_500_000_000_000 + n,
+                                    snapshot="true" if read else "false")
+
+
 KINDS = {"postgresql": ({"tables": ["public.customers"]}, "public.customers", _pg_event),
+         "oracle": ({"tables": ["DEBEZIUM.CUSTOMERS"]}, "DEBEZIUM.CUSTOMERS", _oracle_event),
          "mysql": ({"tables": ["inventory.customers"]}, "inventory.customers", _mysql_event),
          "sqlserver": ({"tables": ["dbo.customers"]}, "dbo.customers", _sqlserver_event)}
 STEP = st.one_of(st.tuples(st.just("upsert"), st.integers(1, 4), st.booleans()),
@@ -245,7 +255,7 @@ STEP = st.one_of(st.tuples(st.just("upsert"), st.integers(1, 4), st.booleans()),
                  st.tuples(st.just("resnapshot"), st.just(0), st.just(False)))
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(KINDS)), steps=st.lists(STEP, max_size=14), data=st.data())
 def test_random_histories_leave_the_graph_equal_to_the_table(graph_server, kind, steps, data):
     """Per key the connector's order (Debezium keys partition by row); across keys any interleaving, batches of
@@ -266,9 +276,13 @@ def test_random_histories_leave_the_graph_equal_to_the_table(graph_server, kind,
             log.append((row_id, make("d", {"id": row_id}, n)))
         elif what == "truncate" and kind != "sqlserver":   # SQL Server's connector emits no truncates
             table.clear()
-            truncate = event("postgresql-change-truncate-L1249", lsn=1000 + n * 10) if kind == "postgresql" else \
-                event("shared-mariadb-mysql-change-truncate-L1679", file=f"mysql-bin.{n // 7 + 999998:06d}",
-                      pos=(n % 7) * 100 + 4, server_id=223344, ts_ms=1_465_581_029_100 + n * 1000)
+            truncate = {
+                "postgresql": lambda: event("postgresql-change-truncate-L1249", lsn=1000 + n * 10),
+                "mysql": lambda: event("shared-mariadb-mysql-change-truncate-L1679",
+                                       file=f"mysql-bin.{n // 7 + 999998:06d}", pos=(n % 7) * 100 + 4,
+                                       server_id=223344, gtid=f"{GTID_UUID}:{n}", ts_ms=1_465_581_029_100 + n * 1000),
+                "oracle": lambda: event("oracle-change-truncate-L1956", table="CUSTOMERS", scn=str(5000 + n * 10),
+                                        commit_scn=str(5001 + n * 10), ts_ms=1_500_000_000_000 + n)}[kind]()
             log.append((None, (None, truncate)))
         elif what == "resnapshot" and table:   # rows deleted while down were never streamed: forget some
             # (not all: a snapshot of an empty table writes no event, so nothing can say the rows are gone)
