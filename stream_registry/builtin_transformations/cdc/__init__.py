@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from . import cypher
+from .cypher import POSITION
 from .events import Change, read_change
 from .fold import Segment
 from .options import CdcOptions, RelationshipSpec
@@ -33,7 +33,7 @@ from .positions import Position, source_position
 __all__ = ["POSITION_PROPERTY", "CdcOptions", "Change", "Position", "RelationshipSpec", "SKIPPED", "read_change",
            "source_position", "statements"]
 
-POSITION_PROPERTY = cypher.POSITION
+POSITION_PROPERTY = POSITION
 SKIPPED: Counter[str] = Counter()   # records skipped by this process, by kind (heartbeat, not_mirrored, ...)
 log = logging.getLogger("mgstreams.debezium")
 

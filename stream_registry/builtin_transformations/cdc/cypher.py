@@ -82,7 +82,7 @@ def upsert(label: str, key_columns: tuple[str, ...], unchanged: tuple[str, ...])
             f"SET n = r.properties{restore}")
 
 
-def delete(label: str, key_columns: tuple[str, ...]) -> list[str]:
+def delete_queries(label: str, key_columns: tuple[str, ...]) -> list[str]:
     """Each row's marker (kept newest), then its node, unless the node holds a newer write."""
     return [f"{_UNWIND}MERGE {_marker(key_columns)} "
             f"WITH r, d WHERE d.{name(POSITION)} IS NULL OR {not_newer('d')} {_stamp('d')}",
@@ -90,7 +90,7 @@ def delete(label: str, key_columns: tuple[str, ...]) -> list[str]:
             f"DETACH DELETE n"]
 
 
-def truncate(label: str) -> list[str]:
+def truncate_queries(label: str) -> list[str]:
     """The table's marker (kept newest), then every node of it this stream wrote that is not newer."""
     return [f"{_UNWIND}MERGE (t:{name(TRUNCATED_LABEL)} {{{name(MARK)}: $mark, label: $label}}) "
             f"WITH r, t WHERE t.{name(POSITION)} IS NULL OR {not_newer('t')} {_stamp('t')}",

@@ -10,7 +10,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import cypher
+from .cypher import (
+    MARK,
+    ORIGIN,
+    POSITION,
+    ROWS,
+    SEQUENCE,
+    SNAPSHOT,
+    TIME,
+    delete_queries,
+    markers_aged,
+    relationship,
+    snapshot_sweep,
+    truncate_queries,
+    upsert,
+)
 from .events import Change
 from .options import CdcOptions
 
@@ -51,12 +65,12 @@ class Segment:
         self.rows = {}
         out: list[dict[str, Any]] = []
         for (label, key_columns, unchanged, relationships), changes in upserts.items():
-            out.append(self._statement(cypher.upsert(label, key_columns, unchanged), label,
+            out.append(self._statement(upsert(label, key_columns, unchanged), label,
                                        [self._upsert_row(c) for c in changes]))
             for spec in relationships:
                 rows = [{**_keys(c), "position": c.position.text, "target": c.properties.get(spec.column)}
                         for c in changes]
-                unlink, merge_targets, link = cypher.relationship(spec, label, key_columns)
+                unlink, merge_targets, link = relationship(spec, label, key_columns)
                 targets = list({json.dumps(r["target"], default=str): r["target"] for r in rows
                                 if r["target"] is not None}.values())
                 out.append(self._statement(unlink, label, rows))
@@ -66,41 +80,41 @@ class Segment:
                 out.append(self._statement(link, label, rows))
         for (label, key_columns), changes in deletes.items():
             rows = [{**_keys(c), **_stamp(c)} for c in changes]
-            out.extend(self._statement(query, label, rows) for query in cypher.delete(label, key_columns))
+            out.extend(self._statement(query, label, rows) for query in delete_queries(label, key_columns))
             newest = max(c.position.time for c in changes)
             self.newest_delete_ms = max(newest, self.newest_delete_ms or newest)
         return out
 
     def truncate(self, change: Change) -> list[dict[str, Any]]:
         label = self.options.label(change.names, change.qualified)
-        return [self._statement(query, label, [_stamp(change)]) for query in cypher.truncate(label)]
+        return [self._statement(query, label, [_stamp(change)]) for query in truncate_queries(label)]
 
     def sweep(self, change: Change) -> list[dict[str, Any]]:
         """After the last read of a complete snapshot (one that began with a `first` read, or the table's)."""
         if not change.position.text.startswith(_SWEEPABLE):
             return []
         label = self.options.label(change.names, change.qualified)
-        return [self._statement(cypher.snapshot_sweep(label), label,
+        return [self._statement(snapshot_sweep(label), label,
                                 [{**_stamp(change), "snapshot": _snapshot_id(change)}])]
 
     def age_markers(self) -> list[dict[str, Any]]:
         if self.newest_delete_ms is None:
             return []
         before = self.newest_delete_ms - self.options.delete_retention_ms
-        return [{"query": cypher.markers_aged(), "parameters": {"mark": self.options.mark, "before": before}}]
+        return [{"query": markers_aged(), "parameters": {"mark": self.options.mark, "before": before}}]
 
     def _upsert_row(self, change: Change) -> dict[str, Any]:
         stamp = _stamp(change)
-        properties = {**change.properties, **change.key, cypher.MARK: self.options.mark,
-                      cypher.POSITION: stamp["position"], cypher.ORIGIN: stamp["origin"],
-                      cypher.SEQUENCE: stamp["sequence"], cypher.TIME: stamp["time"],
-                      cypher.SNAPSHOT: _snapshot_id(change) if change.snapshot else ""}
+        properties = {**change.properties, **change.key, MARK: self.options.mark,
+                      POSITION: stamp["position"], ORIGIN: stamp["origin"],
+                      SEQUENCE: stamp["sequence"], TIME: stamp["time"],
+                      SNAPSHOT: _snapshot_id(change) if change.snapshot else ""}
         for column in change.unchanged:
             properties.pop(column, None)
         return {**_keys(change), **stamp, "properties": properties}
 
     def _statement(self, query: str, label: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"query": query, "parameters": {cypher.ROWS: rows, "mark": self.options.mark, "label": label}}
+        return {"query": query, "parameters": {ROWS: rows, "mark": self.options.mark, "label": label}}
 
 
 def _keys(change: Change) -> dict[str, Any]:
