@@ -276,13 +276,7 @@ def test_random_histories_leave_the_graph_equal_to_the_table(graph_server, kind,
             log.append((row_id, make("d", {"id": row_id}, n)))
         elif what == "truncate" and kind != "sqlserver":   # SQL Server's connector emits no truncates
             table.clear()
-            truncate = {
-                "postgresql": lambda: event("postgresql-change-truncate-L1249", lsn=1000 + n * 10),
-                "mysql": lambda: event("shared-mariadb-mysql-change-truncate-L1679",
-                                       file=f"mysql-bin.{n // 7 + 999998:06d}", pos=(n % 7) * 100 + 4,
-                                       server_id=223344, gtid=f"{GTID_UUID}:{n}", ts_ms=1_465_581_029_100 + n * 1000),
-                "oracle": lambda: event("oracle-change-truncate-L1956", table="CUSTOMERS", scn=str(5000 + n * 10),
-                                        commit_scn=str(5001 + n * 10), ts_ms=1_500_000_000_000 + n)}[kind]()
+            truncate = _truncate(kind, n)
             log.append((None, (None, truncate)))
         elif what == "resnapshot" and table:   # rows deleted while down were never streamed: forget some
             # (not all: a snapshot of an empty table writes no event, so nothing can say the rows are gone)
@@ -298,6 +292,17 @@ def test_random_histories_leave_the_graph_equal_to_the_table(graph_server, kind,
     for batch in delivered:
         run(graph, batch, options)
     assert graph.table(label) == table
+
+
+def _truncate(kind, n):
+    if kind == "postgresql":
+        return event("postgresql-change-truncate-L1249", lsn=1000 + n * 10)
+    if kind == "mysql":
+        return event("shared-mariadb-mysql-change-truncate-L1679", file=f"mysql-bin.{n // 7 + 999998:06d}",
+                     pos=(n % 7) * 100 + 4, server_id=223344, gtid=f"{GTID_UUID}:{n}",
+                     ts_ms=1_465_581_029_100 + n * 1000)
+    return event("oracle-change-truncate-L1956", table="CUSTOMERS", scn=str(5000 + n * 10),
+                 commit_scn=str(5001 + n * 10), ts_ms=1_500_000_000_000 + n)
 
 
 def _deliver(log, data):
