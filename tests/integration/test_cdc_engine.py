@@ -141,6 +141,11 @@ def test_defect5_two_events_for_one_key_in_one_batch_the_newest_position_wins(gr
                              pg("u", {"id": 1, "first_name": "Stale"}, 5000)], PG)
     assert graph.table("public.customers") == {1: {"id": 1, "first_name": "Newest"}}
     assert [len(s.parameters["mgstreams_rows"]) for s in statements] == [1]   # one row per node
+    # the other order: FalkorDB plans UNWIND ... MERGE ... SET eagerly, so with two rows for one node the first
+    # row's SET would be the one that stays
+    run(graph, [pg("u", {"id": 2, "first_name": "Stale"}, 5000), pg("u", {"id": 2, "first_name": "Newest"}, 9000)],
+        PG)
+    assert graph.table("public.customers")[2] == {"id": 2, "first_name": "Newest"}
 
 
 def test_defect6_an_older_create_processed_after_the_delete_does_not_bring_the_row_back(graph):
