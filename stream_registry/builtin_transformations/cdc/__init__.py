@@ -36,11 +36,20 @@ __all__ = ["POSITION_PROPERTY", "CdcOptions", "Change", "Position", "Relationshi
 POSITION_PROPERTY = POSITION
 SKIPPED: Counter[str] = Counter()   # records skipped by this process, by kind (heartbeat, not_mirrored, ...)
 log = logging.getLogger("mgstreams.debezium")
+_LAST: list[Any] = [None, None]   # the options last parsed and what they parsed to (a stream's are bound once)
+
+
+def _parsed(options: Mapping[str, Any] | None) -> CdcOptions:
+    if options is None or options is not _LAST[0]:
+        parsed = CdcOptions.parse(options)
+        _LAST[:] = [options, parsed]
+        return parsed
+    return _LAST[1]
 
 
 def statements(messages: Iterable[Any], options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The batch's records as Cypher records (see the module docstring)."""
-    parsed = CdcOptions.parse(options)
+    parsed = _parsed(options)
     out: list[dict[str, Any]] = []
     segment = Segment(parsed)
     skipped: Counter[str] = Counter()

@@ -40,6 +40,7 @@ class CdcOptions:
     delete_retention_ms: int = DEFAULT_RETENTION_MS
     unavailable_value: str = TOAST_PLACEHOLDER
     types: Mapping[str, Mapping[str, tuple[str, int | None]]] = field(default_factory=dict)
+    _seen: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)   # answers per table, cached
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None) -> CdcOptions:
@@ -78,12 +79,19 @@ class CdcOptions:
                    types=_types(options.get("types") or {}))
 
     def mirrors(self, names: tuple[str, ...], topic: str) -> bool:
-        return topic in self.tables or any(name in self.tables for name in names)
+        found = self._seen.get((names, topic))
+        if found is None:
+            found = self._seen[(names, topic)] = topic in self.tables or any(name in self.tables for name in names)
+        return found
 
     def label(self, names: tuple[str, ...], qualified: str) -> str:
         """The label `labels` gives the table, else `qualified`, its schema-qualified name
         (`inventory.customers`): tables of one name in two schemas (or MySQL databases) are two labels."""
-        return next((self.labels[name] for name in names if name in self.labels), qualified)
+        found = self._seen.get(names)
+        if found is None:
+            found = self._seen[names] = next((self.labels[name] for name in names if name in self.labels),
+                                             qualified)
+        return found
 
     def relationships_of(self, names: tuple[str, ...]) -> tuple[RelationshipSpec, ...]:
         return next((self.relationships[name] for name in names if name in self.relationships), ())
