@@ -197,6 +197,8 @@ def test_defect10_a_complete_resnapshot_removes_rows_deleted_while_the_connector
     run(graph, [pg("r", {"id": 1, "first_name": "r1"}, 900, snapshot="first"),
                 pg("r", {"id": 3, "first_name": "r3"}, 900, snapshot="last")], PG)
     assert set(graph.table("public.customers")) == {1, 3}
+    run(graph, [pg("u", {"id": 2, "first_name": "replayed"}, 120)], PG)   # older than the snapshot: stays gone
+    assert set(graph.table("public.customers")) == {1, 3}
 
 
 def test_defect11_only_named_tables_and_only_this_streams_nodes_are_touched(graph):

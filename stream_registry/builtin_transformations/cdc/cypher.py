@@ -98,12 +98,16 @@ def truncate_queries(label: str) -> list[str]:
             f"{not_newer('n')}) DETACH DELETE n"]
 
 
-def snapshot_sweep(label: str) -> str:
+def snapshot_sweep(label: str, key_columns: tuple[str, ...]) -> str:
     """After a complete snapshot of the table: its nodes this stream wrote that the snapshot did not read, and
-    that no event after the snapshot wrote, go (rows deleted while the connector was not reading)."""
+    that no event after the snapshot wrote, go (rows deleted while the connector was not reading), each leaving
+    a delete marker at the snapshot's position."""
+    keys = "".join(f", n.{name(c)} AS k{i}" for i, c in enumerate(key_columns))
+    marker = "".join(f", k{i}: k{i}" for i in range(len(key_columns)))
     return (f"{_UNWIND}MATCH (n:{name(label)}) WHERE n.{name(MARK)} = $mark AND "
             f"coalesce(n.{name(SNAPSHOT)}, '') <> r.snapshot AND (n.{name(POSITION)} IS NULL OR {not_newer('n')}) "
-            f"DETACH DELETE n")
+            f"WITH r, n{keys} DETACH DELETE n "
+            f"MERGE (d:{name(DELETED_LABEL)} {{{name(MARK)}: $mark, label: $label{marker}}}) {_stamp('d')}")
 
 
 def markers_aged() -> str:

@@ -94,7 +94,7 @@ class Segment:
         if not change.position.text.startswith(_SWEEPABLE):
             return []
         label = self.options.label(change.names, change.qualified)
-        return [self._statement(snapshot_sweep(label), label,
+        return [self._statement(snapshot_sweep(label, tuple(change.key)), label,
                                 [{**_stamp(change), "snapshot": _snapshot_id(change)}])]
 
     def age_markers(self) -> list[dict[str, Any]]:
