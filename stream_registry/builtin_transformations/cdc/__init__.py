@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .cypher import POSITION
-from .events import Change, read_change
+from .events import SNAPSHOT_ENDS, Change, read_change
 from .fold import Segment
 from .options import CdcOptions, RelationshipSpec
 from .positions import Position, source_position
@@ -63,7 +63,7 @@ def statements(messages: Iterable[Any], options: Mapping[str, Any] | None = None
                 out.extend(segment.truncate(change))
         else:
             segment.add(change)
-            if change.snapshot in ("last", "last_in_data_collection"):
+            if change.snapshot in SNAPSHOT_ENDS:
                 out.extend(segment.flush())
                 out.extend(segment.sweep(change))
     out.extend(segment.flush())
