@@ -404,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     server = graph_server.start_graph_server(state_dir / "falkordb") if real_graph else None
     if server is not None:   # as a user would: MERGE on an unindexed label scans every node (quadratic)
         server.query("CREATE INDEX FOR (m:KafkaMessage) ON (m.offset)")
+        if cdc:   # the mirrored table's key and the delete markers' (docs: change-data-capture)
+            server.query("CREATE INDEX FOR (n:`public.records`) ON (n.id)")
+            server.query("CREATE INDEX FOR (d:_DebeziumDeleted) ON (d.k0)")
     try:
         with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
             bootstrap = cluster.bootstrap_servers
