@@ -108,12 +108,11 @@ class ControlChannel:
         """The queued changes of epochs after `after_epoch`, oldest first, marked taken (a restarted query whose
         checkpoint ends before a taken change takes it again: it was never planned)."""
         with self._locked() as state:
-            queued = [c for c in state["changes"] if c["epoch"] > after_epoch]
-            state["changes"] = queued
-            for change in queued:
+            for change in state["changes"]:
                 _write_atomic(self.dir / "taken" / f"{change['epoch']}.json", change)
+            state["changes"] = []    # taken: a cancel now is too late (the taken file is the change's truth)
         taken = [json.loads(p.read_text()) for p in (self.dir / "taken").glob("*.json")]
-        pending = {c["epoch"]: c for c in (*taken, *queued)
+        pending = {c["epoch"]: c for c in taken
                    if c["epoch"] > after_epoch and self.applied(c["change_id"]) is None}
         return [Move(c["change_id"], c["epoch"], offsets_from_json(c["targets"], "targets"))
                 for _, c in sorted(pending.items())]

@@ -21,7 +21,7 @@ Spark calls, on the driver side (the driver's Python worker; under Spark Connect
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from confluent_kafka import KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -72,14 +72,11 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     # -- Spark's calls (driver side) ---------------------------------------------------------------------
     def initialOffset(self) -> dict:
-        self._resume_checked = True     # a fresh query starts where the owner says: nothing to compare
-        o = self.options
-        bounds = resolve_bounds(self._partition_query(), o.topics, o.starting, OffsetSpec(default=Latest()),
-                                fail_on_data_loss=o.fail_on_data_loss)
-        start = {PartitionKey(b.topic, b.partition): b.from_offset for b in bounds}
+        self._resume_checked = True     # a fresh query starts where the stream's truth says: nothing to compare
+        start = self._starting_offsets()
         resume = self._resume_offsets(list(start))
         if resume:
-            self._channel().note("started", resumes=offsets_to_json(resume), authority=o.resume_from)
+            self._channel().note("started", resumes=offsets_to_json(resume), authority=self.options.resume_from)
         return StreamOffset(0, {**start, **resume}).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -115,10 +112,8 @@ class KafkaStreamReader(DataSourceStreamReader):
     def commit(self, end: dict) -> None:
         """The micro-batch up to `end` is done: the group's committed offsets follow it (a failure is logged
         and noted once, not raised: the checkpoint, or the graph, is the query's truth)."""
-        offsets = StreamOffset.from_json(end).next
         try:
-            self._group_committer().commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                                           asynchronous=False)
+            self._commit_group(StreamOffset.from_json(end).next)
             self._commit_failed = False
         except KafkaException as exc:
             if not self._commit_failed:
@@ -143,7 +138,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if o.resume_from == "graph":
             return self._graph().stored(tps)
         if o.resume_from == "group":
-            return {tp: c for tp, c in self._partition_query().committed(tps).items() if c is not None}
+            return {tp: c for tp, c in self._group_committed(tps).items() if c is not None}
         return {}
 
     def _check_resume(self, begin: StreamOffset) -> list[Move]:
@@ -192,6 +187,21 @@ class KafkaStreamReader(DataSourceStreamReader):
             channel.record_applied(Applied(change, last.epoch, None, {
                 tp: (status, last.origin.get(tp) if status in ("applied", "clamped") else None, first.next.get(tp))
                 for tp, status in statuses.items()}))
+
+    # -- what the reader asks of Kafka (a model test replaces these four) ------------------------------------
+    def _starting_offsets(self) -> dict[PartitionKey, int]:
+        """startingOffsets resolved for every partition the stream reads."""
+        o = self.options
+        bounds = resolve_bounds(self._partition_query(), o.topics, o.starting, OffsetSpec(default=Latest()),
+                                fail_on_data_loss=o.fail_on_data_loss)
+        return {PartitionKey(b.topic, b.partition): b.from_offset for b in bounds}
+
+    def _group_committed(self, tps: list[PartitionKey]) -> dict[PartitionKey, int | None]:
+        return self._partition_query().committed(tps)
+
+    def _commit_group(self, offsets: Mapping[PartitionKey, int]) -> None:
+        self._group_committer().commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                                       asynchronous=False)
 
     def _watermarks(self) -> dict[PartitionKey, tuple[int, int]]:
         query = self._partition_query()
