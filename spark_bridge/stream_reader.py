@@ -15,8 +15,10 @@ Spark calls, on the driver side (the driver's Python worker; under Spark Connect
   to the graph's offsets (exactly-once: the graph holds what was written);
 - `partitions(start, end)`: one input partition per Kafka partition range; the first batch of an epoch
   records each change's answer (`applied` when the batch is planned from the target);
-- `commit(end)`: after a micro-batch completed, the group's committed offsets become `end` (so lag tools and
-  the lag verdicts see the stream); `read` runs on the executors (RangeReader, Arrow batches).
+- `commit(end)`, and `latestOffset(start)` (Spark defers commit() until it plans the next batch, so an idle
+  query would never commit its last one): the group's committed offsets become those of the last completed
+  micro-batch (so lag tools and the lag verdicts see the stream);
+- `read` runs on the executors (RangeReader, Arrow batches).
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._resume_checked = False
         self._latest: dict[PartitionKey, int] = {}
         self._commit_failed = False
+        self._group_at: dict[PartitionKey, int] = {}
 
     # -- Spark's calls (driver side) ---------------------------------------------------------------------
     def initialOffset(self) -> dict:
@@ -85,6 +88,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = StreamOffset.from_json(start)
+        self._follow_group(begin.next)    # `start` ends the last completed micro-batch (the commit log's)
         watermarks = self._watermarks()
         moves: list[Move] = []
         if not self._resume_checked:
@@ -110,17 +114,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         return read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
-        """The micro-batch up to `end` is done: the group's committed offsets follow it (a failure is logged
-        and noted once, not raised: the checkpoint, or the graph, is the query's truth)."""
-        try:
-            self._commit_group(StreamOffset.from_json(end).next)
-            self._commit_failed = False
-        except KafkaException as exc:
-            if not self._commit_failed:
-                self._commit_failed = True
-                said = redact(str(exc), self.options.secrets)
-                log.warning("group %s: committing the micro-batch's offsets failed: %s", self.options.group_id, said)
-                self._channel().note("group_commit_failed", group=self.options.group_id, error=said)
+        """Spark's word that the micro-batch up to `end` is done (it says so only when it plans the next one)."""
+        self._follow_group(StreamOffset.from_json(end).next)
 
     def stop(self) -> None:
         if self._committer is not None:
@@ -131,6 +126,22 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._query = None
 
     # -- internals -------------------------------------------------------------------------------------
+    def _follow_group(self, offsets: Mapping[PartitionKey, int]) -> None:
+        """The group's committed offsets become those of the last completed micro-batch (so lag tools and the
+        lag verdicts see the stream); a failure is logged and noted once, not raised: the checkpoint, or the
+        graph, is the query's truth."""
+        if offsets == self._group_at:
+            return
+        try:
+            self._commit_group(offsets)
+            self._group_at, self._commit_failed = dict(offsets), False
+        except KafkaException as exc:
+            if not self._commit_failed:
+                self._commit_failed = True
+                said = redact(str(exc), self.options.secrets)
+                log.warning("group %s: committing the micro-batch's offsets failed: %s", self.options.group_id, said)
+                self._channel().note("group_commit_failed", group=self.options.group_id, error=said)
+
     def _resume_offsets(self, tps: list[PartitionKey]) -> dict[PartitionKey, int]:
         """Where the stream's truth says it resumes: the graph's stored offsets (exactly-once) or the group's
         committed ones, where it has any; {} for resumeFrom=checkpoint."""
