@@ -151,23 +151,23 @@ def journal_offsets(journal: Path, stream: str) -> dict[tuple[str, int], int]:
 @pytest.mark.slow
 def test_exactly_once_on_bolt_across_a_driver_kill(kafka, tmp_path):
     topic = kafka.new_topic(2)
-    kafka.produce(topic, 300, partitions=2)
+    kafka.produce(topic, 120, partitions=2)
     journal, log = tmp_path / "bolt.jsonl", tmp_path / "driver.log"
     sink = "bolt://memgraph-standin:7687"
-    spec = {"source": source(kafka, topic, tmp_path / "control", maxOffsetsPerTrigger=10, resumeFrom="graph",
+    spec = {"source": source(kafka, topic, tmp_path / "control", maxOffsetsPerTrigger=16, resumeFrom="graph",
                              sink=sink, sinkStream="k1"),
             "transform": TRANSFORM, "sink": sink, "batch_size": 2, "stream": "k1", "exactly_once": True,
             "checkpoint": str(tmp_path / "checkpoint")}
     driver = start_driver(spec, journal, log)
     try:
-        wait_until(lambda: len(journal_records(journal)) >= 40, 300, 0.1, "the driver's first micro-batches",
+        wait_until(lambda: len(journal_records(journal)) >= 16, 600, 0.1, "the driver's first micro-batches",
                    lambda: log.read_text()[-2000:])
         os.killpg(driver.pid, signal.SIGKILL)      # the driver and its JVM, mid-stream
         driver.wait(30)
         killed_at = len(journal_records(journal))
-        assert killed_at < 300, "the kill came after the end: it proves nothing"
+        assert killed_at < 120, "the kill came after the end: it proves nothing"
         driver = start_driver(spec, journal, log)
-        wait_until(lambda: journal_offsets(journal, "k1") == {(topic, 0): 150, (topic, 1): 150}, 300, 0.2,
+        wait_until(lambda: journal_offsets(journal, "k1") == {(topic, 0): 60, (topic, 1): 60}, 600, 0.2,
                    "the restarted driver's catching up",
                    lambda: (len(journal_records(journal)), log.read_text()[-2000:]))
     finally:
@@ -176,4 +176,4 @@ def test_exactly_once_on_bolt_across_a_driver_kill(kafka, tmp_path):
             driver.wait(30)
     counts = Counter(journal_records(journal))
     assert [k for k, n in counts.items() if n > 1] == [], "a record was written twice"
-    assert sorted(counts) == sorted((topic, i % 2, i // 2) for i in range(300))
+    assert sorted(counts) == sorted((topic, i % 2, i // 2) for i in range(120))
