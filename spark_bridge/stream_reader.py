@@ -34,7 +34,7 @@ from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.model import PartitionKey
 from stream_registry.offset_spec import Latest, OffsetSpec
 from stream_registry.redaction import redact
-from stream_registry.registry.state_store import stored_config
+from stream_registry.registry.state.state_store import stored_config
 
 from .micro_batch import GraphOffsets
 from .range_plan import OffsetRange, resolve_bounds
