@@ -52,6 +52,7 @@ _KNOWN = {s.lower() for s in (
 # Options of the streaming reader only (readStream; see stream_reader).
 _STREAMING = {s.lower(): s for s in ("maxOffsetsPerTrigger", "controlDir", "resumeFrom", "sink", "sinkStream")}
 RESUME_FROM = ("checkpoint", "group", "graph")
+_BATCH_ONLY = {s.lower(): s for s in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "offsetRanges")}
 # JVM options that only make sense for streaming or that this source does not implement.
 _UNSUPPORTED = {s.lower(): s for s in (
     "minOffsetsPerTrigger", "maxTriggerDelay", "fetchOffset.numRetries",
@@ -101,8 +102,8 @@ def parse_source_options(options: Mapping[str, str], streaming: bool = False) ->
                 raise ConfigError(f"{_STREAMING[key]}: only for streaming reads (readStream) of the {SHORT_NAME} "
                                   f"source")
             continue
-        if streaming and key in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp", "offsetranges"):
-            raise ConfigError(f"{key}: not for a streaming read (a stream has no end)")
+        if streaming and key in _BATCH_ONLY:
+            raise ConfigError(f"{_BATCH_ONLY[key]}: not for a streaming read (a stream has no end)")
         if key in _UNSUPPORTED:
             raise ConfigError(f"{_UNSUPPORTED[key]}: not supported by the {SHORT_NAME} batch source")
         if key not in _KNOWN:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
@@ -67,7 +67,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions):
         self.options = options
         self._query: PartitionQuery | None = None
-        self._committer = None
+        self._committer: Consumer | None = None
         self._resume_checked = False
         self._latest: dict[PartitionKey, int] = {}
         self._commit_failed = False
@@ -231,7 +231,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self._query = PartitionQuery(o.bootstrap_servers, o.group_id, o.client_config, secrets=o.secrets)
         return self._query
 
-    def _group_committer(self):
+    def _group_committer(self) -> Consumer:
         if self._committer is None:
             self._committer = new_consumer({**self.options.consumer_config(), "enable.auto.commit": False},
                                            self.options.secrets, field="kafka.*")
