@@ -29,6 +29,8 @@ from stream_registry.model import PartitionKey
 
 pytestmark = pytest.mark.spark
 TRANSFORM = "stream_helpers.offsets_transform"    # one statement per record: a duplicate shows
+# the same, built in: the Connect server's Python workers import the product, not the tests' helpers
+CREATE = "stream_registry.builtin_transformations.create_messages"
 
 
 def source(kafka, topic: str, control: Path, **extra) -> dict[str, str]:
@@ -99,7 +101,7 @@ def test_the_streaming_reader_runs_under_spark_connect(spark_connect, kafka, tmp
     kafka.produce(topic, 12)
     out, control = tmp_path / "out.cypherl", tmp_path / "control"
     query = StreamQuery(source(kafka, topic, control, maxOffsetsPerTrigger=5),
-                        StreamWriting(Loading(TRANSFORM, (), f"cypherl://{out}", batch_size=5), "c1"),
+                        StreamWriting(Loading(CREATE, (), f"cypherl://{out}", batch_size=5), "c1"),
                         str(tmp_path / "checkpoint"), f"c1_{tmp_path.name[-8:]}")
     running = start_stream_query(spark_connect, query)
     try:
