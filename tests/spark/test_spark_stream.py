@@ -42,6 +42,7 @@ def stored(path: Path, stream: str) -> dict[tuple[str, int], int]:
     return {tuple(tp): o for tp, o in offsets_in_cypherl(str(path), stream).items()} if path.exists() else {}
 
 
+@pytest.mark.timeout(900)   # micro-batches of a loaded 2-core machine: minutes, not seconds
 def test_a_change_moves_the_running_query_between_micro_batches_exactly_once(spark, kafka, tmp_path):
     topic = kafka.new_topic(2)
     kafka.produce(topic, 40, partitions=2)
@@ -94,6 +95,7 @@ def test_a_change_moves_the_running_query_between_micro_batches_exactly_once(spa
     assert channel.applied(2) is None
 
 
+@pytest.mark.timeout(900)
 def test_the_streaming_reader_runs_under_spark_connect(spark_connect, kafka, tmp_path):
     """The reader and foreachBatch run on the Connect server's Python workers; the change reaches them through
     the control directory. At least once (the checkpoint decides where a restart resumes)."""
@@ -151,6 +153,7 @@ def journal_offsets(journal: Path, stream: str) -> dict[tuple[str, int], int]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # two driver starts (a JVM each: 90 s apiece on the loaded machine)
 def test_exactly_once_on_bolt_across_a_driver_kill(kafka, tmp_path):
     topic = kafka.new_topic(2)
     kafka.produce(topic, 120, partitions=2)
