@@ -182,3 +182,31 @@ def test_exactly_once_on_bolt_across_a_driver_kill(kafka, tmp_path):
     counts = Counter(journal_records(journal))
     assert [k for k, n in counts.items() if n > 1] == [], "a record was written twice"
     assert sorted(counts) == sorted((topic, i % 2, i // 2) for i in range(120))
+
+
+# -- the engine seam: a registered stream run by Spark, moved by set_offset ---------------------------------
+@pytest.mark.timeout(900)
+def test_a_registered_stream_runs_on_spark_and_set_offset_moves_it(spark, kafka, tmp_path):
+    from spark_bridge.spark_runner import spark_engine
+    from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
+
+    topic = kafka.new_topic(1)
+    kafka.produce(topic, 12)
+    out = tmp_path / "out.cypherl"
+    registry = StreamRegistry(tmp_path / "state", engines={"spark": spark_engine(spark, tmp_path / "spark")},
+                              engine_of=lambda config: "spark")
+    try:
+        registry.create(StreamConfig("sp1", [topic], kafka.bootstrap_servers, TRANSFORM, f"cypherl://{out}",
+                                     consumer_group=f"g_sp1_{topic}", batch_size=4))
+        registry.start("sp1")
+        wait_until(lambda: len(delivered_from_file(out)) == 12, 300, 0.2, "the first 12 records",
+                   lambda: (registry.get("sp1"), delivered_from_file(out)))
+        assert registry.get("sp1").status == StreamStatus.RUNNING
+        changes = registry.set_offset("sp1", 4, timeout=300)
+        assert [(c.status, c.offset) for c in changes] == [(ChangeStatus.APPLIED, 4)], changes
+        wait_until(lambda: len(delivered_from_file(out)) == 20, 300, 0.2, "the records from offset 4")
+        assert [o for _, _, o in delivered_from_file(out)] == [*range(12), *range(4, 12)]
+        assert [(h.status, h.offset) for h in registry.history("sp1")][-1:] == [(ChangeStatus.APPLIED, 4)]
+        assert registry.stop("sp1").status == StreamStatus.STOPPED
+    finally:
+        registry.close()
