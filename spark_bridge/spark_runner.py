@@ -138,7 +138,7 @@ class SparkRunner:
                 if error is not None and not self.stopping:
                     events.on_status(StreamStatus.ERROR, f"spark: the query failed: {error}")
                 return
-            if not running and query.lastProgress is not None:
+            if not running:      # the query runs (start_stream_query returned once Spark started it)
                 running = True
                 events.on_status(StreamStatus.RUNNING, None)
             self._report_answers()

@@ -201,7 +201,7 @@ def test_a_registered_stream_runs_on_spark_and_set_offset_moves_it(spark, kafka,
         registry.start("sp1")
         wait_until(lambda: len(delivered_from_file(out)) == 12, 300, 0.2, "the first 12 records",
                    lambda: (registry.get("sp1"), delivered_from_file(out)))
-        assert registry.get("sp1").status == StreamStatus.RUNNING
+        wait_until(lambda: registry.get("sp1").status == StreamStatus.RUNNING, 60, what="the engine's status")
         changes = registry.set_offset("sp1", 4, timeout=300)
         assert [(c.status, c.offset) for c in changes] == [(ChangeStatus.APPLIED, 4)], changes
         wait_until(lambda: len(delivered_from_file(out)) == 20, 300, 0.2, "the records from offset 4")
