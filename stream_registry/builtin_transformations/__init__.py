@@ -109,6 +109,9 @@ def debezium(messages, options=None) -> list[dict[str, Any]]:
     return cdc.statements(_each(messages), options)
 
 
+debezium.check_options = cdc.CdcOptions.parse   # type: ignore[attr-defined]   # checked at create (the loader)
+
+
 def _each(messages):
     """Through message_at/total_messages, the accessors both kinds of Messages offer."""
     return map(messages.message_at, range(messages.total_messages()))

@@ -214,3 +214,27 @@ def test_streams_create_and_alter_from_cypher_take_the_formats_as_options(kafka,
                 ("json", "avro", registry.url)
             assert info["transform_options"] == {"tables": ["inventory.customers"], "truncate": "delete"}
         streams.call("drop", "cdc_cypher")
+
+
+def test_a_debezium_stream_without_the_tables_it_mirrors_is_refused_at_create_naming_the_option(kafka, cdc_host):
+    """`tables` is required (a producer must not choose what the statements touch): a create without it, or with an
+    unknown option, is a 400 naming the option, and nothing is created; the alter to a bad value changes nothing."""
+    host, _, _ = cdc_host
+    topic = kafka.new_topic(partitions=1)
+    body = {"name": "cdc_untabled", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
+            "transform": DEBEZIUM, "sink": "bolt://memgraph:7687", "configs": FAST_REJOIN, "restart": "never"}
+    with http(host) as api:
+        refused = api.post("/streams", json=body)
+        assert refused.status_code == 400, refused.text
+        assert "transform.options['tables']" in refused.json()["error"]
+        assert api.get("/streams/cdc_untabled").status_code == 404
+        unknown = api.post("/streams", json={**body, "transform.options": {"tables": ["a.b"], "tabels": 1}})
+        assert unknown.status_code == 400 and "'tabels'" in unknown.json()["error"], unknown.text
+
+        api.post("/streams", json={**body, "transform.options": {"tables": ["inventory.customers"]}}
+                 ).raise_for_status()
+        bad = api.patch("/streams/cdc_untabled", json={"transform.options": {"tables": [], "truncate": "x"}})
+        assert bad.status_code == 400, bad.text
+        shown = api.get("/streams/cdc_untabled").json()
+        assert shown["transform_options"] == {"tables": ["inventory.customers"]}, shown
+        api.delete("/streams/cdc_untabled").raise_for_status()
