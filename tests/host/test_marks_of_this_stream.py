@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import time
 import uuid
 
@@ -32,6 +33,7 @@ from paths import ROOT, SUPPORT
 from stream_helpers import RECORD_QUERY, wait_until
 
 from stream_registry import ChangeStatus
+from stream_registry.registry.state.state_store import STATE_FILE
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 NO_COMMIT_METADATA = tansu_limitation("OffsetFetch answers no committed metadata (a commit's metadata string is "
@@ -158,6 +160,16 @@ def test_another_hosts_mark_on_the_same_group_is_foreign(kafka, tmp_path):
             wait_until(lambda: offsets_of(out_a, theirs)[-1:] == [99] and len(offsets_of(out_a, theirs)) == 190,
                        what="A delivered P from 10")
             assert offsets_of(out_a, theirs) == list(range(100)) + list(range(10, 100))
+            # the key that signs the marks is in the state directory only: not in the API, the log, the metadata
+            db = sqlite3.connect(tmp_path / "a" / STATE_FILE)
+            [(key,)] = db.execute("SELECT mark_key FROM streams WHERE name = 'orders'").fetchall()
+            db.close()
+            _, metadata = committed(kafka, group, topic, mine)
+            assert metadata.startswith("mgstreams:{") and len(key) == 64, metadata
+            with httpx.Client(base_url=host_a.url, timeout=30) as api:
+                shown = "".join(api.get(path).text for path in ("/streams", "/streams/orders", "/streams/orders/offsets",
+                                                                 "/streams/orders/history", "/metrics"))
+            assert key not in shown and key not in metadata and key not in host_a.log()
     finally:
         host_b.stop()
         host_a.stop()

@@ -43,7 +43,9 @@ def load_transformation(path: str, search_dirs: Sequence[str] = (),
     refused). Ship the path, not the function, to other processes (Spark executors).
 
     `options` (the stream's `transform.options`) are passed as `fn(messages, options=...)` to a function that
-    has an `options` parameter; a function without one refuses them.
+    has an `options` parameter; a function without one refuses them. A function that carries a
+    `check_options(options)` attribute has its options checked here, at load (so at create and alter, not at the
+    first batch): a ValueError it raises, naming the option, refuses the stream.
     """
     module_name, function_name = _split(path)
     dirs = _search_dirs(search_dirs)
@@ -60,7 +62,18 @@ def load_transformation(path: str, search_dirs: Sequence[str] = (),
     if defined_in != module.__name__:
         raise TransformError(f"transform {path!r}: refused: {function_name!r} is not defined in {module_name!r} "
                              f"(it comes from {defined_in!r}); name the module that defines the transformation")
+    _check_options(path, fn, options)
     return _with_options(path, _as_messages_callable(path, fn), options)
+
+
+def _check_options(path: str, fn: Callable, options: Mapping[str, Any] | None) -> None:
+    check = getattr(fn, "check_options", None)
+    if check is None:
+        return
+    try:
+        check(options)
+    except ValueError as exc:
+        raise TransformError(f"transform {path!r}: {exc}") from None
 
 
 def _with_options(path: str, fn: Callable, options: Mapping[str, Any] | None) -> Callable:

@@ -26,7 +26,7 @@ def admit(config: StreamConfig, before: StreamConfig | None, isolation: Isolatio
           output: Callable[[], OutputPolicy], open_query: Callable[[StreamConfig], PartitionQuery]) -> None:
     """ConfigError (or the cluster's error) unless `config` can run: all of it at create (`before` None),
     what differs from `before` at an alter."""
-    if before is None or config.transform != before.transform:
+    if before is None or (config.transform, config.transform_options) != (before.transform, before.transform_options):
         check_transformation(config, isolation)
     if before is None or config.sink != before.sink:
         try:

@@ -5,6 +5,13 @@ SQLite gives atomic writes (a transaction per change) and lets other processes
 credentials, and each stream's mark key (change_marks.MarkKey: the stream
 definition's identity, made at create, and the secret its change marks are
 signed with), kept beside its row and never in its config.
+
+Why one module (and one class) over the size limit: every statement on the state
+file is here, because the tables change together inside one transaction under
+one lock: a change's pending row becomes its history row atomically (recorded,
+superseded, cancelled), a revert ends the rows it supersedes in the transaction
+that opens it, a drop removes a stream's rows from every table at once. Split
+along tables, those transactions would span modules.
 """
 from __future__ import annotations
 
@@ -75,6 +82,8 @@ CREATE TABLE IF NOT EXISTS loss_acknowledged (
 
 
 class StateStore:
+    """The state file's one writer. Why one class this big: see the module docstring."""
+
     def __init__(self, state_dir: str | os.PathLike):
         self.state_dir = Path(state_dir)
         try:
