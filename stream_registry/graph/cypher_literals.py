@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from numbers import Integral, Real
 from typing import Any, NamedTuple
@@ -275,6 +275,29 @@ def render_statement(query: str, parameters: Mapping[str, Any] | None = None) ->
     pieces = list(template.pieces)
     pieces[1::2] = literals
     return "".join(pieces)
+
+
+def render_rows(query: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """render_statement(query, row) for each row, in order, the query's template read once: a built-in
+    transformation's batch is one query and its rows. A row render_statement would refuse is rendered by it,
+    so the error is its own (IndexError is never raised: the caller counts the rows)."""
+    if not isinstance(query, str):
+        return [render_statement(query, row) for row in rows]
+    template = _template(query)
+    names, labels = template.names, template.labels
+    pieces = list(template.pieces)
+    exact, general = _BY_EXACT_TYPE, to_cypher_literal
+    lines = []
+    try:
+        for row in rows:
+            if type(row) is not dict:
+                raise TypeError
+            pieces[1::2] = [(exact.get(type(value)) or general)(value, label)
+                            for value, label in zip(map(row.__getitem__, names), labels)]
+            lines.append("".join(pieces))
+    except (KeyError, TypeError, SinkError):
+        return lines + [render_statement(query, row) for row in rows[len(lines):]]
+    return lines
 
 
 class _Template(NamedTuple):
