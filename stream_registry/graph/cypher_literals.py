@@ -293,7 +293,7 @@ def render_rows(query: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
             if type(row) is not dict:
                 raise TypeError
             pieces[1::2] = [(exact.get(type(value)) or general)(value, label)
-                            for value, label in zip(map(row.__getitem__, names), labels)]
+                            for value, label in zip(map(row.__getitem__, names), labels, strict=True)]
             lines.append("".join(pieces))
     except (KeyError, TypeError, SinkError):
         return lines + [render_statement(query, row) for row in rows[len(lines):]]

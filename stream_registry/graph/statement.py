@@ -26,7 +26,7 @@ class Statement:
         raise KeyError(key)
 
 
-Run = tuple[str, list[Mapping[str, Any]]]   # one query text and the parameters of each of its statements, in order
+Run = tuple[str, Sequence[Mapping[str, Any]]]   # one query text and the parameters of each of its statements, in order
 
 
 class Statements(Sequence[Statement]):
@@ -44,7 +44,7 @@ class Statements(Sequence[Statement]):
         self._len = sum(len(rows) for _, rows in self.runs)
 
     @classmethod
-    def of_rows(cls, query: str, rows: list[Mapping[str, Any]]) -> Statements:
+    def of_rows(cls, query: str, rows: Sequence[Mapping[str, Any]]) -> Statements:
         """`query` once per row, in order."""
         return cls(((query, rows),))
 
@@ -58,7 +58,7 @@ class Statements(Sequence[Statement]):
     @classmethod
     def of_pairs(cls, pairs: Iterable[tuple[str, Mapping[str, Any]]]) -> Statements:
         """`(query, parameters)` pairs, in order, as runs."""
-        runs: list[Run] = []
+        runs: list[tuple[str, list[Mapping[str, Any]]]] = []
         last: str | None = None
         rows: list[Mapping[str, Any]] = []
         for query, parameters in pairs:
@@ -112,7 +112,7 @@ class Statements(Sequence[Statement]):
             return len(self) == len(other) and list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None   # type: ignore[assignment]   (mutable rows, like a list)
+    __hash__ = None  # type: ignore[assignment]  # mutable rows, like a list
 
     def __repr__(self) -> str:
         return f"Statements({len(self)} in {len(self.runs)} run(s))"
