@@ -196,7 +196,7 @@ class Trace:
         for started, returned, arrived in self.calls:
             seen = {"call returned": returned, "first record at the target on every partition": arrived}
             for at, label in stamps:
-                if started <= at <= arrived and label not in seen:
+                if started <= at <= max(returned, arrived) and label not in seen:
                     seen[label] = at
             for label, at in seen.items():
                 since[label].append((at - started) / 1e6)
