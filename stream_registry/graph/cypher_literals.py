@@ -299,7 +299,8 @@ _REPEATS = 64   # texts of a column remembered per batch (a topic name, a label)
 
 def _column(values: list[Any], label: str) -> list[str]:
     """The literals of one parameter over a batch's rows (to_cypher_literal's, the common types inline)."""
-    exact, general, seen = _BY_EXACT_TYPE, to_cypher_literal, {}
+    exact, general = _BY_EXACT_TYPE, to_cypher_literal
+    seen: dict[str, str] = {}
     out = []
     for value in values:
         kind = type(value)
