@@ -87,22 +87,44 @@ class _TimedConsumer:
 
 
 def _instrument(worker, timers: Timers) -> None:
-    """Timers around the worker's stages (by the names its modules use; a stage not found stays at 0)."""
-    from stream_registry.registry import worker as worker_module
+    """Timers around the worker's stages, by the names its parts use (the batch's delivery on the worker or on
+    its `writer`, the commit on the worker or on its `commits`); a stage not found stays at 0."""
     open_consumer = worker._open_consumer
     worker._open_consumer = lambda: _TimedConsumer(open_consumer(), timers)
-    for name, stage in (("_collect_batch", "collect"), ("_process", "process"), ("_commit", "commit")):
-        setattr(worker, name, timers.timed(stage, getattr(worker, name)))
-    for name, stage in (("decode_all", "decode"), ("run_transformation", "run_transformation"),
-                        ("_next_offsets", "bookkeeping")):
-        if hasattr(worker_module, name):
-            setattr(worker_module, name, timers.timed(stage, getattr(worker_module, name)))
-    worker._transformation = timers.timed("transformation", worker._transformation)
-    sink = worker._sink
-    for name in ("_render", "_rows_and_parameters", "_prepare"):   # cypherl's lines; a Bolt sink's statements
+    worker._collect_batch = timers.timed("collect", worker._collect_batch)
+    writer = getattr(worker, "writer", worker)
+    process = "process" if hasattr(writer, "process") else "_process"
+    setattr(writer, process, timers.timed("process", getattr(writer, process)))
+    commits = getattr(worker, "commits", None)
+    if commits is not None and hasattr(commits, "commit_batch"):
+        commits.commit_batch = timers.timed("commit", commits.commit_batch)
+    elif hasattr(worker, "_commit"):
+        worker._commit = timers.timed("commit", worker._commit)
+    module = sys.modules[type(writer).__module__]
+    for name, stage in (("decode_all", "decode"), ("run_transformation", "run_transformation")):
+        if hasattr(module, name):
+            setattr(module, name, timers.timed(stage, getattr(module, name)))
+    writer._transformation = timers.timed("transformation", writer._transformation)
+    sink = writer._sink
+    for name in ("_render", "_prepare"):   # cypherl's lines; a Bolt sink's statements
         if hasattr(sink, name):
             setattr(sink, name, timers.timed("rendering", getattr(sink, name)))
     sink.write = timers.timed("sink", sink.write)
+
+
+def _counting(worker, count: int, counted: dict, done: threading.Event) -> None:
+    """Count the messages of each batch delivered; `done` once `count` were."""
+    writer = getattr(worker, "writer", worker)
+    name = "process" if hasattr(writer, "process") else "_process"
+    process = getattr(writer, name)
+
+    def counting(batch, *args, **kwargs):
+        outcome = process(batch, *args, **kwargs)
+        counted["n"] += len(batch)
+        if counted["n"] >= count:
+            done.set()
+        return outcome
+    setattr(writer, name, counting)
 
 
 def _table(seconds: dict[str, float]) -> dict[str, float]:
@@ -138,16 +160,8 @@ def _run_child(bootstrap: str, count: int, transform: str, sink_uri: str, group:
     sink = open_sink(sink_uri)
     worker = StreamWorker(config, load_transformation(transform), sink)
     _instrument(worker, timers)
-    process = worker._process
     counted = {"n": 0, "thread_cpu": 0.0}
-
-    def counting(batch):
-        outcome = process(batch)
-        counted["n"] += len(batch)
-        if counted["n"] >= count:
-            done.set()
-        return outcome
-    worker._process = counting
+    _counting(worker, count, counted, done)
     profiler = cProfile.Profile() if profile else None
     run = worker._run
 
