@@ -44,6 +44,7 @@ HOPS = (
      "host: event received", None),
     ("stream_registry.registry.state_store", "StateStore", "record_applied", "host: SQLite write of the outcome",
      "host: outcome written"),
+    ("mgstreams.host.waits", "Waits", "_wake", "host: waiters woken", None),
     ("mgstreams.host.waits", "Waits", "_settled", "host: waiting call checked", "host: answer read"),
 )
 
