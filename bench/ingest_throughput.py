@@ -211,7 +211,7 @@ def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, gr
           rtt_ms: float | None) -> Run:
     if rtt_ms is not None:
         sinks.bolt.connect_mgclient = standin.Server(rtt_ms).connect
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     fn = load_transformation(transform) if transform else None
     sink = open_sink(uri) if uri else None
     consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": group,
@@ -243,7 +243,7 @@ def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, gr
             sink.close()
     if done != count:
         raise SystemExit(f"bench: the {'raw' if fn else 'consume'} loop consumed {done} messages, expected {count}")
-    return Run(count, first, first_at, elapsed)
+    return Run(count, first, first_at, elapsed, time.process_time() - cpu_started)
 
 
 def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name: str, timeout_s: float,
@@ -422,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                             verify_and_clean(uri, -1 if cdc else args.messages - (poisons if side == "poisoned"
                                                                                    else 0), label)
                         runs[side].append(run)
-                        cpu = f"   (stream process cpu {run.cpu_s / args.messages * 1e6:5.1f} us/msg)" \
-                            if run.cpu_s is not None else ""
+                        cpu = f"   ({'process' if side in ('raw', 'consume') else 'stream process'} cpu "\
+                              f"{run.cpu_s / args.messages * 1e6:5.1f} us/msg)" if run.cpu_s is not None else ""
                         each = ""
                         if bolt and run.pid is not None:
                             trips[side].append(round_trips(journal, run.pid))
