@@ -205,11 +205,12 @@ class Trace:
                 since[label].append((at - started) / 1e6)
         for label, values in since.items():
             order[label] = statistics.median(values)
-        lines = [f"{'hop (first time in each call; checks: last)':<56} {'since call ms':>13} {'since previous':>15} {'calls':>6}"]
+        lines = [f"{'hop (first time in each call; checks: last)':<56} {'since call ms':>13} {'since previous':>15} "
+                 f"{'p95 since call':>15} {'calls':>6}"]
         previous = 0.0
         for label in sorted(order, key=order.get):
             lines.append(f"{label:<56} {order[label]:13.2f} {order[label] - previous:15.2f} "
-                         f"{len(since[label]):>6}")
+                         f"{pct(since[label], 0.95):15.2f} {len(since[label]):>6}")
             previous = order[label]
         skipped = sorted({label for _, label in stamps if label.startswith("(not traced")})
         return "\n".join(lines + skipped)
