@@ -17,7 +17,7 @@ topic from the beginning with its own consumer group:
 - raw: one confluent-kafka Consumer in a process of its own (as the stream
   has one; the embedded cluster's threads live in the bench's process) doing
   what the stream's worker does per batch, called directly: consume(batch_size) ->
-  run_transformation(fn, [Message.from_kafka(m) ...]) -> sink.write(statements)
+  run_transformation(fn, Messages.of_kafka(batch)) -> sink.write(statements)
   -> synchronous commit of the next offsets. Same transformation, same sink;
 - consume: the same loop without transformation and sink (consume and commit):
   the limit, printed as the fraction of it the stream reaches.
@@ -93,7 +93,7 @@ from mgstreams.host_process import HostProcess  # noqa: E402
 from stream_registry.graph import sinks  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
-from stream_registry.graph.transform import Message, load_transformation, run_transformation  # noqa: E402
+from stream_registry.graph.transform import Messages, load_transformation, run_transformation  # noqa: E402
 from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 1.0
@@ -228,7 +228,7 @@ def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, gr
             if not batch:
                 continue
             if fn is not None:
-                statements = run_transformation(fn, [Message.from_kafka(m) for m in batch])
+                statements = run_transformation(fn, Messages.of_kafka(batch))
                 sink.write(statements)
             next_offsets = {}
             for m in batch:

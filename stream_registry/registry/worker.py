@@ -247,10 +247,15 @@ class StreamWorker:
             messages = consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
             if not messages and batch and hurry:
                 break
+            through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
             for msg in messages:
                 error = msg.error()
                 if error is None:
-                    if self._gate.check_delivery(record_key(msg), message_offset(msg)):
+                    # within one consume() a partition's later records go where its first went: the gate has
+                    # nothing to decide for them (its expected offset was met, nothing ran in between)
+                    where = (msg.topic(), msg.partition())
+                    if where in through or self._gate.check_delivery(record_key(msg), message_offset(msg)):
+                        through.add(where)
                         batch.append(msg)
                 elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                     at = msg.offset()   # the offset it could not fetch from; None: nothing committed

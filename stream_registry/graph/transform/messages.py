@@ -6,7 +6,7 @@ Beyond Memgraph's: `value()` and `key_value()` are the value and key decoded in 
 default format (`bytes`) they are the same."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 
@@ -175,7 +175,7 @@ def wrap(msg: Any, decoder: Any = None) -> Message:
     return inner
 
 
-def decode_all(messages: Sequence[Message]) -> None:
+def decode_all(messages: Iterable[Message]) -> None:
     """Decode every DecodedMessage of a batch (what the transformation will read), raising the first failure."""
     for message in messages:
         if isinstance(message, DecodedMessage):
