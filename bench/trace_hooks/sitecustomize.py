@@ -38,7 +38,7 @@ HOPS = (
     ("stream_registry.registry.worker", "StreamWorker", "reassign", "stream: reassign", None),
     ("stream_registry.registry.worker", "StreamWorker", "persist", "stream: commit of the change",
      "stream: committed"),
-    ("stream_registry.registry.worker", "StreamWorker", "_process", "stream: a batch processed", None),
+    ("stream_registry.registry.batch_writer", "BatchWriter", "process", "stream: a batch processed", None),
     ("stream_registry.registry.stream_process", "_EventRelay", "__call__", "stream: event to the host", None),
     ("stream_registry.registry.stream_process", "ProcessRunner", "_on_offset_events",
      "host: event received", None),
