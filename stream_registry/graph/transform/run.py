@@ -15,7 +15,8 @@ def run_transformation(fn: Callable, messages: Sequence[Message] | Messages, *,
                        name: str | None = None) -> Statements:
     """Run `fn` on one batch and normalise what it returns to Statements.
 
-    `messages` is a sequence of Message (e.g. `Message.from_kafka(m)` for each consumed message) or a Messages.
+    `messages` is a sequence of Message or a Messages (`Messages.of_kafka(consumed)` for a consumed batch: a
+    wrapper per message only when the transformation asks for one).
 
     Records may be `mgp.Record(query=..., parameters=...)`, mappings with keys
     `query` and `parameters`, or Statements; None parameters mean {}.
