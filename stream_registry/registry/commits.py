@@ -34,12 +34,20 @@ class CommitUnanswered(Exception):
     """No answer to a commit within its deadline (or the worker gave up waiting): its outcome is unknown."""
 
 
+class PendingCommit:
+    """A commit handed to the helper thread: `done` once answered, the answer ("result" or "error") in `answer`."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.answer: dict[str, Any] = {}
+
+
 class BoundedCommitter:
     """One consumer's synchronous commits, each waited for at most until its deadline."""
 
     def __init__(self, name: str):
         self._name = name
-        self._running: threading.Event | None = None   # a commit given up on, still waiting in librdkafka: its done
+        self._running: threading.Event | None = None   # the last commit started (done once answered)
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._helper: threading.Thread | None = None
         self._helper_lock = threading.Lock()
@@ -55,28 +63,37 @@ class BoundedCommitter:
         (inside a rebalance callback)."""
         if direct and not self.busy:
             return consumer.commit(offsets=list(offsets), asynchronous=False)
+        return self.wait(self.start(consumer, offsets), wait_s, give_up)
+
+    def start(self, consumer: Consumer, offsets: Sequence[TopicPartition]) -> PendingCommit:
+        """Hand the commit to the helper thread and return at once; its answer through `wait`. The committer is
+        busy until it is answered (CommitUnanswered for another commit meanwhile: one at a time, in order)."""
         if self.busy:
             raise CommitUnanswered("an earlier commit still waits for the group coordinator")
-        answer: dict[str, Any] = {}
-        done = threading.Event()
+        pending = PendingCommit()
 
         def run() -> None:
             try:
-                answer["result"] = consumer.commit(offsets=list(offsets), asynchronous=False)
+                pending.answer["result"] = consumer.commit(offsets=list(offsets), asynchronous=False)
             except BaseException as exc:  # handed to the waiting poll thread
-                answer["error"] = exc
+                pending.answer["error"] = exc
             finally:
-                done.set()
+                pending.done.set()
+        self._running = pending.done
         self._hand_over(run)
+        return pending
+
+    def wait(self, pending: PendingCommit, wait_s: float, give_up: Callable[[], bool] = lambda: False) -> Any:
+        """A started commit's result (its KafkaException raised here); CommitUnanswered when no answer came within
+        `wait_s` or `give_up()` said so (it goes on in its thread, the committer busy until it ends)."""
         waited = 0.0
-        while not done.wait(WAIT_SLICE_S):
+        while not pending.done.wait(WAIT_SLICE_S):
             waited += WAIT_SLICE_S
             if waited >= wait_s or give_up():
-                self._running = done
                 raise CommitUnanswered(f"no answer from the group coordinator within {waited:.1f} s")
-        if "error" in answer:
-            raise answer["error"]
-        return answer.get("result")
+        if "error" in pending.answer:
+            raise pending.answer["error"]
+        return pending.answer.get("result")
 
     def _hand_over(self, job: Callable[[], None]) -> None:
         """Give `job` to the helper thread, starting one when none runs (one that found no job for HELPER_IDLE_S

@@ -98,7 +98,8 @@ class StreamWorker:
         self.health = Health(config.name, events, lambda: ctx.consumer().list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S),
                              ctx.redact)
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
-                                    in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact)
+                                    in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
+                                    pipelined=True)   # a batch's commit is answered while the next one is read
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
@@ -316,6 +317,7 @@ class StreamWorker:
         consumer = self._ctx.open_consumer
         if consumer is None:
             return
+        self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         try:
             consumer.close()   # its last rebalance callbacks run inside, the consumer still set
         except (KafkaException, RuntimeError) as exc:
