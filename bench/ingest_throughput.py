@@ -94,7 +94,7 @@ from stream_registry.graph import sinks  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
 from stream_registry.graph.transform import Messages, load_transformation, run_transformation  # noqa: E402
-from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
+from stream_registry.registry.stream.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 1.0
 CONSUME_FLOORS = {"null": 0.3, "cypherl": 0.25}   # stream / consume-only, by sink

@@ -151,7 +151,7 @@ def _run_child(bootstrap: str, count: int, transform: str, sink_uri: str, group:
     from stream_registry.config import StreamConfig
     from stream_registry.graph.sinks import open_sink
     from stream_registry.graph.transform import load_transformation
-    from stream_registry.registry.worker import StreamWorker
+    from stream_registry.registry.stream.worker import StreamWorker
 
     config = StreamConfig(name=group, topics=[TOPIC], bootstrap_servers=bootstrap, transform=transform,
                           sink=sink_uri, consumer_group=group, batch_size=1000, batch_interval_ms=100)

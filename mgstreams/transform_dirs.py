@@ -24,7 +24,7 @@ FILE_NAME = "transform-dirs.json"
 def host_dirs(environ: dict[str, str] | None = None) -> list[str]:
     """The query modules directories a host started now searches, absolute: the bundled one, then
     $MGSTREAMS_QUERY_MODULES_DIR's (comma or colon separated)."""
-    from stream_registry.registry.runner import query_module_dirs
+    from stream_registry.registry.runners.runner import query_module_dirs
 
     environ = os.environ if environ is None else environ
     listed = [d.strip() for d in re.split(r"[:,]", environ.get(QUERY_MODULES_ENV, "")) if d.strip()]

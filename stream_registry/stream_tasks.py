@@ -4,7 +4,7 @@ The group protocol spreads the partitions over the N members; a sink must take N
 does (its exactly-once compare-and-set is per partition, so two tasks never write the same partition's
 offsets); a cypherl file has one writer at a time (a task opening it cuts an unfinished batch off its end,
 which could be another task's batch in flight), so a file sink runs one task. The runner of N tasks is
-registry/task_runner.py.
+registry/runners/task_runner.py.
 """
 from __future__ import annotations
 
