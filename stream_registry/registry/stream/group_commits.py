@@ -121,6 +121,12 @@ class GroupCommits:
             return
         self._pending = (dict(next_offsets), pending, self._clock() + COMMIT_DEADLINE_S)
 
+    def answered(self) -> None:
+        """Between batches: settle the batch commit in flight if its answer came (a stream with nothing more to
+        read learns of a failed one now, and owes it), without waiting for it."""
+        if self._pending is not None and self._pending[1].done.is_set():
+            self.settle()
+
     def settle(self, wait: bool = True) -> None:
         """The batch commit in flight (pipelined) answered and handled as a synchronous one: a transient error
         retried until its deadline, a failure owed. `wait=False` (inside a rebalance callback, where another

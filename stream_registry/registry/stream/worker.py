@@ -183,7 +183,9 @@ class StreamWorker:
                 if self.health.fatal:
                     self._fail(self.health.fatal)
                     return
-                if batch and not self.writer.deliver(batch, self._after_move):
+                if not batch:   # idle: the last batch's commit answered now (one in flight while consume() waits
+                    self.commits.settle()   # on an idle consumer was seen not to be answered until it returned)
+                elif not self.writer.deliver(batch, self._after_move):
                     return  # went to ERROR; consumer already closed
                 self.writer.report_stats()
         except BaseException as exc:  # never let a stream thread die silently
@@ -200,6 +202,7 @@ class StreamWorker:
         self._gate.retry()
         self.assignment.start_held()
         self.assignment.follow_sink()
+        self.commits.answered()   # a batch commit in flight that failed is owed now, not at the next batch
         self.commits.retry_owed(self._gate.assigned())
         self.health.check_cluster()
         self.assignment.decide_resets()
