@@ -127,8 +127,14 @@ class Run:
     first: int          # messages committed at the first observation
     first_at: float
     total_s: float
-    cpu_s: float | None = None   # the stream process's CPU time
+    cpu_s: float | None = None   # the process's CPU time from the first committed batch to the last
     pid: int | None = None
+
+    @property
+    def cpu_us_per_message(self) -> float | None:
+        """CPU per message in the steady state (start-up, imports and the group join left out)."""
+        steady = self.count - self.first if self.first < self.count else self.count
+        return None if self.cpu_s is None else self.cpu_s / steady * 1e6
 
     @property
     def rate(self) -> float:
@@ -237,7 +243,7 @@ def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, gr
                             asynchronous=False)
             done += len(batch)
             if not first:
-                first, first_at = done, time.perf_counter() - started
+                first, first_at, cpu_started = done, time.perf_counter() - started, time.process_time()
         elapsed = time.perf_counter() - started
     finally:
         consumer.close()
@@ -256,7 +262,7 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
                   consumer_group=name, batch_size=BATCH_SIZE, batch_interval_ms=BATCH_INTERVAL_MS, **settings)
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False})
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    first, first_at, pid, cpu = 0, 0.0, None, None
+    first, first_at, pid, cpu, cpu_first = 0, 0.0, None, None, None
     try:
         started = time.perf_counter()
         client.start(name)
@@ -266,6 +272,7 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
             if committed and not first:
                 first, first_at = committed, now
                 pid = client.get(name).pid
+                cpu_first = cpu_of(pid)
             if committed >= count:
                 elapsed = now
                 break
@@ -274,7 +281,8 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
                 raise SystemExit(f"bench: stream stuck at {committed}/{count} committed "
                                  f"(status {info.status.value}, error {info.error})")
             time.sleep(POLL_S)
-        cpu = cpu_of(pid)
+        cpu_last = cpu_of(pid)
+        cpu = None if cpu_first is None or cpu_last is None else cpu_last - cpu_first
     finally:
         watcher.close()
         client.stop(name)
@@ -425,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                                    else 0), label)
                         runs[side].append(run)
                         cpu = f"   ({'process' if side in ('raw', 'consume') else 'stream process'} cpu "\
-                              f"{run.cpu_s / args.messages * 1e6:5.1f} us/msg)" if run.cpu_s is not None else ""
+                              f"{run.cpu_us_per_message:5.1f} us/msg)" if run.cpu_s is not None else ""
                         each = ""
                         if bolt and run.pid is not None:
                             trips[side].append(round_trips(journal, run.pid))
@@ -452,6 +460,11 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides:
             each, per_1000 = round_trips_per(trips[side])
             print(f"{side} round trips per transaction: {each:.1f} ({per_1000:.1f} per 1000 messages)")
+    cpu = {side: min(r.cpu_us_per_message for r in runs[side]) for side in sides
+           if all(r.cpu_s is not None for r in runs[side])}
+    if cpu:   # much less sensitive to a loaded machine than the rates
+        print("cpu per message, steady state (best run): " + ", ".join(f"{side} {us:.2f} us" for side, us in
+                                                                      cpu.items()))
     base, measured = ("raw", "stream") if "raw" in sides else sides
     ratio = best[measured] / best[base]
     floor = EXACTLY_ONCE_FLOOR if args.delivery else POISON_FLOOR if args.poison_every else \
