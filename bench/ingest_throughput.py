@@ -451,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     for side in sides:
         print(f"{side} rate: {best[side]:12,.0f} msgs/s (best of {len(runs[side])})")
     if "consume" in best:
-        fraction, floor_c = best["stream"] / best["consume"], CONSUME_FLOORS.get(args.sink)
+        fraction = best["stream"] / best["consume"]
+        floor_c = CONSUME_FLOORS.get(args.sink) if args.transform == TRANSFORM else None   # merge_messages's
         print(f"stream / consume-only: {fraction:.3f} (the fraction of the consumer's limit the stream reaches"
               + (f"; floor {floor_c}: {'ok' if fraction >= floor_c else 'BELOW FLOOR'})" if floor_c else ")"))
     if "one_at_a_time" in sides:
