@@ -24,6 +24,9 @@ was wrong (the host's `field: reason`, or where the host could not be reached).
 Offsets use Memgraph's dialect: -1 is the beginning, -2 the end, as in
 `mg.kafka_set_stream_offset`; prefer "earliest" / "latest".
 
+Why one module of over 400 lines: Memgraph loads one file per namespace (a query module is one file), and
+this one must be copied alone into any Memgraph, its HTTP client included.
+
 No `from __future__ import annotations` here: mgp reads the annotations as
 types to build each procedure's Cypher signature.
 """

@@ -73,18 +73,19 @@ def json_nodes(messages) -> Statements:
     """Idempotent: MERGE a :KafkaRecord per (topic, partition, offset) and SET the payload's
     JSON object fields on it (`SET +=`: replaying rewrites the same values).
 
-    A payload that is not a JSON object fails the batch with its offset named.
+    A payload that is not a JSON object fails the batch with its offset named. A field holding an object (or a
+    list holding one) is stored as its JSON text: not every graph engine stores a map as a property value
+    (FalkorDB refuses one; docs: sinks), and the statement must give the same graph on each.
     """
     consumed = _consumed(messages)
     if consumed is not None:
         rows = [{"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
-                 "properties": _json_payload(m.value(), m)} for m in consumed]
+                 "properties": _storable_fields(_json_payload(m.value(), m))} for m in consumed]
     else:
         rows = []
         for message in _each(messages):
-            properties = _json_object(message)
             parameters = _position(message)
-            parameters["properties"] = properties
+            parameters["properties"] = _storable_fields(_json_object(message))
             rows.append(parameters)
     return Statements.of_rows(MERGE_JSON_RECORD, rows)
 
@@ -161,6 +162,17 @@ def _text(data) -> str:
     if isinstance(data, str):
         return data
     return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def _storable_fields(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: _storable(value) for key, value in record.items()}
+
+
+def _storable(value: Any) -> Any:
+    """A property value every engine stores: a map, or a list holding one, as its JSON text."""
+    if isinstance(value, dict) or isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value
 
 
 def _json_object(message) -> dict[str, Any]:

@@ -63,12 +63,15 @@ class BoundedCommitter:
         (inside a rebalance callback)."""
         if direct and not self.busy:
             return consumer.commit(offsets=list(offsets), asynchronous=False)
-        return self.wait(self.start(consumer, offsets), wait_s, give_up)
+        return self.wait(self.start(consumer, offsets, give_up), wait_s, give_up)
 
-    def start(self, consumer: Consumer, offsets: Sequence[TopicPartition]) -> PendingCommit:
+    def start(self, consumer: Consumer, offsets: Sequence[TopicPartition],
+              give_up: Callable[[], bool] = lambda: False) -> PendingCommit:
         """Hand the commit to the helper thread and return at once; its answer through `wait`. The committer is
         busy until it is answered (CommitUnanswered for another commit meanwhile: one at a time, in order)."""
         if self.busy:
+            give_up()   # nothing waits here, but the caller probes the cluster as it would while waiting: an outage
+            # that began while an earlier commit hung is seen from this state too (the owed commit's retries)
             raise CommitUnanswered("an earlier commit still waits for the group coordinator")
         pending = PendingCommit()
 
