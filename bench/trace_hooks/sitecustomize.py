@@ -4,10 +4,13 @@ processes (this directory is put first on their PYTHONPATH, so Python imports th
 With MGSTREAMS_BENCH_TRACE set to a file, the methods below are wrapped (the classes patched, in this process
 only) to append `label<TAB>time.monotonic_ns()` at their entry or exit; CLOCK_MONOTONIC is one clock for every
 process of the machine, so the bench lines the stamps of its processes up. The product's code is not changed.
+The next sitecustomize on the path (the Bolt stand-in's) still runs: this one would shadow it.
 """
 import functools
 import importlib
+import importlib.util
 import os
+import sys
 import time
 
 _PATH = os.environ.get("MGSTREAMS_BENCH_TRACE")
@@ -76,5 +79,18 @@ def _install(path: str) -> None:
             _stamp(fd, f"(not traced: {module_name}.{class_name}.{method_name})")
 
 
+def _chain() -> None:
+    """Run the next sitecustomize on the path too (this one shadows it: the Bolt stand-in's, say)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        candidate = os.path.join(os.path.abspath(entry or "."), "sitecustomize.py")
+        if os.path.dirname(candidate) != here and os.path.isfile(candidate):
+            spec = importlib.util.spec_from_file_location("_next_sitecustomize", candidate)
+            if spec is not None and spec.loader is not None:
+                spec.loader.exec_module(importlib.util.module_from_spec(spec))
+            return
+
+
+_chain()
 if _PATH:
     _install(_PATH)
