@@ -367,15 +367,13 @@ def test_a_non_loopback_address_needs_a_token(tmp_path):
         host.stop()
 
 
-def test_a_second_host_on_the_same_state_dir_exits_at_once_naming_the_first(host):
-    started = time.monotonic()
+def test_a_second_host_on_the_same_state_dir_exits_naming_the_first(host):
+    """Its time to exit is bench/second_host_exit.py's figure (a ratio to `--help`), not a fixed bound here."""
     second = subprocess.run([sys.executable, "-m", "mgstreams", "serve", "--state-dir", str(host.state_dir),
                              "--listen", "127.0.0.1:0"], capture_output=True, text=True, cwd=ROOT, timeout=30)
-    elapsed = time.monotonic() - started
     assert second.returncode == 1 and second.stdout == ""
     assert f"pid {host.proc.pid}" in second.stderr and "one host per state directory" in second.stderr
     assert second.stderr.startswith("mgstreams: error: state_dir:") and second.stderr.count("\n") == 1
-    assert elapsed < 5, f"took {elapsed:.1f} s"
     with http(host) as api:      # the first one is untouched
         assert api.get("/health").json() == {"status": "ok"}
 
