@@ -208,6 +208,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
     check_state_dir(state_dir)
     OutputPolicy.for_state_dir(state_dir)   # output directories someone else can write stop the host here
+    own_transformations = transform_dirs.allow_own_dir(state_dir)   # before a stream process is spawned
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   group_policy=group_policy,
@@ -234,7 +235,8 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections, token)))
             shutdown.attach(server, registry.begin_close)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s){where}); its page: {url}{PAGE}")
+                  f"{len(registry.list())} stream(s){where}); its page: {url}{PAGE}; "
+                  f"your transformations: {own_transformations}")
             server.run(sockets=[sock])
         finally:
             if lag is not None:

@@ -1172,7 +1172,7 @@ def test_getting_started_block_runs_as_written(tmp_path):
     stream into a cypherl file, describe, set-offset, check, lag; then the Bolt switch's create. Only the
     host's address is adapted when 127.0.0.1:8765 is taken on this shared machine. The background jobs are
     ended when the script exits."""
-    first, bolt = getting_started_blocks()
+    first, bolt, own = getting_started_blocks()
     script = first
     url = DEFAULT_URL
     if not port_free(DEFAULT_HOST, int(DEFAULT_PORT)):
@@ -1182,7 +1182,9 @@ def test_getting_started_block_runs_as_written(tmp_path):
     assert script.count("mgstreams serve") == 1 and "mgstreams kafka > kafka.txt &" in script
     checks = f"""
 {bolt}
+{own}
 for i in $(seq 300); do [ "$(cat mgstreams-state/output/payments.cypherl | wc -l)" -ge 700 ] && break; sleep 0.2; done
+for i in $(seq 300); do [ "$(cat mgstreams-state/output/amounts.cypherl | wc -l)" -ge 1000 ] && break; sleep 0.2; done
 mgstreams list --json > list.json
 curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
 """
@@ -1209,4 +1211,8 @@ curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
     assert listed["payments_graph"]["sink"] == "bolt://localhost:7687" and listed["payments"]["status"] == "running"
     statements = statement_lines(tmp_path / "mgstreams-state" / "output" / "payments.cypherl")
     assert len(statements) >= 700 and "payments" in (tmp_path / "ui.html").read_text()   # offsets 100 on
-    assert len(GETTING_STARTED.read_text().splitlines()) < 80
+    assert len([line for line in statement_lines(tmp_path / "mgstreams-state" / "output" / "amounts.cypherl")
+                if line.startswith("MERGE (t:Amount")]) >= 1000   # the reader's own transformation, no restart
+    log = (tmp_path / "serve.log").read_text()   # the host's log went to the file the page names
+    assert "stream payments: created" in log and "stream amounts: created" in log, log[-2000:]
+    assert len(GETTING_STARTED.read_text().splitlines()) < 100
