@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag
+from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag, Verdict
 
 from .tables import Column, FittedTable, extra, key, long
 
@@ -24,7 +24,7 @@ STREAM_COLUMNS = (key("NAME"), key("STATUS"), key("TOPICS"), long("GROUP"), long
                   long("TRANSFORM"), long("SINK"), long("ERROR", fold=True))
 DETAIL_COLUMN = long("DETAIL", fold=True)   # shown while a stream has one (what a `starting` stream waits for)
 DESCRIBE_COLUMNS = (extra("GROUP"), key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("POSITION"),
-                    extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"),
+                    extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"), key("TASK"),
                     extra("STORED-OFFSET"), extra("RESUME-OFFSET"))
 CHANGE_COLUMNS = (key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"), key("NEW-OFFSET"), key("STATUS"),
                   long("MESSAGE", fold=True))
@@ -58,10 +58,23 @@ def table(columns: Iterable[str | Column], rows: Iterable[Iterable[Any]], title:
 
 
 def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
-    """describe() rows as `kafka-consumer-groups --describe` prints them."""
-    return table(DESCRIBE_COLUMNS, (
-        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
-         "yes" if r.assigned else "no", r.stored_offset, r.resume_offset) for r in rows))
+    """describe() rows as `kafka-consumer-groups --describe` prints them; TASK is the index of the stream's task
+    that holds the partition (`-` none). Rows of the last lag round (the cluster cannot be reached) show their
+    offsets and lag as not known, with the last known values."""
+    rows = list(rows)
+    known_at = next((r.known_at for r in rows if r.known_at is not None), None)
+
+    def shown(value):
+        return value if known_at is None else f"? (last {value})"
+    rendered = table(DESCRIBE_COLUMNS, (
+        (group, r.topic, r.partition, shown(r.committed_offset), r.position, r.log_start_offset,
+         shown(r.log_end_offset), shown(r.lag), "yes" if r.assigned else "no", "-" if r.task is None else r.task,
+         r.stored_offset, r.resume_offset) for r in rows))
+    if known_at is not None:
+        age = (datetime.datetime.now(datetime.UTC) - known_at).total_seconds()
+        rendered.title = (f"not known now: the stream's cluster cannot be reached; last known at {utc_text(known_at)} "
+                          f"({age:.0f} s ago)")
+    return rendered
 
 
 def changes_table(changes: Iterable[OffsetChange]) -> FittedTable:
@@ -94,19 +107,35 @@ def _seconds(value: float | None) -> str | None:
     return None if value is None else f"{value:.1f}"
 
 
+def unknown(lag: StreamLag) -> bool:
+    """The last round could not sample the stream (its cluster cannot be reached): its figures are not known."""
+    return not lag.cluster_up or (lag.status == Verdict.ERR and lag.error is not None and lag.sampled_at is not None)
+
+
+def known(lag: StreamLag, value: Any, *, with_age: bool = False) -> str:
+    """A figure of the last round; while not known, `?` with the last known value (and its age)."""
+    if not unknown(lag):
+        return "-" if value is None else str(value)
+    age = f", {lag.age_s:.0f} s ago" if with_age and lag.age_s is not None else ""
+    return f"? (last {'-' if value is None else value}{age})"
+
+
 def lag_table(lag: StreamLag) -> Group:
     """A stream's partitions with their lag, lag seconds and verdict; the stream's verdict below."""
     return Group(table(LAG_COLUMNS, (
-        (p.topic, p.partition, p.committed_offset, p.log_end_offset, p.lag, _seconds(p.lag_seconds),
-         p.lag_seconds_method.value, p.status.value, p.message) for p in lag.partitions)), Text(lag_line(lag)))
+        (p.topic, p.partition, known(lag, p.committed_offset), known(lag, p.log_end_offset), known(lag, p.lag),
+         known(lag, _seconds(p.lag_seconds)), p.lag_seconds_method.value, p.status.value, p.message)
+        for p in lag.partitions)), Text(lag_line(lag)))
 
 
 def lag_line(lag: StreamLag) -> str:
     """`stream orders running: WARN (orders:1: lag grew ...); total lag 340, max 12.5 s, 220.0 records/s`."""
     seconds = f", max {lag.max_lag_seconds:.1f} s" if lag.max_lag_seconds is not None else ""
     sampled = lag.sampled_at.astimezone(datetime.UTC).strftime("%H:%M:%SZ") if lag.sampled_at else "never"
+    total = f"{lag.total_lag}{seconds}" if not unknown(lag) else \
+        f"not known (last {lag.total_lag}{seconds}, {lag.age_s or 0:.0f} s ago)"
     line = (f"stream {lag.name} {lag.stream_status.value}: {lag.status.value} ({lag.message}); total lag "
-            f"{lag.total_lag}{seconds}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
+            f"{total}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
             f"(every {lag.interval_s:g} s)")
     return line + (f"; {lag.error}" if lag.error else "")
 
@@ -114,8 +143,8 @@ def lag_line(lag: StreamLag) -> str:
 def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
     """`mgstreams top`'s view: a title line, one row per stream, and the last error if any."""
     at = datetime.datetime.now().strftime("%H:%M:%S")
-    rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
-             _seconds(s.max_lag_seconds) or "-", str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
+    rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}",
+             known(s, s.total_lag, with_age=True), known(s, _seconds(s.max_lag_seconds)), str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
              f"{s.records_lost}" + (f"({s.records_lost_unacknowledged} new)" if s.records_lost_unacknowledged else ""),
              s.error or s.message) for s in streams]
     parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",

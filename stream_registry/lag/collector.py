@@ -38,12 +38,13 @@ from ..model import (
     LagSecondsMethod,
     PartitionKey,
     PartitionLag,
+    PartitionOffsets,
     StreamInfo,
     StreamLag,
     StreamStatus,
 )
 from ..registry.registry import StreamRegistry
-from .outage import UNREACHABLE_CODES, consumer_outage, counts, loss_verdict, unsampled
+from .outage import UNREACHABLE_CODES, consumer_outage, counts, last_known_offsets, loss_verdict, unsampled
 from .seconds import extrapolated, from_timestamp
 from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
 
@@ -154,6 +155,12 @@ class LagCollector:
         if latest.sampled_at is None:
             return latest
         return dataclasses.replace(latest, age_s=round(max(self._clock() - latest.sampled_at.timestamp(), 0.0), 3))
+
+    def last_known_offsets(self, name: str) -> list[PartitionOffsets] | None:
+        """describe's rows from the last round while the stream's cluster cannot be reached, else None."""
+        with self._lock:
+            t = self._tracked.get(name)
+        return last_known_offsets(t.latest if t is not None else None)
 
     def latest(self) -> list[StreamLag]:
         """What the last rounds found, without sampling anything (for scrapes)."""

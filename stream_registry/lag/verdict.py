@@ -141,8 +141,8 @@ def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] =
         if rewind and not rewind[1].alarm and any(s.caught_up for s in since[1:]):
             # an operator's rewind read again and caught up in a later sample: said once, not for the whole window
             # (the change stays named, with its id, while it is in the window)
-            moved = rewind[1].message.removesuffix("; not an alarm")
-            return PartitionVerdict(Verdict.OK, f"{_caught_up_message(since)} again after: {moved}",
+            said = rewind[1].message.removesuffix("; not an alarm")
+            return PartitionVerdict(Verdict.OK, f"{_caught_up_message(since)} again after: {said}",
                                     change_id=rewind[1].change_id)
         return rewind[1] if rewind else PartitionVerdict(Verdict.OK, _caught_up_message(since))
     if len(samples) < min_samples:
