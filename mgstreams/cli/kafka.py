@@ -121,13 +121,22 @@ def kafka_topic_create(name: str, bootstrap_servers: str, partitions: int, repli
 @click.option("--count", type=click.IntRange(min=1, max=10_000_000), default=100, show_default=True,
               help="With --sample: how many.")
 @click.option("--seed", type=int, default=1, show_default=True, help="With --sample: the generator's seed.")
-@click.option("--key-field", default=None, metavar="FIELD",
-              help="Stdin: key each message by this field of its JSON object (one key stays on one partition).")
+@click.option("--key-field", default=None, metavar="PATH",
+              help="Stdin: key each message by this field of its JSON object, a dotted path for a nested one "
+                   "(after.id); one key stays on one partition.")
+@click.option("--key-separator", default=None, metavar="SEP",
+              help="Stdin: each line is KEY SEP VALUE, both JSON (Kafka's console producer's parse.key), e.g. "
+                   "--key-separator '|' and the line {\"id\": 1}|{\"op\": \"c\"}.")
 def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count: int, seed: int,
-                  key_field: str | None) -> None:
+                  key_field: str | None, key_separator: str | None) -> None:
     """Produce JSON lines from stdin (one document a line), or --sample data, to TOPIC.
 
-    A line that is not JSON stops it, naming the line; what was read before it is produced."""
+    A value `null` is a tombstone (a message without a value, what a compacted topic and Debezium use for a
+    delete). A line that is not JSON stops it, naming the line; what was read before it is produced."""
+    if key_field is not None and key_separator is not None:
+        raise click.BadParameter("takes --key-field or --key-separator, not both", param_hint="'--key-separator'")
+    if key_separator == "":
+        raise click.BadParameter("must not be empty", param_hint="'--key-separator'")
     from mgstreams.kafka_tools import Message, json_lines, produce
     from mgstreams.samples import generate_transfers
 
@@ -135,7 +144,7 @@ def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count:
     if sample:
         messages = (Message(t.payload(), t.source.encode()) for t in generate_transfers(seed, count, 50))
     else:
-        messages = json_lines(click.get_text_stream("stdin"), key_field)
+        messages = json_lines(click.get_text_stream("stdin"), key_field, key_separator)
     counts = run(lambda: produce(bootstrap_servers, topic, messages))
     per = ", ".join(f"{p}: {n}" for p, n in counts.items()) or "none"
     click.echo(f"produced {sum(counts.values())} message(s) to {topic} (per partition {per})")
