@@ -12,7 +12,6 @@ from host_helpers import HostProcess
 from stream_helpers import FAST_REJOIN, wait_until
 
 from mgstreams.embedded_kafka import EmbeddedKafka
-
 from stream_registry.errors import StreamError
 from stream_registry.log_repeats import RepeatCollapser, collapse_repeats, shape
 
