@@ -36,8 +36,11 @@ CHECK_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), long("QUERY", fo
                  long("PARAMETERS", fold=True), long("ERROR", fold=True))
 LAG_COLUMNS = (key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("LOG-END-OFFSET"), key("LAG"),
                key("LAG-SECONDS"), extra("METHOD"), key("STATUS"), long("MESSAGE", fold=True))
-TOP_COLUMNS = (key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
-               key("DEAD"), key("SKIPPED"), key("PENDING"), key("LOST"), long("MESSAGE"))
+TOP_COLUMNS = (key("#"), key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
+               extra("DEAD"), extra("SKIPPED"), extra("PENDING"), extra("LOST"), long("MESSAGE", fold=True))
+# top's verdicts in colour, as Burrow's and kafka-lag-exporter's dashboards show them
+VERDICT_STYLES = {Verdict.OK: "green", Verdict.STARTING: "cyan", Verdict.REWIND: "cyan", Verdict.WARN: "yellow",
+                  Verdict.STALL: "red", Verdict.STOP: "red", Verdict.ERR: "bold red"}
 
 
 def console() -> Console:
@@ -64,12 +67,10 @@ def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
     rows = list(rows)
     known_at = next((r.known_at for r in rows if r.known_at is not None), None)
 
-    def shown(value):
-        return value if known_at is None else f"? (last {value})"
     rendered = table(DESCRIBE_COLUMNS, (
-        (group, r.topic, r.partition, shown(r.committed_offset), r.position, r.log_start_offset,
-         shown(r.log_end_offset), shown(r.lag), "yes" if r.assigned else "no", "-" if r.task is None else r.task,
-         r.stored_offset, r.resume_offset) for r in rows))
+        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset,
+         r.lag if known_at is None else f"? (last {r.lag})", "yes" if r.assigned else "no",
+         "-" if r.task is None else r.task, r.stored_offset, r.resume_offset) for r in rows))
     if known_at is not None:
         age = (datetime.datetime.now(datetime.UTC) - known_at).total_seconds()
         rendered.title = (f"not known now: the stream's cluster cannot be reached; last known at {utc_text(known_at)} "
@@ -116,15 +117,19 @@ def known(lag: StreamLag, value: Any, *, with_age: bool = False) -> str:
     """A figure of the last round; while not known, `?` with the last known value (and its age)."""
     if not unknown(lag):
         return "-" if value is None else str(value)
+    if value is None:
+        return "?"
     age = f", {lag.age_s:.0f} s ago" if with_age and lag.age_s is not None else ""
-    return f"? (last {'-' if value is None else value}{age})"
+    return f"? ({value}{age})" if with_age else f"? (last {value})"
 
 
 def lag_table(lag: StreamLag) -> Group:
     """A stream's partitions with their lag, lag seconds and verdict; the stream's verdict below."""
+    gone = unknown(lag)   # the offsets are in each row's message then; the lag keeps its last value beside `?`
     return Group(table(LAG_COLUMNS, (
-        (p.topic, p.partition, known(lag, p.committed_offset), known(lag, p.log_end_offset), known(lag, p.lag),
-         known(lag, _seconds(p.lag_seconds)), p.lag_seconds_method.value, p.status.value, p.message)
+        (p.topic, p.partition, "?" if gone else p.committed_offset, "?" if gone else p.log_end_offset,
+         known(lag, p.lag), "?" if gone else _seconds(p.lag_seconds), p.lag_seconds_method.value,
+         Text(p.status.value, style=VERDICT_STYLES.get(p.status, "")), p.message)
         for p in lag.partitions)), Text(lag_line(lag)))
 
 
@@ -140,15 +145,26 @@ def lag_line(lag: StreamLag) -> str:
     return line + (f"; {lag.error}" if lag.error else "")
 
 
-def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
-    """`mgstreams top`'s view: a title line, one row per stream, and the last error if any."""
+def verdict_text(lag: StreamLag) -> Text:
+    """The verdict in its colour; a quiet STOP (a stopped stream nothing waits for) is not red."""
+    return Text(lag.status.value, style="dim" if lag.quiet else VERDICT_STYLES.get(lag.status, ""))
+
+
+def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None,
+              opened: StreamLag | None = None) -> Group:
+    """`mgstreams top`'s view: a title line, one row per stream (numbered: its key opens its partitions), the
+    last error if any, and the opened stream's partitions."""
     at = datetime.datetime.now().strftime("%H:%M:%S")
-    rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}",
-             known(s, s.total_lag, with_age=True), known(s, _seconds(s.max_lag_seconds)), str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
+    rows = [(str(i) if i < 10 else "", s.name, s.stream_status.value, verdict_text(s), f"{s.records_per_second:.1f}",
+             known(s, s.total_lag, with_age=True), "?" if unknown(s) else _seconds(s.max_lag_seconds) or "-",
+             str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
              f"{s.records_lost}" + (f"({s.records_lost_unacknowledged} new)" if s.records_lost_unacknowledged else ""),
-             s.error or s.message) for s in streams]
-    parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
-                  style="bold"), table(TOP_COLUMNS, rows)]
+             s.error or s.message) for i, s in enumerate(streams, 1)]
+    keys = "1-9 opens a stream's partitions, 0 closes; " if streams else ""
+    parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; "
+                                        f"{keys}q quits)", style="bold"), table(TOP_COLUMNS, rows)]
     if error:
         parts.append(Text(f"error: {error}"))
+    if opened is not None:
+        parts += [Text(f"\n{opened.name}: partitions", style="bold"), lag_table(opened)]
     return Group(*parts)
