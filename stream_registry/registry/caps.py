@@ -42,13 +42,12 @@ def check_streams(defined: int, caps: StreamCaps) -> None:
 
 
 def runner_pids(runner: object) -> list[int]:
-    """The processes a runner holds: its `pids` when it has several, else its `pid` (None while not spawned:
-    then one slot it is about to take); never this process (a thread runner)."""
-    pids = getattr(runner, "pids", None)
-    if pids is None:
-        pid = getattr(runner, "pid", None)
-        return [-1] if pid is None else [pid]
-    return list(pids)
+    """The processes a runner holds (engine.StreamRunner.pids); none spawned yet: one slot it is about to take."""
+    pids = list(getattr(runner, "pids", None) or ())
+    if pids:
+        return pids
+    pid = getattr(runner, "pid", None)
+    return [-1] if pid is None else [pid]
 
 
 def running_processes(runners: Iterable[object]) -> int:

@@ -24,7 +24,7 @@ from ..model import PartitionKey, PartitionOffsets, PartitionSnapshot, ResolvedO
 from ..offset_spec import OffsetSpec, resolve
 from ..redaction import redact
 from ..resume_point import resume_offsets
-from .runner import StreamRunner
+from .engine import StreamRunner
 
 log = logging.getLogger("mgstreams.registry")
 

@@ -1,8 +1,8 @@
 """Where a running stream lives: on a thread of this process, or in a child process of its own.
 
-The registry drives both through one surface (start, stop, snapshot,
-request_offsets, cancel_pending, pid, rss_bytes), so every guarantee of an offset change is
-implemented once, in the worker, whichever way the stream runs. A stream host
+The registry drives both through one surface (engine.StreamRunner), so every
+guarantee of an offset change is implemented once, in the worker, whichever way
+the stream runs. A stream host
 runs each stream in its own process (stream_process): a crash stays inside its
 stream, and streams do not share one GIL. Threads remain for embedding the
 registry in one process, and for tests that watch an in-memory sink.
@@ -14,7 +14,6 @@ import os
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
 
 import psutil
 
@@ -25,7 +24,8 @@ from ..graph.sinks.protocol import Sink
 from ..graph.sinks.schemes import open_sink
 from ..graph.transform import load_transformation, locate_transformation
 from ..model import GateEvent, PartitionKey, PendingMove, RetryPolicy, WorkerSnapshot
-from .worker import StreamEvents, StreamWorker
+from .stream_events import StreamEvents
+from .worker import StreamWorker
 
 log = logging.getLogger("mgstreams.registry")
 
@@ -33,33 +33,6 @@ log = logging.getLogger("mgstreams.registry")
 class Isolation(StrEnum):
     THREAD = "thread"     # the registry's own process (embedding, tests)
     PROCESS = "process"   # one child process per running stream (the stream host)
-
-
-class StreamRunner(Protocol):
-    """A running stream as the registry sees it."""
-    @property
-    def pid(self) -> int | None: ...
-
-    def start(self, timeout: float = 30.0) -> None: ...
-    def stop(self, timeout: float) -> str | None:
-        """Stop cleanly; a note when that took force (a killed process), StreamError when it failed."""
-    @property
-    def alive(self) -> bool: ...
-    @property
-    def stopping(self) -> bool: ...
-    def snapshot(self) -> WorkerSnapshot: ...
-    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
-        """Hand one call's offsets to the stream's offset gate (`onward`: those never moved back; `supersedes`:
-        a change whose moves still waiting it ends, a revert's); their fate comes as on_change events."""
-    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
-        """Cancel the changes not persisted yet (of calls up to change id `up_to`); the cancelled ones, None if
-        not confirmed in time."""
-    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
-        """Another task of the stream persisted change `change_id` on `tps`: drop it (task_runner)."""
-    def rss_bytes(self) -> int | None: ...
-    def close(self) -> None:
-        """Release what a stream that ended by itself still holds (its sink, its process)."""
 
 
 class ThreadRunner:
@@ -72,6 +45,14 @@ class ThreadRunner:
         self._pending, self._output, self._retry, self._events = dict(pending), output, retry, events
         self._sink: Sink | None = None
         self._worker: StreamWorker | None = None
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return (os.getpid(),)
+
+    @property
+    def restarts(self) -> int:
+        return 0
 
     def start(self, timeout: float = 30.0) -> None:
         transformation = load_stream_transformation(self.config)

@@ -59,7 +59,7 @@ from .batch_stats import BatchStats
 from .caps import MemoryWatch
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
-from .worker import StreamEvents
+from .stream_events import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
 STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer and the sink
@@ -198,6 +198,14 @@ class ProcessRunner:
         self._last_snapshot = WorkerSnapshot()
         self._reader: threading.Thread | None = None   # the only thread that reaps the process
         self._exitcode: int | None = None
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return (self.pid,) if self.pid is not None else ()
+
+    @property
+    def restarts(self) -> int:
+        return 0   # the registry restarts a stream whose process died
 
     # -- control --------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:

@@ -32,9 +32,9 @@ from ..config import StreamConfig
 from ..errors import StreamError
 from ..model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
 from .batch_stats import BatchStats
+from .engine import StreamRunner
 from .restarts import RestartBackoff
-from .runner import StreamRunner
-from .worker import StreamEvents
+from .stream_events import StreamEvents
 
 log = logging.getLogger("mgstreams.registry")
 
@@ -303,18 +303,3 @@ class TaskRunner:
 
     def _runners(self) -> list[StreamRunner]:
         return [t.runner for t in self._tasks if t.runner is not None]
-
-
-def task_restarts(runner: StreamRunner | None) -> int:
-    """Restarts of a stream's tasks by its restart policy (the task runner's own, one task at a time)."""
-    return runner.restarts if isinstance(runner, TaskRunner) else 0
-
-
-def runner_pids(runner: StreamRunner | None) -> tuple[int, ...]:
-    """The pids of a running stream's tasks (one for a stream of one task)."""
-    if runner is None:
-        return ()
-    pids = getattr(runner, "pids", None)
-    if pids is not None:
-        return tuple(pids)
-    return (runner.pid,) if runner.pid is not None else ()

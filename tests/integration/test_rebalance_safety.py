@@ -101,6 +101,8 @@ def test_a_move_whose_commit_fails_is_pending_with_the_kafka_error_then_applied(
         wait_until(lambda: registry.history("orders"), 15, what="the retried commit")
         [entry] = registry.history("orders")
         assert (entry.offset, entry.status.value) == (5, "applied")
+        # the change is recorded once persisted; its first batch is delivered after that
+        wait_until(lambda: len(memory_sinks["out"].delivered()) >= 35, 15, what="the redelivery from 5")
         offsets = [o for _, _, o in memory_sinks["out"].delivered()]
         assert offsets[20:] == list(range(5, 20)), "redelivered from exactly the new offset"
     finally:
@@ -117,7 +119,7 @@ def test_the_assignment_protocol_is_learned_from_the_consumer_not_only_the_confi
 
     def wrong_guess(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
-        self._incremental = False
+        self.assignment.incremental = False
     monkeypatch.setattr(worker_module.StreamWorker, "__init__", wrong_guess)
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 10, partitions=2)
@@ -129,7 +131,7 @@ def test_the_assignment_protocol_is_learned_from_the_consumer_not_only_the_confi
         registry.set_offset("orders", 2)
         registry.start("orders")
         wait_until(lambda: len(memory_sinks["out"].delivered()) == 6, 30, what="delivery from offset 2")
-        assert registry._streams["orders"].runner._worker._incremental is True
+        assert registry._streams["orders"].runner._worker.assignment.incremental is True
         assert registry.get("orders").status.value == "running"
     finally:
         registry.close()

@@ -42,10 +42,10 @@ def test_the_query_modules_copies_of_the_limits_equal_the_models():
 def test_the_host_and_client_use_the_models_limits_not_copies():
     from mgstreams import client
     from mgstreams.host import api, request_parts
-    from stream_registry.registry import registry
+    from stream_registry.registry import offset_calls
 
     assert request_parts.MAX_TIMEOUT_MS is model.MAX_TIMEOUT_MS and api.CHECK_TIMEOUT_MS is model.CHECK_TIMEOUT_MS
-    assert registry.MAX_CHECK_LIMIT is model.MAX_CHECK_LIMIT
+    assert offset_calls.MAX_CHECK_LIMIT is model.MAX_CHECK_LIMIT
     assert client.MARGIN_S is model.MARGIN_S and client.ALTER_TIMEOUT_S is model.ALTER_TIMEOUT_S
     assert inspect.signature(client.HostClient).parameters["timeout"].default == model.REQUEST_TIMEOUT_S
 

@@ -1,0 +1,129 @@
+"""The group's commits (stream_registry/registry/group_commits.py) over a consumer stand-in: marks carried by
+every commit, errors only a poll resolves returned at once, transient ones retried, a failed batch commit owed
+and committed again between batches for the partitions still held, an offset change's persist."""
+from __future__ import annotations
+
+import threading
+
+from confluent_kafka import KafkaError
+from consumer_standin import ConsumerStandIn
+
+from stream_registry.model import PartitionKey
+from stream_registry.registry.group_commits import OWED_RETRY_S, GroupCommits
+
+P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
+
+
+class Mark:
+    """What a commit needs of a change mark: its metadata text (change_marks.ChangeMark.encode)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def encode(self) -> str:
+        return self.text
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def commits_with(consumer: ConsumerStandIn, *, outage: bool = False, rebalancing: bool = False):
+    clock = Clock()
+    commits = GroupCommits("orders", lambda: consumer, give_up=lambda: outage, in_rebalance=lambda: rebalancing,
+                           redact=str, clock=clock, sleep=clock.sleep)
+    return commits, clock
+
+
+def test_every_commit_of_a_partition_carries_its_last_changes_mark():
+    consumer = ConsumerStandIn()
+    commits, _ = commits_with(consumer)
+    commits.learn_mark(P0, Mark("mgstreams:change-7"))
+    assert commits.commit({P0: 10, P1: 4}) is None
+    assert consumer.calls[-1] == ("commit", [("t", 0, 10, "mgstreams:change-7"), ("t", 1, 4, None)])
+    commits.forget([P0])
+    commits.commit({P0: 11})
+    assert consumer.calls[-1] == ("commit", [("t", 0, 11, None)]), "a partition given up forgets its mark"
+
+
+def test_an_error_only_a_poll_resolves_returns_at_once_and_the_batch_commit_is_owed_until_it_succeeds():
+    consumer = ConsumerStandIn()
+    consumer.commit_errors = [KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing")] * 2
+    commits, clock = commits_with(consumer)
+    commits.commit_batch({P0: 5, P1: 3})
+    assert len(consumer.calls) == 1, "not retried in a loop: only the next poll can resolve it"
+    assert commits.owed == {P0: 5, P1: 3}
+    commits.retry_owed(frozenset({P0}))   # the next turn of the loop: fails again
+    assert consumer.calls[-1] == ("commit", [("t", 0, 5, None)]), "only the partitions still held"
+    commits.retry_owed(frozenset({P0}))
+    assert len(consumer.calls) == 2, "then tried again once a second, not at every batch"
+    clock.now += OWED_RETRY_S
+    commits.retry_owed(frozenset({P0}))
+    assert len(consumer.calls) == 3 and commits.owed == {}
+    assert consumer.committed_offsets[("t", 0)] == (5, None)
+
+
+def test_a_transient_error_is_retried_until_the_commit_succeeds():
+    consumer = ConsumerStandIn()
+    consumer.commit_errors = [KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, "moving")] * 3
+    commits, _ = commits_with(consumer)
+    assert commits.commit({P0: 9}) is None
+    assert len(consumer.calls) == 4 and consumer.committed_offsets[("t", 0)] == (9, None)
+
+
+def test_during_an_outage_a_failed_commit_gives_up_and_says_why():
+    consumer = ConsumerStandIn()
+    consumer.commit_errors = [KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, "no coordinator")]
+    commits, _ = commits_with(consumer, outage=True)
+    assert commits.commit({P0: 9}) == "COORDINATOR_NOT_AVAILABLE: no coordinator"
+    assert len(consumer.calls) == 1
+
+
+def test_inside_a_rebalance_callback_the_commit_is_made_on_the_calling_thread():
+    consumer = ConsumerStandIn()
+    threads = []
+    real = consumer.commit
+    consumer.commit = lambda offsets, asynchronous=True: (threads.append(threading.current_thread()),
+                                                          real(offsets, asynchronous))[1]
+    commits, _ = commits_with(consumer, rebalancing=True)
+    commits.commit({P0: 1})
+    assert threads == [threading.current_thread()]
+
+
+def test_persisting_a_change_commits_its_mark_and_ends_what_was_owed():
+    consumer = ConsumerStandIn()
+    commits, _ = commits_with(consumer)
+    commits.owed = {P0: 3}
+    assert commits.persist({P0: 20}, {P0: Mark("m20")}) is None
+    assert commits.owed == {} and consumer.committed_offsets[("t", 0)] == (20, "m20")
+
+
+def test_a_change_whose_commit_fails_leaves_no_mark_behind():
+    consumer = ConsumerStandIn()
+    consumer.commit_errors = [KafkaError(KafkaError.ILLEGAL_GENERATION, "stale generation")]
+    commits, _ = commits_with(consumer)
+    error = commits.persist({P0: 20}, {P0: Mark("m20")})
+    assert error == "committing the new offset failed (ILLEGAL_GENERATION: stale generation)"
+    commits.commit({P0: 21})
+    assert consumer.calls[-1] == ("commit", [("t", 0, 21, None)])
+
+
+def test_exactly_once_a_change_is_stored_in_the_sink_first_and_a_failed_store_commits_nothing():
+    consumer = ConsumerStandIn()
+    commits, _ = commits_with(consumer)
+    stored = []
+    assert commits.persist({P0: 20}, {P0: Mark("m20")}, store=stored.append) is None
+    assert stored == [{P0: 20}] and consumer.committed_offsets[("t", 0)] == (20, "m20")
+
+    def unreachable(offsets):
+        raise OSError("graph unreachable")
+    error = commits.persist({P1: 7}, {P1: Mark("m7")}, store=unreachable)
+    assert error == "storing the new offset in the sink failed (graph unreachable)"
+    assert ("t", 1) not in consumer.committed_offsets and P1 not in commits.marks
