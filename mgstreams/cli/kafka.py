@@ -52,8 +52,11 @@ def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True, help="Number of brokers.")
 @click.option("--partitions-topic", "topics", multiple=True, callback=_topic_spec, metavar="NAME:P",
               help="Create topic NAME with P partitions (repeatable).")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=None, metavar="PORT",
+              help="Listen on 127.0.0.1:PORT (PORT+1, ... for more brokers) instead of free ports: started again, "
+                   "the cluster is at the same address and streams reconnect to it (its data starts empty).")
 @click.pass_context
-def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str, int]]) -> None:
+def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str, int]], port: int | None) -> None:
     """Run a local Kafka broker in the foreground: the embedded cluster (librdkafka's mock brokers) or Tansu;
     or, with a subcommand, create a topic or produce to one on it or on any cluster.
 
@@ -73,7 +76,9 @@ def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str,
 
     if engine == "tansu" and brokers != 1:
         raise click.BadParameter(f"Tansu runs one broker here, got {brokers}", param_hint="'--brokers'")
-    cluster = run(TansuBroker if engine == "tansu" else lambda: EmbeddedKafka(brokers=brokers))
+    if port is not None and port + brokers - 1 > 65535:
+        raise click.BadParameter(f"{brokers} broker(s) from port {port} go past 65535", param_hint="'--port'")
+    cluster = run(lambda: TansuBroker(port=port) if engine == "tansu" else EmbeddedKafka(brokers=brokers, port=port))
     control = None
     try:
         for topic, partitions in topics:
