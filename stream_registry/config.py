@@ -357,7 +357,7 @@ class StreamConfig:
         if not isinstance(self.sink, str) or not self.sink:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
         parse_sink_uri(self.sink, check_hosts=True)   # the parser and the allowlist the stream opens it with
-        check_tasks(self.tasks, self.sink)
+        check_tasks(self.tasks, self.sink, self.delivery)
         self._validate_configs()
         for key, value in self.credentials.items():
             if not isinstance(key, str) or not key:
