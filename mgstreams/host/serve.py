@@ -235,8 +235,8 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections, token)))
             shutdown.attach(server, registry.begin_close)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s){where}); its page: {url}{PAGE}; "
-                  f"your transformations: {own_transformations}")
+                  f"{len(registry.list())} stream(s){where}; your transformations: {own_transformations}); "
+                  f"its page: {url}{PAGE}")
             server.run(sockets=[sock])
         finally:
             if lag is not None:

@@ -92,7 +92,7 @@ def sink_change(before: StreamConfig, after: StreamConfig, start_from: object) -
             raise OffsetSpecError(message if message.startswith("from") else f"from: {message}") from None
     secrets = after.secret_values()
     note = (f"sink change {redact(before.sink, secrets)} -> {redact(after.sink, secrets)}: "
-            + (f"the new sink starts from {start_from!r}" if spec is not None
+            + (f"the new sink starts from {start_from!r}" if sink_spec is not None
                else "the new sink continues where the stream stood"))
     return SinkChange(note=note, spec=sink_spec, shown=None if start_from is None else repr(start_from))
 
