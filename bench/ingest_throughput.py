@@ -93,7 +93,7 @@ from stream_registry.graph import sinks  # noqa: E402
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX  # noqa: E402
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink  # noqa: E402
 from stream_registry.graph.transform import Message, load_transformation, run_transformation  # noqa: E402
-from stream_registry.registry.worker import CONSUMER_DEFAULTS  # noqa: E402
+from stream_registry.registry.stream.worker import CONSUMER_DEFAULTS  # noqa: E402
 
 FLOOR = 0.85
 EXACTLY_ONCE_FLOOR = 0.9

@@ -39,7 +39,7 @@ def allow_own_dir(state_dir: str | os.PathLike) -> Path:
 def host_dirs(environ: dict[str, str] | None = None) -> list[str]:
     """The query modules directories a host started now searches, absolute: the bundled one, then
     $MGSTREAMS_QUERY_MODULES_DIR's (comma or colon separated)."""
-    from stream_registry.registry.runner import query_module_dirs
+    from stream_registry.registry.runners.runner import query_module_dirs
 
     environ = os.environ if environ is None else environ
     listed = [d.strip() for d in re.split(r"[:,]", environ.get(QUERY_MODULES_ENV, "")) if d.strip()]

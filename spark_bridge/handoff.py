@@ -21,7 +21,7 @@ from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.model import ChangeStatus, PartitionKey
 from stream_registry.offset_spec import Committed, OffsetSpec, Shift
 from stream_registry.redaction import redact
-from stream_registry.registry.state_store import STATE_FILE, StateStore
+from stream_registry.registry.state.state_store import STATE_FILE, StateStore
 from stream_registry.resume_point import resume_offsets
 
 

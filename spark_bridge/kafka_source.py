@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from stream_registry.errors import ConfigError
 from stream_registry.kafka.queries import PartitionQuery
 from stream_registry.model import PartitionKey
-from stream_registry.registry.state_store import stored_config
+from stream_registry.registry.state.state_store import stored_config
 
 from .handoff import stream_resume_offsets, uses_committed
 from .range_plan import OffsetRange, RangePlan, plan, split_ranges

@@ -8,7 +8,7 @@ could be another task's batch in flight), so at least once each task writes a fi
 named: `orders.cypherl` with tasks: 2 is `orders.task-0.cypherl` and `orders.task-1.cypherl` (`orders.task-*.cypherl`
 finds them all). Exactly once refuses more than one task on a cypherl sink: a partition moving from one task to
 another would move its stored offsets to another file, and the offsets one file stores would no longer say where
-the stream stands. The runner of N tasks is registry/task_runner.py.
+the stream stands. The runner of N tasks is registry/runners/task_runner.py.
 """
 from __future__ import annotations
 

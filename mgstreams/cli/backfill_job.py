@@ -20,7 +20,7 @@ from .spec_argument import option_spec
 def build_job(stream_name, state_dir, topics, bootstrap_servers, group_id, configs, start, until, transform,
               modules_dirs, sink, sink_username, min_partitions, batch_size, fail_on_data_loss,
               writers: int = DEFAULT_WRITERS, config_file: str | None = None) -> BackfillJob:
-    from stream_registry.registry.runner import query_module_dirs
+    from stream_registry.registry.runners.runner import query_module_dirs
 
     start_spec = parse_offset_spec(option_spec(start, "--from"))
     until_spec = parse_offset_spec(option_spec(until, "--until"))

@@ -5,7 +5,7 @@ import sys
 from urllib.parse import urlsplit
 
 from stream_registry.graph.cypher_literals import render_statement
-from stream_registry.registry.runner import query_module_dirs
+from stream_registry.registry.runners.runner import query_module_dirs
 
 from .records import normalize
 from .results import Record

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from spark_bridge.backfill import BackfillJob, plan_job, run_backfill
 from stream_registry import PartitionOffsets, StreamError, StreamStatus, parse_offset_spec
 from stream_registry.registry.registry import stored_config
-from stream_registry.registry.runner import query_module_dirs
+from stream_registry.registry.runners.runner import query_module_dirs
 
 from ..query_module import QueryModule
 from ..samples import Transfer

@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from stream_registry import StreamRegistry, StreamStatus
 from stream_registry.lag.collector import LagCollector
-from stream_registry.registry.batch_stats import BATCH_SECONDS_BOUNDS
+from stream_registry.registry.stream.batch_stats import BATCH_SECONDS_BOUNDS
 
 PARTITION_LABELS = ["group", "topic", "partition", "stream"]
 GROUP_LABELS = ["group", "stream"]

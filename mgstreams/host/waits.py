@@ -18,7 +18,7 @@ from collections.abc import Callable
 from starlette.concurrency import run_in_threadpool
 
 from stream_registry import OffsetChange, StreamRegistry
-from stream_registry.registry.offset_calls import OffsetCall
+from stream_registry.registry.host.offset_calls import OffsetCall
 
 RECHECK_S = 2.0   # a waiting call checks its change this often even when nothing says it changed
 

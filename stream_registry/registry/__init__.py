@@ -1,5 +1,5 @@
 """The registry: stream names to running consumers, their durable state and their poll loops."""
 from .registry import RestartBackoff, StreamRegistry
-from .runner import Isolation
+from .runners.runner import Isolation
 
 __all__ = ["Isolation", "RestartBackoff", "StreamRegistry"]

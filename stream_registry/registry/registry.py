@@ -51,22 +51,22 @@ from ..model import (
     StreamInfo,
     StreamStatus,
 )
-from .admission import admit
-from .caps import caps_from_env
-from .change_sets import ChangeSets
-from .definitions import Definitions
-from .engine import Engine
-from .engines import KAFKA, Engines
-from .lifecycle import Lifecycle
-from .offset_calls import OffsetCall, OffsetCalls
-from .positions import StreamPositions
-from .restarts import DEFAULT_RESTART_BACKOFF, RestartBackoff
-from .runner import Isolation
-from .state_lock import StateLock
-from .state_store import StateStore
-from .state_store import stored_config as stored_config  # re-exported: its public home before
-from .stream_info import info_of
-from .stream_table import StreamEntry, StreamTable
+from .host.admission import admit
+from .host.definitions import Definitions
+from .host.lifecycle import Lifecycle
+from .host.offset_calls import OffsetCall, OffsetCalls
+from .host.positions import StreamPositions
+from .host.stream_info import info_of
+from .host.stream_table import StreamEntry, StreamTable
+from .runners.caps import caps_from_env
+from .runners.engine import Engine
+from .runners.engines import KAFKA, Engines
+from .runners.restarts import DEFAULT_RESTART_BACKOFF, RestartBackoff
+from .runners.runner import Isolation
+from .state.change_sets import ChangeSets
+from .state.state_lock import StateLock
+from .state.state_store import StateStore
+from .state.state_store import stored_config as stored_config  # re-exported: its public home before
 
 log = logging.getLogger("mgstreams.registry")
 

@@ -46,7 +46,7 @@ from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink
 from stream_registry.graph.transform import QUERY_MODULES_ENV, TRANSFORM_PACKAGES_ENV, Statement
 from stream_registry.model import StreamStatus
 from stream_registry.redaction import MASK, redact, secret_values
-from stream_registry.registry.state_store import STATE_FILE
+from stream_registry.registry.state.state_store import STATE_FILE
 
 
 @contextlib.contextmanager

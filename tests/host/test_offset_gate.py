@@ -25,9 +25,9 @@ from stream_helpers import FAST_REJOIN, RecordingSink, by_partition, delivered_f
 
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.model import MoveState, RetryPolicy
-from stream_registry.registry.runner import Isolation
-from stream_registry.registry.stream_events import StreamEvents
-from stream_registry.registry.worker import StreamWorker
+from stream_registry.registry.runners.runner import Isolation
+from stream_registry.registry.stream.stream_events import StreamEvents
+from stream_registry.registry.stream.worker import StreamWorker
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 COMMIT_FAILS = KafkaError.OFFSET_METADATA_TOO_LARGE   # not retriable, no rejoin: the commit just fails

@@ -33,7 +33,7 @@ from stream_registry.errors import SinkError, StoredOffsetsConflict, TransformEr
 from stream_registry.graph.sinks import BoltSink
 from stream_registry.graph.transform import Statement
 from stream_registry.model import ChangeStatus, RetryPolicy
-from stream_registry.registry.poison import BatchDelivery, may_be_poison
+from stream_registry.registry.stream.poison import BatchDelivery, may_be_poison
 
 CONNECT_HEADERS = ("__connect.errors.topic", "__connect.errors.partition", "__connect.errors.offset",
                    "__connect.errors.exception.class.name", "__connect.errors.exception.message",

@@ -44,7 +44,7 @@ from stream_helpers import wait_until
 from stream_registry.errors import ConfigError, SinkError
 from stream_registry.graph.sinks import OutputPolicy, open_sink
 from stream_registry.kafka.client import new_consumer
-from stream_registry.registry.state_store import STATE_FILE
+from stream_registry.registry.state.state_store import STATE_FILE
 
 JSON = {"Content-Type": "application/json"}
 

@@ -27,8 +27,8 @@ from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry
 from stream_registry.model import RetryPolicy
-from stream_registry.registry.runner import Isolation
-from stream_registry.registry.state_store import STATE_FILE
+from stream_registry.registry.runners.runner import Isolation
+from stream_registry.registry.state.state_store import STATE_FILE
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 RANGE = {"partition.assignment.strategy": "range", **FAST_REJOIN}

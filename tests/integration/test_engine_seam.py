@@ -1,4 +1,4 @@
-"""The engine seam (stream_registry/registry/engine.py): an engine handed to the registry by name runs a stream
+"""The engine seam (stream_registry/registry/runners/engine.py): an engine handed to the registry by name runs a stream
 as a peer of the built-in Kafka one, through the same calls: start and stop, the status it reports, an offset
 change handed to it and recorded once it reports it persisted, the history. The engine here is a stand-in for a
 Spark query (issue 47 brings the real one): it runs nothing and reports what an engine must."""
@@ -12,7 +12,7 @@ from stream_helpers import wait_until
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.errors import ConfigError
 from stream_registry.model import GateEvent, MoveState, PartitionKey, WorkerSnapshot
-from stream_registry.registry.engine import RunRequest
+from stream_registry.registry.runners.engine import RunRequest
 
 
 class QueryStandIn:

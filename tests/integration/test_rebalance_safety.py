@@ -113,7 +113,7 @@ def test_the_assignment_protocol_is_learned_from_the_consumer_not_only_the_confi
                                                                                  monkeypatch):
     """Issue 10, defect 7: with a wrong first guess (eager for a cooperative-sticky group), librdkafka refuses
     assign() with _STATE and the worker switches to incremental_assign(); the stream runs and offsets apply."""
-    from stream_registry.registry import worker as worker_module
+    from stream_registry.registry.stream import worker as worker_module
 
     real_init = worker_module.StreamWorker.__init__
 

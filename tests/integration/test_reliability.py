@@ -15,7 +15,7 @@ from stream_helpers import SLOW_S, wait_until
 
 from stream_registry import StreamConfig, StreamError, StreamRegistry, StreamStatus
 from stream_registry.errors import StreamStateError
-from stream_registry.registry.state_store import STATE_FILE, PlannedRow, StateStore
+from stream_registry.registry.state.state_store import STATE_FILE, PlannedRow, StateStore
 
 FAST_GROUP = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
 

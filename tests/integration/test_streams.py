@@ -131,7 +131,7 @@ def test_start_right_after_error_restarts_while_the_failed_thread_is_still_endin
     was refused with "stream 'orders' is already error". Here the thread lingers 1 s after reporting ERROR."""
     import time
 
-    from stream_registry.registry.worker import StreamWorker
+    from stream_registry.registry.stream.worker import StreamWorker
 
     fail = StreamWorker._fail
     monkeypatch.setattr(StreamWorker, "_fail", lambda self, reason: (fail(self, reason), time.sleep(1.0)))
@@ -240,7 +240,7 @@ def test_a_stream_that_fails_to_restore_goes_to_error_and_the_others_run(kafka, 
     reg.close()
 
     from stream_registry.errors import TransformError
-    from stream_registry.registry import runner as runner_module
+    from stream_registry.registry.runners import runner as runner_module
     real_loader = runner_module.load_transformation
 
     def loader(path, search_dirs=(), **kwargs):

@@ -224,7 +224,7 @@ def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypa
     from mgstreams.demo.graph import read_graph
     from stream_registry.graph import sinks
     from stream_registry.graph.transform import Message, load_transformation, run_transformation
-    from stream_registry.registry.runner import query_module_dirs
+    from stream_registry.registry.runners.runner import query_module_dirs
 
     transfer = generate_transfers(3, 1, 5)[0]
     message = Message("transfers", 4, 1234, transfer.source.encode(), transfer.payload(), 0)

@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from stream_registry.config import StreamConfig
 from stream_registry.graph.sinks.null import NullSink
-from stream_registry.registry.stream_events import StreamEvents
-from stream_registry.registry.worker import StreamWorker
+from stream_registry.registry.stream.stream_events import StreamEvents
+from stream_registry.registry.stream.worker import StreamWorker
 
 
 class ConsumerStandIn:

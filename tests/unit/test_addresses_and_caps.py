@@ -14,7 +14,7 @@ from stream_registry.allowlists import checked_bootstrap, checked_url, host_allo
 from stream_registry.errors import ConfigError, StreamStateError
 from stream_registry.log_lines import OneLineFormatter
 from stream_registry.model import MAX_RUNNING_ENV, StreamCaps
-from stream_registry.registry.caps import MemoryWatch, caps_from_env, check_running, running_processes
+from stream_registry.registry.runners.caps import MemoryWatch, caps_from_env, check_running, running_processes
 
 LOOPBACK = {"MGSTREAMS_ALLOWED_HOSTS": "127.0.0.1,localhost"}
 

@@ -1,4 +1,4 @@
-"""The partitions a stream process holds (stream_registry/registry/assignment.py), wired as the worker wires its
+"""The partitions a stream process holds (stream_registry/registry/stream/assignment.py), wired as the worker wires its
 parts (consumer_standin.worker_on), over a consumer stand-in (tests/support/consumer_standin.py) and a real null:// sink: the group's protocol
 learned from a refusal, exactly-once start points from the sink (and the realignment said when the group committed
 elsewhere), partitions held back while the sink does not answer, what a revoke forgets, records that left the log."""
@@ -13,9 +13,9 @@ from stream_registry.errors import SinkError
 from stream_registry.graph.offset_store import offset_statements
 from stream_registry.graph.sinks.null import NullSink
 from stream_registry.model import PartitionKey, StreamStatus
-from stream_registry.registry import assignment as assignment_module
-from stream_registry.registry.assignment import OFFSET_BEGINNING
-from stream_registry.registry.worker import StreamWorker
+from stream_registry.registry.stream import assignment as assignment_module
+from stream_registry.registry.stream.assignment import OFFSET_BEGINNING
+from stream_registry.registry.stream.worker import StreamWorker
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 

@@ -1,4 +1,4 @@
-"""The delivery of a batch (stream_registry/registry/batch_writer.py), wired as the worker wires its parts
+"""The delivery of a batch (stream_registry/registry/stream/batch_writer.py), wired as the worker wires its parts
 (consumer_standin.worker_on), with real consumed-message objects and a real null:// sink: the first batch after
 an offset change in two writes, a transient failure retried and committed once, a sink that fails as a whole
 failing the stream at once (and the consumer sought back), poison messages set aside, an exactly-once batch
@@ -13,7 +13,7 @@ from stream_registry.errors import SinkError
 from stream_registry.graph.offset_store import offset_statements
 from stream_registry.graph.sinks.null import NullSink
 from stream_registry.model import PartitionKey, StreamStatus
-from stream_registry.registry.batch_writer import Outcome
+from stream_registry.registry.stream.batch_writer import Outcome
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from stream_registry.model import ChangeStatus, GateEvent, MoveState, PartitionKey, ResolvedOffset
-from stream_registry.registry.change_sets import ChangeSets
-from stream_registry.registry.state_store import STATE_FILE, StateStore
+from stream_registry.registry.state.change_sets import ChangeSets
+from stream_registry.registry.state.state_store import STATE_FILE, StateStore
 
 TP = PartitionKey("t", 0)
 
@@ -113,7 +113,7 @@ def test_a_revert_of_a_stopped_streams_change_supersedes_its_pending_rows_in_the
 
 
 def test_a_change_mark_survives_the_round_trip_and_anything_else_is_no_mark():
-    from stream_registry.registry.change_marks import MAX_METADATA, ChangeMark
+    from stream_registry.registry.stream.change_marks import MAX_METADATA, ChangeMark
 
     mark = ChangeMark(12, 250, None, 1795736555.688)
     assert ChangeMark.decode(mark.encode()) == mark and len(mark.encode()) < MAX_METADATA

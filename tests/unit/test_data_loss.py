@@ -6,7 +6,7 @@ import pytest
 
 from stream_registry.config import DataLossPolicy
 from stream_registry.model import PartitionKey
-from stream_registry.registry.data_loss import OFFSET_BEGINNING, OFFSET_END, decide
+from stream_registry.registry.stream.data_loss import OFFSET_BEGINNING, OFFSET_END, decide
 
 TP = PartitionKey("orders", 0)
 CONTINUE, STOP = DataLossPolicy.CONTINUE, DataLossPolicy.STOP

@@ -1,4 +1,4 @@
-"""The group's commits (stream_registry/registry/group_commits.py) over a consumer stand-in: marks carried by
+"""The group's commits (stream_registry/registry/stream/group_commits.py) over a consumer stand-in: marks carried by
 every commit, errors only a poll resolves returned at once, transient ones retried, a failed batch commit owed
 and committed again between batches for the partitions still held, an offset change's persist."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError
 from consumer_standin import ConsumerStandIn
 
 from stream_registry.model import PartitionKey
-from stream_registry.registry.group_commits import OWED_RETRY_S, GroupCommits
+from stream_registry.registry.stream.group_commits import OWED_RETRY_S, GroupCommits
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 

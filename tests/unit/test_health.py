@@ -1,12 +1,12 @@
-"""A stream's health (stream_registry/registry/health.py) without a consumer: the status and error it shows, an
+"""A stream's health (stream_registry/registry/stream/health.py) without a consumer: the status and error it shows, an
 outage confirmed by a probe and cleared by the next answer, a wait for the sink shown until it ends."""
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
 
 from stream_registry.model import StreamStatus
-from stream_registry.registry.health import OUTAGE_PROBE_S, Health
-from stream_registry.registry.stream_events import StreamEvents
+from stream_registry.registry.stream.health import OUTAGE_PROBE_S, Health
+from stream_registry.registry.stream.stream_events import StreamEvents
 
 
 class Clock:

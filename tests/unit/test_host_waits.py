@@ -10,7 +10,7 @@ import threading
 import time
 
 from mgstreams.host.waits import Waits
-from stream_registry.registry.offset_calls import OffsetCall
+from stream_registry.registry.host.offset_calls import OffsetCall
 
 
 class Registry:

@@ -42,7 +42,7 @@ def test_the_query_modules_copies_of_the_limits_equal_the_models():
 def test_the_host_and_client_use_the_models_limits_not_copies():
     from mgstreams import client
     from mgstreams.host import api, request_parts
-    from stream_registry.registry import offset_calls
+    from stream_registry.registry.host import offset_calls
 
     assert request_parts.MAX_TIMEOUT_MS is model.MAX_TIMEOUT_MS and api.CHECK_TIMEOUT_MS is model.CHECK_TIMEOUT_MS
     assert offset_calls.MAX_CHECK_LIMIT is model.MAX_CHECK_LIMIT
@@ -62,7 +62,7 @@ def test_the_query_modules_procedures_default_to_the_models_limits():
 
 def test_the_registrys_defaults_are_the_models_limits():
     from stream_registry.registry.registry import StreamRegistry
-    from stream_registry.registry.stream_process import ProcessRunner
+    from stream_registry.registry.runners.stream_process import ProcessRunner
 
     def default(fn, name):
         return inspect.signature(fn).parameters[name].default
@@ -121,7 +121,7 @@ def test_each_error_class_owns_its_http_status_and_the_client_maps_it_back():
 
 
 def test_an_error_crosses_a_child_pipe_as_its_own_class():
-    from stream_registry.registry.child_process import child_error
+    from stream_registry.registry.runners.child_process import child_error
 
     for exc in (errors.StreamExists("name: taken"), errors.OffsetSpecError("offset: bad"), errors.Busy("cap: full"),
                 errors.SinkError("sink: down")):

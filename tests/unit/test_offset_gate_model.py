@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from stream_registry.model import GateEvent, MoveState, PendingMove
-from stream_registry.registry.change_marks import ChangeMark, Committed
-from stream_registry.registry.offset_gate import PERSIST_RETRY_S, OffsetGate
+from stream_registry.registry.stream.change_marks import ChangeMark, Committed
+from stream_registry.registry.stream.offset_gate import PERSIST_RETRY_S, OffsetGate
 
 TPS = [("t", 0), ("t", 1)]
 LOG_END = 30        # where the log ends at first; records are produced as the model runs

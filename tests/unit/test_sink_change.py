@@ -7,7 +7,7 @@ import pytest
 from stream_registry.config import StreamConfig
 from stream_registry.errors import ConfigError, OffsetSpecError, StreamStateError
 from stream_registry.model import PartitionKey, Realignment
-from stream_registry.registry.sink_change import carried_over, sink_change, split_from
+from stream_registry.registry.host.sink_change import carried_over, sink_change, split_from
 from stream_registry.resume_point import assignment_reason, realignments
 
 T0, T1 = PartitionKey("t", 0), PartitionKey("t", 1)

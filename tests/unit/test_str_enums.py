@@ -14,9 +14,9 @@ from spark_bridge.engine import Engine
 from stream_registry.config import Delivery, ErrorsTolerance, RestartPolicy, StreamConfig
 from stream_registry.model import ChangeStatus, LagSecondsMethod, MoveState, StreamStatus, Verdict
 from stream_registry.offset_files import OffsetSource
-from stream_registry.registry.dead_letter import Stage
-from stream_registry.registry.runner import Isolation
-from stream_registry.registry.state_store import STATE_FILE, StateStore
+from stream_registry.registry.runners.runner import Isolation
+from stream_registry.registry.state.state_store import STATE_FILE, StateStore
+from stream_registry.registry.stream.dead_letter import Stage
 
 ENUMS = [StreamStatus, ChangeStatus, MoveState, Verdict, LagSecondsMethod, RestartPolicy, Delivery,
          ErrorsTolerance, OffsetSource, Stage, Isolation, Engine, PrepareStatus]

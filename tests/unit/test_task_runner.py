@@ -1,4 +1,4 @@
-"""The runner of a stream's N tasks (stream_registry/registry/task_runner.py), over task runners that record
+"""The runner of a stream's N tasks (stream_registry/registry/runners/task_runner.py), over task runners that record
 what they are asked: the status the stream shows, offset changes and cancels reaching every task, a persisted
 change forgotten by the others, a dead task restarted alone. tests/host/test_stream_tasks.py runs real tasks."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from stream_registry.config import StreamConfig
 from stream_registry.errors import StreamError
 from stream_registry.model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
-from stream_registry.registry.restarts import RestartBackoff
-from stream_registry.registry.stream_events import StreamEvents
-from stream_registry.registry.task_runner import TaskRunner
+from stream_registry.registry.runners.restarts import RestartBackoff
+from stream_registry.registry.runners.task_runner import TaskRunner
+from stream_registry.registry.stream.stream_events import StreamEvents
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 

@@ -1,0 +1,320 @@
+"""The partitions one stream process holds, and what happens when the group gives or takes them.
+
+At assignment each partition gets its start point: exactly-once, where the sink
+stores (the truth; read within a bound: a sink that does not answer holds the
+partitions back, shown in the stream's error, and is asked again between
+batches); at-least-once, where the group committed; a waiting offset change's
+target wins either way (the gate decides: offset_gate.py). A partition assigned
+where the sink stores rather than where the group committed is a realignment,
+reported between batches (realign.py), and the group's offset then follows the
+sink. At revoke (or loss) a partition's uncollected messages leave the batch and
+everything this process knew of it is forgotten. A partition librdkafka found no
+offset to fetch from goes on where the stream's auto.offset.reset says, counting
+the records that left the log (data_loss.py). The group's protocol (eager or
+incremental) is guessed from the config and learned from librdkafka's refusal.
+Everything here runs on the poll thread, the rebalance callbacks inside consume().
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ...config import CONSUMER_DEFAULTS
+from ...graph.sink_faults import Fault, classify
+from ...graph.sinks.protocol import Sink
+from ...graph.sinks.stored_offsets import read_stored_offsets_within
+from ...model import PartitionKey, StreamStatus
+from .change_marks import ChangeMark, Committed
+from .data_loss import ResetDecision
+from .data_loss import decide as decide_reset
+from .group_commits import GroupCommits
+from .health import Health
+from .poll_context import PollContext
+from .realign import explain_resume, note_resume
+
+log = logging.getLogger("mgstreams.worker")
+
+ASSIGN_STORED_DEADLINE_S = 2.0   # exactly-once: how long a rebalance callback retries reading the sink's offsets
+HELD_RETRY_S = 0.5          # then between batches, this often, while the partitions wait for the sink
+RESET_WATERMARKS_TIMEOUT_S = 1.0   # a partition librdkafka could not fetch from: its watermarks, asked this long
+OFFSET_BEGINNING = -2       # librdkafka's raw constants
+OFFSET_STORED = -1000
+
+Callback = Callable[[Consumer, list[TopicPartition]], None]
+
+
+class Assignment:
+    """The partitions held, their start points, held-back and out-of-range ones (see the module docstring)."""
+
+    def __init__(self, ctx: PollContext, health: Health, commits: GroupCommits, *, sink: Sink,
+                 on_revoked: Callable[[set[PartitionKey]], None], clock: Callable[[], float] = time.monotonic):
+        self._ctx, self._health, self._commits, self._sink, self._clock = ctx, health, commits, sink, clock
+        self._on_revoked = on_revoked   # the worker drops the revoked partitions' messages from its batch
+        self.held: set[PartitionKey] = set()   # exactly-once: assigned to us, not started: the sink did not answer
+        self._next_held_try = 0.0
+        self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
+        self.resumed: dict[PartitionKey, tuple] = {}   # exactly-once, just assigned elsewhere than the group's commit
+        self.resets: dict[PartitionKey, int] = {}   # partitions with no offset to fetch from, not decided yet
+        config = ctx.config
+        self._reset_policy = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
+        self.rebalancing = False   # inside a rebalance callback
+        # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally. This
+        # is a first guess from the config: the Python client does not expose rd_kafka_rebalance_protocol(),
+        # but librdkafka refuses the wrong kind of assign with _STATE, and change() then switches.
+        self.incremental = ("cooperative" in str(config.configs.get("partition.assignment.strategy", ""))
+                            or str(config.configs.get("group.protocol", "classic")) == "consumer")
+
+    # -- the callbacks handed to subscribe() ------------------------------------
+    def callbacks(self) -> dict[str, Callback]:
+        return {"on_assign": self._marked(self._on_assign), "on_revoke": self._marked(self._on_revoke),
+                "on_lost": self._marked(self._on_revoke)}
+
+    def _marked(self, callback: Callback) -> Callback:
+        """A rebalance callback, marked while it runs: a commit inside it is made directly (commits.py)."""
+        def run(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self.rebalancing = True
+            try:
+                callback(consumer, partitions)
+            finally:
+                self.rebalancing = False
+        return run
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
+        starts: dict[PartitionKey, int | None] = dict.fromkeys(keys)
+        if self._ctx.exactly_once:
+            stored = self._resume_from_sink(keys, ASSIGN_STORED_DEADLINE_S)
+            if stored is None:   # an empty assign, or confluent-kafka assigns them where Kafka says
+                self.change(lambda: consumer.incremental_assign([]), lambda: consumer.assign([]))
+                if not self._health.fatal:
+                    self.held.update(keys)   # the group gave them to us: start them once the sink answers
+                    self._health.set_status(StreamStatus.RUNNING)   # running, and the error says why they wait
+                return
+            starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
+        self._start_partitions(consumer, partitions, starts)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Give the partitions up: their uncollected messages leave the batch (uncommitted, the next
+        owner reads them again), and what this consumer knew of their positions is forgotten."""
+        revoked = {PartitionKey(tp.topic, tp.partition) for tp in partitions}
+        self._on_revoked(revoked)
+        self._ctx.gate.on_revoke(revoked)
+        started = [tp for tp in partitions if (tp.topic, tp.partition) not in self.held]   # held: never assigned
+        self.held -= revoked
+        if not self.held and self._health.waiting:
+            self._health.waiting = None
+            self._health.refresh()
+        # the next owner may move them: read again at the next assignment
+        self._ctx.stored.forget(revoked)
+        for tp in revoked:
+            self.resumed.pop(tp, None)
+        self._commits.forget(revoked)
+        try:
+            self.change(lambda: consumer.incremental_unassign(started), consumer.unassign)
+        except KafkaException:
+            pass
+
+    def _start_partitions(self, consumer: Consumer, partitions: list[TopicPartition],
+                          starts: Mapping[PartitionKey, int | None]) -> None:
+        """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
+        gate = self._ctx.gate
+        keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
+        unknown = [key for key in keys if starts.get(key) is None]   # at-least-once: where the group resumes
+        offsets = gate.on_assign(starts, self.committed(sorted({*unknown, *gate.waiting_on(keys)})))
+        for tp, key in zip(partitions, keys, strict=True):
+            offset = offsets[key]
+            if offset is not None:
+                tp.offset = offset
+        try:
+            self.change(lambda: consumer.incremental_assign(partitions), lambda: consumer.assign(partitions))
+        except KafkaException as exc:
+            # The group thinks these partitions are ours: leave it (from the poll loop, not from
+            # inside the callback) so they go to another member, and say why.
+            gate.assign_failed(keys)
+            self._health.fatal = f"assigning {keys_text(keys)} failed: {self._ctx.redact(exc)}"
+            return
+        gate.after_assign()
+        self._health.set_status(StreamStatus.RUNNING)
+
+    def committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed]:
+        """The group's committed offsets of partitions being assigned, with their change marks (one batched
+        request, in the rebalance callback: where they stand, what a waiting change is judged against). Empty
+        when unread."""
+        if not keys:
+            return {}
+        try:
+            found = self._ctx.consumer().committed([TopicPartition(*tp) for tp in keys],
+                                                   timeout=ASSIGN_STORED_DEADLINE_S)
+        except KafkaException as exc:
+            log.warning("stream %s: reading the committed offsets of %s failed: %s", self._ctx.name,
+                        keys_text(keys), self._ctx.redact(exc))
+            return {}
+        out = {}
+        for tp in found:
+            key = PartitionKey(tp.topic, tp.partition)
+            mark = ChangeMark.decode(tp.metadata) if tp.error is None else None
+            if mark is not None:
+                self._commits.learn_mark(key, mark)
+            out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
+        return out
+
+    def _resume_from_sink(self, keys: list[PartitionKey], deadline_s: float) -> dict[PartitionKey, int] | None:
+        """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
+        behind it after a snapshot restore); a partition the graph holds nothing of starts at the beginning.
+        Read within `deadline_s` while the sink fails transiently; None when it could not be read: a transient
+        failure is shown as the stream's error (held partitions wait for the sink), any other fails the stream."""
+        try:
+            found = read_stored_offsets_within(self._sink, self._ctx.name, keys, deadline_s=deadline_s)
+        except Exception as exc:
+            reason = f"reading the offsets stored in the sink for {keys_text(keys)} failed: {self._ctx.redact(exc)}"
+            if classify(exc) is not Fault.TRANSIENT:
+                self._health.fatal = reason
+            else:
+                self._next_held_try = self._clock() + HELD_RETRY_S
+                if self._health.waiting is None:   # the first failure is shown until the sink answers
+                    log.warning("stream %s: %s; the partitions wait, asked again every %g s", self._ctx.name,
+                                reason, HELD_RETRY_S)
+                    self._health.waiting = f"{reason}; its partitions wait for the sink"
+            return None
+        stored = {PartitionKey(*tp): offset for tp, offset in found.items()}
+        self._ctx.stored.learn(keys, stored)
+        self._commit_stored.update(key for key in keys if key in stored)
+        note_resume(self._ctx, keys, stored, self.resumed)
+        return stored
+
+    # -- between batches --------------------------------------------------------
+    def follow_sink(self) -> None:
+        """Exactly-once, after an assignment: commit what the sink stores, so the group's offsets (what lag tools
+        read) are not left behind it by a crash between a batch's write and its commit, with nothing more to
+        read. Between batches, not in the rebalance callback; a failed commit is not retried (the next batch's
+        commit carries it). First, where the sink resumed a partition elsewhere than the group's commit, say so."""
+        if self.resumed:
+            resumed, self.resumed = self.resumed, {}
+            explain_resume(self._ctx, resumed)
+        if not self._commit_stored:
+            return
+        tps, self._commit_stored = self._commit_stored, set()
+        assigned = self._ctx.gate.assigned()
+        stored = self._ctx.stored.copy()   # as stored now: a change applied at the assignment stored its own offset
+        self._commits.commit({tp: stored[tp] for tp in tps if tp in assigned and tp in stored}, deadline_s=0.0)
+
+    def start_held(self) -> None:
+        """Ask the sink again for the stored offsets of the partitions held back; once it answers, start them
+        there and clear the error."""
+        if not self.held or self._clock() < self._next_held_try:
+            return
+        self._next_held_try = self._clock() + HELD_RETRY_S
+        keys = sorted(self.held)
+        stored = self._resume_from_sink(keys, 0.0)
+        if stored is None:
+            self._health.refresh()   # the error says so (a non-transient one fails it: the poll loop sees fatal)
+            return
+        self.held.clear()
+        log.info("stream %s: the sink answers again; starting %s", self._ctx.name, keys_text(keys))
+        self._health.waiting = None
+        starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
+        consumer = self._ctx.consumer()
+        if self.incremental:
+            self._start_partitions(consumer, [TopicPartition(t, p) for t, p in keys], starts)
+        else:   # eager: the whole assignment, the running partitions where they stand
+            running = self._ctx.gate.assigned()
+            self._start_partitions(consumer, [TopicPartition(t, p) for t, p in sorted(running | set(keys))],
+                                   {**{tp: self._eager_start(tp) for tp in running}, **starts})
+        self._health.refresh()
+
+    def decide_resets(self) -> None:
+        """Partitions librdkafka found no offset to fetch from (data_loss.py): go on where the stream's
+        auto.offset.reset says, counting the records that left the log on the way (or fail, on_data_loss stop)."""
+        gate = self._ctx.gate
+        for tp, at in list(self.resets.items()):
+            if tp not in gate.assigned():
+                del self.resets[tp]
+                continue
+            watermarks = None
+            if at >= 0 and self._health.outage:
+                continue   # asked once the cluster answers again
+            if at >= 0:
+                try:
+                    watermarks = self._ctx.consumer().get_watermark_offsets(
+                        TopicPartition(*tp), timeout=RESET_WATERMARKS_TIMEOUT_S, cached=False)
+                except KafkaException as exc:
+                    log.warning("stream %s: %s:%d: offset %d is out of range; its watermarks: %s", self._ctx.name,
+                                tp.topic, tp.partition, at, self._ctx.redact(exc))
+            decision = decide_reset(tp, at, watermarks, self._reset_policy, self._ctx.config.on_data_loss)
+            known = gate.positions().get(tp)
+            if at < 0 and known is not None and known >= 0:
+                # "nothing committed", from a committed-offset lookup an explicit start raced (KIP-848's
+                # incremental assignment): the partition goes on from where the stream stands
+                decision = ResetDecision(start=known)
+            if decision.fail:
+                self._health.fatal = decision.fail
+                return
+            if decision.start is None:
+                continue   # the watermarks did not answer: asked again before the next batch
+            del self.resets[tp]
+            if decision.lost is not None:
+                log.warning("stream %s: %s; going on from %d", self._ctx.name, decision.lost.describe(),
+                            decision.start)
+                self._ctx.events.on_lost(decision.lost)
+            self.move(tp, decision.start)
+            if decision.start >= 0:
+                gate.rewound({tp: decision.start})
+            if decision.lost is not None:   # the group's offset leaves the records that are gone (lag tools)
+                self._commits.commit({tp: decision.start}, deadline_s=0.0)
+
+    # -- moving a partition (the gate's port, a realignment, a reset) ------------
+    def move(self, tp: PartitionKey, offset: int) -> None:
+        """Seek the partition, or assign it again there when the consumer cannot seek it now."""
+        if not self.seek(tp, offset):
+            self.reassign(tp, offset)
+
+    def seek(self, tp: PartitionKey, offset: int) -> bool:
+        try:
+            self._ctx.consumer().seek(TopicPartition(tp[0], tp[1], offset))
+            return True
+        except KafkaException:
+            return False
+
+    def reassign(self, tp: PartitionKey, offset: int | None) -> None:
+        """Assign one partition again at `offset` (None: where the group or the sink resumes it)."""
+        start = OFFSET_STORED if offset is None else offset
+        if offset is None and self._ctx.exactly_once:
+            start = self._ctx.stored.get_or(tp, OFFSET_BEGINNING)
+        consumer = self._ctx.consumer()
+
+        def incremental() -> None:
+            consumer.incremental_unassign([TopicPartition(*tp)])
+            consumer.incremental_assign([TopicPartition(tp[0], tp[1], start)])
+
+        def eager() -> None:
+            consumer.assign([TopicPartition(t, p, start if (t, p) == tp else self._eager_start(PartitionKey(t, p)))
+                             for (t, p) in self._ctx.gate.assigned()])
+        self.change(incremental, eager)
+
+    def _eager_start(self, tp: PartitionKey) -> int:
+        """Where a running partition resumes when an eager assign() names it again: where it stands, else where
+        the group (exactly-once: the sink) says."""
+        position = self._ctx.gate.positions().get(tp)
+        if position is not None:
+            return position
+        return self._ctx.stored.get_or(tp, OFFSET_BEGINNING) if self._ctx.exactly_once else OFFSET_STORED
+
+    def change(self, incremental: Callable[[], None], eager: Callable[[], None]) -> None:
+        """Change the assignment the way the group's protocol wants; learn the protocol from a refusal."""
+        try:
+            (incremental if self.incremental else eager)()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not isinstance(error, KafkaError) or error.code() != KafkaError._STATE:
+                raise
+            self.incremental = not self.incremental
+            log.info("stream %s: the group runs the %s protocol", self._ctx.name,
+                     "incremental" if self.incremental else "eager")
+            (incremental if self.incremental else eager)()
+
+
+def keys_text(keys: Sequence[PartitionKey]) -> str:
+    return ", ".join(f"{t}:{p}" for t, p in keys)

@@ -1,0 +1,232 @@
+"""The delivery of one batch: transform, write to the sink, commit; retried, set aside or realigned.
+
+At-least-once: a failed batch is retried from memory with backoff and never
+committed; when retries run out the stream goes to ERROR (the worker leaves the
+group), so a restart resumes at the failed batch. With errors.tolerance 'all',
+the messages a batch fails on are found and set aside (poison.py,
+dead_letter.py) and the rest is written. What a failure leads to is decided by
+its type (sink_faults.classify): a transient one is retried, one the messages
+may have caused is bisected, one of the sink as a whole fails the stream at once.
+
+Exactly-once: each chunk of a batch is written with the offsets that follow it
+and a compare-and-set on the offsets it continues from (`expect`: the context's
+view of what the sink stores). A retried chunk whose first attempt was applied
+(a lost acknowledgement) is ALREADY_APPLIED, never applied twice. A
+StoredOffsetsConflict (a zombie writer, a restored snapshot, a cut-back file)
+drops the batch uncommitted and seeks its partitions to what the sink stores: a
+realignment, logged and sent to the host (realign.py), never silent.
+
+The first batch after an offset change goes in two: the first record of each of
+its partitions, then the rest, so the change shows in the graph as soon as it
+is applied, not once the whole batch is.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Message as KafkaMessage
+
+from ...config import ErrorsTolerance
+from ...errors import StoredOffsetsConflict
+from ...formats import Decoder
+from ...graph.offset_store import offset_statements
+from ...graph.sink_faults import Fault, classify
+from ...graph.transform import Message, decode_all, run_transformation, wrap
+from ...kafka.messages import message_offset, record_key
+from ...model import PartitionKey, RetryPolicy, SetAside
+from .assignment import OFFSET_BEGINNING, Assignment
+from .batch_stats import BatchStats
+from .dead_letter import DeadLetterQueue
+from .group_commits import GroupCommits
+from .poison import BatchDelivery
+from .poll_context import PollContext
+from .realign import explain_conflict
+
+log = logging.getLogger("mgstreams.worker")
+
+STATS_EVERY_S = 1.0         # batch counts are reported at most this often (and when the stream stops)
+
+
+class Outcome(Enum):
+    """What became of a batch given to process()."""
+    WRITTEN = "written"   # written, and committed (or its commit owed)
+    AGAIN = "again"       # sought back (a stop during its retries, the sink's realign): its messages come again
+    FAILED = "failed"     # the stream went to ERROR
+
+
+class BatchWriter:
+    """Batches from the consumer to the sink (see the module docstring). `fail(reason)` ends the stream in
+    ERROR; `stop` is the worker's stop request (a retry's backoff ends at it)."""
+
+    def __init__(self, ctx: PollContext, transformation: Callable, sink, *, retry: RetryPolicy,
+                 commits: GroupCommits, assignment: Assignment, stop: threading.Event,
+                 fail: Callable[[str], None]):
+        config = ctx.config
+        self._ctx, self._transformation, self._sink, self._retry = ctx, transformation, sink, retry
+        self._commits, self._assignment, self._stop, self._fail = commits, assignment, stop, fail
+        self._tolerant = config.errors_tolerance == ErrorsTolerance.ALL
+        decoder = Decoder.for_stream(config)   # key.format / value.format (stream_registry.formats)
+        self._decoder = decoder if decoder.active else None   # None: bytes as they are, nothing asked per record
+        self._dead_letters = DeadLetterQueue(config, ctx.redact) if config.dead_letter_topic else None
+        self.stats = BatchStats()
+        self._stats_reported_at = 0.0
+
+    def deliver(self, batch: list[KafkaMessage], after_move: bool) -> bool:
+        """Process a batch; the first one after an offset change (`after_move`) in two (the module docstring).
+        False when the stream went to ERROR."""
+        first, rest = first_of_each_partition(batch) if after_move else (batch, [])
+        outcome = self.process(first)
+        if outcome is Outcome.WRITTEN and rest:
+            outcome = self.process(rest)
+        # AGAIN after the first part: its seeks covered every partition of the rest, which comes again too
+        return outcome is not Outcome.FAILED
+
+    def process(self, batch: list[KafkaMessage]) -> Outcome:
+        """Transform, write, commit."""
+        started = time.perf_counter()
+        next_offsets = next_offsets_of(batch)
+        delivery = BatchDelivery([(m, wrap(m, self._decoder)) for m in batch], self._write,
+                                 self._set_aside, tolerate=self._tolerant)
+        attempt = 0
+        while True:
+            try:
+                delivery.run()   # a retry continues after what an earlier attempt delivered
+                if self._ctx.exactly_once and delivery.set_aside:   # stored offsets pass the last ones set aside too
+                    self._write_offsets(next_offsets)
+                break
+            except StoredOffsetsConflict as exc:   # the sink stores other offsets: go on from them
+                self._realign(batch, exc)
+                return Outcome.AGAIN
+            except Exception as exc:  # transformation, sink or dead-letter topic: retry, never skip
+                attempt += 1
+                reason = self._ctx.redact(exc)
+                if classify(exc) is Fault.SINK:   # no batch can be written now: retrying the same one helps not
+                    self._rewind(batch)
+                    self._fail(f"batch at {first_offsets_text(batch)} failed: {reason}")
+                    return Outcome.FAILED
+                if attempt >= self._retry.attempts or self._stop.is_set():
+                    self._rewind(batch)
+                    self._fail(f"batch at {first_offsets_text(batch)} failed {attempt} time(s): {reason}")
+                    return Outcome.FAILED
+                log.warning("stream %s: batch failed (attempt %d), retrying: %s", self._ctx.name, attempt, reason)
+                if self._stop.wait(self._retry.backoff(attempt)):
+                    self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
+                    return Outcome.AGAIN
+        self._commits.commit_batch(next_offsets)
+        self._ctx.gate.after_batch(next_offsets)
+        self.stats = self.stats.add_batch(len(batch), time.perf_counter() - started)
+        return Outcome.WRITTEN
+
+    def report_stats(self, final: bool = False) -> None:
+        if self.stats.batches and (final or time.monotonic() - self._stats_reported_at >= STATS_EVERY_S):
+            self._stats_reported_at = time.monotonic()
+            self._ctx.events.on_stats(self.stats)
+
+    def store_offsets(self, offsets: Mapping[PartitionKey, int]) -> None:
+        """Exactly-once: an offset change stored in the sink (no compare-and-set: the change moves it)."""
+        self._sink.write(offset_statements(self._ctx.name, offsets))
+        self._ctx.stored.update(offsets)
+
+    def close(self) -> None:
+        if self._dead_letters is not None:
+            self._dead_letters.close()
+
+    def _write(self, chunk: Sequence[tuple[KafkaMessage, Message]]) -> None:
+        """Transform and write (part of) a batch; exactly-once, with the offsets that follow it."""
+        messages = [message for _, message in chunk]
+        decode_all(messages)   # a record that does not decode is its own fault; an unreachable registry is transient
+        statements = run_transformation(self._transformation, messages)
+        if self._ctx.exactly_once:   # the offsets go with the batch, in its transaction or its append
+            self._write_offsets(next_offsets_of([raw for raw, _ in chunk]), statements)
+        else:
+            self._sink.write(statements)
+
+    def _write_offsets(self, next_offsets: Mapping[PartitionKey, int], statements: Sequence[Any] = ()) -> None:
+        """Exactly-once: write `statements` with the offsets that follow them, if the sink still stores what
+        this process last knew (`expect`: not the first message's offset, gaps of transaction markers and set-aside
+        messages lie between). Applied or already applied (a lost acknowledgement), the stored view moves on, so
+        the batch's next chunk expects these offsets. StoredOffsetsConflict when the sink stores others."""
+        expect = self._ctx.stored.expect(next_offsets)
+        try:
+            self._sink.write([*statements, *offset_statements(self._ctx.name, next_offsets)], expect=expect)
+        except StoredOffsetsConflict as exc:   # the view becomes what the sink says it stores
+            self._ctx.stored.learn_conflict(list(expect), exc)
+            raise
+        self._ctx.stored.update(next_offsets)
+
+    def _realign(self, batch: list[KafkaMessage], conflict: StoredOffsetsConflict) -> None:
+        """The sink stores other offsets than this process's view (someone else moved them): drop the batch
+        uncommitted, take the sink's offsets as the view, and read each of the batch's partitions from them
+        (from the beginning where it stores none)."""
+        stored = self._ctx.stored.copy()   # _write_offsets took the sink's offsets as the view
+        starts = {tp: stored.get(tp, OFFSET_BEGINNING) for tp in first_offsets(batch)}
+        assigned = self._ctx.gate.assigned()
+        for tp, offset in sorted(starts.items()):
+            if tp in assigned:
+                self._assignment.move(tp, offset)
+        self._ctx.gate.rewound({tp: o for tp, o in starts.items() if o >= 0})
+        explain_conflict(self._ctx, conflict, starts)
+        log.warning("stream %s: %s; the batch at %s is dropped, the stream goes on from %s", self._ctx.name,
+                    self._ctx.redact(conflict), first_offsets_text(batch),
+                    ", ".join(f"{t}:{p}@{'beginning' if o < 0 else o}" for (t, p), o in sorted(starts.items())))
+
+    def _set_aside(self, item: tuple[KafkaMessage, Message], error: BaseException) -> None:
+        """A message the batch fails on (errors.tolerance 'all'): dead-letter it, or skip it; report it."""
+        raw = item[0]
+        if self._dead_letters is not None:
+            self._dead_letters.send(raw, error)   # raises: the batch is retried, nothing is committed
+        key = record_key(raw)
+        record = SetAside(topic=key.topic, partition=key.partition, offset=message_offset(raw),
+                          error=self._ctx.redact(error), dead_lettered=self._dead_letters is not None)
+        log.warning("stream %s: %s %s:%d@%d: %s", self._ctx.name,
+                    "dead-lettered" if record.dead_lettered else "skipped", record.topic, record.partition,
+                    record.offset, record.error)
+        self._ctx.events.on_set_aside([record])
+
+    def _rewind(self, batch: list[KafkaMessage]) -> None:
+        """Seek back to the batch's first offsets so the consumer's position tells the truth."""
+        first = first_offsets(batch)
+        consumer = self._ctx.consumer()
+        for (topic, partition), offset in first.items():
+            try:
+                consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException:
+                pass  # partition no longer ours: its committed offset is still the batch start
+        self._ctx.gate.rewound(first)
+
+
+def first_of_each_partition(batch: list[KafkaMessage]) -> tuple[list[KafkaMessage], list[KafkaMessage]]:
+    """The first record of each partition of `batch`, and the rest (each partition's records keep their order)."""
+    first: list[KafkaMessage] = []
+    rest: list[KafkaMessage] = []
+    seen: set[PartitionKey] = set()
+    for msg in batch:
+        key = record_key(msg)
+        if key in seen:
+            rest.append(msg)
+        else:
+            seen.add(key)
+            first.append(msg)
+    return first, rest
+
+
+def next_offsets_of(batch: Sequence[KafkaMessage]) -> dict[PartitionKey, int]:
+    """The offset after each partition's last message: what a commit of `batch` stores."""
+    return {record_key(m): message_offset(m) + 1 for m in batch}
+
+
+def first_offsets(batch: Sequence[KafkaMessage]) -> dict[PartitionKey, int]:
+    first: dict[PartitionKey, int] = {}
+    for m in batch:
+        first.setdefault(record_key(m), message_offset(m))
+    return first
+
+
+def first_offsets_text(batch: Sequence[KafkaMessage]) -> str:
+    return ", ".join(f"{t}:{p}@{o}" for (t, p), o in sorted(first_offsets(batch).items()))

@@ -1,0 +1,132 @@
+"""The consumer group's offset commits one stream process makes: bounded, owed, marked.
+
+- Bounded: a synchronous commit waits at most until its deadline (commits.py),
+  asking `give_up` (the health's outage probe) between slices. Transient errors (a
+  coordinator moving) are retried until the deadline; errors only a poll can fix
+  (a rebalance, a stale generation) return at once: retrying them here would stall
+  the poll thread, often inside a rebalance callback.
+- Owed: a batch's offsets whose commit failed are committed again between
+  batches, until that succeeds or a later commit carries them: a stream with
+  nothing more to read would otherwise leave the group's offset behind what it
+  wrote, for good.
+- Marked: each commit of a partition carries the mark of the last offset change
+  persisted on it (change_marks), so a host that died between a persist and its
+  record learns what happened; a partition given up forgets its mark.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from ...model import PartitionKey
+from .change_marks import ChangeMark
+from .commits import BoundedCommitter, CommitUnanswered
+
+log = logging.getLogger("mgstreams.worker")
+
+COMMIT_RETRY_S = 0.05
+COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
+COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
+OWED_RETRY_S = 1.0          # a failed batch commit is tried again between batches, this often
+# Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
+NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+                        KafkaError.REBALANCE_IN_PROGRESS, KafkaError._STATE, KafkaError._NO_OFFSET})
+RETRIABLE_COMMIT = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                              KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
+                              KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
+
+
+class GroupCommits:
+    """One consumer's commits (poll thread). `consumer` is the live consumer, `give_up` says an outage is
+    confirmed, `in_rebalance` whether the poll thread is inside a rebalance callback (a commit there is made
+    directly: commits.py)."""
+
+    def __init__(self, name: str, consumer: Callable[[], Consumer], *, give_up: Callable[[], bool],
+                 in_rebalance: Callable[[], bool], redact: Callable[[object], str],
+                 committer: BoundedCommitter | None = None, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self._name, self._consumer, self._give_up, self._in_rebalance = name, consumer, give_up, in_rebalance
+        self._redact, self._clock, self._sleep = redact, clock, sleep
+        self._committer = committer or BoundedCommitter(name)   # a commit never holds the poll thread past its deadline
+        self.marks: dict[PartitionKey, ChangeMark] = {}   # last change persisted per partition (each commit)
+        self.owed: dict[PartitionKey, int] = {}   # a batch's offsets whose commit failed: retried between batches
+        self._next_owed_try = 0.0
+
+    def commit(self, offsets: Mapping[PartitionKey, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
+        """Synchronous commit; None when it succeeded, else the Kafka error as text (see the module docstring)."""
+        if not offsets:
+            return None
+        marks = {tp: mark.encode() for tp, mark in self.marks.items()}   # each commit carries the last change's
+        tps = [TopicPartition(tp[0], tp[1], o, metadata=marks[tp]) if tp in marks else TopicPartition(tp[0], tp[1], o)
+               for tp, o in offsets.items()]
+        consumer = self._consumer()
+        deadline = self._clock() + deadline_s
+        while True:
+            try:
+                result = self._committer.commit(consumer, tps, max(deadline - self._clock(), COMMIT_MIN_WAIT_S),
+                                                give_up=self._give_up, direct=self._in_rebalance())
+                failed = [tp for tp in result or [] if tp.error is not None]
+                if not failed:
+                    for tp in offsets:
+                        self.owed.pop(tp, None)
+                    return None
+                raise KafkaException(failed[0].error)
+            except CommitUnanswered as exc:   # its outcome is unknown: the next batch's commit carries it
+                log.warning("stream %s: commit not answered: %s", self._name, exc)
+                return f"{exc} (the commit's outcome is unknown)"
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                reason = self._redact(f"{error.name()}: {error.str()}" if error is not None else exc)
+                if error is None or error.code() in NEEDS_POLL or self._clock() >= deadline or \
+                        not (error.retriable() or error.code() in RETRIABLE_COMMIT) or self._give_up():
+                    log.warning("stream %s: commit failed: %s", self._name, reason)
+                    return reason
+                self._sleep(COMMIT_RETRY_S)
+
+    def commit_batch(self, next_offsets: Mapping[PartitionKey, int]) -> None:
+        """A written batch's commit (exactly-once too: lag tools read the group's offsets); owed when it fails."""
+        if self.commit(next_offsets) is not None:
+            self.owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
+
+    def retry_owed(self, assigned: frozenset) -> None:
+        """Between batches, once a second: commit again what is owed of the partitions still `assigned`."""
+        if not self.owed or self._clock() < self._next_owed_try:
+            return
+        self._next_owed_try = self._clock() + OWED_RETRY_S
+        self.owed = {tp: offset for tp, offset in self.owed.items() if tp in assigned}
+        self.commit(dict(self.owed), deadline_s=0.0)
+
+    def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark],
+                store: Callable[[Mapping[PartitionKey, int]], None] | None = None) -> str | None:
+        """Commit an offset change, its mark with it (exactly-once: `store` writes it to the sink first, the truth a
+        restart resumes from; the group's commit then only feeds lag tools). A batch's failed commit of these
+        partitions is owed no more: the change moved them. None when done, else what failed."""
+        for tp in offsets:
+            self.owed.pop(tp, None)
+        before = dict(self.marks)
+        self.marks.update(marks)
+        if store is not None:
+            try:
+                store(offsets)
+            except Exception as exc:
+                self.marks = before
+                return f"storing the new offset in the sink failed ({self._redact(exc)})"
+            self.commit(offsets)
+            return None
+        error = self.commit(offsets)
+        if error is not None:
+            self.marks = before
+        return None if error is None else f"committing the new offset failed ({error})"
+
+    def learn_mark(self, tp: PartitionKey, mark: ChangeMark) -> None:
+        """A mark read from the group's commit at assignment: carried on, this process's commits must not erase it."""
+        self.marks[tp] = mark
+
+    def forget(self, tps: Iterable[PartitionKey]) -> None:
+        """Partitions given up: the next owner commits them."""
+        for tp in tps:
+            self.marks.pop(tp, None)
+            self.owed.pop(tp, None)

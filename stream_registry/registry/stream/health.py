@@ -1,0 +1,93 @@
+"""A running stream's health: its status and error, a cluster outage, why it must fail.
+
+The status a stream shows is the poll thread's (starting, running, error, stopped);
+its error says what is wrong while it runs: a confirmed outage (no broker answers,
+probed at most once a second once librdkafka's error callback hinted at one; one
+broker of several down is not an outage), or partitions waiting for an
+exactly-once sink that does not answer (assignment.py sets that text). Both clear
+by themselves when the cluster or the sink answers again. A failure found inside
+a callback (`fatal`) is acted on by the poll loop, never from inside the callback.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from confluent_kafka import KafkaError, KafkaException
+
+from ...model import StreamStatus
+from .stream_events import StreamEvents
+
+log = logging.getLogger("mgstreams.worker")
+
+OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
+UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
+
+
+class Health:
+    """Status, error and outage of one stream (poll thread; `status`/`error` are read by any)."""
+
+    def __init__(self, name: str, events: StreamEvents, probe: Callable[[], object],
+                 redact: Callable[[object], str], clock: Callable[[], float] = time.monotonic):
+        self._name, self._events, self._probe, self._redact, self._clock = name, events, probe, redact, clock
+        self.status = StreamStatus.CREATED
+        self.error: str | None = None
+        self.fatal: str | None = None           # set in a callback; the poll loop fails the stream
+        self.waiting: str | None = None         # partitions held back for the sink (assignment.py), shown as error
+        self._suspect: str | None = None        # an error callback hinted at an outage: probe
+        self.outage: str | None = None          # confirmed: shown as the stream's error until it clears
+        self._outage_since: datetime | None = None
+        self._next_probe = 0.0
+
+    def set_status(self, status: StreamStatus, error: str | None = None) -> None:
+        if error is None and status != StreamStatus.STOPPED:
+            error = self.outage or self.waiting  # an outage stays visible until the cluster/sink answers
+        if self.status == status and self.error == error:
+            return
+        self.status, self.error = status, error
+        self._events.on_status(status, error)
+
+    def refresh(self) -> None:
+        """The status again, its error recomposed (an outage or a wait began or ended)."""
+        self.set_status(self.status)
+
+    def on_error(self, error: KafkaError) -> None:
+        """librdkafka's client-level errors: a suspected outage is confirmed by a probe (check_cluster)."""
+        text = self._redact(error.str())
+        log.warning("stream %s: kafka: %s", self._name, text)
+        if error.code() == KafkaError._AUTHENTICATION:
+            self._suspect = f"SASL authentication failed: {text}"
+        elif error.code() in UNREACHABLE:
+            self._suspect = f"all brokers down since {{since}}: {text}"
+
+    def outage_confirmed(self) -> bool:
+        """While a commit waits or is retried: probe the cluster as the loop does (the error callback that
+        hints at an outage runs only inside consume()); give up once no broker answers."""
+        if self._suspect is None and self.outage is None:
+            self._suspect = "all brokers down since {since}: no broker answers while a commit waits"
+        self.check_cluster()
+        return self.outage is not None
+
+    def check_cluster(self) -> None:
+        """While an outage is suspected, ask the cluster (at most once a second) whether it answers."""
+        if not (self._suspect or self.outage) or self._clock() < self._next_probe:
+            return
+        self._next_probe = self._clock() + OUTAGE_PROBE_S
+        try:
+            self._probe()
+        except KafkaException:
+            if self._suspect:
+                self._outage_since = self._outage_since or datetime.now(UTC)
+                self.outage = self._suspect.replace("{since}", self._outage_since.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                self._suspect = None
+                self.set_status(self.status, self.outage)
+                self._events.on_outage(self._outage_since)
+            return
+        self._suspect = None
+        if self.outage:
+            log.info("stream %s: the cluster answers again (%s)", self._name, self.outage)
+            self.outage = self._outage_since = None
+            self.set_status(self.status, None)
+            self._events.on_outage(None)

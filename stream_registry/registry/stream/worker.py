@@ -1,0 +1,319 @@
+"""One running stream: a confluent-kafka consumer and the one thread that polls it.
+
+The worker is the loop; parts with one job each own the rest, all on the poll
+thread, sharing a PollContext (poll_context.py: config, events, consumer, the
+offset gate, the sink's stored offsets):
+
+- assignment.py: the partitions held and what happens at assign/revoke (start
+  points, resume from the sink, held-back partitions, data loss);
+- batch_writer.py: the delivery of a batch (transform, write, retries, set-aside
+  messages, realignment, the first-record split after an offset change);
+- group_commits.py: the group's commits (bounded, owed, marked);
+- health.py: status, error, cluster outage;
+- offset_gate.py: offset changes, the one place a partition's status is decided.
+  The worker is its consumer port (seek, reassign, persist), handing each to the
+  part that owns it.
+
+Every librdkafka call for the consumer happens on the poll thread. Other threads
+hand it requests (offset changes, cancels, stop) through a queue it drains
+between batches, so nothing races the poll loop.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Message as KafkaMessage
+
+from ...config import CONSUMER_DEFAULTS, StreamConfig
+from ...errors import StreamError
+from ...kafka.client import new_consumer
+from ...kafka.embedded_fit import embedded_fit
+from ...kafka.messages import message_offset, record_key
+from ...model import (
+    DEFAULT_RETRY,
+    GateEvent,
+    MoveState,
+    PartitionKey,
+    PendingMove,
+    RetryPolicy,
+    StreamStatus,
+    WorkerSnapshot,
+)
+from .assignment import Assignment
+from .batch_writer import BatchWriter
+from .change_marks import ChangeMark
+from .group_commits import GroupCommits
+from .health import Health
+from .offset_gate import OffsetGate
+from .poll_context import PollContext
+from .stream_events import StreamEvents
+
+log = logging.getLogger("mgstreams.worker")
+
+CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
+OUTAGE_PROBE_TIMEOUT_S = 0.5
+
+
+@dataclass(frozen=True)
+class _OffsetRequest:
+    """One call's offsets, for the poll thread's gate."""
+    change_id: int
+    offsets: Mapping
+    onward: frozenset = frozenset()
+    supersedes: int | None = None
+
+
+class _CancelRequest:
+    """Cancel every change not persisted yet (poll thread); `cancelled` holds them once `done` is set."""
+
+    def __init__(self, up_to: int | None):
+        self.up_to = up_to
+        self.cancelled: list[GateEvent] = []
+        self.done = threading.Event()
+
+
+class StreamWorker:
+    """The poll loop of one stream over its parts (see the module docstring)."""
+
+    def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
+                 pending: Mapping[PartitionKey, PendingMove] | None = None, events: StreamEvents | None = None,
+                 retry: RetryPolicy = DEFAULT_RETRY):
+        self.config = config
+        self._sink = sink
+        events = events or StreamEvents()
+        self._ctx = ctx = PollContext(config, events)
+        self._control: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
+        self._after_move = False   # the batch collected last is the first after an offset change
+        self.health = Health(config.name, events, lambda: ctx.consumer().list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S),
+                             ctx.redact)
+        self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
+                                    in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact)
+        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked)
+        self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
+                                  assignment=self.assignment, stop=self._stop, fail=self._fail)
+        ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
+
+    @property
+    def status(self) -> StreamStatus:
+        return self.health.status
+
+    @property
+    def error(self) -> str | None:
+        return self.health.error
+
+    # -- control (any thread) ---------------------------------------------
+    def start(self, timeout: float = 30.0) -> None:
+        """Create the consumer and subscribe on a new poll thread; raise if that fails."""
+        self._thread = threading.Thread(target=self._run, name=f"mgstreams-{self.config.name}", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise StreamError(f"stream {self.config.name!r}: consumer did not start within {timeout} s")
+        if self._start_error is not None:
+            raise self._start_error
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the in-flight batch, commit, close the consumer (the group rebalances at once)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise StreamError(f"stream {self.config.name!r}: did not stop within {timeout} s")
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def snapshot(self) -> WorkerSnapshot:
+        return WorkerSnapshot(assigned=self._gate.assigned(), positions=self._gate.positions(),
+                              pending=self._gate.waiting(), stored=self._ctx.stored.copy())
+
+    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+        """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back; `supersedes`: a
+        change whose waiting moves end, a revert's); what becomes of them comes as on_change events."""
+        self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
+
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        """Another task persisted the change on `tps` (task_runner): the gate drops it, from this thread."""
+        self._gate.forget(change_id, tps)
+
+    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
+        """Have the poll thread cancel every change not persisted yet; the cancelled ones, or None when it did
+        not get to it within `timeout` (it still will, between batches). A change persisted before the cancel
+        was reported (on_change) before this returns. `up_to`: only the changes of calls up to that change id."""
+        request = _CancelRequest(up_to)
+        self._control.put(request)
+        return list(request.cancelled) if request.done.wait(max(timeout, 0.0)) else None
+
+    # -- the poll thread ----------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._ctx.open_consumer = self._open_consumer()
+        except BaseException as exc:  # reported to start()'s caller
+            self._start_error = exc
+            self._started.set()
+            return
+        self.health.set_status(StreamStatus.STARTING)
+        self._started.set()
+        self._gate.reconcile(self.assignment.committed(sorted(self._gate.waiting())))   # persisted before a host died?
+        trimmed = getattr(self._sink, "trimmed", 0)
+        if trimmed:
+            log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
+                        "open (%s)", self.config.name, trimmed, self._sink)
+        try:
+            while not self._stop.is_set():
+                self._between_batches()
+                batch = self._collect_batch()
+                if self.health.fatal:
+                    self._fail(self.health.fatal)
+                    return
+                if batch and not self.writer.deliver(batch, self._after_move):
+                    return  # went to ERROR; consumer already closed
+                self.writer.report_stats()
+        except BaseException as exc:  # never let a stream thread die silently
+            log.exception("stream %s: poll loop failed", self.config.name)
+            self._fail(f"poll loop failed: {exc}")
+            return
+        self.writer.report_stats(final=True)
+        self._close_consumer()
+        self.health.set_status(StreamStatus.STOPPED)
+
+    def _between_batches(self) -> None:
+        """Each part's turn between batches, in this order."""
+        self._drain_control()
+        self._gate.retry()
+        self.assignment.start_held()
+        self.assignment.follow_sink()
+        self.commits.retry_owed(self._gate.assigned())
+        self.health.check_cluster()
+        self.assignment.decide_resets()
+
+    def _open_consumer(self) -> Consumer:
+        secrets = self.config.secret_values()
+        conf = {
+            **CONSUMER_DEFAULTS,
+            **embedded_fit(self.config.client_config(), secrets),   # the embedded cluster's timings
+            **self.config.client_config(),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "error",   # never moved silently: data_loss.py decides, and counts what left the log
+            "error_cb": self.health.on_error,
+            "logger": logging.getLogger("mgstreams.librdkafka"),
+        }
+        consumer = new_consumer(conf, secrets)
+        try:
+            consumer.subscribe(list(self.config.topics), **self.assignment.callbacks())
+        except (KafkaException, ValueError, TypeError, RuntimeError) as exc:
+            consumer.close()
+            raise StreamError(f"topics: the Kafka client cannot subscribe: {self._ctx.redact(exc)}") from None
+        return consumer
+
+    def _collect_batch(self) -> list[KafkaMessage]:
+        """Up to batch_size messages or batch_interval_ms, cut short when a control request arrives.
+
+        The batch lives on the worker while it is collected: a rebalance callback
+        (run inside consume()) takes the messages of revoked partitions out of it,
+        so nothing from a partition this consumer no longer owns is written or
+        committed. Within one consume() call librdkafka itself drops messages made
+        outdated by the rebalance (the version barrier of rd_kafka_q_serve_rkmessages).
+        """
+        size, deadline = self.config.batch_size, time.monotonic() + self.config.batch_interval_ms / 1000
+        consumer = self._ctx.consumer()
+        batch: list[KafkaMessage] = []
+        self._batch = batch
+        hurry = False   # a batch with the first messages after an offset change goes once each moved partition
+        # delivered (or the queue drained)
+        while len(batch) < size and not self._stop.is_set() and self._control.empty():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            hurry = hurry or self._gate.moved
+            messages = consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
+            if not messages and batch and hurry:
+                break
+            for msg in messages:
+                error = msg.error()
+                if error is None:
+                    if self._gate.check_delivery(record_key(msg), message_offset(msg)):
+                        batch.append(msg)
+                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    at = msg.offset()   # the offset it could not fetch from; None: nothing committed
+                    self.assignment.resets[record_key(msg)] = -1 if at is None else at
+                elif error.fatal():
+                    raise KafkaException(error)
+                elif error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("stream %s: %s", self.config.name, self._ctx.redact(error.str()))
+            if hurry and batch and not self._gate.moved:
+                break   # every moved partition delivered from its target: no wait for the queue to drain
+        self._batch = []
+        self._after_move = hurry
+        return batch
+
+    def _drop_revoked(self, revoked: set[PartitionKey]) -> None:
+        """A rebalance callback took `revoked`: their messages leave the batch being collected."""
+        self._batch[:] = [m for m in self._batch if (m.topic(), m.partition()) not in revoked]
+
+    # -- offset changes (poll thread) -----------------------------------------
+    def _drain_control(self) -> None:
+        while True:
+            try:
+                request = self._control.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(request, _CancelRequest):
+                request.cancelled = self._gate.cancel(request.up_to)
+                request.done.set()
+            else:
+                self._gate.request(request.change_id, request.offsets, request.onward, request.supersedes)
+
+    def _on_gate_event(self, event: GateEvent) -> None:
+        """What the host records: a persisted change, why a change is held back, one that was superseded (the
+        host keeps its pending row until told). A cancel is answered to the host's own request."""
+        if event.state in (MoveState.PERSISTED, MoveState.SUPERSEDED, MoveState.CANCELLED) or \
+                (event.state == MoveState.WAITING and event.reason):
+            self._ctx.events.on_change(event)
+
+    # -- the gate's consumer port (poll thread), each handed to its part ----------
+    def seek(self, tp: PartitionKey, offset: int) -> bool:
+        return self.assignment.seek(tp, offset)
+
+    def reassign(self, tp: PartitionKey, offset: int | None) -> None:
+        self.assignment.reassign(tp, offset)
+
+    def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
+        """Commit a change, its mark with it (exactly-once: stored in the sink first): group_commits.persist."""
+        return self.commits.persist(offsets, marks, store=self.writer.store_offsets if self._ctx.exactly_once
+                                    else None)
+
+    # -- the end ----------------------------------------------------------------
+    def _fail(self, reason: str) -> None:
+        self._close_consumer()
+        self.health.set_status(StreamStatus.ERROR, reason)
+
+    def _close_consumer(self) -> None:
+        self.writer.close()
+        consumer = self._ctx.open_consumer
+        if consumer is None:
+            return
+        try:
+            consumer.close()   # its last rebalance callbacks run inside, the consumer still set
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("stream %s: close failed: %s", self.config.name, self._ctx.redact(exc))
+        self._ctx.open_consumer = None
+        self._gate.lost_consumer()
