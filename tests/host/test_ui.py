@@ -83,6 +83,38 @@ def test_page_lists_streams_draws_an_hour_and_marks_changes():
         "no script and nothing fetched from elsewhere"
 
 
+def test_a_new_streams_chart_fills_its_width_and_an_hour_old_one_shows_the_hour():
+    """Issue 46: the time axis was a fixed hour, so a stream sampled for two minutes was a sliver at the right edge.
+    Now the window runs from the oldest point (at least a minute, at most an hour) to now."""
+    def span_of_line(points: list[LagPoint]) -> tuple[float, dict]:
+        dom = Dom(ui.page([stream_lag("orders", Verdict.OK)], lambda name: (points, []), NOW))
+        xs = [float(pair.split(",")[0]) for pair in dom.find("polyline")[0]["points"].split()]
+        return (max(xs) - min(xs)) / (ui.WIDTH - ui.LEFT - ui.RIGHT), dom.find("svg", data_kind="lag")[0]
+    young = [LagPoint(at=NOW - 120 + 5 * i, total_lag=i, max_lag_seconds=1.0, records_per_second=1.0,
+                      status=Verdict.OK) for i in range(25)]
+    fraction, svg = span_of_line(young)
+    assert fraction > 0.95 and svg["data-span-s"] == "120", (fraction, svg)
+    assert "lag (offsets) over the last 2 min" in svg["aria-label"]
+    old = [LagPoint(at=NOW - 7200 + 60 * i, total_lag=i, max_lag_seconds=1.0, records_per_second=1.0,
+                    status=Verdict.OK) for i in range(121)]
+    fraction, svg = span_of_line(old)
+    assert svg["data-span-s"] == "3600" and "over the last hour" in svg["aria-label"] and fraction > 0.95
+    one = [LagPoint(at=NOW - 2, total_lag=1, max_lag_seconds=1.0, records_per_second=1.0, status=Verdict.OK)]
+    assert span_of_line(one)[1]["data-span-s"] == str(int(ui.MIN_SPAN_S))
+
+
+def test_an_outage_shows_the_lag_as_not_known_with_the_last_value():
+    """Issue 46: with the cluster away, /ui showed lag 0 as if known."""
+    import dataclasses
+
+    away = dataclasses.replace(stream_lag("orders", Verdict.ERR, "the stream's cluster cannot be reached", lag=7),
+                               cluster_up=False, age_s=42.0)
+    html = ui.page([away], lambda name: ([], []), NOW)
+    row = Dom(html)
+    assert "? (last 7, 42 s ago)" in "".join(row.text), html
+    assert "<td>7</td>" not in html
+
+
 def test_page_without_streams():
     dom = Dom(ui.page([], lambda name: ([], []), NOW))
     assert "No streams yet" in "".join(dom.text)
