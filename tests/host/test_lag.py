@@ -219,9 +219,9 @@ def test_top_on_a_terminal_refreshes_and_quits_on_q(lag_host, api, kafka):
     assert done.returncode == 0, done.stderr
     title, header, *rows = done.stdout.strip().splitlines()
     assert title.startswith("mgstreams top: ") and f"at {lag_host.url}" in title
-    assert header.split() == ["NAME", "STATE", "STATUS", "RECORDS/S", "LAG", "LAG-SECONDS", "DEAD", "SKIPPED",
-                              "PENDING", "LOST", "MESSAGE"]
-    assert any(r.split()[:3] == ["watched", "running", "OK"] for r in rows), rows
+    assert header.split() == ["#", "NAME", "STATE", "STATUS", "RECORDS/S", "LAG", "LAG-SECONDS", "DEAD", "SKIPPED",
+                              "PENDING", "LOST", "MESSAGE"]   # `#`: the key that opens a stream's partitions
+    assert any(r.split()[1:4] == ["watched", "running", "OK"] for r in rows), rows
 
     main, child = pty.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))   # a 160x40 terminal
