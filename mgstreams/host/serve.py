@@ -30,6 +30,7 @@ from stream_registry.errors import ConfigError
 from stream_registry.graph.sinks.policy import OutputPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S
 from stream_registry.lag.collector import LagCollector
+from stream_registry.lag.history import LagHistory
 from stream_registry.model import STOP_TIMEOUT_S
 from stream_registry.registry import Isolation
 from stream_registry.safe_paths import check_private_dir
@@ -225,7 +226,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
             sock = bind(listen)
             host, port = sock.getsockname()[:2]
             url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-            lag = LagCollector(registry, lag_sample_interval).start()
+            lag = LagCollector(registry, lag_sample_interval, history=LagHistory(state_dir)).start()
             app = create_app(registry, token=token,
                              default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK, lag=lag,
                              limits=limits, server_names=server_names, loopback=listen.loopback)

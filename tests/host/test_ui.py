@@ -234,3 +234,32 @@ def test_ui_in_headless_chromium(ui_host, kafka, tmp_path, tmp_path_factory):
     assert (width, height) == (1280, 1800)
     assert count_color(rows_px, ui.LINE["lag"]) > 20, "the lag line is drawn"
     assert count_color(rows_px, ui.VERDICT_COLORS["STOP"]) > 50, "parked's STOP badge is drawn"
+
+
+def test_the_lag_history_survives_a_host_restart(kafka, tmp_path):
+    """Issue 46: the charts started empty after a host restart. The totals are kept in the state directory: the
+    host started again (sampling only once an hour, so what its chart shows is what it read back) draws the
+    points the first host sampled."""
+    state = tmp_path / "state"
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 5, partitions=1)
+
+    def points(host) -> int:
+        svg = Dom(httpx.get(f"{host.url}/ui", timeout=30).text).find("svg", data_kind="lag")
+        return int(svg[0]["data-points"]) if svg else 0
+    first = HostProcess(state, extra_args=("--lag-sample-interval", str(INTERVAL))).start()
+    try:
+        with httpx.Client(base_url=first.url, timeout=60) as api, kafka.quick_rebalance():
+            created = api.post("/streams", json={
+                "name": "kept", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "sink": "null://",
+                "consumer_group": f"kept_{uuid.uuid4().hex[:8]}", "configs": FAST_REJOIN})
+            assert created.status_code == 201, created.text
+            assert api.put("/streams/kept/start").status_code == 200
+            wait_until(lambda: points(first) >= 10, 60, what="ten points on the first host's chart")
+    finally:
+        first.stop()
+    second = HostProcess(state, extra_args=("--lag-sample-interval", "3600")).start()
+    try:
+        assert points(second) >= 10, "the first host's points, read back from the state directory"
+    finally:
+        second.stop()
