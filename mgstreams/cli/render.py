@@ -120,7 +120,7 @@ def known(lag: StreamLag, value: Any, *, with_age: bool = False) -> str:
     if value is None:
         return "?"
     age = f", {lag.age_s:.0f} s ago" if with_age and lag.age_s is not None else ""
-    return f"? ({value}{age})" if with_age else f"? (last {value})"
+    return f"? (last {value}{age})"
 
 
 def lag_table(lag: StreamLag) -> Group:

@@ -65,7 +65,7 @@ def test_a_secret_that_is_part_of_a_field_name_leaves_the_field_named():
 def test_alter_rotates_credentials_by_merge_and_logs_their_names_not_their_values():
     """Issue 46: credentials could not be altered ("drop and create"): a rotated SASL password lost the stream's
     history. Now `credentials` merges as `configs` does (a null removes a key) and the log names what changed."""
-    from stream_registry.registry.admission import shown_change
+    from stream_registry.registry.host.admission import shown_change
 
     before = StreamConfig("s", ["t"], "127.0.0.1:9092", MERGE, "null://",
                           credentials={"sasl.username": "app", "sasl.password": "old-pw"})
