@@ -89,11 +89,11 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMar
             f"</thead><tbody>{partitions}</tbody></table></section>")
 
 
-MIN_SPAN_S = 60.0   # the narrowest window a chart shows: a stream a few samples old is not one dot
+MIN_SPAN_S = 1.0    # the narrowest window a chart shows (a stream of one sample)
 
 
 def window(points: Sequence[tuple[float, float]], now: float) -> tuple[float, float]:
-    """(start, span) of a chart's time axis: from its oldest point within the hour to `now`, at least MIN_SPAN_S,
+    """(start, span) of a chart's time axis: from its oldest point within the hour to `now` (at least MIN_SPAN_S),
     so a new stream's line fills the chart instead of a sliver at the right of a fixed hour."""
     oldest = min((t for t, _ in points if now - HOUR_S <= t <= now), default=now - HOUR_S)
     span = min(max(now - oldest, MIN_SPAN_S), HOUR_S)

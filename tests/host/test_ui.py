@@ -99,7 +99,7 @@ def test_a_new_streams_chart_fills_its_width_and_an_hour_old_one_shows_the_hour(
                     status=Verdict.OK) for i in range(121)]
     fraction, svg = span_of_line(old)
     assert svg["data-span-s"] == "3600" and "over the last hour" in svg["aria-label"] and fraction > 0.95
-    one = [LagPoint(at=NOW - 2, total_lag=1, max_lag_seconds=1.0, records_per_second=1.0, status=Verdict.OK)]
+    one = [LagPoint(at=NOW - 0.2, total_lag=1, max_lag_seconds=1.0, records_per_second=1.0, status=Verdict.OK)]
     assert span_of_line(one)[1]["data-span-s"] == str(int(ui.MIN_SPAN_S))
 
 
@@ -179,6 +179,13 @@ def count_color(rows: list[bytes], rgb: str) -> int:
     return sum(sum(1 for i in range(0, len(row), 3) if row[i:i + 3] == needle) for row in rows)
 
 
+def color_x_span(rows: list[bytes], rgb: str) -> int:
+    """How many pixels wide the drawing in that colour is (its rightmost x less its leftmost)."""
+    needle = bytes.fromhex(rgb.lstrip("#"))
+    xs = [i // 3 for row in rows for i in range(0, len(row), 3) if row[i:i + 3] == needle]
+    return max(xs) - min(xs) if xs else 0
+
+
 @pytest.fixture
 def ui_host(kafka, tmp_path):
     if kafka.embedded is not None:
@@ -233,6 +240,9 @@ def test_ui_in_headless_chromium(ui_host, kafka, tmp_path, tmp_path_factory):
     width, height, rows_px = png_pixels(artifacts)
     assert (width, height) == (1280, 1800)
     assert count_color(rows_px, ui.LINE["lag"]) > 20, "the lag line is drawn"
+    # issue 46: streams seconds old fill their charts' width (a fixed hour drew them as a sliver at the right edge)
+    plot = ui.WIDTH - ui.LEFT - ui.RIGHT
+    assert color_x_span(rows_px, ui.LINE["lag"]) > plot * 0.8, (color_x_span(rows_px, ui.LINE["lag"]), plot)
     assert count_color(rows_px, ui.VERDICT_COLORS["STOP"]) > 50, "parked's STOP badge is drawn"
 
 
