@@ -13,17 +13,14 @@ from .settings import TRANSFORM, DemoSettings
 
 
 def _bolt_connect(settings: DemoSettings):
-    from stream_registry.graph.sinks.bolt import connect_mgclient
+    from stream_registry.graph.sinks.bolt import connect_driver
 
     parts = urlsplit(settings.memgraph_uri or "")
-    kwargs = {"host": parts.hostname or "localhost", "port": parts.port or 7687}
+    kwargs = {"host": parts.hostname or "localhost", "port": parts.port or 7687, "scheme": parts.scheme.lower()}
     credentials = settings.memgraph_credentials
     if credentials.get("bolt.username"):
         kwargs.update(username=credentials["bolt.username"], password=credentials.get("bolt.password", ""))
-    if parts.scheme.lower() != "bolt":
-        import mgclient
-        kwargs["sslmode"] = mgclient.MG_SSLMODE_REQUIRE
-    connection = connect_mgclient(**kwargs)
+    connection = connect_driver(**kwargs)
     connection.autocommit = True
     return connection
 

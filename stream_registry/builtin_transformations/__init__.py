@@ -70,11 +70,13 @@ def json_nodes(messages) -> list[dict[str, Any]]:
     """Idempotent: MERGE a :KafkaRecord per (topic, partition, offset) and SET the payload's
     JSON object fields on it (`SET +=`: replaying rewrites the same values).
 
-    A payload that is not a JSON object fails the batch with its offset named.
+    A payload that is not a JSON object fails the batch with its offset named. A field holding an object (or a
+    list holding one) is stored as its JSON text: not every graph engine stores a map as a property value
+    (FalkorDB refuses one; docs: sinks), and the statement must give the same graph on each.
     """
     records = []
     for message in _each(messages):
-        properties = _json_object(message)
+        properties = {key: _storable(value) for key, value in _json_object(message).items()}
         parameters = _position(message)
         parameters["properties"] = properties
         records.append({"query": MERGE_JSON_RECORD, "parameters": parameters})
@@ -136,6 +138,13 @@ def _text(data) -> str:
     if isinstance(data, str):
         return data
     return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def _storable(value: Any) -> Any:
+    """A property value every engine stores: a map, or a list holding one, as its JSON text."""
+    if isinstance(value, dict) or isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value
 
 
 def _json_object(message) -> dict[str, Any]:

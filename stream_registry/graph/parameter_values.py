@@ -15,7 +15,7 @@ _PLAIN_TYPES = frozenset({str, int, float, bool, type(None)})
 
 
 def driver_parameters(parameters: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """Parameters as pymgclient takes them: bytes become UTF-8 text, as in cypherl files (SinkError naming
+    """Parameters as the Bolt driver takes them: bytes become UTF-8 text, as in cypherl files (SinkError naming
     the parameter of statement `index` when they are not UTF-8)."""
     return {name: _driver_value(value, f"${name} (statement {index})") for name, value in parameters.items()}
 

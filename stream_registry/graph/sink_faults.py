@@ -4,17 +4,17 @@ A message (topic names, payloads, a user's exception text) can hold any word,
 so no decision here reads one:
 
 - TRANSIENT: retry the batch as it is, later. The operating system's errors
-  (`OSError`: connection, timeout, disk), the Bolt driver's connection and
-  timeout classes (pymgclient's `TransientError`, which it raises for
-  Memgraph's TransientError code such as a conflicting transaction and for
-  transport failures; `OperationalError`, which `connect` raises; and
-  `InterfaceError`, which it raises on a session lost before), and a
+  (`OSError`: connection, timeout, disk), the neo4j driver's connection and
+  timeout classes (`ServiceUnavailable`, which a refused or lost connection
+  and a commit whose outcome is unknown raise, `SessionExpired`, and
+  `TransientError`, the class of a server error whose code says
+  TransientError, such as Memgraph's conflicting transactions), and a
   `SinkError(transient=True)`, and a Schema Registry that cannot be reached
   (`RegistryUnavailable`).
 - MESSAGE: the messages may be at fault; bisect and set aside. Whatever the
   transformation raised (`TransformError`), a decode/deserialization error,
   the database refusing the statements (`SinkError(rejected=True)`, or the
-  driver's other `DatabaseError`s).
+  driver's other server errors, `Neo4jError`).
 - SINK: the sink cannot take any batch now (an untrusted certificate, a
   missing driver) or it must be realigned (`StoredOffsetsConflict`): never a
   message's fault, never helped by retrying the same batch blindly.
@@ -35,24 +35,22 @@ class Fault(StrEnum):
 
 @lru_cache(maxsize=1)
 def driver_transient_types() -> tuple[type, ...]:
-    """pymgclient's connection and timeout classes (none when it is not installed)."""
+    """The neo4j driver's connection and timeout classes (none when it is not installed)."""
     try:
-        import mgclient
+        from neo4j import exceptions
     except ImportError:
         return ()
-    return tuple(getattr(mgclient, name) for name in ("TransientError", "OperationalError", "InterfaceError")
-                 if isinstance(getattr(mgclient, name, None), type))
+    return (exceptions.ServiceUnavailable, exceptions.SessionExpired, exceptions.TransientError)
 
 
 @lru_cache(maxsize=1)
 def driver_refusal_types() -> tuple[type, ...]:
-    """pymgclient's DatabaseError: the server refused a statement (its transient subclasses aside)."""
+    """The neo4j driver's server errors: the server refused a statement (its transient class aside)."""
     try:
-        import mgclient
+        from neo4j import exceptions
     except ImportError:
         return ()
-    refused = getattr(mgclient, "DatabaseError", None)
-    return (refused,) if isinstance(refused, type) else ()
+    return (exceptions.Neo4jError,)
 
 
 def classify(error: BaseException) -> Fault:

@@ -27,6 +27,14 @@ What is not folded, and runs as it is:
 
 Rows carry only the parameters the query uses.
 
+No UNWIND carries two rows that write the same node or relationship: a run
+is cut where a row repeats the key of a row already in it (`QueryShape.keys`:
+the parameters in a node pattern's property map, `(n:L {id: $id})`; for a
+statement that writes relationships, all of them together), and the next run
+starts with it. Engines differ on such rows: Memgraph applies UNWIND rows in
+order (the last row's SET wins), FalkorDB plans `MERGE ... SET` eagerly (the
+first row's values stay). Cut, the batch gives the one-at-a-time graph on both.
+
 The backfill also reorders (`nodes_first`): within the statements between two
 barriers, statements are grouped by query text and node writes go before
 relationship writes, so relationships find end nodes a later message creates.
@@ -81,6 +89,7 @@ class QueryShape:
     foldable: bool
     folded: str | None = None                 # the UNWIND text, `$p` read as `mgstreams_row.p`
     parameters: frozenset[str] = frozenset()  # the parameters the query uses
+    keys: tuple[tuple[str, ...], ...] = ()    # per written node (or all, for relationships): its key parameters
 
 
 def query_shape(query: str) -> QueryShape:
@@ -99,7 +108,34 @@ def query_shape(query: str) -> QueryShape:
         pieces += [query[at:match.start()], f"{ROW_VARIABLE}.{match.group(1)}"]
         at = match.end()
     pieces.append(query[at:])
-    return QueryShape(kind, True, _PREFIX + "".join(pieces), frozenset(m.group(1) for m in parameters))
+    return QueryShape(kind, True, _PREFIX + "".join(pieces), frozenset(m.group(1) for m in parameters),
+                      _keys(code, parameters, kind))
+
+
+def _keys(code: str, parameters: list[re.Match], kind: WriteKind) -> tuple[tuple[str, ...], ...]:
+    """The key parameters of each node pattern (those in its property map), by pattern; for a statement that
+    writes relationships, one key of all of them (the relationship is the pair of its nodes)."""
+    by_pattern: dict[int, list[str]] = {}
+    for match in parameters:
+        opened = _open_brackets(code[:match.start()])
+        if len(opened) >= 2 and opened[-1][0] == "{" and opened[-2][0] == "(":
+            names = by_pattern.setdefault(opened[-2][1], [])
+            if match.group(1) not in names:
+                names.append(match.group(1))
+    keys = [tuple(names) for _, names in sorted(by_pattern.items())]
+    if kind is WriteKind.RELATIONSHIP and len(keys) > 1:
+        return (tuple(name for key in keys for name in key),)
+    return tuple(keys)
+
+
+def _open_brackets(code: str) -> list[tuple[str, int]]:
+    stack: list[tuple[str, int]] = []
+    for at, char in enumerate(code):
+        if char in "([{":
+            stack.append((char, at))
+        elif char in ")]}" and stack:
+            stack.pop()
+    return stack
 
 
 def _expression_position(code: str, at: int) -> bool:
@@ -146,19 +182,37 @@ def fold(work: Sequence[tuple[str, Mapping[str, Any]]]) -> list[tuple[str, Mappi
     out: list[tuple[str, Mapping[str, Any]]] = []
     run: list[Mapping[str, Any]] = []
     run_query: str | None = None
+    written: set = set()   # the keys the run's rows write (module docstring: a repeated one cuts the run)
     for query, parameters in work:
-        if query == run_query and shape_of(query).parameters <= parameters.keys():
-            run.append(parameters)
-            continue
-        _flush(out, run_query, run)
         shape = shape_of(query)
+        if query == run_query and shape.parameters <= parameters.keys():
+            identity = _identities(shape, parameters)
+            if written.isdisjoint(identity):
+                run.append(parameters)
+                written.update(identity)
+                continue
+        _flush(out, run_query, run)
         if shape.foldable and shape.parameters <= parameters.keys():
-            run_query, run = query, [parameters]
+            run_query, run, written = query, [parameters], set(_identities(shape, parameters))
         else:
-            run_query, run = None, []
+            run_query, run, written = None, [], set()
             out.append((query, parameters))
     _flush(out, run_query, run)
     return out
+
+
+def _identities(shape: QueryShape, parameters: Mapping[str, Any]) -> list:
+    return [(index, tuple(_hashable(parameters[name]) for name in key)) for index, key in enumerate(shape.keys)]
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _hashable(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return value
 
 
 def _flush(out: list, query: str | None, run: list[Mapping[str, Any]]) -> None:

@@ -31,7 +31,6 @@ from functools import partial
 from pathlib import Path
 
 import httpx
-import mgclient
 import pytest
 from configs import MERGE, stream_body
 from host_helpers import HostProcess
@@ -41,7 +40,6 @@ from mgstreams.settings import default_state_dir
 from mgstreams.wire import to_json
 from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.errors import ConfigError, SinkError, StreamError
-from stream_registry.graph import sinks
 from stream_registry.graph.sinks import OUTPUT_DIRS_ENV, open_sink
 from stream_registry.graph.transform import QUERY_MODULES_ENV, TRANSFORM_PACKAGES_ENV, Statement
 from stream_registry.model import StreamStatus
@@ -270,7 +268,7 @@ def test_secret_values_reach_inside_the_oauthbearer_config_for_error_text_and_lo
         assert_no_secret(redact(text, secrets))
 
 
-# -- Bolt over TLS: what the driver is given -------------------------------------------------
+# -- Bolt over TLS: the driver's handshakes -------------------------------------------------
 def openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
@@ -322,8 +320,8 @@ while True:
 def tls_server(directory: Path, name: str):
     """A TLS listener on 127.0.0.1 presenting `name`.pem; it completes handshakes, then hangs up (no Bolt).
 
-    In a process of its own: pymgclient holds the GIL through its network I/O, so a server thread in this
-    process could never answer its handshake. Yields the port and, once the block ends, each handshake's outcome.
+    In a process of its own, so that its handshakes are a real peer's. Yields the port and, once the block ends,
+    each handshake's outcome.
     """
     server = subprocess.Popen([sys.executable, "-c", TLS_SERVER, str(directory / f"{name}.pem"),
                                str(directory / f"{name}.key")], stdout=subprocess.PIPE, text=True)
@@ -338,7 +336,7 @@ def tls_server(directory: Path, name: str):
 
 
 def key_fingerprint(directory: Path, name: str) -> str:
-    """SHA-512 of the certificate's public key bits, by openssl (what libmgclient's trust_callback reports)."""
+    """SHA-512 of the certificate's public key bits, by openssl (what libmgclient reported: the pin's definition)."""
     der = subprocess.run(["openssl", "x509", "-in", str(directory / f"{name}.pem"), "-noout", "-pubkey"],
                          check=True, capture_output=True).stdout
     spki = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "DER"], input=der, check=True,
@@ -347,76 +345,45 @@ def key_fingerprint(directory: Path, name: str) -> str:
     return hashlib.sha512(spki[-65:]).hexdigest()              # P-256: the uncompressed point ends the SPKI
 
 
-@pytest.fixture
-def driver(monkeypatch):
-    """The driver boundary (sinks.bolt.connect_mgclient, what pymgclient's `mgclient.connect` receives): records the
-    keyword arguments and every trust_callback answer, then calls the real pymgclient."""
-    calls: list[dict] = []
-    answers: list[tuple] = []
-
-    def connect(**kwargs):
-        calls.append(dict(kwargs))
-        trust = kwargs.get("trust_callback")
-        if trust is not None:
-            def recorded(*args):
-                answer = trust(*args)
-                answers.append((args, answer))
-                return answer
-            kwargs["trust_callback"] = recorded
-        return mgclient.connect(**kwargs)
-
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", connect)
-    return calls, answers
-
-
-def test_bolt_s_refuses_a_certificate_the_system_cas_do_not_vouch_for(certificates, driver, monkeypatch):
-    """pymgclient accepts any certificate (libmgclient's mg_secure_transport_init sets no verify mode); bolt+s
-    verifies it first, so the driver is never reached with a self-signed or mis-named server."""
-    calls, _ = driver
+def test_bolt_s_refuses_a_certificate_the_system_cas_do_not_vouch_for(certificates, monkeypatch):
+    """bolt+s verifies the certificate in the driver's own handshake (system CAs and host name): a self-signed or
+    mis-named server is refused, not retried, and the error says what to use instead."""
     monkeypatch.setenv("SSL_CERT_FILE", str(certificates / "ca.pem"))    # the system CAs, plus the test CA
     for name, reason in (("self", "self.signed certificate"), ("other", "mismatch|doesn't match|not valid for")):
         with tls_server(certificates, name) as (port, _):
             with pytest.raises(SinkError, match=rf"bolt\+s://127\.0\.0\.1:{port}: the server's certificate is not "
                                                 rf"trusted: .*({reason}).*bolt\+ssc://") as err:
-                open_sink(f"bolt+s://127.0.0.1:{port}?retries=1").write([Statement("RETURN 1")])
-        assert err.value.__cause__ is None
-    assert calls == [], "the driver must not be asked to connect to an unverified server"
+                open_sink(f"bolt+s://127.0.0.1:{port}?retries=3").write([Statement("RETURN 1")])
+        assert err.value.__cause__ is None and not err.value.transient
 
 
-def test_bolt_s_holds_the_driver_to_the_verified_key(certificates, driver, monkeypatch):
-    calls, answers = driver
+def test_bolt_s_accepts_a_verified_server_in_one_handshake(certificates, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", str(certificates / "ca.pem"))
-    expected = key_fingerprint(certificates, "server")
     with tls_server(certificates, "server") as (port, handshakes):
-        with pytest.raises(SinkError):                          # the listener speaks TLS but not Bolt
+        with pytest.raises(SinkError) as err:                   # the listener speaks TLS but not Bolt
             open_sink(f"bolt+s://127.0.0.1:{port}?retries=1").write([Statement("RETURN 1")])
-    assert calls[0]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE and callable(calls[0]["trust_callback"])
-    [(args, answer)] = answers                                  # libmgclient asked, with the real server key
-    assert args[3] == expected and answer is True
-    assert calls[0]["trust_callback"]("127.0.0.1", "127.0.0.1", "id-ecPublicKey", "00" * 64) is False
-    assert handshakes == ["ok", "ok"], "one verifying handshake, then the driver's own"
+    assert "certificate" not in str(err.value) and err.value.transient
+    assert handshakes == ["ok"], "the driver's own handshake verifies the certificate: no second connection"
 
 
-def test_bolt_s_with_a_pinned_key_that_differs_is_refused(certificates, driver, monkeypatch):
-    calls, _ = driver
+def test_bolt_s_with_a_pinned_key_that_differs_is_refused(certificates, monkeypatch):
     monkeypatch.setenv("SSL_CERT_FILE", str(certificates / "ca.pem"))
     with tls_server(certificates, "server") as (port, _):
-        with pytest.raises(SinkError, match="is not the pinned fingerprint"):
-            open_sink(f"bolt+s://127.0.0.1:{port}?retries=1&fingerprint={'ab' * 64}").write([Statement("RETURN 1")])
-    assert calls == []
+        with pytest.raises(SinkError, match="is not the pinned fingerprint") as err:
+            open_sink(f"bolt+s://127.0.0.1:{port}?retries=3&fingerprint={'ab' * 64}").write([Statement("RETURN 1")])
+    assert not err.value.transient
 
 
-def test_bolt_ssc_is_the_explicit_self_signed_choice(certificates, driver):
-    calls, answers = driver
+def test_bolt_ssc_is_the_explicit_self_signed_choice(certificates):
+    pinned = key_fingerprint(certificates, "self")
     with tls_server(certificates, "self") as (port, handshakes):
-        with pytest.raises(SinkError):                          # TLS accepted; then no Bolt behind it
-            open_sink(f"bolt+ssc://127.0.0.1:{port}?retries=1").write([Statement("RETURN 1")])
-        pinned = key_fingerprint(certificates, "self")
-        with pytest.raises(SinkError):
-            open_sink(f"bolt+ssc://127.0.0.1:{port}?retries=1&fingerprint={pinned}").write([Statement("RETURN 1")])
-    assert calls[0] == {"host": "127.0.0.1", "port": port, "sslmode": mgclient.MG_SSLMODE_REQUIRE}
-    assert answers and answers[0][1] is True                    # with a pin, the driver checks that key only
-    assert handshakes == ["ok", "ok"], "no verifying handshake for bolt+ssc"
+        for query in ("", f"&fingerprint={pinned}"):            # TLS accepted (any key, or the pinned one)
+            with pytest.raises(SinkError) as err:               # then no Bolt behind it
+                open_sink(f"bolt+ssc://127.0.0.1:{port}?retries=1{query}").write([Statement("RETURN 1")])
+            assert err.value.transient and "pinned" not in str(err.value)
+        with pytest.raises(SinkError, match="is not the pinned fingerprint"):
+            open_sink(f"bolt+ssc://127.0.0.1:{port}?retries=1&fingerprint={'ab' * 64}").write([Statement("RETURN 1")])
+    assert handshakes[:2] == ["ok", "ok"]
 
 
 # -- the fallback state directory -------------------------------------------------------------

@@ -24,7 +24,7 @@ PARTITIONS = 4
 def test_two_tasks_on_one_bolt_sink_write_each_message_once_across_their_rebalances(kafka, embedded_kafka, tmp_path,
                                                                                    monkeypatch):
     memgraph = Server(rtt_ms=0)
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", memgraph.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", memgraph.connect)
     monkeypatch.setenv("MGSTREAMS_ALLOWED_HOSTS", "memgraph,localhost,127.0.0.0/8")
     topic = kafka.new_topic(partitions=PARTITIONS)
     kafka.produce(topic, PARTITIONS * 100, partitions=PARTITIONS)   # a backlog: batches in flight at each rebalance

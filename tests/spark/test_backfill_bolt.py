@@ -1,5 +1,5 @@
 """Backfill into Memgraph over Bolt as Memgraph recommends, checked at the driver boundary
-(`stream_registry.graph.sinks.bolt.connect_mgclient`, what pymgclient's `mgclient.connect` is given): UNWIND
+(`stream_registry.graph.sinks.bolt.connect_driver`, what pymgclient's `mgclient.connect` is given): UNWIND
 batches, nodes before relationships, one transaction per batch, bounded writers per host, --prepare."""
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def memgraph(monkeypatch, *exists: str) -> Server:
     as Memgraph refuses an index or constraint it has already."""
     server = Server(rtt_ms=0)
     server.fail_when = lambda query, parameters: query.startswith(exists) and DatabaseError("Index already exists")
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", server.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", server.connect)
     return server
 
 
@@ -167,14 +167,14 @@ def test_run_autocommit_runs_alone_then_writes_are_transactions_again(monkeypatc
 
     def refuse(**kwargs):
         raise ConnectionRefusedError("connection refused")
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", refuse)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", refuse)
     with pytest.raises(sinks.SinkError, match=r"^sink bolt://memgraph:7687: cannot connect: "
                                               r"ConnectionRefusedError: connection refused$"):
         sinks.open_sink("bolt://memgraph:7687").run_autocommit("CREATE INDEX ON :A(id)")
 
 
 def test_dry_run_lists_the_prepare_statements_and_touches_nothing(kafka, tmp_path, monkeypatch):
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", lambda **kw: pytest.fail("connected during a dry run"))
+    monkeypatch.setattr(sinks.bolt, "connect_driver", lambda **kw: pytest.fail("connected during a dry run"))
     topic = kafka.new_topic(1)
     kafka.produce(topic, 5)
     result = CliRunner().invoke(backfill_command, [
@@ -214,7 +214,7 @@ JOURNAL_DRIVER = textwrap.dedent('''
     # the pymgclient stand-in in the Python worker (tests/support is on the workers' PYTHONPATH: the `spark`
     # fixture): it journals each committed transaction with the worker's pid, when it began and ended; each
     # round trip (BEGIN, the UNWIND, COMMIT) takes 40 ms, as a remote server's would
-    sinks.bolt.connect_mgclient = Server(rtt_ms=40, journal={journal!r}).connect
+    sinks.bolt.connect_driver = Server(rtt_ms=40, journal={journal!r}).connect
 
     def load(messages):
         return merge_messages_batched(messages)

@@ -238,7 +238,7 @@ def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypa
            p["kafka_topic"], p["kafka_partition"], p["kafka_offset"])
     memgraph = Server(rtt_ms=0)
     memgraph.answer(lambda query, parameters: "[t:TRANSFER]" in query and "RETURN" in query, [row])
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", memgraph.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", memgraph.connect)
     settings = DemoSettings(out=tmp_path, topic="transfers", memgraph_uri="bolt://mg.example:7688",
                             memgraph_credentials={"bolt.username": "u", "bolt.password": "p"})
     assert read_graph(settings) == read_cypherl([sink_path])

@@ -18,7 +18,8 @@ Facts this rests on (measured here, also in /work/shared/DESIGN.md):
   prefix (strings unescaped, floats with 6 decimals) in a 4096-byte stack buffer, and more than that crashes
   the server (SIGSEGV). tests/integration/test_graph_engine.py shows each;
 - reading the graph back goes through the Redis port (the `falkordb` client's `select_graph(...).query`, typed
-  values; its `list_graphs()` hung here), not through Bolt, so a test's check does not share the sink's client.
+  values; its `list_graphs()` hung here), not through Bolt, so a test's check does not share the sink's client;
+  a float comes back with 15 significant digits there (the graph holds it whole: Bolt returns every digit).
 """
 from __future__ import annotations
 
@@ -196,6 +197,8 @@ def bolt_driver(uri: str, **config):
     """A neo4j driver on `uri`, closed without GOODBYE (its pooled connections killed), which FalkorDB needs."""
     import neo4j
 
+    from stream_registry.graph.sinks.bolt_driver import kill_connections
+
     driver = neo4j.GraphDatabase.driver(uri, auth=None, **config)
     try:
         yield driver
@@ -204,15 +207,8 @@ def bolt_driver(uri: str, **config):
         driver.close()
 
 
-def kill_connections(driver) -> None:
-    """Close a neo4j driver's pooled connections without a GOODBYE (the driver's own `kill`)."""
-    pool = driver._pool
-    with pool.lock:
-        connections = [connection for queue in pool.connections.values() for connection in queue]
-    for connection in connections:
-        connection.kill()
-
-
 def start_graph_server(directory: Path | None = None) -> GraphServer:
     """A started server in `directory` (a new temporary one by default); `close()` it when done."""
-    return GraphServer(Path(directory or tempfile.mkdtemp(prefix="falkordb-"))).start()
+    path = Path(directory or tempfile.mkdtemp(prefix="falkordb-"))
+    path.mkdir(parents=True, exist_ok=True)
+    return GraphServer(path).start()

@@ -180,7 +180,7 @@ def bolt_exactly_once_stream(kafka, tmp_path, monkeypatch, memgraph, batch_size:
     from stream_registry.graph import sinks
     from stream_registry.model import RetryPolicy
 
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", memgraph.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", memgraph.connect)
     monkeypatch.setenv("MGSTREAMS_ALLOWED_HOSTS", "memgraph,localhost,127.0.0.0/8")   # the sink host, by name
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 10, partitions=1)

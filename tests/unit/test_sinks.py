@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-import mgclient
 import pytest
+from mgclient_standin import mgclient
 from mgclient_standin.mgclient import Server
 
 from stream_registry.errors import ConfigError, SinkError
@@ -60,7 +60,7 @@ def test_without_an_output_policy_a_file_sink_writes_where_it_is_told(tmp_path, 
 
 
 def test_validation_never_touches_the_file_system_or_network(tmp_path, monkeypatch):
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", lambda **kw: pytest.fail("connected"))
+    monkeypatch.setattr(sinks.bolt, "connect_driver", lambda **kw: pytest.fail("connected"))
     validate_sink_uri(f"cypherl://{tmp_path}/new/dir/out.cypherl")
     validate_sink_uri("bolt://unreachable.invalid:1")
     assert not (tmp_path / "new").exists()
@@ -163,9 +163,9 @@ def test_cypherl_after_close_is_an_error(tmp_path):
 # -- bolt:// as the driver sees it ------------------------------------------------------------
 @pytest.fixture
 def server(monkeypatch):
-    """The pymgclient stand-in, what the Bolt sink connects to here; its log is what the driver was asked."""
+    """The Bolt connection stand-in, what the Bolt sink connects to here; its log is what the driver was asked."""
     standin = Server(rtt_ms=0)
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", standin.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", standin.connect)
     return standin
 
 
@@ -178,7 +178,8 @@ def test_bolt_connects_lazily_and_runs_one_transaction_per_batch(server):
     assert server.connects == []
     sink.write(BATCH)
     sink.write(BATCH[:1])
-    assert server.connects == [{"host": "memgraph", "port": 7688, "username": "ingest", "password": PASSWORD}]
+    assert server.connects == [{"host": "memgraph", "port": 7688, "scheme": "bolt", "username": "ingest",
+                                "password": PASSWORD, "fingerprint": None, "engine": "memgraph"}]
     assert server.executed() == [
         ("MERGE (a:Account {id: $id})", {"id": "acc-1"}),
         ("MATCH (a:Account {id: $id}) SET a.seen = $seen", {"id": "acc-1", "seen": "yes"}),   # bytes as text
@@ -189,26 +190,18 @@ def test_bolt_connects_lazily_and_runs_one_transaction_per_batch(server):
     assert server.log[-1] == ("close",)
 
 
-def test_bolt_without_credentials_and_encrypted_schemes(server, monkeypatch):
+def test_bolt_without_credentials_and_encrypted_schemes(server):
+    """What the client is given per scheme (bolt_driver.tls_context turns it into the TLS context: the handshake
+    itself is in test_tls_fingerprint.py and test_hostile_input.py)."""
     open_sink("bolt://h").write(BATCH[:1])
-    assert server.connects[-1] == {"host": "h", "port": 7687}
-    open_sink("bolt+ssc://h:1").write(BATCH[:1])
-    assert server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE
-    assert "trust_callback" not in server.connects[-1]
-    open_sink("bolt+ssc://h?fingerprint=AB:cd:01:23:45:67:89:EF").write(BATCH[:1])   # a pinned self-signed key
-    trust = server.connects[-1]["trust_callback"]
-    assert trust("h", "10.0.0.1", "rsa", "abcd0123456789ef") and not trust("h", "10.0.0.1", "rsa", "00")
-    # bolt+s: the certificate is verified first (system CAs; see test_hostile_input for real TLS), and the
-    # driver is held to the key verified
-    verified = []
-    monkeypatch.setattr(sinks.bolt, "verified_server_key",
-                        lambda host, port, where: verified.append((host, port)) or "abcd0123456789ef")
-    open_sink("bolt+s://h").write(BATCH[:1])
-    assert verified == [("h", 7687)] and server.connects[-1]["sslmode"] == mgclient.MG_SSLMODE_REQUIRE
-    trust = server.connects[-1]["trust_callback"]
-    assert trust("h", "10.0.0.1", "rsa", "abcd0123456789ef") and not trust("h", "10.0.0.1", "rsa", "00")
-    with pytest.raises(SinkError, match="is not the pinned fingerprint"):
-        open_sink("bolt+s://h?fingerprint=00112233445566778899").write(BATCH[:1])
+    assert server.connects[-1] == {"host": "h", "port": 7687, "scheme": "bolt", "username": None, "password": None,
+                                   "fingerprint": None, "engine": "memgraph"}
+    open_sink("bolt+ssc://h:1?fingerprint=AB:cd:01:23:45:67:89:EF").write(BATCH[:1])   # a pinned self-signed key
+    assert server.connects[-1]["scheme"] == "bolt+ssc" and server.connects[-1]["fingerprint"] == "abcd0123456789ef"
+    open_sink("bolt+s://h?engine=falkordb").write(BATCH[:1])
+    assert server.connects[-1]["scheme"] == "bolt+s" and server.connects[-1]["engine"] == "falkordb"
+    with pytest.raises(ConfigError, match="option engine='neo4j' .* is not one of memgraph, falkordb"):
+        open_sink("bolt://h?engine=neo4j")
 
 
 def test_bolt_retries_the_whole_batch_after_a_transient_failure(server):
@@ -225,12 +218,10 @@ def test_bolt_retries_the_whole_batch_after_a_transient_failure(server):
 
 
 def test_bolt_reconnects_after_a_lost_connection_with_exponential_backoff(server):
-    """pymgclient 1.6 raises TransientError for a transport failure; before, a DatabaseError on a session it then
-    marks bad (CONN_STATUS_BAD). Both are a lost connection, by type and state, whatever the text says."""
-    lost = mgclient.TransientError("failed to receive chunk size: connection closed by peer")
-    old_driver_lost = mgclient.DatabaseError("Query failed")
-    old_driver_lost.breaks_session = True
-    server.failures = [lost, old_driver_lost, lost]
+    """A lost connection is the driver's ServiceUnavailable, a lost session its SessionExpired, a server's
+    transient error its TransientError: each is retried, by its type, whatever the text says."""
+    server.failures = [mgclient.TransientError("failed to receive chunk size: connection closed by peer"),
+                       mgclient.InterfaceError("Query failed"), mgclient.OperationalError("connection reset")]
     slept = []
     BoltSink("h", connect=server.connect, sleep=slept.append, backoff_s=0.1, max_backoff_s=0.25).write(BATCH[:1])
     assert len(server.connects) == 4 and server.count("commit") == 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mgclient_standin import mgclient as standin
@@ -89,7 +90,7 @@ def run(work, server: standin.Server) -> None:
     connection.commit()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_folding_gives_the_same_statements_in_the_same_order_as_one_at_a_time(work):
     one_at_a_time, folded = standin.Server(rtt_ms=0), standin.Server(rtt_ms=0)
@@ -146,7 +147,7 @@ BATCH = [Statement("CREATE (:Msg {offset: $offset})", {"offset": i}) for i in ra
 @pytest.mark.parametrize("unwind, round_trips", [(True, 5), (False, 1005)])
 def test_the_bolt_sink_folds_unless_told_not_to(monkeypatch, unwind, round_trips):
     server = standin.Server(rtt_ms=0)
-    monkeypatch.setattr(sinks.bolt, "connect_mgclient", server.connect)
+    monkeypatch.setattr(sinks.bolt, "connect_driver", server.connect)
     with open_sink("bolt://memgraph:7687", bolt_unwind=unwind) as sink:
         sink.write([*BATCH, *offset_statements("s", {("t", 0): 1000, ("t", 1): 7})])
     assert server.round_trips == round_trips      # folded: the read, the messages' run, the offsets' run

@@ -9,17 +9,18 @@ opened when it starts. One module per concept:
 - policy: `OutputPolicy`, the directories file sinks named by untrusted
   callers may write under ($MGSTREAMS_OUTPUT_DIRS);
 - null (`null://`), cypherl (`cypherl:///abs/file.cypherl`), bolt
-  (`bolt://`, `bolt+s://`, `bolt+ssc://`), and tls (bolt+s certificate
-  verification and key pinning);
+  (`bolt://`, `bolt+s://`, `bolt+ssc://`), bolt_driver (the neo4j driver
+  behind it, per engine) and tls (the pinned key's fingerprint);
 - stored_offsets: what an exactly-once stream stored with its batches.
 
-`write(statements, expect=...)` is all or nothing from the caller's view and
-raises SinkError on failure (graph.sink_faults says whose fault it is); an
-exactly-once batch checks the offsets it continues from in its own
-transaction (offset_store.continuation). Tests replace the Bolt driver at
-`sinks.bolt.connect_mgclient` and the bolt+s check at `sinks.bolt.verified_server_key` (where they are
-looked up; the package does not re-export them, so a stale patch of `sinks.connect_mgclient` fails
-loudly instead of doing nothing).
+`write(statements, expect=...)` is all or nothing from the caller's view on an
+engine with transactions (Memgraph; bolt_driver.Engine says what FalkorDB
+leaves) and raises SinkError on failure (graph.sink_faults says whose fault it
+is); an exactly-once batch checks the offsets it continues from
+(offset_store.continuation). Tests replace the Bolt client at
+`sinks.bolt.connect_driver` (where it is looked up; the package does not
+re-export it, so a stale patch of `sinks.connect_driver` fails loudly instead
+of doing nothing).
 """
 from ...errors import SinkError
 from .bolt import DEFAULT_BOLT_PORT, BoltSettings, BoltSink

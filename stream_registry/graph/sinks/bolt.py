@@ -1,10 +1,11 @@
-"""`bolt://host[:7687]`, `bolt+s://…` and `bolt+ssc://…`: batches written to Memgraph through pymgclient, one
-transaction per batch, transient failures retried (`?retries=5`).
+"""`bolt://host[:7687]`, `bolt+s://…` and `bolt+ssc://…`: batches written over Bolt 5 through the neo4j driver
+(bolt_driver.py), one transaction per batch, transient failures retried (`?retries=5`).
 
-bolt+s verifies the server certificate against the system CAs and the host name, as a browser does (tls.py);
-bolt+ssc is TLS to a self-signed server (any certificate: encryption only). Both take `?fingerprint=<hex>` to pin
-the server key. Credentials come from the stream's credentials map (`bolt.username`, `bolt.password`), never from
-the URI; the password never appears in a repr or an error.
+bolt+s verifies the server certificate against the system CAs and the host name, as a browser does, in the
+driver's own TLS handshake; bolt+ssc is TLS to a self-signed server (any certificate: encryption only). Both
+take `?fingerprint=<hex>` to pin the server key (bolt_driver.PinnedContext). Credentials come from the stream's
+credentials map (`bolt.username`, `bolt.password`), never from the URI; the password never appears in a repr or
+an error. `?engine=falkordb` adapts the writes to FalkorDB (bolt_driver.Engine: no transactions there).
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from ..parameter_values import driver_parameters
 from ..sink_faults import is_refusal, is_transient
 from ..statement import Statement
 from ..unwind import fold
+from .bolt_driver import Engine, connect_driver
 from .protocol import Closing, Written
-from .tls import TrustKey, normal_fingerprint, verified_server_key
+from .tls import normal_fingerprint
 from .uri import PASSWORD_KEY, USERNAME_KEY, check_options, shown_uri
 
 DEFAULT_BOLT_PORT = 7687
@@ -40,6 +42,7 @@ class BoltSettings:
     retries: int = 5
     unwind: bool = True      # fold runs of one query text into UNWIND statements (unwind.py)
     address: Host | None = None   # the parsed host the allowlist judges; `host` is its name
+    engine: Engine = Engine.MEMGRAPH
 
 
 class _Secret:
@@ -57,25 +60,8 @@ class _Secret:
         return MASK if self._value else "None"
 
 
-def _conn_status_bad() -> int:
-    try:
-        import mgclient
-    except ImportError:
-        return -1
-    return getattr(mgclient, "CONN_STATUS_BAD", -1)
-
-
-def connect_mgclient(**kwargs: Any) -> Any:
-    """The driver boundary: tests replace this to see exactly what the driver receives."""
-    try:
-        import mgclient
-    except ImportError as exc:
-        raise SinkError(f"sink: bolt needs pymgclient (`import mgclient` failed: {exc})") from None
-    return mgclient.connect(**kwargs)
-
-
 class BoltSink(Closing):
-    """Writes each batch to Memgraph in one transaction through pymgclient.
+    """Writes each batch in one transaction through the neo4j driver (bolt_driver).
 
     Connects on the first write. A transient failure (sink_faults: by the
     error's type, or a driver error that left the session broken) rolls back,
@@ -92,21 +78,29 @@ class BoltSink(Closing):
 
     With `unwind` (the default), runs of statements of one query text are sent
     as one UNWIND statement each (unwind.fold): one round trip per run.
+
+    On an engine without transactions (Engine.FALKORDB) each statement applies
+    when it runs: a batch that fails part-way leaves the statements before the
+    failing one, and its offsets (the batch's last statements) unwritten, so
+    its retry applies it again from the start. Exactly-once there holds for
+    batches whose statements are idempotent (MERGE ... SET); a CREATE of a
+    batch that failed part-way is written twice (docs: exactly-once).
     """
 
     def __init__(self, host: str, port: int = DEFAULT_BOLT_PORT, *, scheme: str = "bolt",
                  username: str | None = None, password: str | None = None, fingerprint: str | None = None,
                  retries: int = 5, backoff_s: float = 0.1, max_backoff_s: float = 2.0,
                  connect: Callable[..., Any] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 unwind: bool = True):
+                 unwind: bool = True, engine: Engine = Engine.MEMGRAPH):
         self.scheme, self.host, self.port = scheme, host, port
         self.unwind = unwind
+        self.engine = engine
         self.username = username
         self._password = _Secret(password)
         self.fingerprint = normal_fingerprint(fingerprint) if fingerprint else None
         self.retries, self.backoff_s, self.max_backoff_s = max(1, retries), backoff_s, max_backoff_s
         self._connect_fn, self._sleep = connect, sleep
-        self._conn: Any = None   # a pymgclient Connection once connected
+        self._conn: Any = None   # a bolt_driver.BoltConnection once connected
         self._lock = threading.Lock()
         self.batches = 0
         self.attempts = 0
@@ -183,11 +177,8 @@ class BoltSink(Closing):
                 if wanted is None or (topic, partition) in wanted}
 
     def _lost(self, exc: BaseException) -> bool:
-        """Transient by type, or a driver error that left the session broken (pymgclient before 1.6 raised
-        DatabaseError for a lost connection and marks the connection CONN_STATUS_BAD)."""
-        if is_transient(exc):
-            return True
-        return self._conn is not None and getattr(self._conn, "status", None) == _conn_status_bad()
+        """Transient by its type (sink_faults)."""
+        return is_transient(exc)
 
     def run_autocommit(self, query: str, parameters: Mapping[str, Any] | None = None) -> None:
         """Run one statement in a transaction of its own (autocommit) on this sink's connection (TLS and
@@ -233,29 +224,13 @@ class BoltSink(Closing):
 
     def _connection(self):
         if self._conn is None:
-            kwargs: dict[str, Any] = {"host": self.host, "port": self.port}
-            if self.username is not None:
-                kwargs["username"] = self.username
-                kwargs["password"] = self._password.reveal() or ""
-            if self.scheme != "bolt":
-                import mgclient
-                kwargs["sslmode"] = mgclient.MG_SSLMODE_REQUIRE
-                trusted = self._verified_key() if self.scheme == "bolt+s" else self.fingerprint
-                if trusted:
-                    kwargs["trust_callback"] = TrustKey(trusted)
-            conn = (self._connect_fn or connect_mgclient)(**kwargs)
+            password = self._password.reveal() or "" if self.username is not None else None
+            conn = (self._connect_fn or connect_driver)(
+                host=self.host, port=self.port, scheme=self.scheme, username=self.username, password=password,
+                fingerprint=self.fingerprint, engine=self.engine)
             conn.autocommit = False
             self._conn = conn
         return self._conn
-
-    def _verified_key(self) -> str:
-        """bolt+s: the key of a server whose certificate the system CAs vouch for, for this host name (tls.py);
-        the driver's session is then held to that same key."""
-        key = verified_server_key(self.host, self.port, where=self._where())
-        if self.fingerprint and key != self.fingerprint:
-            raise SinkError(f"sink {self._where()}: the server's key fingerprint {key[:16]}... is not the pinned "
-                            f"fingerprint {self.fingerprint[:16]}...")
-        return key
 
     def _abandon(self) -> None:
         """After a failure: roll back what the server may hold, then start afresh next time."""
@@ -302,7 +277,7 @@ class BoltSink(Closing):
 
 def parse_bolt(parts: Any, query: dict[str, str], uri: str) -> BoltSettings:
     scheme = parts.scheme.lower()
-    check_options(query, {"retries"} if scheme == "bolt" else {"retries", "fingerprint"}, uri)
+    check_options(query, {"retries", "engine"} if scheme == "bolt" else {"retries", "fingerprint", "engine"}, uri)
     if not parts.netloc or parts.path not in ("", "/"):
         raise ConfigError(f"sink: expected {scheme}://host[:port], got {shown_uri(uri)!r}")
     # the one parse of the host: the allowlist judges this value and the sink connects to this value
@@ -314,7 +289,11 @@ def parse_bolt(parts: Any, query: dict[str, str], uri: str) -> BoltSettings:
     fingerprint = query.get("fingerprint")
     if fingerprint is not None and not re.fullmatch(r"[0-9A-Fa-f:]{16,}", fingerprint):
         raise ConfigError(f"sink: option fingerprint={fingerprint!r} in {shown_uri(uri)!r} is not hex")
-    return BoltSettings(scheme, host, port, fingerprint, int(retries), address=address)
+    engine = query.get("engine", Engine.MEMGRAPH.value)
+    if engine not in {e.value for e in Engine}:
+        raise ConfigError(f"sink: option engine={engine!r} in {shown_uri(uri)!r} is not one of "
+                          f"{', '.join(e.value for e in Engine)}")
+    return BoltSettings(scheme, host, port, fingerprint, int(retries), address=address, engine=Engine(engine))
 
 
 def open_bolt(settings: BoltSettings, credentials: Mapping[str, str]) -> BoltSink:
@@ -325,4 +304,4 @@ def open_bolt(settings: BoltSettings, credentials: Mapping[str, str]) -> BoltSin
                           f"(sink {settings.scheme}://{settings.host}:{settings.port})")
     return BoltSink(settings.host, settings.port, scheme=settings.scheme, username=username,
                     password=password, fingerprint=settings.fingerprint, retries=settings.retries,
-                    unwind=settings.unwind)
+                    unwind=settings.unwind, engine=settings.engine)

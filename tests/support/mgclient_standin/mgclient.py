@@ -1,10 +1,14 @@
-"""A pymgclient stand-in: the `mgclient` module's surface over a small recording Cypher server.
+"""A Bolt connection stand-in: the connection shape the Bolt sink drives (bolt_driver.BoltConnection: cursor,
+execute, fetchall, commit, rollback, close, autocommit; the neo4j driver's error classes) over a small recording
+Cypher server. It stays for what a real server cannot show (tests/support/graph_server.py is the real one): a
+lost acknowledgement (a commit applied whose answer never comes), a torn reply, a write-write conflict on demand,
+and round trips counted per transaction.
 
 Two ways to use it:
-- in a test's own process, `Server()` and `monkeypatch.setattr(sinks.bolt, "connect_mgclient", server.connect)`;
+- in a test's own process, `Server()` and `monkeypatch.setattr(sinks.bolt, "connect_driver", server.connect)`;
 - for a stream host and its stream processes, put this directory first on PYTHONPATH (`PYTHONPATH_ENTRY`):
-  `import mgclient` then finds this module instead of pymgclient, and every process's connections share
-  the module's `SERVER`, configured from the environment:
+  its sitecustomize.py then points every process's Bolt sink at this module's `connect`, and every process's
+  connections share the module's `SERVER`, configured from the environment:
   - `MGCLIENT_STANDIN_RTT_MS`: the time each round trip costs (default 0.2);
   - `MGCLIENT_STANDIN_JOURNAL`: a file that gets one JSON line per committed transaction:
     `{"pid", "round_trips", "executes", "rows", "began", "ended"}` (the times, `time.time()`, of its first
@@ -103,66 +107,56 @@ class _FileLock:
         os.close(self.fd)
 
 
-# pymgclient's exception classes. Imported in a test's own process (as mgclient_standin.mgclient) next to the
-# real pymgclient, the stand-in raises pymgclient's own classes, so the sink classifies them as it does in
-# production (sink_faults); as `mgclient` itself on a host's PYTHONPATH, it defines the same hierarchy.
-_real = None
-if __name__ != "mgclient":
-    try:
-        import mgclient as _real  # type: ignore[no-redef]
-    except ImportError:
-        _real = None
-
-if _real is not None:
-    Warning, Error, InterfaceError, DatabaseError = (_real.Warning, _real.Error, _real.InterfaceError,  # noqa: A001
-                                                     _real.DatabaseError)
-    DataError, OperationalError, IntegrityError, InternalError = (_real.DataError, _real.OperationalError,
-                                                                  _real.IntegrityError, _real.InternalError)
-    ProgrammingError, NotSupportedError = _real.ProgrammingError, _real.NotSupportedError
-    TransientError = getattr(_real, "TransientError", _real.OperationalError)
-else:
-    class Warning(Exception):  # noqa: A001 - the DB-API name
-        pass
+# The errors, as the sink's Bolt client (stream_registry/graph/sinks/bolt_driver.py, the neo4j driver) raises
+# them: the same classes the sink classifies in production (sink_faults), under the DB-API names the stand-in
+# has always used. A lost or refused connection is the driver's ServiceUnavailable, a session lost before its
+# SessionExpired, a server's transient error (a write conflict) its TransientError, a refused statement a
+# server error (Neo4jError).
+from neo4j import exceptions as _driver  # noqa: E402
 
 
-    class Error(Exception):
-        pass
+class Warning(Exception):  # noqa: A001 - the DB-API name
+    pass
 
 
-    class InterfaceError(Error):
-        pass
+class Error(Exception):
+    pass
 
 
-    class DatabaseError(Error):
-        pass
+class InterfaceError(_driver.SessionExpired):
+    pass
 
 
-    class DataError(DatabaseError):
-        pass
+class DatabaseError(_driver.DatabaseError):
+    pass
 
 
-    class OperationalError(DatabaseError):
-        pass
+class DataError(DatabaseError):
+    pass
 
 
-    class IntegrityError(DatabaseError):
-        pass
+class OperationalError(_driver.ServiceUnavailable):
+    pass
 
 
-    class InternalError(DatabaseError):
-        pass
+class IntegrityError(DatabaseError):
+    pass
 
 
-    class ProgrammingError(DatabaseError):
-        pass
+class InternalError(DatabaseError):
+    pass
 
 
-    class NotSupportedError(DatabaseError):
-        pass
+class ProgrammingError(DatabaseError):
+    pass
 
 
-    class TransientError(OperationalError):
-        pass
+class NotSupportedError(DatabaseError):
+    pass
+
+
+class TransientError(_driver.TransientError):
+    pass
 
 
 _UNWIND = re.compile(r"\s*UNWIND\s+\$([A-Za-z_]\w*)\s+AS\s+([A-Za-z_]\w*)\s+(.*)\Z", re.S | re.I)
