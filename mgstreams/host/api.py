@@ -43,6 +43,7 @@ from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import ALTER_OPTIONS, ALTERABLE_FIELDS, OPTION_FIELDS
 from stream_registry.errors import BodyTooLarge, Busy, StreamError, StreamExists, StreamNotFound
 from stream_registry.lag.collector import LagCollector
+from stream_registry.lag.outage import last_known_offsets
 from stream_registry.model import CHECK_TIMEOUT_MS
 
 from ..settings import DEFAULT_SINK
@@ -159,7 +160,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
         def describe():   # during an outage the last round's rows at once, each saying of when it is
             registry.get(name)   # an unknown name is a 404 either way
-            return lag.last_known_offsets(name) or registry.describe(name)
+            return last_known_offsets(next((s for s in lag.latest() if s.name == name), None)) \
+                or registry.describe(name)
         return await _call(describe)
 
     async def set_offset(request: Request) -> Response:

@@ -38,14 +38,13 @@ from ..model import (
     LagSecondsMethod,
     PartitionKey,
     PartitionLag,
-    PartitionOffsets,
     StreamInfo,
     StreamLag,
     StreamStatus,
 )
 from ..registry.registry import StreamRegistry
 from .history import LagHistory
-from .outage import UNREACHABLE_CODES, consumer_outage, counts, last_known_offsets, loss_verdict, unsampled
+from .outage import UNREACHABLE_CODES, consumer_outage, counts, loss_verdict, unsampled
 from .seconds import extrapolated, from_timestamp
 from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
 
@@ -159,12 +158,6 @@ class LagCollector:
             return latest
         return dataclasses.replace(latest, age_s=round(max(self._clock() - latest.sampled_at.timestamp(), 0.0), 3))
 
-    def last_known_offsets(self, name: str) -> list[PartitionOffsets] | None:
-        """describe's rows from the last round while the stream's cluster cannot be reached, else None."""
-        with self._lock:
-            t = self._tracked.get(name)
-        return last_known_offsets(t.latest if t is not None else None)
-
     def latest(self) -> list[StreamLag]:
         """What the last rounds found, without sampling anything (for scrapes)."""
         with self._lock:
@@ -200,12 +193,10 @@ class LagCollector:
 
     def _track(self, name: str) -> _Tracked:
         with self._lock:
-            t = self._tracked.get(name)
-            if t is None:
-                t = self._tracked[name] = _Tracked(name)
-                if self._history is not None:   # the hour before this host started, as the last one kept it
-                    t.points.extend(self._history.load(name, self._clock() - self._keep_s))
-            return t
+            if name not in self._tracked:   # with the hour before this host started, as the last one kept it
+                self._tracked[name] = _Tracked(name, points=deque(self._history.load(
+                    name, self._clock() - self._keep_s) if self._history is not None else ()))
+            return self._tracked[name]
 
     def _sample_stream(self, t: _Tracked, info: StreamInfo) -> StreamLag:
         """One round for one stream: its StreamLag, also kept as `t.latest`."""
