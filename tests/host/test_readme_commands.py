@@ -935,7 +935,7 @@ def test_docker_compose_commands(compose):
 
 def test_bench_commands_exist_and_answer_help():
     commands = shell("bench")
-    assert len(commands) == 8
+    assert len(commands) >= 8, commands   # each one exists and answers --help below
     for command in commands:
         script = command.split()[1]
         assert (ROOT / script).is_file(), command
