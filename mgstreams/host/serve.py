@@ -30,6 +30,7 @@ from stream_registry.graph.sinks.policy import OutputPolicy
 from stream_registry.group_policy import GroupPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S
 from stream_registry.lag.collector import LagCollector
+from stream_registry.lag.history import LagHistory
 from stream_registry.model import STOP_TIMEOUT_S
 from stream_registry.registry import Isolation
 from stream_registry.safe_paths import check_private_dir
@@ -220,7 +221,8 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
     check_state_dir(state_dir)
     OutputPolicy.for_state_dir(state_dir)   # output directories someone else can write stop the host here
-    sandbox_warning = start_sandbox(state_dir)
+    own_transformations = transform_dirs.allow_own_dir(state_dir)   # before a stream process is spawned
+    sandbox_warning = start_sandbox(state_dir)   # after: the children read the own directory
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   group_policy=group_policy,
@@ -237,7 +239,7 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
             sock = bind(listen)
             host, port = sock.getsockname()[:2]
             url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-            lag = LagCollector(registry, lag_sample_interval).start()
+            lag = LagCollector(registry, lag_sample_interval, history=LagHistory(state_dir)).start()
             app = create_app(registry, token=token,
                              default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK, lag=lag,
                              limits=limits, server_names=server_names, loopback=listen.loopback,
@@ -248,7 +250,8 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections, token)))
             shutdown.attach(server, registry.begin_close)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s){where}); its page: {url}{PAGE}")
+                  f"{len(registry.list())} stream(s){where}; your transformations: {own_transformations}); "
+                  f"its page: {url}{PAGE}")
             server.run(sockets=[sock])
         finally:
             if lag is not None:
