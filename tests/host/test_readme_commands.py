@@ -930,7 +930,7 @@ def test_docker_compose_commands(compose):
 
 def test_bench_commands_exist_and_answer_help():
     commands = shell("bench")
-    assert len(commands) == 8
+    assert len(commands) == 10
     for command in commands:
         script = command.split()[1]
         assert (ROOT / script).is_file(), command
