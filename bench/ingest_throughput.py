@@ -111,6 +111,7 @@ POISON_FLOOR = 0.8
 FORMAT_GOAL = 0.7
 AVRO_TOPIC = "ingest_avro"
 DEBEZIUM = "stream_registry.builtin_transformations.debezium"
+CDC_OPTIONS = {"tables": ["public.records"]}   # the table debezium_events writes: the stream mirrors it
 AVRO_RECORD = json.dumps({"type": "record", "name": "Record", "fields": [
     {"name": "id", "type": "long"}, {"name": "user", "type": "string"}, {"name": "amount", "type": "double"},
     {"name": "pad", "type": "string"}]})
@@ -243,7 +244,8 @@ def _loop(bootstrap: str, count: int, transform: str | None, uri: str | None, gr
     elif uri and uri.startswith("bolt://"):
         sinks.bolt.connect_driver = counted_connect(trips)
     started = time.perf_counter()
-    fn = load_transformation(transform) if transform else None
+    fn = load_transformation(transform, options=CDC_OPTIONS if transform == DEBEZIUM else None) \
+        if transform else None
     sink = open_sink(uri) if uri else None
     consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": group,
                          "enable.auto.commit": False, "enable.auto.offset.store": False,
@@ -281,6 +283,8 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
                topic: str = TOPIC, **settings) -> Run:
     """A stream of the host; done when its group's committed offsets cover all `count` messages."""
     client = host.client()
+    if transform == DEBEZIUM:
+        settings = {**settings, "transform.options": CDC_OPTIONS}
     client.create(name=name, topics=[topic], bootstrap_servers=bootstrap, transform=transform, sink=uri,
                   consumer_group=name, batch_size=BATCH_SIZE, batch_interval_ms=BATCH_INTERVAL_MS, **settings)
     watcher = Consumer({"bootstrap.servers": bootstrap, "group.id": name, "enable.auto.commit": False})
@@ -400,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     server = graph_server.start_graph_server(state_dir / "falkordb") if real_graph else None
     if server is not None:   # as a user would: MERGE on an unindexed label scans every node (quadratic)
         server.query("CREATE INDEX FOR (m:KafkaMessage) ON (m.offset)")
+        if cdc:   # the mirrored table's key and the delete markers' (docs: change-data-capture)
+            server.query("CREATE INDEX FOR (n:`public.records`) ON (n.id)")
+            server.query("CREATE INDEX FOR (d:_DebeziumDeleted) ON (d.k0)")
     try:
         with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
             bootstrap = cluster.bootstrap_servers

@@ -203,7 +203,7 @@ class FrameLoader:
         index, attempt = context.partitionId(), _task_attempt()
         seen: list[OffsetRange] = []
         output = PartitionOutput(self.loading.sink, f"part-{index:05d}", attempt)
-        messages = rebatch(_arrow_messages(batches, seen), self.loading.batch_size)
+        messages = rebatch(arrow_messages(batches, seen), self.loading.batch_size)
         stats = self.loading.write(index, OffsetRange("", -1, 0, 0), output, messages, attempt)
         if seen:  # report the span of the first topic-partition the task saw
             first = seen[0]
@@ -213,8 +213,9 @@ class FrameLoader:
         yield _stats_batch(stats)
 
 
-def _arrow_messages(batches: Iterator[pa.RecordBatch], seen: list[OffsetRange]) -> Iterator[list[Message]]:
-    """Kafka rows as Messages, one list per Arrow batch; records the offset span per batch in `seen`."""
+def arrow_messages(batches: Iterator[pa.RecordBatch], seen: list[OffsetRange] | None = None
+                   ) -> Iterator[list[Message]]:
+    """Kafka rows as Messages, one list per Arrow batch; records the offset span per batch in `seen` (if given)."""
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -225,4 +226,5 @@ def _arrow_messages(batches: Iterator[pa.RecordBatch], seen: list[OffsetRange]) 
         rows = zip(topics, partitions, offsets, batch.column("key").to_pylist(),
                    batch.column("value").to_pylist(), stamps, strict=True)   # columns of one record batch
         yield [Message(*row) for row in rows]
-        seen.append(OffsetRange(topics[0], partitions[0], offsets[0], offsets[-1] + 1))
+        if seen is not None:
+            seen.append(OffsetRange(topics[0], partitions[0], offsets[0], offsets[-1] + 1))

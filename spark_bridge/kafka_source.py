@@ -1,4 +1,4 @@
-"""A PySpark Python Data Source that reads Kafka offset ranges in batch.
+"""A PySpark Python Data Source that reads Kafka offset ranges in batch, and streams (stream_reader).
 
     from spark_bridge.kafka_source import register
     register(spark)
@@ -27,16 +27,10 @@ from stream_registry.model import PartitionKey
 from stream_registry.registry.state.state_store import stored_config
 
 from .handoff import stream_resume_offsets, uses_committed
-from .range_plan import OffsetRange, RangePlan, plan, split_ranges
-from .range_reader import RangeReader, row_schema
-from .source_options import SHORT_NAME, SourceOptions, parse_source_options
-
-
-class KafkaRangePartition(InputPartition):
-    """One offset range; `value` is the OffsetRange (None only for Spark's filler partition)."""
-
-    def __init__(self, value: OffsetRange | None):
-        super().__init__(value)
+from .range_plan import RangePlan, plan, split_ranges
+from .range_reader import row_schema
+from .source_options import SHORT_NAME, SourceOptions, include_headers, parse_source_options
+from .stream_reader import KafkaRangePartition, KafkaStreamReader, read_partition
 
 
 class KafkaDataSource(DataSource):
@@ -47,17 +41,23 @@ class KafkaDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> str:
-        return row_schema(parse_source_options(self.options).include_headers)
+        return row_schema(include_headers(self.options))
 
     def reader(self, schema: StructType) -> KafkaBatchReader:
-        options = parse_source_options(self.options)
+        return KafkaBatchReader(self._checked(schema, streaming=False))
+
+    def streamReader(self, schema: StructType) -> KafkaStreamReader:
+        return KafkaStreamReader(self._checked(schema, streaming=True))
+
+    def _checked(self, schema: StructType, streaming: bool) -> SourceOptions:
+        options = parse_source_options(self.options, streaming=streaming)
         expected = row_schema(options.include_headers)
         given = [f.name for f in schema.fields]
         wanted = [column.split(" ", 1)[0] for column in expected.split(", ")]
         if given != wanted:
             raise ConfigError(f"schema: the {SHORT_NAME} source has the fixed schema '{expected}' "
                               f"(includeHeaders adds headers); got columns {given}")
-        return KafkaBatchReader(options)
+        return options
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -68,13 +68,7 @@ class KafkaBatchReader(DataSourceReader):
         return [KafkaRangePartition(r) for r in plan_source(self.options).ranges]
 
     def read(self, partition: InputPartition) -> Iterator:
-        r = partition.value
-        if r is None:
-            return
-        o = self.options
-        with RangeReader(o.consumer_config(), fail_on_data_loss=o.fail_on_data_loss,
-                         poll_timeout_ms=o.poll_timeout_ms) as reader:
-            yield from reader.record_batches(r, o.include_headers)
+        return read_partition(self.options, partition)
 
 
 def plan_source(options: SourceOptions) -> RangePlan:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from stream_registry.errors import ConfigError
+from stream_registry.graph.sinks.schemes import validate_sink_uri
 from stream_registry.kafka.client import new_consumer
 from stream_registry.model import PartitionKey
 from stream_registry.offset_spec import Absolute, AtTime, Committed, Earliest, Latest, OffsetSpec, Target
@@ -48,9 +49,13 @@ _KNOWN = {s.lower() for s in (
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "minPartitions", "maxRecordsPerPartition",
     "failOnDataLoss", "includeHeaders", "groupIdPrefix", "kafkaConsumer.pollTimeoutMs",
     "offsetRanges", "path", "stream", "stateDir")}
+# Options of the streaming reader only (readStream; see stream_reader).
+_STREAMING = {s.lower(): s for s in ("maxOffsetsPerTrigger", "controlDir", "resumeFrom", "sink", "sinkStream")}
+RESUME_FROM = ("checkpoint", "group", "graph")
+_BATCH_ONLY = {s.lower(): s for s in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "offsetRanges")}
 # JVM options that only make sense for streaming or that this source does not implement.
 _UNSUPPORTED = {s.lower(): s for s in (
-    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "fetchOffset.numRetries",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "fetchOffset.numRetries",
     "fetchOffset.retryIntervalMs", "startingOffsetsByTimestampStrategy")}
 
 
@@ -72,19 +77,33 @@ class SourceOptions:
     secrets: tuple[str, ...] = field(default=(), repr=False)
     stream: str | None = None       # a registered stream: `committed` is its resume point (spark_bridge.handoff)
     state_dir: str | None = None    # its host's state directory (stateDir, else $MGSTREAMS_STATE_DIR)
+    # streaming only: admission control, the control channel's directory, where a (re)started query resumes
+    max_offsets_per_trigger: int | None = None
+    control_dir: str | None = None
+    resume_from: str = "checkpoint"   # checkpoint | group | graph (the sink's stored offsets: exactly-once)
+    sink: str | None = None           # resumeFrom=graph: the sink holding the stream's offsets (no credentials in
+    sink_stream: str | None = None    # a URI; a registered stream's come from its host's state) and their name
 
     def consumer_config(self) -> dict[str, str]:
         return {**self.client_config, "bootstrap.servers": self.bootstrap_servers, "group.id": self.group_id}
 
 
-def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
-    """Check every option (names are case-insensitive, as in Spark) and build SourceOptions."""
+def parse_source_options(options: Mapping[str, str], streaming: bool = False) -> SourceOptions:
+    """Check every option (names are case-insensitive, as in Spark) and build SourceOptions; `streaming`: for
+    readStream (endingOffsets makes no sense there, startingOffsets may be latest, _STREAMING's are known)."""
     opts = {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
     kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
     secrets = tuple(secret_values(kafka))
     for key in opts:
         if key.startswith("kafka."):
             continue
+        if key in _STREAMING:
+            if not streaming:
+                raise ConfigError(f"{_STREAMING[key]}: only for streaming reads (readStream) of the {SHORT_NAME} "
+                                  f"source")
+            continue
+        if streaming and key in _BATCH_ONLY:
+            raise ConfigError(f"{_BATCH_ONLY[key]}: not for a streaming read (a stream has no end)")
         if key in _UNSUPPORTED:
             raise ConfigError(f"{_UNSUPPORTED[key]}: not supported by the {SHORT_NAME} batch source")
         if key not in _KNOWN:
@@ -99,7 +118,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     group_id = explicit_group or f"{opts.get('groupidprefix') or 'spark-kafka-relation'}-{uuid.uuid4()}"
     topics = _subscription(opts)
     names = list(topics) if isinstance(topics, Mapping) else topics
-    starting = _offsets(opts, "starting", names)
+    starting = _offsets(opts, "starting", names, streaming)
     ending = _offsets(opts, "ending", names)
     stream = opts.get("stream", "").strip() or None
     if "stream" in opts and not stream:
@@ -121,9 +140,16 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         fail_on_data_loss=_boolean(opts, "failOnDataLoss", True),
         include_headers=_boolean(opts, "includeHeaders", False),
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
-        ranges=_ranges(opts), secrets=secrets, stream=stream, state_dir=state_dir or None)
+        ranges=_ranges(opts), secrets=secrets, stream=stream, state_dir=state_dir or None,
+        **(_streaming_options(opts) if streaming else {}))
     check_client_config(parsed.consumer_config(), secrets)
     return parsed
+
+
+def include_headers(options: Mapping[str, str]) -> bool:
+    """The includeHeaders option alone (what the row schema depends on, for batch and streaming reads alike)."""
+    return _boolean({str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}, "includeHeaders",
+                    False)
 
 
 def check_client_config(config: Mapping[str, object], secrets: Iterable[str] = ()) -> None:
@@ -154,7 +180,25 @@ def _subscription(opts: Mapping[str, str]) -> tuple[str, ...] | dict[str, tuple[
 
 
 # -- offsets in Spark's dialect --------------------------------------------------------
-def _offsets(opts: Mapping[str, str], which: str, topics) -> OffsetSpec:
+def _streaming_options(opts: Mapping[str, str]) -> dict:
+    resume_from = opts.get("resumefrom", "checkpoint").strip().lower() or "checkpoint"
+    if resume_from not in RESUME_FROM:
+        raise ConfigError(f"resumeFrom: expected one of {', '.join(RESUME_FROM)}, got {opts['resumefrom']!r}")
+    sink, sink_stream = opts.get("sink", "").strip() or None, opts.get("sinkstream", "").strip() or None
+    if resume_from == "graph" and not (sink and sink_stream):
+        raise ConfigError(f"sink: resumeFrom=graph needs sink (the graph's URI) and sinkStream (the name its offsets "
+                          f"are stored under), got sink={sink!r}, sinkStream={sink_stream!r}")
+    if sink:
+        validate_sink_uri(sink)
+    control = opts.get("controldir", "").strip()
+    if not control:
+        raise ConfigError("controlDir: required for a streaming read (the stream's control directory, where "
+                          "offset changes reach the running query)")
+    return {"max_offsets_per_trigger": _positive_int(opts, "maxOffsetsPerTrigger"), "control_dir": control,
+            "resume_from": resume_from, "sink": sink, "sink_stream": sink_stream}
+
+
+def _offsets(opts: Mapping[str, str], which: str, topics, streaming: bool = False) -> OffsetSpec:
     """starting*/ending* options in the JVM source's precedence: timestamp, by-timestamp, offsets."""
     timestamp, by_timestamp, offsets = f"{which}Timestamp", f"{which}OffsetsByTimestamp", f"{which}Offsets"
     if timestamp.lower() in opts:
@@ -164,6 +208,8 @@ def _offsets(opts: Mapping[str, str], which: str, topics) -> OffsetSpec:
                              lambda raw, where: _at_time(raw, where))
     if offsets.lower() not in opts:
         return OffsetSpec(default=Earliest() if which == "starting" else Latest())
+    if streaming and opts[offsets.lower()].strip().lower() == "latest":
+        return OffsetSpec(default=Latest())
     return spark_offsets(opts[offsets.lower()], offsets, topics)
 
 

@@ -5,9 +5,7 @@ cluster (reachable brokers, existing topics) before anything is stored.
 """
 from __future__ import annotations
 
-import fnmatch
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -27,6 +25,7 @@ _TOPIC = re.compile(r"[A-Za-z0-9._-]+\Z")
 _TRANSFORM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\Z")   # module.function, ASCII
 MAX_NAME_LENGTH = 128
 MAX_TOPIC_LENGTH = 249
+GROUP_PREFIX = "mgstreams_"   # a stream's default group is mgstreams_<name>: the host's own namespace
 
 ASSIGNMENT_STRATEGIES = frozenset({"range", "roundrobin", "cooperative-sticky"})
 GROUP_PROTOCOLS = frozenset({"classic", "consumer"})
@@ -104,35 +103,6 @@ _NOT_ALTERABLE = {
                 "its Kafka commits, so a switch would move every partition",
     "credentials": "secrets are only ever given with the stream's definition",
 }
-
-ALLOWED_GROUPS_ENV = "MGSTREAMS_ALLOWED_GROUPS"
-GROUP_PREFIX = "mgstreams_"   # a stream's default group is mgstreams_<name>: the host's own namespace
-
-
-@dataclass(frozen=True)
-class GroupPolicy:
-    """Which consumer groups a stream may name: a group's commits are what set_stream_offset moves, so a
-    caller naming another application's group could move that application. `patterns` (fnmatch, `*` for
-    any) is checked at create, alter and every start (a stored stream read back)."""
-    patterns: tuple[str, ...] = ("*",)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *, loopback: bool) -> GroupPolicy:
-        """$MGSTREAMS_ALLOWED_GROUPS set: the host's prefix (mgstreams_*) plus its patterns (comma-separated).
-        Unset: any group on a loopback listen (one machine, one operator), the prefix alone beyond it."""
-        environ = os.environ if environ is None else environ
-        extra = tuple(p.strip() for p in environ.get(ALLOWED_GROUPS_ENV, "").split(",") if p.strip())
-        if extra:
-            return cls((GROUP_PREFIX + "*", *extra))
-        return cls() if loopback else cls((GROUP_PREFIX + "*",))
-
-    def check(self, config: StreamConfig) -> None:
-        group = config.group_id
-        if not any(fnmatch.fnmatchcase(group, pattern) for pattern in self.patterns):
-            raise ConfigError(f"consumer_group: {_shown_value(group)} is not a group this host's streams may use "
-                              f"(allowed: {', '.join(self.patterns)}); leave it empty for {GROUP_PREFIX}<name>, "
-                              f"or an operator allows it with ${ALLOWED_GROUPS_ENV}")
-
 
 @dataclass(frozen=True)
 class StreamConfig:
@@ -240,7 +210,7 @@ class StreamConfig:
 
     @property
     def group_id(self) -> str:
-        return self.consumer_group or f"mgstreams_{self.name}"
+        return self.consumer_group or f"{GROUP_PREFIX}{self.name}"
 
     def with_group(self) -> StreamConfig:
         """The same config with its consumer group made explicit (stored form)."""

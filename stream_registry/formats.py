@@ -346,8 +346,14 @@ def _repeated(field: Any) -> bool:
     return bool(flag) if flag is not None else field.label == field.LABEL_REPEATED
 
 
+_WRAPPERS = frozenset(f"google.protobuf.{kind}Value" for kind in ("Double", "Float", "Int64", "UInt64", "Int32",
+                                                                   "UInt32", "Bool", "String", "Bytes"))
+
+
 def _protobuf_value(field: Any, value: Any) -> Any:
     if field.message_type is not None:
+        if field.message_type.full_name in _WRAPPERS:   # a nullable column: its value (unset is None above)
+            return value.value
         return _protobuf_dict(value)
     if field.enum_type is not None:
         found = field.enum_type.values_by_number.get(value)

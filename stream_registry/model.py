@@ -6,6 +6,9 @@ mgstreams module: every layer (registry, lag, host, client, CLI) imports its
 values from here, so none needs a module that does work just for its types.
 The limits the API, the registry and the query module share live here too;
 query_modules/streams.py (stdlib + mgp only) keeps copies that a test compares.
+
+Why one module over 400 lines: the values are kept in one model module (the guide's rule, as confluent-kafka
+keeps its `_model`), so any value is found in one place and no layer imports another's module for its types.
 """
 from __future__ import annotations
 
@@ -279,7 +282,6 @@ class PendingMove:
     change_id: int
     offset: int
     onward: bool = False   # the target never moves the partition back (ResolvedOffset.onward)
-    requested_at: float = 0.0   # epoch seconds: a commit's change mark older than this is not about this change
 
 
 @dataclass(frozen=True, kw_only=True)

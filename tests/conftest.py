@@ -17,9 +17,17 @@ import broker_support
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from hypothesis import settings
 from paths import ROOT, SUPPORT
 
 from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
+
+# Hypothesis: one profile for every run (`make test`, `make test-unit`, CI's .ci/run, which runs make test);
+# `--hypothesis-profile=thorough` tries ten times the examples. A test that wants more or fewer examples than the
+# profile's gives its count as examples(n) (tests/support/examples.py), so the profile scales it too.
+settings.register_profile("mgstreams", max_examples=100, deadline=None)
+settings.register_profile("thorough", max_examples=1000, deadline=None)
+settings.load_profile("mgstreams")
 
 
 class KafkaCluster:

@@ -88,7 +88,10 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         # continuations already resume there
         if (entry.topic, entry.partition) != tp or entry.status.value not in ("applied", "clamped"):
             continue
-        if entry.previous_offset == entry.offset and any(entry.changed_at.timestamp() >= t for t in sink_changes):
+        # a sink change's carry-over: where the old sink stood; from where the group had committed, which a kill
+        # can leave behind the sink (exactly-once), so only its message says what it is
+        carried = entry.previous_offset == entry.offset or "carried over to the new sink" in (entry.message or "")
+        if carried and any(entry.changed_at.timestamp() >= t for t in sink_changes):
             continue
         key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
                entry.offset)
@@ -173,11 +176,15 @@ def unexplained_cuts(cut_moves: list, history: dict[str, list]) -> list[str]:
     an ambiguous_commit), and the restarted stream resumes at its group's commit, which is where its sink
     stores (a live stream would still realign on its next batch, with a row)."""
     out = []
-    for m in cut_moves:
+    for index, m in enumerate(cut_moves):
         for (topic, partition), (before, after) in m.moves.items():
             rows = [h for h in history.get(m.stream, []) if (h.topic, h.partition) == (topic, partition)
                     and h.changed_at.timestamp() >= m.at - 0.5]
             first = rows[0] if rows else None
+            later = [c for c in cut_moves[index + 1:] if c.stream == m.stream and (topic, partition) in c.moves
+                     and (first is None or c.at - 0.5 <= first.changed_at.timestamp())]
+            if later:
+                continue   # cut again before the stream noticed (a rebalance, a long batch): the later cut is judged
             at_commit = first is None and (m.committed or {}).get((topic, partition)) == after
             ok = at_commit or (first is not None and (first.status.value != "realigned" or first.offset == after))
             if not ok:

@@ -394,6 +394,14 @@ class FaultMenu:
         os.replace(tmp, self.ctl / f"{plan.topic}.sink")
         self.faults[kind] += 1
         self.event(kind, stream=plan.name, sink=str(path), logical=old)
+        if self.faults[kind] == 1 or self.rng.random() < 0.5:   # the first one always, then half of them
+            self.cancel_during_sink_change(plan)
+
+    def cancel_during_sink_change(self, plan: StreamPlan) -> None:
+        """Issue 42: DELETE .../pending right after a sink change, its carry-over maybe still pending. The host
+        refuses (409) while it is in flight, or cancels what else is pending; a carry-over cancelled would leave
+        the new sink storing nothing, refilled from the log start (duplicates, stale rows)."""
+        self._cancel("sink_change_cancel", plan, refusal_expected=True)
 
     def fault_leader_move(self, kind: str) -> None:
         plan = self.rng.choice(STREAMS)
@@ -448,12 +456,22 @@ class FaultMenu:
         """DELETE .../pending (of a stream that has pending rows, when one has): what it says it cancelled must
         never show applied in the history."""
         waiting = [p for p in STREAMS if self.client.pending(p.name)]
-        plan = self.rng.choice(waiting or list(STREAMS))
+        self._cancel(kind, self.rng.choice(waiting or list(STREAMS)))
+
+    def _cancel(self, kind: str, plan: StreamPlan, refusal_expected: bool = False) -> None:
+        """Cancel the stream's pending changes; what the host says it cancelled is judged by the oracle. With
+        `refusal_expected`, a refusal (a sink change in flight) is an answer too."""
         started = time.time()
         try:
             rows = self.client.cancel_pending(plan.name)
         except HostUnavailable as exc:
             self.event(kind, stream=plan.name, error=str(exc))
+            return
+        except StreamError as exc:
+            if not refusal_expected:
+                raise
+            self.faults[kind] += 1
+            self.event(kind, stream=plan.name, started=started, refused=str(exc))
             return
         self.cancelled += [(plan.name, r.change_id, r.topic, r.partition) for r in rows]
         self.faults[kind] += 1

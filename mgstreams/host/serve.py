@@ -25,9 +25,9 @@ import uvicorn
 
 from stream_registry import StreamRegistry
 from stream_registry.allowlists import allowed_configs, allowed_file_dirs
-from stream_registry.config import GroupPolicy
 from stream_registry.errors import ConfigError
 from stream_registry.graph.sinks.policy import OutputPolicy
+from stream_registry.group_policy import GroupPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S
 from stream_registry.lag.collector import LagCollector
 from stream_registry.model import STOP_TIMEOUT_S

@@ -96,14 +96,15 @@ def consumer_offsets(messages) -> list[dict[str, Any]]:
 
 
 def debezium(messages, options=None) -> list[dict[str, Any]]:
-    """Idempotent and order-safe: Debezium change events become the rows' nodes (see cdc's docstring).
+    """Idempotent and order-safe: Debezium change events mirror the tables the stream names (see cdc's docstring).
 
-    A node per row, labelled by its table (`labels` in the stream's transform.options renames: {"labels":
-    {"inventory.customers": "Customer"}}), keyed by the event key's primary key columns; snapshot reads, creates
-    and updates set its properties to the row, deletes DETACH DELETE it, tombstones change nothing, truncates are
-    ignored or ({"truncate": "delete"}) delete the table's nodes; foreign keys become relationships with
-    {"relationships": {"inventory.orders": {"purchaser": {"type": "PURCHASED_BY", "label": "Customer",
-    "key": "id"}}}}. An event older than the node's last (by source position) changes nothing.
+    {"tables": ["inventory.customers"]} (required) names what it mirrors; a node per row, labelled by its
+    schema-qualified table (`labels` renames: {"labels": {"inventory.customers": "Customer"}}), keyed by the event
+    key's primary key columns, carrying the stream's mark (`mark`); reads, creates and updates set its properties
+    to the row (TOASTed columns keep theirs), deletes DETACH DELETE it, truncates delete the table's nodes
+    ({"truncate": "ignore"} keeps them), a complete snapshot removes the rows it did not read; foreign keys become
+    relationships with {"relationships": {"inventory.orders": {"purchaser": {"type": "PURCHASED_BY", "label":
+    "Customer", "key": "id"}}}}. An event older than what the graph holds (by source position) changes nothing.
     """
     return cdc.statements(_each(messages), options)
 

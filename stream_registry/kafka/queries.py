@@ -121,27 +121,7 @@ class PartitionQuery:
         requests = [admin.list_offsets({TopicPartition(t, p): spec for t, p in tps}, isolation_level=self._isolation,
                                        request_timeout=max(timeout, 0.1)) for spec in specs]
         deadline = time.monotonic() + timeout
-        return [self._listed(futures, deadline) for futures in requests]
-
-    @staticmethod
-    def _listed(futures: Mapping[TopicPartition, Any], deadline: float) -> dict[PartitionKey, int]:
-        out: dict[PartitionKey, int] = {}
-        for tp, future in futures.items():
-            try:
-                offset = future.result(max(deadline - time.monotonic(), 0.01)).offset
-            except FutureTimeout:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                                f"no answer for {tp.topic}:{tp.partition}")) from None
-            except KafkaException as exc:  # librdkafka's "No leaders found" (_NOENT) right after a broker returns
-                if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() == KafkaError._NOENT:
-                    offset = -1
-                else:
-                    raise
-            if offset < 0:  # no leader answered for it (librdkafka's OFFSET_INVALID): not an offset to use
-                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
-                                                f"no leader answered for {tp.topic}:{tp.partition}"))
-            out[PartitionKey(tp.topic, tp.partition)] = offset
-        return out
+        return [_listed(futures, deadline) for futures in requests]
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
@@ -351,6 +331,27 @@ class PartitionQuery:
             prefix = f"{field}: " if field else ""
             raise KafkaOperationError(f"{prefix}{what} failed: {redact(text, self._secrets)} ({code})",
                                       code=code, topic=topic, partition=partition)
+
+
+def _listed(futures: Mapping[TopicPartition, Any], deadline: float) -> dict[PartitionKey, int]:
+    """The offsets list_offsets answered, each by `deadline`; an offset no leader gave is an error, not -1."""
+    out: dict[PartitionKey, int] = {}
+    for tp, future in futures.items():
+        try:
+            offset = future.result(max(deadline - time.monotonic(), 0.01)).offset
+        except FutureTimeout:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"no answer for {tp.topic}:{tp.partition}")) from None
+        except KafkaException as exc:  # librdkafka's "No leaders found" (_NOENT) right after a broker returns
+            if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() == KafkaError._NOENT:
+                offset = -1
+            else:
+                raise
+        if offset < 0:  # no leader answered for it (librdkafka's OFFSET_INVALID): not an offset to use
+            raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                            f"no leader answered for {tp.topic}:{tp.partition}"))
+        out[PartitionKey(tp.topic, tp.partition)] = offset
+    return out
 
 
 def _left(deadline: float) -> float:

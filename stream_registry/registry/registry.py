@@ -31,9 +31,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import GroupPolicy, StreamConfig
+from ..config import StreamConfig
 from ..errors import StreamError
 from ..graph.sinks.policy import OutputPolicy
+from ..group_policy import GroupPolicy
 from ..kafka.queries import PartitionQuery
 from ..model import (
     CHECK_TIMEOUT_MS,

@@ -66,6 +66,8 @@ def test_a_short_exactly_once_soak_writes_each_offset_once_through_kills_and_amb
     # back: a contradiction otherwise) and the sink changed to a new file (it continues where the stream stood:
     # a replay would be duplicates, a jump lost records), and issue 30's revert, cancel and alter.
     assert {"file_cut", "sink_change", "revert", "cancel", "alter"} <= set(kinds), kinds
+    # Issue 42: a cancel right after a sink change (refused while its carry-over is pending)
+    assert "sink_change_cancel" in kinds, kinds
     cuts = CUTS.search(done.stdout)
     assert cuts and int(cuts["moved"]) > 0, done.stdout[-4000:]
     assert "killed by signal 9" in done.stdout, "a stream process was killed and restarted"

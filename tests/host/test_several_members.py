@@ -20,10 +20,15 @@ import uuid
 
 import psutil
 import pytest
-from broker_support import PRODUCER_CONFIG, tansu_limitation
-from confluent_kafka import Consumer, Producer, TopicPartition
+from broker_support import tansu_limitation
+from confluent_kafka import TopicPartition
+from group_members import RANGE, committed
+from group_members import new_stream as _stream
+from group_members import offsets_of as _offsets
+from group_members import produce_to as _produce_to
+from group_members import second_member as _second_member
 from host_helpers import HostProcess
-from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
+from stream_helpers import delivered_from_file, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry
 from stream_registry.model import RetryPolicy
@@ -31,7 +36,6 @@ from stream_registry.registry.runners.runner import Isolation
 from stream_registry.registry.state.state_store import STATE_FILE
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
-RANGE = {"partition.assignment.strategy": "range", **FAST_REJOIN}
 # Committed with metadata 'mgstreams:{"change":12}' at offset 3, Tansu (v0.6.0) answers OffsetFetch with offset 3
 # and no metadata (confluent-kafka's committed() gives metadata None); Kafka returns the string it was given.
 NO_COMMIT_METADATA = tansu_limitation("OffsetFetch answers no committed metadata (a commit's metadata string is "
@@ -46,52 +50,11 @@ def shared_host(kafka, tmp_path_factory):
     host.stop()
 
 
-def _stream(client, kafka, topic, out, name=None, **fields):
-    name = name or f"s_{uuid.uuid4().hex[:8]}"
-    client.create(name=name, topics=[topic], bootstrap_servers=kafka.bootstrap_servers,
-                  transform=fields.pop("transform", "stream_helpers.offsets_transform"), sink=f"cypherl://{out}",
-                  consumer_group=f"g_{uuid.uuid4().hex[:10]}", batch_interval_ms=20, configs=RANGE, **fields)
-    return name
-
-
-def _second_member(kafka, group, topic, assigned):
-    """A second member of `group`; returns it and the partition it holds once `assigned()` (the stream's
-    partitions) is down to the other one."""
-    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group, "enable.auto.commit": False,
-                       **RANGE})
-    held: list[int] = []
-    member.subscribe([topic], on_assign=lambda consumer, parts: held.extend(p.partition for p in parts))
-    wait_until(lambda: member.poll(0.1) is None and held, timeout=30, what="the second member's assignment")
-    [theirs] = held
-    wait_until(lambda: assigned() == {1 - theirs}, timeout=30, what="the stream to hold the other partition")
-    return member, theirs
-
-
-def _produce_to(kafka, topic, partition, count, payload=b"x"):
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **PRODUCER_CONFIG})
-    for _ in range(count):
-        producer.produce(topic, value=payload, partition=partition)
-    assert producer.flush(30) == 0
-
-
-def _offsets(out, partition):
-    return [o for _, p, o in delivered_from_file(out) if p == partition]
-
-
 def _gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-def _committed(kafka, group, topic, partition):
-    reader = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group, "enable.auto.commit": False})
-    try:
-        [tp] = reader.committed([TopicPartition(topic, partition)], timeout=10)
-        return tp.offset
-    finally:
-        reader.close()
 
 
 # -- 1 ---------------------------------------------------------------------------------------------------
@@ -203,7 +166,7 @@ def test_a_change_persisted_before_the_host_died_is_not_applied_again(kafka, tmp
             finally:
                 member.close()
             wait_until(lambda: len(_offsets(out, theirs)) == 190, timeout=30, what="P moved to 10 and caught up")
-            wait_until(lambda: _committed(kafka, group, topic, theirs) == 100, what="P committed at 100")
+            wait_until(lambda: committed(kafka, group, topic, theirs)[0] == 100, what="P committed at 100")
             pid = client.get(name).pid
         host.kill()
         wait_until(lambda: _gone(pid), timeout=30, what="the stream process to stop (its host is gone)")

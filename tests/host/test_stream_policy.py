@@ -19,8 +19,8 @@ from configs import stream_body, stream_config
 from host_helpers import HostProcess
 from stream_helpers import wait_until
 
-from stream_registry.config import ALLOWED_GROUPS_ENV, GroupPolicy
 from stream_registry.errors import ConfigError
+from stream_registry.group_policy import ALLOWED_GROUPS_ENV, GroupPolicy
 
 # the streams sent to the host: no consumer group unless one is given (the host's default: mgstreams_<name>)
 create_body = partial(stream_body, group=None, sink="null://")

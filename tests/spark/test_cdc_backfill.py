@@ -23,7 +23,7 @@ from stream_registry.offset_spec import parse_offset_spec
 
 pytestmark = pytest.mark.spark
 DEBEZIUM = "stream_registry.builtin_transformations.debezium"
-OPTIONS = {"labels": {"inventory.customers": "Customer"}}
+OPTIONS = {"tables": ["inventory.customers"], "labels": {"inventory.customers": "Customer"}}
 
 
 def test_a_backfill_of_avro_debezium_events_writes_what_the_live_transformation_makes_of_json(spark, kafka, tmp_path):

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from cypher_literal_parser import LiteralParser
+from examples import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -196,7 +197,7 @@ def _outcome(render, *args):
         return SinkError, str(exc)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(references=st.lists(_names, min_size=0, max_size=4), given_names=st.sets(_names),
        values=st.lists(_values, min_size=4, max_size=4), before=_paddings, after=_paddings)
 def test_fast_paths_render_what_the_general_paths_render(references, given_names, values, before, after):

@@ -9,19 +9,14 @@ from confluent_kafka import KafkaError
 from consumer_standin import ConsumerStandIn
 
 from stream_registry.model import PartitionKey
+from stream_registry.registry.stream.change_marks import ChangeMark, MarkKey
 from stream_registry.registry.stream.group_commits import OWED_RETRY_S, GroupCommits
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 
 
-class Mark:
-    """What a commit needs of a change mark: its metadata text (change_marks.ChangeMark.encode)."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def encode(self) -> str:
-        return self.text
+KEY = MarkKey.new()   # the stream's identity and mark key (change_marks)
+M20, M7 = ChangeMark(20, 20, 3), ChangeMark(7, 7, 0)
 
 
 class Clock:
@@ -38,16 +33,17 @@ class Clock:
 def commits_with(consumer: ConsumerStandIn, *, outage: bool = False, rebalancing: bool = False):
     clock = Clock()
     commits = GroupCommits("orders", lambda: consumer, give_up=lambda: outage, in_rebalance=lambda: rebalancing,
-                           redact=str, clock=clock, sleep=clock.sleep)
+                           redact=str, clock=clock, sleep=clock.sleep, mark_key=KEY)
     return commits, clock
 
 
 def test_every_commit_of_a_partition_carries_its_last_changes_mark():
     consumer = ConsumerStandIn()
     commits, _ = commits_with(consumer)
-    commits.learn_mark(P0, Mark("mgstreams:change-7"))
+    ours, foreign = KEY.encode(P0, M7), MarkKey.new().encode(P1, M7)
+    assert commits.read_mark(P0, ours) == M7 and commits.read_mark(P1, foreign) is None
     assert commits.commit({P0: 10, P1: 4}) is None
-    assert consumer.calls[-1] == ("commit", [("t", 0, 10, "mgstreams:change-7"), ("t", 1, 4, None)])
+    assert consumer.calls[-1] == ("commit", [("t", 0, 10, ours), ("t", 1, 4, None)]), "ours carried, not another's"
     commits.forget([P0])
     commits.commit({P0: 11})
     assert consumer.calls[-1] == ("commit", [("t", 0, 11, None)]), "a partition given up forgets its mark"
@@ -101,15 +97,15 @@ def test_persisting_a_change_commits_its_mark_and_ends_what_was_owed():
     consumer = ConsumerStandIn()
     commits, _ = commits_with(consumer)
     commits.owed = {P0: 3}
-    assert commits.persist({P0: 20}, {P0: Mark("m20")}) is None
-    assert commits.owed == {} and consumer.committed_offsets[("t", 0)] == (20, "m20")
+    assert commits.persist({P0: 20}, {P0: M20}) is None
+    assert commits.owed == {} and consumer.committed_offsets[("t", 0)] == (20, KEY.encode(P0, M20))
 
 
 def test_a_change_whose_commit_fails_leaves_no_mark_behind():
     consumer = ConsumerStandIn()
     consumer.commit_errors = [KafkaError(KafkaError.ILLEGAL_GENERATION, "stale generation")]
     commits, _ = commits_with(consumer)
-    error = commits.persist({P0: 20}, {P0: Mark("m20")})
+    error = commits.persist({P0: 20}, {P0: M20})
     assert error == "committing the new offset failed (ILLEGAL_GENERATION: stale generation)"
     commits.commit({P0: 21})
     assert consumer.calls[-1] == ("commit", [("t", 0, 21, None)])
@@ -119,11 +115,39 @@ def test_exactly_once_a_change_is_stored_in_the_sink_first_and_a_failed_store_co
     consumer = ConsumerStandIn()
     commits, _ = commits_with(consumer)
     stored = []
-    assert commits.persist({P0: 20}, {P0: Mark("m20")}, store=stored.append) is None
-    assert stored == [{P0: 20}] and consumer.committed_offsets[("t", 0)] == (20, "m20")
+    assert commits.persist({P0: 20}, {P0: M20}, store=stored.append) is None
+    assert stored == [{P0: 20}] and consumer.committed_offsets[("t", 0)] == (20, KEY.encode(P0, M20))
 
     def unreachable(offsets):
         raise OSError("graph unreachable")
-    error = commits.persist({P1: 7}, {P1: Mark("m7")}, store=unreachable)
+    error = commits.persist({P1: 7}, {P1: M7}, store=unreachable)
     assert error == "storing the new offset in the sink failed (graph unreachable)"
     assert ("t", 1) not in consumer.committed_offsets and P1 not in commits.marks
+
+
+def test_a_commit_refused_while_an_earlier_one_hangs_still_asks_whether_the_cluster_is_gone():
+    """Issue 42: an outage that begins while a commit hangs in librdkafka must reach the stream's error from the
+    owed commit's retries too, where the next commit fails at once (an earlier one still waits): the probe
+    (`give_up`) runs there as it does while a commit waits."""
+    from stream_registry.registry.stream.commits import BoundedCommitter, CommitUnanswered
+
+    release = threading.Event()
+
+    class Hanging:
+        def commit(self, offsets, asynchronous):
+            release.wait(10)
+            return offsets
+    committer, asked = BoundedCommitter("orders"), []
+    try:
+        try:
+            committer.commit(Hanging(), [], 0.2)
+        except CommitUnanswered:
+            pass
+        assert committer.busy
+        try:
+            committer.commit(Hanging(), [], 5.0, give_up=lambda: asked.append(1) or True)
+        except CommitUnanswered as exc:
+            assert "an earlier commit still waits" in str(exc)
+        assert asked == [1], "refused at once without asking whether the cluster answers"
+    finally:
+        release.set()

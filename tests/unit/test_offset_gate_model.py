@@ -18,7 +18,18 @@ and restarts; it calls set_offset, cancel and revert, and checks the issue's inv
   lost, the row stays pending and is handed to the next stream process), and the change's mark in the commit
   makes the next process record it where it went instead of applying it again;
 - a cancel the stream process did not confirm in time (it was inside a batch) is already the truth on the
-  host's side: its changes are never applied, whether the process hears of it later or dies first.
+  host's side: its changes are never applied, whether the process hears of it later or dies first;
+- (issue 42) a mark is believed only when it is provably this stream's: the commits carry metadata strings
+  signed with the stream's MarkKey and read back through it, as the worker does. Another task of the stream
+  may persist a change before this task's request for it arrives (the host's forget relay found nothing to
+  forget): when this task takes the partition over, the mark says the change was persisted; it is never
+  applied a second time, whatever the clocks say. A second host's stream on the same group (another identity
+  and key, its change ids colliding with ours), a plain member committing `mgstreams:` metadata of its own
+  (forged, or a copy of our mark from another partition) and the marks of a stream that earlier had this group
+  are foreign: the committed offset is what is known, and our waiting change is applied (never recorded as
+  persisted by someone else's mark);
+- a sink change's carry-over is part of its alter: a cancel while it is pending is refused by the host (issue
+  42) and changes nothing; it ends applied or superseded, never cancelled.
 
 The simulated consumer has librdkafka's committed-offset race: a partition assigned without an explicit
 offset looks its committed offset up later, and a seek made before that lookup is overridden by it.
@@ -26,33 +37,36 @@ offset looks its committed offset up later, and a seek made before that lookup i
 from __future__ import annotations
 
 import itertools
+import json
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from stream_registry.model import GateEvent, MoveState, PendingMove
-from stream_registry.registry.stream.change_marks import ChangeMark, Committed
+from stream_registry.registry.stream.change_marks import PREFIX, ChangeMark, Committed, MarkKey
 from stream_registry.registry.stream.offset_gate import PERSIST_RETRY_S, OffsetGate
 
 TPS = [("t", 0), ("t", 1)]
 LOG_END = 30        # where the log ends at first; records are produced as the model runs
 MAX_LOG_END = 60
 COUNTS = {"examples": 0, "steps": 0, "foreign_commits": 0, "takeovers": 0, "host_deaths": 0, "reconciled": 0,
-          "late_cancels": 0}
+          "late_cancels": 0, "late_requests_applied_elsewhere": 0, "foreign_marks": 0, "forged_marks": 0,
+          "sink_change_cancels_refused": 0}
 FINAL = (MoveState.RECORDED, MoveState.SUPERSEDED, MoveState.CANCELLED)
 
 
 class SimConsumer:
     """Fetch positions, a group's committed offsets and librdkafka's lookup race, in memory."""
 
-    def __init__(self, committed: dict):
+    def __init__(self, committed: dict, key: MarkKey):
         self.committed = committed          # survives a crash: the broker's
+        self.key = key                      # the stream's identity and mark key (its tasks share it)
         self.fetch: dict = {}               # assigned partition -> next offset it fetches
         self.lookup: dict = {}              # assigned without an offset: the lookup's answer, still to arrive
         self.fail_commits = False
         self.persisted: list = []           # each persist through the gate: {tp: offset} (one per call)
-        self.marks: dict = {}               # tp -> the change mark its commit carries (the broker's metadata)
+        self.metadata: dict = {}            # tp -> the metadata string its commit carries (the broker's)
         self.changes: dict = {}             # (change_id, tp) -> offset: every change ever persisted
         self.last: set = set()              # the (change_id, tp) of the last persist
 
@@ -77,13 +91,13 @@ class SimConsumer:
             self.changes[key] = offset
             self.last.add(key)
             self.committed[tp] = offset
-            self.marks[tp] = marks[tp]
+            self.metadata[tp] = self.key.encode(tp, marks[tp])
         self.persisted.append(dict(offsets))
         return None
 
     def seen(self, tps) -> dict:
-        """What the worker's batched committed() read answers: offsets and marks."""
-        return {tp: Committed(self.committed.get(tp), self.marks.get(tp)) for tp in tps}
+        """What the worker's batched committed() read answers: offsets, and the marks that are ours."""
+        return {tp: Committed(self.committed.get(tp), self.key.decode(tp, self.metadata.get(tp))) for tp in tps}
 
     # the group
     def assign(self, tp, offset) -> None:
@@ -109,7 +123,7 @@ class GateMachine(RuleBasedStateMachine):
         super().__init__()
         COUNTS["examples"] += 1
         self.committed: dict = {}
-        self.sim = SimConsumer(self.committed)
+        self.sim = SimConsumer(self.committed, MarkKey.new())
         self.now = 0.0
         self.ids = itertools.count(1)
         self.events: list[GateEvent] = []
@@ -126,12 +140,15 @@ class GateMachine(RuleBasedStateMachine):
         self.dying = False                  # the host dies right after the next persist
         self.host_cancelled: set = set()    # (change_id, tp) the host marked cancelled, maybe unheard by the gate
         self.queued: list = []              # cancels sent, not yet drained by the poll thread (up_to)
-        self.requested_at: dict = {}        # change id -> when it was requested (the model's clock)
+        self.late: list = []                # (change_id, {tp: offset}): calls this task has not read yet
+        self.elsewhere: dict = {}           # (change_id, tp) -> offset: another task persisted and recorded it
+        self.sink_keys: set = set()         # (change_id, tp) of a sink change's carry-over, or of a later call that
+        #                                     superseded one still pending (it stands in for it: state_store.add_change)
         self.reverted: set = set()          # change ids a revert superseded the rest of
         self.gate = self._new_gate({})
 
     def _new_gate(self, pending) -> OffsetGate:
-        return OffsetGate(self.sim, self._on_event, pending=pending, clock=lambda: self.now, wall=lambda: self.now)
+        return OffsetGate(self.sim, self._on_event, pending=pending, clock=lambda: self.now)
 
     def _on_event(self, event: GateEvent) -> None:
         key = (event.change_id, (event.topic, event.partition))
@@ -144,6 +161,17 @@ class GateMachine(RuleBasedStateMachine):
         if event.state == MoveState.CANCELLED and key in self.host_cancelled:
             self.host_cancelled.discard(key)      # a cancel the host answered before the gate heard of it
             return
+        if key in self.elsewhere:   # another task persisted and recorded it: the host adds nothing (its row is gone)
+            # (a cancel or a later change may end it here: the host, whose row is gone, adds nothing and tells
+            # no caller; what matters is that it is never applied again)
+            assert event.state != MoveState.MOVED, f"{key}: moved again after another task applied it"
+            if event.state == MoveState.PERSISTED:
+                assert key not in self.sim.last, f"{key} applied a second time (another task applied it)"
+                assert event.offset == self.elsewhere[key], f"{key}: reconciled at {event.offset}"
+                COUNTS["reconciled"] += 1
+            return
+        if event.state == MoveState.CANCELLED:
+            assert key not in self.sink_keys, f"{key}: a sink change's carry-over (or its stand-in) was cancelled"
         assert key not in self.final, f"{key} reported {event.state} after its final state {self.final.get(key)}"
         if event.state == MoveState.PERSISTED and key not in self.sim.last:
             # reconciled: persisted by an earlier process whose record was lost; not moved again
@@ -172,9 +200,14 @@ class GateMachine(RuleBasedStateMachine):
         self.events.append(event)
 
     def _new_change(self) -> int:
-        change_id = next(self.ids)
-        self.requested_at[change_id] = self.now
-        return change_id
+        return next(self.ids)
+
+    def _live(self, change_id: int, tp, offset: int, sink: bool = False) -> None:
+        """A call's partition is pending on the host; a sink change's, or a later call's on a partition whose
+        carry-over is still pending, is refused a cancel."""
+        if sink or any(key in self.sink_keys for key in self.live if key[1] == tp):
+            self.sink_keys.add((change_id, tp))
+        self.live[(change_id, tp)] = offset
 
     def _step(self) -> None:
         """Every step is a seam of the poll thread: a dead host restarts first (with it, the stream process),
@@ -195,8 +228,9 @@ class GateMachine(RuleBasedStateMachine):
         created again with the same group), whose change ids start over: they say nothing about these changes."""
         for tp, offset in zip(TPS, committed, strict=False):
             self.committed[tp] = offset
+        earlier = MarkKey.new()   # the stream that had this group before: another identity, another key
         for tp, change_id in zip(TPS, old_marks, strict=False):
-            self.sim.marks[tp] = ChangeMark(change_id, self.committed[tp], None, at=-1.0)
+            self.sim.metadata[tp] = earlier.encode(tp, ChangeMark(change_id, self.committed[tp], None))
 
     # -- the group -------------------------------------------------------------------
     @rule(tp=st.sampled_from(TPS), known=st.booleans())
@@ -278,8 +312,33 @@ class GateMachine(RuleBasedStateMachine):
         if tp not in self.foreign:
             return
         self.committed[tp] = min(self.committed.get(tp, 0) + records, self.log_end)
-        self.sim.marks.pop(tp, None)
+        self.sim.metadata.pop(tp, None)
         COUNTS["foreign_commits"] += 1
+
+    @rule(tp=st.sampled_from(TPS), back=st.integers(0, LOG_END), how=st.sampled_from(["host", "forged", "copied"]))
+    def foreign_commits_a_mark(self, tp, back, how):
+        """The member commits an `mgstreams:` mark that is not ours, naming the latest change id of ours (the one
+        most likely waiting): `host`, a second host's stream on the same group (its own identity and key, its change
+        ids colliding with ours); `forged`, a plain client writing the JSON by hand (issue 42's
+        `{"change":1,"offset":77,"previous":0,"at":9999999999}`, with our identity and a made-up MAC); `copied`, our
+        own mark of the other partition, copied here. Each is foreign: the committed offset is all that is known."""
+        self._step()
+        if tp not in self.foreign:
+            self.foreign_takes(tp)
+        change_id = max((cid for cid, _ in self.live), default=1)
+        self.committed[tp] = back   # it commits wherever it likes (a host of another environment, a script)
+        if how == "host":
+            self.sim.metadata[tp] = MarkKey.new().encode(tp, ChangeMark(change_id, back, 0))
+            COUNTS["foreign_marks"] += 1
+        elif how == "forged":
+            self.sim.metadata[tp] = PREFIX + json.dumps({"stream": self.sim.key.identity, "change": change_id,
+                                                         "offset": back, "previous": 0, "at": 9999999999,
+                                                         "mac": "0" * 32})
+            COUNTS["forged_marks"] += 1
+        else:
+            other = TPS[1 - TPS.index(tp)]
+            self.sim.metadata[tp] = self.sim.key.encode(other, ChangeMark(change_id, back, 0))
+            COUNTS["forged_marks"] += 1
 
     @rule(tp=st.sampled_from(TPS))
     def foreign_leaves(self, tp):
@@ -301,6 +360,8 @@ class GateMachine(RuleBasedStateMachine):
         """cancel answers before the stream process confirms (it is inside a batch): the host has marked the
         rows cancelled and answered; the poll thread drains the request at its next seam (or dies first)."""
         self._step()
+        if self._sink_change_in_flight():
+            return
         up_to = max((cid for cid, _ in self.live), default=0)
         for key in [k for k in self.live if k[0] <= up_to]:
             self.final[key] = MoveState.CANCELLED
@@ -319,9 +380,9 @@ class GateMachine(RuleBasedStateMachine):
         self.dying = False
         self.sim.last = set()               # the new process has persisted nothing yet
         pending = {}
+        self.late.clear()                   # the new process is handed every pending change at once
         for (change_id, tp), offset in sorted(self.live.items()):   # the latest per partition wins
-            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward,
-                                      requested_at=self.requested_at[change_id])
+            pending[tp] = PendingMove(change_id=change_id, offset=offset, onward=change_id in self.onward)
         for key in [k for k in self.live if pending.get(k[1], PendingMove(change_id=0, offset=0)).change_id != k[0]]:
             self.final[key] = MoveState.SUPERSEDED           # the host drops the older rows at start
             self.live.pop(key)
@@ -333,13 +394,78 @@ class GateMachine(RuleBasedStateMachine):
         self.gate.reconcile(self.sim.seen(pending))
 
     # -- calls ------------------------------------------------------------------------
-    @rule(offset=st.integers(0, LOG_END), which=st.sampled_from([TPS, TPS[:1], TPS[1:]]))
-    def set_offset(self, offset, which):
+    @rule(offset=st.integers(0, LOG_END), which=st.sampled_from([TPS, TPS[:1], TPS[1:]]), late=st.booleans())
+    def set_offset(self, offset, which, late=False):
+        """`late`: this task is inside a slow batch and reads the call later (read_late_request); another task of
+        the stream may apply it meanwhile (another_task_applies)."""
         self._step()
         change_id = self._new_change()
         for tp in which:
-            self.live[(change_id, tp)] = offset
-        self.gate.request(change_id, {tp: offset for tp in which})
+            self._live(change_id, tp, offset)
+        if late or self.late:   # one task reads its calls in order: behind a late one, every one is late
+            self.late.append((change_id, {tp: offset for tp in which}))
+        else:
+            self.gate.request(change_id, {tp: offset for tp in which})
+
+    @rule(tp=st.sampled_from(TPS), reads_on=st.integers(0, 10))
+    def another_task_applies(self, tp, reads_on):
+        """Another task of the stream (`tasks: 2`: the same identity and key) holds `tp`, applies the call this
+        task has not read yet, the host records it and relays "forget", which finds nothing here; it reads on
+        and commits (carrying the mark), and leaves the partition to this task (the next assign)."""
+        self._step()
+        if tp in self.foreign:
+            return
+        for change_id, offsets in self.late:
+            key = (change_id, tp)
+            if tp in offsets and key in self.live:
+                break
+        else:
+            return
+        if tp in self.sim.fetch:
+            self.revoke(tp, lost=False)   # the group gives it to the other task
+        offset = offsets[tp]
+        assert key not in self.sim.changes, f"{key} persisted a second time (by another task)"
+        self.sim.changes[key] = offset
+        self.sim.metadata[tp] = self.sim.key.encode(tp, ChangeMark(change_id, offset, self.committed.get(tp)))
+        self.committed[tp] = min(offset + reads_on, max(self.log_end, offset))
+        self.elsewhere[key] = offset
+        self.final[key] = MoveState.RECORDED
+        self.live.pop(key)
+        self.applied.setdefault(change_id, {})[tp] = None
+        self.gate.forget(change_id, [tp])   # the relay: nothing to forget yet
+        COUNTS["late_requests_applied_elsewhere"] += 1
+
+    @rule()
+    def read_late_request(self):
+        """This task's slow batch ends: it reads the call now (stamped now, long after another task's mark)."""
+        self._step()
+        self._read_late(1)
+
+    def _read_late(self, most: int = len(TPS) * MAX_LOG_END) -> None:
+        """This task reads the calls that wait for it, in order (before any call made after them)."""
+        while self.late and most > 0:
+            change_id, offsets = self.late.pop(0)
+            self.gate.request(change_id, offsets)
+            most -= 1
+
+    @rule()
+    def sink_change(self):
+        """An alter changes the sink: the new sink starts each partition where the stream stood, one change set
+        of every partition (its carry-over)."""
+        self._step()
+        self._read_late()
+        change_id = self._new_change()
+        offsets = {tp: self.committed.get(tp, 0) for tp in TPS}
+        for tp, offset in offsets.items():
+            self._live(change_id, tp, offset, sink=True)
+        self.gate.request(change_id, offsets)
+
+    def _sink_change_in_flight(self) -> bool:
+        """The host refuses a cancel while a sink change's carry-over is pending (change_sets.cancel)."""
+        if any(key in self.sink_keys for key in self.live):
+            COUNTS["sink_change_cancels_refused"] += 1
+            return True
+        return False
 
     @rule(records=st.integers(1, 6))
     def produce(self, records):
@@ -359,18 +485,24 @@ class GateMachine(RuleBasedStateMachine):
         if not self.resolved:
             return
         which, end = self.resolved.pop(0)
+        self._read_late()
         change_id = self._new_change()
         self.onward.add(change_id)
         for tp in which:
-            self.live[(change_id, tp)] = end
+            self._live(change_id, tp, end)
         self.gate.request(change_id, dict.fromkeys(which, end), onward=frozenset(which))
 
     @rule()
     def cancel(self):
         self._step()
+        if self._sink_change_in_flight():
+            return
+        self._read_late()   # the cancel is queued behind them
         for event in self.gate.cancel():   # what the caller is told: cancelled, never applied later
             assert event.state == MoveState.CANCELLED
             key = (event.change_id, (event.topic, event.partition))
+            if key in self.elsewhere:
+                continue   # recorded as applied (by another task): the host's answer lists pending rows only
             assert self.final.get(key, MoveState.CANCELLED) == MoveState.CANCELLED
             self.final[key] = MoveState.CANCELLED
             self.live.pop(key, None)
@@ -382,9 +514,10 @@ class GateMachine(RuleBasedStateMachine):
         if not revertible:
             return
         change = data.draw(st.sampled_from(sorted(revertible)))
+        self._read_late()
         change_id = self._new_change()
         for tp in revertible[change]:
-            self.live[(change_id, tp)] = revertible[change][tp]
+            self._live(change_id, tp, revertible[change][tp])
         self.reverted.add(change)
         self.gate.request(change_id, dict(revertible[change]), supersedes=change)   # its pending half ends
         assert not [key for key in self.live if key[0] == change], f"change {change} still live after its revert"
@@ -399,7 +532,8 @@ class GateMachine(RuleBasedStateMachine):
     @invariant()
     def one_live_change_per_partition_in_the_gate(self):
         waiting = self.gate.waiting()
-        live_tps = [tp for (_, tp) in self.live] + [tp for (_, tp) in self.host_cancelled]
+        live_tps = [tp for (_, tp) in self.live] + [tp for (_, tp) in self.host_cancelled] + \
+            [tp for (_, tp) in self.elsewhere]   # read late, after another task applied it: reconciled at assign
         assert set(waiting) <= set(live_tps)
 
     def teardown(self):
@@ -413,6 +547,8 @@ class GateMachine(RuleBasedStateMachine):
             self.assign(tp)
         while self.resolved:
             self.hand_over()
+        while self.late:
+            self.read_late_request()
         self.time_passes()
         self.deliver_batch(1)
         assert not self.live, f"changes left without a final state: {self.live}"
@@ -427,5 +563,6 @@ def test_the_gate_keeps_its_invariants_against_a_model():
         suppress_health_check=list(HealthCheck)))
     print(f"offset gate model: {COUNTS}")
     assert COUNTS["examples"] >= 300 and COUNTS["steps"] >= 300 * 10, COUNTS
-    assert min(COUNTS[k] for k in ("foreign_commits", "takeovers", "host_deaths", "reconciled", "late_cancels")) \
-        >= 10, COUNTS
+    assert min(COUNTS[k] for k in ("foreign_commits", "takeovers", "host_deaths", "reconciled", "late_cancels",
+                                   "late_requests_applied_elsewhere", "foreign_marks", "forged_marks",
+                                   "sink_change_cancels_refused")) >= 10, COUNTS

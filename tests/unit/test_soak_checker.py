@@ -336,3 +336,21 @@ def test_a_file_cut_owes_a_realigned_row_unless_it_took_the_file_back_to_its_gro
     assert len(unexplained_cuts([past_commit], {})) == 1 and len(unexplained_cuts([unread], {})) == 1
     assert unexplained_cuts([past_commit], {"s": [row(5)]}) == []
     assert len(unexplained_cuts([at_commit], {"s": [row(7)]})) == 1
+
+
+def test_two_cuts_before_the_stream_noticed_are_judged_by_the_last():
+    """Issue 42's soak (seed 3): a partition cut twice while its stream rebalanced realigns once, to where the
+    second cut left the file; the first cut is not a contradiction, the second is judged."""
+    from datetime import UTC, datetime
+
+    from bench.soak.evidence import unexplained_cuts
+    from bench.soak.faults import CutMove
+    from stream_registry.model import ChangeStatus, HistoryEntry
+
+    realigned = HistoryEntry(changed_at=datetime.fromtimestamp(105, UTC), topic="t", partition=0, previous_offset=10,
+                             offset=3, status=ChangeStatus.REALIGNED, change_id=1)
+    first = CutMove("s", 100.0, 0, {("t", 0): (10, 5)}, {("t", 0): 10})
+    second = CutMove("s", 102.0, 0, {("t", 0): (5, 3)}, {("t", 0): 10})
+    assert unexplained_cuts([first, second], {"s": [realigned]}) == []
+    wrong = CutMove("s", 102.0, 0, {("t", 0): (5, 4)}, {("t", 0): 10})
+    assert len(unexplained_cuts([first, wrong], {"s": [realigned]})) == 1

@@ -82,7 +82,7 @@ def test_offset_ranges_option_is_an_exact_plan():
     ({"maxRecordsPerPartition": "many"}, r"^maxRecordsPerPartition: expected a positive integer"),
     ({"failOnDataLoss": "yes"}, r"^failOnDataLoss: expected true or false, got 'yes'"),
     ({"includeHeaders": "1"}, r"^includeHeaders: expected true or false"),
-    ({"maxOffsetsPerTrigger": "10"}, r"^maxOffsetsPerTrigger: not supported by the mgstreams_kafka batch"),
+    ({"maxOffsetsPerTrigger": "10"}, r"^maxOffsetsPerTrigger: only for streaming reads \(readStream\) of the mgstreams_kafka"),
     ({"startingOfsets": "earliest"}, r"^startingofsets: unknown option"),
     ({"kafka.auto.offset.reset": "latest"}, r"^kafka.auto.offset.reset: not supported \(set startingOffsets"),
     ({"kafka.enable.auto.commit": "true"}, r"^kafka.enable.auto.commit: not supported"),

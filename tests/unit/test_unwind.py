@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from examples import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mgclient_standin import mgclient as standin
@@ -89,7 +90,7 @@ def run(work, server: standin.Server) -> None:
     connection.commit()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
 def test_folding_gives_the_same_statements_in_the_same_order_as_one_at_a_time(work):
     one_at_a_time, folded = standin.Server(rtt_ms=0), standin.Server(rtt_ms=0)

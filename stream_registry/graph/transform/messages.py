@@ -17,16 +17,17 @@ class Message:
     because one is built per consumed message.
     """
 
-    __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_timestamp")
+    __slots__ = ("_topic", "_partition", "_offset", "_key", "_value", "_timestamp", "_headers")
 
     def __init__(self, topic: str, partition: int, offset: int, key: bytes | None,
-                 value: bytes | None, timestamp: int):
+                 value: bytes | None, timestamp: int, headers: Sequence[tuple[str, bytes | None]] = ()):
         self._topic = topic
         self._partition = partition
         self._offset = offset
         self._key = key
         self._value = b"" if value is None else value
         self._timestamp = timestamp
+        self._headers = list(headers)
 
     @classmethod
     def from_kafka(cls, msg: Any) -> Message:
@@ -53,6 +54,11 @@ class Message:
     def timestamp(self) -> int:
         """Milliseconds since the epoch, as Kafka reports it."""
         return self._timestamp
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        """The record's headers, `(name, value bytes)` in order (Debezium's `__debezium.oldkey`, the unwrap SMT's
+        `add.headers`)."""
+        return self._headers
 
     def offset(self) -> int:
         return self._offset
@@ -97,6 +103,9 @@ class _KafkaMessage(Message):
 
     def timestamp(self) -> int:
         return self._msg.timestamp()[1]
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        return self._msg.headers() or []
 
     def offset(self) -> int:
         return self._msg.offset()
@@ -158,6 +167,9 @@ class DecodedMessage(Message):
 
     def timestamp(self) -> int:
         return self._inner.timestamp()
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        return self._inner.headers()
 
     def offset(self) -> int:
         return self._inner.offset()

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...config import OPTION_FIELDS, GroupPolicy, StreamConfig, alter_fields
+from ...config import OPTION_FIELDS, StreamConfig, alter_fields
 from ...errors import ConfigError, StreamError, StreamExists, StreamStateError
+from ...group_policy import GroupPolicy
 from ...model import DEFAULT_TIMEOUT_MS, PartitionKey, PendingMove, StreamCaps, StreamStatus
 from ..runners.caps import check_streams
 from ..runners.engine import StreamRunner
@@ -97,7 +98,7 @@ class Definitions:
                                         self._store.pending(name))
                 self._store.update_config(config)
                 if moving is not None and plan:
-                    self._changes.open(name, plan, moving.note, running=False)
+                    self._changes.open(name, plan, moving.note, running=False, sink_change=True)
                 stream.config = config
                 if stream.query is not None:   # it connected with the old configs
                     stream.query.close()

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
 
-from ...config import GroupPolicy
 from ...errors import ConfigError, StreamError, StreamStateError
 from ...graph.sinks.policy import OutputPolicy
+from ...group_policy import GroupPolicy
 from ...model import RetryPolicy, StreamCaps, StreamInfo, StreamStatus
 from ...redaction import redact
 from ..runners.caps import check_running, running_processes
@@ -210,7 +210,7 @@ class Lifecycle:
             config, pending=lambda: self._changes.pending_moves(name), output=self._output(), retry=self._retry,
             events=events, stop_timeout=self._stop_timeout, memory_limit_mb=self._caps.stream_memory_mb,
             on_exit=lambda runner, cause: self._on_exit(stream, runner, cause), backoff=self._backoff,
-            lock=stream.lock, host_stopping=lambda: self._table.closing))
+            lock=stream.lock, host_stopping=lambda: self._table.closing, marks=self._store.mark_key(name)))
 
     def _release(self, stream: StreamEntry) -> None:
         if stream.runner is not None:

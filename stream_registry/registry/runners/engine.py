@@ -35,6 +35,7 @@ from typing import Protocol
 from ...config import StreamConfig
 from ...graph.sinks.policy import OutputPolicy
 from ...model import GateEvent, PartitionKey, PendingMove, RetryPolicy, WorkerSnapshot
+from ..stream.change_marks import MarkKey
 from ..stream.stream_events import StreamEvents
 from .restarts import RestartBackoff
 
@@ -88,6 +89,7 @@ class RunRequest:
     backoff: RestartBackoff                       # for an engine that restarts parts of itself (tasks)
     lock: AbstractContextManager                  # the registry's lock of the stream: such a restart runs under it
     host_stopping: Callable[[], bool]             # a stopping host restarts nothing
+    marks: MarkKey | None = None                  # the stream's identity and mark key (change_marks), shared by its tasks
 
 
 Engine = Callable[[RunRequest], StreamRunner]

@@ -28,9 +28,10 @@ def kafka_engine(isolation: Isolation) -> Engine:
         if isolation == Isolation.PROCESS:
             return ProcessRunner(config, pending=request.pending(), output=request.output, retry=request.retry,
                                  events=request.events, stop_timeout=request.stop_timeout,
-                                 memory_limit_mb=request.memory_limit_mb, on_exit=request.on_exit)
+                                 memory_limit_mb=request.memory_limit_mb, on_exit=request.on_exit,
+                                 marks=request.marks)
         return ThreadRunner(config, pending=request.pending(), output=request.output, retry=request.retry,
-                            events=request.events)
+                            events=request.events, marks=request.marks)
 
     def run(request: RunRequest) -> StreamRunner:
         if request.config.tasks > 1:   # N member processes, one runner (task_runner)

@@ -24,6 +24,7 @@ from ...graph.sinks.protocol import Sink
 from ...graph.sinks.schemes import open_sink
 from ...graph.transform import load_transformation, locate_transformation
 from ...model import GateEvent, PartitionKey, PendingMove, RetryPolicy, WorkerSnapshot
+from ..stream.change_marks import MarkKey
 from ..stream.stream_events import StreamEvents
 from ..stream.worker import StreamWorker
 
@@ -39,8 +40,9 @@ class ThreadRunner:
     """A stream on a poll thread of this process: its transformation, its sink and its StreamWorker."""
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
-                 retry: RetryPolicy, events: StreamEvents):
+                 retry: RetryPolicy, events: StreamEvents, marks: MarkKey | None = None):
         self.config = config
+        self._marks = marks
         self.pid: int | None = os.getpid()
         self._pending, self._output, self._retry, self._events = dict(pending), output, retry, events
         self._sink: Sink | None = None
@@ -63,7 +65,7 @@ class ThreadRunner:
                 raise ConfigError(f"delivery: 'exactly_once' needs a sink that stores offsets with its batches "
                                   f"(bolt, cypherl, null), not {self.config.sink!r}")
             self._worker = StreamWorker(self.config, transformation, self._sink, pending=self._pending,
-                                        events=self._events, retry=self._retry)
+                                        events=self._events, retry=self._retry, marks=self._marks)
             self._worker.start(timeout)
         except BaseException:
             self.close()

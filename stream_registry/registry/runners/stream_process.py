@@ -56,6 +56,7 @@ from ...model import (
     WorkerSnapshot,
 )
 from ..stream.batch_stats import BatchStats
+from ..stream.change_marks import MarkKey
 from ..stream.stream_events import StreamEvents
 from .caps import MemoryWatch
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
@@ -79,6 +80,7 @@ class ChildSpec:
     stop_timeout: float
     log_level: int
     memory_limit_mb: int | None = None   # resident memory over this ends the stream in error (caps.MemoryWatch)
+    marks: MarkKey | None = None         # the stream's identity and mark key (change_marks): never on a command line
 
 
 # -- host to child -------------------------------------------------------------------
@@ -179,11 +181,11 @@ class ProcessRunner:
     def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
                  retry: RetryPolicy, events: StreamEvents,
                  on_exit: Callable[[ProcessRunner, str], None], stop_timeout: float = STOP_TIMEOUT_S,
-                 memory_limit_mb: int | None = None):
+                 memory_limit_mb: int | None = None, marks: MarkKey | None = None):
         self.config = config
         self.pid: int | None = None
         self._spec = ChildSpec(config, dict(pending), output, retry, stop_timeout,
-                               logging.getLogger().getEffectiveLevel(), memory_limit_mb)
+                               logging.getLogger().getEffectiveLevel(), memory_limit_mb, marks)
         self._events, self._on_exit = events, on_exit
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
@@ -400,7 +402,7 @@ def child_main(conn, spec: ChildSpec) -> None:
         except (OSError, ValueError):
             pass   # the host is gone: the loop below notices and stops
 
-    runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry,
+    runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry, marks=spec.marks,
                           events=StreamEvents(on_status=lambda status, error: send(StatusChanged(status, error)),
                                               on_change=_EventRelay(send),
                                               on_set_aside=lambda records: send(SetAsideRecords(records)),

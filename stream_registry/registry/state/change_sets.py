@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from ...errors import ConfigError, OffsetSpecError, StreamError
+from ...errors import ConfigError, OffsetSpecError, StreamError, StreamStateError
 from ...model import (
     ChangeStatus,
     GateEvent,
@@ -61,17 +61,20 @@ class ChangeSets:
 
     # -- calls ------------------------------------------------------------------
     def open(self, name: str, plan: Sequence[ResolvedOffset], note: str | None, running: bool,
-             replaces: int | None = None) -> int:
+             replaces: int | None = None, sink_change: bool = False) -> int:
         """Record a call's plan as pending rows of one new change; its change id. A running stream's gate
         says what became of an earlier change of the same partitions; a stopped stream's is superseded now.
         `replaces`: the change a revert reverts; its rows still pending (partitions another member held) end
-        superseded with it, recorded so in the history (a running stream's once its gate dropped them)."""
+        superseded with it, recorded so in the history (a running stream's once its gate dropped them).
+        `sink_change`: the plan is where an alter's new sink starts (sink_change.py), part of the alter: a cancel
+        refuses while it is pending (cancel())."""
         unresolved = [f"{r.topic}:{r.partition}" for r in plan if r.offset is None]
         if unresolved:   # the registry refuses a spec with a failed partition before it opens a change
             raise OffsetSpecError(f"offset: no offset resolved for {', '.join(unresolved)}")
         rows = [PlannedRow(r.topic, r.partition, r.offset, r.previous_offset, r.clamped,
                            _joined(note, r.message), r.onward) for r in plan if r.offset is not None]
-        change_id = self._store.add_change(name, rows, supersede=not running, replaces=replaces)
+        change_id = self._store.add_change(name, rows, supersede=not running, replaces=replaces,
+                                           sink_change=sink_change)
         log.info("stream %s: change %d requested%s: %s%s", name, change_id, f" ({note})" if note else "",
                  _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in plan),
                  "" if running else " (stream not running: pending until it starts)")
@@ -164,8 +167,20 @@ class ChangeSets:
         """End the stream's pending rows of changes up to `up_to` (a call after the cancel is not cancelled), in
         the state store before anything else: a stopped stream's go; a running stream's stay marked cancelled
         (never pending, never handed to a stream process again) until its gate confirms (cancelled()). The
-        rows, the latest of each partition."""
+        rows, the latest of each partition. A sink change's carry-over (where an alter's new sink starts) is
+        part of the alter, not a call of its own: while it is pending the cancel refuses (StreamStateError) and
+        changes nothing; cancelled, an exactly-once stream's new sink would store no offsets and be filled again
+        from each partition's log start."""
         self.flush(name)
+        in_flight = self._store.sink_change_rows(name, up_to)
+        if in_flight:
+            ids = ", ".join(str(i) for i in sorted({r.change_id for r in in_flight if r.change_id}))
+            raise StreamStateError(
+                f"name: stream {name!r} has a sink change in flight (change {ids}: "
+                f"{_moves((r.topic, r.partition, r.previous_offset, r.offset) for r in in_flight)}); it is part "
+                f"of the alter that changed the sink and cannot be cancelled (the new sink would start each "
+                f"partition from its log start); nothing was cancelled. Cancel once it is applied (see the "
+                f"history), or alter the sink again")
         rows = self._store.take_pending(name, up_to, mark_only=running)
         if rows and not running:
             self._log_cancelled(name, rows)
@@ -295,8 +310,7 @@ class ChangeSets:
         stream that ended never reported on are superseded)."""
         self._store.drop_superseded(name)
         return {PartitionKey(p.topic, p.partition): PendingMove(change_id=p.change_id, offset=p.offset,
-                                                                onward=p.onward,
-                                                                requested_at=p.requested_at.timestamp())
+                                                                onward=p.onward)
                 for p in self._store.pending_rows(name) if p.change_id is not None}   # a pending row has one
 
     def history(self, name: str, limit: int | None) -> list[HistoryEntry]:

@@ -2,7 +2,9 @@
 
 SQLite gives atomic writes (a transaction per change) and lets other processes
 (the CLI, a Spark driver) read the same file. The file is created 0600: it holds
-credentials.
+credentials, and each stream's mark key (change_marks.MarkKey: the stream
+definition's identity, made at create, and the secret its change marks are
+signed with), kept beside its row and never in its config.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from ...model import (
     SetAside,
     StreamStatus,
 )
+from ..stream.change_marks import MarkKey
 
 STATE_FILE = "mgstreams.sqlite3"
 
@@ -88,6 +91,9 @@ class StateStore:
                 self._db.execute("UPDATE offset_history SET change_id = id")
             self._add_column("pending_changes", "onward", "INTEGER NOT NULL DEFAULT 0")
             self._add_column("pending_changes", "ended", "TEXT")   # cancelled/superseded: not pending any more
+            self._add_column("pending_changes", "sink_change", "INTEGER NOT NULL DEFAULT 0")   # an alter's carry-over
+            self._add_column("streams", "identity", "TEXT")   # change_marks.MarkKey (an older file: made when first read)
+            self._add_column("streams", "mark_key", "TEXT")
             self._migrate_pending()
             # Reads have a connection of their own: under WAL they see what was committed while a write waits for
             # the file's lock (another process holding it), so describe and GET never queue behind a write.
@@ -157,8 +163,27 @@ class StateStore:
                 for name, cfg, desired, status, error in rows]
 
     def insert_stream(self, config: StreamConfig) -> None:
-        self._write(("INSERT INTO streams (name, config, desired_running, status) VALUES (?, ?, 0, ?)",
-                     (config.name, _config_json(config), StreamStatus.CREATED.value)))
+        """A new stream definition, with an identity and mark key of its own (one dropped and created again is
+        another stream: no mark of its predecessor is believed)."""
+        key = MarkKey.new()
+        self._write(("INSERT INTO streams (name, config, desired_running, status, identity, mark_key) "
+                     "VALUES (?, ?, 0, ?, ?, ?)", (config.name, _config_json(config), StreamStatus.CREATED.value,
+                                                   key.identity, key.secret.hex())))
+
+    def mark_key(self, name: str) -> MarkKey:
+        """The stream's identity and the key its change marks are signed with (shared by its tasks); a row an
+        older version wrote gets one now, once."""
+        for _ in range(2):
+            rows = self._read("SELECT identity, mark_key FROM streams WHERE name = ?", (name,))
+            if not rows:
+                raise StreamNotFound(f"name: no stream named {name!r}")
+            identity, secret = rows[0]
+            if identity and secret:
+                return MarkKey(identity, bytes.fromhex(secret))
+            key = MarkKey.new()
+            self._write(("UPDATE streams SET identity = ?, mark_key = ? WHERE name = ? AND identity IS NULL",
+                         (key.identity, key.secret.hex(), name)))
+        raise StreamError(f"stream {name!r}: its mark key could not be kept in the state store")
 
     def update_config(self, config: StreamConfig) -> None:
         """An altered stream's config (its status, desired state, offsets and history stay)."""
@@ -179,16 +204,23 @@ class StateStore:
                     ("DELETE FROM loss_acknowledged WHERE stream = ?", (name,)))
 
     # -- offsets: change sets (owned by change_sets.ChangeSets) -------------------------
-    def add_change(self, name: str, rows: list[PlannedRow], supersede: bool, replaces: int | None = None) -> int:
+    def add_change(self, name: str, rows: list[PlannedRow], supersede: bool, replaces: int | None = None,
+                   sink_change: bool = False) -> int:
         """One call's offsets as pending rows sharing a new change id. The last call wins per partition: an
         earlier row of the partition stays until the stream's gate says what became of it (`supersede=False`,
         a running stream: it may have been applied just before), or goes now (a stopped stream). `replaces`:
         the change a revert reverts: its rows still pending end superseded in the same transaction (their
-        history rows now, for a stopped stream; when the gate confirms, for a running one)."""
+        history rows now, for a stopped stream; when the gate confirms, for a running one). `sink_change`: the
+        rows are an alter's sink change (where the new sink starts), part of the alter: no cancel ends them. A
+        row of a later call on a partition whose carry-over is still pending stands in for it (it too starts the
+        new sink somewhere): it is a sink change row as well, or cancelling it would leave the new sink storing
+        nothing of the partition, refilled from its log start."""
         now = time.time()
 
         def add(db) -> int:
             change_id = _next_change_id(db)
+            carrying = {(t, p) for t, p in db.execute("SELECT topic, partition FROM pending_changes WHERE stream = ? "
+                                                      "AND sink_change = 1 AND ended IS NULL", (name,))}
             if replaces is not None:
                 db.execute("UPDATE pending_changes SET ended = ?, reason = ? WHERE stream = ? AND change_id = ? "
                            "AND ended IS NULL", (ENDED_SUPERSEDED, f"superseded by change {change_id}", name,
@@ -200,9 +232,9 @@ class StateStore:
                     db.execute("DELETE FROM pending_changes WHERE stream = ? AND topic = ? AND partition = ?",
                                (name, r.topic, r.partition))
                 db.execute("INSERT INTO pending_changes (stream, change_id, topic, partition, offset, requested_at, "
-                           "clamped, previous_offset, note, onward) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           "clamped, previous_offset, note, onward, sink_change) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (name, change_id, r.topic, r.partition, r.offset, now, int(r.clamped), r.previous_offset,
-                            r.message, int(r.onward)))
+                            r.message, int(r.onward), int(sink_change or (r.topic, r.partition) in carrying)))
             return change_id
         return self._transaction(add)
 
@@ -216,6 +248,11 @@ class StateStore:
             return [_pending_row(row) for row in self._read(_LATEST_PENDING + _PENDING_ORDER, (name, name))]
         return [_pending_row(row) for row in self._read(_PENDING_ROWS + " AND change_id = ?" + _PENDING_ORDER,
                                                         (name, change_id))]
+
+    def sink_change_rows(self, name: str, up_to: int) -> list[PendingOffset]:
+        """The pending rows (of changes up to `up_to`) that are an alter's sink change, still in flight."""
+        return [_pending_row(row) for row in self._read(_PENDING_ROWS + " AND sink_change = 1 AND change_id <= ?"
+                                                        + _PENDING_ORDER, (name, up_to))]
 
     def pending_change_ids(self, name: str) -> set[int]:
         """The ids of the stream's changes that still have a pending row."""

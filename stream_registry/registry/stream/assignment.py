@@ -27,7 +27,7 @@ from ...graph.sink_faults import Fault, classify
 from ...graph.sinks.protocol import Sink
 from ...graph.sinks.stored_offsets import read_stored_offsets_within
 from ...model import PartitionKey, StreamStatus
-from .change_marks import ChangeMark, Committed
+from .change_marks import Committed
 from .data_loss import ResetDecision
 from .data_loss import decide as decide_reset
 from .group_commits import GroupCommits
@@ -122,8 +122,7 @@ class Assignment:
         """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
         gate = self._ctx.gate
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
-        unknown = [key for key in keys if starts.get(key) is None]   # at-least-once: where the group resumes
-        offsets = gate.on_assign(starts, self.committed(sorted({*unknown, *gate.waiting_on(keys)})))
+        offsets = gate.on_assign(starts, self.committed(sorted(keys)))   # where they stand, and our marks
         for tp, key in zip(partitions, keys, strict=True):
             offset = offsets[key]
             if offset is not None:
@@ -155,9 +154,7 @@ class Assignment:
         out = {}
         for tp in found:
             key = PartitionKey(tp.topic, tp.partition)
-            mark = ChangeMark.decode(tp.metadata) if tp.error is None else None
-            if mark is not None:
-                self._commits.learn_mark(key, mark)
+            mark = self._commits.read_mark(key, tp.metadata) if tp.error is None else None   # foreign: None
             out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
         return out
 

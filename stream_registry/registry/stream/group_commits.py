@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ...model import PartitionKey
-from .change_marks import ChangeMark
+from .change_marks import ChangeMark, MarkKey
 from .commits import BoundedCommitter, CommitUnanswered
 
 log = logging.getLogger("mgstreams.worker")
@@ -47,11 +47,12 @@ class GroupCommits:
     def __init__(self, name: str, consumer: Callable[[], Consumer], *, give_up: Callable[[], bool],
                  in_rebalance: Callable[[], bool], redact: Callable[[object], str],
                  committer: BoundedCommitter | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, mark_key: MarkKey | None = None):
         self._name, self._consumer, self._give_up, self._in_rebalance = name, consumer, give_up, in_rebalance
         self._redact, self._clock, self._sleep = redact, clock, sleep
         self._committer = committer or BoundedCommitter(name)   # a commit never holds the poll thread past its deadline
         self.marks: dict[PartitionKey, ChangeMark] = {}   # last change persisted per partition (each commit)
+        self._mark_key = mark_key or MarkKey.new()   # none given: no mark written before is believed (change_marks)
         self.owed: dict[PartitionKey, int] = {}   # a batch's offsets whose commit failed: retried between batches
         self._next_owed_try = 0.0
 
@@ -59,7 +60,7 @@ class GroupCommits:
         """Synchronous commit; None when it succeeded, else the Kafka error as text (see the module docstring)."""
         if not offsets:
             return None
-        marks = {tp: mark.encode() for tp, mark in self.marks.items()}   # each commit carries the last change's
+        marks = {tp: self._mark_key.encode(tp, mark) for tp, mark in self.marks.items()}   # each commit carries the last change's
         tps = [TopicPartition(tp[0], tp[1], o, metadata=marks[tp]) if tp in marks else TopicPartition(tp[0], tp[1], o)
                for tp, o in offsets.items()]
         consumer = self._consumer()
@@ -121,9 +122,13 @@ class GroupCommits:
             self.marks = before
         return None if error is None else f"committing the new offset failed ({error})"
 
-    def learn_mark(self, tp: PartitionKey, mark: ChangeMark) -> None:
-        """A mark read from the group's commit at assignment: carried on, this process's commits must not erase it."""
-        self.marks[tp] = mark
+    def read_mark(self, tp: PartitionKey, metadata: str | None) -> ChangeMark | None:
+        """The mark in `tp`'s committed metadata when it is this stream's (None: none, or foreign); carried on,
+        this process's commits must not erase it."""
+        mark = self._mark_key.decode(tp, metadata)
+        if mark is not None:
+            self.marks[tp] = mark
+        return mark
 
     def forget(self, tps: Iterable[PartitionKey]) -> None:
         """Partitions given up: the next owner commits them."""

@@ -45,7 +45,8 @@ exactly-once, where the sink stores it); a waiting onward change is judged again
 the partition moved from there. What this gate persists carries a ChangeMark (the change id, target and origin);
 a change whose partition arrives carrying its mark (or a later change's) was persisted before by a process
 whose host died before recording it: it is reported as applied where the mark says (or superseded), never
-applied again. A raw librdkafka constant (OFFSET_BEGINNING, -2, for an exactly-once partition the sink stores
+applied again. A mark is believed only when it is this stream's and authentic (change_marks.MarkKey, checked
+by whoever reads the commit): a foreign one reaches the gate as no mark at all. A raw librdkafka constant (OFFSET_BEGINNING, -2, for an exactly-once partition the sink stores
 nothing of) is a start the gate hands to the consumer, never a position or a previous offset it reports.
 """
 from __future__ import annotations
@@ -83,7 +84,6 @@ class _Move:
     reason: str | None = None
     retry_at: float = 0.0
     onward: bool = False          # never a move back (see the module docstring)
-    requested_at: float = 0.0     # epoch seconds (a change mark older than this is not about this change)
     note: str | None = None       # why the move went elsewhere than its target (reported when persisted)
 
 
@@ -93,15 +93,16 @@ class _Partition:
     position: int | None = None   # the next offset the stream delivers, when known
     settled: bool = False         # its start is decided (explicit offset, or a message delivered)
     expect: tuple[int, int | None] | None = None   # after a move: (target, origin) until the first delivery
+    mark: ChangeMark | None = None   # the last change of this stream persisted on it, as its commit says (ours only)
 
 
 class OffsetGate:
     def __init__(self, port: ConsumerPort, report: Callable[[GateEvent], None], *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time):
-        self._port, self._report, self._clock, self._wall = port, report, clock, wall
+                 clock: Callable[[], float] = time.monotonic):
+        self._port, self._report, self._clock = port, report, clock
         self._moves: dict[PartitionKey, _Move] = {tp: _Move(p.change_id, tp, p.offset, MoveState.WAITING,
-                                                             onward=p.onward, requested_at=p.requested_at)
+                                                             onward=p.onward)
                                                    for tp, p in (pending or {}).items()}
         self._assigned: dict[PartitionKey, _Partition] = {}
         self._lock = threading.Lock()   # guards the views other threads read (snapshot)
@@ -161,12 +162,16 @@ class OffsetGate:
             old = self._moves.get(tp)
             if old is not None:
                 self._finish(old, MoveState.SUPERSEDED)
-            move = _Move(change_id, tp, offset, onward=tp in onward, requested_at=self._wall())
+            move = _Move(change_id, tp, offset, onward=tp in onward)
             with self._lock:
                 self._moves[tp] = move
             self._emit(move)
             self._to(move, MoveState.WAITING)
-            if tp in self._assigned:
+            part = self._assigned.get(tp)
+            if part is not None and part.mark is not None and part.mark.about(change_id):
+                # another task of the stream persisted it (or a later change) before this call reached this one
+                self._persisted_before(move, part.mark)
+            elif part is not None:
                 ready.append(move)
         self._apply(ready)
 
@@ -183,32 +188,30 @@ class OffsetGate:
         never applied again."""
         for tp, seen in committed.items():
             move = self._moves.get(tp)
-            if move is not None and seen.mark is not None and seen.mark.about(move.change_id, move.requested_at):
+            if move is not None and seen.mark is not None and seen.mark.about(move.change_id):
                 self._persisted_before(move, seen.mark)
-
-    def waiting_on(self, tps: Iterable[PartitionKey]) -> list[PartitionKey]:
-        """Those of `tps` a change waits for: the partitions whose committed offset on_assign needs."""
-        return [tp for tp in tps if tp in self._moves]
 
     def on_assign(self, starts: Mapping[PartitionKey, int | None],
                   committed: Mapping[PartitionKey, Committed] | None = None) -> dict[PartitionKey, int | None]:
         """Partitions arrive: the offset each is to be assigned at (a waiting change's target, else `starts`'s:
         None for where the group resumes, a raw constant such as OFFSET_BEGINNING passed through). `committed`:
-        the group's committed offset and change mark of the partitions a change waits for (waiting_on()) and of
-        those assigned where the group resumes (None): where they stand. Call after_assign() once the consumer
-        has them."""
+        the group's committed offset and change mark (ours only) of every partition assigned: where those
+        assigned where the group resumes (None) stand, and which change of this stream was persisted last on
+        each (a call that reaches this task after another task applied it is recorded, not applied again).
+        Call after_assign() once the consumer has them."""
         out: dict[PartitionKey, int | None] = {}
         self._assign_origins = {}
         committed = committed or {}
         with self._lock:
             for tp, start in starts.items():
                 known = start if start is not None and start >= 0 else None
-                where = known if known is not None or start is not None else committed.get(tp, Committed()).offset
-                self._assigned[tp] = _Partition(position=where, settled=known is not None)
+                seen = committed.get(tp, Committed())
+                where = known if known is not None or start is not None else seen.offset
+                self._assigned[tp] = _Partition(position=where, settled=known is not None, mark=seen.mark)
         for tp, start in starts.items():
             move = self._moves.get(tp)
             seen = committed.get(tp, Committed())
-            if move is not None and seen.mark is not None and seen.mark.about(move.change_id, move.requested_at):
+            if move is not None and seen.mark is not None and seen.mark.about(move.change_id):
                 self._persisted_before(move, seen.mark)
                 move = None
             if move is not None:
@@ -218,7 +221,8 @@ class OffsetGate:
                 self._to(move, MoveState.MOVED)
                 self._assign_origins[tp] = origin
                 with self._lock:
-                    self._assigned[tp] = _Partition(position=move.offset, settled=True, expect=(move.offset, None))
+                    self._assigned[tp] = _Partition(position=move.offset, settled=True, expect=(move.offset, None),
+                                                    mark=seen.mark)
                 out[tp] = move.offset
             else:
                 out[tp] = start
@@ -329,7 +333,7 @@ class OffsetGate:
         if not moved:
             return
         error = self._port.persist({move.tp: move.offset for move, _ in moved},
-                                   {move.tp: ChangeMark(move.change_id, move.offset, origin, self._wall())
+                                   {move.tp: ChangeMark(move.change_id, move.offset, origin)
                                     for move, origin in moved})
         for index, (move, origin) in enumerate(moved):
             if error is not None:
@@ -346,6 +350,7 @@ class OffsetGate:
             move.reason = move.note   # PERSISTED: why it went elsewhere than its target, if it did
             if move.tp in self._assigned:
                 self._undelivered[move.tp] = self._clock() + EARLY_DELIVERY_S
+                self._assigned[move.tp].mark = ChangeMark(move.change_id, move.offset, origin)
             self._to(move, MoveState.PERSISTED, previous=origin, more=index < len(moved) - 1)
             self._finish(move, MoveState.RECORDED)
 

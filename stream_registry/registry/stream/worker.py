@@ -47,7 +47,7 @@ from ...model import (
 )
 from .assignment import Assignment
 from .batch_writer import BatchWriter
-from .change_marks import ChangeMark
+from .change_marks import ChangeMark, MarkKey
 from .group_commits import GroupCommits
 from .health import Health
 from .offset_gate import OffsetGate
@@ -83,7 +83,7 @@ class StreamWorker:
 
     def __init__(self, config: StreamConfig, transformation: Callable, sink, *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None, events: StreamEvents | None = None,
-                 retry: RetryPolicy = DEFAULT_RETRY):
+                 retry: RetryPolicy = DEFAULT_RETRY, marks: MarkKey | None = None):
         self.config = config
         self._sink = sink
         events = events or StreamEvents()
@@ -98,7 +98,8 @@ class StreamWorker:
         self.health = Health(config.name, events, lambda: ctx.consumer().list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S),
                              ctx.redact)
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
-                                    in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact)
+                                    in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
+                                    mark_key=marks)
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)

@@ -1,0 +1,166 @@
+"""A registered stream run as a Structured Streaming query: the engine seam's StreamRunner for Spark
+(stream_registry/registry/runners/engine.py says what an engine is).
+
+The registry keeps the stream's definition, history and control calls; this runner starts the query
+(spark_bridge.stream_query) and turns the control calls into the control channel's (stream_control):
+- `request_offsets` queues the change; it is applied when the first micro-batch of its epoch is planned from
+  the target, and the reader's answer comes back as GateEvents (PERSISTED per partition, SUPERSEDED where a
+  later change of the same micro-batch moved it);
+- `cancel_pending` withdraws the changes the reader has not taken; a taken one will be applied and is not
+  reported cancelled;
+- a query that fails is the stream's error (on_status ERROR with Spark's message).
+
+    engines={"spark": spark_engine(spark_session, work_dir, state_dir)}
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from stream_registry.config import Delivery
+from stream_registry.model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
+from stream_registry.registry.runners.engine import RunRequest
+
+from .job import Loading, decoding_of
+from .micro_batch import StreamWriting
+from .stream_control import ControlChannel
+from .stream_offsets import StreamOffset
+from .stream_query import StreamQuery, progress, start_stream_query
+
+WATCH_S = 0.1
+
+
+def spark_engine(spark, work_dir: str | Path, state_dir: str | Path | None = None) -> Callable[[RunRequest], SparkRunner]:
+    """The engine factory: each stream's checkpoint and control directory under `work_dir/<name>/`."""
+    return lambda request: SparkRunner(request, spark, Path(work_dir) / request.config.name, state_dir)
+
+
+class SparkRunner:
+    def __init__(self, request: RunRequest, spark, directory: Path, state_dir: str | Path | None = None):
+        self.request, self.spark, self.config = request, spark, request.config
+        self.channel = ControlChannel(directory / "control")
+        self.checkpoint = str(directory / "checkpoint")
+        self.state_dir = state_dir
+        self.pending = dict(request.pending())
+        self.pid, self.pids, self.restarts = None, (), 0
+        self.stopping = False
+        self.query = None
+        self._open: dict[int, frozenset[PartitionKey]] = {}   # change id -> its partitions, not yet answered
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.query is not None and self.query.isActive
+
+    def start(self, timeout: float = 30.0) -> None:
+        by_change: dict[int, dict[PartitionKey, int]] = {}
+        for tp, move in self.pending.items():
+            by_change.setdefault(move.change_id or 0, {})[tp] = move.offset
+        for change_id, offsets in sorted(by_change.items()):
+            self.request_offsets(change_id, offsets)
+        self.query = start_stream_query(self.spark, self._query())
+        self._thread = threading.Thread(target=self._watch, name=f"spark-{self.config.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> str | None:
+        self.stopping = True
+        self._stop.set()
+        if self.query is not None:
+            self.query.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return None
+
+    def snapshot(self) -> WorkerSnapshot:
+        last: dict = (self.query.lastProgress or {}) if self.query is not None else {}
+        sources = last.get("sources") or [{}]
+        end = sources[0].get("endOffset")
+        positions = StreamOffset.from_json(end if isinstance(end, dict) else _json(end)).next if end else {}
+        return WorkerSnapshot(assigned=frozenset(positions), positions=dict(positions))
+
+    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+        with self._lock:
+            self._open[change_id] = frozenset(offsets)
+        self.channel.request(change_id, offsets)
+
+    def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
+        cancelled = []
+        with self._lock:
+            for change_id, tps in sorted(self._open.items()):
+                if (up_to is None or change_id <= up_to) and self.channel.cancel(change_id):
+                    del self._open[change_id]
+                    cancelled += [GateEvent(change_id=change_id, topic=t, partition=p, offset=-1,
+                                            state=MoveState.CANCELLED) for t, p in sorted(tps)]
+        return cancelled
+
+    def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
+        pass
+
+    def rss_bytes(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def progress(self) -> dict:
+        return progress(self.query) if self.query is not None else {}
+
+    # -- internals -------------------------------------------------------------------------------------
+    def _query(self) -> StreamQuery:
+        c = self.config
+        exactly_once = c.delivery == Delivery.EXACTLY_ONCE
+        source = {"kafka.bootstrap.servers": c.bootstrap.text, "kafka.group.id": c.group_id,
+                  "subscribe": ",".join(c.topics), "controlDir": str(self.channel.dir),
+                  "maxOffsetsPerTrigger": str(c.batch_size * 8),
+                  **{f"kafka.{k}": str(v) for k, v in c.kafka_settings().items() if k not in ("group.id",)}}
+        if exactly_once:
+            source.update(resumeFrom="graph", sink=c.sink, sinkStream=c.name)
+            if self.state_dir is not None:
+                source.update(stream=c.name, stateDir=str(self.state_dir))
+        else:
+            source.update(resumeFrom="group", startingOffsets="earliest")
+        loading = Loading(c.transform, (), c.sink, c.sink_credentials(), c.batch_size,
+                          decoding=decoding_of(c), transform_options=dict(c.transform_options))
+        return StreamQuery(source, StreamWriting(loading, c.name, exactly_once), self.checkpoint, c.name)
+
+    def _watch(self) -> None:
+        events, running = self.request.events, False
+        while not self._stop.wait(WATCH_S):
+            query = self.query
+            if query is None:
+                continue
+            if not query.isActive:
+                error = query.exception()
+                if error is not None and not self.stopping:
+                    events.on_status(StreamStatus.ERROR, f"spark: the query failed: {error}")
+                return
+            if not running:      # the query runs (start_stream_query returned once Spark started it)
+                running = True
+                events.on_status(StreamStatus.RUNNING, None)
+            self._report_answers()
+
+    def _report_answers(self) -> None:
+        with self._lock:
+            open_changes = dict(self._open)
+        for change_id in sorted(open_changes):
+            answer = self.channel.applied(change_id)
+            if answer is None:
+                continue
+            rows = sorted(answer.partitions.items())
+            for i, ((topic, partition), (status, offset, previous)) in enumerate(rows):
+                state = MoveState.SUPERSEDED if status in ("superseded", "gone") else MoveState.PERSISTED
+                self.request.events.on_change(GateEvent(
+                    change_id=change_id, topic=topic, partition=partition, offset=offset if offset is not None else -1,
+                    state=state, previous_offset=previous, more=i < len(rows) - 1))
+            with self._lock:
+                self._open.pop(change_id, None)
+
+
+def _json(text) -> dict:
+    import json
+
+    return json.loads(text) if isinstance(text, str) else dict(text)

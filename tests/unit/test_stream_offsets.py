@@ -1,0 +1,56 @@
+"""The streaming source's offsets and options: admission control per micro-batch, epochs in the JSON Spark
+checkpoints, and the streaming options' errors (each names its option and changes nothing)."""
+from __future__ import annotations
+
+import pytest
+
+from spark_bridge.source_options import parse_source_options
+from spark_bridge.stream_offsets import Move, StreamOffset, admit, plan_next, ranges_between
+from stream_registry.errors import ConfigError
+from stream_registry.model import PartitionKey
+
+A, B = PartitionKey("t", 0), PartitionKey("t", 1)
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+
+
+def test_admission_shares_max_rows_fairly_and_never_exceeds_it():
+    assert admit({A: 100, B: 3}, 20) == {A: 17, B: 3}     # the small one takes all it has, the rest is split
+    assert admit({A: 100, B: 100}, 21) == {A: 10, B: 11} or admit({A: 100, B: 100}, 21) == {A: 11, B: 10}
+    assert admit({A: 5, B: 0}, None) == {A: 5, B: 0}
+    assert sum(admit({A: 7, B: 9}, 4).values()) == 4
+
+
+def test_a_change_opens_an_epoch_whose_first_batch_reads_from_the_target():
+    start = StreamOffset(0, {A: 50, B: 50})
+    end = plan_next(start, {A: (0, 60), B: (0, 60)}, [Move(7, 3, {A: 10})], max_rows=30)
+    assert (end.epoch, end.changes, dict(end.origin)) == (3, (7,), {A: 10})
+    assert StreamOffset.from_json(end.to_json()) == end
+    assert [(r.partition, r.from_offset, r.until_offset) for r in ranges_between(start, end)] == \
+        [(0, 10, 10 + end.next[A] - 10), (1, 50, end.next[B])]
+    assert sum(r.size for r in ranges_between(start, end)) == 30
+    after = plan_next(end, {A: (0, 60), B: (0, 60)})
+    assert after.epoch == 3 and not after.origin and ranges_between(end, after)[0].from_offset == end.next[A]
+    clamped = plan_next(start, {A: (20, 60), B: (0, 60)}, [Move(8, 4, {A: 5, B: 99})])
+    assert clamped.origin == {A: 20, B: 60} and clamped.clamped == {A, B}
+    assert plan_next(after, {A: (0, after.next[A]), B: (0, after.next[B])}) is after   # nothing new: no batch
+
+
+@pytest.mark.parametrize("options, error", [
+    ({}, r"^controlDir: required for a streaming read"),
+    ({"controlDir": "/c", "resumeFrom": "nowhere"}, r"^resumeFrom: expected one of checkpoint, group, graph, "
+                                                    r"got 'nowhere'"),
+    ({"controlDir": "/c", "resumeFrom": "graph"}, r"^sink: resumeFrom=graph needs sink .* and sinkStream"),
+    ({"controlDir": "/c", "endingOffsets": "latest"}, r"^endingOffsets: not for a streaming read"),
+    ({"controlDir": "/c", "maxOffsetsPerTrigger": "0"}, r"^maxOffsetsPerTrigger: expected a positive integer"),
+    ({"controlDir": "/c", "sink": "ftp://x"}, r"^sink: "),
+])
+def test_streaming_options_errors_name_the_option(options, error):
+    with pytest.raises(ConfigError, match=error):
+        parse_source_options({**BASE, **options}, streaming=True)
+
+
+def test_streaming_options_parse():
+    parsed = parse_source_options({**BASE, "controlDir": "/c", "startingOffsets": "latest", "resumeFrom": "graph",
+                                   "sink": "null://", "sinkStream": "s", "maxOffsetsPerTrigger": "9"}, streaming=True)
+    assert (parsed.control_dir, parsed.resume_from, parsed.sink, parsed.sink_stream,
+            parsed.max_offsets_per_trigger) == ("/c", "graph", "null://", "s", 9)
