@@ -25,7 +25,8 @@ from stream_registry.sandbox import WRITE_PATHS_ENV
 
 from ..soak_transform import REFUSAL_MARKER
 from .evidence import Call, changes_for, logical_positions, with_cuts
-from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu, SecondMember
+from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu
+from .members import SecondMember
 from .oracle import Verdict, _ranges, check_partition, read_journal, read_sink
 from .plan import BENCH, BOLT_URI, BROKERS, PARTITIONS, STANDIN_DIR, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
@@ -258,12 +259,12 @@ class Soak(FaultMenu):
                     return True, ends
                 if time.monotonic() >= next_report:
                     next_report += 10
-                    self.event("catching_up", behind=self._behind(ends, committed, rows))
+                    self.event("catching_up", behind=behind_of(ends, committed, rows))
                 time.sleep(0.5)
         finally:
             for reader in readers.values():
                 reader.close()
-        behind = self._behind(ends, committed, rows)
+        behind = behind_of(ends, committed, rows)
         try:
             statuses = {i.name: (i.status.value, i.error) for i in self.client.list()}
         except StreamError as exc:
@@ -272,15 +273,6 @@ class Soak(FaultMenu):
         self.say(f"soak: catch-up timed out after {CATCH_UP_TIMEOUT_S:g} s; behind (committed, log end, held by "
                  f"the stream per describe): {behind}; streams: {statuses}")
         return False, ends
-
-    @staticmethod
-    def _behind(ends: dict, committed: dict, rows: dict) -> dict:
-        out = {}
-        for tp, end in sorted(ends.items()):
-            held = getattr(rows.get(tp), "assigned", None)
-            if committed.get(tp) != end or held is False:
-                out[f"{tp[0]}:{tp[1]}"] = (committed.get(tp), end, held)
-        return out
 
     def final_history(self) -> None:
         self.observe()
@@ -350,3 +342,13 @@ def _touched(*paths) -> list[str]:
     for path in paths:
         open(path, "a").close()
     return [str(path) for path in paths]
+
+
+def behind_of(ends: dict, committed: dict, rows: dict) -> dict:
+    """The partitions not caught up: `topic:partition` -> (committed, log end, held by the stream per describe)."""
+    out = {}
+    for tp, end in sorted(ends.items()):
+        held = getattr(rows.get(tp), "assigned", None)
+        if committed.get(tp) != end or held is False:
+            out[f"{tp[0]}:{tp[1]}"] = (committed.get(tp), end, held)
+    return out
