@@ -53,7 +53,8 @@ CHECK_TIMEOUT_MS = 20_000    # a preview reads and transforms within this (a Bol
 StatusRecord = mgp.Record(name=str, status=str)
 OPTION_KEYS = ("delivery", "errors.tolerance", "errors.deadletterqueue.topic.name",
                "errors.deadletterqueue.context.headers.enable", "bolt_unwind", "tasks", "on_data_loss",
-               "check_sink", "key.format", "value.format", "schema.registry.url", "transform.options")
+               "check_sink", "key.format", "value.format", "schema.registry.url", "transform.options",
+               "engine", "spark.remote", "spark.master")
 
 
 def _token() -> str:

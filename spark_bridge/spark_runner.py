@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from stream_registry.config import Delivery
+from stream_registry.config import Delivery, StreamConfig
 from stream_registry.model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
 from stream_registry.registry.runners.engine import RunRequest
 
@@ -33,12 +33,22 @@ WATCH_S = 0.1
 
 def spark_engine(spark, work_dir: str | Path, state_dir: str | Path | None = None) -> Callable[[RunRequest], SparkRunner]:
     """The engine factory: each stream's checkpoint and control directory under `work_dir/<name>/`."""
-    return lambda request: SparkRunner(request, spark, Path(work_dir) / request.config.name, state_dir)
+    return spark_engine_of(lambda config: spark, work_dir, state_dir)
+
+
+def spark_engine_of(session_of: Callable[[StreamConfig], object], work_dir: str | Path,
+                    state_dir: str | Path | None = None) -> Callable[[RunRequest], SparkRunner]:
+    """The engine factory with each stream's session got when it starts (`session_of(config)`: `mgstreams serve`
+    starts a local session or connects to spark.remote only when a Spark stream first runs)."""
+    return lambda request: SparkRunner(request, lambda: session_of(request.config),
+                                       Path(work_dir) / request.config.name, state_dir)
 
 
 class SparkRunner:
     def __init__(self, request: RunRequest, spark, directory: Path, state_dir: str | Path | None = None):
-        self.request, self.spark, self.config = request, spark, request.config
+        """`spark`: the session, or a function giving it when the query starts."""
+        self.request, self.config = request, request.config
+        self._session = spark if callable(spark) and not hasattr(spark, "readStream") else (lambda: spark)
         self.channel = ControlChannel(directory / "control")
         self.checkpoint = str(directory / "checkpoint")
         self.state_dir = state_dir
@@ -61,7 +71,7 @@ class SparkRunner:
             by_change.setdefault(move.change_id or 0, {})[tp] = move.offset
         for change_id, offsets in sorted(by_change.items()):
             self.request_offsets(change_id, offsets)
-        self.query = start_stream_query(self.spark, self._query())
+        self.query = start_stream_query(self._session(), self._query())
         self._thread = threading.Thread(target=self._watch, name=f"spark-{self.config.name}", daemon=True)
         self._thread.start()
 

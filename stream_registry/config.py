@@ -18,6 +18,7 @@ from .errors import ConfigError
 from .formats import REGISTRY_CREDENTIAL_PREFIX, check_formats
 from .graph.sinks.schemes import parse_sink_uri
 from .redaction import mask_all, mask_secrets, redact, redact_error, secret_values
+from .stream_engine import HOST, check_engine
 from .stream_tasks import check_tasks
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")    # \Z, not $: "a\n" is no name
@@ -85,6 +86,7 @@ OPTION_FIELDS = {
     "transform.options": "transform_options",
     "on_data_loss": "on_data_loss",
     "check_sink": "check_sink",
+    "engine": "engine", "spark.remote": "spark_remote", "spark.master": "spark_master",   # stream_engine.py
 }
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance,
                 "on_data_loss": DataLossPolicy}
@@ -101,6 +103,7 @@ _NOT_ALTERABLE = {
     "consumer_group": "it holds the stream's committed offsets",
     "delivery": "an exactly-once stream resumes from the offsets its sink stores, an at-least-once one from "
                 "its Kafka commits, so a switch would move every partition",
+    **dict.fromkeys(("engine", "spark_remote", "spark_master"), "a Spark stream's query keeps its own checkpoint"),
 }
 
 @dataclass(frozen=True)
@@ -128,6 +131,9 @@ class StreamConfig:
     transform_options: Mapping[str, Any] = field(default_factory=dict)   # fn(messages, options=...)
     on_data_loss: DataLossPolicy = DataLossPolicy.CONTINUE
     check_sink: bool = True      # create (and an alter of the sink) connects and logs in to a Bolt sink first
+    engine: str = HOST           # what runs it, host or spark, and where a Spark query runs: stream_engine.py
+    spark_remote: str | None = None
+    spark_master: str | None = None
 
     def __post_init__(self) -> None:
         """Normalise the containers; a value of the wrong kind is refused here, naming the field."""
@@ -328,6 +334,7 @@ class StreamConfig:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
         parse_sink_uri(self.sink, check_hosts=True)   # the parser and the allowlist the stream opens it with
         check_tasks(self.tasks, self.sink, self.delivery)
+        check_engine(self.engine, self.spark_remote, self.spark_master, self.tasks)
         self._validate_configs()
         for key, value in self.credentials.items():
             if not isinstance(key, str) or not key:

@@ -171,6 +171,8 @@ class StreamInfo:
     records_lost: int = 0              # records that left the log before the stream read them (history rows `lost`)
     records_lost_unacknowledged: int = 0   # of those, not acknowledged by an operator yet (acknowledge_loss)
     cluster_unreachable_since: datetime | None = None   # its running consumer finds no broker answering, since
+    engine: str = "host"               # what runs it (stream_engine.py): host, or spark (a Structured Streaming query)
+    spark: Mapping[str, Any] | None = None   # a running Spark stream's query: id, last batch id, rows/s, batch time
 
 
 # -- offsets: reports, history, pending changes, previews ----------------------------------------------

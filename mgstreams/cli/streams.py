@@ -78,6 +78,9 @@ def _split_options(configs: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
                    "schema.registry.url, transform.options as JSON) (repeatable).")
 @click.option("--tasks", type=int, default=None, metavar="N",
               help="Member processes of the stream's consumer group, 1 to 32 (default 1).")
+@click.option("--engine", type=click.Choice(["host", "spark"]), default=None,
+              help="What runs it: host (the host's own processes, the default) or spark (a Structured Streaming "
+                   "query; --config spark.master=local[N] or spark.remote=sc://HOST:PORT, default local[*]).")
 @click.option("--start", "start_now", is_flag=True, help="Start the stream once it is created.")
 @click.option("--no-check-sink", "no_check_sink", is_flag=True,
               help="Do not connect to a Bolt sink at create (a Memgraph that is not up yet); the stream's start "
@@ -85,7 +88,7 @@ def _split_options(configs: dict[str, str]) -> tuple[dict[str, Any], dict[str, s
 @json_option
 def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform: str | None, sink: str | None,
            consumer_group: str | None, batch_size: int | None, batch_interval_ms: int | None,
-           configs: dict[str, str], tasks: int | None, start_now: bool, no_check_sink: bool,
+           configs: dict[str, str], tasks: int | None, engine: str | None, start_now: bool, no_check_sink: bool,
            as_json: bool) -> None:
     """Create stream NAME on the host (POST /streams), as `CALL streams.create(...)` does.
 
@@ -94,7 +97,8 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
     the API or Cypher for them."""
     fields: dict[str, Any] = {"name": name, "topics": list(topics), "bootstrap_servers": bootstrap_servers}
     for key, value in (("transform", transform), ("sink", sink), ("consumer_group", consumer_group),
-                       ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("tasks", tasks)):
+                       ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("tasks", tasks),
+                       ("engine", engine)):
         if value is not None:
             fields[key] = value
     options, kafka_configs = _split_options(configs)

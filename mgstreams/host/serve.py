@@ -43,6 +43,7 @@ from .api import Limits, create_app
 from .boundary import SERVER_NAMES_ENV
 from .connections import MAX_CONNECTIONS_ENV, guarded_protocol
 from .entry import PAGE
+from .spark_streams import spark_engines
 
 log = logging.getLogger("mgstreams.host")
 
@@ -224,8 +225,9 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     own_transformations = transform_dirs.allow_own_dir(state_dir)   # before a stream process is spawned
     sandbox_warning = start_sandbox(state_dir)   # after: the children read the own directory
     with Shutdown() as shutdown:
+        engines, unavailable = spark_engines(state_dir)   # engine: spark, when pyspark is here
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
-                                  group_policy=group_policy,
+                                  group_policy=group_policy, engines=engines, unavailable_engines=unavailable,
                                   holder=f"`mgstreams serve` (pid {os.getpid()} on {socket.gethostname()})")
         lag = None
         try:

@@ -61,7 +61,7 @@ from .host.stream_info import info_of
 from .host.stream_table import StreamEntry, StreamTable
 from .runners.caps import caps_from_env
 from .runners.engine import Engine
-from .runners.engines import KAFKA, Engines
+from .runners.engines import Engines, engine_of_config
 from .runners.restarts import DEFAULT_RESTART_BACKOFF, RestartBackoff
 from .runners.runner import Isolation
 from .state.change_sets import ChangeSets
@@ -84,7 +84,8 @@ class StreamRegistry:
                  isolation: Isolation = Isolation.THREAD, restart_backoff: RestartBackoff = DEFAULT_RESTART_BACKOFF,
                  group_policy: GroupPolicy = DEFAULT_GROUP_POLICY, caps: StreamCaps | None = None,
                  engines: Mapping[str, Engine] | None = None,
-                 engine_of: Callable[[StreamConfig], str] = lambda config: KAFKA):
+                 engine_of: Callable[[StreamConfig], str] = engine_of_config,
+                 unavailable_engines: Mapping[str, str] | None = None):
         caps = caps if caps is not None else caps_from_env()   # a bad cap variable (model.StreamCaps) stops us before the lock
         self._dir_lock = StateLock(state_dir, holder or f"pid {os.getpid()} on {socket.gethostname()}")
         try:
@@ -100,8 +101,8 @@ class StreamRegistry:
         self._positions = StreamPositions(self._store.pending, self._output_policy)
         self._table = StreamTable(self._open_query, self._check_config)
         self._streams = self._table.streams   # name -> StreamEntry (tests read it)
-        self._lifecycle = Lifecycle(self._table, self._store, self._changes,
-                                    Engines(self._isolation, engines, engine_of), group_policy=group_policy,
+        self._engines = Engines(self._isolation, engines, engine_of, unavailable_engines)
+        self._lifecycle = Lifecycle(self._table, self._store, self._changes, self._engines, group_policy=group_policy,
                                     caps=caps, backoff=restart_backoff, stop_timeout=stop_timeout, retry=retry,
                                     processes=self._isolation == Isolation.PROCESS, output=self._output_policy)
         self._definitions = Definitions(self._table, self._store, self._changes, self._positions, self._lifecycle,
@@ -268,11 +269,13 @@ class StreamRegistry:
         return info_of(stream, self._store, self._changes)
 
     def _admit(self, config: StreamConfig, before: StreamConfig | None) -> None:
+        self._engines.check(config)   # an engine this host lacks (no pyspark) is refused at create, naming why
         admit(config, before, self._isolation, self._output_policy, self._open_query)
 
     def _check_config(self, config: StreamConfig) -> None:
         config.validate()
         self._group_policy.check(config)
+        self._engines.check(config)
 
     def _output_policy(self) -> OutputPolicy:
         """Where this registry's file sinks may write: $MGSTREAMS_OUTPUT_DIRS, else <state dir>/output."""

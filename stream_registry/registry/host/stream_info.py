@@ -6,6 +6,7 @@ import time
 from ...config import ErrorsTolerance
 from ...model import ChangeStatus, StreamInfo, StreamStatus
 from ...redaction import mask_all
+from ...stream_engine import DEFAULT_MASTER, SPARK
 from ..state.change_sets import ChangeSets
 from ..state.state_store import StateStore
 from .starting import restarting_detail, starting_detail
@@ -38,4 +39,14 @@ def info_of(stream: StreamEntry, store: StateStore, changes: ChangeSets) -> Stre
                       if stream.status == StreamStatus.STARTING and runner else None,
                       tasks=c.tasks, pids=tuple(runner.pids) if runner else (),
                       cluster_unreachable_since=stream.outage_since if runner else None,
+                      engine=c.engine, spark=_spark_of(runner, c),
                       **changes.lost_counts(c.name))
+
+
+def _spark_of(runner, config) -> dict | None:
+    """A Spark stream's query as its runner reports it (spark_bridge.stream_query.progress), and where it runs."""
+    if config.engine != SPARK:
+        return None
+    progress = getattr(runner, "progress", None)
+    return {"remote": config.spark_remote, "master": (config.spark_master or DEFAULT_MASTER) if config.spark_remote is None else None,
+            **(progress() if callable(progress) else {})}

@@ -4,7 +4,9 @@ The built-in engine, "kafka", runs a stream's confluent-kafka consumer on a
 poll thread of this process (Isolation.THREAD: embedding, tests) or in a child
 process of its own (Isolation.PROCESS: the stream host), and a stream of
 `tasks: N` as N of those under one TaskRunner. Others are handed in by the
-application with the name a stream's config selects (`engine_of`).
+application with the name a stream's config selects (`engine_of`; by default its `engine`, the host's own
+being "kafka"), or named unavailable with the reason (`unavailable`: `spark` where pyspark is not installed):
+a stream whose engine this registry lacks is refused at create, naming why.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import replace
 
 from ...config import StreamConfig
 from ...errors import ConfigError
+from ...stream_engine import HOST
 from ...stream_tasks import task_sink
 from .engine import Engine, RunRequest, StreamRunner
 from .runner import Isolation, ThreadRunner
@@ -46,18 +49,29 @@ def kafka_engine(isolation: Isolation) -> Engine:
     return run
 
 
+def engine_of_config(config: StreamConfig) -> str:
+    """The engine a stream's `engine` names: "kafka" for the host's own."""
+    return KAFKA if config.engine == HOST else config.engine
+
+
 class Engines:
     """The engines a registry runs streams with, by name, and which one a stream's config selects."""
 
     def __init__(self, isolation: Isolation, extra: Mapping[str, Engine] | None = None,
-                 engine_of: Callable[[StreamConfig], str] = lambda config: KAFKA):
+                 engine_of: Callable[[StreamConfig], str] = engine_of_config,
+                 unavailable: Mapping[str, str] | None = None):
         self._engines: dict[str, Engine] = {KAFKA: kafka_engine(isolation), **(extra or {})}
         self._engine_of = engine_of
+        self._unavailable = dict(unavailable or {})
+
+    def check(self, config: StreamConfig) -> None:
+        """ConfigError naming `engine` and why unless this registry has the engine the stream selects."""
+        name = self._engine_of(config)
+        if name not in self._engines:
+            why = self._unavailable.get(name) or f"known here: {', '.join(sorted(self._engines))}"
+            raise ConfigError(f"engine: {config.engine!r} cannot run on this host ({why})")
 
     def runner(self, request: RunRequest) -> StreamRunner:
         """A new runner for the stream, not started."""
-        name = self._engine_of(request.config)
-        engine = self._engines.get(name)
-        if engine is None:
-            raise ConfigError(f"engine: no engine named {name!r} here (known: {', '.join(sorted(self._engines))})")
-        return engine(request)
+        self.check(request.config)
+        return self._engines[self._engine_of(request.config)](request)
