@@ -4,6 +4,7 @@ runners of its own kind, and a name this host does not have is refused naming th
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
@@ -44,5 +45,17 @@ def test_an_engine_handed_in_by_name_runs_the_streams_its_config_selects():
 
 def test_an_engine_this_host_lacks_is_refused_naming_it_and_the_known_ones():
     engines = Engines(Isolation.THREAD, {"query": lambda req: None}, engine_of=lambda config: "spark")
-    with pytest.raises(ConfigError, match=r"^engine: no engine named 'spark' here \(known: kafka, query\)$"):
+    with pytest.raises(ConfigError, match=r"^engine: 'spark' cannot run on this host \(known here: kafka, query\)$"):
         engines.runner(request())
+
+
+def test_a_streams_engine_field_selects_its_engine_and_one_named_unavailable_is_refused_saying_why():
+    spark = replace(request().config, engine="spark")
+    made = []
+    engines = Engines(Isolation.THREAD, {"spark": lambda req: made.append(req) or "a query runner"})
+    assert engines.runner(replace(request(), config=spark)) == "a query runner"
+    assert isinstance(engines.runner(request()), ThreadRunner)   # engine: host is the built-in one
+    lacking = Engines(Isolation.THREAD, unavailable={"spark": "pyspark is not installed here"})
+    with pytest.raises(ConfigError, match=r"^engine: 'spark' cannot run on this host \(pyspark is not installed here\)$"):
+        lacking.check(spark)
+    lacking.check(request().config)

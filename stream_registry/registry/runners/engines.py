@@ -69,7 +69,7 @@ class Engines:
         name = self._engine_of(config)
         if name not in self._engines:
             why = self._unavailable.get(name) or f"known here: {', '.join(sorted(self._engines))}"
-            raise ConfigError(f"engine: {config.engine!r} cannot run on this host ({why})")
+            raise ConfigError(f"engine: {name!r} cannot run on this host ({why})")
 
     def runner(self, request: RunRequest) -> StreamRunner:
         """A new runner for the stream, not started."""
