@@ -92,11 +92,26 @@ def process_line(info) -> str:
     if info.tasks > 1:   # `tasks 2, pids 4242 4243, rss ...`
         where = f"tasks {info.tasks}, " + where.replace(f"pid {info.pid}", "pids " + " ".join(map(str, info.pids))
                                                         if info.pids else "no process", 1)
+    if info.engine == "spark":   # `spark query 1f0c…, batch 12, input 410 rows/s, processed 395 rows/s, batch 920 ms`
+        where = spark_line(info.spark or {})
     poison = f", dead-lettered {info.dead_lettered}, skipped {info.skipped}" if info.errors_tolerance == "all" else ""
     if info.records_lost:
         poison += f", records lost {info.records_lost} ({info.records_lost_unacknowledged} not acknowledged)"
     return f"stream {info.name} {info.status.value}, {where}, restarts {info.restarts}{poison}" + \
         (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")
+
+
+def spark_line(spark) -> str:
+    """Where a Spark stream's query stands: its id, last batch and rates (describe shows them all with --json)."""
+    if not spark.get("query_id"):
+        return f"spark {spark.get('remote') or spark.get('master')}, no query"
+
+    def rate(key: str) -> str:
+        value = spark.get(key)
+        return "-" if value is None else f"{value:.0f}"
+    return (f"spark query {spark['query_id']}, batch {spark.get('last_batch_id')}, input "
+            f"{rate('input_rows_per_second')} rows/s, processed {rate('processed_rows_per_second')} rows/s, batch "
+            f"{rate('batch_duration_ms')} ms")
 
 
 def utc_text(moment: datetime.datetime) -> str:

@@ -52,3 +52,22 @@ def test_the_url_used_is_the_one_parsed_and_the_engine_cannot_be_altered():
     with pytest.raises(ConfigError, match=r"^engine: cannot be altered \(a Spark stream's query keeps its own "
                                           r"checkpoint\)"):
         config().altered({"engine": "spark"})
+
+
+def test_without_pyspark_the_host_refuses_a_spark_stream_at_create_naming_why(tmp_path, monkeypatch):
+    import importlib.util
+
+    from mgstreams.host import spark_streams
+    from stream_registry import StreamRegistry
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a))
+    engines, unavailable = spark_streams.spark_engines(tmp_path)
+    assert engines == {} and unavailable == {"spark": spark_streams.NO_PYSPARK}
+    registry = StreamRegistry(tmp_path / "state", engines=engines, unavailable_engines=unavailable)
+    try:
+        with pytest.raises(ConfigError, match=r"^engine: 'spark' cannot run on this host \(pyspark is not installed"):
+            registry.create(config(engine="spark"))
+        assert registry.list() == []
+    finally:
+        registry.close()
