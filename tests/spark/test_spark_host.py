@@ -1,12 +1,14 @@
 """`engine: spark` through a real host (`mgstreams serve` child): a stream created by the API runs as a Structured
 Streaming query on a local session the host starts, set_offset through the API is applied between micro-batches,
-and describe shows the query. Bad engine values are refused with a 400 naming the field and the value."""
+and describe shows the query. Bad engine values are refused with a 400 naming the field and the value (and by
+`mgstreams create --engine spark`). docs/how-to/spark-engine.md describes this."""
 from __future__ import annotations
 
 import uuid
 
 import httpx
 import pytest
+from cli_helpers import invoke
 from stream_helpers import by_partition, delivered_from_file, wait_until
 
 pytestmark = pytest.mark.spark
@@ -30,6 +32,11 @@ def test_a_spark_stream_created_by_the_api_delivers_moves_and_shows_its_query(ho
         refused = api.post("/streams", json={**body, **bad})
         assert refused.status_code == 400 and field in refused.text and value in refused.text, refused.text
         assert api.get("/streams/sp").status_code == 404
+
+    cli = invoke("create", "sp", "--topic", topic, "--bootstrap", kafka.bootstrap_servers, "--sink", f"cypherl://{out}",
+                 "--engine", "spark", "--config", "spark.master=yarn", host=host)   # the CLI's way, refused alike
+    assert cli.exit_code != 0 and "spark.master" in cli.output and "yarn" in cli.output, cli.output
+    assert api.get("/streams/sp").status_code == 404
 
     created = api.post("/streams", json={**body, "engine": "spark", "spark.master": "local[2]"})
     assert created.status_code == 201, created.text
