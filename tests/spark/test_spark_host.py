@@ -11,6 +11,9 @@ import pytest
 from cli_helpers import invoke
 from stream_helpers import by_partition, delivered_from_file, wait_until
 
+from mgstreams.query_module import STREAMS_MODULE, QueryModule
+from stream_registry.errors import StreamError
+
 pytestmark = pytest.mark.spark
 
 
@@ -36,6 +39,11 @@ def test_a_spark_stream_created_by_the_api_delivers_moves_and_shows_its_query(ho
     cli = invoke("create", "sp", "--topic", topic, "--bootstrap", kafka.bootstrap_servers, "--sink", f"cypherl://{out}",
                  "--engine", "spark", "--config", "spark.master=yarn", host=host)   # the CLI's way, refused alike
     assert cli.exit_code != 0 and "spark.master" in cli.output and "yarn" in cli.output, cli.output
+    assert api.get("/streams/sp").status_code == 404
+    with QueryModule(STREAMS_MODULE, host.url, token=host.token) as streams:   # CALL streams.create(..., options)
+        with pytest.raises(StreamError, match=r"spark.remote: host 'elsewhere.example' is not one the operator"):
+            streams.call("create", "sp", [topic], kafka.bootstrap_servers, body["transform"], body["sink"], "", 4,
+                         100, {}, {}, "on-failure", {"engine": "spark", "spark.remote": "sc://elsewhere.example:1"})
     assert api.get("/streams/sp").status_code == 404
 
     created = api.post("/streams", json={**body, "engine": "spark", "spark.master": "local[2]"})
