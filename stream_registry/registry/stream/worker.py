@@ -246,6 +246,8 @@ class StreamWorker:
                 break
             hurry = hurry or self._gate.moved
             messages = consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
+            if messages:
+                self.health.heard()
             if not messages and batch and hurry:
                 break
             for msg in messages:
