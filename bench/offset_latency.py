@@ -16,12 +16,24 @@ pymgclient stand-in (tests/support/mgclient_standin) as `mgclient`, which
 journals each committed transaction, and the script follows that journal.
 
     .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5]
+    .venv/bin/python bench/offset_latency.py --trace     # also the running path hop by hop
 
-Prints `ratio: X` = baseline median / running-path median.
+Prints `ratio: X` = baseline median / running-path median, and whether the running path's median and p95
+(single stream and `tasks: 2`) are within the floors (10 ms, 15 ms).
+
+`--trace` times one running-path call hop by hop: the query module's HTTP request (http.client, in this
+process), then in the host and its stream processes (bench/trace_hooks, first on their PYTHONPATH, wraps the
+methods at each hop and stamps CLOCK_MONOTONIC, one clock for every process): the host's handler, resolving
+against the cluster, the SQLite write of the change, the hand-off over the pipe, the stream process receiving
+it, the poll thread taking it, the seek, the commit, the event back, the SQLite write of the outcome, the
+waiting call's answer, the reply, and the first record at the target in the sink. Printed: each hop's median
+time since the call started, and since the hop before.
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import http.client
 import json
 import os
 import random
@@ -38,18 +50,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from bench_data import produce  # noqa: E402
+from host_helpers import standin_files  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
 from mgstreams.query_module import STREAMS_MODULE, QueryModule  # noqa: E402
 from stream_registry.graph.sinks.policy import OUTPUT_DIRS_ENV  # noqa: E402
+from stream_registry.sandbox import WRITE_PATHS_ENV  # noqa: E402
 
 PARTITIONS = 6
 TOPIC = "latency"
 STREAM = "latency"
 TASKS_STREAM = "latency_tasks"
 BOLT_URI = "bolt://memgraph.standin:7687"
+MEDIAN_FLOOR_MS = 10.0
+P95_FLOOR_MS = 15.0
+TRACE_HOOKS = ROOT / "bench" / "trace_hooks"
+# hops that repeat within a call, shown at their last time (the waiting call is checked once it starts waiting,
+# and again once its outcome is written): the others at their first
+LAST_HOPS = frozenset({"host: waiting call checked", "host: answer read", "host: waiters woken"})
 POLL_S = 0.0005     # how often the sink file is looked at: the resolution of every figure
 # merge_messages renders `MERGE (m:KafkaMessage {topic: "latency", partition: P, offset: O}) SET ...`
 _WHERE = re.compile(rb'\{topic: "' + TOPIC.encode() + rb'", partition: (\d+), offset: (\d+)\}')
@@ -140,6 +160,71 @@ def summary(values: list[float]) -> str:
     return f"median {statistics.median(ms):.1f} ms, p95 {pct(ms, 0.95):.1f} ms, max {max(ms):.1f} ms"
 
 
+class Trace:
+    """Stamps of the hops (bench/trace_hooks in the host's processes; http.client here), lined up per call."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.calls: list[tuple[int, int, int]] = []   # (started, returned, first record at target) ns
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        for method, enter, leave in (("connect", "query module: connect", "query module: connected"),
+                                     ("request", "query module: HTTP request sent", None),
+                                     ("getresponse", None, "query module: HTTP reply read")):
+            setattr(http.client.HTTPConnection, method,
+                    self._stamping(getattr(http.client.HTTPConnection, method), enter, leave))
+
+    def _stamping(self, method, enter: str | None, leave: str | None):
+        def stamped(*args, **kwargs):
+            if enter:
+                self.stamp(enter)
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if leave:
+                    self.stamp(leave)
+        return stamped
+
+    def stamp(self, label: str) -> None:
+        os.write(self._fd, f"{label}\t{time.monotonic_ns()}\t{os.getpid()}\n".encode())
+
+    def env(self) -> dict[str, str]:
+        return {"MGSTREAMS_BENCH_TRACE": str(self.path)}
+
+    def table(self) -> str:
+        stamps = []
+        for line in self.path.read_text().splitlines():
+            label, at, _ = line.split("\t")
+            stamps.append((int(at), label))
+        stamps.sort()
+        since: dict[str, list[float]] = collections.defaultdict(list)
+        order: dict[str, float] = {}
+        for started, returned, arrived in self.calls:
+            seen = {"call returned": returned, "first record at the target on every partition": arrived}
+            for at, label in stamps:
+                if started <= at <= max(returned, arrived) and (label not in seen or label in LAST_HOPS):
+                    seen[label] = at
+            for label, at in seen.items():
+                since[label].append((at - started) / 1e6)
+        for label, values in since.items():
+            order[label] = statistics.median(values)
+        lines = [f"{'hop (first time in each call; checks: last)':<56} {'since call ms':>13} {'since previous':>15} "
+                 f"{'p95 since call':>15} {'calls':>6}"]
+        previous = 0.0
+        for label in sorted(order, key=order.get):
+            lines.append(f"{label:<56} {order[label]:13.2f} {order[label] - previous:15.2f} "
+                         f"{pct(since[label], 0.95):15.2f} {len(since[label]):>6}")
+            previous = order[label]
+        skipped = sorted({label for _, label in stamps if label.startswith("(not traced")})
+        return "\n".join(lines + skipped)
+
+
+def floors(label: str, values: list[float]) -> str:
+    median, p95 = statistics.median(values) * 1000, pct(values, 0.95) * 1000
+    ok = median <= MEDIAN_FLOOR_MS and p95 <= P95_FLOOR_MS
+    return (f"{label}: median {median:.1f} ms (floor {MEDIAN_FLOOR_MS:g}), p95 {p95:.1f} ms (floor "
+            f"{P95_FLOOR_MS:g}): {'ok' if ok else 'BELOW FLOOR'}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -150,6 +235,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rewind", type=int, default=200,
                         help="targets are drawn from the last N offsets of each partition, so the figure is the "
                              "offset change itself, not the time to re-read a long backlog")
+    parser.add_argument("--trace", action="store_true", help="also time one running-path call hop by hop")
     args = parser.parse_args(argv)
     if args.changes < 1 or args.baseline_changes < 1 or not 1 < args.rewind < args.per_partition:
         parser.error("--changes and --baseline-changes must be >= 1, and 1 < --rewind < --per-partition")
@@ -161,10 +247,14 @@ def main(argv=None) -> int:
 
     with EmbeddedKafka(brokers=3) as cluster, tempfile.TemporaryDirectory(prefix="offset-latency-") as tmp:
         journal = Path(tmp) / "standin.jsonl"
+        trace = Trace(Path(tmp) / "trace.tsv") if args.trace else None
+        path = ((str(TRACE_HOOKS),) if trace else ()) + (standin.PYTHONPATH_ENTRY, str(ROOT))
         host = HostProcess(Path(tmp) / "state", log_path=Path(tmp) / "host.log",
                            env={OUTPUT_DIRS_ENV: tmp,   # the sink file below may be written there
-                                "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(ROOT))),
+                                **(trace.env() if trace else {}),
+                                "PYTHONPATH": os.pathsep.join(path),
                                 "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
+                                WRITE_PATHS_ENV: standin_files(journal),   # the stand-in's database
                                 "MGCLIENT_STANDIN_RTT_MS": "0",
                                 "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}).spawn()
         try:
@@ -189,6 +279,9 @@ def main(argv=None) -> int:
                     if [r["status"] for r in rows] != ["applied"] * PARTITIONS:
                         raise SystemExit(f"bench: set_stream_offset did not apply on every partition: {rows}")
                     running.append(tail.wait_arrived(10) - started)
+                    if trace is not None:   # perf_counter is CLOCK_MONOTONIC here, as the stamps are
+                        trace.calls.append((int(started * 1e9), int((started + returned[-1]) * 1e9),
+                                            int((started + running[-1]) * 1e9)))
                     tail.wait_end(end, 30)
 
                 baseline = []
@@ -228,6 +321,7 @@ def main(argv=None) -> int:
             tail.close()
         finally:
             code = host.stop()
+        trace_table = trace.table() if trace is not None else None
         if code != 0:
             raise SystemExit(f"bench: the host exited with status {code} on SIGTERM; log:\n{host.log()[-2000:]}")
 
@@ -244,6 +338,11 @@ def main(argv=None) -> int:
           " embedded cluster the old member's session timeout, as it ignores LeaveGroup)")
     print(f"tasks: 2 running path, the same on a stream of two member processes, three partitions each "
           f"({len(tasks_running)} changes): {summary(tasks_running)}")
+    print(floors("running path", running))
+    print(floors("tasks: 2 running path", tasks_running))
+    if trace_table is not None:
+        print(f"trace of the running path ({len(running)} calls; medians):")
+        print(trace_table)
     print(f"ratio: {statistics.median(baseline) / statistics.median(running):.1f}")
     return 0
 

@@ -55,6 +55,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "rd_kafka_mock_topic_create": ([vp, ctypes.c_char_p, ctypes.c_int, ctypes.c_int], ctypes.c_int),
         "rd_kafka_mock_broker_set_down": ([vp, i32], ctypes.c_int),
         "rd_kafka_mock_broker_set_up": ([vp, i32], ctypes.c_int),
+        "rd_kafka_mock_broker_set_host_port": ([vp, i32, ctypes.c_char_p, ctypes.c_int], None),
         "rd_kafka_mock_push_request_errors_array": ([vp, i16, sz, ctypes.POINTER(ctypes.c_int)], None),
         "rd_kafka_mock_clear_request_errors": ([vp, i16], None),
         "rd_kafka_mock_group_initial_rebalance_delay_ms": ([vp, i32], None),
@@ -79,7 +80,9 @@ API_KEYS = {
 class EmbeddedKafka:
     """N brokers on loopback. Use as a context manager or call `close()`."""
 
-    def __init__(self, brokers: int = 3, initial_rebalance_delay_ms: int | None = None):
+    def __init__(self, brokers: int = 3, initial_rebalance_delay_ms: int | None = None, port: int | None = None):
+        """`port`: broker i listens (and is advertised) on 127.0.0.1:port+i-1 instead of an ephemeral port, so a
+        cluster started again is at the same address (port_forward)."""
         if brokers < 1:
             raise StreamError(f"embedded kafka: brokers must be >= 1, got {brokers!r}")
         self._lib = _load_librdkafka()
@@ -97,11 +100,31 @@ class EmbeddedKafka:
             self._lib.rd_kafka_destroy(self._rk)
             raise StreamError("embedded kafka: cannot start the mock cluster")
         self.bootstrap_servers = self._lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
+        self._forwards: list = []
+        if port is not None:
+            self._forward(port)
         if initial_rebalance_delay_ms is not None:
             self.set_initial_rebalance_delay(initial_rebalance_delay_ms)
 
+    def _forward(self, port: int) -> None:
+        from .port_forward import PortForward
+
+        try:
+            targets = [int(address.rsplit(":", 1)[1]) for address in self.bootstrap_servers.split(",")]
+            for broker_id, target in enumerate(targets, 1):
+                self._forwards.append(PortForward(port + broker_id - 1, target))
+                self._lib.rd_kafka_mock_broker_set_host_port(self._cluster, broker_id, b"127.0.0.1",
+                                                              port + broker_id - 1)
+        except BaseException:
+            self.close()
+            raise
+        self.bootstrap_servers = ",".join(f"127.0.0.1:{f.port}" for f in self._forwards)
+
     # -- lifecycle -------------------------------------------------------
     def close(self) -> None:
+        for forward in self._forwards:
+            forward.close()
+        self._forwards = []
         with self._lock:
             if self._cluster:
                 self._lib.rd_kafka_mock_cluster_destroy(self._cluster)
@@ -173,12 +196,12 @@ class TansuBroker:
     `binary` names another. Group settings are the clients' own: Tansu takes the session timeout from the
     JoinGroup request, and a group's first join waits about half of it."""
 
-    def __init__(self, binary: str | None = None, *, ready_timeout_s: float = 30.0):
+    def __init__(self, binary: str | None = None, *, ready_timeout_s: float = 30.0, port: int | None = None):
         self.binary = binary or _tansu_binary()
         self._log = tempfile.NamedTemporaryFile(prefix="tansu-", suffix=".log", delete=False)
         self._process: subprocess.Popen | None = None
         try:
-            self.port = _free_port()
+            self.port = port or _free_port()
             self.bootstrap_servers = f"127.0.0.1:{self.port}"
             url = f"tcp://{self.bootstrap_servers}"
             self._process = subprocess.Popen(

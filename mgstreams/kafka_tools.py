@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stream_registry.errors import ConfigError, StreamError
 
@@ -157,26 +158,59 @@ def _ask_embedded(path: Path, request: dict, timeout: float) -> dict:
 # -- producing -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Message:
-    value: bytes
+    value: bytes | None          # None: a tombstone (Kafka's delete marker for a key)
     key: bytes | None = None
 
 
-def json_lines(lines: Iterable[str], key_field: str | None = None) -> Iterator[Message]:
-    """JSON documents, one a line (blank lines skipped); a line that is not JSON stops the run, naming it."""
+def json_lines(lines: Iterable[str], key_field: str | None = None, key_separator: str | None = None
+               ) -> Iterator[Message]:
+    """JSON documents, one a line (blank lines skipped); a line that is not JSON stops the run, naming it.
+
+    A key comes from `key_field`, a dotted path into the document (`after.id`, `payload.after.id`), or from the
+    line itself: with `key_separator` each line is `KEY<separator>VALUE`, both JSON, as Kafka's console producer
+    reads `parse.key`. A value `null` is a tombstone (no value: what Debezium sends after a delete). A key that is
+    a JSON string is its text; any other JSON key is sent as compact JSON (Debezium's `{"id": 1}`)."""
     for number, line in enumerate(lines, 1):
         text = line.strip()
         if not text:
             continue
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"line {number}: not JSON ({exc}): {text[:60]!r}") from None
+        key_text = None
+        if key_separator is not None:
+            key_text, found, text = text.partition(key_separator)
+            if not found:
+                raise ConfigError(f"line {number}: --key-separator: no {key_separator!r} between a key and a value "
+                                  f"in {line.strip()[:60]!r}")
+        document = _json(number, text.strip())
         key = None
-        if key_field is not None:
-            if not isinstance(document, dict) or key_field not in document:
-                raise ConfigError(f"line {number}: --key-field: no field {key_field!r} in {text[:60]!r}")
-            key = str(document[key_field]).encode()
-        yield Message(json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode(), key)
+        if key_text is not None:
+            key = _key_bytes(_json(number, key_text.strip()))
+        elif key_field is not None:
+            key = _key_bytes(_at_path(number, document, key_field, text))
+        value = None if document is None else json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+        yield Message(value, key)
+
+
+def _json(number: int, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"line {number}: not JSON ({exc}): {text[:60]!r}") from None
+
+
+def _at_path(number: int, document: Any, path: str, text: str) -> Any:
+    value = document
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ConfigError(f"line {number}: --key-field: no field {path!r} in {text[:60]!r}")
+        value = value[part]
+    return value
+
+
+def _key_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.encode()
 
 
 def produce(bootstrap_servers: str, topic: str, messages: Iterable[Message], *,

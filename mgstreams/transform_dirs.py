@@ -17,8 +17,23 @@ import tempfile
 from pathlib import Path
 
 from stream_registry.graph.transform import QUERY_MODULES_ENV
+from stream_registry.safe_paths import check_private_dir
 
 FILE_NAME = "transform-dirs.json"
+OWN_DIR_NAME = "transformations"   # <state dir>/transformations: the host's own, searched by default
+
+
+def allow_own_dir(state_dir: str | os.PathLike) -> Path:
+    """Create `<state dir>/transformations` (private, as the state directory is) if missing, and add it to this
+    process's $MGSTREAMS_QUERY_MODULES_DIR, which the host's stream processes inherit: a `<module>.py` dropped there
+    is found by the next create or start, without a restart (the loader looks for the file at each call). The
+    operator's own directories stay as they set them, searched after this one."""
+    own = Path(state_dir).resolve() / OWN_DIR_NAME
+    check_private_dir(own, OWN_DIR_NAME)
+    own.mkdir(mode=0o700, exist_ok=True)
+    listed = [d.strip() for d in re.split(r"[:,]", os.environ.get(QUERY_MODULES_ENV, "")) if d.strip()]
+    os.environ[QUERY_MODULES_ENV] = os.pathsep.join(dict.fromkeys([str(own), *listed]))
+    return own
 
 
 def host_dirs(environ: dict[str, str] | None = None) -> list[str]:

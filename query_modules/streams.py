@@ -6,24 +6,36 @@ the host at $MGSTREAMS_URL (default http://127.0.0.1:8765; the token is
 $MGSTREAMS_TOKEN, else the content of the file $MGSTREAMS_TOKEN_FILE names, sent
 as a bearer token; all read at call time) and shapes the answer
 into records. It imports only the standard library and mgp and starts no
-thread: Memgraph's module reload (which purges every package this file imports
-from sys.modules) has nothing to orphan, and the single file can be copied into
-any Memgraph with nothing installed into its Python.
+thread, and the single file can be copied into any Memgraph with nothing
+installed into its Python.
+
+Requests go over kept-alive connections (a new TCP connection per call cost
+about half a millisecond of an offset change): a call takes an idle one to the
+host's address, or opens one, and gives it back once the answer is read whole.
+They live in this module's globals, so Memgraph's module reload (which purges
+every package this file imports from sys.modules) drops them with the module
+(their sockets close when collected): a connection never outlives the http.client
+it was made with. A kept connection the host has closed meanwhile (its idle
+timeout) is found when the request cannot be sent or no status line comes: the
+request is sent again once, on a new connection.
 
 A failure of any kind reaches the client as one error whose last line says what
 was wrong (the host's `field: reason`, or where the host could not be reached).
 Offsets use Memgraph's dialect: -1 is the beginning, -2 the end, as in
 `mg.kafka_set_stream_offset`; prefer "earliest" / "latest".
 
+Why one module of over 400 lines: Memgraph loads one file per namespace (a query module is one file), and
+this one must be copied alone into any Memgraph, its HTTP client included.
+
 No `from __future__ import annotations` here: mgp reads the annotations as
 types to build each procedure's Cypher signature.
 """
 import datetime
+import http.client
 import json
 import os
-import urllib.error
+import threading
 import urllib.parse
-import urllib.request
 
 import mgp
 
@@ -67,17 +79,14 @@ def _host(method: str, path: str, body: dict = None, timeout: float = TIMEOUT_S)
     if token:
         headers["Authorization"] = "Bearer " + token
     data = _json_body(body) if body is not None else None
-    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        with exc:
-            status, raw = exc.code, exc.read()
-    except (TimeoutError, urllib.error.URLError) as exc:
-        if isinstance(exc, TimeoutError) or isinstance(exc.reason, TimeoutError):
+        status, raw = _exchange(url, method, path, data, headers, timeout)
+    except _NotSent as exc:
+        if isinstance(exc.__cause__, TimeoutError):
             raise Exception(f"host: no answer from {url} within {timeout:g} s") from None
         raise Exception(f"no mgstreams host at {url}: start one with `mgstreams serve`") from None
+    except TimeoutError:
+        raise Exception(f"host: no answer from {url} within {timeout:g} s") from None
     except Exception as exc:  # reset mid-answer, a broken status line...
         raise Exception(f"host: request to {url} failed: {type(exc).__name__}: {exc}") from None
     try:
@@ -92,6 +101,70 @@ def _host(method: str, path: str, body: dict = None, timeout: float = TIMEOUT_S)
                      f"environment")
         raise Exception(error or f"host: {url} answered HTTP {status}")
     return answer
+
+
+class _NotSent(Exception):
+    """The request could not be sent (no connection, or it broke while sending): the host has not answered."""
+
+
+_IDLE = {}                 # (scheme, host:port) -> idle kept-alive connections to the host
+_IDLE_LOCK = threading.Lock()
+MAX_IDLE = 4               # per address: Memgraph may run several procedures at once
+_GONE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def _exchange(url: str, method: str, path: str, data, headers: dict, timeout: float):
+    """(status, body) of one request over a kept-alive connection (a new one when none is idle, and once more
+    on a new one when a kept one turns out closed by the host before it answered)."""
+    parts = urllib.parse.urlsplit(url)
+    address = (parts.scheme, parts.netloc)
+    target = parts.path + path
+    connection = _idle(address)
+    if connection is not None:
+        try:
+            return _request(address, connection, method, target, data, headers, timeout)
+        except (_NotSent, *_GONE) as exc:   # closed by the host while idle: not answered; send it anew
+            if isinstance(exc, _NotSent) and isinstance(exc.__cause__, TimeoutError):
+                raise
+    connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return _request(address, connection_class(parts.hostname, parts.port, timeout=timeout), method, target, data,
+                    headers, timeout)
+
+
+def _request(address, connection, method: str, target: str, data, headers: dict, timeout: float):
+    connection.timeout = timeout
+    if connection.sock is not None:
+        connection.sock.settimeout(timeout)
+    try:
+        try:
+            connection.request(method, target, body=data, headers=headers)
+        except OSError as exc:
+            raise _NotSent(str(exc)) from exc
+        response = connection.getresponse()
+        raw = response.read()
+    except BaseException:
+        connection.close()
+        raise
+    if response.will_close:
+        connection.close()
+    else:
+        _give_back(address, connection)
+    return response.status, raw
+
+
+def _idle(address):
+    with _IDLE_LOCK:
+        kept = _IDLE.get(address)
+        return kept.pop() if kept else None
+
+
+def _give_back(address, connection) -> None:
+    with _IDLE_LOCK:
+        kept = _IDLE.setdefault(address, [])
+        if len(kept) < MAX_IDLE:
+            kept.append(connection)
+            return
+    connection.close()
 
 
 def _json_body(fields: dict) -> bytes:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Mapping
 
 _LOCAL = re.compile(r"^local(\[(\d+|\*)(,\s*\d+)?\])?$")
@@ -100,8 +101,22 @@ def parsed_remote(remote: str) -> str:
     if "@" in netloc or any(c.isspace() for c in remote):
         raise ConfigError(f"--remote: {escaped(shown_remote(remote))} carries user-info or whitespace; pass a "
                           f"token as ;token=... after the host")
+    if any(c in remote for c in ",?#"):   # pyspark's urlparse ends the host at ? and #; a list reads as a second host
+        raise ConfigError(f"--remote: {escaped(shown_remote(remote))} contains ',', '?' or '#'; give one "
+                          f"sc://host:port, its options as ;key=value")
     host, port = authority("--remote", netloc, shown_remote(remote))
-    return f"sc://{host.text}{f':{port}' if port is not None else ''}{rest}"
+    parsed = f"sc://{host.text}{f':{port}' if port is not None else ''}{rest}"
+    if _pyspark_host(parsed) != _pyspark_host(remote):   # read the way pyspark's ChannelBuilder reads it
+        raise ConfigError(f"--remote: {escaped(shown_remote(remote))} names its host ambiguously")
+    return parsed
+
+
+def _pyspark_host(remote: str) -> str | None:
+    """The host pyspark's ChannelBuilder connects to (it parses `http` + remote[2:] with urlparse)."""
+    try:
+        return urllib.parse.urlparse("http" + remote[2:]).hostname
+    except ValueError:
+        return None
 
 
 # The web UI listens on every interface and its kill links stop jobs: off unless asked for (--spark-ui).

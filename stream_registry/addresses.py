@@ -185,8 +185,11 @@ class Url:
         if "@" in parts.netloc:
             raise ConfigError(f"{field}: user information in the URL is refused ({shown}: it would be shown); "
                               f"give credentials in their own settings")
-        if parts.fragment:
+        if parts.fragment or "#" in value:
             raise ConfigError(f"{field}: {shown} has a fragment")
+        if any(c in value for c in LIST_SEPARATORS):
+            raise ConfigError(f"{field}: {shown} contains {' or '.join(map(repr, LIST_SEPARATORS))}: a client "
+                              f"may read it as a list of URLs; give one URL, percent-encoding them in its path")
         host, port = authority(field, parts.netloc, value)
         return cls(scheme, host, port, parts.path, parts.query)
 
@@ -195,6 +198,41 @@ class Url:
         port = f":{self.port}" if self.port is not None else ""
         query = f"?{self.query}" if self.query else ""
         return f"{self.scheme}://{self.host.text}{port}{self.path}{query}"
+
+
+LIST_SEPARATORS = ",;"   # what some client splits a value on (the registry client: commas; others: semicolons)
+MAX_LIST_MEMBERS = 8
+
+
+@dataclass(frozen=True)
+class UrlList:
+    """A value a client reads as a list of base URLs: confluent-kafka's SchemaRegistryClient splits its `url` on
+    commas (then strips each member and its trailing `/`) and fails over from one to the next. Parsed here as
+    that list, every member a `Url`: what the allowlist judges is what the client tries. The client appends its
+    request path to a member, so a member holds no query (it would swallow the path) and no semicolon (a reader
+    of the text could take it for a separator)."""
+    urls: tuple[Url, ...]
+
+    @classmethod
+    def parse(cls, field: str, text: object, schemes: tuple[str, ...]) -> UrlList:
+        if isinstance(text, str) and ";" in text:
+            raise ConfigError(f"{field}: {escaped(_USERINFO.sub('***@', text))} contains a semicolon; separate "
+                              f"URLs with commas only")
+        members = text.split(",") if isinstance(text, str) else [text]
+        if len(members) > MAX_LIST_MEMBERS:
+            raise ConfigError(f"{field}: {len(members)} URLs; at most {MAX_LIST_MEMBERS}")
+        urls = []
+        for member in members:
+            url = Url.parse(field, member, schemes)
+            if url.query:
+                raise ConfigError(f"{field}: {escaped(url.text)} has a query; the client appends its request path "
+                                  f"to the URL, so give the base URL only")
+            urls.append(url)
+        return cls(tuple(urls))
+
+    @property
+    def text(self) -> str:
+        return ",".join(url.text for url in self.urls)
 
 
 def split(field: str, value: str) -> SplitResult:

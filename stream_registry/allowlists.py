@@ -24,7 +24,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 
-from .addresses import BootstrapServers, Host, Url, clean_text, escaped
+from .addresses import BootstrapServers, Host, Url, UrlList, clean_text, escaped
 from .errors import ConfigError
 from .redaction import MASK, is_secret_key
 
@@ -243,3 +243,12 @@ def checked_url(field: str, value: object, environ: Mapping[str, str] | None = N
     url = Url.parse(field, value, schemes)
     check_host(field, url.host, environ)
     return url
+
+
+def checked_url_list(field: str, value: object, environ: Mapping[str, str] | None = None,
+                     schemes: tuple[str, ...] = ("https", "http")) -> UrlList:
+    """A value its client reads as a list of URLs (addresses.UrlList), every member's host allowed."""
+    urls = UrlList.parse(field, value, schemes)
+    for url in urls.urls:
+        check_host(field, url.host, environ)
+    return urls

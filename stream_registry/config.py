@@ -91,17 +91,16 @@ _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_toleranc
 # What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
 ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "restart", "errors_tolerance",
                     "dead_letter_topic", "dead_letter_context_headers", "bolt_unwind", "tasks",
-                    "key_format", "value_format", "schema_registry_url", "transform_options")
+                    "key_format", "value_format", "schema_registry_url", "transform_options",
+                    "bootstrap_servers", "credentials")   # a new cluster is an offset change (registry.sink_change)
 ALTER_OPTIONS = ("from",)   # an alter's options beyond the fields: where a new sink starts (registry.sink_change)
 # What it cannot change, and why: the message says so plainly.
 _NOT_ALTERABLE = {
     "name": "it names the stream",
     "topics": "they are what the stream's group has committed offsets for",
     "consumer_group": "it holds the stream's committed offsets",
-    "bootstrap_servers": "it names the cluster the stream's group and offsets live in",
     "delivery": "an exactly-once stream resumes from the offsets its sink stores, an at-least-once one from "
                 "its Kafka commits, so a switch would move every partition",
-    "credentials": "secrets are only ever given with the stream's definition",
 }
 
 @dataclass(frozen=True)
@@ -221,17 +220,20 @@ class StreamConfig:
         `configs` is merged into the present ones (a null value removes a key). ConfigError naming the first
         bad field; nothing is changed then (the config is a value)."""
         fields = alter_fields(changes)
-        if "configs" in fields:
-            patch = fields["configs"]
+        for name in ("configs", "credentials"):   # merged: a password rotated alone keeps the user name
+            if name not in fields:
+                continue
+            patch = fields[name]
             if not isinstance(patch, Mapping):
-                raise ConfigError(f"configs: expected a map, got {type(patch).__name__} {_shown_value(patch)}")
-            merged = dict(self.configs)
+                shown = _shown_value(patch) if name == "configs" else "(not shown)"
+                raise ConfigError(f"{name}: expected a map, got {type(patch).__name__} {shown}")
+            merged = dict(getattr(self, name))
             for key, value in patch.items():
                 if value is None:
                     merged.pop(key, None)
                 else:
                     merged[key] = value
-            fields["configs"] = merged
+            fields[name] = merged
         new = replace(self, **fields)   # __post_init__: the property allowlist, before anything is built
         new.validate()
         return new
@@ -325,7 +327,7 @@ class StreamConfig:
         if not isinstance(self.sink, str) or not self.sink:
             raise ConfigError(f"sink: expected a URI (bolt://host:port or cypherl:///path), got {self.sink!r}")
         parse_sink_uri(self.sink, check_hosts=True)   # the parser and the allowlist the stream opens it with
-        check_tasks(self.tasks, self.sink)
+        check_tasks(self.tasks, self.sink, self.delivery)
         self._validate_configs()
         for key, value in self.credentials.items():
             if not isinstance(key, str) or not key:

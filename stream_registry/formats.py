@@ -46,8 +46,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from .allowlists import REGISTRY_CREDENTIAL_PREFIX, REGISTRY_CREDENTIALS, checked_url
+from .allowlists import REGISTRY_CREDENTIAL_PREFIX, REGISTRY_CREDENTIALS, checked_url_list
 from .errors import ConfigError, DecodeError, RegistryUnavailable
+from .http_deadline import bound, deadline
 from .redaction import redact
 
 
@@ -66,15 +67,17 @@ class Format(StrEnum):
 
 __all__ = ["REGISTRY_CREDENTIALS", "REGISTRY_CREDENTIAL_PREFIX", "Decoder", "Format", "check_formats",
            "check_registry_url", "plain", "registry_client_conf"]
-REGISTRY_TIMEOUT_S = 10
+REGISTRY_TIMEOUT_S = 10    # one socket operation (the client's own timeout)
+REGISTRY_DEADLINE_S = 10   # everything one record's decoding asks the registry, retries and fail-over included
 REGISTRY_RETRIES = 1
 
 
 def check_registry_url(value: object) -> str:
-    """`schema.registry.url` parsed once (addresses.Url: no whitespace, controls or user-info; credentials go in
-    the stream's `credentials`, never in the URL, which is shown), its host allowed (MGSTREAMS_ALLOWED_HOSTS): the
-    URL's text as parsed, the only form the registry client is given."""
-    return checked_url("schema.registry.url", value).text
+    """`schema.registry.url` parsed once, as the list its client reads (addresses.UrlList: comma-separated base
+    URLs, each without whitespace, controls, user-info or query; credentials go in the stream's `credentials`,
+    never in the URL, which is shown), every member's host allowed (MGSTREAMS_ALLOWED_HOSTS): the text as parsed,
+    the only form the registry client is given."""
+    return checked_url_list("schema.registry.url", value).text
 
 
 def check_formats(key_format: object, value_format: object, registry_url: object,
@@ -185,12 +188,13 @@ class Decoder:
         sr = _confluent()
         ctx = self._context(topic, key)
         try:
-            if fmt is Format.PROTOBUF:
-                value = self._protobuf(data, ctx, schema_id, key)
-            else:
-                value = self._deserializer(fmt, key)(data, ctx)
-                if fmt is Format.AVRO and schema_id not in self._avro_plain:
-                    self._avro_plain[schema_id] = self._plain_avro_schema(schema_id)
+            with deadline(REGISTRY_DEADLINE_S):   # a registry that drips its answer ends here (http_deadline)
+                if fmt is Format.PROTOBUF:
+                    value = self._protobuf(data, ctx, schema_id, key)
+                else:
+                    value = self._deserializer(fmt, key)(data, ctx)
+                    if fmt is Format.AVRO and schema_id not in self._avro_plain:
+                        self._avro_plain[schema_id] = self._plain_avro_schema(schema_id)
         except sr.SchemaRegistryError as exc:
             status = exc.http_status_code
             if status == 404:
@@ -238,6 +242,7 @@ class Decoder:
             if self._client is None:
                 from confluent_kafka.schema_registry import SchemaRegistryClient
                 self._client = SchemaRegistryClient(registry_client_conf(str(self.registry_url), self._credentials))
+                bound(self._client._rest_client.session)   # the total deadline under its own HTTP session
             return self._client
 
     def _deserializer(self, fmt: Format, key: bool) -> Any:

@@ -202,6 +202,8 @@ class PartitionOffsets:
     resume_offset: int | None = None   # where the stream resumes if started now: pending, else stored
     task: int | None = None            # the index of the stream's task that holds it (None: none does)
                                        # (exactly-once), else committed, else auto.offset.reset
+    known_at: datetime | None = None   # set while the stream's cluster cannot be reached: the row is the last
+                                       # lag round's, of that moment (position, stored and resume not known)
 
 
 @dataclass(frozen=True, kw_only=True)

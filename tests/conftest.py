@@ -284,6 +284,7 @@ BROKER_NEUTRAL = frozenset({
     "test_readme_commands.py",     # the README's commands
     "test_second_day.py",          # the CLI's refusals and messages, previews, the browser page, restart time
     "test_unwind_host.py",         # Bolt writes folded into UNWIND batches (the sink's side)
+    "test_graph_server_host.py",   # streams into the real graph server (the graph's side)
     "test_cdc_host.py",            # record formats and the debezium transformation (decoding and the sink's side)
     "test_backfill_secrets.py",    # secrets kept out of the backfill's output and Spark's UI
     "test_backfill_progress.py",   # the backfill's progress reports

@@ -54,24 +54,18 @@ Then every re-delivery within a continuation counts against the run: the
 promise is duplicates 0 (at-least-once keeps its duplicates at commit points)."""
 from __future__ import annotations
 
-import fcntl
 import heapq
 import os
 import signal
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from mgstreams.client import HostUnavailable
 from stream_registry.errors import StreamError
-from stream_registry.graph import cypherl_frames
 
-from .evidence import Call
-from .oracle import Foreign
+from .members import CutMove, SecondMember, cut_file
+from .offset_faults import OffsetFaults
 from .plan import BROKERS, PARTITIONS, STREAMS, StreamPlan
 
 REQUEST_ERRORS = {
@@ -91,113 +85,11 @@ FAULT_WEIGHTS = {
 }
 AT_LEAST_ONCE_FAULTS = {"foreign_member": 1.0}
 EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4}
-SET_OFFSET_TIMEOUT_S = 3.0
 KILL_MIN_GAP_S = 25.0
-FOREIGN_GRACE_S = 10.0   # how much longer a foreign member may stay to get partitions and commit once
 MAX_INJECTED_BATCH_FAILURES = 2     # below the host's retry attempts (4): transient by construction
 
 
-class SecondMember(threading.Thread):
-    """A plain consumer in a stream's group for a while: polls (rebalances), writes nothing; a foreign member
-    (`commits`) also commits what it consumed every ~0.5 s (and keeps, per partition, the offsets it consumed
-    and the offsets it committed: the oracle's `Foreign`)."""
-
-    def __init__(self, bootstrap: str, plan: StreamPlan, seconds: float, commits: bool = False,
-                 size=lambda: 0):
-        super().__init__(daemon=True, name=f"soak-member-{plan.name}")
-        self.plan, self.seconds, self.commits = plan, seconds, commits
-        self.config = {"bootstrap.servers": bootstrap, "group.id": plan.group, "enable.auto.commit": False,
-                       "auto.offset.reset": "earliest", "log_level": 2, **plan.group_config()}
-        self.taken: set[int] = set()
-        self.consumed = 0
-        self.read: dict[int, set[int]] = {}         # partition -> offsets consumed
-        self.committed: dict[int, set[int]] = {}    # partition -> offsets committed
-        self.size = size
-        self.lo = size()
-        self.hi: int | None = None
-
-    def run(self) -> None:
-        consumer = Consumer(self.config)
-        try:
-            consumer.subscribe([self.plan.topic])
-            deadline = time.monotonic() + self.seconds
-            latest = deadline + FOREIGN_GRACE_S     # a committing member stays until it has committed something
-            next_commit = time.monotonic() + 0.5
-            while time.monotonic() < deadline or (self.commits and not self.committed and time.monotonic() < latest):
-                msg = consumer.poll(0.1)
-                if msg is not None and msg.error() is None:
-                    self.consumed += 1
-                    self.read.setdefault(msg.partition(), set()).add(msg.offset())
-                self.taken.update(tp.partition for tp in consumer.assignment())
-                if self.commits and time.monotonic() >= next_commit:
-                    next_commit = time.monotonic() + 0.5
-                    self._commit(consumer)
-        finally:
-            consumer.close()
-            self.hi = self.size()
-
-    def _commit(self, consumer) -> None:
-        try:
-            done = consumer.commit(asynchronous=False)
-        except KafkaException:      # nothing consumed since the last commit, a rebalance, an injected error
-            return
-        for tp in done or []:
-            if tp.error is None and tp.offset >= 0:
-                self.committed.setdefault(tp.partition, set()).add(tp.offset)
-
-    def foreign(self, partition: int) -> Foreign | None:
-        """What it consumed and committed past on `partition` (None: it committed nothing there)."""
-        commits = self.committed.get(partition)
-        if not commits or self.hi is None:
-            return None
-        top = max(commits)
-        taken = frozenset(o for o in self.read.get(partition, ()) if o < top)
-        return Foreign(self.lo, self.hi, taken, frozenset(commits))
-
-
-@dataclass(frozen=True)
-class CutMove:
-    """A file cut: when, the stream's logical sink size right after it, per partition whose stored offset
-    went back, (stored before, stored after), and the group's committed offsets read right after it (None: not
-    read)."""
-    stream: str
-    at: float
-    size: int
-    moves: dict
-    committed: dict | None = None
-
-
-def cut_file(path, stream: str, batches: int):
-    """Cut `path` back `batches` whole batches under its lock: (new size, bytes removed, moves) or None when
-    the file is too short (the cut would leave a partition with no stored offset)."""
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        last = target = cypherl_frames.last_frame(fd, size)
-        for _ in range(batches):
-            earlier = cypherl_frames.previous_frame(fd, target) if target is not None else None
-            if earlier is None:
-                break
-            target = earlier
-        if last is None or target is None or target is last or target.end >= size:
-            return None
-        before = cypherl_frames.stored_offsets(fd, size, stream)
-        after = cypherl_frames.stored_offsets(fd, size, stream, end=target.end)
-        if set(after) != set(before):
-            return None
-        os.ftruncate(fd, target.end)
-        moves = {(k.topic, k.partition): (before[k], after[k]) for k in before if after[k] < before[k]}
-        return target.end, size - target.end, moves
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-class FaultMenu:
+class FaultMenu(OffsetFaults):
     """The fault loop and the faults, mixed into `Soak` (runner.py): they act on its cluster, host, client,
     random generator and event log, and count into its `faults`."""
 
@@ -428,102 +320,6 @@ class FaultMenu:
         self.start_host()
         self.last_kill = time.monotonic()
         self.event("host_restarted", pid=self.host.proc.pid, url=self.host.url)
-
-    def fault_set_offset(self, kind: str) -> None:
-        plan = self.rng.choice(STREAMS)
-        spec = self.random_spec(plan)
-        self._offset_call(kind, plan, spec, lambda: self.client.set_offset(plan.name, spec,
-                                                                           timeout=SET_OFFSET_TIMEOUT_S))
-
-    def fault_revert(self, kind: str) -> None:
-        """POST .../history/{id}/revert of a recent applied change (its rows judged like a set_offset's)."""
-        plan = self.rng.choice(STREAMS)
-        ids = [e.change_id for e in self.client.history(plan.name, limit=30)
-               if e.change_id is not None and e.status.value in ("applied", "clamped")]
-        if not ids:     # nothing to revert yet: a set_offset first, then its revert
-            spec = self.random_spec(plan)
-            self._offset_call("set_offset", plan, spec, lambda: self.client.set_offset(
-                plan.name, spec, timeout=SET_OFFSET_TIMEOUT_S))
-            ids = [r.change_id for r in self.calls[-1].rows or [] if r.change_id is not None
-                   and r.status.value in ("applied", "clamped")]
-            if not ids:
-                return
-        change_id = self.rng.choice(ids[:5])
-        self._offset_call(kind, plan, {"revert": change_id},
-                          lambda: self.client.revert(plan.name, change_id, timeout=SET_OFFSET_TIMEOUT_S))
-
-    def fault_cancel(self, kind: str) -> None:
-        """DELETE .../pending (of a stream that has pending rows, when one has): what it says it cancelled must
-        never show applied in the history."""
-        waiting = [p for p in STREAMS if self.client.pending(p.name)]
-        self._cancel(kind, self.rng.choice(waiting or list(STREAMS)))
-
-    def _cancel(self, kind: str, plan: StreamPlan, refusal_expected: bool = False) -> None:
-        """Cancel the stream's pending changes; what the host says it cancelled is judged by the oracle. With
-        `refusal_expected`, a refusal (a sink change in flight) is an answer too."""
-        started = time.time()
-        try:
-            rows = self.client.cancel_pending(plan.name)
-        except HostUnavailable as exc:
-            self.event(kind, stream=plan.name, error=str(exc))
-            return
-        except StreamError as exc:
-            if not refusal_expected:
-                raise
-            self.faults[kind] += 1
-            self.event(kind, stream=plan.name, started=started, refused=str(exc))
-            return
-        self.cancelled += [(plan.name, r.change_id, r.topic, r.partition) for r in rows]
-        self.faults[kind] += 1
-        self.event(kind, stream=plan.name, started=started,
-                   cancelled=[(r.change_id, r.partition, r.offset) for r in rows])
-
-    def fault_alter(self, kind: str) -> None:
-        """PATCH /streams/{name}: a new batch size or interval (the stream restarts with it)."""
-        plan = self.rng.choice(STREAMS)
-        change = self.rng.choice([{"batch_size": self.rng.choice((plan.batch_size // 2, plan.batch_size,
-                                                                  plan.batch_size * 2))},
-                                  {"batch_interval_ms": self.rng.choice((plan.batch_interval_ms // 2,
-                                                                         plan.batch_interval_ms))}])
-        self.client.alter(plan.name, **change)
-        self.faults[kind] += 1
-        self.event(kind, stream=plan.name, change=change)
-
-    def _offset_call(self, kind: str, plan: StreamPlan, spec: object, send) -> None:
-        call = Call(plan.name, spec, time.time(), self.sink_size(plan))
-        self.calls.append(call)
-        try:
-            call.rows = send()
-        except StreamError as exc:
-            call.error = str(exc)
-            call.unknown = isinstance(exc, HostUnavailable)
-        call.size_after = self.sink_size(plan)
-        call.returned = time.time()
-        self.faults[kind] += 1
-        self.event(kind, stream=plan.name, spec=spec, size_before=call.size_before, size_after=call.size_after,
-                   started=call.started, returned=call.returned, error=call.error,
-                   rows=[(r.partition, r.previous_offset, r.offset, r.status.value) for r in call.rows or []])
-
-    def random_spec(self, plan: StreamPlan) -> object:
-        def one() -> object:
-            ends = [e for (t, _, e) in self.log_ends_estimate() if t == plan.topic] or [0]
-            pick = self.rng.random()
-            if pick < 0.30:
-                return self.rng.randint(0, max(ends) + 20)          # absolute; past the end is clamped
-            if pick < 0.45:
-                return "earliest"
-            if pick < 0.55:
-                return "latest"
-            if pick < 0.75:
-                return f"-{self.rng.randint(1, 300)}"
-            if pick < 0.90:
-                return f"+{self.rng.randint(1, 100)}"
-            moment = datetime.now(UTC) - timedelta(seconds=self.rng.uniform(1, 20))
-            return moment.isoformat(timespec="milliseconds")
-        if self.rng.random() < 0.35:
-            chosen = self.rng.sample(range(PARTITIONS), self.rng.randint(1, 2))
-            return {f"{plan.topic}:{p}": one() for p in chosen}
-        return one()
 
     def group_committed(self, plan: StreamPlan) -> dict | None:
         """The stream's group's committed offsets now ((topic, partition) -> offset), None when not read."""

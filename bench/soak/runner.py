@@ -21,10 +21,12 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from mgstreams.embedded_kafka import EmbeddedKafka
 from mgstreams.host_process import HostProcess
 from stream_registry.errors import StreamError
+from stream_registry.sandbox import WRITE_PATHS_ENV
 
 from ..soak_transform import REFUSAL_MARKER
 from .evidence import Call, changes_for, logical_positions, with_cuts
-from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu, SecondMember
+from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu
+from .members import SecondMember
 from .oracle import Verdict, _ranges, check_partition, read_journal, read_sink
 from .plan import BENCH, BOLT_URI, BROKERS, PARTITIONS, STANDIN_DIR, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
@@ -121,6 +123,8 @@ class Soak(FaultMenu):
                 "MGCLIENT_STANDIN_JOURNAL": str(self.journal), "MGCLIENT_STANDIN_RECORD": "rows",
                 "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_SHARED": "1",
                 "MGCLIENT_STANDIN_REJECT": REFUSAL_MARKER,
+                # the sandboxed stream processes read the control files and write the stand-in's database
+                WRITE_PATHS_ENV: os.pathsep.join((str(self.ctl), *_touched(self.journal, f"{self.journal}.lock"))),
                 "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}
 
     def start_host(self) -> None:
@@ -255,12 +259,12 @@ class Soak(FaultMenu):
                     return True, ends
                 if time.monotonic() >= next_report:
                     next_report += 10
-                    self.event("catching_up", behind=self._behind(ends, committed, rows))
+                    self.event("catching_up", behind=behind_of(ends, committed, rows))
                 time.sleep(0.5)
         finally:
             for reader in readers.values():
                 reader.close()
-        behind = self._behind(ends, committed, rows)
+        behind = behind_of(ends, committed, rows)
         try:
             statuses = {i.name: (i.status.value, i.error) for i in self.client.list()}
         except StreamError as exc:
@@ -269,15 +273,6 @@ class Soak(FaultMenu):
         self.say(f"soak: catch-up timed out after {CATCH_UP_TIMEOUT_S:g} s; behind (committed, log end, held by "
                  f"the stream per describe): {behind}; streams: {statuses}")
         return False, ends
-
-    @staticmethod
-    def _behind(ends: dict, committed: dict, rows: dict) -> dict:
-        out = {}
-        for tp, end in sorted(ends.items()):
-            held = getattr(rows.get(tp), "assigned", None)
-            if committed.get(tp) != end or held is False:
-                out[f"{tp[0]}:{tp[1]}"] = (committed.get(tp), end, held)
-        return out
 
     def final_history(self) -> None:
         self.observe()
@@ -340,3 +335,20 @@ class Soak(FaultMenu):
 
 def _spans(offsets: list[int]) -> str:
     return _ranges(offsets) if offsets else ""
+
+
+def _touched(*paths) -> list[str]:
+    """`paths`, made now if missing: the sandbox grants an existing file by name."""
+    for path in paths:
+        open(path, "a").close()
+    return [str(path) for path in paths]
+
+
+def behind_of(ends: dict, committed: dict, rows: dict) -> dict:
+    """The partitions not caught up: `topic:partition` -> (committed, log end, held by the stream per describe)."""
+    out = {}
+    for tp, end in sorted(ends.items()):
+        held = getattr(rows.get(tp), "assigned", None)
+        if committed.get(tp) != end or held is False:
+            out[f"{tp[0]}:{tp[1]}"] = (committed.get(tp), end, held)
+    return out

@@ -52,8 +52,11 @@ def _topic_spec(ctx, param, values: tuple[str, ...]) -> list[tuple[str, int]]:
 @click.option("--brokers", type=click.IntRange(min=1), default=1, show_default=True, help="Number of brokers.")
 @click.option("--partitions-topic", "topics", multiple=True, callback=_topic_spec, metavar="NAME:P",
               help="Create topic NAME with P partitions (repeatable).")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=None, metavar="PORT",
+              help="Listen on 127.0.0.1:PORT (PORT+1, ... for more brokers) instead of free ports: started again, "
+                   "the cluster is at the same address and streams reconnect to it (its data starts empty).")
 @click.pass_context
-def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str, int]]) -> None:
+def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str, int]], port: int | None) -> None:
     """Run a local Kafka broker in the foreground: the embedded cluster (librdkafka's mock brokers) or Tansu;
     or, with a subcommand, create a topic or produce to one on it or on any cluster.
 
@@ -73,7 +76,9 @@ def kafka(ctx: click.Context, engine: str, brokers: int, topics: list[tuple[str,
 
     if engine == "tansu" and brokers != 1:
         raise click.BadParameter(f"Tansu runs one broker here, got {brokers}", param_hint="'--brokers'")
-    cluster = run(TansuBroker if engine == "tansu" else lambda: EmbeddedKafka(brokers=brokers))
+    if port is not None and port + brokers - 1 > 65535:
+        raise click.BadParameter(f"{brokers} broker(s) from port {port} go past 65535", param_hint="'--port'")
+    cluster = run(lambda: TansuBroker(port=port) if engine == "tansu" else EmbeddedKafka(brokers=brokers, port=port))
     control = None
     try:
         for topic, partitions in topics:
@@ -121,13 +126,22 @@ def kafka_topic_create(name: str, bootstrap_servers: str, partitions: int, repli
 @click.option("--count", type=click.IntRange(min=1, max=10_000_000), default=100, show_default=True,
               help="With --sample: how many.")
 @click.option("--seed", type=int, default=1, show_default=True, help="With --sample: the generator's seed.")
-@click.option("--key-field", default=None, metavar="FIELD",
-              help="Stdin: key each message by this field of its JSON object (one key stays on one partition).")
+@click.option("--key-field", default=None, metavar="PATH",
+              help="Stdin: key each message by this field of its JSON object, a dotted path for a nested one "
+                   "(after.id); one key stays on one partition.")
+@click.option("--key-separator", default=None, metavar="SEP",
+              help="Stdin: each line is KEY SEP VALUE, both JSON (Kafka's console producer's parse.key), e.g. "
+                   "--key-separator '|' and the line {\"id\": 1}|{\"op\": \"c\"}.")
 def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count: int, seed: int,
-                  key_field: str | None) -> None:
+                  key_field: str | None, key_separator: str | None) -> None:
     """Produce JSON lines from stdin (one document a line), or --sample data, to TOPIC.
 
-    A line that is not JSON stops it, naming the line; what was read before it is produced."""
+    A value `null` is a tombstone (a message without a value, what a compacted topic and Debezium use for a
+    delete). A line that is not JSON stops it, naming the line; what was read before it is produced."""
+    if key_field is not None and key_separator is not None:
+        raise click.BadParameter("takes --key-field or --key-separator, not both", param_hint="'--key-separator'")
+    if key_separator == "":
+        raise click.BadParameter("must not be empty", param_hint="'--key-separator'")
     from mgstreams.kafka_tools import Message, json_lines, produce
     from mgstreams.samples import generate_transfers
 
@@ -135,7 +149,7 @@ def kafka_produce(topic: str, bootstrap_servers: str, sample: str | None, count:
     if sample:
         messages = (Message(t.payload(), t.source.encode()) for t in generate_transfers(seed, count, 50))
     else:
-        messages = json_lines(click.get_text_stream("stdin"), key_field)
+        messages = json_lines(click.get_text_stream("stdin"), key_field, key_separator)
     counts = run(lambda: produce(bootstrap_servers, topic, messages))
     per = ", ".join(f"{p}: {n}" for p, n in counts.items()) or "none"
     click.echo(f"produced {sum(counts.values())} message(s) to {topic} (per partition {per})")

@@ -95,12 +95,14 @@ def lag(name: str, as_json: bool) -> None:
               callback=finite, help="Seconds between refreshes.")
 @click.option("--once", is_flag=True, help="Print the view once and exit (no terminal needed).")
 def top(interval: float, once: bool) -> None:
-    """A live view of every stream: state, lag verdict, records/s, lag and lag seconds; q quits."""
+    """A live view of every stream: state, lag verdict (in colour), records/s, lag and lag seconds; a stream's
+    number (1-9) opens its partitions below, 0 closes them; q quits."""
     client = host_client()
     if once:
         show(top_table(run(client.lag_all), client.url, interval))
         return
     streams: list[StreamLag] = []
+    opened: str | None = None   # the stream whose partitions are shown (its number's key; 0 closes)
 
     def interrupt(*_):   # SIGTERM ends it like q: the terminal gets its settings back
         raise KeyboardInterrupt
@@ -110,16 +112,23 @@ def top(interval: float, once: bool) -> None:
             while True:
                 began = time.monotonic()
                 error = None
+                partitions = None
                 try:
                     streams = client.lag_all()
+                    partitions = next((s for s in streams if s.name == opened), None)
                 except StreamError as exc:   # the host went away: say so, keep the last view, retry
                     error = " ".join(str(exc).split())
-                live.update(top_table(streams, client.url, interval, error), refresh=True)
+                live.update(top_table(streams, client.url, interval, error, partitions), refresh=True)
                 pressed = ""
                 while (left := interval - (time.monotonic() - began)) > 0:
                     pressed += keys.wait(left)
                     if "q" in pressed.lower():
                         return
+                    digits = [c for c in pressed if c.isdigit()]
+                    if digits:   # a stream's number opens its partitions at once; 0 closes them
+                        n = int(digits[-1])
+                        opened = streams[n - 1].name if 0 < n <= len(streams) else None
+                        break
     except KeyboardInterrupt:
         return
     finally:

@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
-from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag
+from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag, Verdict
 
 from .tables import Column, FittedTable, extra, key, long
 
@@ -24,7 +24,7 @@ STREAM_COLUMNS = (key("NAME"), key("STATUS"), key("TOPICS"), long("GROUP"), long
                   long("TRANSFORM"), long("SINK"), long("ERROR", fold=True))
 DETAIL_COLUMN = long("DETAIL", fold=True)   # shown while a stream has one (what a `starting` stream waits for)
 DESCRIBE_COLUMNS = (extra("GROUP"), key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("POSITION"),
-                    extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"),
+                    extra("LOG-START-OFFSET"), key("LOG-END-OFFSET"), key("LAG"), extra("ASSIGNED"), key("TASK"),
                     extra("STORED-OFFSET"), extra("RESUME-OFFSET"))
 CHANGE_COLUMNS = (key("TOPIC"), key("PARTITION"), extra("PREVIOUS-OFFSET"), key("NEW-OFFSET"), key("STATUS"),
                   long("MESSAGE", fold=True))
@@ -36,8 +36,11 @@ CHECK_COLUMNS = (key("TOPIC"), key("PARTITION"), key("OFFSET"), long("QUERY", fo
                  long("PARAMETERS", fold=True), long("ERROR", fold=True))
 LAG_COLUMNS = (key("TOPIC"), key("PARTITION"), key("CURRENT-OFFSET"), extra("LOG-END-OFFSET"), key("LAG"),
                key("LAG-SECONDS"), extra("METHOD"), key("STATUS"), long("MESSAGE", fold=True))
-TOP_COLUMNS = (key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
-               key("DEAD"), key("SKIPPED"), key("PENDING"), key("LOST"), long("MESSAGE"))
+TOP_COLUMNS = (key("#"), key("NAME"), key("STATE"), key("STATUS"), key("RECORDS/S"), key("LAG"), key("LAG-SECONDS"),
+               extra("DEAD"), extra("SKIPPED"), extra("PENDING"), extra("LOST"), long("MESSAGE", fold=True))
+# top's verdicts in colour, as Burrow's and kafka-lag-exporter's dashboards show them
+VERDICT_STYLES = {Verdict.OK: "green", Verdict.STARTING: "cyan", Verdict.REWIND: "cyan", Verdict.WARN: "yellow",
+                  Verdict.STALL: "red", Verdict.STOP: "red", Verdict.ERR: "bold red"}
 
 
 def console() -> Console:
@@ -58,10 +61,21 @@ def table(columns: Iterable[str | Column], rows: Iterable[Iterable[Any]], title:
 
 
 def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
-    """describe() rows as `kafka-consumer-groups --describe` prints them."""
-    return table(DESCRIBE_COLUMNS, (
-        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset, r.lag,
-         "yes" if r.assigned else "no", r.stored_offset, r.resume_offset) for r in rows))
+    """describe() rows as `kafka-consumer-groups --describe` prints them; TASK is the index of the stream's task
+    that holds the partition (`-` none). Rows of the last lag round (the cluster cannot be reached) show their
+    offsets and lag as not known, with the last known values."""
+    rows = list(rows)
+    known_at = next((r.known_at for r in rows if r.known_at is not None), None)
+
+    rendered = table(DESCRIBE_COLUMNS, (
+        (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset,
+         r.lag if known_at is None else f"? (last {r.lag})", "yes" if r.assigned else "no",
+         "-" if r.task is None else r.task, r.stored_offset, r.resume_offset) for r in rows))
+    if known_at is not None:
+        age = (datetime.datetime.now(datetime.UTC) - known_at).total_seconds()
+        rendered.title = (f"not known now: the stream's cluster cannot be reached; last known at {utc_text(known_at)} "
+                          f"({age:.0f} s ago)")
+    return rendered
 
 
 def changes_table(changes: Iterable[OffsetChange]) -> FittedTable:
@@ -94,32 +108,63 @@ def _seconds(value: float | None) -> str | None:
     return None if value is None else f"{value:.1f}"
 
 
+def unknown(lag: StreamLag) -> bool:
+    """The last round could not sample the stream (its cluster cannot be reached): its figures are not known."""
+    return not lag.cluster_up or (lag.status == Verdict.ERR and lag.error is not None and lag.sampled_at is not None)
+
+
+def known(lag: StreamLag, value: Any, *, with_age: bool = False) -> str:
+    """A figure of the last round; while not known, `?` with the last known value (and its age)."""
+    if not unknown(lag):
+        return "-" if value is None else str(value)
+    if value is None:
+        return "?"
+    age = f", {lag.age_s:.0f} s ago" if with_age and lag.age_s is not None else ""
+    return f"? (last {value}{age})"
+
+
 def lag_table(lag: StreamLag) -> Group:
     """A stream's partitions with their lag, lag seconds and verdict; the stream's verdict below."""
+    gone = unknown(lag)   # the offsets are in each row's message then; the lag keeps its last value beside `?`
     return Group(table(LAG_COLUMNS, (
-        (p.topic, p.partition, p.committed_offset, p.log_end_offset, p.lag, _seconds(p.lag_seconds),
-         p.lag_seconds_method.value, p.status.value, p.message) for p in lag.partitions)), Text(lag_line(lag)))
+        (p.topic, p.partition, "?" if gone else p.committed_offset, "?" if gone else p.log_end_offset,
+         known(lag, p.lag), "?" if gone else _seconds(p.lag_seconds), p.lag_seconds_method.value,
+         Text(p.status.value, style=VERDICT_STYLES.get(p.status, "")), p.message)
+        for p in lag.partitions)), Text(lag_line(lag)))
 
 
 def lag_line(lag: StreamLag) -> str:
     """`stream orders running: WARN (orders:1: lag grew ...); total lag 340, max 12.5 s, 220.0 records/s`."""
     seconds = f", max {lag.max_lag_seconds:.1f} s" if lag.max_lag_seconds is not None else ""
     sampled = lag.sampled_at.astimezone(datetime.UTC).strftime("%H:%M:%SZ") if lag.sampled_at else "never"
+    total = f"{lag.total_lag}{seconds}" if not unknown(lag) else \
+        f"not known (last {lag.total_lag}{seconds}, {lag.age_s or 0:.0f} s ago)"
     line = (f"stream {lag.name} {lag.stream_status.value}: {lag.status.value} ({lag.message}); total lag "
-            f"{lag.total_lag}{seconds}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
+            f"{total}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
             f"(every {lag.interval_s:g} s)")
     return line + (f"; {lag.error}" if lag.error else "")
 
 
-def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None) -> Group:
-    """`mgstreams top`'s view: a title line, one row per stream, and the last error if any."""
+def verdict_text(lag: StreamLag) -> Text:
+    """The verdict in its colour; a quiet STOP (a stopped stream nothing waits for) is not red."""
+    return Text(lag.status.value, style="dim" if lag.quiet else VERDICT_STYLES.get(lag.status, ""))
+
+
+def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None,
+              opened: StreamLag | None = None) -> Group:
+    """`mgstreams top`'s view: a title line, one row per stream (numbered: its key opens its partitions), the
+    last error if any, and the opened stream's partitions."""
     at = datetime.datetime.now().strftime("%H:%M:%S")
-    rows = [(s.name, s.stream_status.value, s.status.value, f"{s.records_per_second:.1f}", str(s.total_lag),
-             _seconds(s.max_lag_seconds) or "-", str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
+    rows = [(str(i) if i < 10 else "", s.name, s.stream_status.value, verdict_text(s), f"{s.records_per_second:.1f}",
+             known(s, s.total_lag, with_age=True), "?" if unknown(s) else _seconds(s.max_lag_seconds) or "-",
+             str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
              f"{s.records_lost}" + (f"({s.records_lost_unacknowledged} new)" if s.records_lost_unacknowledged else ""),
-             s.error or s.message) for s in streams]
-    parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; q quits)",
-                  style="bold"), table(TOP_COLUMNS, rows)]
+             s.error or s.message) for i, s in enumerate(streams, 1)]
+    keys = "1-9 opens a stream's partitions, 0 closes; " if streams else ""
+    parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; "
+                                        f"{keys}q quits)", style="bold"), table(TOP_COLUMNS, rows)]
     if error:
         parts.append(Text(f"error: {error}"))
+    if opened is not None:
+        parts += [Text(f"\n{opened.name}: partitions", style="bold"), lag_table(opened)]
     return Group(*parts)

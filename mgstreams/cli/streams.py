@@ -116,9 +116,12 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
 @click.option("--batch-interval-ms", type=click.IntRange(min=1), default=None)
 @click.option("--transform", default=None, metavar="MODULE.FUNCTION", help="The new transformation.")
 @click.option("--sink", default=None, metavar="URI", help="The new sink (bolt://, cypherl:///..., null://).")
+@click.option("--bootstrap-servers", default=None, metavar="HOST:PORT,...",
+              help="Move the stream to another cluster; needs --from (where its partitions start there).")
 @click.option("--from", "start_from", default=None, metavar="SPEC",
               help="With --sink: where the new sink starts (an offset spec, as set-offset takes); by default an "
-                   "exactly-once stream's new sink continues where the stream stood.")
+                   "exactly-once stream's new sink continues where the stream stood. With --bootstrap-servers: "
+                   "where the new cluster's partitions start (committed: the group's offsets there).")
 @click.option("--config", "configs", multiple=True, callback=_config_pair, metavar="KEY=VALUE",
               help="Set a librdkafka property of the consumer, or a stream option as create takes it "
                    "(errors.tolerance, errors.deadletterqueue.topic.name, restart, key.format, value.format, "
@@ -128,7 +131,8 @@ def create(name: str, topics: tuple[str, ...], bootstrap_servers: str, transform
 @click.option("--tasks", type=int, default=None, metavar="N", help="The new number of member processes (1 to 32).")
 @json_option
 def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, transform: str | None,
-          sink: str | None, start_from: str | None, configs: dict[str, str], unset: tuple[str, ...],
+          sink: str | None, bootstrap_servers: str | None, start_from: str | None, configs: dict[str, str],
+          unset: tuple[str, ...],
           tasks: int | None,
           as_json: bool) -> None:
     """Change stream NAME (PATCH /streams/NAME, as `CALL streams.alter(...)`): what is given changes, the rest
@@ -136,7 +140,7 @@ def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, tran
     committed offsets; pending offset changes and the history stay."""
     changes: dict[str, Any] = {key: value for key, value in (
         ("batch_size", batch_size), ("batch_interval_ms", batch_interval_ms), ("transform", transform),
-        ("sink", sink), ("tasks", tasks)) if value is not None}
+        ("sink", sink), ("tasks", tasks), ("bootstrap_servers", bootstrap_servers)) if value is not None}
     options, kafka_configs = _split_options(configs)
     changes.update(options)
     if set(unset) & set(_option_keys()):
@@ -149,7 +153,7 @@ def alter(name: str, batch_size: int | None, batch_interval_ms: int | None, tran
         changes["from"] = run(lambda: option_spec(start_from, "--from"))
     if not changes:
         raise click.UsageError("nothing to change: give --batch-size, --batch-interval-ms, --transform, --sink, "
-                               "--tasks, --config or --unset-config")
+                               "--bootstrap-servers, --tasks, --config or --unset-config")
     info = run(lambda: host_client().alter(name, **changes))
     if as_json:
         print_json(info)

@@ -60,8 +60,9 @@ def extra(header: str) -> Column:
     return Column(header, Fit.EXTRA)
 
 
-def _width(text: str) -> int:
-    return max((cell_len(line) for line in text.splitlines()), default=0)
+def _width(text: str | Text) -> int:
+    plain = text.plain if isinstance(text, Text) else text
+    return max((cell_len(line) for line in plain.splitlines()), default=0)
 
 
 class FittedTable:
@@ -70,7 +71,10 @@ class FittedTable:
     def __init__(self, columns: Iterable[Column], rows: Iterable[Iterable[Any]], title: str | None = None,
                  caption: str | None = None):
         self.columns = tuple(columns)
-        self.rows = [tuple("-" if cell is None else str(cell) for cell in row) for row in rows]
+        # a cell is text, or rich Text when it carries a style (top's coloured verdicts)
+        self.rows: list[tuple[str | Text, ...]] = [
+            tuple("-" if cell is None else cell if isinstance(cell, Text) else str(cell) for cell in row)
+            for row in rows]
         self.title = title
         self.caption = caption
 
@@ -136,7 +140,7 @@ class FittedTable:
             table.add_column(column.header, width=widths[i], no_wrap=not fold,
                              overflow="fold" if fold else "ellipsis")
         for row in self.rows:
-            table.add_row(*(Text(row[i]) for i in shown))
+            table.add_row(*(row[i] if isinstance(row[i], Text) else Text(row[i]) for i in shown))
         total = sum(shown_widths) + GAP * (len(shown) - 1)
         # Key columns too wide for the terminal: longer lines (the terminal wraps them), never a dropped column.
         yield from console.render(table, options.update(width=max(total, options.max_width)))

@@ -6,7 +6,8 @@ the event loop holding no thread (waits.py): its deadline counts from the
 request's arrival. An alter's restart holds no lock of its stream: other calls
 answer meanwhile (the stream says it is restarting). The dashboards (/lag, /ui, /metrics) answer from the lag
 sampler's last round, saying how old it is: no request waits on the sampler.
-`GET /health` needs no token (a liveness probe's; it says only `{"status": "ok"}`).
+`GET /health` needs no token (a liveness probe's; Kafka Connect's KIP-1017 shape, `{"status": "healthy" | "degraded",
+"message": ...}`, naming no stream: see health.py).
 `PATCH /streams/{name}` alters a stream (ALTERABLE_FIELDS); a running one restarts to apply it.
 Errors are `{"error": "<field>: <reason>"}`: 400 bad input, 401 no token, 403 /
 415 / 421 a request a web page made (boundary.py), 404 unknown stream, 409 state
@@ -42,6 +43,7 @@ from stream_registry import StreamConfig, StreamRegistry
 from stream_registry.config import ALTER_OPTIONS, ALTERABLE_FIELDS, OPTION_FIELDS
 from stream_registry.errors import BodyTooLarge, Busy, StreamError, StreamExists, StreamNotFound
 from stream_registry.lag.collector import LagCollector
+from stream_registry.lag.outage import last_known_offsets
 from stream_registry.model import CHECK_TIMEOUT_MS
 
 from ..settings import DEFAULT_SINK
@@ -49,6 +51,7 @@ from ..wire import to_json
 from . import entry, ui
 from . import request_parts as parts
 from .boundary import BrowserBoundary
+from .health import health_of
 from .metrics import registry_metrics
 from .waits import Waits
 
@@ -93,7 +96,8 @@ class _Cap:
 
 def create_app(registry: StreamRegistry, *, token: str | None = None,
                default_sink: str = DEFAULT_SINK, lag: LagCollector | None = None,
-               limits: Limits = Limits(), server_names: tuple[str, ...] = (), loopback: bool = True):
+               limits: Limits = Limits(), server_names: tuple[str, ...] = (), loopback: bool = True,
+               sandbox_warning: str | None = None):
     """The ASGI app serving `registry`; with `token`, every request needs `Authorization: Bearer <token>`.
 
     `lag` is the host's lag sampler; without one, a sampler that samples only when asked is made.
@@ -112,7 +116,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return JSONResponse(to_json(await waits.answer(call)))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        # where the kernel has no Landlock, a probe sees it (stream_registry.sandbox)
+        return JSONResponse({**health_of(registry, lag), **({"sandbox": sandbox_warning} if sandbox_warning else {})})
 
     async def list_streams(request: Request) -> Response:
         return await _call(registry.list)
@@ -153,7 +158,13 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
         return await _call(lambda: registry.acknowledge_loss(parts.name(request)))
 
     async def offsets(request: Request) -> Response:
-        return await _call(lambda: registry.describe(parts.name(request)))
+        name = parts.name(request)
+
+        def describe():   # during an outage the last round's rows at once, each saying of when it is
+            registry.get(name)   # an unknown name is a 404 either way
+            return last_known_offsets(next((s for s in lag.latest() if s.name == name), None)) \
+                or registry.describe(name)
+        return await _call(describe)
 
     async def set_offset(request: Request) -> Response:
         arrived = time.monotonic()
@@ -350,7 +361,7 @@ class _TokenRequired:
 
     def _refusal(self, request: Request) -> Response | None:
         if request.method == "GET" and request.url.path == "/health":
-            return None   # liveness probes carry no token; it answers {"status": "ok"} only
+            return None   # liveness probes carry no token; it answers a status and a count only
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if not scheme and request.method == "GET" and request.url.path in entry.PAGE_PATHS:
             # a browser cannot send a bearer header when it opens a page: /ui?token=... (as Jupyter's URLs)

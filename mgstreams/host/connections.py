@@ -7,28 +7,35 @@ the token. Here:
 
 - a connection is *pending* until it sends a request carrying the host's token
   (any request, on a host serving without one). A pending connection must do so
-  within `auth_timeout` seconds of connecting (or of its last answer), or it is
-  closed;
+  within `auth_timeout` seconds of connecting, or it is closed: answers without
+  the token (`/health`, a 401) do not extend that deadline;
 - pending connections have a pool of their own, `PENDING_FACTOR` times
   `max_connections`: they never take the `max_connections` kept for
   authenticated ones. Past the pool, the oldest pending connection that has
-  sent nothing for `IDLE_PROOF_S` is closed to make room for the new one, so a
-  crowd of idle connections goes first, and a new connection, which sends its
-  request at once, is never closed before it could. Fresh connections may
-  overflow the pool up to twice its size; past that the oldest silent one goes. One remote peer address
-  may hold at most `PENDING_PER_PEER` pending connections (its oldest goes
-  first); loopback peers are every local process, so the pool bounds them;
+  proved to be no owner's is closed to make room for each new one: one whose
+  request came without the token (answered or being answered), or one silent
+  for `IDLE_PROOF_S` with no bytes waiting to be read; first those of a peer
+  address holding more than `PENDING_PER_PEER` (loopback addresses included:
+  127.0.0.0/8 is many addresses of every local process). A connection just
+  accepted, or one whose request waits to be read, is never closed for room: the
+  owner's new connection sends its request at once, and a loaded host may not
+  have read it yet. So a burst of fresh connections overflows the pool (until
+  they prove themselves), up to `OVERFLOW_FACTOR` times it, bounded by half the
+  process's file descriptor limit;
 - an authenticated connection completes each request's headers within
   `header_timeout` seconds of its last response;
-- past both, with nothing pending to close, a new connection is answered 503
-  (naming the cap) and closed.
+- past the overflow, with nothing pending to close, a new connection is answered
+  503 (naming the cap) and closed.
 """
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hmac
-import ipaddress
 import json
+import resource
+import struct
+import termios
 from collections import Counter
 from urllib.parse import parse_qsl
 
@@ -37,7 +44,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 MAX_CONNECTIONS_ENV = "MGSTREAMS_MAX_CONNECTIONS"
 AUTH_TIMEOUT_S = 3.0         # a new connection shows the token (sends an authenticated request) within this
 PENDING_FACTOR = 4           # the pending pool, in multiples of max_connections
-PENDING_PER_PEER = 16        # pending connections one remote peer address may hold
+PENDING_PER_PEER = 16        # pending connections past which a peer address's go first
+OVERFLOW_FACTOR = 16         # fresh pending connections, in multiples of the pool, before new ones are refused
 IDLE_PROOF_S = 0.25          # silent this long after connecting: idle, the first to be closed past the pool
 
 
@@ -50,7 +58,8 @@ def bearer_token_shown(scope: dict, expected: bytes) -> bool:
     scheme, _, given = authorization.partition(b" ")
     if not scheme and scope.get("path") == "/ui":
         query = scope.get("query_string", b"").decode("latin-1")
-        scheme, given = b"bearer", dict(parse_qsl(query)).get("token", "").encode("latin-1")
+        # the token as the API's check reads it (UTF-8): a '%E2%82%AC' is no token, never an exception here
+        scheme, given = b"bearer", dict(parse_qsl(query)).get("token", "").encode("utf-8", "replace")
     return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), expected)
 
 
@@ -60,6 +69,8 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
     expected = token.encode() if token else None
     max_pending = max_connections * PENDING_FACTOR
     per_peer = min(PENDING_PER_PEER, max_pending)
+    overflow = max(2 * max_pending, min(OVERFLOW_FACTOR * max_pending,
+                                        resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2))
     pending: dict[H11Protocol, str] = {}     # connection -> peer address, oldest first
     by_peer: Counter[str] = Counter()
 
@@ -68,6 +79,7 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
         _peer = ""
         _spoken = False    # it has sent bytes
         _born = 0.0        # loop time it connected
+        _answered = False  # it had an answer without showing the token
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
@@ -75,15 +87,9 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
             self._born = self.loop.time()
             pending[self] = self._peer
             by_peer[self._peer] += 1
-            if by_peer[self._peer] > per_peer and not _loopback(self._peer) and not self._make_room(self._peer):
-                self._refuse(transport)
-                return
-            # past the pool: close one that has proved idle; a crowd of fresh ones may overflow it up to twice
-            if len(pending) > max_pending and not self._make_room(None, idle_for=IDLE_PROOF_S) \
-                    and len(pending) > 2 * max_pending and not self._make_room(None):
-                self._refuse(transport)
-                return
-            if len(self.connections) > max_connections + 2 * max_pending and not self._make_room(None):
+            if len(pending) > max_pending:   # room from one that proved to be no owner's, a crowded peer's first
+                self._make_room()
+            if len(pending) > overflow and not self._make_room():
                 self._refuse(transport)
                 return
             self._arm(auth_timeout)
@@ -94,16 +100,21 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
             if self in pending and self.cycle is not None and (
                     expected is None or bearer_token_shown(self.scope, expected)):
                 self._authenticated()
+                self._disarm()
+            if self in pending:
+                return   # its deadline runs from its connection, whatever it sends
             if self._waiting():
                 if self._deadline is None:
-                    self._arm(auth_timeout if self in pending else header_timeout)
+                    self._arm(header_timeout)
             else:
                 self._disarm()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self in pending:   # answered without the token: it still has to show it in time
-                self._arm(auth_timeout)
+            if self in pending:   # answered without the token: no owner's; its deadline from connecting stands
+                self._answered = True
+                if self.loop.time() - self._born >= auth_timeout and not self.transport.is_closing():
+                    self.transport.close()
             else:
                 self._disarm()    # uvicorn's keep-alive timeout takes over until the next bytes arrive
 
@@ -120,19 +131,23 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
                 if by_peer[peer] <= 0:
                     del by_peer[peer]
 
-        def _make_room(self, peer: str | None, idle_for: float | None = None) -> bool:
-            """Close the oldest pending connection (of `peer`, when given) other than this one: with `idle_for`,
-            one that has sent nothing for that long; else one that has sent nothing, or the oldest between
-            requests. False if there is none."""
+        def _provably_no_owner(self, now: float) -> bool:
+            """Its request came without the token, or it was silent for IDLE_PROOF_S with nothing waiting."""
+            if self._answered or (self._spoken and self.cycle is not None):
+                return True
+            return not self._spoken and now - self._born >= IDLE_PROOF_S and not _bytes_waiting(self.transport)
+
+        def _make_room(self) -> bool:
+            """Close the oldest pending connection other than this one that proved to be no owner's, one of a
+            peer over PENDING_PER_PEER first; False if there is none."""
             now = self.loop.time()
-            candidates = [other for other, other_peer in pending.items()
-                          if other is not self and (peer is None or other_peer == peer) and other._waiting()]
-            silent = (other for other in candidates if not other._spoken
-                      and (idle_for is None or now - other._born >= idle_for))
-            victim = next(silent, None) or (next(iter(candidates), None) if idle_for is None else None)
+            provable = [other for other in pending if other is not self and other._provably_no_owner(now)]
+            victim = next((other for other in provable if by_peer[other._peer] > per_peer),
+                          provable[0] if provable else None)
             if victim is None:
                 return False
             victim._authenticated()
+            victim._disarm()
             victim.transport.close()
             victim.connections.discard(victim)   # counted out now; uvicorn's connection_lost follows
             return True
@@ -140,7 +155,7 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
         def _refuse(self, transport) -> None:
             body = json.dumps({"error": f"connections: {len(self.connections) - 1} open, none of them idle, the most "
                                         f"this host serves at once (${MAX_CONNECTIONS_ENV} {max_connections}, "
-                                        f"and {max_pending} yet to show the token); try again shortly"}).encode()
+                                        f"and {overflow} yet to show the token); try again shortly"}).encode()
             self._authenticated()
             transport.write(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                             b"connection: close\r\ncontent-length: " + str(len(body)).encode()
@@ -168,8 +183,10 @@ def guarded_protocol(header_timeout: float, max_connections: int, token: str | N
     return GuardedH11Protocol
 
 
-def _loopback(peer: str) -> bool:
+def _bytes_waiting(transport) -> bool:
+    """Whether bytes the peer sent wait in the socket, not yet read by the loop (FIONREAD)."""
+    sock = transport.get_extra_info("socket")
     try:
-        return ipaddress.ip_address(peer).is_loopback
-    except ValueError:
-        return False
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0] > 0
+    except (OSError, AttributeError, ValueError):
+        return True   # unknown: treat it as possibly the owner's

@@ -23,13 +23,14 @@ from pathlib import Path
 
 import uvicorn
 
-from stream_registry import StreamRegistry
+from stream_registry import StreamRegistry, sandbox
 from stream_registry.allowlists import allowed_configs, allowed_file_dirs
 from stream_registry.errors import ConfigError
 from stream_registry.graph.sinks.policy import OutputPolicy
 from stream_registry.group_policy import GroupPolicy
 from stream_registry.lag.collector import DEFAULT_INTERVAL_S as DEFAULT_LAG_SAMPLE_INTERVAL_S
 from stream_registry.lag.collector import LagCollector
+from stream_registry.lag.history import LagHistory
 from stream_registry.model import STOP_TIMEOUT_S
 from stream_registry.registry import Isolation
 from stream_registry.safe_paths import check_private_dir
@@ -157,6 +158,18 @@ class Shutdown:
             threading.Thread(target=self._on_stop, name="mgstreams-stopping", daemon=True).start()
 
 
+def start_sandbox(state_dir: str | os.PathLike) -> str | None:
+    """The host not dumpable, and the state directory named to the sandbox of every child it spawns
+    (stream_registry.sandbox); a warning, logged and shown in /health, where the kernel has no Landlock."""
+    if not sandbox.harden_host():
+        log.warning("could not make the host not dumpable (prctl PR_SET_DUMPABLE)")
+    os.environ[sandbox.STATE_DIR_ENV] = str(Path(state_dir).resolve())
+    warning = sandbox.status().get("warning")
+    if warning:
+        log.warning("sandbox: %s", warning)
+    return str(warning) if warning else None
+
+
 def limits_from_env(environ=None) -> Limits:
     """The caps on concurrent work, from $MGSTREAMS_MAX_CREATES, _PREVIEWS, _PREVIEW_BYTES."""
     environ = os.environ if environ is None else environ
@@ -208,6 +221,8 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
     server_names = tuple(n.strip() for n in os.environ.get(SERVER_NAMES_ENV, "").split(",") if n.strip())
     check_state_dir(state_dir)
     OutputPolicy.for_state_dir(state_dir)   # output directories someone else can write stop the host here
+    own_transformations = transform_dirs.allow_own_dir(state_dir)   # before a stream process is spawned
+    sandbox_warning = start_sandbox(state_dir)   # after: the children read the own directory
     with Shutdown() as shutdown:
         registry = StreamRegistry(state_dir, isolation=Isolation.PROCESS, stop_timeout=stop_timeout,
                                   group_policy=group_policy,
@@ -224,17 +239,19 @@ def serve(state_dir: str | os.PathLike, listen_text: str = DEFAULT_LISTEN, token
             sock = bind(listen)
             host, port = sock.getsockname()[:2]
             url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-            lag = LagCollector(registry, lag_sample_interval).start()
+            lag = LagCollector(registry, lag_sample_interval, history=LagHistory(state_dir)).start()
             app = create_app(registry, token=token,
                              default_sink=default_sink or os.environ.get(DEFAULT_SINK_ENV) or DEFAULT_SINK, lag=lag,
-                             limits=limits, server_names=server_names, loopback=listen.loopback)
+                             limits=limits, server_names=server_names, loopback=listen.loopback,
+                             sandbox_warning=sandbox_warning)
             server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                                             timeout_keep_alive=KEEP_ALIVE_S,
                                             http=guarded_protocol(HEADER_TIMEOUT_S, max_connections, token)))
             shutdown.attach(server, registry.begin_close)
             ready(f"mgstreams host serving at {url} (state: {Path(state_dir).resolve()}, "
-                  f"{len(registry.list())} stream(s){where}); its page: {url}{PAGE}")
+                  f"{len(registry.list())} stream(s){where}; your transformations: {own_transformations}); "
+                  f"its page: {url}{PAGE}")
             server.run(sockets=[sock])
         finally:
             if lag is not None:

@@ -41,7 +41,7 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
     rows = "".join(
         f'<tr data-stream="{escape(s.name)}" data-verdict="{s.status.value}"><td><a href="#stream-{escape(s.name)}">'
         f"{escape(s.name)}</a></td><td>{s.stream_status.value}</td><td>{_stream_verdict(s)}</td>"
-        f"<td>{s.total_lag}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
+        f"<td>{_lag(s, s.total_lag)}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
         f'<td data-count="dead-lettered">{s.dead_lettered}</td><td data-count="skipped">{s.skipped}</td>'
         f'<td data-count="pending">{s.pending_changes}</td><td data-count="lost">{_lost(s)}</td>'
         f"<td>{escape(s.error or s.message)}</td></tr>" for s in streams)
@@ -70,13 +70,13 @@ def _oldest(streams: Sequence[StreamLag]) -> str:
 def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMark], now: float) -> str:
     partitions = "".join(
         f'<tr data-partition="{escape(p.topic)}:{p.partition}"><td>{escape(p.topic)}</td><td>{p.partition}</td>'
-        f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{p.lag}</td>"
+        f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{_lag(s, p.lag)}</td>"
         f"<td>{_num(p.lag_seconds)}</td><td>{p.lag_seconds_method.value}</td><td>{_verdict(p.status.value)}</td>"
         f"<td>{escape(p.message)}</td></tr>" for p in s.partitions)
     lag_chart = chart([(p.at, float(p.total_lag)) for p in points], changes, now, kind="lag",
-                      title=f"{s.name}: lag (offsets) over the last hour")
+                      title=f"{s.name}: lag (offsets) {_over(points, now)}")
     seconds_chart = chart([(p.at, p.max_lag_seconds) for p in points if p.max_lag_seconds is not None], changes,
-                          now, kind="lag-seconds", title=f"{s.name}: lag (seconds) over the last hour", unit="s")
+                          now, kind="lag-seconds", title=f"{s.name}: lag (seconds) {_over(points, now)}", unit="s")
     return (f'<section id="stream-{escape(s.name)}" data-stream="{escape(s.name)}">'
             f"<h2>{escape(s.name)} {_stream_verdict(s)} <span class=\"muted\">{s.stream_status.value}, "
             f"group {escape(s.consumer_group)}</span></h2><p>{escape(s.error or s.message)}</p>"
@@ -89,22 +89,38 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMar
             f"</thead><tbody>{partitions}</tbody></table></section>")
 
 
+MIN_SPAN_S = 1.0    # the narrowest window a chart shows (a stream of one sample)
+
+
+def window(points: Sequence[tuple[float, float]], now: float) -> tuple[float, float]:
+    """(start, span) of a chart's time axis: from its oldest point within the hour to `now` (at least MIN_SPAN_S),
+    so a new stream's line fills the chart instead of a sliver at the right of a fixed hour."""
+    oldest = min((t for t, _ in points if now - HOUR_S <= t <= now), default=now - HOUR_S)
+    span = min(max(now - oldest, MIN_SPAN_S), HOUR_S)
+    return now - span, span
+
+
+def _tick(t: float, span: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M" if span >= 600 else "%H:%M:%S")
+
+
 def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeMark], now: float, *, kind: str,
           title: str, unit: str = "") -> str:
-    """An SVG line chart of (time, value) over the hour before `now`, with a dashed marker per change."""
-    start = now - HOUR_S
+    """An SVG line chart of (time, value) over the window its points need (window()), at most the hour before
+    `now`, with a dashed marker per change."""
+    start, span = window(points, now)
     shown = [(t, v) for t, v in points if start <= t <= now]
     top = max((v for _, v in shown), default=0.0) or 1.0
     width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
     def x(t: float) -> float:
-        return LEFT + (t - start) / HOUR_S * width
+        return LEFT + (t - start) / span * width
 
     def y(v: float) -> float:
         return TOP + height - v / top * height
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-kind="{kind}" '
-             f'data-points="{len(shown)}" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+             f'data-points="{len(shown)}" data-span-s="{span:.0f}" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
              f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
              f'<rect x="{LEFT}" y="{TOP}" width="{width}" height="{height}" fill="#fafafa" stroke="#ccc"/>']
     for fraction in (0.0, 0.5, 1.0):
@@ -112,11 +128,10 @@ def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeM
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + width}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
                      f'stroke="#e4e4e4"/><text x="{LEFT - 4}" y="{y(value) + 3:.1f}" text-anchor="end">'
                      f"{_axis(value)}{unit}</text>")
-    for minutes in range(0, 61, 10):
-        t = start + minutes * 60
-        label = datetime.fromtimestamp(t, tz=UTC).strftime("%H:%M")
-        anchor = "start" if minutes == 0 else "end" if minutes == 60 else "middle"
-        parts.append(f'<text x="{x(t):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}">{label}</text>')
+    for i in range(7):   # seven ticks across whatever the window spans
+        t = start + span * i / 6
+        anchor = "start" if i == 0 else "end" if i == 6 else "middle"
+        parts.append(f'<text x="{x(t):.1f}" y="{HEIGHT - 6}" text-anchor="{anchor}">{_tick(t, span)}</text>')
     for c in changes:
         if start <= c.at <= now:
             ident = f"change {c.change_id}" if c.change_id is not None else "offset change"
@@ -136,6 +151,20 @@ def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeM
                      f"</text>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _over(points: Sequence[LagPoint], now: float) -> str:
+    _, span = window([(p.at, 0.0) for p in points], now)
+    return "over the last hour" if span >= HOUR_S else f"over the last {span / 60:.0f} min" if span >= 120 \
+        else f"over the last {span:.0f} s"
+
+
+def _lag(s: StreamLag, value: int) -> str:
+    """A lag of the last round; while its cluster cannot be reached, not known, with the last value and its age."""
+    if s.cluster_up:
+        return str(value)
+    age = f", {s.age_s:.0f} s ago" if s.age_s is not None else ""
+    return f'<span class="unknown" title="not known: the cluster cannot be reached">? (last {value}{age})</span>'
 
 
 def _verdict(value: str, color: str | None = None) -> str:

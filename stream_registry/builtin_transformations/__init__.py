@@ -3,8 +3,10 @@
 They are defined here, in the module users name (the loader accepts only a function defined in the module
 named); `offset_commits` decodes the records of `__consumer_offsets` for `consumer_offsets`.
 
-Each takes a `Messages` batch (ours or Memgraph's) and returns
-`{"query": ..., "parameters": {...}}` records.
+Each takes a `Messages` batch (ours or Memgraph's) and returns its statements: a `Statements` (a sequence
+of Statement values, each with `.query` and `.parameters`), built as one query's rows per batch, not an
+object per message; on a batch of consumed messages that are not decoded (`Messages.kafka_messages()`) the
+rows are read from the consumed messages directly.
 
 Idempotent ones are keyed by (topic, partition, offset), so replaying a
 message (at-least-once redelivery after a crash, a Spark task retry, a backfill
@@ -38,6 +40,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..graph.statement import Statements
 from . import cdc, offset_commits
 
 _SET_MESSAGE = "SET m.payload = $payload, m.key = $key, m.timestamp = $timestamp"
@@ -50,23 +53,23 @@ MERGE_JSON_RECORD = ("MERGE (n:KafkaRecord {topic: $topic, partition: $partition
                      "SET n += $properties")
 
 
-def merge_messages(messages) -> list[dict[str, Any]]:
+def merge_messages(messages) -> Statements:
     """Idempotent: MERGE one :KafkaMessage per (topic, partition, offset), SET its content."""
-    return [{"query": MERGE_MESSAGE, "parameters": _message_row(m)} for m in _each(messages)]
+    return Statements.of_rows(MERGE_MESSAGE, _message_rows(messages))
 
 
 def merge_messages_batched(messages) -> list[dict[str, Any]]:
     """Idempotent: like merge_messages, as a single UNWIND statement for the whole batch."""
-    rows = [_message_row(m) for m in _each(messages)]
+    rows = _message_rows(messages)
     return [{"query": MERGE_MESSAGES_UNWIND, "parameters": {"rows": rows}}] if rows else []
 
 
-def create_messages(messages) -> list[dict[str, Any]]:
+def create_messages(messages) -> Statements:
     """NOT idempotent: CREATE a :KafkaMessage per delivery; a redelivered message is stored twice."""
-    return [{"query": CREATE_MESSAGE, "parameters": _message_row(m)} for m in _each(messages)]
+    return Statements.of_rows(CREATE_MESSAGE, _message_rows(messages))
 
 
-def json_nodes(messages) -> list[dict[str, Any]]:
+def json_nodes(messages) -> Statements:
     """Idempotent: MERGE a :KafkaRecord per (topic, partition, offset) and SET the payload's
     JSON object fields on it (`SET +=`: replaying rewrites the same values).
 
@@ -74,16 +77,20 @@ def json_nodes(messages) -> list[dict[str, Any]]:
     list holding one) is stored as its JSON text: not every graph engine stores a map as a property value
     (FalkorDB refuses one; docs: sinks), and the statement must give the same graph on each.
     """
-    records = []
-    for message in _each(messages):
-        properties = {key: _storable(value) for key, value in _json_object(message).items()}
-        parameters = _position(message)
-        parameters["properties"] = properties
-        records.append({"query": MERGE_JSON_RECORD, "parameters": parameters})
-    return records
+    consumed = _consumed(messages)
+    if consumed is not None:
+        rows = [{"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+                 "properties": _storable_fields(_json_payload(m.value(), m))} for m in consumed]
+    else:
+        rows = []
+        for message in _each(messages):
+            parameters = _position(message)
+            parameters["properties"] = _storable_fields(_json_object(message))
+            rows.append(parameters)
+    return Statements.of_rows(MERGE_JSON_RECORD, rows)
 
 
-def consumer_offsets(messages) -> list[dict[str, Any]]:
+def consumer_offsets(messages) -> Statements:
     """Idempotent: Kafka's `__consumer_offsets` records as commit timelines and current offsets per group.
 
     Offset commits (key versions 0-1, value versions 0-3) become
@@ -121,6 +128,23 @@ def _position(message) -> dict[str, Any]:
     return {"topic": message.topic_name(), "partition": message.partition(), "offset": message.offset()}
 
 
+def _consumed(messages):
+    """The consumed confluent_kafka messages of an undecoded batch of ours, else None (read through the
+    accessors then)."""
+    read = getattr(messages, "kafka_messages", None)
+    return read() if read is not None else None
+
+
+def _message_rows(messages) -> list[dict[str, Any]]:
+    consumed = _consumed(messages)
+    if consumed is None:
+        return [_message_row(m) for m in _each(messages)]
+    return [{"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
+             "payload": "" if (value := m.value()) is None else str(value, "utf-8", "replace"),
+             "key": None if (key := m.key()) is None else str(key, "utf-8", "replace"),
+             "timestamp": m.timestamp()[1]} for m in consumed]
+
+
 def _message_row(message) -> dict[str, Any]:
     value, key = _decoded(message, "value", "payload"), _decoded(message, "key_value", "key")
     return {"topic": message.topic_name(), "partition": message.partition(), "offset": message.offset(),
@@ -144,6 +168,10 @@ def _text(data) -> str:
     return json.dumps(data, default=str, ensure_ascii=False)
 
 
+def _storable_fields(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: _storable(value) for key, value in record.items()}
+
+
 def _storable(value: Any) -> Any:
     """A property value every engine stores: a map, or a list holding one, as its JSON text."""
     if isinstance(value, dict) or isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
@@ -152,14 +180,27 @@ def _storable(value: Any) -> Any:
 
 
 def _json_object(message) -> dict[str, Any]:
-    where = f"{message.topic_name()}:{message.partition()} offset {message.offset()}"
     decoded = _decoded(message, "value", "payload")
     if isinstance(decoded, dict):   # a format is set: the decoded record
         return decoded
+    return _json_payload(message.payload(), message)
+
+
+def _json_payload(payload: bytes | None, message) -> dict[str, Any]:
+    """A payload's JSON object; ValueError naming the message's position when it is not one."""
     try:
-        value = json.loads(bytes(message.payload()))
+        value = json.loads(b"" if payload is None else bytes(payload))
     except ValueError as exc:
+        where = _where(message)
         raise ValueError(f"payload at {where} is not JSON: {exc}") from None
     if not isinstance(value, dict):
+        where = _where(message)
         raise ValueError(f"payload at {where} is a JSON {type(value).__name__}, expected an object")
     return value
+
+
+def _where(message) -> str:
+    """A message's position (a Message of ours or Memgraph's, or a consumed confluent_kafka message)."""
+    if hasattr(message, "topic_name"):
+        return f"{message.topic_name()}:{message.partition()} offset {message.offset()}"
+    return f"{message.topic()}:{message.partition()} offset {message.offset()}"

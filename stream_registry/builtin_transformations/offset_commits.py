@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ..graph.statement import Statements
+
 log = logging.getLogger("mgstreams.consumer_offsets")
 
 OFFSET_KEY_VERSIONS = (0, 1)
@@ -160,9 +162,9 @@ def skipped() -> int:
     return _SKIPPED["malformed"]
 
 
-def statements(messages) -> list[dict[str, Any]]:
-    """The transformation: Cypher records for a batch of __consumer_offsets messages."""
-    out: list[dict[str, Any]] = []
+def statements(messages) -> Statements:
+    """The transformation: Cypher statements for a batch of __consumer_offsets messages (runs of one query)."""
+    out: list[tuple[str, dict[str, Any]]] = []
     bad: list[str] = []
     for i in range(messages.total_messages()):
         message = messages.message_at(i)
@@ -175,23 +177,23 @@ def statements(messages) -> list[dict[str, Any]]:
             base = {"group": key.group, "topic": key.topic, "partition": key.partition,
                     "source_offset": message.offset()}
             if not value:
-                out.append({"query": DELETE_CURRENT, "parameters": base})
+                out.append((DELETE_CURRENT, base))
                 continue
             commit = decode_value(value)
         except MalformedRecord as exc:
             bad.append(f"{where}: {exc}")
             continue
-        out.append({"query": MERGE_COMMIT, "parameters": {
+        out.append((MERGE_COMMIT, {
             **base, "source_partition": message.partition(), "offset": commit.offset,
             "committed_at": _time(commit.commit_timestamp), "metadata": commit.metadata,
             "leader_epoch": commit.leader_epoch,
-            "expire_at": None if commit.expire_timestamp in (None, -1) else _time(commit.expire_timestamp)}})
+            "expire_at": None if commit.expire_timestamp in (None, -1) else _time(commit.expire_timestamp)}))
     if bad:
         with _SKIPPED_LOCK:
             _SKIPPED["malformed"] += len(bad)
         log.warning("consumer_offsets: skipped %d malformed record(s) (%d in this process), first: %s",
                     len(bad), skipped(), bad[0])
-    return out
+    return Statements.of_pairs(out)
 
 
 def _time(ms: int) -> datetime:

@@ -11,15 +11,23 @@ from confluent_kafka.admin import AdminClient
 from ..errors import ConfigError
 from ..redaction import is_secret_key, redact
 
+# librdkafka logs a broker failure (facility FAIL) and hands the same text to the client's error_cb: a client with
+# one (a stream's consumer, which logs it naming the stream) leaves these lines out, so a failure is said once.
+REPORTED_BY_ERROR_CB = frozenset({"FAIL"})
+
 
 class RedactingLog:
-    """librdkafka's log lines (a CONFWARN quotes config values) reach Python logging with secrets masked."""
+    """librdkafka's log lines (a CONFWARN quotes config values) reach Python logging with secrets masked;
+    `skip` names facilities another path reports (confluent-kafka calls log(level, "%s [%s] %s", fac, name, text))."""
 
-    def __init__(self, secrets: Iterable[str]):
+    def __init__(self, secrets: Iterable[str], skip: frozenset[str] = frozenset()):
         self._secrets = list(secrets)
+        self._skip = skip
         self._log = logging.getLogger("mgstreams.librdkafka")
 
     def log(self, level: int, message: str, *args: object) -> None:
+        if args and args[0] in self._skip:
+            return
         text = message % args if args else message
         self._log.log(level, redact(str(text), self._secrets))
 
@@ -34,7 +42,8 @@ def _new_client(kind: type, config: Mapping[str, object], secrets: Iterable[str]
     try:
         # The redacting logger always, whatever logger the caller's config names: every librdkafka client of
         # every process logs through it (a password used as client.id is quoted by librdkafka's own lines).
-        return kind({**config, "logger": RedactingLog(secrets)})
+        skip = REPORTED_BY_ERROR_CB if config.get("error_cb") is not None else frozenset()
+        return kind({**config, "logger": RedactingLog(secrets, skip)})
     except (KafkaException, ValueError, TypeError) as exc:
         error = exc.args[0] if exc.args else exc
         text = redact(error.str() if isinstance(error, KafkaError) else str(error), secrets)

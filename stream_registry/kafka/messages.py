@@ -18,11 +18,11 @@ from ..model import PartitionKey
 def message_key(msg: Message) -> PartitionKey | None:
     """The message's (topic, partition), None for an event that belongs to no partition."""
     topic, partition = msg.topic(), msg.partition()
-    return None if topic is None or partition is None else _partition_key(topic, partition)
+    return None if topic is None or partition is None else partition_key(topic, partition)
 
 
 @lru_cache(maxsize=65536)
-def _partition_key(topic: str, partition: int) -> PartitionKey:
+def partition_key(topic: str, partition: int) -> PartitionKey:
     """One key per partition, not one per message: a stream asks twice per record (bench/ingest_throughput.py)."""
     return PartitionKey(topic, partition)
 

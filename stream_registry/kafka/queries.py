@@ -11,7 +11,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import Any, TypeVar
@@ -27,6 +26,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from ..errors import ConfigError, KafkaOperationError
+from ..meanwhile import finished_with, meanwhile
 from ..model import PartitionKey, PartitionSnapshot
 from ..offset_spec import RD_OFFSET_END
 from ..redaction import redact, secret_values
@@ -213,10 +213,10 @@ class PartitionQuery:
 
         def left() -> float | None:
             return None if deadline is None else max(deadline - time.monotonic(), 0.1)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgstreams-committed") as pool:
-            asked = pool.submit(self.committed, keys, left())   # the group's coordinator, while the leaders answer
-            marks = self.watermarks(keys, left())
-            committed = asked.result()
+        timeout = left()
+        asked = meanwhile(lambda: self.committed(keys, timeout))   # the group's coordinator, while the leaders answer
+        marks = finished_with(asked, lambda: self.watermarks(keys, left()))
+        committed = asked.result()
         positions = positions or {}
         return [PartitionSnapshot(topic=key.topic, partition=key.partition, log_start=marks[key][0],
                                   log_end=marks[key][1], committed=committed.get(key), position=positions.get(key))

@@ -43,6 +43,7 @@ from ..model import (
     StreamStatus,
 )
 from ..registry.registry import StreamRegistry
+from .history import LagHistory
 from .outage import UNREACHABLE_CODES, consumer_outage, counts, loss_verdict, unsampled
 from .seconds import extrapolated, from_timestamp
 from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
@@ -84,7 +85,8 @@ class LagCollector:
     """Samples `registry`'s streams every `interval` s on a thread of its own (start()/close())."""
 
     def __init__(self, registry: StreamRegistry, interval: float = DEFAULT_INTERVAL_S, *, window: int = WINDOW,
-                 keep_s: float = KEEP_S, read_timestamps: bool = True, clock: Callable[[], float] = time.time):
+                 keep_s: float = KEEP_S, read_timestamps: bool = True, clock: Callable[[], float] = time.time,
+                 history: LagHistory | None = None):
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 < interval <= 3600:
             raise StreamError(f"lag_sample_interval: must be from 0 to 3600 seconds, got {interval!r}")
         self._registry = registry
@@ -94,6 +96,7 @@ class LagCollector:
         self._max_samples = max(window, min(MAX_SAMPLES, int(keep_s / self.interval) + 1))
         self._read_timestamps = read_timestamps
         self._clock = clock
+        self._history = history   # the totals kept in the state directory: a restarted host's charts go on
         self._tracked: dict[str, _Tracked] = {}
         self._unreachable: dict[str, KafkaOperationError] = {}
         self._lock = threading.Lock()
@@ -181,6 +184,8 @@ class LagCollector:
         for t in gone:
             with t.sampling:
                 self._close_reader(t)
+            if self._history is not None:
+                self._history.forget(t.name)
         for info in infos:
             if self._stop.is_set():
                 return
@@ -188,7 +193,10 @@ class LagCollector:
 
     def _track(self, name: str) -> _Tracked:
         with self._lock:
-            return self._tracked.setdefault(name, _Tracked(name))
+            if name not in self._tracked:   # with the hour before this host started, as the last one kept it
+                self._tracked[name] = _Tracked(name, points=deque(self._history.load(
+                    name, self._clock() - self._keep_s) if self._history is not None else ()))
+            return self._tracked[name]
 
     def _sample_stream(self, t: _Tracked, info: StreamInfo) -> StreamLag:
         """One round for one stream: its StreamLag, also kept as `t.latest`."""
@@ -264,9 +272,12 @@ class LagCollector:
                                  sampled_at=datetime.fromtimestamp(now, tz=UTC), interval_s=self.interval,
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
                                  partitions=tuple(partitions), **tallies)
+            point = LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
+                             records_per_second=rate, status=status, committed=committed)
+            if self._history is not None:
+                self._history.append(t.name, point, now - self._keep_s)
             with t.lock:
-                t.points.append(LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
-                                         records_per_second=rate, status=status, committed=committed))
+                t.points.append(point)
                 while t.points and t.points[0].at < now - self._keep_s:
                     t.points.popleft()
                 while t.changes and t.changes[0].at < now - self._keep_s:

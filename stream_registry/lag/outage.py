@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import KafkaOperationError, StreamError
-from ..model import StreamInfo, StreamLag, Verdict
+from ..model import PartitionOffsets, StreamInfo, StreamLag, Verdict
 from .verdict import StreamVerdict
 
 # A round's query failing with one of these found the cluster away: its other streams are not asked again this round
@@ -40,14 +40,32 @@ def unsampled(t: Any, info: StreamInfo, exc: StreamError, now: float, interval: 
         message="", total_lag=0, max_lag=0, max_lag_seconds=None, records_per_second=0.0, sampled_at=None,
         interval_s=interval)
     away = isinstance(exc, KafkaOperationError) and exc.code in UNREACHABLE_CODES
+    why = "the stream's cluster cannot be reached" if away else "its lag cannot be sampled"
+    at = f" at {_time(base.sampled_at.timestamp())}" if base.sampled_at is not None else ""
+    # every partition row carries the outage: its last values are kept, said to be the last known ones
+    partitions = tuple(dataclasses.replace(
+        p, status=Verdict.ERR, alarm=True, change_id=None,
+        message=f"not known: {why} since {since}; last known{at}: lag {p.lag}, committed {p.committed_offset}")
+        for p in base.partitions)
     return dataclasses.replace(
         base, stream_status=info.status, status=Verdict.ERR, records_per_second=0.0, cluster_up=not away,
+        partitions=partitions,
         message=(f"the stream's cluster cannot be reached since {since}" if away else
                  f"its lag cannot be sampled since {since}") + ": lag and offsets are not known"
         + ("" if base.sampled_at is not None else "; not sampled yet"),   # how old what is shown is
         offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=f"lag: cannot sample since "
         f"{since}: {exc}", skipped=info.skipped, records_lost=info.records_lost,
         records_lost_unacknowledged=info.records_lost_unacknowledged)
+
+
+def last_known_offsets(lag: StreamLag | None) -> list[PartitionOffsets] | None:
+    """describe's rows from the last round while the stream's cluster cannot be reached (None otherwise): an
+    answer at once, each row saying of when it is, rather than a query that waits for its timeout and fails."""
+    if lag is None or lag.cluster_up or lag.sampled_at is None:
+        return None
+    return [PartitionOffsets(topic=p.topic, partition=p.partition, committed_offset=p.committed_offset, position=None,
+                             log_start_offset=p.log_start_offset, log_end_offset=p.log_end_offset, lag=p.lag,
+                             assigned=p.assigned, known_at=lag.sampled_at) for p in lag.partitions]
 
 
 def consumer_outage(info: StreamInfo) -> KafkaOperationError | None:

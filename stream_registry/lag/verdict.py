@@ -9,6 +9,9 @@ consumer was polling the partition. Over a window of the last samples
   offset change made through `set_stream_offset` explains the move, the message
   names that change (its history id) and the verdict is no alarm; otherwise it
   is one (someone reset the group's offsets behind the host's back).
+  An operator's rewind is shown until a later sample finds the partition caught
+  up again (then OK, naming the change), not for as long as it stays in the
+  window: a set-offset on a stream at lag 0 is read again within a sample or two.
 - **OK** when the partition was caught up in some sample (after the last rewind):
   lag 0, or nothing left to read (the offsets below the log end are transaction
   markers or aborted records, which no consumer can ever commit past).
@@ -113,7 +116,7 @@ class PartitionVerdict:
     verdict: Verdict
     message: str
     alarm: bool = False
-    change_id: int | None = None    # REWIND: the offset change that explains it
+    change_id: int | None = None    # REWIND, or OK caught up again after it: the offset change that explains it
 
 
 def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] = (), *,
@@ -135,6 +138,12 @@ def evaluate(samples: Sequence[LagSample], changes: Iterable[OffsetChangeMark] =
     since = samples[rewind[0]:] if rewind else samples   # what happened after the last rewind
     last = samples[-1]
     if any(s.caught_up for s in since):
+        if rewind and not rewind[1].alarm and any(s.caught_up for s in since[1:]):
+            # an operator's rewind read again and caught up in a later sample: said once, not for the whole window
+            # (the change stays named, with its id, while it is in the window)
+            said = rewind[1].message.removesuffix("; not an alarm")
+            return PartitionVerdict(Verdict.OK, f"{_caught_up_message(since)} again after: {said}",
+                                    change_id=rewind[1].change_id)
         return rewind[1] if rewind else PartitionVerdict(Verdict.OK, _caught_up_message(since))
     if len(samples) < min_samples:
         return rewind[1] if rewind else PartitionVerdict(

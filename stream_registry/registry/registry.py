@@ -106,7 +106,7 @@ class StreamRegistry:
                                     processes=self._isolation == Isolation.PROCESS, output=self._output_policy)
         self._definitions = Definitions(self._table, self._store, self._changes, self._positions, self._lifecycle,
                                         admit=self._admit, group_policy=group_policy, caps=caps,
-                                        stop_timeout=stop_timeout)
+                                        stop_timeout=stop_timeout, open_query=self._open_query)
         self._offsets = OffsetCalls(self._table, self._store, self._changes, self._positions,
                                     in_child=self._isolation == Isolation.PROCESS)
         restart = []

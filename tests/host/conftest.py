@@ -1,6 +1,8 @@
 """The host tier: needs real `mgstreams serve` child processes (support/host_helpers.py), and Kafka."""
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import httpx
@@ -27,3 +29,30 @@ def lag_host(kafka, tmp_path_factory):
 def api(lag_host):
     with httpx.Client(base_url=lag_host.url, timeout=30) as client:
         yield client
+
+
+@pytest.fixture
+def listener():
+    """A TCP socket listening on 127.0.0.2 (another address of this machine) that records every connection."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.2", 0))
+    server.listen(64)
+    server.settimeout(0.2)
+    seen: list[tuple] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                continue
+            seen.append(peer)
+            conn.close()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], seen
+    stop.set()
+    thread.join(5)
+    server.close()

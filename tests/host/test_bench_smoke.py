@@ -95,7 +95,8 @@ def test_offset_latency_bench_prints_medians_and_ratio():
     the ratio is the quotient of the printed medians, and `--help` still works."""
     bench = BENCH.parent / "offset_latency.py"
     done = subprocess.run([sys.executable, str(bench), "--changes", "3", "--baseline-changes", "1",
-                           "--per-partition", "300", "--rewind", "100"], capture_output=True, text=True, timeout=120)
+                           "--per-partition", "300", "--rewind", "100", "--trace"], capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
 
@@ -115,6 +116,26 @@ def test_offset_latency_bench_prints_medians_and_ratio():
     assert ratio and float(ratio[0].split()[1]) == pytest.approx(baseline / running, rel=0.01, abs=0.06), done.stdout
     helped = subprocess.run([sys.executable, str(bench), "--help"], capture_output=True, text=True, timeout=30)
     assert helped.returncode == 0 and "--baseline-changes" in helped.stdout
+    # --trace: the call hop by hop, stamped in this process, the host and its stream process, every hop traced
+    trace = done.stdout[done.stdout.index("trace of the running path"):]
+    for hop in ("query module: HTTP request sent", "host: handler calls the registry", "host: SQLite write of the change",
+                "stream: poll thread woke, gate takes it", "stream: seek", "host: outcome written", "call returned",
+                "first record at the target on every partition"):
+        assert re.search(rf"^{re.escape(hop)}\s+[\d.]+\s+-?[\d.]+\s+[\d.]+\s+[1-3]$", trace, re.M), trace
+    assert "(not traced" not in trace, trace
+
+
+def test_stream_profile_bench_prints_the_stages_of_a_stream_process():
+    """bench/stream_profile.py: a stream process's time per message by stage, and its CPU per message."""
+    done = subprocess.run([sys.executable, str(BENCH.parent / "stream_profile.py"), "--messages", "3000", "--sink",
+                           "cypherl"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for stage in ("consume", "collect (gate)", "wrapping", "decode", "transformation", "statement building",
+                  "rendering", "sink", "commit", "loop (rest)"):
+        assert re.search(rf"^{re.escape(stage)}\s+[\d.]+\s+[\d.]+%$", done.stdout, re.M), done.stdout
+    rendering = re.search(r"^rendering\s+([\d.]+)", done.stdout, re.M)
+    assert rendering and float(rendering[1]) > 0, "a cypherl sink renders: its stage is timed"
+    assert re.search(r"messages 3,000 in .* cpu per message: poll thread [\d.]+ us", done.stdout), done.stdout
 
 
 def test_multi_stream_bench_prints_ratios_and_rss():

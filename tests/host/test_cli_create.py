@@ -86,6 +86,50 @@ def test_topic_create_and_produce_on_the_embedded_cluster(embedded):
         "mgstreams: error: topic: 'bad name' is not a topic name")
 
 
+def read_all(bootstrap: str, topic: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of the topic's first `count` messages (one partition), in order."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read_{topic}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[bytes | None, bytes | None]] = []
+    try:
+        while len(out) < count:
+            msg = consumer.poll(10)
+            assert msg is not None, f"only {len(out)} of {count} messages: {out}"
+            if msg.error() is None:
+                out.append((msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def test_produce_keys_by_a_field_path_or_a_key_per_line_and_writes_tombstones(embedded):
+    """Issue 46: a table's lifecycle as Debezium writes it (create, update, delete, tombstone) with the bundled
+    tools: the key from a nested field, or a JSON key of its own on each line; a `null` value is a tombstone."""
+    bootstrap, env = embedded
+    assert mgstreams("kafka", "topic", "create", "accounts", "--bootstrap", bootstrap, env=env).returncode == 0
+    lines = [{"payload": {"op": "c", "after": {"id": 1, "name": "a"}}},
+             {"payload": {"op": "u", "after": {"id": 1, "name": "b"}}}]
+    by_path = mgstreams("kafka", "produce", "accounts", "--bootstrap", bootstrap, "--key-field", "payload.after.id",
+                        stdin="".join(json.dumps(line) + "\n" for line in lines), env=env)
+    assert by_path.returncode == 0, by_path.stderr
+    per_line = ('{"id": 1}|{"payload": {"op": "d", "before": {"id": 1}, "after": null}}\n'
+                '{"id": 1}|null\n'
+                '"plain"|{"x": 1}\n')
+    keyed = mgstreams("kafka", "produce", "accounts", "--bootstrap", bootstrap, "--key-separator", "|",
+                      stdin=per_line, env=env)
+    assert keyed.returncode == 0 and keyed.stdout.startswith("produced 3 message(s)"), keyed.stderr
+    got = read_all(bootstrap, "accounts", 5)
+    assert [k for k, _ in got] == [b"1", b"1", b'{"id":1}', b'{"id":1}', b"plain"], got
+    assert json.loads(got[0][1])["payload"]["after"]["name"] == "a" and json.loads(got[2][1])["payload"]["op"] == "d"
+    assert got[3][1] is None, "a null value is a tombstone: no value at all"
+    missing = mgstreams("kafka", "produce", "accounts", "--bootstrap", bootstrap, "--key-field", "payload.key",
+                        stdin=json.dumps(lines[0]) + "\n", env=env)
+    assert missing.returncode == 1 and "line 1: --key-field: no field 'payload.key'" in missing.stderr, missing.stderr
+    unsplit = mgstreams("kafka", "produce", "accounts", "--bootstrap", bootstrap, "--key-separator", "|",
+                        stdin='{"id": 1}\n', env=env)
+    assert unsplit.returncode == 1 and "line 1: --key-separator: no '|'" in unsplit.stderr, unsplit.stderr
+
+
 def test_create_start_and_write_a_cypherl_file(embedded, host, tmp_path):
     bootstrap, env = embedded
     env = {**env, "MGSTREAMS_URL": host.url}

@@ -159,3 +159,58 @@ def test_pending_json_writes_times_as_the_table_does(failed, host):
     requested = table[1].split()[table[0].split().index("REQUESTED-AT")]
     assert rows[0]["requested_at"].endswith("Z") and requested.endswith("Z"), (rows, table)
     assert rows[0]["requested_at"].startswith(requested[:-1]), (rows, table)
+
+
+def on_terminal_pressing(url: str, width: int, keys: list[tuple[str, bytes]], *args: str) -> bytes:
+    """`mgstreams ARGS` on a pseudo-terminal (stdin too, so it reads keys): each (text, key) sends `key` once
+    `text` has appeared in the output; the raw output, colours kept."""
+    main, child = pty.openpty()
+    env = {**os.environ, "MGSTREAMS_URL": url, "COLUMNS": str(width), "LINES": "60", "TERM": "xterm"}
+    process = subprocess.Popen([sys.executable, "-m", "mgstreams", *args], stdout=child, stdin=child,
+                               stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    os.close(child)
+    out, waiting = b"", list(keys)
+    try:
+        while process.poll() is None or select.select([main], [], [], 0)[0]:
+            ready, _, _ = select.select([main], [], [], 30)
+            if not ready:
+                break
+            try:
+                data = os.read(main, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            out += data
+            if waiting and waiting[0][0].encode() in ANSI.sub("", out.decode(errors="ignore")).encode():
+                os.write(main, waiting.pop(0)[1])
+        assert process.wait(30) == 0, process.stderr.read()
+    finally:
+        os.close(main)
+        process.stderr.close()
+    return out
+
+
+def test_top_fits_the_terminal_colours_verdicts_and_opens_a_streams_partitions(failed, host):
+    """Issue 46: top's rows went past the terminal (eleven key columns and a message cut short), its verdicts were
+    plain text, and a stream's partitions were a separate command away."""
+    for width in (100, 120, 250):
+        out = on_terminal(host.url, width, "top", "--once")
+        lines = rows_of(out, "NAME")
+        assert lines[0].split()[:4] == ["#", "NAME", "STATE", "STATUS"] and "MESSAGE" in lines[0], (width, out)
+        assert max(len(line.rstrip()) for line in lines) <= width, (width, out)
+        # the message, the last column, is folded onto more lines (not cut): read back without the whitespace
+        assert "".join(failed["error"].split()[:8]) in "".join(out.split()), (width, out)
+    raw = on_terminal_pressing(host.url, 120, [("MESSAGE", b"1"), ("orders_with_a_long_name: partitions", b"q")],
+                               "top", "--interval", "60")   # a key opens at once, not at the next refresh
+    text = ANSI.sub("", raw.decode(errors="replace"))
+    assert "orders_with_a_long_name: partitions" in text and "PARTITION" in text, text[-3000:]
+    coloured = re.findall(r"\x1b\[([0-9;]*)m(STOP|OK|ERR|STARTING|WARN|STALL|REWIND)\b", raw.decode(errors="replace"))
+    assert coloured and all(code for code, _ in coloured), raw[-2000:]
+
+
+def test_describe_has_a_task_column(failed, host):
+    out = rows_of(piped(host.url, "describe", "other"), "TOPIC")
+    header = out[0].split()
+    assert "TASK" in header, out
+    assert {dict(zip(header, line.split(), strict=False))["TASK"] for line in out[1:3]} == {"-"}, out   # not running

@@ -149,5 +149,7 @@ class VerdictWatch(CommitWatch):
 
     def _run(self, api, name):
         while not self._stop.wait(0.05):
-            self.rewinds |= {(p["change_id"], p["alarm"], p["message"].startswith("realigned to what its sink stores"))
-                             for p in lag_of(api, name)["partitions"] if p["status"] == "REWIND"}
+            # REWIND, or OK caught up again after it (issue 46): both name the change while it is in the window
+            self.rewinds |= {(p["change_id"], p["alarm"], "realigned to what its sink stores" in p["message"])
+                             for p in lag_of(api, name)["partitions"]
+                             if p["status"] == "REWIND" or (p["status"] == "OK" and p["change_id"] is not None)}

@@ -129,18 +129,24 @@ def test_backwards_set_stream_offset_is_rewind_with_the_change_id(lag_host, api,
         (1, 20, 5, "applied")
     [entry] = api.get("/streams/rewound/history").json()
     change_id = entry["change_id"]
-    lag = wait_lag(api, "rewound", lambda lag: lag["status"] == "REWIND", "REWIND after the rewind", timeout=10)
+    # REWIND while the partition reads again, OK once a later sample finds it caught up (issue 46: not for the
+    # whole window); either way, while the change is in the window, the partition names it
+    def named(lag):
+        return {p["partition"]: p for p in lag["partitions"]}[1]["change_id"] == change_id
+    lag = wait_lag(api, "rewound", named, "the change named by partition 1", timeout=10)
     part = {p["partition"]: p for p in lag["partitions"]}
-    assert part[1]["status"] == "REWIND" and part[1]["change_id"] == change_id and not part[1]["alarm"]
+    assert part[1]["status"] in ("REWIND", "OK") and not part[1]["alarm"], part[1]
     assert f"change {change_id}" in part[1]["message"] and "from 20 to 5" in part[1]["message"]
     assert part[0]["status"] == "OK"
-    assert lag["message"].startswith(f"{topic}:1: set_stream_offset moved it back")
+    if part[1]["status"] == "REWIND":
+        assert lag["message"].startswith(f"{topic}:1: set_stream_offset moved it back"), lag
     rows = {r["partition"]: r for r in memgraph.call("streams.lag", "rewound")}
-    assert rows[1]["status"] == "REWIND" and f"change {change_id}" in rows[1]["message"]
+    assert f"change {change_id}" in rows[1]["message"], rows[1]
     text = api.get("/metrics").text
     assert samples(text, "mgstreams_offset_changes_total")[(("stream", "rewound"),)] == 1.0
-    # once the rewind has left the window (10 samples), the caught-up stream is OK again
-    wait_lag(api, "rewound", lambda lag: lag["status"] == "OK" and lag["total_lag"] == 0, "OK again", timeout=10)
+    # caught up again: OK, saying after which change
+    lag = wait_lag(api, "rewound", lambda lag: lag["status"] == "OK" and lag["total_lag"] == 0, "OK again",
+                   timeout=10)
 
 
 # -- WARN: a slow transformation behind a fast producer -------------------------------------------------
@@ -213,9 +219,9 @@ def test_top_on_a_terminal_refreshes_and_quits_on_q(lag_host, api, kafka):
     assert done.returncode == 0, done.stderr
     title, header, *rows = done.stdout.strip().splitlines()
     assert title.startswith("mgstreams top: ") and f"at {lag_host.url}" in title
-    assert header.split() == ["NAME", "STATE", "STATUS", "RECORDS/S", "LAG", "LAG-SECONDS", "DEAD", "SKIPPED",
-                              "PENDING", "LOST", "MESSAGE"]
-    assert any(r.split()[:3] == ["watched", "running", "OK"] for r in rows), rows
+    assert header.split() == ["#", "NAME", "STATE", "STATUS", "RECORDS/S", "LAG", "LAG-SECONDS", "DEAD", "SKIPPED",
+                              "PENDING", "LOST", "MESSAGE"]   # `#`: the key that opens a stream's partitions
+    assert any(r.split()[1:4] == ["watched", "running", "OK"] for r in rows), rows
 
     main, child = pty.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))   # a 160x40 terminal

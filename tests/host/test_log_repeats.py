@@ -3,11 +3,15 @@ one refused create against 127.0.0.1:1 wrote 194 identical "Connection refused" 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
+import httpx
 import pytest
 from host_helpers import HostProcess
+from stream_helpers import FAST_REJOIN, wait_until
 
+from mgstreams.embedded_kafka import EmbeddedKafka
 from stream_registry.errors import StreamError
 from stream_registry.log_repeats import RepeatCollapser, collapse_repeats, shape
 
@@ -69,3 +73,34 @@ def test_a_refused_cluster_fills_no_log_and_log_level_applies(tmp_path):
     quiet = HostProcess(tmp_path / "quiet", extra_args=("--log-level", "warning")).start()
     quiet.stop()
     assert " INFO " not in quiet.log_path.read_text()
+
+
+def test_a_broker_failure_is_logged_once_per_stream_task_not_twice(tmp_path):
+    """Issue 46: each refused connection was logged twice by a stream's process, by librdkafka's logger
+    (`ERROR mgstreams.librdkafka [stream s, pid N]: FAIL ... Connect to ... failed`) and by the stream's error
+    callback (`WARNING mgstreams.worker ...: stream s: kafka: ... Connect to ... failed`): now once, by the stream
+    (which names it), in each of its tasks' processes."""
+    host = HostProcess(tmp_path / "state")
+    try:
+        with EmbeddedKafka(brokers=1, initial_rebalance_delay_ms=100) as cluster:
+            cluster.create_topic("orders", 2)
+            host.start()
+            with httpx.Client(base_url=host.url, timeout=60) as api:
+                created = api.post("/streams", json={
+                    "name": "once", "topics": ["orders"], "bootstrap_servers": cluster.bootstrap_servers,
+                    "sink": "null://", "tasks": 2, "configs": FAST_REJOIN})
+                assert created.status_code == 201, created.text
+                assert api.put("/streams/once/start").status_code == 200
+                pids = wait_until(lambda: (s := api.get("/streams/once").json())["status"] == "running"
+                                  and len(s["pids"]) == 2 and s["pids"], what="two tasks running")
+
+        def refused_in_each_task() -> bool:   # the cluster is gone: every task's consumer is refused
+            log = host.log()
+            return all(re.search(rf"mgstreams\.worker \[stream once[^\]]*pid {pid}\]: stream once: kafka: "
+                                 rf".*Connect to", log) for pid in pids)
+        wait_until(refused_in_each_task, timeout=60, what="each task's refused connection in the log")
+    finally:
+        host.stop()
+    twice = [line for line in host.log().splitlines()
+             if "mgstreams.librdkafka [stream once" in line and "Connect to" in line]
+    assert not twice, "\n".join(twice[:10])

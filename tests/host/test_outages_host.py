@@ -170,11 +170,41 @@ def test_a_dead_cluster_is_shown_everywhere_within_30_s(host, api, kafka, embedd
         page = api.get("/ui").text
         assert all(f'data-stream="{n}" data-verdict="ERR"' in page for n in names), page[:3000]
         top = mgstreams("top", "--once", host=host)
-        rows = {line.split()[0]: line.split() for line in top.stdout.splitlines()[2:] if line.strip()}
-        assert all(rows[n][1:4] == ["running", "ERR", "0.0"] for n in names), top.stdout
+        rows = {line.split()[1]: line.split() for line in top.stdout.splitlines()[2:] if len(line.split()) > 1}
+        assert all(rows[n][2:5] == ["running", "ERR", "0.0"] for n in names), top.stdout   # after `#` and NAME
+        _outage_shown_as_unknown(api, host, names)
     finally:
         for broker in BROKERS:
             embedded_kafka.broker_up(broker)
     for name in names:
         wait_until(lambda n=name: api.get(f"/streams/{n}/lag").json()["status"] != "ERR", 90, what=f"{name} back")
         api.delete(f"/streams/{name}")
+
+
+def _outage_shown_as_unknown(api, host, names: list[str]) -> None:
+    """Issue 46: during the outage lag said `0` and every partition row stayed a green "OK caught up", describe
+    took 12 s and failed, /health said ok. Now: the lag not known (with the last known value and its age) in
+    `top` and `lag`, every partition row ERR saying so, describe's rows from the last round at once (each saying
+    of when), /health degraded in KIP-1017's shape."""
+    top = mgstreams("top", "--once", host=host)
+    for n in names:
+        [row] = [line for line in top.stdout.splitlines() if re.match(rf"\d+ +{n} ", line)]
+        assert re.search(r" ERR +0\.0 +\? \(last 0, \d+ s ago\)", row), top.stdout
+    lag = api.get(f"/streams/{names[0]}/lag").json()
+    assert lag["partitions"] and all(p["status"] == "ERR" and p["alarm"] for p in lag["partitions"]), lag
+    assert all(p["message"].startswith("not known: the stream's cluster cannot be reached since 20")
+               and "last known at 20" in p["message"] for p in lag["partitions"]), lag
+    shown = mgstreams("lag", names[0], host=host)
+    table, _, line = shown.stdout.strip().rpartition("\n")
+    assert "not known (last 0" in line and " OK " not in table and "? (last 0)" in table, shown.stdout
+    described = api.get(f"/streams/{names[0]}/offsets")
+    assert described.status_code == 200, described.text
+    assert described.json() and all(r["known_at"] and r["position"] is None for r in described.json()), described.text
+    table = mgstreams("describe", names[0], host=host)
+    assert table.returncode == 0 and "the stream's cluster cannot be reached; last known at 20" in table.stdout, \
+        table.stdout + table.stderr
+    assert "TASK" in table.stdout.splitlines()[1], table.stdout
+    health = httpx.get(f"{host.url}/health", timeout=30)
+    assert health.status_code == 200 and health.json()["status"] == "degraded", health.text
+    assert f"{len(names)} of {len(names)} running stream(s) cannot reach" in health.json()["message"], health.text
+    assert not any(n in health.text for n in names), "a probe without the token learns no stream's name"

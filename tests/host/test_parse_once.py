@@ -20,7 +20,6 @@ from functools import partial
 from pathlib import Path
 
 import httpx
-import pytest
 from configs import MERGE, stream_body
 from host_helpers import HostProcess
 from host_helpers import http as host_client
@@ -34,33 +33,6 @@ LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
 
 def api(host: HostProcess, timeout: float = 60) -> httpx.Client:
     return host_client(host, host.token, timeout=timeout)
-
-
-@pytest.fixture
-def listener():
-    """A TCP socket listening on 127.0.0.2 (another address of this machine) that records every connection."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.2", 0))
-    server.listen(64)
-    server.settimeout(0.2)
-    seen: list[tuple] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, peer = server.accept()
-            except OSError:
-                continue
-            seen.append(peer)
-            conn.close()
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], seen
-    stop.set()
-    thread.join(5)
-    server.close()
 
 
 # -- 1. a Bolt sink reaches no host the allowlist did not judge -------------------------------

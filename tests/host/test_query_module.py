@@ -294,6 +294,52 @@ def test_a_broken_or_silent_host_is_one_clear_line(memgraph, monkeypatch):
         server.server_close()
 
 
+class _KeepAlive(http.server.BaseHTTPRequestHandler):
+    """An HTTP/1.1 server that keeps connections open (as the host's uvicorn does) and counts them; its
+    connections are kept in `server.connections`, for the test to close them as the host's idle timeout does."""
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        with self.server.lock:
+            self.server.connections.append(self.connection)
+
+    def do_GET(self):
+        body = b"[]"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_calls_reuse_one_connection_and_survive_the_host_closing_it(memgraph, monkeypatch):
+    """An offset change is a few milliseconds: a TCP connection per call was a tenth of it. Calls go over one
+    kept connection; one the host closed while idle (its keep-alive timeout) is replaced, the call unharmed."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    server.daemon_threads = True
+    server.connections, server.lock = [], threading.Lock()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("MGSTREAMS_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        for _ in range(5):
+            assert memgraph.call("streams.list") == []
+        assert len(server.connections) == 1, "five calls, one connection"
+        with server.lock:
+            for connection in server.connections:
+                connection.shutdown(socket.SHUT_RDWR)
+        assert memgraph.call("streams.list") == [], "the closed connection is replaced, the call answered"
+        assert len(server.connections) == 2
+        assert memgraph.call("streams.list") == []
+        assert len(server.connections) == 2, "and kept in turn"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_without_a_host_every_call_says_where_and_what_to_start(memgraph, monkeypatch):
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("MGSTREAMS_URL", url)

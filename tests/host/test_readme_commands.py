@@ -30,8 +30,9 @@ hosts (`mgstreams serve` child processes, tests/support/host_helpers.py):
   names the test host while $MGSTREAMS_URL names a closed port. `mgstreams kafka`
   runs the installed entry point and is stopped with SIGTERM.
 - `curl ...`: run by bash with the README's `export MGSTREAMS_URL=...` adapted to
-  a host's URL, `localhost:9092` to the embedded cluster, /tmp/orders.cypherl to
-  a temporary file, and `-w '\\n%{http_code}'` appended to read the status; each
+  a host's URL, `localhost:9092` to the embedded cluster, $MGSTREAMS_STATE_DIR set
+  to the host's state directory as the page says (its paths run as written), and
+  `-w '\\n%{http_code}'` appended to read the status; each
   must exit 0 with the documented status and JSON. The bearer-token line runs
   against a host started with the token that the README's
   `export MGSTREAMS_TOKEN=$(openssl rand -hex 24)` line made in bash.
@@ -45,8 +46,8 @@ hosts (`mgstreams serve` child processes, tests/support/host_helpers.py):
   a real host ($MGSTREAMS_URL), with `kafka:29092` adapted and the default sink
   ($MGSTREAMS_DEFAULT_SINK, read when the module is imported) a cypherl file: the
   statements it holds are what `MATCH (m:KafkaMessage)` would find.
-- ```python```: exec'ed with the bootstrap servers, paths (and `spark`, the
-  shared session) adapted.
+- ```python```: exec'ed with the bootstrap servers (and `spark`, the shared
+  session) adapted; the Python API block's paths run as written.
 - `zip -r ...`: run for real into a temporary directory.
 
 Checked statically, because this machine has no Docker engine, no Memgraph,
@@ -72,6 +73,7 @@ import os
 import re
 import select
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -402,7 +404,7 @@ def test_mgstreams_serve_commands(tmp_path, kafka):
                 headers = {"Authorization": f"Bearer {token}"}
                 with httpx.Client(base_url=url, headers=headers, timeout=30) as api:
                     health = api.get("/health")
-                    assert (health.status_code, health.json()) == (200, {"status": "ok"}), health.text
+                    assert (health.status_code, health.json()["status"]) == (200, "healthy"), health.text
                     assert httpx.get(f"{url}/health", timeout=30).status_code == 200   # a probe needs no token
                     assert httpx.get(f"{url}/streams", timeout=30).status_code == 401
                     if "--default-sink" in args:
@@ -577,28 +579,31 @@ def route(command: str) -> tuple[str, str, dict]:
     """(method, path, JSON body) of a curl line."""
     method = re.search(r" -X (\w+)", command)
     path = re.search(r"\$MGSTREAMS_URL(/[^\s\"']*)", command).group(1)
-    data = re.search(r" -d '([^']*)'", command)
-    return method.group(1) if method else "GET", path.split("?")[0], json.loads(data.group(1)) if data else {}
+    data = re.search(r" -d '(.*)'", command)   # a `'"$VAR"'` inside is the shell's: read as "VAR"
+    body = json.loads(re.sub(r"""'"\$(\w+)"'""", r"\1", data.group(1))) if data else {}
+    return method.group(1) if method else "GET", path.split("?")[0], body
 
 
 def test_curl_commands(cluster, orders_host, tmp_path):
-    """The API walkthrough in README order, each line by curl, each answer as documented."""
-    out = tmp_path / "orders.cypherl"
+    """The API walkthrough in README order, each line by curl, each answer as documented. Paths run as written:
+    $MGSTREAMS_STATE_DIR names the host's state directory, as the page says; only the Kafka address is the test
+    cluster's (a fixed port on a shared machine)."""
+    out = orders_host.state_dir / "output" / "orders.cypherl"
     commands = [c for c in shell("curl") if "Authorization" not in c]
     seen = []
     for command in commands:
-        adapted = (command.replace("localhost:9092", cluster.bootstrap_servers)
-                   .replace("cypherl:///tmp/mgstreams-out/orders.cypherl", f"cypherl://{out}"))
-        assert "localhost" not in adapted and "/tmp/orders" not in adapted, adapted
+        adapted = command.replace("localhost:9092", cluster.bootstrap_servers)
+        assert "localhost" not in adapted, adapted
         method, path, body = route(command)
-        status, text = curl(adapted, orders_host.url, {"MGSTREAMS_TOKEN": orders_host.token})
+        status, text = curl(adapted, orders_host.url, {"MGSTREAMS_TOKEN": orders_host.token,
+                                                       "MGSTREAMS_STATE_DIR": str(orders_host.state_dir)})
         answer = json.loads(text) if path != "/metrics" else text
         seen.append((method, path))
         assert status == (201 if (method, path) == ("POST", "/streams") else 200), (command, status, text)
         if path.endswith("/start"):   # as a user would: later changes then know where each partition stood
             wait_until(lambda: caught_up(orders_host), 60, 0.1, "the stream to catch up")
         if path == "/health":
-            assert answer == {"status": "ok"}
+            assert answer["status"] == "healthy", answer
         elif (method, path) == ("POST", "/streams"):
             assert {k: answer[k] for k in ("name", "topics", "bootstrap_servers", "sink", "status",
                                            "consumer_group", "transform")} == {
@@ -930,7 +935,7 @@ def test_docker_compose_commands(compose):
 
 def test_bench_commands_exist_and_answer_help():
     commands = shell("bench")
-    assert len(commands) == 8
+    assert len(commands) >= 8, commands   # each one exists and answers --help below
     for command in commands:
         script = command.split()[1]
         assert (ROOT / script).is_file(), command
@@ -952,19 +957,20 @@ def test_soak_commands_parse():
 
 
 # -- python blocks ---------------------------------------------------------------------------
-def test_python_api_example(cluster, tmp_path):
+def test_python_api_example(cluster, monkeypatch):
+    """Paths as written (the block makes its own state directory); only the Kafka address is the test cluster's.
+    No MGSTREAMS_OUTPUT_DIRS (the suite's): the default allowed directory, as a reader's shell has."""
+    monkeypatch.delenv("MGSTREAMS_OUTPUT_DIRS", raising=False)
     [block] = [b for b in python_blocks() if PYTHON_RULES["python_api"] in b]
-    state = tmp_path / "state"
-    out = state / "output" / "orders.cypherl"   # the README's sink sits in the default allowed directory
-    code = (block.replace('"/tmp/mgstreams-state"', repr(str(state)))
-            .replace('"localhost:9092"', repr(cluster.bootstrap_servers))
-            .replace('"cypherl:///tmp/mgstreams-state/output/orders.cypherl"', repr(f"cypherl://{out}")))
-    assert "localhost:9092" not in code and "/tmp/orders" not in code and "/tmp/mgstreams-state" not in code
+    code = block.replace('"localhost:9092"', repr(cluster.bootstrap_servers))
+    assert "localhost:9092" not in code
     # Keep the stream running a moment after set_offset so it delivers, then let the block stop it.
     namespace: dict = {}
     exec(compile(code.replace("reg.stop(", "__import__('time').sleep(1.5); reg.stop("), "README", "exec"),
          namespace)
     assert namespace["StreamRegistry"] is StreamRegistry and namespace["reg"] is not None
+    state = Path(namespace["state"])
+    out = state / "output" / "orders.cypherl"   # the page's sink, in the default allowed directory
     registry = StreamRegistry(state)   # the block closed its registry: the directory is free again
     try:
         assert {h.status.value for h in registry.history("orders")} == {"applied"}
@@ -974,6 +980,7 @@ def test_python_api_example(cluster, tmp_path):
     finally:
         registry.close()
     assert "TRANSFER" in out.read_text()
+    shutil.rmtree(state)
 
 
 def test_kafka_source_example(cluster, spark):
@@ -1165,7 +1172,7 @@ def test_getting_started_block_runs_as_written(tmp_path):
     stream into a cypherl file, describe, set-offset, check, lag; then the Bolt switch's create. Only the
     host's address is adapted when 127.0.0.1:8765 is taken on this shared machine. The background jobs are
     ended when the script exits."""
-    first, bolt = getting_started_blocks()
+    first, bolt, own = getting_started_blocks()
     script = first
     url = DEFAULT_URL
     if not port_free(DEFAULT_HOST, int(DEFAULT_PORT)):
@@ -1175,7 +1182,9 @@ def test_getting_started_block_runs_as_written(tmp_path):
     assert script.count("mgstreams serve") == 1 and "mgstreams kafka > kafka.txt &" in script
     checks = f"""
 {bolt}
+{own}
 for i in $(seq 300); do [ "$(cat mgstreams-state/output/payments.cypherl | wc -l)" -ge 700 ] && break; sleep 0.2; done
+for i in $(seq 300); do [ "$(cat mgstreams-state/output/amounts.cypherl | wc -l)" -ge 1000 ] && break; sleep 0.2; done
 mgstreams list --json > list.json
 curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
 """
@@ -1202,4 +1211,8 @@ curl -sf "{url}/ui?token=$(cat mgstreams-state/api-token)" -o ui.html
     assert listed["payments_graph"]["sink"] == "bolt://localhost:7687" and listed["payments"]["status"] == "running"
     statements = statement_lines(tmp_path / "mgstreams-state" / "output" / "payments.cypherl")
     assert len(statements) >= 700 and "payments" in (tmp_path / "ui.html").read_text()   # offsets 100 on
-    assert len(GETTING_STARTED.read_text().splitlines()) < 80
+    assert len([line for line in statement_lines(tmp_path / "mgstreams-state" / "output" / "amounts.cypherl")
+                if line.startswith("MERGE (t:Amount")]) >= 1000   # the reader's own transformation, no restart
+    log = (tmp_path / "serve.log").read_text()   # the host's log went to the file the page names
+    assert "stream payments: created" in log and "stream amounts: created" in log, log[-2000:]
+    assert len(GETTING_STARTED.read_text().splitlines()) < 100

@@ -259,3 +259,38 @@ def test_fuzzed_alters_are_applied_as_a_merge_or_refused_naming_a_field_and_chan
     alter()
     assert outcomes["applied"] and outcomes["refused"], outcomes
     assert "pw-fuzz" not in host.log() and "stream fuzzed: altered (" in host.log()
+
+
+def test_a_stream_follows_its_cluster_to_another_one_from_where_the_alter_says(host, kafka, tmp_path):
+    """Issue 46: bootstrap_servers could not be altered ("drop and create", the history lost). Now a change of cluster
+    is an offset change like a sink change: `from` says where the new cluster's partitions start (resolved there),
+    the history records it, and the stream runs on the new cluster."""
+    from mgstreams.embedded_kafka import EmbeddedKafka
+
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 5, partitions=1)
+    out = tmp_path / "follow.cypherl"
+    api = httpx.Client(base_url=host.url, timeout=120)
+    new_stream(api, kafka, "follow", topic, out)
+    assert api.put("/streams/follow/start").status_code == 200
+    wait_until(lambda: len(delivered_from_file(out)) == 5, 60, what="5 from the first cluster")
+    with EmbeddedKafka(brokers=1, initial_rebalance_delay_ms=100) as second:
+        second.create_topic(topic, 1)
+        producer_cluster = type(kafka)(second.bootstrap_servers, second)
+        producer_cluster.produce(topic, 3, partitions=1)
+        without = api.patch("/streams/follow", json={"bootstrap_servers": second.bootstrap_servers})
+        assert without.status_code == 400 and without.json()["error"].startswith("from: a change of cluster"), \
+            without.text
+        assert api.get("/streams/follow").json()["bootstrap_servers"] == kafka.bootstrap_servers   # unchanged
+        moved = api.patch("/streams/follow", json={"bootstrap_servers": second.bootstrap_servers, "from": "earliest"})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["bootstrap_servers"] == second.bootstrap_servers
+        # the second cluster's three records, from its offset 0, after the first cluster's five
+        wait_until(lambda: len(delivered_from_file(out)) == 8, 60, what="3 more from the second cluster")
+        assert [o for _, _, o in delivered_from_file(out)] == [0, 1, 2, 3, 4, 0, 1, 2]
+        history = api.get("/streams/follow/history").json()
+        assert [(h["partition"], h["offset"], h["status"]) for h in history] == [(0, 0, "applied")], history
+        assert history[0]["message"].startswith(f"cluster change {kafka.bootstrap_servers} -> "
+                                                f"{second.bootstrap_servers}"), history
+        assert api.put("/streams/follow/stop").status_code == 200
+    api.delete("/streams/follow")

@@ -98,7 +98,7 @@ def test_a_sigkilled_stream_process_shows_the_signal_restarts_and_loses_nothing_
         crashed = api.get("/streams/a").json()
         assert "killed by signal 9 (SIGKILL)" in crashed["error"] and "restarting in" in crashed["error"]
         assert crashed["pid"] is None
-        assert api.get("/health").json() == {"status": "ok"}
+        assert api.get("/health").json()["status"] == "healthy"
         assert api.get("/streams/b").json()["status"] == "running"
         wait_until(lambda: api.get("/streams/a").json()["status"] == "running", 60, what="stream a restarted")
         b_during = len(delivered_from_file(outs["b"]))
@@ -128,8 +128,9 @@ def test_a_sigkilled_stream_process_shows_the_signal_restarts_and_loses_nothing_
 
 def test_a_transformation_that_aborts_is_restarted_and_the_message_delivered(host, kafka, tmp_path):
     topic = kafka.new_topic(partitions=1)
-    out = tmp_path / "out.cypherl"
-    marker = tmp_path / "aborted-once"
+    out = tmp_path / "out" / "out.cypherl"   # the transformation writes its marker in its sink's directory,
+    marker = out.parent / "aborted-once"      # not beside the host's state directory (the sandbox denies that)
+    out.parent.mkdir()
     kafka.produce(topic, 30, partitions=1,
                   payload=lambda i: f"abort:{marker}".encode() if i == 10 else f'{{"i": {i}}}'.encode())
     with http(host) as api:

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer
 from host_helpers import HostProcess
 from mgclient_standin import mgclient as standin
 from paths import ROOT, SUPPORT
-from stream_helpers import FAST_REJOIN, RECORD_QUERY, wait_until
+from stream_helpers import FAST_REJOIN, RECORD_QUERY, delivered_from_file, wait_until
 
 from mgstreams.query_module import STREAMS_MODULE, QueryModule
 
@@ -95,10 +95,11 @@ def test_bad_tasks_are_refused_naming_the_field_and_the_value(kafka, tasks_host,
             answer = api.post("/streams", json=body(kafka, topic, "bad_tasks", tasks=value))
             assert answer.status_code == 400 and answer.json()["error"].startswith("tasks:"), answer.text
             assert repr(value) in answer.json()["error"]
-        out = tmp_path / "out.cypherl"   # a cypherl file has one writer at a time
-        answer = api.post("/streams", json=body(kafka, topic, "bad_tasks", sink=f"cypherl://{out}"))
-        assert answer.status_code == 400 and "tasks: 2" in answer.json()["error"] \
-            and "one writer at a time" in answer.json()["error"], answer.text
+        out = tmp_path / "out.cypherl"   # exactly once: a cypherl stream's offsets live in one file
+        answer = api.post("/streams", json=body(kafka, topic, "bad_tasks", sink=f"cypherl://{out}",
+                                                delivery="exactly_once"))
+        assert answer.status_code == 400 and "tasks: 2 with delivery exactly_once" in answer.json()["error"] \
+            and "another file" in answer.json()["error"], answer.text
         assert api.get("/streams/bad_tasks").status_code == 404, "nothing was stored"
         api.post("/streams", json=body(kafka, topic, "one_task", tasks=1)).raise_for_status()
         answer = api.patch("/streams/one_task", json={"tasks": 0})
@@ -303,3 +304,28 @@ def test_a_cancel_reaches_every_task_and_a_cancelled_change_is_never_applied_by_
         history = [h for h in api.get("/streams/cancelled/history").json() if h["change_id"] == rows[held[0]]["change_id"]]
         assert not {h["partition"] for h in history} & set(held), history
         api.delete("/streams/cancelled").raise_for_status()
+
+
+def test_a_cypherl_stream_with_two_tasks_writes_a_file_per_task_at_least_once(kafka, tasks_host, tmp_path):
+    """Issue 46: `tasks: 2` was refused for any cypherl stream, while the docs said the limit was exactly-once's.
+    At least once, each task writes a file of its own beside the one named (`out.task-0.cypherl`,
+    `out.task-1.cypherl`: `out.task-*.cypherl` finds them all), and together they hold every record."""
+    host, _ = tasks_host
+    topic = kafka.new_topic(partitions=2)
+    out = tmp_path / "out.cypherl"
+    with httpx.Client(base_url=host.url, timeout=60) as api:
+        created = api.post("/streams", json=body(kafka, topic, "files", sink=f"cypherl://{out}"))
+        assert created.status_code == 201, created.text
+        started = api.put("/streams/files/start")
+        assert started.status_code == 200, started.text
+        wait_until(lambda: split_between(api, "files"), 90, what="a partition held by each task")
+        kafka.produce(topic, 40, partitions=2)
+        files = [tmp_path / f"out.task-{i}.cypherl" for i in (0, 1)]
+
+        def every_record() -> bool:
+            seen = {(p, o) for f in files if f.exists() for _, p, o in delivered_from_file(f)}
+            return seen == {(p, o) for p in (0, 1) for o in range(20)}
+        wait_until(every_record, 90, what="every record in the tasks' files")
+        assert sorted(tmp_path.glob("out.task-*.cypherl")) == files and not out.exists()
+        assert all(delivered_from_file(f) for f in files), "each task wrote its own file"
+        api.delete("/streams/files").raise_for_status()

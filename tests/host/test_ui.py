@@ -83,6 +83,38 @@ def test_page_lists_streams_draws_an_hour_and_marks_changes():
         "no script and nothing fetched from elsewhere"
 
 
+def test_a_new_streams_chart_fills_its_width_and_an_hour_old_one_shows_the_hour():
+    """Issue 46: the time axis was a fixed hour, so a stream sampled for two minutes was a sliver at the right edge.
+    Now the window runs from the oldest point (at least a minute, at most an hour) to now."""
+    def span_of_line(points: list[LagPoint]) -> tuple[float, dict]:
+        dom = Dom(ui.page([stream_lag("orders", Verdict.OK)], lambda name: (points, []), NOW))
+        xs = [float(pair.split(",")[0]) for pair in dom.find("polyline")[0]["points"].split()]
+        return (max(xs) - min(xs)) / (ui.WIDTH - ui.LEFT - ui.RIGHT), dom.find("svg", data_kind="lag")[0]
+    young = [LagPoint(at=NOW - 120 + 5 * i, total_lag=i, max_lag_seconds=1.0, records_per_second=1.0,
+                      status=Verdict.OK) for i in range(25)]
+    fraction, svg = span_of_line(young)
+    assert fraction > 0.95 and svg["data-span-s"] == "120", (fraction, svg)
+    assert "lag (offsets) over the last 2 min" in svg["aria-label"]
+    old = [LagPoint(at=NOW - 7200 + 60 * i, total_lag=i, max_lag_seconds=1.0, records_per_second=1.0,
+                    status=Verdict.OK) for i in range(121)]
+    fraction, svg = span_of_line(old)
+    assert svg["data-span-s"] == "3600" and "over the last hour" in svg["aria-label"] and fraction > 0.95
+    one = [LagPoint(at=NOW - 0.2, total_lag=1, max_lag_seconds=1.0, records_per_second=1.0, status=Verdict.OK)]
+    assert span_of_line(one)[1]["data-span-s"] == str(int(ui.MIN_SPAN_S))
+
+
+def test_an_outage_shows_the_lag_as_not_known_with_the_last_value():
+    """Issue 46: with the cluster away, /ui showed lag 0 as if known."""
+    import dataclasses
+
+    away = dataclasses.replace(stream_lag("orders", Verdict.ERR, "the stream's cluster cannot be reached", lag=7),
+                               cluster_up=False, age_s=42.0)
+    html = ui.page([away], lambda name: ([], []), NOW)
+    row = Dom(html)
+    assert "? (last 7, 42 s ago)" in "".join(row.text), html
+    assert "<td>7</td>" not in html
+
+
 def test_page_without_streams():
     dom = Dom(ui.page([], lambda name: ([], []), NOW))
     assert "No streams yet" in "".join(dom.text)
@@ -147,6 +179,13 @@ def count_color(rows: list[bytes], rgb: str) -> int:
     return sum(sum(1 for i in range(0, len(row), 3) if row[i:i + 3] == needle) for row in rows)
 
 
+def color_x_span(rows: list[bytes], rgb: str) -> int:
+    """How many pixels wide the drawing in that colour is (its rightmost x less its leftmost)."""
+    needle = bytes.fromhex(rgb.lstrip("#"))
+    xs = [i // 3 for row in rows for i in range(0, len(row), 3) if row[i:i + 3] == needle]
+    return max(xs) - min(xs) if xs else 0
+
+
 @pytest.fixture
 def ui_host(kafka, tmp_path):
     if kafka.embedded is not None:
@@ -201,4 +240,36 @@ def test_ui_in_headless_chromium(ui_host, kafka, tmp_path, tmp_path_factory):
     width, height, rows_px = png_pixels(artifacts)
     assert (width, height) == (1280, 1800)
     assert count_color(rows_px, ui.LINE["lag"]) > 20, "the lag line is drawn"
+    # issue 46: streams seconds old fill their charts' width (a fixed hour drew them as a sliver at the right edge)
+    plot = ui.WIDTH - ui.LEFT - ui.RIGHT
+    assert color_x_span(rows_px, ui.LINE["lag"]) > plot * 0.8, (color_x_span(rows_px, ui.LINE["lag"]), plot)
     assert count_color(rows_px, ui.VERDICT_COLORS["STOP"]) > 50, "parked's STOP badge is drawn"
+
+
+def test_the_lag_history_survives_a_host_restart(kafka, tmp_path):
+    """Issue 46: the charts started empty after a host restart. The totals are kept in the state directory: the
+    host started again (sampling only once an hour, so what its chart shows is what it read back) draws the
+    points the first host sampled."""
+    state = tmp_path / "state"
+    topic = kafka.new_topic(partitions=1)
+    kafka.produce(topic, 5, partitions=1)
+
+    def points(host) -> int:
+        svg = Dom(httpx.get(f"{host.url}/ui", timeout=30).text).find("svg", data_kind="lag")
+        return int(svg[0]["data-points"]) if svg else 0
+    first = HostProcess(state, extra_args=("--lag-sample-interval", str(INTERVAL))).start()
+    try:
+        with httpx.Client(base_url=first.url, timeout=60) as api, kafka.quick_rebalance():
+            created = api.post("/streams", json={
+                "name": "kept", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "sink": "null://",
+                "consumer_group": f"kept_{uuid.uuid4().hex[:8]}", "configs": FAST_REJOIN})
+            assert created.status_code == 201, created.text
+            assert api.put("/streams/kept/start").status_code == 200
+            wait_until(lambda: points(first) >= 10, 60, what="ten points on the first host's chart")
+    finally:
+        first.stop()
+    second = HostProcess(state, extra_args=("--lag-sample-interval", "3600")).start()
+    try:
+        assert points(second) >= 10, "the first host's points, read back from the state directory"
+    finally:
+        second.stop()

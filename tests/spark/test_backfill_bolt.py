@@ -110,6 +110,16 @@ TRANSFERS = textwrap.dedent('''
 ''').format(node=NODE, rel=REL)
 
 
+def kind_of(query: str) -> str:
+    """A statement of the backfill's transactions: node or relationship, folded (UNWIND) or a run of one."""
+    body = query.removeprefix(f"UNWIND ${ROWS_PARAMETER} AS mgstreams_row ")
+    return "node" if body.startswith("MERGE (a:Account") else "rel" if body.startswith("MATCH (a:Account") else query
+
+
+def rows_of(parameters: dict) -> list[dict]:
+    return parameters.get(ROWS_PARAMETER, [parameters])
+
+
 def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transaction_each(kafka, tmp_path,
                                                                                         monkeypatch):
     driver = memgraph(monkeypatch, "CREATE INDEX")
@@ -132,17 +142,23 @@ def test_cli_local_bolt_backfill_prepares_then_writes_unwind_batches_one_transac
     first = [e for e in driver.connections[0].log if e[0] == "execute"]
     assert [(e[3], e[1]) for e in first] == [(True, "CREATE INDEX ON :Account(id)"),
                                              (True, "CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE")]
-    assert driver.connects[0] == {"host": "memgraph", "port": 7688, "username": "loader", "password": password}
-    # the load: 2 partitions x 25 messages in batches of 10 = 3 + 3 transactions of [nodes, relationships]
+    assert driver.connects[0] == {"host": "memgraph", "port": 7688, "scheme": "bolt", "username": "loader",
+                                  "password": password, "fingerprint": None, "engine": "memgraph"}
+    # the load: 2 partitions x 25 messages in batches of 10 = 3 + 3 transactions of [nodes..., relationships...]
+    # (node runs are cut where an account repeats: no UNWIND carries two rows for one node, unwind.fold)
     transactions = driver.sent()
     assert len(transactions) == 6
+    rel_rows = []
     for tx in transactions:
-        (node_query, nodes), (rel_query, rels) = tx
-        assert node_query.startswith(f"UNWIND ${ROWS_PARAMETER} AS mgstreams_row MERGE (a:Account")
-        assert rel_query.startswith(f"UNWIND ${ROWS_PARAMETER} AS mgstreams_row MATCH (a:Account")
-        assert len(nodes[ROWS_PARAMETER]) == 2 * len(rels[ROWS_PARAMETER])
-    assert sorted(len(tx[1][1][ROWS_PARAMETER]) for tx in transactions) == [5, 5, 10, 10, 10, 10]
-    tids = [row["tid"] for tx in transactions for row in tx[1][1][ROWS_PARAMETER]]
+        kinds = [kind_of(query) for query, _ in tx]
+        assert kinds == sorted(kinds) and set(kinds) == {"node", "rel"}, kinds   # nodes first, then relationships
+        nodes = [rows_of(p) for (_, p), kind in zip(tx, kinds, strict=True) if kind == "node"]
+        rels = [row for (_, p), kind in zip(tx, kinds, strict=True) if kind == "rel" for row in rows_of(p)]
+        assert sum(map(len, nodes)) == 2 * len(rels)
+        assert all(len({row["id"] for row in run}) == len(run) for run in nodes)   # no key twice in one UNWIND
+        rel_rows.append(rels)
+    assert sorted(len(rels) for rels in rel_rows) == [5, 5, 10, 10, 10, 10]
+    tids = [row["tid"] for rels in rel_rows for row in rels]
     assert sorted(tids) == sorted(f"{p}-{o}" for p in range(2) for o in range(25))
     assert not [e for e in driver.log if e[0] == "rollback"]
     # the password reached the driver and nothing else

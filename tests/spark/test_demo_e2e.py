@@ -242,7 +242,8 @@ def test_bolt_mode_reads_the_graph_back_as_the_transformation_writes_it(monkeypa
     settings = DemoSettings(out=tmp_path, topic="transfers", memgraph_uri="bolt://mg.example:7688",
                             memgraph_credentials={"bolt.username": "u", "bolt.password": "p"})
     assert read_graph(settings) == read_cypherl([sink_path])
-    assert memgraph.connects == [{"host": "mg.example", "port": 7688, "username": "u", "password": "p"}]
+    assert memgraph.connects == [{"host": "mg.example", "port": 7688, "scheme": "bolt", "username": "u",
+                                  "password": "p"}]
     ((_, params),) = memgraph.executed()
     assert params == {"topic": "transfers"}
 

@@ -13,6 +13,16 @@ import httpx
 from paths import ROOT, SUPPORT
 
 from mgstreams.host_process import HostProcess as _HostProcess
+from stream_registry.sandbox import WRITE_PATHS_ENV
+
+
+def standin_files(journal: str | os.PathLike) -> str:
+    """The pymgclient stand-in's journal and its lock, made now so that a sandboxed stream process may write
+    them (stream_registry.sandbox grants existing files by name): $MGSTREAMS_SANDBOX_WRITE_PATHS' value."""
+    paths = [os.fspath(journal), f"{os.fspath(journal)}.lock"]
+    for path in paths:
+        open(path, "a").close()
+    return os.pathsep.join(paths)
 
 
 class HostProcess(_HostProcess):
@@ -23,8 +33,11 @@ class HostProcess(_HostProcess):
                  extra_args: tuple[str, ...] = (), generated_token: bool = False):
         if token is None and not generated_token and "--token-file" not in extra_args:
             extra_args = ("--no-token", *extra_args)
-        super().__init__(state_dir, token=token, extra_args=extra_args, cwd=ROOT,
-                         env={"PYTHONPATH": f"{SUPPORT}{os.pathsep}{ROOT}", **(env or {})})
+        env = {"PYTHONPATH": f"{SUPPORT}{os.pathsep}{ROOT}", **(env or {})}
+        journal = env.get("MGCLIENT_STANDIN_JOURNAL")
+        if journal:   # the Bolt stand-in's database is a file the sandboxed stream processes write
+            env.setdefault(WRITE_PATHS_ENV, standin_files(journal))
+        super().__init__(state_dir, token=token, extra_args=extra_args, cwd=ROOT, env=env)
 
 
 def http(host: _HostProcess | str, token: str | None = None, *, timeout: float = 30, **headers: str) -> httpx.Client:

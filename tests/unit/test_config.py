@@ -60,3 +60,20 @@ def test_a_secret_that_is_part_of_a_field_name_leaves_the_field_named():
         StreamConfig(name="s", topics=["t"], bootstrap_servers="h:1", transform="m.f", sink="null://",
                      configs={"group.id": "consumer", "sasl.oauthbearer.config": "consumer"}).validate()
     assert "consumer" not in str(refused.value).partition(": ")[2]
+
+
+def test_alter_rotates_credentials_by_merge_and_logs_their_names_not_their_values():
+    """Issue 46: credentials could not be altered ("drop and create"): a rotated SASL password lost the stream's
+    history. Now `credentials` merges as `configs` does (a null removes a key) and the log names what changed."""
+    from stream_registry.registry.host.admission import shown_change
+
+    before = StreamConfig("s", ["t"], "127.0.0.1:9092", MERGE, "null://",
+                          credentials={"sasl.username": "app", "sasl.password": "old-pw"})
+    after = before.altered({"credentials": {"sasl.password": "new-pw"}})
+    assert after.credentials == {"sasl.username": "app", "sasl.password": "new-pw"}
+    assert before.credentials["sasl.password"] == "old-pw"   # a value: the original is untouched
+    line = shown_change(after, "credentials", before.credentials, after.credentials)
+    assert line == "{sasl.password: changed}" and "pw" not in line
+    assert before.altered({"bootstrap_servers": "127.0.0.1:9093"}).bootstrap_servers == "127.0.0.1:9093"
+    with pytest.raises(ConfigError, match="^credentials: expected a map"):
+        before.altered({"credentials": "secret"})

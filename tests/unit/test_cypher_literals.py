@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_registry.errors import SinkError
-from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
+from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_rows, render_statement, to_cypher_literal
 
 
 def round_trip(value):
@@ -230,3 +230,28 @@ def test_a_zoned_time_in_a_repeated_hour_keeps_its_offset():
     zoned = dt.datetime(2008, 8, 31, 23, 0, tzinfo=ZoneInfo("Africa/El_Aaiun"))
     assert to_cypher_literal(zoned) == 'datetime("2008-08-31T23:00:00+01:00")'
     assert to_cypher_literal(zoned.replace(fold=1)) == 'datetime("2008-08-31T23:00:00+00:00")'
+
+
+_CELLS = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=INT64_MIN - 2, max_value=INT64_MAX + 2),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12), st.sampled_from(["t", "t", "it's", "%s"]),
+    st.binary(max_size=6), st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.sampled_from("ab"),
+                                                                                      st.integers(0, 3)))
+
+
+def _rendered(render):
+    try:
+        return render()
+    except SinkError as exc:
+        return f"SinkError: {exc}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({"a": _CELLS, "b": _CELLS}, optional={"c": _CELLS}), max_size=6),
+       query=st.sampled_from(["MERGE (n:N {a: $a}) SET n.b = $b, n.c = $c", "CREATE (:N {p: '100%'}) SET x = $a",
+                              "RETURN 1", "MATCH (n) WHERE n.a = $a AND n.b = $b RETURN n"]))
+def test_rows_render_in_bulk_as_each_statement_alone(rows, query):
+    """A built-in transformation's batch (one query, its rows) renders as each statement rendered alone: the same
+    lines, or the same error about the first row at fault (a missing parameter, a value with no literal)."""
+    alone = _rendered(lambda: [render_statement(query, row) for row in rows])
+    assert _rendered(lambda: render_rows(query, rows)) == alone

@@ -74,3 +74,50 @@ def test_gitignore_holds_what_getting_started_and_the_docs_build_leave_behind():
         assert f"> {name}" in started and name in ignored, name
     assert "MGSTREAMS_STATE_DIR=$PWD/mgstreams-state" in started and "mgstreams-state/" in ignored
     assert "site/" in ignored   # make docs
+
+
+# -- issue 46: titles, the README's list, backticks, wrapping ------------------------------------------------------
+def _nav_entries(nav) -> list[tuple[str, str]]:
+    """(label, page) of every page in the nav."""
+    out = []
+    for item in nav:
+        for label, value in item.items():
+            out += _nav_entries(value) if isinstance(value, list) else [(label, value)]
+    return out
+
+
+def _title(page) -> str:
+    first = page.read_text().split("\n", 1)[0]
+    assert first.startswith("# "), f"{page.relative_to(ROOT)}: the first line is not an H1: {first!r}"
+    return first[2:].replace("`", "").strip()
+
+
+def test_every_page_starts_with_an_h1_that_its_nav_label_repeats():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    wrong = [(label, page, _title(DOCS / page)) for label, page in _nav_entries(config["nav"])
+             if label != _title(DOCS / page)]
+    assert wrong == [], f"nav labels that are not their page's title: {wrong}"
+    for page in DOCS.rglob("*.md"):
+        _title(page)
+
+
+def test_the_readme_lists_every_page_of_the_site():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    linked = set(re.findall(r"\]\(docs/([^)#]+)\)", README.read_text()))
+    assert [page for page in nav_pages(config["nav"]) if page not in linked] == []
+
+
+def test_no_inline_code_nests_single_backticks():
+    """`a `b`` renders as broken code (the CLI page's exit codes did): a span holding backticks takes two."""
+    for page in [README, *DOCS.rglob("*.md")]:
+        text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+        text = re.sub(r"`{3,}", "", text)   # a fence named in running text
+        text = re.sub(r"``[^`\n](?:[^\n]*?[^`\n])?``", "", text)   # the double-backtick spans, which may hold one
+        bad = re.findall(r".{0,40}``.{0,10}", text)
+        assert bad == [], f"{page.relative_to(ROOT)}: {bad}"
+
+
+def test_command_blocks_wrap_on_the_site():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    css = "".join((DOCS / sheet).read_text() for sheet in config.get("extra_css", []))
+    assert re.search(r"pre\s*>\s*code\s*\{[^}]*white-space:\s*pre-wrap", css), css

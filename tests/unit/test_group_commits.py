@@ -126,6 +126,66 @@ def test_exactly_once_a_change_is_stored_in_the_sink_first_and_a_failed_store_co
     assert ("t", 1) not in consumer.committed_offsets and P1 not in commits.marks
 
 
+class _SlowCoordinator(ConsumerStandIn):
+    """A consumer whose commits are answered only once `answer` is set (a group coordinator a round trip away)."""
+
+    def __init__(self):
+        super().__init__()
+        self.answer = threading.Event()
+        self.asked = threading.Event()
+
+    def commit(self, offsets, asynchronous=True):
+        self.asked.set()
+        assert self.answer.wait(10), "never answered"
+        return super().commit(offsets, asynchronous)
+
+
+def _pipelined(consumer, rebalancing: list[bool]):
+    return GroupCommits("orders", lambda: consumer, give_up=lambda: False, in_rebalance=lambda: rebalancing[0],
+                        redact=str, mark_key=KEY, pipelined=True)
+
+
+def test_a_pipelined_batch_commit_is_answered_while_the_next_batch_is_read_and_commits_stay_in_order():
+    consumer, rebalancing = _SlowCoordinator(), [False]
+    commits = _pipelined(consumer, rebalancing)
+    commits.commit_batch({P0: 5})   # returns with the commit in flight
+    assert consumer.asked.wait(10) and consumer.committed_offsets == {}
+    consumer.answer.set()
+    assert commits.persist({P0: 2}, {P0: M7}) is None   # the batch's answered first
+    assert [c[1] for c in consumer.calls if c[0] == "commit"] == [[("t", 0, 5, None)],
+                                                                  [("t", 0, 2, KEY.encode(P0, M7))]]
+    assert consumer.committed_offsets == {("t", 0): (2, KEY.encode(P0, M7))}
+
+
+def test_a_failed_pipelined_batch_commit_is_owed_but_never_after_a_change_of_its_partition():
+    consumer, rebalancing = ConsumerStandIn(), [False]
+    consumer.commit_errors = [KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing")]
+    commits = _pipelined(consumer, rebalancing)
+    commits.commit_batch({P0: 5, P1: 3})
+    commits.settle()
+    assert commits.owed == {P0: 5, P1: 3}, "failed: owed, retried between batches"
+    consumer.commit_errors = [KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing")]
+    commits.commit_batch({P0: 9})
+    assert commits.persist({P0: 1}, {P0: M20}) is None
+    assert commits.owed == {P1: 3}, "the failed batch's P0 offset does not come back to undo the change"
+    assert consumer.committed_offsets[("t", 0)] == (1, KEY.encode(P0, M20))
+
+
+def test_inside_a_rebalance_callback_a_change_waits_for_the_batch_commit_in_flight_never_overtakes_it():
+    consumer, rebalancing = _SlowCoordinator(), [False]
+    commits = _pipelined(consumer, rebalancing)
+    commits.commit_batch({P0: 5})
+    assert consumer.asked.wait(10)
+    rebalancing[0] = True   # librdkafka answers no other thread's commit until the callback returns
+    error = commits.persist({P0: 2}, {P0: M7})
+    assert error is not None and "earlier commit still waits" in error, "refused at once: the gate retries it"
+    assert commits.marks == {}, "no mark left behind"
+    rebalancing[0] = False
+    consumer.answer.set()
+    assert commits.persist({P0: 2}, {P0: M7}) is None
+    assert [c[1][0][1:3] for c in consumer.calls if c[0] == "commit"] == [(0, 5), (0, 2)], "in order"
+
+
 def test_a_commit_refused_while_an_earlier_one_hangs_still_asks_whether_the_cluster_is_gone():
     """Issue 42: an outage that begins while a commit hangs in librdkafka must reach the stream's error from the
     owed commit's retries too, where the next commit fails at once (an earlier one still waits): the probe

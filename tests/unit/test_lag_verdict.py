@@ -109,12 +109,19 @@ def test_operator_rewind_is_rewind_with_the_change_id_and_no_alarm():
     assert "change 17" in got.message and "from 300 to 0" in got.message and "set_stream_offset" in got.message
 
 
-def test_operator_rewind_shows_while_in_the_window_even_caught_up_again():
+def test_operator_rewind_shows_until_a_later_sample_finds_the_partition_caught_up_again():
+    """Issue 46: a set-offset on a stream at lag 0 said REWIND for the whole window (a minute or two) after the
+    stream had read the records again and caught up."""
     change = OffsetChangeMark(3, T0 + 3 * STEP + 1.0, "orders", 0, 300, 0)
-    samples = series([300] * 4 + [0, 305, 306, 307, 308, 309], grow(300, 1))   # caught up right after
-    assert evaluate(samples, [change]).verdict == Verdict.REWIND
-    assert evaluate(samples[4:] + series(grow(310, 1, 6), grow(310, 1, 6), start=T0 + 50), [change]).verdict \
-        == Verdict.OK   # ten samples later the rewind has left the window
+    samples = series([300] * 4 + [0, 200, 306, 307, 308, 309], grow(300, 1))   # caught up two samples after
+    assert evaluate(samples[:5], [change]).verdict == Verdict.REWIND    # the move
+    assert evaluate(samples[:6], [change]).verdict == Verdict.REWIND    # reading again
+    got = evaluate(samples[:7], [change])                                # caught up again: OK at once
+    assert (got.verdict, got.alarm, got.change_id) == (Verdict.OK, False, 3), got
+    assert got.message.startswith("caught up again after: set_stream_offset moved it back from 300 to 0 (change 3")
+    assert evaluate(samples, [change]).verdict == Verdict.OK
+    nobody = evaluate(samples, [])     # a rewind nobody made through mgstreams stays an alarm for the window
+    assert (nobody.verdict, nobody.alarm) == (Verdict.REWIND, True)
 
 
 def test_the_newest_explaining_change_is_named():
@@ -137,9 +144,10 @@ def test_a_rewind_read_again_between_two_samples_is_known_from_the_history():
     """The consumer re-read 300 offsets within one interval: no sample shows a lower committed offset."""
     samples = series(grow(300, 0, 5) + grow(300, 1, 5), grow(300, 0, 5) + grow(300, 1, 5))
     change = OffsetChangeMark(21, T0 + 4 * STEP + 1.0, "orders", 0, 300, 0)
-    got = evaluate(samples, [change])
+    got = evaluate(samples[:6], [change])                  # the first sample after the change
     assert (got.verdict, got.alarm, got.change_id) == (Verdict.REWIND, False, 21)
     assert "from 300 to 0" in got.message and "change 21" in got.message
+    assert evaluate(samples, [change]).verdict == Verdict.OK   # caught up in the samples after it
     forward = OffsetChangeMark(22, T0 + 4 * STEP + 1.0, "orders", 0, 300, 310)
     assert evaluate(samples, [forward]).verdict == Verdict.OK                # skipping ahead is no rewind
     old = OffsetChangeMark(20, T0 - 1.0, "orders", 0, 300, 0)

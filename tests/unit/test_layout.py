@@ -170,10 +170,6 @@ WHY = re.compile(r"\bWhy (one|this|a) (module|class)\b")
 # Over the limit with no docstring saying why, each owned by an issue that splits it (or says why): this list
 # only shrinks. A room that grows past the limit is named here by the issue that grew it, or split.
 OWED = {
-    "bench.ingest_throughput": "issue 45 (bench/)",
-    "bench.soak.faults": "issue 41 (bench/soak)",
-    "bench.soak.faults.FaultMenu": "issue 41 (bench/soak)",
-    "bench.soak.runner.Soak": "issue 41 (bench/soak)",
 }
 
 

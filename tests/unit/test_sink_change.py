@@ -30,7 +30,7 @@ def test_a_sink_change_carries_over_unless_from_names_a_start_and_from_needs_a_s
     chosen = sink_change(before, after, "earliest")
     assert chosen.spec is not None and "starts from 'earliest'" in chosen.note
     assert sink_change(before, before, None) is None
-    with pytest.raises(ConfigError, match=r"^from: names where a new sink starts"):
+    with pytest.raises(ConfigError, match=r"^from: names where a new sink or cluster starts"):
         sink_change(before, before, "earliest")
     with pytest.raises(OffsetSpecError, match=r"^from: "):
         sink_change(before, after, "nonsense")

@@ -282,3 +282,15 @@ def test_adding_a_scheme_is_one_entry(monkeypatch):
                                                              lambda settings, credentials: ListSink()))
     open_sink("list://").write([Statement("RETURN 1")])
     assert written == [Statement("RETURN 1")]
+
+
+def test_falkordb_parameters_go_in_its_cypher_prefix_and_a_nul_is_refused_naming_the_parameter():
+    """FalkorDB reads `\\\\` and `\\"` in a string but keeps `\\uXXXX` as text and ends a string at NUL: the
+    literals carry every other character as it is (tests/integration/test_bolt_sink_graph.py reads them back)."""
+    from stream_registry.graph.sinks.bolt_driver import inline_parameters
+
+    text = inline_parameters("RETURN $s, $m", {"s": 'a"b\\c\u2028', "m": {"k": [1, 2.5, None], "odd key": True}})
+    assert text == 'CYPHER s="a\\"b\\\\c\u2028" m={k: [1, 2.5, null], `odd key`: true} RETURN $s, $m'
+    assert inline_parameters("RETURN 1", {}) == "RETURN 1"
+    with pytest.raises(SinkError, match=r"parameter \$rows\[0\]\.name: a string holding NUL"):
+        inline_parameters("RETURN 1", {"rows": [{"name": "a\x00b"}]})

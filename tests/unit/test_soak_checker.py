@@ -213,7 +213,7 @@ def test_a_file_cut_and_the_stream_realigning_to_it_is_neither_lost_nor_duplicat
     stream realigns there and delivers 5..9 again. The file as it is at the end holds each once; a stream that
     went on from its remembered position (10) leaves 5..9 lost."""
     from bench.soak.evidence import logical_positions, with_cuts
-    from bench.soak.faults import CutMove
+    from bench.soak.members import CutMove
     f = File().batch(0, 1, 2, 3, 4)
     to = f.size
     f.batch(5, 6, 7, 8, 9)
@@ -322,7 +322,7 @@ def test_a_file_cut_owes_a_realigned_row_unless_it_took_the_file_back_to_its_gro
     from datetime import UTC, datetime
 
     from bench.soak.evidence import unexplained_cuts
-    from bench.soak.faults import CutMove
+    from bench.soak.members import CutMove
     from stream_registry.model import ChangeStatus, HistoryEntry
 
     def row(offset: int) -> HistoryEntry:
@@ -344,7 +344,7 @@ def test_two_cuts_before_the_stream_noticed_are_judged_by_the_last():
     from datetime import UTC, datetime
 
     from bench.soak.evidence import unexplained_cuts
-    from bench.soak.faults import CutMove
+    from bench.soak.members import CutMove
     from stream_registry.model import ChangeStatus, HistoryEntry
 
     realigned = HistoryEntry(changed_at=datetime.fromtimestamp(105, UTC), topic="t", partition=0, previous_offset=10,

@@ -85,7 +85,7 @@ class Tasks:
             on_change=self.changes.append), new_task=self.new_task, backoff=QUICK, lock=threading.Lock(),
             host_stopping=host_stopping)
 
-    def new_task(self, events, on_exit) -> FakeTask:
+    def new_task(self, events, on_exit, index) -> FakeTask:
         task = FakeTask(events, on_exit)
         self.made.append(task)
         return task
@@ -199,8 +199,8 @@ def test_a_task_that_fails_to_start_stops_the_others_and_names_its_index():
     tasks = Tasks()
     original = tasks.new_task
 
-    def failing_second(events, on_exit):
-        task = original(events, on_exit)
+    def failing_second(events, on_exit, index):
+        task = original(events, on_exit, index)
         task.fail_start = len(tasks.made) == 2
         return task
     tasks.runner._new_task = failing_second

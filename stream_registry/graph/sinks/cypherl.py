@@ -25,9 +25,9 @@ from ...errors import ConfigError, SinkError, StoredOffsetsConflict
 from ...model import PartitionKey
 from ...safe_paths import open_beneath
 from .. import cypherl_frames
-from ..cypher_literals import render_statement
+from ..cypher_literals import render_rows, render_statement
 from ..offset_store import Continuation, continuation, offsets_in_statements
-from ..statement import Statement
+from ..statement import Statement, Statements
 from .protocol import Closing, Written
 from .uri import check_options, flag, shown_uri
 
@@ -193,19 +193,28 @@ class CypherlSink(Closing):
         return out, changed
 
     def _render(self, statements: Sequence[Statement]) -> bytes:
-        lines = []
-        for index, statement in enumerate(statements):
+        """The batch's lines, each run of one query rendered in bulk (render_rows)."""
+        lines: list[str] = []
+        for query, rows in Statements.of(statements).runs:
             try:
-                lines.append(render_statement(statement.query, statement.parameters))
-            except SinkError as exc:
-                raise SinkError(f"sink cypherl://{self.path}: statement {index} of the batch: {exc}",
-                                rejected=True) from None
+                lines += render_rows(query, rows)
+            except SinkError:   # which statement: rendered one by one to name it
+                self._render_each(query, rows, len(lines))
+                raise
         lines.append("")
         try:
             return "\n".join(lines).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SinkError(f"sink cypherl://{self.path}: a query holds text that is not valid Unicode "
                             f"({exc.reason})", rejected=True) from None
+
+    def _render_each(self, query: str, rows: Sequence[Mapping[str, Any]], first: int) -> None:
+        for index, parameters in enumerate(rows, first):
+            try:
+                render_statement(query, parameters)
+            except SinkError as exc:
+                raise SinkError(f"sink cypherl://{self.path}: statement {index} of the batch: {exc}",
+                                rejected=True) from None
 
     def stored_offsets(self, stream: str, partitions: Iterable[PartitionKey] | None = None
                        ) -> dict[PartitionKey, int]:

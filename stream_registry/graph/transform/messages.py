@@ -6,7 +6,7 @@ Beyond Memgraph's: `value()` and `key_value()` are the value and key decoded in 
 default format (`bytes`) they are the same."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 
@@ -187,7 +187,7 @@ def wrap(msg: Any, decoder: Any = None) -> Message:
     return inner
 
 
-def decode_all(messages: Sequence[Message]) -> None:
+def decode_all(messages: Iterable[Message]) -> None:
     """Decode every DecodedMessage of a batch (what the transformation will read), raising the first failure."""
     for message in messages:
         if isinstance(message, DecodedMessage):
@@ -195,17 +195,38 @@ def decode_all(messages: Sequence[Message]) -> None:
 
 
 class Messages:
-    """A batch with the accessors of Memgraph's `mgp.Messages`."""
+    """A batch with the accessors of Memgraph's `mgp.Messages`.
 
-    __slots__ = ("_messages",)
+    Built from consumed confluent_kafka messages (`of_kafka`), a message's wrapper is made when the
+    transformation asks for it (message_at, iteration), so a batch costs no object per message up front; the
+    built-in transformations read the consumed messages themselves (`kafka_messages`)."""
+
+    __slots__ = ("_messages", "_raw")
 
     def __init__(self, messages: Sequence[Message]):
         self._messages = messages
+        self._raw: Sequence[Any] | None = None
+
+    @classmethod
+    def of_kafka(cls, consumed: Sequence[Any], decoder: Any = None) -> Messages:
+        """A batch of consumed confluent_kafka messages; decoded (lazily, see DecodedMessage) when the decoder
+        is active, each wrapper then made at once (decode_all reads every one before the transformation)."""
+        if decoder is not None and decoder.active:
+            return cls([DecodedMessage(_KafkaMessage(m), decoder) for m in consumed])
+        batch = cls(consumed)
+        batch._raw = consumed
+        return batch
+
+    def kafka_messages(self) -> Sequence[Any] | None:
+        """The consumed confluent_kafka messages, when the batch is exactly those, undecoded (else None)."""
+        return self._raw
 
     def total_messages(self) -> int:
         return len(self._messages)
 
     def message_at(self, index: int) -> Message:
+        if self._raw is not None:
+            return _KafkaMessage(self._raw[index])
         return self._messages[index]
 
     def is_valid(self) -> bool:
@@ -216,4 +237,6 @@ class Messages:
         return len(self._messages)
 
     def __iter__(self) -> Iterator[Message]:
+        if self._raw is not None:
+            return map(_KafkaMessage, self._raw)
         return iter(self._messages)

@@ -67,4 +67,7 @@ def shown_change(config: StreamConfig, key: str, before: object, after: object) 
         keys = sorted(k for k in {*before, *after} if before.get(k) != after.get(k))
         return "{" + ", ".join(f"{k}: {shown_before.get(k, '(unset)')} -> {shown_after.get(k, '(unset)')}"
                                for k in keys) + "}"
+    if key == "credentials" and isinstance(before, Mapping) and isinstance(after, Mapping):   # names, never values
+        return "{" + ", ".join(f"{k}: {'set' if k not in before else 'removed' if k not in after else 'changed'}"
+                               for k in sorted(k for k in {*before, *after} if before.get(k) != after.get(k))) + "}"
     return redact(f"{before} -> {after}", config.secret_values())

@@ -37,8 +37,10 @@ class Definitions:
 
     def __init__(self, table: StreamTable, store: StateStore, changes: ChangeSets, positions: StreamPositions,
                  lifecycle: Lifecycle, *, admit: Callable[[StreamConfig, StreamConfig | None], None],
-                 group_policy: GroupPolicy, caps: StreamCaps, stop_timeout: float):
+                 group_policy: GroupPolicy, caps: StreamCaps, stop_timeout: float,
+                 open_query: Callable[[StreamConfig], Any]):
         self._table, self._store, self._changes, self._positions = table, store, changes, positions
+        self._open_query = open_query
         self._lifecycle, self._admit, self._group_policy = lifecycle, admit, group_policy
         self._caps, self._stop_timeout = caps, stop_timeout
 
@@ -77,8 +79,14 @@ class Definitions:
         partitions: list[PartitionKey] = []
         if moving is not None:   # where the new sink starts, or the partitions to carry over (asks the cluster)
             _, runner, _, query = self._table.view(name)
-            plan, partitions = prepare(moving, before, query, runner, self._positions,
-                                       time.monotonic() + DEFAULT_TIMEOUT_MS / 1000)
+            if moving.cluster:   # resolved on the new cluster, with the new config's client
+                query = self._open_query(config)
+            try:
+                plan, partitions = prepare(moving, config if moving.cluster else before, query, runner,
+                                           self._positions, time.monotonic() + DEFAULT_TIMEOUT_MS / 1000)
+            finally:
+                if moving.cluster:
+                    query.close()
         apply_later: Callable[[], None] | None = None
         with self._table.locked(name) as stream:
             if stream.config is not before:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from ...config import Delivery, StreamConfig
@@ -20,6 +19,7 @@ from ...errors import OffsetSpecError, StreamError
 from ...graph.sinks.policy import OutputPolicy
 from ...graph.sinks.stored_offsets import read_stored_offsets
 from ...kafka.queries import PartitionQuery
+from ...meanwhile import finished_with, meanwhile
 from ...model import PartitionKey, PartitionOffsets, PartitionSnapshot, ResolvedOffset, WorkerSnapshot
 from ...offset_spec import OffsetSpec, resolve
 from ...redaction import redact
@@ -35,10 +35,9 @@ def _while_seen(runner: StreamRunner | None, cluster: Callable[[], list[Partitio
     meanwhile (a pipe round trip each): the two at once, not one after the other, as offset calls wait for both."""
     if runner is None:
         return cluster(), WorkerSnapshot()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="mgstreams-seen") as pool:
-        asked = pool.submit(runner.snapshot)
-        snapshots = cluster()
-        seen = asked.result()
+    asked = meanwhile(runner.snapshot)
+    snapshots = finished_with(asked, cluster)
+    seen = asked.result()
     return [replace(s, position=seen.positions.get(PartitionKey(s.topic, s.partition))) for s in snapshots], seen
 
 

@@ -1,4 +1,5 @@
-"""A sink change at an alter: the new sink continues where the stream stood, or where the alter says.
+"""A sink change at an alter: the new sink continues where the stream stood, or where the alter says. A change of
+cluster (bootstrap_servers) is one too: `from` says where the new cluster's partitions start.
 
 An exactly-once stream resumes where its sink stores offsets; a new sink stores
 none, so without more it would read every topic again from its log start into
@@ -41,6 +42,7 @@ class SinkChange:
     note: str
     spec: OffsetSpec | None
     shown: str | None   # the `from` as given, for messages
+    cluster: bool = False   # a new cluster: `from` is resolved there, not against where the stream stands
 
 
 def split_from(changes: Mapping[str, Any]) -> tuple[dict[str, Any], object]:
@@ -51,26 +53,48 @@ def split_from(changes: Mapping[str, Any]) -> tuple[dict[str, Any], object]:
     return rest, changes.get(FROM)
 
 
+def new_cluster(before: StreamConfig, after: StreamConfig) -> bool:
+    """The alter moves the stream to another cluster (another broker list, compared as parsed)."""
+    return sorted(before.bootstrap.text.split(",")) != sorted(after.bootstrap.text.split(","))
+
+
 def sink_change(before: StreamConfig, after: StreamConfig, start_from: object) -> SinkChange | None:
-    """The sink change an alter makes (None: it changes no sink and names no `from`); ConfigError for a `from`
-    without a sink change, or one the offset-spec parser refuses (naming `from`)."""
-    if before.sink == after.sink:
-        if start_from is not None:
-            raise ConfigError(f"from: names where a new sink starts; give it with a `sink` change (the sink stays "
-                              f"{redact(after.sink, after.secret_values())!r}); to move the stream, set its offset")
-        return None
-    spec = None
-    if start_from is not None:
+    """The sink or cluster change an alter makes (None: it changes neither and names no `from`); ConfigError for a
+    `from` without one, a cluster change without one, or one the offset-spec parser refuses (naming `from`).
+
+    A new cluster holds other partitions and logs: where they start is said, as `from` (the group's commits there
+    are `committed`), resolved against the new cluster, and recorded in the history like any offset change."""
+    if new_cluster(before, after):
+        if start_from is None:
+            raise ConfigError(f"from: a change of cluster ({before.bootstrap.text} -> {after.bootstrap.text}) is an "
+                              f"offset change: say where the new cluster's partitions start (from: earliest, latest, "
+                              f"committed = the group's offsets there, a time, ...)")
         try:
             spec = parse_offset_spec(start_from)
         except OffsetSpecError as exc:
             message = str(exc)
             raise OffsetSpecError(message if message.startswith("from") else f"from: {message}") from None
+        return SinkChange(note=f"cluster change {before.bootstrap.text} -> {after.bootstrap.text}: the new cluster's "
+                               f"partitions start from {start_from!r}", spec=spec, shown=repr(start_from),
+                          cluster=True)
+    if before.sink == after.sink:
+        if start_from is not None:
+            raise ConfigError(f"from: names where a new sink or cluster starts; give it with a `sink` or "
+                              f"`bootstrap_servers` change (the sink stays "
+                              f"{redact(after.sink, after.secret_values())!r}); to move the stream, set its offset")
+        return None
+    sink_spec: OffsetSpec | None = None
+    if start_from is not None:
+        try:
+            sink_spec = parse_offset_spec(start_from)
+        except OffsetSpecError as exc:
+            message = str(exc)
+            raise OffsetSpecError(message if message.startswith("from") else f"from: {message}") from None
     secrets = after.secret_values()
     note = (f"sink change {redact(before.sink, secrets)} -> {redact(after.sink, secrets)}: "
-            + (f"the new sink starts from {start_from!r}" if spec is not None
+            + (f"the new sink starts from {start_from!r}" if sink_spec is not None
                else "the new sink continues where the stream stood"))
-    return SinkChange(note=note, spec=spec, shown=None if start_from is None else repr(start_from))
+    return SinkChange(note=note, spec=sink_spec, shown=None if start_from is None else repr(start_from))
 
 
 def chosen_starts(change: SinkChange, resolved: list[ResolvedOffset]) -> list[ResolvedOffset]:
@@ -113,5 +137,6 @@ def prepare(change: SinkChange, config: StreamConfig, query: Any, runner: Any, p
     if change.spec is None:
         partitions = query.partitions(config.topics)
         return None, [PartitionKey(t, p) for t in config.topics for p in partitions[t]]
-    resolved, _ = positions.resolve(config, query, runner, change.spec, f"from {change.shown}", deadline)
+    resolved, _ = positions.resolve(config, query, None if change.cluster else runner, change.spec,
+                                    f"from {change.shown}", deadline)
     return chosen_starts(change, resolved), []

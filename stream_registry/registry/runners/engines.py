@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ...config import StreamConfig
 from ...errors import ConfigError
+from ...stream_tasks import task_sink
 from .engine import Engine, RunRequest, StreamRunner
 from .runner import Isolation, ThreadRunner
 from .stream_process import ProcessRunner
@@ -37,7 +38,10 @@ def kafka_engine(isolation: Isolation) -> Engine:
         if request.config.tasks > 1:   # N member processes, one runner (task_runner)
             return TaskRunner(request.config, events=request.events, backoff=request.backoff, lock=request.lock,
                               host_stopping=request.host_stopping,
-                              new_task=lambda events, on_exit: one(replace(request, events=events, on_exit=on_exit)))
+                              new_task=lambda events, on_exit, index: one(replace(
+                                  request, events=events, on_exit=on_exit,
+                                  config=replace(request.config, sink=task_sink(request.config.sink, index,
+                                                                                request.config.tasks)))))
         return one(request)
     return run
 

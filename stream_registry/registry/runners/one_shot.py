@@ -14,6 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import TransformError
+from ...sandbox import confine_stream, end_group
+from .caps import caps_from_env
 from .child_process import child_error, exit_cause, spawn_child, watch_host
 
 SPAWN_GRACE_S = 15.0   # beyond the call's own timeout: starting the interpreter and importing the transformation
@@ -34,6 +36,7 @@ def call_in_child(fn: Callable[..., Any], *args: Any, timeout: float, what: str,
     finally:
         if process.is_alive():
             process.kill()
+        end_group(process.pid, grace=5.0)
         process.join(5.0)
         conn.close()
     if ok:
@@ -42,6 +45,8 @@ def call_in_child(fn: Callable[..., Any], *args: Any, timeout: float, what: str,
 
 
 def _child_main(conn, fn, args, secrets) -> None:
+    # a preview runs the stream's code: confined as a stream process is (it writes nothing), under the same cap
+    confine_stream("null://", None, caps_from_env().stream_memory_mb)
     watch_host(lambda: os._exit(1))   # a child never outlives the process that asked for it
     try:
         answer = (True, fn(*args))

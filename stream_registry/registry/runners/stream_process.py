@@ -55,6 +55,7 @@ from ...model import (
     StreamStatus,
     WorkerSnapshot,
 )
+from ...sandbox import confine_stream, end_group
 from ..stream.batch_stats import BatchStats
 from ..stream.change_marks import MarkKey
 from ..stream.stream_events import StreamEvents
@@ -328,7 +329,8 @@ class ProcessRunner:
         self._running = False
         for reply in list(self._waiting.values()):
             reply.done.set()
-        process.join(STOP_GRACE_S)   # its pipe closed: it has exited, or is about to
+        end_group(process.pid)       # its pipe closed: once it has exited, what its transformation started goes
+        process.join(STOP_GRACE_S)
         self._exitcode = _reaped_exitcode(process)
         conn.close()
         if not self._started.is_set():
@@ -390,6 +392,7 @@ def child_main(conn, spec: ChildSpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the host stops us in order
     terminated = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: terminated.set())
+    confine_stream(spec.config.sink, spec.output, spec.memory_limit_mb)   # before any of the stream's code loads
     one_line_logging(spec.log_level,
                      f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
     collapse_all_repeats()   # an outage's reconnect failures: one line per kind and interval, with a count

@@ -39,7 +39,7 @@ from .restarts import RestartBackoff
 log = logging.getLogger("mgstreams.registry")
 
 # (the task's own events, what to call when its process dies) -> a runner of one task, not started
-NewTask = Callable[[StreamEvents, Callable[[StreamRunner, str], None]], StreamRunner]
+NewTask = Callable[[StreamEvents, Callable[[StreamRunner, str], None], int], StreamRunner]   # (events, on_exit, index)
 
 
 class _Task:
@@ -213,7 +213,7 @@ class TaskRunner:
                               on_stats=lambda stats: self._on_stats(task, stats),
                               on_realign=self._events.on_realign, on_lost=self._events.on_lost,
                               on_outage=self._events.on_outage)
-        return self._new_task(events, lambda runner, cause: self._on_exit(task, runner, cause))
+        return self._new_task(events, lambda runner, cause: self._on_exit(task, runner, cause), task.index)
 
     def _on_change(self, task: _Task, event: GateEvent) -> None:
         """A persisted change is forgotten by the other tasks first (they must not move the partition again

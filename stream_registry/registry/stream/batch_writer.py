@@ -37,8 +37,9 @@ from ...errors import StoredOffsetsConflict
 from ...formats import Decoder
 from ...graph.offset_store import mark_statements, offset_statements
 from ...graph.sink_faults import Fault, classify
-from ...graph.transform import Message, decode_all, run_transformation, wrap
-from ...kafka.messages import message_offset, record_key
+from ...graph.statement import Statements
+from ...graph.transform import Messages, decode_all, run_transformation
+from ...kafka.messages import message_offset, partition_key, record_key
 from ...model import PartitionKey, RetryPolicy, SetAside
 from .assignment import OFFSET_BEGINNING, Assignment
 from .batch_stats import BatchStats
@@ -91,8 +92,7 @@ class BatchWriter:
         """Transform, write, commit."""
         started = time.perf_counter()
         next_offsets = next_offsets_of(batch)
-        delivery = BatchDelivery([(m, wrap(m, self._decoder)) for m in batch], self._write,
-                                 self._set_aside, tolerate=self._tolerant)
+        delivery = BatchDelivery(batch, self._write, self._set_aside, tolerate=self._tolerant)
         attempt = 0
         while True:
             try:
@@ -138,13 +138,16 @@ class BatchWriter:
         if self._dead_letters is not None:
             self._dead_letters.close()
 
-    def _write(self, chunk: Sequence[tuple[KafkaMessage, Message]]) -> None:
-        """Transform and write (part of) a batch; exactly-once, with the offsets that follow it."""
-        messages = [message for _, message in chunk]
-        decode_all(messages)   # a record that does not decode is its own fault; an unreachable registry is transient
+    def _write(self, chunk: Sequence[KafkaMessage]) -> None:
+        """Transform and write (part of) a batch; exactly-once, with the offsets that follow it. The
+        transformation reads the consumed messages through a Messages made for the chunk (a wrapper per message
+        only when it asks for one, or when the stream decodes)."""
+        messages = Messages.of_kafka(chunk, self._decoder)
+        if self._decoder is not None:   # a record that does not decode is its own fault; an unreachable registry
+            decode_all(messages)        # is transient
         statements = run_transformation(self._transformation, messages)
         if self._ctx.exactly_once:   # the offsets go with the batch, in its transaction or its append
-            self._write_offsets(next_offsets_of([raw for raw, _ in chunk]), statements)
+            self._write_offsets(next_offsets_of(chunk), statements)
         else:
             self._sink.write(statements)
 
@@ -155,7 +158,8 @@ class BatchWriter:
         the batch's next chunk expects these offsets. StoredOffsetsConflict when the sink stores others."""
         expect = self._ctx.stored.expect(next_offsets)
         try:
-            self._sink.write([*statements, *offset_statements(self._ctx.name, next_offsets)], expect=expect)
+            self._sink.write(Statements.of(statements) + offset_statements(self._ctx.name, next_offsets),
+                             expect=expect)
         except StoredOffsetsConflict as exc:   # the view becomes what the sink says it stores
             self._ctx.stored.learn_conflict(list(expect), exc)
             raise
@@ -177,9 +181,8 @@ class BatchWriter:
                     self._ctx.redact(conflict), first_offsets_text(batch),
                     ", ".join(f"{t}:{p}@{'beginning' if o < 0 else o}" for (t, p), o in sorted(starts.items())))
 
-    def _set_aside(self, item: tuple[KafkaMessage, Message], error: BaseException) -> None:
+    def _set_aside(self, raw: KafkaMessage, error: BaseException) -> None:
         """A message the batch fails on (errors.tolerance 'all'): dead-letter it, or skip it; report it."""
-        raw = item[0]
         if self._dead_letters is not None:
             self._dead_letters.send(raw, error)   # raises: the batch is retried, nothing is committed
         key = record_key(raw)
@@ -218,8 +221,12 @@ def first_of_each_partition(batch: list[KafkaMessage]) -> tuple[list[KafkaMessag
 
 
 def next_offsets_of(batch: Sequence[KafkaMessage]) -> dict[PartitionKey, int]:
-    """The offset after each partition's last message: what a commit of `batch` stores."""
-    return {record_key(m): message_offset(m) + 1 for m in batch}
+    """The offset after each partition's last message: what a commit of `batch` stores (records only: each has
+    its topic, partition and offset; read once per message, the keys made once per partition)."""
+    last: dict[tuple[Any, Any], Any] = {}   # a record's topic, partition and offset are never None
+    for m in batch:
+        last[m.topic(), m.partition()] = m.offset()
+    return {partition_key(topic, partition): offset + 1 for (topic, partition), offset in last.items()}
 
 
 def first_offsets(batch: Sequence[KafkaMessage]) -> dict[PartitionKey, int]:

@@ -5,7 +5,8 @@ its own: with every broker down, `Consumer.commit(asynchronous=False)` returned
 only after about 45 s (its request timed out in the coordinator's wait queue),
 and meanwhile the poll thread noticed nothing, not even the outage. So the commit
 runs on a helper thread and the poll thread waits for its answer in short
-slices, asking `give_up()` between them (the worker probes the cluster there and
+slices (one helper thread per consumer, kept while commits keep coming: a thread
+started per batch cost a tenth of a millisecond each, bench/stream_profile.py), asking `give_up()` between them (the worker probes the cluster there and
 gives up once an outage is confirmed) until the deadline. A commit given up on
 goes on in its thread; the next one fails at once while it does (two commits of
 one consumer never race each other), and closing the consumer waits for it, as
@@ -18,6 +19,7 @@ before; the group has just answered then.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,10 +27,19 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 WAIT_SLICE_S = 0.1
+HELPER_IDLE_S = 1.0   # a helper thread with no commit to make this long ends (the next commit starts another)
 
 
 class CommitUnanswered(Exception):
     """No answer to a commit within its deadline (or the worker gave up waiting): its outcome is unknown."""
+
+
+class PendingCommit:
+    """A commit handed to the helper thread: `done` once answered, the answer ("result" or "error") in `answer`."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.answer: dict[str, Any] = {}
 
 
 class BoundedCommitter:
@@ -36,11 +47,14 @@ class BoundedCommitter:
 
     def __init__(self, name: str):
         self._name = name
-        self._running: threading.Thread | None = None   # a commit given up on, still waiting in librdkafka
+        self._running: threading.Event | None = None   # the last commit started (done once answered)
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._helper: threading.Thread | None = None
+        self._helper_lock = threading.Lock()
 
     @property
     def busy(self) -> bool:
-        return self._running is not None and self._running.is_alive()
+        return self._running is not None and not self._running.is_set()
 
     def commit(self, consumer: Consumer, offsets: Sequence[TopicPartition], wait_s: float,
                give_up: Callable[[], bool] = lambda: False, direct: bool = False) -> Any:
@@ -49,28 +63,59 @@ class BoundedCommitter:
         (inside a rebalance callback)."""
         if direct and not self.busy:
             return consumer.commit(offsets=list(offsets), asynchronous=False)
+        return self.wait(self.start(consumer, offsets, give_up), wait_s, give_up)
+
+    def start(self, consumer: Consumer, offsets: Sequence[TopicPartition],
+              give_up: Callable[[], bool] = lambda: False) -> PendingCommit:
+        """Hand the commit to the helper thread and return at once; its answer through `wait`. The committer is
+        busy until it is answered (CommitUnanswered for another commit meanwhile: one at a time, in order)."""
         if self.busy:
             give_up()   # nothing waits here, but the caller probes the cluster as it would while waiting: an outage
             # that began while an earlier commit hung is seen from this state too (the owed commit's retries)
             raise CommitUnanswered("an earlier commit still waits for the group coordinator")
-        answer: dict[str, Any] = {}
-        done = threading.Event()
+        pending = PendingCommit()
 
         def run() -> None:
             try:
-                answer["result"] = consumer.commit(offsets=list(offsets), asynchronous=False)
+                pending.answer["result"] = consumer.commit(offsets=list(offsets), asynchronous=False)
             except BaseException as exc:  # handed to the waiting poll thread
-                answer["error"] = exc
+                pending.answer["error"] = exc
             finally:
-                done.set()
-        thread = threading.Thread(target=run, name=f"mgstreams-commit-{self._name}", daemon=True)
-        thread.start()
+                pending.done.set()
+        self._running = pending.done
+        self._hand_over(run)
+        return pending
+
+    def wait(self, pending: PendingCommit, wait_s: float, give_up: Callable[[], bool] = lambda: False) -> Any:
+        """A started commit's result (its KafkaException raised here); CommitUnanswered when no answer came within
+        `wait_s` or `give_up()` said so (it goes on in its thread, the committer busy until it ends)."""
         waited = 0.0
-        while not done.wait(WAIT_SLICE_S):
+        while not pending.done.wait(WAIT_SLICE_S):
             waited += WAIT_SLICE_S
             if waited >= wait_s or give_up():
-                self._running = thread
                 raise CommitUnanswered(f"no answer from the group coordinator within {waited:.1f} s")
-        if "error" in answer:
-            raise answer["error"]
-        return answer.get("result")
+        if "error" in pending.answer:
+            raise pending.answer["error"]
+        return pending.answer.get("result")
+
+    def _hand_over(self, job: Callable[[], None]) -> None:
+        """Give `job` to the helper thread, starting one when none runs (one that found no job for HELPER_IDLE_S
+        ended, under the same lock: a job is never left behind)."""
+        with self._helper_lock:
+            self._jobs.put(job)
+            if self._helper is None:
+                self._helper = threading.Thread(target=self._serve, name=f"mgstreams-commit-{self._name}",
+                                                daemon=True)
+                self._helper.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=HELPER_IDLE_S)
+            except queue.Empty:
+                with self._helper_lock:
+                    if self._jobs.empty():
+                        self._helper = None
+                        return
+                continue
+            job()

@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ...model import PartitionKey
 from .change_marks import ChangeMark, MarkKey
-from .commits import BoundedCommitter, CommitUnanswered
+from .commits import BoundedCommitter, CommitUnanswered, PendingCommit
 
 log = logging.getLogger("mgstreams.worker")
 
@@ -47,7 +48,8 @@ class GroupCommits:
     def __init__(self, name: str, consumer: Callable[[], Consumer], *, give_up: Callable[[], bool],
                  in_rebalance: Callable[[], bool], redact: Callable[[object], str],
                  committer: BoundedCommitter | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, mark_key: MarkKey | None = None):
+                 sleep: Callable[[float], None] = time.sleep, mark_key: MarkKey | None = None,
+                 pipelined: bool = False):
         self._name, self._consumer, self._give_up, self._in_rebalance = name, consumer, give_up, in_rebalance
         self._redact, self._clock, self._sleep = redact, clock, sleep
         self._committer = committer or BoundedCommitter(name)   # a commit never holds the poll thread past its deadline
@@ -55,20 +57,34 @@ class GroupCommits:
         self._mark_key = mark_key or MarkKey.new()   # none given: no mark written before is believed (change_marks)
         self.owed: dict[PartitionKey, int] = {}   # a batch's offsets whose commit failed: retried between batches
         self._next_owed_try = 0.0
+        self._pipelined = pipelined
+        self._pending: tuple[dict[PartitionKey, int], PendingCommit, float] | None = None   # a batch's, in flight
 
     def commit(self, offsets: Mapping[PartitionKey, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
-        """Synchronous commit; None when it succeeded, else the Kafka error as text (see the module docstring)."""
+        """Synchronous commit; None when it succeeded, else the Kafka error as text (see the module docstring).
+        A batch commit in flight is answered first (inside a rebalance callback it cannot be: the committer
+        refuses this one then, and says so)."""
         if not offsets:
             return None
-        marks = {tp: self._mark_key.encode(tp, mark) for tp, mark in self.marks.items()}   # each commit carries the last change's
-        tps = [TopicPartition(tp[0], tp[1], o, metadata=marks[tp]) if tp in marks else TopicPartition(tp[0], tp[1], o)
-               for tp, o in offsets.items()]
+        self.settle(wait=not self._in_rebalance())
+        tps = self._marked(offsets)
         consumer = self._consumer()
         deadline = self._clock() + deadline_s
+        return self._until_answered(offsets, deadline, lambda: self._committer.commit(
+            consumer, tps, max(deadline - self._clock(), COMMIT_MIN_WAIT_S), give_up=self._give_up,
+            direct=self._in_rebalance()))
+
+    def _marked(self, offsets: Mapping[PartitionKey, int]) -> list[TopicPartition]:
+        marks = {tp: self._mark_key.encode(tp, mark) for tp, mark in self.marks.items()}   # each carries the last change's
+        return [TopicPartition(tp[0], tp[1], o, metadata=marks[tp]) if tp in marks else TopicPartition(tp[0], tp[1], o)
+                for tp, o in offsets.items()]
+
+    def _until_answered(self, offsets: Mapping[PartitionKey, int], deadline: float, attempt: Callable[[], Any]
+                        ) -> str | None:
+        """`attempt()` (a commit's result) until it succeeds, fails for good, or the deadline passes."""
         while True:
             try:
-                result = self._committer.commit(consumer, tps, max(deadline - self._clock(), COMMIT_MIN_WAIT_S),
-                                                give_up=self._give_up, direct=self._in_rebalance())
+                result = attempt()
                 failed = [tp for tp in result or [] if tp.error is not None]
                 if not failed:
                     for tp in offsets:
@@ -88,9 +104,54 @@ class GroupCommits:
                 self._sleep(COMMIT_RETRY_S)
 
     def commit_batch(self, next_offsets: Mapping[PartitionKey, int]) -> None:
-        """A written batch's commit (exactly-once too: lag tools read the group's offsets); owed when it fails."""
-        if self.commit(next_offsets) is not None:
-            self.owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
+        """A written batch's commit (exactly-once too: lag tools read the group's offsets); owed when it fails.
+
+        Pipelined (the worker's): the commit is handed over and answered while the next batch is collected and
+        written (`settle`, before any other commit: one at a time, in order), not waited for here."""
+        if not self._pipelined or self._in_rebalance():
+            if self.commit(next_offsets) is not None:
+                self.owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
+            return
+        self.settle()
+        if not next_offsets:
+            return
+        try:
+            pending = self._committer.start(self._consumer(), self._marked(next_offsets), self._give_up)
+        except CommitUnanswered as exc:   # an earlier commit given up on still waits: owed, as a failed one
+            log.warning("stream %s: commit not made: %s", self._name, exc)
+            self.owed.update(next_offsets)
+            return
+        self._pending = (dict(next_offsets), pending, self._clock() + COMMIT_DEADLINE_S)
+
+    def answered(self) -> None:
+        """Between batches: settle the batch commit in flight if its answer came (a stream with nothing more to
+        read learns of a failed one now, and owes it), without waiting for it."""
+        if self._pending is not None and self._pending[1].done.is_set():
+            self.settle()
+
+    def settle(self, wait: bool = True) -> None:
+        """The batch commit in flight (pipelined) answered and handled as a synchronous one: a transient error
+        retried until its deadline, a failure owed. `wait=False` (inside a rebalance callback, where another
+        thread's commit is not answered until the callback returns): only one answered already, not retried."""
+        if self._pending is None:
+            return
+        offsets, pending, deadline = self._pending
+        if not wait:
+            if not pending.done.is_set():
+                return   # the committer stays busy: a commit now is refused, and its caller retries later
+            deadline = self._clock()
+        self._pending = None
+        started: list[PendingCommit] = [pending]
+        tps = self._marked(offsets)
+        consumer = self._consumer()
+
+        def attempt() -> Any:
+            wait_s = max(deadline - self._clock(), COMMIT_MIN_WAIT_S)
+            if started:
+                return self._committer.wait(started.pop(), wait_s, give_up=self._give_up)
+            return self._committer.commit(consumer, tps, wait_s, give_up=self._give_up)
+        if self._until_answered(offsets, deadline, attempt) is not None:
+            self.owed.update(offsets)
 
     def retry_owed(self, assigned: frozenset) -> None:
         """Between batches, once a second: commit again what is owed of the partitions still `assigned`."""
@@ -107,6 +168,7 @@ class GroupCommits:
         restart resumes from, with the signed marks beside them: a kill before the commit leaves the mark in the
         sink; the group's commit then only feeds lag tools). A batch's failed commit of these
         partitions is owed no more: the change moved them. None when done, else what failed."""
+        self.settle(wait=not self._in_rebalance())   # its failure must not come back owed after the change
         for tp in offsets:
             self.owed.pop(tp, None)
         before = dict(self.marks)

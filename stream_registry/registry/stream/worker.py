@@ -99,7 +99,8 @@ class StreamWorker:
                              ctx.redact)
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
-                                    mark_key=marks)
+                                    mark_key=marks,
+                                    pipelined=True)   # a batch's commit is answered while the next one is read
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
@@ -183,7 +184,9 @@ class StreamWorker:
                 if self.health.fatal:
                     self._fail(self.health.fatal)
                     return
-                if batch and not self.writer.deliver(batch, self._after_move):
+                if not batch:   # idle: the last batch's commit answered now (one in flight while consume() waits
+                    self.commits.settle()   # on an idle consumer was seen not to be answered until it returned)
+                elif not self.writer.deliver(batch, self._after_move):
                     return  # went to ERROR; consumer already closed
                 self.writer.report_stats()
         except BaseException as exc:  # never let a stream thread die silently
@@ -200,6 +203,7 @@ class StreamWorker:
         self._gate.retry()
         self.assignment.start_held()
         self.assignment.follow_sink()
+        self.commits.answered()   # a batch commit in flight that failed is owed now, not at the next batch
         self.commits.retry_owed(self._gate.assigned())
         self.health.check_cluster()
         self.assignment.decide_resets()
@@ -250,10 +254,15 @@ class StreamWorker:
                 self.health.heard()
             if not messages and batch and hurry:
                 break
+            through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
             for msg in messages:
                 error = msg.error()
                 if error is None:
-                    if self._gate.check_delivery(record_key(msg), message_offset(msg)):
+                    # within one consume() a partition's later records go where its first went: the gate has
+                    # nothing to decide for them (its expected offset was met, nothing ran in between)
+                    where = (msg.topic(), msg.partition())
+                    if where in through or self._gate.check_delivery(record_key(msg), message_offset(msg)):
+                        through.add(where)
                         batch.append(msg)
                 elif error.code() == KafkaError._AUTO_OFFSET_RESET:
                     at = msg.offset()   # the offset it could not fetch from; None: nothing committed
@@ -314,6 +323,7 @@ class StreamWorker:
         consumer = self._ctx.open_consumer
         if consumer is None:
             return
+        self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         try:
             consumer.close()   # its last rebalance callbacks run inside, the consumer still set
         except (KafkaException, RuntimeError) as exc:
