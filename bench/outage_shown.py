@@ -58,7 +58,7 @@ def one_run(streams: int) -> tuple[float, float]:
             api.put(f"/streams/{name}/start")
         lags = lambda: [api.get(f"/streams/{n}/lag").json() for n in names]  # noqa: E731
         until(lambda: all(v["stream_status"] == "running" and v["sampled_at"] for v in lags()), 120, "running")
-        producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+        producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0})
         before = {v["name"]: v["partitions"] for v in lags()}
         for i in range(20):
             producer.produce(topic, value=b'{"i": %d}' % i, partition=i % 2)
