@@ -277,6 +277,10 @@ def test_the_lag_history_survives_a_host_restart(kafka, tmp_path):
     second = HostProcess(state, extra_args=("--lag-sample-interval", "3600")).start()
     try:
         assert points(second) >= 10, "the first host's points, read back from the state directory"
+        lines = [e for e in Dom(httpx.get(f"{second.url}/ui", timeout=30).text).find("polyline")
+                 if e.get("class") == "partition"]
+        assert [(e["data-partition"], int(e["data-points"]) >= 10) for e in lines] == [(f"{topic}:0", True)], \
+            "the partition's line is read back too"
     finally:
         second.stop()
 
@@ -387,3 +391,32 @@ def test_the_page_updates_in_place_draws_a_line_per_partition_and_previews_recor
     finally:
         chrome.close()
         host.stop()
+
+
+def test_each_partition_has_a_line_under_the_total():
+    points = [LagPoint(at=NOW - 10 + i, total_lag=3 * i, max_lag_seconds=1.0, records_per_second=1.0,
+                       status=Verdict.OK, partitions=(("orders", 0, i), ("orders", 1, 2 * i))) for i in range(5)]
+    dom = Dom(ui.page([stream_lag("orders", Verdict.OK)], lambda name: (points, []), NOW))
+    lines = {e["data-partition"]: e for e in dom.find("polyline") if e.get("class") == "partition"}
+    assert sorted(lines) == ["orders:0", "orders:1"] and all(e["data-points"] == "5" for e in lines.values())
+    assert {e["stroke"] for e in lines.values()} == set(ui.PARTITION_COLORS[:2])
+
+
+def test_the_lag_history_keeps_each_partition_and_opens_a_file_without_them(tmp_path):
+    """A lag-history file of a host before the per-partition lines gains their column; its rows read back
+    with none."""
+    import sqlite3
+
+    from stream_registry.lag.history import FILE_NAME, LagHistory
+    old = sqlite3.connect(tmp_path / FILE_NAME)
+    old.execute("CREATE TABLE points (stream TEXT NOT NULL, at REAL NOT NULL, total_lag INTEGER NOT NULL, "
+                "max_lag_seconds REAL, records_per_second REAL NOT NULL, status TEXT NOT NULL, "
+                "committed INTEGER NOT NULL)")
+    old.execute("INSERT INTO points VALUES ('s', 1.0, 4, NULL, 0.0, 'OK', 0)")
+    old.commit()
+    old.close()
+    history = LagHistory(tmp_path)
+    history.append("s", LagPoint(at=2.0, total_lag=5, max_lag_seconds=None, records_per_second=0.0,
+                                 status=Verdict.OK, partitions=(("t", 0, 2), ("t", 1, 3))), 0.0)
+    assert [p.partitions for p in history.load("s", 0.0)] == [(), (("t", 0, 2), ("t", 1, 3))]
+    history.close()
