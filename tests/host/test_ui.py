@@ -381,8 +381,8 @@ def test_the_page_updates_in_place_draws_a_line_per_partition_and_previews_recor
             assert {(int(r[1]), int(r[2])) for r in shown} >= {(0, 0), (0, 1), (1, 0), (1, 1)}
             assert all(r[3] for r in shown), "each record's statement is shown"
 
-            for artifacts in (Path(os.environ.get("MGSTREAMS_ARTIFACTS_DIR") or tmp_path_factory.getbasetemp()),
-                              *([ARTIFACTS_46B] if ARTIFACTS_46B.parent.is_dir() else [])):
+            for artifacts in {Path(os.environ.get("MGSTREAMS_ARTIFACTS_DIR") or tmp_path_factory.getbasetemp()),
+                              *([ARTIFACTS_46B] if ARTIFACTS_46B.parent.is_dir() else [])}:
                 chrome.screenshot(artifacts / "ui-live.png")
                 print(f"screenshot of /ui updated in place with a preview: {artifacts / 'ui-live.png'}")
             _, _, pixels = png_pixels(artifacts / "ui-live.png")
