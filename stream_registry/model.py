@@ -412,6 +412,7 @@ class LagPoint:
     records_per_second: float
     status: Verdict
     committed: int = 0        # the committed offsets' sum (what the stream had consumed), for the trend
+    partitions: tuple[tuple[str, int, int], ...] = ()   # (topic, partition, lag) per partition: a line each
 
 
 # -- operator caps (issue 31): what no caller can make the host run -----------------------------------

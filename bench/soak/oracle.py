@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stream_registry.graph.cypherl_frames import FRAME_PREFIX
-from stream_registry.graph.offset_store import OFFSET_LABEL
+from stream_registry.graph.offset_store import MARK_LABEL, OFFSET_LABEL
 
 OFFSET_LINE_PREFIX = f"MERGE (o:{OFFSET_LABEL} ".encode()   # an exactly-once batch's stored offsets
+MARK_LINE_PREFIX = f"MERGE (m:{MARK_LABEL} ".encode()       # an offset change's stored change mark
 
 _LINE = re.compile(rb'CREATE \(:SoakMsg \{topic: "(?P<topic>[A-Za-z0-9._-]+)", partition: (?P<partition>\d+), '
                    rb'offset: (?P<offset>\d+), seq: (?P<seq>-?\d+), batch: "(?P<batch>[0-9-]+)"\}\);')
@@ -306,7 +307,7 @@ def read_sink(path: Path) -> tuple[dict[tuple[str, int], list[Rec]], int]:
     data = path.read_bytes()
     pos = 0
     for line in data.split(b"\n"):
-        if line and not line.startswith((FRAME_PREFIX, OFFSET_LINE_PREFIX)):   # a batch's frame, its offsets
+        if line and not line.startswith((FRAME_PREFIX, OFFSET_LINE_PREFIX, MARK_LINE_PREFIX)):   # a batch's frame, its offsets
             m = _LINE.fullmatch(line)
             if m is None:
                 corrupt += 1

@@ -48,7 +48,7 @@ from stream_registry.model import CHECK_TIMEOUT_MS
 
 from ..settings import DEFAULT_SINK
 from ..wire import to_json
-from . import entry, ui
+from . import entry, ui, ui_script
 from . import request_parts as parts
 from .boundary import BrowserBoundary
 from .health import health_of
@@ -193,7 +193,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
         def render() -> str:
             return ui.page(lag.streams(), series, time.time(), refresh_s=max(lag.interval, 2.0))
-        return HTMLResponse(await run_in_threadpool(render))
+        return HTMLResponse(await run_in_threadpool(render), headers=ui_script.HEADERS)
 
     async def revert(request: Request) -> Response:
         arrived = time.monotonic()

@@ -1,18 +1,20 @@
 """The host's web page (`GET /ui`): every stream's verdict, its lag over the last hour, its partitions.
 
-Everything is drawn here, on the server, as HTML and inline SVG: no JavaScript
-and no third-party CSS. The page reloads itself every few seconds. Functions
-over the lag sampler's values (StreamLag, LagPoint, OffsetChangeMark), so the page is
-tested without a browser as well as in one.
+Everything is drawn here, on the server, as HTML and inline SVG, with no third-party CSS. One small script
+(ui_script.py, allowed by the page's Content-Security-Policy by its hash) updates the parts marked `data-live`
+in place and shows a stream's `check` preview. Functions over the lag sampler's values (StreamLag, LagPoint,
+OffsetChangeMark), so the page is tested without a browser as well as in one.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
 
 from stream_registry.lag.verdict import OffsetChangeMark
 from stream_registry.model import LagPoint, StreamLag
+
+from .ui_script import SCRIPT
 
 HOUR_S = 3600.0
 WIDTH, HEIGHT = 720, 160
@@ -21,6 +23,8 @@ VERDICT_COLORS = {"OK": "#2e7d32", "STARTING": "#546e7a", "REWIND": "#1565c0", "
                   "ERR": "#6a1b9a"}
 QUIET = "#757575"   # STOP of a stream an operator stopped (or never started) with nothing waiting: no alarm
 LINE = {"lag": "#1f77b4", "lag-seconds": "#9467bd"}
+# a thinner line per partition on the lag chart, the colours taken in turn (none is a verdict's or the total's)
+PARTITION_COLORS = ("#ff7f0e", "#17becf", "#e377c2", "#bcbd22", "#8c564b", "#7f7f7f", "#d62728", "#98df8a")
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
@@ -31,6 +35,8 @@ th { background: #f4f4f4; }
 section { margin-top: 2rem; border-top: 2px solid #eee; padding-top: 0.5rem; }
 figure { margin: 0.3rem 0; } figcaption { font-size: 0.85rem; color: #555; }
 svg text { font-size: 10px; fill: #555; } .muted { color: #777; font-size: 0.85rem; }
+.key { display: inline-block; width: 1.2rem; height: 0.2rem; vertical-align: middle; margin: 0 0.2rem 0 0.6rem; }
+.preview td:nth-child(4), .preview td:nth-child(5) { font-family: monospace; white-space: pre-wrap; }
 """
 
 
@@ -52,11 +58,12 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
                                "<code>CALL streams.create</code>.</p>")
     sections = "".join(_section(s, *series(s.name), now) for s in streams)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mgstreams: lag</title>'
-            f'<meta http-equiv="refresh" content="{refresh_s:g}"><style>{_STYLE}</style></head><body>'
-            f'<h1>mgstreams</h1><p class="muted">{len(streams)} stream(s) at {at}; lag sampled every '
-            f'{streams[0].interval_s if streams else refresh_s:g} s{_oldest(streams)}; this page reloads every '
-            f'{refresh_s:g} s.</p>'
-            f"{summary}{sections}</body></html>")
+            f'<style>{_STYLE}</style></head><body data-refresh-s="{refresh_s:g}" data-updates="0">'
+            f'<h1>mgstreams</h1><div id="page"><p class="muted" data-live="summary-line">{len(streams)} stream(s) '
+            f"at {at}; lag sampled every {streams[0].interval_s if streams else refresh_s:g} s{_oldest(streams)}."
+            f'</p><div data-live="summary">{summary}</div>{sections}</div>'
+            f'<p class="muted" id="live-note">updated in place every {refresh_s:g} s</p>'
+            f"<script>{SCRIPT}</script></body></html>")
 
 
 def _oldest(streams: Sequence[StreamLag]) -> str:
@@ -73,20 +80,45 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMar
         f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{_lag(s, p.lag)}</td>"
         f"<td>{_num(p.lag_seconds)}</td><td>{p.lag_seconds_method.value}</td><td>{_verdict(p.status.value)}</td>"
         f"<td>{escape(p.message)}</td></tr>" for p in s.partitions)
+    lines = _partition_lines(points)
     lag_chart = chart([(p.at, float(p.total_lag)) for p in points], changes, now, kind="lag",
-                      title=f"{s.name}: lag (offsets) {_over(points, now)}")
+                      title=f"{s.name}: lag (offsets) {_over(points, now)}", partitions=lines)
+    keys = "".join(f'<span class="key" style="background:{color}"></span>{escape(tp)}'
+                   for tp, (color, _) in lines.items())
     seconds_chart = chart([(p.at, p.max_lag_seconds) for p in points if p.max_lag_seconds is not None], changes,
                           now, kind="lag-seconds", title=f"{s.name}: lag (seconds) {_over(points, now)}", unit="s")
-    return (f'<section id="stream-{escape(s.name)}" data-stream="{escape(s.name)}">'
-            f"<h2>{escape(s.name)} {_stream_verdict(s)} <span class=\"muted\">{s.stream_status.value}, "
+    name = escape(s.name)
+    return (f'<section id="stream-{name}" data-stream="{name}"><div data-live="stream-{name}">'
+            f"<h2>{name} {_stream_verdict(s)} <span class=\"muted\">{s.stream_status.value}, "
             f"group {escape(s.consumer_group)}</span></h2><p>{escape(s.error or s.message)}</p>"
-            f"<figure>{lag_chart}<figcaption>Total lag in offsets; dashed lines: offset changes "
+            f'<figure>{lag_chart}<figcaption>Lag in offsets: the total (thick line)<span class="key" '
+            f'style="background:{LINE["lag"]}"></span>and per partition{keys}; dashed lines: offset changes '
             f"(set_stream_offset).</figcaption></figure>"
             f"<figure>{seconds_chart}<figcaption>Age of the oldest unprocessed message, in seconds (the largest "
             f"of its partitions).</figcaption></figure>"
             f'<table class="partitions"><thead><tr><th>topic</th><th>partition</th><th>committed</th>'
             f"<th>log end</th><th>lag</th><th>lag seconds</th><th>method</th><th>verdict</th><th>why</th></tr>"
-            f"</thead><tbody>{partitions}</tbody></table></section>")
+            f"</thead><tbody>{partitions}</tbody></table></div>{_preview_form(s.name)}</section>")
+
+
+def _preview_form(name: str) -> str:
+    """`check`'s preview of the stream (the script posts it to /streams/{name}/check): the records at an offset
+    and the statements the transformation makes of them, nothing written."""
+    return (f'<details class="preview-box"><summary>Preview records and the statements they make (check)</summary>'
+            f'<form class="preview-form" data-stream="{escape(name)}">offset <input name="offset" value="committed" '
+            f'aria-label="offset" size="24"> records per partition <input name="limit" type="number" min="1" '
+            f'value="5" aria-label="limit" size="4"> <button type="submit">Preview</button> <span class="muted">'
+            f"committed, earliest, latest, an offset, -N, or a JSON map of partitions</span></form>"
+            f'<div class="preview-out"></div></details>')
+
+
+def _partition_lines(points: Sequence[LagPoint]) -> dict[str, tuple[str, list[tuple[float, float]]]]:
+    """Per `topic:partition`, its colour and its (time, lag) points: a line each on the lag chart."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for p in points:
+        for topic, partition, lag in p.partitions:
+            series.setdefault(f"{topic}:{partition}", []).append((p.at, float(lag)))
+    return {tp: (PARTITION_COLORS[i % len(PARTITION_COLORS)], line) for i, (tp, line) in enumerate(sorted(series.items()))}
 
 
 MIN_SPAN_S = 1.0    # the narrowest window a chart shows (a stream of one sample)
@@ -105,7 +137,8 @@ def _tick(t: float, span: float) -> str:
 
 
 def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeMark], now: float, *, kind: str,
-          title: str, unit: str = "") -> str:
+          title: str, unit: str = "",
+          partitions: Mapping[str, tuple[str, Sequence[tuple[float, float]]]] | None = None) -> str:
     """An SVG line chart of (time, value) over the window its points need (window()), at most the hour before
     `now`, with a dashed marker per change."""
     start, span = window(points, now)
@@ -139,6 +172,13 @@ def chart(points: Sequence[tuple[float, float]], changes: Sequence[OffsetChangeM
                          f'x1="{x(c.at):.1f}" x2="{x(c.at):.1f}" y1="{TOP}" y2="{TOP + height}" stroke="#1565c0" '
                          f'stroke-dasharray="4 3" stroke-width="1.5"><title>{escape(ident)}: {escape(c.topic)}:'
                          f"{c.partition} {_num(c.previous_offset)} to {c.offset}</title></line>")
+    for tp, (color, line) in (partitions or {}).items():   # under the total, thinner
+        drawn = [(t, v) for t, v in line if start <= t <= now]
+        if drawn:
+            coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in drawn)
+            parts.append(f'<polyline class="partition" data-partition="{escape(tp)}" data-points="{len(drawn)}" '
+                         f'points="{coords}" fill="none" stroke="{color}" stroke-width="1.5" stroke-linejoin="round">'
+                         f"<title>{escape(tp)}</title></polyline>")
     if shown:
         coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in shown)
         parts.append(f'<polyline class="series" points="{coords}" fill="none" stroke="{LINE[kind]}" '

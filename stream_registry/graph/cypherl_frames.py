@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..model import PartitionKey
-from .offset_store import OFFSET_LINE
+from .offset_store import MARK_LINE, OFFSET_LINE
 
 SP = tuple[str, str, int]    # (stream, topic, partition)
 FRAME_PREFIX = b"// mgstreams-batch "
@@ -144,6 +144,31 @@ def offsets_in_cypherl(path: str, stream: str,
         return stored_offsets(fd, os.fstat(fd).st_size, stream, partitions)
     finally:
         os.close(fd)
+
+
+MARK_SCAN_BYTES = 64 << 20   # a mark is read back by the next owner, soon after its change: near the file's end
+
+
+def marks_in_cypherl(fd: int, size: int, stream: str, partitions: Iterable[PartitionKey] | None = None
+                     ) -> dict[PartitionKey, str]:
+    """`stream`'s last stored change mark of each partition (offset_store.MARK_LINE), read backwards over the
+    file's last MARK_SCAN_BYTES: a mark matters until the group's commit carries it, right after a restart."""
+    wanted = set(partitions) if partitions is not None else None
+    found: dict[PartitionKey, str] = {}
+    end, floor, tail = size, max(0, size - MARK_SCAN_BYTES), b""
+    while end > floor and (wanted is None or not wanted <= found.keys()):
+        start = max(floor, end - _CHUNK)
+        block = os.pread(fd, end - start, start) + tail
+        end, tail = start, b""
+        if start > 0:   # the first line of the block may be cut: keep it for the next (earlier) block
+            cut = block.find(b"\n") + 1
+            block, tail = (block[cut:], block[:cut]) if cut else (b"", block)
+        if b"MgstreamsChangeMark" not in block:
+            continue
+        for match in reversed(list(MARK_LINE.finditer(block.decode("utf-8", "replace")))):
+            if match["stream"] == stream:
+                found.setdefault(PartitionKey(match["topic"], int(match["partition"])), match["mark"])
+    return {tp: m for tp, m in found.items() if wanted is None or tp in wanted}
 
 
 # -- internals ----------------------------------------------------------------

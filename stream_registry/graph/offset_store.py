@@ -32,6 +32,16 @@ WRITE_QUERY = (f"MERGE (o:{OFFSET_LABEL} {{stream: $stream, topic: $topic, parti
                f"SET o.next_offset = $next_offset")
 READ_QUERY = (f"MATCH (o:{OFFSET_LABEL} {{stream: $stream}}) "
               f"RETURN o.topic AS topic, o.partition AS partition, o.next_offset AS next_offset")
+# The change mark an offset change stores beside the offsets (change_marks.MarkKey.encode_stored), so that a
+# takeover after a kill between the sink's store and the Kafka commit still knows the change was persisted.
+MARK_LABEL = "MgstreamsChangeMark"
+MARK_QUERY = (f"MERGE (m:{MARK_LABEL} {{stream: $stream, topic: $topic, partition: $partition}}) "
+              f"SET m.mark = $mark")
+READ_MARKS_QUERY = (f"MATCH (m:{MARK_LABEL} {{stream: $stream}}) "
+                    f"RETURN m.topic AS topic, m.partition AS partition, m.mark AS mark")
+MARK_LINE = re.compile(
+    rf'^MERGE \(m:{MARK_LABEL} \{{stream: "(?P<stream>[A-Za-z0-9_]+)", topic: "(?P<topic>[A-Za-z0-9._-]+)", '
+    r'partition: (?P<partition>\d+)\}\) SET m\.mark = "(?P<mark>[0-9a-f]+\.\d+\.\d+\.(?:\d+|-)\.[0-9a-f]+)";$', re.M)
 # WRITE_QUERY as cypher_literals renders it (stream and topic names need no escaping: see config).
 OFFSET_LINE = re.compile(
     rf'^MERGE \(o:{OFFSET_LABEL} \{{stream: "(?P<stream>[A-Za-z0-9_]+)", topic: "(?P<topic>[A-Za-z0-9._-]+)", '
@@ -43,6 +53,13 @@ def offset_statements(stream: str, offsets: Mapping[PartitionKey, int]) -> list[
     return [Statement(WRITE_QUERY, {"stream": stream, "topic": topic, "partition": partition,
                                     "next_offset": offset})
             for (topic, partition), offset in sorted(offsets.items())]
+
+
+def mark_statements(stream: str, marks: Mapping[PartitionKey, str]) -> list[Statement]:
+    """The statements that store change marks (encoded, per partition) for `stream`: put BEFORE the offset
+    statements (offsets_in_statements reads the trailing ones)."""
+    return [Statement(MARK_QUERY, {"stream": stream, "topic": topic, "partition": partition, "mark": mark})
+            for (topic, partition), mark in sorted(marks.items())]
 
 
 def offsets_in_statements(statements: Sequence[Statement]) -> dict[tuple[str, str, int], int]:

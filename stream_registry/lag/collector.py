@@ -273,7 +273,8 @@ class LagCollector:
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
                                  partitions=tuple(partitions), **tallies)
             point = LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
-                             records_per_second=rate, status=status, committed=committed)
+                             records_per_second=rate, status=status, committed=committed,
+                             partitions=tuple((p.topic, p.partition, p.lag) for p in partitions))
             if self._history is not None:
                 self._history.append(t.name, point, now - self._keep_s)
             with t.lock:

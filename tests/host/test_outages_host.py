@@ -7,7 +7,6 @@ The scenario documented in docs/how-to/outages-and-data-loss.md: that page's com
 from __future__ import annotations
 
 import re
-import time
 
 import httpx
 import pytest
@@ -20,6 +19,7 @@ from stream_helpers import FAST_REJOIN, wait_until
 
 INTERVAL = 1.0        # the host's lag sample interval here
 BROKERS = (1, 2, 3)
+OUTAGE_SHOWN_WAIT_S = 180.0   # a generous wait for the ERR state; how fast it comes is bench/outage_shown.py's
 BIG = 600 * 1024      # twelve records of this move the embedded cluster's log start (5 MiB per partition)
 NEW_ALERTS = ["MgstreamsClusterUnreachable", "MgstreamsStreamErr", "MgstreamsRecordsLost", "MgstreamsNearLogStart"]
 
@@ -134,9 +134,10 @@ def test_a_stopped_stream_with_nothing_waiting_is_no_red_stop(host, api, kafka):
 
 
 # -- a dead cluster ------------------------------------------------------------------------------------------------
-def test_a_dead_cluster_is_shown_everywhere_within_30_s(host, api, kafka, embedded_kafka, tmp_path):
+def test_a_dead_cluster_is_shown_everywhere(host, api, kafka, embedded_kafka, tmp_path):
     """With the embedded Kafka down under four running streams, `top`, /ui and /lag kept every stream `running`
-    with a green OK for over 60 s, a stale records/s, mgstreams_stream_up 1: no alert rule could fire."""
+    with a green OK for over 60 s, a stale records/s, mgstreams_stream_up 1: no alert rule could fire. The test
+    waits for the state (generously: a loaded machine is slow); the issue's 30 s is bench/outage_shown.py's."""
     names = [f"dead{i}" for i in range(4)]
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 40, partitions=2)
@@ -149,14 +150,11 @@ def test_a_dead_cluster_is_shown_everywhere_within_30_s(host, api, kafka, embedd
     assert not any(_fired(healthy, name) for name in names), healthy
     for broker in BROKERS:
         embedded_kafka.broker_down(broker)
-    down_at = time.monotonic()
     try:
         for name in names:
             lag = wait_until(lambda n=name: (v := api.get(f"/streams/{n}/lag").json())["status"] == "ERR" and v,
-                             30 - (time.monotonic() - down_at) + 5, what=f"{name} ERR")
+                             OUTAGE_SHOWN_WAIT_S, what=f"{name} ERR")
             assert lag["records_per_second"] == 0.0 and "cannot be reached since 20" in lag["message"], lag
-        shown_after = time.monotonic() - down_at
-        assert shown_after < 30, f"shown after {shown_after:.1f} s"
         def listed() -> list[dict]:
             return [s for s in api.get("/streams").json() if s["name"] in names]
         wait_until(lambda: all((s["error"] or "").startswith("all brokers down since 20") for s in listed()), 30,

@@ -3,7 +3,10 @@
 an offset change, and pixels of the chart in a screenshot kept as a test artifact."""
 from __future__ import annotations
 
+import base64
+import json
 import os
+import secrets
 import shutil
 import struct
 import subprocess
@@ -15,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from host_helpers import HostProcess
+import websocket
+from host_helpers import HostProcess, http
 from stream_helpers import FAST_REJOIN, wait_until
 
 from mgstreams.host import ui
@@ -24,6 +28,7 @@ from stream_registry.lag.verdict import OffsetChangeMark
 from stream_registry.model import LagPoint, PartitionLag, StreamLag, StreamStatus
 
 NOW = 1_800_000_000.0
+ARTIFACTS_46B = Path("/work/coord/artifacts-46b")   # this session's board, when the tests run beside it
 INTERVAL = 0.2
 
 
@@ -76,11 +81,12 @@ def test_page_lists_streams_draws_an_hour_and_marks_changes():
     polyline = dom.find("polyline")[0]
     assert len(polyline["points"].split()) == 10
     assert [c["data-change-id"] for c in dom.find("line") if c.get("class") == "change"] == ["7", "7"]
-    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert dom.find("svg", data_kind="lag", data_points="0"), "a stream without samples says so"
     assert "no samples yet" in "".join(dom.text)
-    assert "<script" not in html.lower() and "http://" not in html.replace('http://www.w3.org/2000/svg', ""), \
-        "no script and nothing fetched from elsewhere"
+    assert html.count(f"<script>{ui.SCRIPT}</script>") == 1 and html.lower().count("<script") == 1, \
+        "the page's own script only (the one its policy allows by hash)"
+    assert "http://" not in html.replace('http://www.w3.org/2000/svg', ""), "nothing fetched from elsewhere"
 
 
 def test_a_new_streams_chart_fills_its_width_and_an_hour_old_one_shows_the_hour():
@@ -271,5 +277,146 @@ def test_the_lag_history_survives_a_host_restart(kafka, tmp_path):
     second = HostProcess(state, extra_args=("--lag-sample-interval", "3600")).start()
     try:
         assert points(second) >= 10, "the first host's points, read back from the state directory"
+        lines = [e for e in Dom(httpx.get(f"{second.url}/ui", timeout=30).text).find("polyline")
+                 if e.get("class") == "partition"]
+        assert [(e["data-partition"], int(e["data-points"]) >= 10) for e in lines] == [(f"{topic}:0", True)], \
+            "the partition's line is read back too"
     finally:
         second.stop()
+
+
+class DevTools:
+    """Headless Chromium driven over its DevTools protocol (no framework): open a page, run an expression in it,
+    take a screenshot. The page stays the one loaded, so what changes in it changed without a navigation."""
+
+    def __init__(self, binary: str, profile: Path):
+        profile.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen([binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                                         "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}",
+                                         "--remote-debugging-port=0", "--window-size=1280,1800", "about:blank"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        active = profile / "DevToolsActivePort"   # Chromium writes the port it took here
+        wait_until(lambda: active.is_file() and active.read_text().strip(), 60, what="Chromium's DevTools port")
+        port = int(active.read_text().split()[0])
+        page = wait_until(lambda: next((t for t in httpx.get(f"http://127.0.0.1:{port}/json/list").json()
+                                        if t["type"] == "page"), None), 30, what="Chromium's page")
+        self.socket = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
+        self.calls = 0
+
+    def call(self, method: str, **params) -> dict:
+        self.calls += 1
+        self.socket.send(json.dumps({"id": self.calls, "method": method, "params": params}))
+        while True:
+            answer = json.loads(self.socket.recv())
+            if answer.get("id") == self.calls:
+                assert "error" not in answer, answer
+                return answer["result"]
+
+    def js(self, expression: str):
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def open(self, url: str) -> None:
+        self.call("Page.navigate", url=url)
+        wait_until(lambda: self.js("document.readyState") == "complete" and self.js("location.href") == url, 60,
+                   what=f"{url} loaded")
+
+    def screenshot(self, path: Path) -> None:
+        shot = self.call("Page.captureScreenshot", format="png")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(shot["data"]))
+
+    def close(self) -> None:
+        self.socket.close()
+        self.process.terminate()
+        self.process.wait(30)
+
+
+def test_the_page_updates_in_place_draws_a_line_per_partition_and_previews_records(kafka, tmp_path,
+                                                                                   tmp_path_factory):
+    """Issue 46: the page reloaded itself every 5 s (a navigation), drew only the total, and showed no records.
+    Now, in a real Chromium holding the page opened with the token: a produce changes the lag shown without a
+    navigation; each partition has its line (DOM and pixels); the preview table shows what the host's own
+    check call answers, offsets and statements."""
+    browser = chromium()
+    token = secrets.token_urlsafe(32)
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 6, partitions=2)
+    host = HostProcess(tmp_path / "state", token=token, extra_args=("--lag-sample-interval", str(INTERVAL))).start()
+    chrome = DevTools(browser, tmp_path / "profile")
+    try:
+        with http(host, token) as api:
+            assert api.post("/streams", json={"name": "watched", "topics": [topic], "sink": "null://",
+                                              "bootstrap_servers": kafka.bootstrap_servers}).status_code == 201
+            wait_until(lambda: api.get("/streams/watched/lag").json()["total_lag"] == 6, 30, what="lag 6 sampled")
+            page = httpx.get(f"{host.url}/ui", params={"token": token}, timeout=30)
+            assert "script-src 'sha256-" in page.headers["content-security-policy"]
+            assert page.headers["referrer-policy"] == "no-referrer"
+
+            chrome.open(f"{host.url}/ui?token={token}")
+            lag_cell = "document.querySelector('tr[data-stream=\"watched\"] td:nth-child(4)').textContent"
+            assert chrome.js(lag_cell) == "6"
+            chrome.js("window.loadedOnce = 'this very page'")   # a navigation (a reload) would lose it
+            kafka.produce(topic, 4, partitions=1)
+            wait_until(lambda: chrome.js(lag_cell) == "10", 60, what="the lag cell updated to 10")
+            assert chrome.js("window.loadedOnce") == "this very page", "updated in place, not reloaded"
+            assert int(chrome.js("document.body.dataset.updates")) >= 1
+
+            lines = "[...document.querySelectorAll('#stream-watched svg[data-kind=lag] polyline.partition')]"
+            wait_until(lambda: chrome.js(f"{lines}.filter(e => Number(e.dataset.points) >= 2).length") == 2, 60,
+                       what="two points on each partition's line")
+            assert chrome.js(f"{lines}.map(e => e.dataset.partition)") == [f"{topic}:0", f"{topic}:1"]
+
+            chrome.js("document.querySelector('#stream-watched details').open = true;"
+                      "const form = document.querySelector('form.preview-form[data-stream=\"watched\"]');"
+                      "form.elements.offset.value = 'earliest'; form.elements.limit.value = '2';"
+                      "form.requestSubmit()")
+            rows = "[...document.querySelectorAll('#stream-watched table.preview tbody tr')]"
+            wait_until(lambda: chrome.js(f"{rows}.length") > 0, 60, what="the preview table")
+            shown = chrome.js(f"{rows}.map(r => [...r.cells].map(c => c.textContent))")
+            expected = api.post("/streams/watched/check", json={"offset": "earliest", "limit": 2}).json()
+            assert [(int(r[1]), int(r[2]), r[3]) for r in shown] == \
+                [(e["partition"], e["offset"], e["query"]) for e in expected]
+            assert {(int(r[1]), int(r[2])) for r in shown} >= {(0, 0), (0, 1), (1, 0), (1, 1)}
+            assert all(r[3] for r in shown), "each record's statement is shown"
+
+            for artifacts in {Path(os.environ.get("MGSTREAMS_ARTIFACTS_DIR") or tmp_path_factory.getbasetemp()),
+                              *([ARTIFACTS_46B] if ARTIFACTS_46B.parent.is_dir() else [])}:
+                chrome.screenshot(artifacts / "ui-live.png")
+                print(f"screenshot of /ui updated in place with a preview: {artifacts / 'ui-live.png'}")
+            _, _, pixels = png_pixels(artifacts / "ui-live.png")
+            for color in ui.PARTITION_COLORS[:2]:
+                assert count_color(pixels, color) > 20, f"the line of a partition ({color}) is drawn"
+    finally:
+        chrome.close()
+        host.stop()
+
+
+def test_each_partition_has_a_line_under_the_total():
+    points = [LagPoint(at=NOW - 10 + i, total_lag=3 * i, max_lag_seconds=1.0, records_per_second=1.0,
+                       status=Verdict.OK, partitions=(("orders", 0, i), ("orders", 1, 2 * i))) for i in range(5)]
+    dom = Dom(ui.page([stream_lag("orders", Verdict.OK)], lambda name: (points, []), NOW))
+    lines = {e["data-partition"]: e for e in dom.find("polyline") if e.get("class") == "partition"}
+    assert sorted(lines) == ["orders:0", "orders:1"] and all(e["data-points"] == "5" for e in lines.values())
+    assert {e["stroke"] for e in lines.values()} == set(ui.PARTITION_COLORS[:2])
+
+
+def test_the_lag_history_keeps_each_partition_and_opens_a_file_without_them(tmp_path):
+    """A lag-history file of a host before the per-partition lines gains their column; its rows read back
+    with none."""
+    import sqlite3
+
+    from stream_registry.lag.history import FILE_NAME, LagHistory
+    old = sqlite3.connect(tmp_path / FILE_NAME)
+    old.execute("CREATE TABLE points (stream TEXT NOT NULL, at REAL NOT NULL, total_lag INTEGER NOT NULL, "
+                "max_lag_seconds REAL, records_per_second REAL NOT NULL, status TEXT NOT NULL, "
+                "committed INTEGER NOT NULL)")
+    old.execute("INSERT INTO points VALUES ('s', 1.0, 4, NULL, 0.0, 'OK', 0)")
+    old.commit()
+    old.close()
+    history = LagHistory(tmp_path)
+    history.append("s", LagPoint(at=2.0, total_lag=5, max_lag_seconds=None, records_per_second=0.0,
+                                 status=Verdict.OK, partitions=(("t", 0, 2), ("t", 1, 3))), 0.0)
+    assert [p.partitions for p in history.load("s", 0.0)] == [(), (("t", 0, 2), ("t", 1, 3))]
+    history.close()

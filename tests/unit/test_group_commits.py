@@ -115,10 +115,11 @@ def test_exactly_once_a_change_is_stored_in_the_sink_first_and_a_failed_store_co
     consumer = ConsumerStandIn()
     commits, _ = commits_with(consumer)
     stored = []
-    assert commits.persist({P0: 20}, {P0: M20}, store=stored.append) is None
-    assert stored == [{P0: 20}] and consumer.committed_offsets[("t", 0)] == (20, KEY.encode(P0, M20))
+    assert commits.persist({P0: 20}, {P0: M20}, store=lambda offsets, marks: stored.append((offsets, marks))) is None
+    assert stored == [({P0: 20}, {P0: KEY.encode_stored(P0, M20)})], "the signed mark stored beside the offset"
+    assert consumer.committed_offsets[("t", 0)] == (20, KEY.encode(P0, M20))
 
-    def unreachable(offsets):
+    def unreachable(offsets, marks):
         raise OSError("graph unreachable")
     error = commits.persist({P1: 7}, {P1: M7}, store=unreachable)
     assert error == "storing the new offset in the sink failed (graph unreachable)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 
 from stream_registry.model import StreamStatus
-from stream_registry.registry.stream.health import OUTAGE_PROBE_S, Health
+from stream_registry.registry.stream.health import OUTAGE_PROBE_S, QUIET_PROBE_S, Health
 from stream_registry.registry.stream.stream_events import StreamEvents
 
 
@@ -94,3 +94,33 @@ def test_a_wait_for_the_sink_is_the_error_until_it_ends_and_a_stop_shows_none():
     health.waiting = "still waiting"
     health.set_status(StreamStatus.STOPPED)
     assert statuses[-1] == (StreamStatus.STOPPED, None)
+
+
+def test_an_idle_loop_that_hears_nothing_probes_and_shows_an_outage_after_two_misses():
+    """Issue 42: no records, no error callback (brokers gone quietly while idle): after QUIET_PROBE_S the cluster
+    is probed; two failed probes in a row show the outage, an answer or records heard put the watchdog back."""
+    fails = [False]
+    health, statuses, outages, probes, clock = health_with(fails)
+    health.set_status(StreamStatus.RUNNING)
+    clock.now += QUIET_PROBE_S - 1
+    health.check_cluster()
+    assert probes == [], "not quiet for long enough"
+    health.heard()
+    clock.now += QUIET_PROBE_S - 1
+    health.check_cluster()
+    assert probes == [], "records heard: the watchdog waits again"
+    clock.now += 1
+    health.check_cluster()
+    assert len(probes) == 1 and health.error is None, "quiet: probed, the cluster answers"
+    fails[0] = True
+    clock.now += QUIET_PROBE_S
+    health.check_cluster()
+    assert len(probes) == 2 and health.error is None and outages == [], "one miss may be load"
+    clock.now += OUTAGE_PROBE_S
+    health.check_cluster()
+    assert health.error.startswith("all brokers down since ") and "nothing heard" in health.error
+    assert len(outages) == 1
+    fails[0] = False
+    clock.now += OUTAGE_PROBE_S
+    health.check_cluster()
+    assert health.error is None and outages[-1] is None

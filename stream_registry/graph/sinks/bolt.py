@@ -20,7 +20,14 @@ from ...addresses import Host, authority
 from ...errors import ConfigError, SinkError
 from ...model import PartitionKey
 from ...redaction import MASK, redact
-from ..offset_store import READ_QUERY, Continuation, continuation, offsets_in_statements, stored_in_rows
+from ..offset_store import (
+    READ_MARKS_QUERY,
+    READ_QUERY,
+    Continuation,
+    continuation,
+    offsets_in_statements,
+    stored_in_rows,
+)
 from ..parameter_values import driver_parameters
 from ..sink_faults import is_refusal, is_transient
 from ..statement import Statement
@@ -157,11 +164,20 @@ class BoltSink(Closing):
                        ) -> dict[PartitionKey, int]:
         """The stream's stored offsets, read in a transaction of their own. SinkError on failure, transient when
         the connection or a timeout failed (retry it: see read_stored_offsets_within)."""
+        return self._read_by_partition(READ_QUERY, stream, partitions, "the stored offsets")
+
+    def stored_marks(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                     ) -> dict[PartitionKey, str]:
+        """The change marks stored beside the offsets (offset_store.MARK_QUERY), read as stored_offsets is."""
+        return self._read_by_partition(READ_MARKS_QUERY, stream, partitions, "the stored change marks")
+
+    def _read_by_partition(self, query: str, stream: str, partitions: Iterable[PartitionKey] | None,
+                           what: str) -> dict[PartitionKey, Any]:
         with self._lock:
             try:
                 conn = self._connection()
                 cursor = conn.cursor()
-                cursor.execute(READ_QUERY, {"stream": stream})
+                cursor.execute(query, {"stream": stream})
                 rows = cursor.fetchall()
                 conn.commit()
             except SinkError:
@@ -169,11 +185,11 @@ class BoltSink(Closing):
             except Exception as exc:
                 transient = self._lost(exc)
                 self._abandon()
-                raise SinkError(f"sink {self._where()}: reading the stored offsets failed: "
+                raise SinkError(f"sink {self._where()}: reading {what} failed: "
                                 f"{redact(f'{type(exc).__name__}: {exc}', self._secrets())}",
                                 transient=transient) from None
         wanted = set(partitions) if partitions is not None else None
-        return {PartitionKey(topic, partition): offset for topic, partition, offset in rows
+        return {PartitionKey(topic, partition): value for topic, partition, value in rows
                 if wanted is None or (topic, partition) in wanted}
 
     def _lost(self, exc: BaseException) -> bool:

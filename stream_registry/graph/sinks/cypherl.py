@@ -230,6 +230,18 @@ class CypherlSink(Closing):
         wanted = set(partitions) if partitions is not None else None
         return {PartitionKey(t, p): o for (_, t, p), o in known.items() if wanted is None or (t, p) in wanted}
 
+    def stored_marks(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                     ) -> dict[PartitionKey, str]:
+        """The change marks near the file's end (cypherl_frames.marks_in_cypherl)."""
+        with self._lock:
+            fd = self._current_fd("read")
+            try:
+                with _FileLock(fd):
+                    return cypherl_frames.marks_in_cypherl(fd, os.fstat(fd).st_size, stream, partitions)
+            except OSError as exc:
+                raise SinkError(f"sink cypherl://{self.path}: reading the stored change marks failed: {exc}",
+                                transient=True) from None
+
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:

@@ -36,6 +36,11 @@ class NullSink(Closing):
         return {PartitionKey(topic, partition): offset for (name, topic, partition), offset in self._offsets.items()
                 if name == stream}
 
+    def stored_marks(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                     ) -> dict[PartitionKey, str]:
+        """None kept: null:// keeps its offsets only while its stream process lives, and so do the marks."""
+        return {}
+
     def close(self) -> None:
         pass
 

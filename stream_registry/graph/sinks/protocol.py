@@ -32,6 +32,11 @@ class Sink(Protocol):
                        ) -> dict[PartitionKey, int]:
         """The offsets an exactly-once stream stored with its batches (offset_store); SinkError if unreadable."""
 
+    def stored_marks(self, stream: str, partitions: Iterable[PartitionKey] | None = None
+                     ) -> dict[PartitionKey, str]:
+        """The change marks an exactly-once stream stored beside its offsets (offset_store.mark_statements), as
+        stored (the stream authenticates them); SinkError if unreadable."""
+
     def close(self) -> None:
         """Release files and connections; idempotent."""
 

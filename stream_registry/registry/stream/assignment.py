@@ -27,7 +27,7 @@ from ...graph.sink_faults import Fault, classify
 from ...graph.sinks.protocol import Sink
 from ...graph.sinks.stored_offsets import read_stored_offsets_within
 from ...model import PartitionKey, StreamStatus
-from .change_marks import Committed
+from .change_marks import ChangeMark, Committed
 from .data_loss import ResetDecision
 from .data_loss import decide as decide_reset
 from .group_commits import GroupCommits
@@ -156,7 +156,25 @@ class Assignment:
             key = PartitionKey(tp.topic, tp.partition)
             mark = self._commits.read_mark(key, tp.metadata) if tp.error is None else None   # foreign: None
             out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
+        if self._ctx.exactly_once:   # the sink's marks: a kill between its store and the commit left them there only
+            for key, stored in self._sink_marks(keys).items():
+                seen = out.get(key, Committed())
+                if seen.mark is None or stored.change_id > seen.mark.change_id:
+                    self._commits.marks[key] = stored   # carried on by this process's commits
+                    out[key] = Committed(seen.offset, stored)
         return out
+
+    def _sink_marks(self, keys: list[PartitionKey]) -> dict[PartitionKey, ChangeMark]:
+        """The change marks the exactly-once sink stores beside its offsets, ours only (foreign ones: none). A sink
+        that cannot answer now leaves the group's marks alone (as before the sink kept any)."""
+        try:
+            texts = self._sink.stored_marks(self._ctx.name, keys)
+        except Exception as exc:
+            log.warning("stream %s: reading the change marks stored in the sink for %s failed: %s", self._ctx.name,
+                        keys_text(keys), self._ctx.redact(exc))
+            return {}
+        marks = {key: self._commits.read_stored_mark(key, text) for key, text in texts.items()}
+        return {key: mark for key, mark in marks.items() if mark is not None}
 
     def _resume_from_sink(self, keys: list[PartitionKey], deadline_s: float) -> dict[PartitionKey, int] | None:
         """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,

@@ -35,7 +35,7 @@ from confluent_kafka import Message as KafkaMessage
 from ...config import ErrorsTolerance
 from ...errors import StoredOffsetsConflict
 from ...formats import Decoder
-from ...graph.offset_store import offset_statements
+from ...graph.offset_store import mark_statements, offset_statements
 from ...graph.sink_faults import Fault, classify
 from ...graph.statement import Statements
 from ...graph.transform import Messages, decode_all, run_transformation
@@ -128,9 +128,10 @@ class BatchWriter:
             self._stats_reported_at = time.monotonic()
             self._ctx.events.on_stats(self.stats)
 
-    def store_offsets(self, offsets: Mapping[PartitionKey, int]) -> None:
-        """Exactly-once: an offset change stored in the sink (no compare-and-set: the change moves it)."""
-        self._sink.write(offset_statements(self._ctx.name, offsets))
+    def store_offsets(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, str]) -> None:
+        """Exactly-once: an offset change stored in the sink with its signed change marks, in one write (no
+        compare-and-set: the change moves it)."""
+        self._sink.write([*mark_statements(self._ctx.name, marks), *offset_statements(self._ctx.name, offsets)])
         self._ctx.stored.update(offsets)
 
     def close(self) -> None:

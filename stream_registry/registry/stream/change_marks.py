@@ -94,6 +94,23 @@ class MarkKey:
             return None
         return ChangeMark(change, offset, previous)
 
+    def encode_stored(self, tp: PartitionKey, mark: ChangeMark) -> str:
+        """The mark as an exactly-once sink stores it beside its offsets (offset_store.mark_statements): the same
+        signed fields as `encode`, in characters a cypherl line needs no escaping for."""
+        body = {"stream": self.identity, "change": mark.change_id, "offset": mark.offset, "previous": mark.previous}
+        previous = "-" if mark.previous is None else str(mark.previous)
+        return f"{self.identity}.{mark.change_id}.{mark.offset}.{previous}.{self._mac(tp, body)}"
+
+    def decode_stored(self, tp: PartitionKey, text: str | None) -> ChangeMark | None:
+        """A mark the sink stores for `tp` when it is this stream's and authentic (see `decode`); None otherwise."""
+        parts = text.split(".") if isinstance(text, str) else []
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[1:3]) or not (parts[3] == "-" or parts[3].isdigit()):
+            return None
+        identity, change, offset, previous, mac = parts
+        body = {"stream": identity, "change": int(change), "offset": int(offset),
+                "previous": None if previous == "-" else int(previous), "mac": mac}
+        return self.decode(tp, PREFIX + json.dumps(body, separators=(",", ":")))
+
     def _mac(self, tp: PartitionKey, body: dict) -> str:
         signed = json.dumps([tp[0], tp[1], body["stream"], body["change"], body["offset"], body["previous"]],
                             separators=(",", ":"))

@@ -162,9 +162,11 @@ class GroupCommits:
         self.commit(dict(self.owed), deadline_s=0.0)
 
     def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark],
-                store: Callable[[Mapping[PartitionKey, int]], None] | None = None) -> str | None:
+                store: Callable[[Mapping[PartitionKey, int], Mapping[PartitionKey, str]], None] | None = None
+                ) -> str | None:
         """Commit an offset change, its mark with it (exactly-once: `store` writes it to the sink first, the truth a
-        restart resumes from; the group's commit then only feeds lag tools). A batch's failed commit of these
+        restart resumes from, with the signed marks beside them: a kill before the commit leaves the mark in the
+        sink; the group's commit then only feeds lag tools). A batch's failed commit of these
         partitions is owed no more: the change moved them. None when done, else what failed."""
         self.settle(wait=not self._in_rebalance())   # its failure must not come back owed after the change
         for tp in offsets:
@@ -173,7 +175,7 @@ class GroupCommits:
         self.marks.update(marks)
         if store is not None:
             try:
-                store(offsets)
+                store(offsets, {tp: self._mark_key.encode_stored(tp, mark) for tp, mark in marks.items()})
             except Exception as exc:
                 self.marks = before
                 return f"storing the new offset in the sink failed ({self._redact(exc)})"
@@ -191,6 +193,10 @@ class GroupCommits:
         if mark is not None:
             self.marks[tp] = mark
         return mark
+
+    def read_stored_mark(self, tp: PartitionKey, text: str | None) -> ChangeMark | None:
+        """The mark an exactly-once sink stores for `tp` when it is this stream's (None: none, or foreign)."""
+        return self._mark_key.decode_stored(tp, text)
 
     def forget(self, tps: Iterable[PartitionKey]) -> None:
         """Partitions given up: the next owner commits them."""

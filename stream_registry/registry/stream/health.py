@@ -5,7 +5,10 @@ its error says what is wrong while it runs: a confirmed outage (no broker answer
 probed at most once a second once librdkafka's error callback hinted at one; one
 broker of several down is not an outage), or partitions waiting for an
 exactly-once sink that does not answer (assignment.py sets that text). Both clear
-by themselves when the cluster or the sink answers again. A failure found inside
+by themselves when the cluster or the sink answers again. A loop that hears nothing
+(no records, no error callback: an idle stream whose brokers went away quietly)
+probes the cluster once every QUIET_PROBE_S, so an outage reaches its error
+within 30 s from that state too. A failure found inside
 a callback (`fatal`) is acted on by the poll loop, never from inside the callback.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .stream_events import StreamEvents
 log = logging.getLogger("mgstreams.worker")
 
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
+QUIET_PROBE_S = 10.0        # the cluster probed when the consumer has reported nothing for this long (an idle loop)
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
 
 
@@ -40,6 +44,8 @@ class Health:
         self.outage: str | None = None          # confirmed: shown as the stream's error until it clears
         self._outage_since: datetime | None = None
         self._next_probe = 0.0
+        self._heard_at = clock()                # the consumer last delivered something (or a probe answered)
+        self._quiet_misses = 0                  # failed probes of a quiet suspicion: two confirm it (one may be load)
 
     def set_status(self, status: StreamStatus, error: str | None = None) -> None:
         if error is None and status != StreamStatus.STOPPED:
@@ -70,22 +76,35 @@ class Health:
         self.check_cluster()
         return self.outage is not None
 
+    def heard(self) -> None:
+        """The consumer delivered records: the cluster answers (the quiet watchdog waits again)."""
+        self._heard_at = self._clock()
+
     def check_cluster(self) -> None:
-        """While an outage is suspected, ask the cluster (at most once a second) whether it answers."""
+        """While an outage is suspected, ask the cluster (at most once a second) whether it answers; after
+        QUIET_PROBE_S of nothing heard, suspect one (the watchdog of an idle loop)."""
+        if self._suspect is None and self.outage is None and self._clock() - self._heard_at >= QUIET_PROBE_S:
+            self._heard_at = self._clock()
+            self._suspect = f"all brokers down since {{since}}: nothing heard from the cluster for {QUIET_PROBE_S:g} s"
+            self._quiet_misses = 1
         if not (self._suspect or self.outage) or self._clock() < self._next_probe:
             return
         self._next_probe = self._clock() + OUTAGE_PROBE_S
         try:
             self._probe()
         except KafkaException:
+            if self._quiet_misses == 1:   # a quiet loop's first miss: probe once more before showing an outage
+                self._quiet_misses = 2
+                return
             if self._suspect:
                 self._outage_since = self._outage_since or datetime.now(UTC)
                 self.outage = self._suspect.replace("{since}", self._outage_since.strftime("%Y-%m-%dT%H:%M:%SZ"))
-                self._suspect = None
+                self._suspect, self._quiet_misses = None, 0
                 self.set_status(self.status, self.outage)
                 self._events.on_outage(self._outage_since)
             return
-        self._suspect = None
+        self._suspect, self._quiet_misses = None, 0
+        self._heard_at = self._clock()
         if self.outage:
             log.info("stream %s: the cluster answers again (%s)", self._name, self.outage)
             self.outage = self._outage_since = None

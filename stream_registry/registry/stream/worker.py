@@ -250,6 +250,8 @@ class StreamWorker:
                 break
             hurry = hurry or self._gate.moved
             messages = consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
+            if messages:
+                self.health.heard()
             if not messages and batch and hurry:
                 break
             through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
