@@ -159,9 +159,9 @@ def test_describe_table_json_and_watch(stream, host):
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "POSITION", "LOG-START-OFFSET",
-                                "LOG-END-OFFSET", "LAG", "ASSIGNED", "STORED-OFFSET", "RESUME-OFFSET"]
+                                "LOG-END-OFFSET", "LAG", "ASSIGNED", "TASK", "STORED-OFFSET", "RESUME-OFFSET"]
     assert [line.split()[1:] for line in lines[1:4]] == [[stream.topic, str(p), "-", "-", "0", "10", "-", "no", "-",
-                                                          "0"] for p in range(3)]   # resumes from the beginning
+                                                          "-", "0"] for p in range(3)]   # resumes from the beginning
     assert {line.split()[0] for line in lines[1:4]} == {json.loads(invoke("list", "--json", host=host).stdout)[0]
                                                         ["consumer_group"]}
     assert [line.strip() for line in lines[4:]] == ["stream orders created, no process, restarts 0"], "the caption"

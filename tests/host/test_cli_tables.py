@@ -75,6 +75,9 @@ def failed(kafka, host, tmp_path):
         wait_until(lambda: client.get("orders_with_a_long_name").status.value == "error", 90, 0.2,
                    "the stream to fail")
         error = client.get("orders_with_a_long_name").error
+        # top reads the lag rounds (every few seconds): wait for the round that saw the failure
+        wait_until(lambda: client.lag("orders_with_a_long_name").stream_status.value == "error", 90, 0.2,
+                   "a lag round to see the stream failed")
     assert error and len(error) > 60, error
     return {"topic": topic, "error": error, "sink_dir": str(sink_dir)}
 
