@@ -41,6 +41,16 @@ class KafkaDataSource(DataSource):
         return SHORT_NAME
 
     def schema(self) -> str:
+        """Called at load, for batch and streaming reads alike (the source is not told which): options wrong for
+        both are refused here, naming the option (as the batch read words it); one wrong only for the read's kind
+        at planning (reader() / streamReader())."""
+        try:
+            parse_source_options(self.options, streaming=False)
+        except ConfigError as batch_error:
+            try:
+                parse_source_options(self.options, streaming=True)
+            except ConfigError:
+                raise batch_error from None
         return row_schema(include_headers(self.options))
 
     def reader(self, schema: StructType) -> KafkaBatchReader:
