@@ -10,7 +10,7 @@ import pytest
 from stream_helpers import wait_until
 
 from stream_registry import ChangeStatus, StreamConfig, StreamRegistry, StreamStatus
-from stream_registry.errors import ConfigError
+from stream_registry.errors import ConfigError, StreamNotFound
 from stream_registry.model import GateEvent, MoveState, PartitionKey, WorkerSnapshot
 from stream_registry.registry.runners.engine import RunRequest
 
@@ -90,14 +90,15 @@ def test_an_engine_handed_in_by_name_runs_a_stream_beside_the_kafka_one(kafka, t
 
 
 def test_a_stream_whose_engine_this_host_lacks_is_refused_naming_the_engine(kafka, tmp_path):
+    """Refused at create (before anything is stored or the cluster is asked), naming the engine and what the host
+    has: a stream this host could never start is not created."""
     topic = kafka.new_topic(partitions=1)
     registry = StreamRegistry(tmp_path / "state", engine_of=lambda config: "spark")
     try:
-        registry.create(StreamConfig("s", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
-                                     "null://"))
-        with pytest.raises(ConfigError, match=r"^engine: no engine named 'spark' here \(known: kafka\)"):
-            registry.start("s")
-        info = registry.get("s")
-        assert info.status == StreamStatus.ERROR and "no engine named 'spark'" in info.error
+        with pytest.raises(ConfigError, match=r"^engine: 'spark' cannot run on this host \(known here: kafka\)"):
+            registry.create(StreamConfig("s", [topic], kafka.bootstrap_servers, "stream_helpers.offsets_transform",
+                                         "null://"))
+        with pytest.raises(StreamNotFound):
+            registry.get("s")
     finally:
         registry.close()
