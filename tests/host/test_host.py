@@ -30,7 +30,7 @@ STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "trans
                  "delivery", "errors_tolerance", "dead_letter_topic", "dead_lettered", "skipped",
                  "records", "batches", "batch_seconds_sum", "batch_seconds_buckets", "detail", "tasks", "pids",
                  "key_format", "value_format", "schema_registry_url", "transform_options", "records_lost",
-                 "records_lost_unacknowledged", "cluster_unreachable_since"}
+                 "records_lost_unacknowledged", "cluster_unreachable_since", "engine", "spark"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
                   "assigned", "stored_offset", "resume_offset", "task", "known_at"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
