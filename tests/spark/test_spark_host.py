@@ -57,6 +57,12 @@ def offsets_of(out: Path, topic: str) -> list[int]:
     return by_partition(delivered_from_file(out)).get((topic, 0), [])
 
 
+def set_offset(api: httpx.Client, offset, timeout_ms: int = 240_000) -> list[dict]:
+    answer = api.patch("/streams/sp/offsets", json={"offset": offset, "timeout_ms": timeout_ms})
+    assert answer.status_code in (200, 202), answer.text
+    return answer.json()
+
+
 def words(text: str) -> str:
     """A command's output with its lines joined (a narrow terminal wraps them)."""
     return " ".join(text.split())
@@ -114,17 +120,18 @@ def test_a_spark_stream_through_the_host_moves_shows_its_query_resumes_and_fails
                    lambda: api.get("/streams/sp").json())
 
         # set_offset between micro-batches
-        [first] = api.patch("/streams/sp/offsets", json={"offset": 3, "timeout_ms": 240_000}).json()
+        [first] = set_offset(api, 3)
         assert (first["status"], first["offset"], first["partition"]) == ("applied", 3, 0), first
         wait_until(lambda: len(offsets_of(out, topic)) == 17, WAIT_S, 0.5, "3..9 again")
         assert offsets_of(out, topic) == [*range(10), *range(3, 10)]
 
-        # two calls before the next micro-batch is planned: the second supersedes the first
+        # two calls before the next micro-batch is planned: the second supersedes the first (each call waits
+        # 2 s, time to resolve its target, and answers `pending`: the held micro-batch cannot end meanwhile)
         hold.hold()
         kafka.produce(topic, 1, partitions=1)                  # offset 10, held in the transformation
         hold.wait()
-        [a] = api.patch("/streams/sp/offsets", json={"offset": 0, "timeout_ms": 1}).json()
-        [b] = api.patch("/streams/sp/offsets", json={"offset": 8, "timeout_ms": 1}).json()
+        [a] = set_offset(api, 0, 2000)
+        [b] = set_offset(api, 8, 2000)
         assert (a["status"], b["status"]) == ("pending", "pending"), (a, b)
         hold.release()
         wait_until(lambda: len(offsets_of(out, topic)) == 21, WAIT_S, 0.5, "10, then 8..10 (the second call)")
@@ -139,7 +146,7 @@ def test_a_spark_stream_through_the_host_moves_shows_its_query_resumes_and_fails
         hold.hold()
         kafka.produce(topic, 1, partitions=1)                  # offset 11, held
         hold.wait()
-        [c] = api.patch("/streams/sp/offsets", json={"offset": 0, "timeout_ms": 1}).json()
+        [c] = set_offset(api, 0, 2000)
         assert c["status"] == "pending", c
         cancelled = api.delete("/streams/sp/pending")
         assert cancelled.status_code == 200, cancelled.text
@@ -184,7 +191,8 @@ def test_a_spark_stream_through_the_host_moves_shows_its_query_resumes_and_fails
         host.stop()
         commit_as(kafka, group, {(topic, 0): 5})
         kafka.produce(topic, 2, partitions=1)                  # 13, 14 arrive while the host is down
-        host = HostProcess(tmp_path / "state", env=env).start()
+        # the host resumes its running streams before it serves: this one's Spark session starts first
+        host = HostProcess(tmp_path / "state", env=env).start(timeout=WAIT_S)
         api = httpx.Client(base_url=host.wait_ready(), timeout=WAIT_S)
         wait_until(lambda: len(offsets_of(out, topic)) == 28, WAIT_S, 0.5, "13 and 14 after the restart",
                    lambda: api.get("/streams/sp").json())
