@@ -69,6 +69,7 @@ class SparkRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._notes_seen = len(self.channel.notes())   # the notes of earlier runs were reported by those runs
+        self._notes_size = -1
 
     @property
     def alive(self) -> bool:
@@ -197,8 +198,18 @@ class SparkRunner:
                 self._open.pop(change_id, None)
 
     def _report_notes(self) -> None:
-        """The reader's resume notes since this run started, as realigned history rows."""
-        notes = self.channel.notes()
+        """The reader's resume notes since this run started, as realigned history rows (read when it grew)."""
+        try:
+            size = (self.channel.dir / "notes.jsonl").stat().st_size
+        except FileNotFoundError:
+            return
+        if size == self._notes_size:
+            return
+        try:
+            notes = self.channel.notes()
+        except ValueError:   # a line being written: read it next time
+            return
+        self._notes_size = size
         fresh, self._notes_seen = notes[self._notes_seen:], len(notes)
         for note in fresh:
             moves = resume_realignments(note)
