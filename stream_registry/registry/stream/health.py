@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from ...kafka.client import new_admin
 from ...model import StreamStatus
@@ -42,7 +43,7 @@ class ClusterProbe:
 
     def __init__(self, client_config: Mapping[str, object], secrets: Iterable[str], timeout_s: float):
         self._config, self._secrets, self._timeout_s = dict(client_config), list(secrets), timeout_s
-        self._admin = None
+        self._admin: AdminClient | None = None
 
     def __call__(self) -> object:
         if self._admin is None:
