@@ -102,7 +102,8 @@ class StreamWorker:
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
                                     pipelined=True)   # a batch's commit is answered while the next one is read
-        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked)
+        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked,
+                                     before_assign=self._drain_control)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
         ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
