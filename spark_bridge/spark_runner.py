@@ -22,6 +22,7 @@ start), else the group's committed offsets, else auto.offset.reset.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -37,6 +38,11 @@ from .stream_offsets import StreamOffset, offsets_from_json
 from .stream_query import StreamQuery, progress, start_stream_query
 
 WATCH_S = 0.1
+# Spark waits a fixed 10 s for a fresh Python worker to connect back (PythonWorkerFactory, SPARK-45245; not
+# configurable): a loaded machine misses it now and then, and the query dies of it, mostly while it starts.
+TRANSIENT = ("Python worker failed to connect back",)
+TRANSIENT_RETRIES = 3
+log = logging.getLogger(__name__)
 
 
 def spark_engine(spark, work_dir: str | Path, state_dir: str | Path | None = None) -> Callable[[RunRequest], SparkRunner]:
@@ -172,14 +178,31 @@ class SparkRunner:
                 continue
             if not query.isActive:
                 error = query.exception()
-                if error is not None and not self.stopping:
+                if error is not None and not self.stopping and not self._retried(error):
                     events.on_status(StreamStatus.ERROR, f"spark: the query failed: {error}")
-                return
+                if self.query is query:
+                    return
+                continue
             if not running:      # the query runs (start_stream_query returned once Spark started it)
                 running = True
                 events.on_status(StreamStatus.RUNNING, None)
             self._report_answers()
             self._report_notes()
+
+    def _retried(self, error) -> bool:
+        """A query that failed for a transient reason of Spark's own is started again from its checkpoint (at
+        most TRANSIENT_RETRIES times per run, counted in `restarts`): whether it was."""
+        said = str(error)
+        if self.restarts >= TRANSIENT_RETRIES or not any(cause in said for cause in TRANSIENT):
+            return False
+        self.restarts += 1
+        log.warning("stream %s: the Spark query failed for a transient reason (%s); starting it again from its "
+                    "checkpoint (%d of %d)", self.config.name, said.splitlines()[0], self.restarts, TRANSIENT_RETRIES)
+        try:
+            self.query = start_stream_query(self._session(), self._query())
+        except Exception as exc:   # Spark's own errors: the stream's error says which
+            self.request.events.on_status(StreamStatus.ERROR, f"spark: the query could not start again: {exc}")
+        return True
 
     def _report_answers(self) -> None:
         with self._lock:
