@@ -64,7 +64,7 @@ def one_run() -> tuple[float, float]:
         produce(20)
         created = api.post("/streams", json={"name": name, "topics": [topic], "sink": "null://",
                                              "bootstrap_servers": kafka.bootstrap_servers, "consumer_group": group,
-                                             "batch_interval_ms": 20, })
+                                             "batch_interval_ms": 20})
         assert created.status_code == 201, created.text
         api.put(f"/streams/{name}/start")
         until(lambda: committed() == 20, 120, "caught up")
