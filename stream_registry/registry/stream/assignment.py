@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -27,7 +27,8 @@ from ...graph.sink_faults import Fault, classify
 from ...graph.sinks.protocol import Sink
 from ...graph.sinks.stored_offsets import read_stored_offsets_within
 from ...model import PartitionKey, StreamStatus
-from .change_marks import ChangeMark, Committed
+from .change_marks import Committed
+from .committed_reads import keys_text, read_committed
 from .data_loss import ResetDecision
 from .data_loss import decide as decide_reset
 from .group_commits import GroupCommits
@@ -165,43 +166,10 @@ class Assignment:
         return self.read_committed(keys) or {}
 
     def read_committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed] | None:
-        """The group's committed offsets of partitions being assigned, with their change marks (one batched
-        request, in the rebalance callback: where they stand, what a waiting change is judged against). None
-        when unread (`unread_reason` says why)."""
-        if not keys:
-            return {}
-        try:
-            found = self._ctx.consumer().committed([TopicPartition(*tp) for tp in keys],
-                                                   timeout=ASSIGN_STORED_DEADLINE_S)
-        except KafkaException as exc:
-            self.unread_reason = self._ctx.redact(exc)
-            log.warning("stream %s: reading the committed offsets of %s failed: %s", self._ctx.name,
-                        keys_text(keys), self.unread_reason)
-            return None
-        out = {}
-        for tp in found:
-            key = PartitionKey(tp.topic, tp.partition)
-            mark = self._commits.read_mark(key, tp.metadata) if tp.error is None else None   # foreign: None
-            out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
-        if self._ctx.exactly_once:   # the sink's marks: a kill between its store and the commit left them there only
-            for key, stored in self._sink_marks(keys).items():
-                seen = out.get(key, Committed())
-                if seen.mark is None or stored.change_id > seen.mark.change_id:
-                    self._commits.marks[key] = stored   # carried on by this process's commits
-                    out[key] = Committed(seen.offset, stored)
-        return out
-
-    def _sink_marks(self, keys: list[PartitionKey]) -> dict[PartitionKey, ChangeMark]:
-        """The change marks the exactly-once sink stores beside its offsets, ours only (foreign ones: none). A sink
-        that cannot answer now leaves the group's marks alone (as before the sink kept any)."""
-        try:
-            texts = self._sink.stored_marks(self._ctx.name, keys)
-        except Exception as exc:
-            log.warning("stream %s: reading the change marks stored in the sink for %s failed: %s", self._ctx.name,
-                        keys_text(keys), self._ctx.redact(exc))
-            return {}
-        marks = {key: self._commits.read_stored_mark(key, text) for key, text in texts.items()}
-        return {key: mark for key, mark in marks.items() if mark is not None}
+        """committed_reads.read_committed: None when unread (`unread_reason` says why)."""
+        found, self.unread_reason = read_committed(self._ctx, self._commits, self._sink, keys,
+                                                   ASSIGN_STORED_DEADLINE_S)
+        return found
 
     def _hold_unread(self, keys: set[PartitionKey]) -> None:
         """Hold back partitions an offset change waits for while their commit cannot be read (_start_partitions)."""
@@ -375,6 +343,3 @@ class Assignment:
                      "incremental" if self.incremental else "eager")
             (incremental if self.incremental else eager)()
 
-
-def keys_text(keys: Sequence[PartitionKey]) -> str:
-    return ", ".join(f"{t}:{p}" for t, p in keys)
