@@ -69,7 +69,7 @@ def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
 
     rendered = table(DESCRIBE_COLUMNS, (
         (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset,
-         lag_figure(r.lag, r.last_known_lag) if r.lag is None else r.lag, "yes" if r.assigned else "no",
+         lag_figure(r.lag, r.last_known_lag) if r.last_known_at is not None else r.lag, "yes" if r.assigned else "no",
          "-" if r.task is None else r.task, r.stored_offset, r.resume_offset) for r in rows))
     if last is not None and last.last_known_at is not None:
         age = last.last_known_age_s if last.last_known_age_s is not None else \
