@@ -66,6 +66,7 @@ from stream_registry.errors import StreamError
 
 from .members import CutMove, SecondMember, cut_file
 from .offset_faults import OffsetFaults
+from .oracle import Kill
 from .plan import BROKERS, PARTITIONS, STREAMS, StreamPlan
 
 REQUEST_ERRORS = {
@@ -205,7 +206,7 @@ class FaultMenu(OffsetFaults):
         except ProcessLookupError:
             return self.fault_set_offset("set_offset")
         self.faults[kind] += 1
-        self.event(kind, stream=plan.name, pid=pid)
+        self.event(kind, stream=plan.name, pid=pid, **self.killed(plan, [pid]))
 
     def fault_task_kill(self, kind: str) -> None:
         """SIGKILL one task process of a stream of several (any of the pids GET /streams/{name} shows): its
@@ -223,10 +224,31 @@ class FaultMenu(OffsetFaults):
         except ProcessLookupError:
             return self.fault_set_offset("set_offset")
         self.faults[kind] += 1
-        self.event(kind, stream=plan.name, pid=pids[task], pids=pids)
+        self.event(kind, stream=plan.name, pid=pids[task], pids=pids, **self.killed(plan, [pids[task]]))
+
+    def killed(self, plan: StreamPlan, pids: list[int]) -> dict:
+        """After a kill of processes of a stream that writes to the graph: what the graph stores for it now (the
+        oracle tells a batch the kill cut short by it: oracle.graph_records); {} for a cypherl stream."""
+        if not plan.bolt or self.graph is None:
+            return {}
+        stored = self.graph.stored(plan.name)
+        self.kills += [(plan.name, Kill(pid, stored)) for pid in pids]
+        return {"stored": stored}
+
+    def stream_pids(self) -> dict[str, list[int]]:
+        """The processes of each stream that writes to the graph (before a host kill takes them down)."""
+        out = {}
+        for plan in STREAMS:
+            if plan.bolt:
+                try:
+                    out[plan.name] = [p for p in self.client.get(plan.name).pids if p]
+                except StreamError:
+                    out[plan.name] = []
+        return out
 
     def _arm_batch_failure(self, kind: str, what: str, count: int | None = None) -> None:
-        plan = self.rng.choice(STREAMS)
+        # an ambiguous commit's kill watches a sink file grow (soak_transform): not the graph stream's
+        plan = self.rng.choice([p for p in STREAMS if not (what == "kill" and p.bolt)])
         path = self.ctl / f"{plan.topic}.fail"
         if path.exists():
             return
@@ -311,12 +333,15 @@ class FaultMenu(OffsetFaults):
 
     def fault_host_kill(self, kind: str) -> None:
         pid = self.host.proc.pid
+        graph_pids = self.stream_pids()
         self.host.kill()
         self.exit_codes.append(("SIGKILL", self.host.proc.returncode))
         self.host.stop()
+        stored = {name: self.killed(next(p for p in STREAMS if p.name == name), pids)
+                  for name, pids in graph_pids.items()}
         self.client.close()
         self.faults[kind] += 1
-        self.event(kind, pid=pid)
+        self.event(kind, pid=pid, graph_pids=graph_pids, stored=stored)
         self.start_host()
         self.last_kill = time.monotonic()
         self.event("host_restarted", pid=self.host.proc.pid, url=self.host.url)
