@@ -40,8 +40,11 @@ that long, so even a short run sees them all), each counted by kind:
   other task at once and the restart policy brings it back; nothing is lost
   (and on exactly-once nothing is written twice: the Bolt sink's
   compare-and-set is per partition).
-The tasks stream writes to Bolt (a cypherl file has one writer at a time), so
-the faults that act on a cypherl file (file_cut, sink_change) skip it.
+The tasks stream writes to a real FalkorDB server over Bolt (a cypherl file has
+one writer at a time), so file_cut and ambiguous_commit (which act on a cypherl
+file) skip it, and so does sink_change; with `--delivery exactly_once`,
+graph_sink_change moves it to a second FalkorDB server (and back, next time),
+always followed by a cancel (below).
 With `--delivery exactly_once` the streams store their offsets with each
 batch in the sink file, and two more faults kill stream processes:
 - stream_kill: SIGKILL a stream's process at a random moment (busy streams
@@ -85,7 +88,8 @@ FAULT_WEIGHTS = {
     "host_kill": 0.4, "revert": 1.0, "cancel": 0.7, "alter": 0.5, "task_kill": 0.5,
 }
 AT_LEAST_ONCE_FAULTS = {"foreign_member": 1.0}
-EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4}
+EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4,
+                       "graph_sink_change": 0.3}
 KILL_MIN_GAP_S = 25.0
 MAX_INJECTED_BATCH_FAILURES = 2     # below the host's retry attempts (4): transient by construction
 
@@ -291,8 +295,7 @@ class FaultMenu(OffsetFaults):
         """Exactly-once: PATCH the stream's sink to a new cypherl file while it runs. The new sink must continue
         where the stream stood (its first frame carries the offsets over): a replay from the log start would
         be duplicates, a jump past the stream's position lost records. The oracle reads the files in order."""
-        # Not the tasks stream: a cypherl sink refuses tasks > 1 (one writer per file), so the change would be
-        # refused, not tested.
+        # Not the tasks stream: a cypherl sink refuses tasks > 1 (one writer per file); graph_sink_change moves it
         plan = self.rng.choice([p for p in STREAMS if not p.bolt])
         index = self.sink_changes.get(plan.name, 0) + 1
         path = self.sink_file(plan, index)
@@ -310,6 +313,24 @@ class FaultMenu(OffsetFaults):
         self.event(kind, stream=plan.name, sink=str(path), logical=old)
         if self.faults[kind] == 1 or self.rng.random() < 0.5:   # the first one always, then half of them
             self.cancel_during_sink_change(plan)
+
+    def fault_graph_sink_change(self, kind: str) -> None:
+        """Exactly-once: the tasks stream's sink change, to the other FalkorDB server (a cypherl sink refuses
+        tasks > 1). Both tasks stop, the old graph's stored offsets are carried over (each partition's first write
+        into the other graph stores them), and a cancel right after must not end that carry-over: the host
+        refuses it while the carry-over is pending. The oracle reads both graphs (positions are on one clock, so
+        no bases)."""
+        plan = self.rng.choice([p for p in STREAMS if p.bolt])
+        self.sink_changed_at.append((plan.name, time.time()))
+        uri = self.graph.switch()
+        try:
+            self.client.alter(plan.name, sink=uri)
+        except StreamError:
+            self.graph.switch()      # refused: it still writes to the graph it had
+            raise
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, sink=uri)
+        self.cancel_during_sink_change(plan)
 
     def cancel_during_sink_change(self, plan: StreamPlan) -> None:
         """Issue 42: DELETE .../pending right after a sink change, its carry-over maybe still pending. The host
