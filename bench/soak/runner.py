@@ -26,8 +26,8 @@ from stream_registry.sandbox import WRITE_PATHS_ENV
 from ..soak_transform import GRAPH_TOPICS_ENV
 from .evidence import Call, changes_for, logical_positions, with_cuts
 from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu
-from .members import SecondMember
 from .graph import GraphSink
+from .members import SecondMember
 from .oracle import Kill, Verdict, _ranges, check_partition, graph_records, read_sink
 from .plan import BENCH, BROKERS, PARTITIONS, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
