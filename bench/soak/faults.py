@@ -39,7 +39,9 @@ that long, so even a short run sees them all), each counted by kind:
   `pids` GET /streams/{name} shows): the group gives its partitions to the
   other task at once and the restart policy brings it back; nothing is lost
   (and on exactly-once nothing is written twice: the Bolt sink's
-  compare-and-set is per partition).
+  compare-and-set is per partition; FalkorDB's stated limit aside, a batch
+  whose data the kill let through and whose offsets it cut off, which the
+  oracle tells by the offsets the graph stored right after the kill).
 The tasks stream writes to a real FalkorDB server over Bolt (a cypherl file has
 one writer at a time), so file_cut and ambiguous_commit (which act on a cypherl
 file) skip it, and so does sink_change; with `--delivery exactly_once`,
