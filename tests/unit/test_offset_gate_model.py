@@ -90,6 +90,7 @@ class SimConsumer:
         self.persisted: list = []           # each persist through the gate: {tp: offset} (one per call)
         self.metadata: dict = {}            # tp -> the metadata string its commit carries (the broker's)
         self.changes: dict = {}             # (change_id, tp) -> offset: every change ever persisted
+        self.moved_from: dict = {}          # (change_id, tp) -> where the partition stood when it was persisted
         self.last: set = set()              # the (change_id, tp) of the last persist
         self.exactly_once = False
         self.sink_offsets: dict = {}        # exactly-once: tp -> the offset the sink stores (survives a crash)
@@ -143,6 +144,7 @@ class SimConsumer:
             assert marks[tp].offset == offset, f"{key}: the mark says {marks[tp].offset}, persisted {offset}"
             assert key not in self.changes, f"{key} persisted a second time (first at {self.changes[key]})"
             self.changes[key] = offset
+            self.moved_from[key] = marks[tp].previous
             self.last.add(key)
             self.commits.marks[tp] = marks[tp]
             if self.exactly_once:
@@ -250,6 +252,9 @@ class GateMachine(RuleBasedStateMachine):
             assert key in self.live, f"{key} reconciled but not live"
             assert self.sim.changes.get(key) == event.offset, f"{key}: reconciled at {event.offset}, " \
                                                               f"persisted at {self.sim.changes.get(key)}"
+            # the move recorded is the one made (issue 42: a restart that applied it again recorded 10 -> 10)
+            assert event.previous_offset == self.sim.moved_from[key], \
+                f"{key}: recorded from {event.previous_offset}, moved from {self.sim.moved_from[key]}"
             COUNTS["reconciled"] += 1
             self.applied.setdefault(event.change_id, {})[key[1]] = event.previous_offset
         elif event.state == MoveState.PERSISTED:
