@@ -69,7 +69,7 @@ def main(argv=None) -> int:
                      f"duplicates {v.duplicates}, replayed after backward moves {v.replayed}, "
                      f"consumed and committed by a foreign member {v.foreign}, "
                      f"seq mismatches {v.mismatched}")
-            if name in soak.torn:
+            if name in soak.torn and soak.exactly_once:
                 batches, deliveries = soak.torn[name]
                 soak.say(f"  {name} (FalkorDB, no rollback): {batches} batches cut short by a kill between their "
                          f"data and their offsets, {deliveries} deliveries of them delivered again (the stated "

@@ -171,7 +171,7 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
         if seqs is not None and x in seqs and seqs[x] != r.seq:
             v.mismatched += 1
             v.note(f"{where}@{x}: payload seq {r.seq}, the producer wrote seq {seqs[x]} there")
-        nxt = _continuation_of(r, cur, changes, frontier[cur])
+        nxt = _continuation_of(r, cur, changes, frontier[cur], foreign_commits)
         new_run = prev is None or nxt != cur or r.batch != prev.batch or x != prev.offset + 1
         if new_run and prev is not None and r.batch != prev.batch:
             commit_points[cur].add(prev.offset + 1)     # the end of a batch: a point the stream may commit
@@ -262,8 +262,10 @@ def _forced(r: Rec, changes: list[Change]) -> int:
     return max((j for j, c in enumerate(changes, 1) if c.hi is not None and r.pos >= c.hi), default=0)
 
 
-def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int) -> int:
-    """The continuation `r` belongs to; `reached`: how far the current one (`cur`) has delivered."""
+def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int,
+                     foreign_commits: set[int] | frozenset[int] = frozenset()) -> int:
+    """The continuation `r` belongs to; `reached`: how far the current one (`cur`) has delivered; a foreign
+    member's commit is a point the stream got to without delivering (it took the partition over there)."""
     forced = _forced(r, changes)
     lowest = max(cur + 1, forced)
     candidate = None
@@ -271,7 +273,8 @@ def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int) -> i
         c = changes[j - 1]
         if c.lo > r.pos:
             break
-        backward_not_yet = c.previous is not None and c.offset < c.previous and reached < c.previous
+        got_to = max([reached, *(f for f in foreign_commits if c.previous is not None and f <= c.previous)])
+        backward_not_yet = c.previous is not None and c.offset < c.previous and got_to < c.previous
         if c.offset == r.offset and not backward_not_yet:
             candidate = j
             break

@@ -292,8 +292,9 @@ class Soak(FaultMenu):
             corrupt = 0
             for index, base in enumerate(self.bases.get(plan.name, [0])):
                 if plan.bolt:
+                    # a batch cut short by a kill is the exactly-once limit; at-least-once keeps every delivery
                     graph = graph_records(self.graph.records(plan.topic), plan.topic,
-                                          [k for name, k in self.kills if name == plan.name])
+                                          [k for name, k in self.kills if name == plan.name and self.exactly_once])
                     held, torn = graph.held, graph.corrupt
                     self.torn[plan.name] = (graph.torn_batches, graph.torn)
                 else:

@@ -303,3 +303,38 @@ def test_two_cuts_before_the_stream_noticed_are_judged_by_the_last():
     assert unexplained_cuts([first, second], {"s": [realigned]}) == []
     wrong = CutMove("s", 102.0, 0, {("t", 0): (5, 4)}, {("t", 0): 10})
     assert len(unexplained_cuts([first, wrong], {"s": [realigned]})) == 1
+
+
+def test_a_move_back_from_where_a_foreign_member_committed_starts_its_continuation_at_once():
+    """3-minute soak, seed 21, at-least-once: the stream delivers 0..4, a foreign member takes the partition
+    over, reads 5..9 and commits 10; a change back to 0 is applied from 10 (the history's previous offset: where
+    the group had it). The stream got to 10 without delivering 5..9 itself, so the records at 0 that follow are
+    the change's continuation, not the old one's stale records (seen as lost 1772, stale 955 before)."""
+    from bench.soak.oracle import Foreign
+    f = File().batch(0, 1, 2, 3, 4)
+    held = Foreign(f.size, f.size, frozenset(range(5, 10)), frozenset({10}))
+    back = Change(0, lo=f.size, previous=10)        # pending when the call returned; the history saw it applied
+    f.batch(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+    v = check(f, [back], log_end=12, foreign=[held])
+    assert figures(v) == {**ZERO, "replayed": 5}, v.problems
+
+
+def test_an_onward_move_applied_past_its_target_is_judged_where_the_history_says_it_went():
+    """3-minute soak, seed 3, at-least-once: `+33` resolved against a stale position (410 -> 443) reaches the
+    partition when it already stands at 815; an onward move never takes it back, so it is applied 815 -> 815.
+    The history row (same change id) is that call's, and the change goes to 815, not 443."""
+    from datetime import UTC, datetime
+
+    from bench.soak.evidence import Call, changes_for
+    from bench.soak.plan import StreamPlan
+    from stream_registry.model import ChangeStatus, HistoryEntry, OffsetChange
+
+    plan = StreamPlan("s", "t", "range", 10, 10)
+    call = Call("s", "+33", 100.0, 500, 101.0, 600,
+                rows=[OffsetChange(topic="t", partition=0, previous_offset=410, offset=443, status=ChangeStatus.PENDING,
+                                   change_id=28)])
+    entry = HistoryEntry(changed_at=datetime.fromtimestamp(102, UTC), topic="t", partition=0, previous_offset=815,
+                         offset=815, status=ChangeStatus.APPLIED, change_id=28)
+    notes: list[str] = []
+    changes = changes_for([call], {"s": [entry]}, {}, plan, 0, notes)
+    assert notes == [] and [(c.offset, c.lo, c.previous) for c in changes] == [(815, 500, 815)]
