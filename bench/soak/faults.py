@@ -69,9 +69,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stream_registry.errors import StreamError
 
+from .graph import Kill
 from .members import CutMove, SecondMember, cut_file
 from .offset_faults import OffsetFaults
-from .oracle import Kill
 from .plan import BROKERS, PARTITIONS, STREAMS, StreamPlan
 
 REQUEST_ERRORS = {
@@ -234,7 +234,7 @@ class FaultMenu(OffsetFaults):
 
     def killed(self, plan: StreamPlan, pids: list[int]) -> dict:
         """After a kill of processes of a stream that writes to the graph: what the graph stores for it now (the
-        oracle tells a batch the kill cut short by it: oracle.graph_records); {} for a cypherl stream."""
+        oracle tells a batch the kill cut short by it: graph.graph_records); {} for a cypherl stream."""
         if not plan.bolt or self.graph is None:
             return {}
         stored = self.graph.stored(plan.name)

@@ -26,9 +26,9 @@ from stream_registry.sandbox import WRITE_PATHS_ENV
 from ..soak_transform import GRAPH_TOPICS_ENV
 from .evidence import Call, changes_for, logical_positions, with_cuts
 from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu
-from .graph import GraphSink
+from .graph import GraphSink, Kill
 from .members import SecondMember
-from .oracle import Kill, Verdict, _ranges, check_partition, graph_records, read_sink
+from .oracle import Verdict, _ranges, check_partition, read_sink
 from .plan import BENCH, BROKERS, PARTITIONS, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
 
@@ -105,7 +105,7 @@ class Soak(FaultMenu):
     def sink_size(self, plan: StreamPlan) -> int:
         """The current file's size plus every byte a file cut removed and the final sizes of the files before a
         sink change (monotonic: comparable across cuts and sink changes). For the stream that writes to the
-        graph server: the wall clock in ns, the clock its records' positions are on (oracle.graph_records)."""
+        graph server: the wall clock in ns, the clock its records' positions are on (graph.graph_records)."""
         if plan.bolt:
             return time.time_ns()
         with self._lock:
@@ -291,12 +291,9 @@ class Soak(FaultMenu):
             records: dict = defaultdict(list)
             corrupt = 0
             for index, base in enumerate(self.bases.get(plan.name, [0])):
-                if plan.bolt:
-                    # a batch cut short by a kill is the exactly-once limit; at-least-once keeps every delivery
-                    graph = graph_records(self.graph.records(plan.topic), plan.topic,
-                                          [k for name, k in self.kills if name == plan.name and self.exactly_once])
-                    held, torn = graph.held, graph.corrupt
-                    self.torn[plan.name] = (graph.torn_batches, graph.torn)
+                if plan.bolt:   # a batch cut short by a kill: the exactly-once limit (at-least-once keeps them all)
+                    graph = self.graph.read(plan.topic, [k for n, k in self.kills if n == plan.name and self.exactly_once])
+                    held, torn, self.torn[plan.name] = graph.held, graph.corrupt, (graph.torn_batches, graph.torn)
                 else:
                     held, torn = read_sink(self.sink_file(plan, index))
                 corrupt += torn

@@ -1,14 +1,15 @@
 """The soak's statement for its tasks stream (bench/soak_transform.GRAPH_QUERY) on the real graph server (FalkorDB,
 tests/support/graph_server.py), through the Bolt sink: applying a batch again changes nothing (what FalkorDB's
 lack of rollback needs: the sink retries a batch cut short from its start), a delivery by another batch adds its
-tag, and the oracle (bench/soak/oracle.graph_records) reads the deliveries back in order."""
+tag, and the oracle (bench/soak/graph.graph_records) reads the deliveries back in order."""
 from __future__ import annotations
 
 import uuid
 
 import pytest
 
-from bench.soak.oracle import check_partition, graph_records
+from bench.soak.graph import graph_records
+from bench.soak.oracle import check_partition
 from bench.soak_transform import GRAPH_QUERY, REFUSED_BY_SINK
 from stream_registry.errors import SinkError
 from stream_registry.graph.sinks import open_sink

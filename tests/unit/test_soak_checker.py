@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.soak.oracle import Change, Kill, Rec, check_partition, graph_records, read_sink
+from bench.soak.graph import Kill, graph_records
+from bench.soak.oracle import Change, Rec, check_partition, read_sink
 
 LINE = 100   # bytes per statement in these hand-made files
 
