@@ -184,7 +184,7 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
                        f"from {x}")
                 starts[nxt] = frontier[nxt] = x
                 commit_points[nxt] = {x}
-            elif forced > cur and nxt == forced and x != starts[nxt]:
+            elif forced > cur and nxt == forced and x != starts[nxt] and x not in foreign_commits:
                 v.note(f"{where}: change #{nxt} to {starts[nxt]} was applied (call returned or history showed "
                        f"it before byte {changes[nxt - 1].hi}) but the next record is offset {x} (byte {r.pos})")
             cur = nxt
@@ -247,7 +247,10 @@ def _foreign_excused(foreign, first_pos: dict[int, int], changes: list[Change], 
     """Per continuation: the offsets foreign members consumed and committed past while it was current."""
     if not foreign:
         return {}
-    spans = sorted((first_pos.get(i, changes[i - 1].lo if i else 0), i) for i, e in enumerate(entered) if e)
+    # a continuation is current from its change's call on (a foreign member may take the partition over right
+    # after the change applied, before the stream wrote a record of it), or from its first record if earlier
+    spans = sorted((min(first_pos.get(i, changes[i - 1].lo), changes[i - 1].lo) if i else 0, i)
+                   for i, e in enumerate(entered) if e)
     out: dict[int, set[int]] = {}
     for k, (begin, i) in enumerate(spans):
         end = spans[k + 1][0] if k + 1 < len(spans) else float("inf")

@@ -339,3 +339,17 @@ def test_an_onward_move_applied_past_its_target_is_judged_where_the_history_says
     notes: list[str] = []
     changes = changes_for([call], {"s": [entry]}, {}, plan, 0, notes)
     assert notes == [] and [(c.offset, c.lo, c.previous) for c in changes] == [(815, 500, 815)]
+
+
+def test_a_foreign_member_that_takes_the_partition_right_after_a_change_leaves_nothing_owed_there():
+    """3-minute soak, seed 7, at-least-once: a change to 5 is applied; before the stream writes a record of it,
+    a foreign member takes the partition, reads 5..9 and commits 10; the stream resumes at 10. The foreign
+    member held the partition while the change's continuation was current (from the call on): 5..9 are its."""
+    from bench.soak.oracle import Foreign
+    f = File().batch(0, 1, 2, 3, 4, 5, 6, 7)
+    move = Change(5, lo=f.size, hi=f.size + 1)
+    held = Foreign(f.size, f.size + 1, frozenset(range(5, 10)), frozenset({10}))
+    f.size += 50                 # the stream writes nothing for a while
+    f.batch(10, 11)
+    v = check(f, [move], log_end=12, foreign=[held])
+    assert figures(v) == ZERO and v.foreign == 5 and v.problems == [], v.problems
