@@ -63,10 +63,13 @@ def contradictions(calls: list[Call], history: dict[str, list], cancelled: list[
 
 
 def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tuple, int], plan: StreamPlan,
-                partition: int, verdict_notes: list[str], sink_changes: list[float] = ()) -> list[Change]:
+                partition: int, verdict_notes: list[str], sink_changes: list[float] = (),
+                cancelled: list[tuple] = ()) -> list[Change]:
     """The offset changes the oracle weighs for one partition, from the calls' answers and the history's rows.
     `sink_changes`: when the stream's sink was changed (the new sink's start, where the stream stood, is an
-    applied row that moves nothing: not a call's)."""
+    applied row that moves nothing: not a call's). `cancelled`: (stream, change id, topic, partition) a cancel
+    said it cancelled: never applied (`contradictions` holds the history to that), so never a continuation's
+    start, even where the old continuation passes its offset."""
     tp = (plan.topic, partition)
     asked = []
     for call in calls:
@@ -74,7 +77,8 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
             continue
         for row in call.rows:
             if (row.topic, row.partition) == tp and row.offset is not None and \
-                    row.status.value in ("applied", "clamped", "pending"):
+                    row.status.value in ("applied", "clamped", "pending") and \
+                    (plan.name, row.change_id, *tp) not in cancelled:
                 asked.append((call, row))
     hi: dict[int, int] = {}
     stood: dict[int, int | None] = {}     # where the stream stood when the change was applied

@@ -306,7 +306,7 @@ class Soak(FaultMenu):
                 tp = (plan.topic, partition)
                 notes: list[str] = []
                 changes = changes_for(self.calls, self.history, self.sightings, plan, partition, notes,
-                                      [t for name, t in self.sink_changed_at if name == plan.name])
+                                      [t for name, t in self.sink_changed_at if name == plan.name], self.cancelled)
                 changes = with_cuts(changes, [m for m in self.cut_moves if m.stream == plan.name], tp)
                 foreign = [f for m in self.foreign_members if m.plan is plan
                            for f in [m.foreign(partition)] if f is not None]

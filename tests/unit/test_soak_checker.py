@@ -353,3 +353,24 @@ def test_a_foreign_member_that_takes_the_partition_right_after_a_change_leaves_n
     f.batch(10, 11)
     v = check(f, [move], log_end=12, foreign=[held])
     assert figures(v) == ZERO and v.foreign == 5 and v.problems == [], v.problems
+
+
+def test_a_cancelled_change_never_starts_a_continuation_where_the_old_one_passes_its_offset():
+    """3-minute soak, seed 21, at-least-once: set_offset(41) stays pending and is cancelled; the stream, which
+    was reading on from 21, delivers 41 in passing, then a kill makes it re-read from its commit point 0. The
+    change never applied: 41 did not start its continuation, and the re-read from 0 is no stale record."""
+    from bench.soak.evidence import Call, changes_for
+    from bench.soak.plan import StreamPlan
+    from stream_registry.model import ChangeStatus, OffsetChange
+
+    plan = StreamPlan("s", "t", "range", 10, 10)
+    f = File().batch(*range(0, 21))
+    call = Call("s", 41, 100.0, f.size, 101.0, f.size,
+                rows=[OffsetChange(topic="t", partition=0, previous_offset=21, offset=41, status=ChangeStatus.PENDING,
+                                   change_id=1)])
+    f.batch(*range(21, 50)).batch(*range(0, 50))
+    changes = changes_for([call], {}, {}, plan, 0, [], cancelled=[("s", 1, "t", 0)])
+    v = check(f, changes, log_end=50)
+    assert changes == [] and figures(v) == {**ZERO, "duplicates": 50}, v.problems
+    v = check(f, changes_for([call], {}, {}, plan, 0, []), log_end=50)
+    assert v.stale > 0       # without the cancel's word, 41 is taken for the change's start
