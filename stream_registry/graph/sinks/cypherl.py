@@ -25,7 +25,7 @@ from ...errors import ConfigError, SinkError, StoredOffsetsConflict
 from ...model import PartitionKey
 from ...safe_paths import open_beneath
 from .. import cypherl_frames
-from ..cypher_literals import render_rows, render_statement
+from ..cypher_literals import render_statement, render_text
 from ..offset_store import Continuation, continuation, offsets_in_statements
 from ..statement import Statement, Statements
 from .protocol import Closing, Written
@@ -193,17 +193,18 @@ class CypherlSink(Closing):
         return out, changed
 
     def _render(self, statements: Sequence[Statement]) -> bytes:
-        """The batch's lines, each run of one query rendered in bulk (render_rows)."""
-        lines: list[str] = []
+        """The batch's lines, each run of one query rendered in bulk (render_text)."""
+        texts: list[str] = []
+        before = 0   # statements of the runs before this one
         for query, rows in Statements.of(statements).runs:
             try:
-                lines += render_rows(query, rows)
+                texts.append(render_text(query, rows))
             except SinkError:   # which statement: rendered one by one to name it
-                self._render_each(query, rows, len(lines))
+                self._render_each(query, rows, before)
                 raise
-        lines.append("")
+            before += len(rows)
         try:
-            return "\n".join(lines).encode("utf-8")
+            return "".join(texts).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SinkError(f"sink cypherl://{self.path}: a query holds text that is not valid Unicode "
                             f"({exc.reason})", rejected=True) from None
