@@ -21,8 +21,15 @@ sides run N times, alternating, and the best of each counts.
 End to end (`--sizes`): for each size (a prefix of every partition, the same
 plan for every engine), `mgstreams backfill` runs in a fresh process, timed
 from its start to its exit (interpreter, imports, planning, session start,
-the backfill): `--engine local`, `--engine spark --master local[2]` and
-`--engine auto --master local[2]` (the engine auto picked is printed). Runs
+the backfill): `--engine auto --master local[2]` first, then `--engine local`
+and `--engine spark --master local[2]` (the engine auto picked and its
+estimates are printed). The runs share a state directory (a fresh one, or
+`--state-dir`), where every backfill keeps what its engine cost
+(spark_bridge.engine_costs): auto's estimate at a size is fitted to the runs
+of the smaller sizes before it (at the first size, with a fresh directory,
+nothing was measured yet: the constants), never to a run of its own size
+(auto's own runs are not kept; a short run made 5 times decides each time
+from the same costs). Runs
 under 5 s are made 5 times and the best counts (the same for every engine: a
 sub-second run varies by a tenth between two identical runs here). Then the rates above at the largest
 size, and last `auto/best: R`, the worst over sizes of auto's time / the faster
@@ -47,6 +54,7 @@ from bench_data import produce  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from spark_bridge.backfill import BackfillJob, plan_job, run_backfill  # noqa: E402
+from spark_bridge.engine_costs import COSTS_FILE  # noqa: E402
 from spark_bridge.local_engine import run_local  # noqa: E402
 from spark_bridge.spark_session import build_session  # noqa: E402
 from stream_registry.offset_spec import parse_offset_spec  # noqa: E402
@@ -131,9 +139,14 @@ def end_to_end(bootstrap: str, size: int, engine: str, args, out: Path) -> tuple
                "--report", str(out / "report.json")]
     if engine != "local":
         command += ["--master", args.master]
-    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+           "MGSTREAMS_STATE_DIR": str(args.state_dir)}
     best = None
+    costs = Path(args.state_dir) / COSTS_FILE
+    known = costs.read_bytes() if costs.exists() else None   # what auto knows: the same for each of its runs
     for _ in range(SHORT_RUNS):
+        if engine == "auto":
+            _restore(costs, known)
         shutil.rmtree(target, ignore_errors=True)
         started = time.perf_counter()
         done = subprocess.run([*command, "--sink", f"cypherl://{target}"], capture_output=True, text=True,
@@ -146,7 +159,17 @@ def end_to_end(bootstrap: str, size: int, engine: str, args, out: Path) -> tuple
             break
     report = json.loads((out / "report.json").read_text())
     shutil.rmtree(target, ignore_errors=True)
+    if engine == "auto":   # its own runs are not kept: the next sizes' estimates come from local's and spark's
+        _restore(costs, known)
+        print(f"  auto at {size}: {report['engine']['reason']}", flush=True)
     return best, report["engine"]["engine"], report["records"]
+
+
+def _restore(path: Path, content: bytes | None) -> None:
+    if content is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_bytes(content)
 
 
 def main() -> int:
@@ -161,6 +184,8 @@ def main() -> int:
     parser.add_argument("--transform", default="stream_registry.builtin_transformations.merge_messages")
     parser.add_argument("--repeat", type=int, default=1, help="rates: run both sides N times, keep the best of each")
     parser.add_argument("--out", default=None, help="output directory (default: a temporary one, removed)")
+    parser.add_argument("--state-dir", default=None, help="where the end-to-end backfills keep what each engine "
+                                                          "cost (default: a fresh temporary one, removed)")
     args = parser.parse_args()
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",")}) if args.sizes else []
@@ -171,6 +196,8 @@ def main() -> int:
     messages = max(sizes) if sizes else args.messages
 
     out = Path(args.out or tempfile.mkdtemp(prefix="mgstreams-bench-"))
+    fresh_state = args.state_dir is None
+    args.state_dir = Path(args.state_dir or tempfile.mkdtemp(prefix="mgstreams-bench-state-"))
     for name in ("spark", "local"):
         shutil.rmtree(out / name, ignore_errors=True)
     status = 0
@@ -183,7 +210,7 @@ def main() -> int:
         worst = 0.0
         for size in sizes:
             times, picked = {}, None
-            for engine in ("local", "auto", "spark"):
+            for engine in ("auto", "local", "spark"):
                 seconds, ran, records = end_to_end(cluster.bootstrap_servers, size, engine, args, out)
                 if records != size:
                     print(f"bench: {engine} backfilled {records} of {size} records")
@@ -194,13 +221,16 @@ def main() -> int:
             best = min(times["local"], times["spark"])
             worst = max(worst, times["auto"] / best)
             print(f"size {size}: local {times['local']:.2f} s, spark {args.master} {times['spark']:.2f} s, "
-                  f"auto {times['auto']:.2f} s (picked {picked}); auto/best {times['auto'] / best:.2f}")
+                  f"auto {times['auto']:.2f} s (picked {picked}); auto/best {times['auto'] / best:.2f} "
+                  f"(load average {os.getloadavg()[0]:.1f})", flush=True)
         _, status = throughput(cluster.bootstrap_servers, args, out, messages)
     if sizes:
         print(f"auto/best: {worst:.2f}  (floor {AUTO_FLOOR}: {'met' if worst <= AUTO_FLOOR else 'NOT met'})")
         status = status or (0 if worst <= AUTO_FLOOR else 3)
     if not args.out:
         shutil.rmtree(out, ignore_errors=True)
+    if fresh_state:
+        shutil.rmtree(args.state_dir, ignore_errors=True)
     return status
 
 
