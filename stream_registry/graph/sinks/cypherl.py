@@ -10,6 +10,15 @@ the file's lock, checks it before every append. A file cut back, truncated, appe
 someone else, or replaced or rotated at its path (a new inode, or none), is read again (and cut back to its last
 whole batch, reopened at its path when replaced), so the batch's `expect` is compared with what the file holds
 now: a StoredOffsetsConflict saying what happened to the file, on which the stream realigns to the file.
+
+Durability: a batch is rendered whole, then appended with one write (its frame included), and its offsets are
+committed after write() returns. Without `fsync` (the default) the batch is then in the kernel's page cache:
+it survives the stream process or the host being killed (at-least-once holds across any process crash), but
+not the machine losing power or the kernel crashing before the cache is written back (Linux: within about 30 s,
+vm.dirty_expire_centisecs): batches whose offsets were already committed can be lost then (a torn one is cut
+back by its frame on the next open), neither in the file nor delivered again. With `?fsync=true` each batch is
+on disk before write() returns, so before its offsets are committed: at-least-once across power loss too, for
+an fsync per batch (a few milliseconds on a disk).
 """
 from __future__ import annotations
 
