@@ -30,7 +30,8 @@ of the smaller sizes before it (at the first size, with a fresh directory,
 nothing was measured yet: the constants), never to a run of its own size
 (auto's own runs are not kept, and each of its runs at a size decides from
 the same costs: those before the size). Runs under 20 s are made 3 times, in
-alternating orders (auto, local, spark; then spark, local, auto; ...), and the
+alternating orders (auto, local, spark; then spark, local, auto; ...;
+`--short-runs`), and the
 best of each engine counts (under load two identical sub-10 s runs differ by a
 quarter here). Printed per size: auto's estimates and why, each engine's best
 time, `auto/best` and `picked/best` (the engine auto picked, from its own
@@ -187,6 +188,9 @@ def main() -> int:
     parser.add_argument("--transform", default="stream_registry.builtin_transformations.merge_messages")
     parser.add_argument("--repeat", type=int, default=1, help="rates: run both sides N times, keep the best of each")
     parser.add_argument("--out", default=None, help="output directory (default: a temporary one, removed)")
+    parser.add_argument("--short-runs", type=int, default=SHORT_RUNS,
+                        help=f"end to end: runs of each engine under {SHORT_RUN:g} s at a size, the best counts "
+                             f"(default {SHORT_RUNS})")
     parser.add_argument("--state-dir", default=None, help="where the end-to-end backfills keep what each engine "
                                                           "cost (default: a fresh temporary one, removed)")
     args = parser.parse_args()
@@ -216,7 +220,7 @@ def main() -> int:
             known = costs.read_bytes() if costs.exists() else None   # what auto knows at this size
             runs: dict[str, list[float]] = {engine: [] for engine in ENGINES}
             picked = reason = None
-            for repetition in range(SHORT_RUNS):   # alternating orders; a run of SHORT_RUN s or more is enough
+            for repetition in range(args.short_runs):   # alternating orders; a run of SHORT_RUN s or more is enough
                 for engine in ENGINES if repetition % 2 == 0 else ENGINES[::-1]:
                     if runs[engine] and min(runs[engine]) >= SHORT_RUN:
                         continue
