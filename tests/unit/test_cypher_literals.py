@@ -14,14 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_registry.errors import SinkError
-from stream_registry.graph.cypher_literals import (
-    INT64_MAX,
-    INT64_MIN,
-    render_rows,
-    render_statement,
-    render_text,
-    to_cypher_literal,
-)
+from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
+from stream_registry.graph.cypher_rows import render_rows, render_text
 
 
 def round_trip(value):

@@ -34,7 +34,8 @@ from ...errors import ConfigError, SinkError, StoredOffsetsConflict
 from ...model import PartitionKey
 from ...safe_paths import open_beneath
 from .. import cypherl_frames
-from ..cypher_literals import render_statement, render_text
+from ..cypher_literals import render_statement
+from ..cypher_rows import render_text
 from ..offset_store import Continuation, continuation, offsets_in_statements
 from ..statement import Statement, Statements
 from .protocol import Closing, Written
