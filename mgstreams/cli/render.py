@@ -15,6 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag, Verdict
+from stream_registry.stream_engine import spark_line
 
 from .tables import Column, FittedTable, extra, key, long
 
@@ -102,19 +103,6 @@ def process_line(info) -> str:
         (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")
 
 
-def spark_line(spark) -> str:
-    """Where a Spark stream's query stands: its id, last batch and rates (describe shows them all with --json)."""
-    if not spark.get("query_id"):
-        return f"spark {spark.get('remote') or spark.get('master')}, no query"
-
-    def rate(key: str) -> str:
-        value = spark.get(key)
-        return "-" if value is None else f"{value:.0f}"
-    return (f"spark query {spark['query_id']}, batch {spark.get('last_batch_id')}, input "
-            f"{rate('input_rows_per_second')} rows/s, processed {rate('processed_rows_per_second')} rows/s, batch "
-            f"{rate('batch_duration_ms')} ms")
-
-
 def utc_text(moment: datetime.datetime) -> str:
     """A moment in a table: UTC to the second (--json keeps the microseconds), as narrow as it is readable."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -170,9 +158,10 @@ def verdict_text(lag: StreamLag) -> Text:
 
 
 def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None,
-              opened: StreamLag | None = None) -> Group:
-    """`mgstreams top`'s view: a title line, one row per stream (numbered: its key opens its partitions), the
-    last error if any, and the opened stream's partitions."""
+              opened: StreamLag | None = None, spark: dict | None = None) -> Group:
+    """`mgstreams top`'s view: a title line, one row per stream (numbered: its key opens its partitions), a line
+    per Spark stream's query (`spark`: StreamInfo.spark by name), the last error if any, and the opened stream's
+    partitions."""
     at = datetime.datetime.now().strftime("%H:%M:%S")
     rows = [(str(i) if i < 10 else "", s.name, s.stream_status.value, verdict_text(s), f"{s.records_per_second:.1f}",
              lag_figure(s.total_lag, s.last_known_total_lag, s.last_known_age_s),
@@ -183,6 +172,7 @@ def top_table(streams: list[StreamLag], url: str, interval: float, error: str | 
     keys = "1-9 opens a stream's partitions, 0 closes; " if streams else ""
     parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; "
                                         f"{keys}q quits)", style="bold"), table(TOP_COLUMNS, rows)]
+    parts += [Text(f"{s.name}: {spark_line(spark[s.name])}") for s in streams if s.name in (spark or {})]
     if error:
         parts.append(Text(f"error: {error}"))
     if opened is not None:

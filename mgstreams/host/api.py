@@ -192,7 +192,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
                 return [], []
 
         def render() -> str:
-            return ui.page(lag.streams(), series, time.time(), refresh_s=max(lag.interval, 2.0))
+            spark = {i.name: i.spark for i in registry.list() if i.spark}   # a Spark stream's query (ui.spark_line)
+            return ui.page(lag.streams(), series, time.time(), refresh_s=max(lag.interval, 2.0), spark=spark)
         return HTMLResponse(await run_in_threadpool(render), headers=ui_script.HEADERS)
 
     async def revert(request: Request) -> Response:

@@ -21,6 +21,11 @@ written since the host started, every run of the stream added up); `mgstreams_cl
 `mgstreams_records_lost_total{stream, topic, partition}` (records that left the log
 before the stream read them, klag-exporter's data-loss counters being the anchor) and
 `mgstreams_records_lost_unacknowledged`.
+
+A Spark stream (`engine: spark`) adds its query's progress: `mgstreams_spark_query_info{stream, query_id, run_id}`
+(1), `mgstreams_spark_last_batch_id`, `mgstreams_spark_input_rows_per_second`,
+`mgstreams_spark_processed_rows_per_second` and `mgstreams_spark_batch_duration_seconds` (labels stream), from the
+query's last progress report.
 """
 from __future__ import annotations
 
@@ -91,7 +96,7 @@ class RegistryCollector(Collector):
                     bounds, info.batch_seconds_buckets, strict=False)],
                                          info.batch_seconds_sum)
         yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead, skipped,
-                    lost, unseen)
+                    lost, unseen, *spark_metrics(infos))
 
     def _lag_metrics(self, status: GaugeMetricFamily):
         offset = GaugeMetricFamily("kafka_consumergroup_group_offset", "The group's committed offset of a partition",
@@ -148,6 +153,30 @@ class RegistryCollector(Collector):
 
 
 
+def spark_metrics(infos) -> tuple[GaugeMetricFamily, ...]:
+    """A running Spark stream's query, from its last progress report (StreamInfo.spark)."""
+    query = GaugeMetricFamily("mgstreams_spark_query_info", "1 for a Spark stream's running query (its id and run)",
+                              labels=["stream", "query_id", "run_id"])
+    batch = GaugeMetricFamily("mgstreams_spark_last_batch_id", "The id of the query's last micro-batch",
+                              labels=["stream"])
+    rates = {key: GaugeMetricFamily(f"mgstreams_spark_{key}", text, labels=["stream"]) for key, text in (
+        ("input_rows_per_second", "Rows per second arriving in the query's last micro-batch"),
+        ("processed_rows_per_second", "Rows per second the query's last micro-batch processed"))}
+    duration = GaugeMetricFamily("mgstreams_spark_batch_duration_seconds",
+                                 "Seconds the query's last micro-batch took (its trigger execution)", labels=["stream"])
+    for info in infos:
+        spark = info.spark or {}
+        if not spark.get("query_id"):
+            continue
+        query.add_metric([info.name, spark["query_id"], spark.get("run_id") or ""], 1.0)
+        if spark.get("last_batch_id") is not None:
+            batch.add_metric([info.name], float(spark["last_batch_id"]))
+        for key, family in rates.items():
+            if spark.get(key) is not None:
+                family.add_metric([info.name], float(spark[key]))
+        if spark.get("batch_duration_ms") is not None:
+            duration.add_metric([info.name], spark["batch_duration_ms"] / 1000.0)
+    return (query, batch, *rates.values(), duration)
 
 
 def registry_metrics(registry: StreamRegistry, lag: LagCollector | None = None) -> CollectorRegistry:

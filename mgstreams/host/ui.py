@@ -13,6 +13,7 @@ from html import escape
 
 from stream_registry.lag.verdict import OffsetChangeMark
 from stream_registry.model import LagPoint, StreamLag
+from stream_registry.stream_engine import spark_line
 
 from .ui_script import SCRIPT
 
@@ -41,8 +42,9 @@ svg text { font-size: 10px; fill: #555; } .muted { color: #777; font-size: 0.85r
 
 
 def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoint], list[OffsetChangeMark]]],
-         now: float, refresh_s: float = 5.0) -> str:
-    """The whole page: a summary table, then one section per stream."""
+         now: float, refresh_s: float = 5.0, spark: Mapping[str, Mapping] | None = None) -> str:
+    """The whole page: a summary table, then one section per stream (`spark`: a Spark stream's query by stream
+    name, StreamInfo.spark, shown in its section)."""
     at = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     rows = "".join(
         f'<tr data-stream="{escape(s.name)}" data-verdict="{s.status.value}"><td><a href="#stream-{escape(s.name)}">'
@@ -56,7 +58,7 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
                f"<th>pending changes</th><th>records lost</th><th>why</th></tr></thead><tbody>{rows}</tbody></table>"
                if streams else '<p id="streams">No streams yet: create one with <code>mgstreams</code>, the API or '
                                "<code>CALL streams.create</code>.</p>")
-    sections = "".join(_section(s, *series(s.name), now) for s in streams)
+    sections = "".join(_section(s, *series(s.name), now, (spark or {}).get(s.name)) for s in streams)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mgstreams: lag</title>'
             f'<style>{_STYLE}</style></head><body data-refresh-s="{refresh_s:g}" data-updates="0">'
             f'<h1>mgstreams</h1><div id="page"><p class="muted" data-live="summary-line">{len(streams)} stream(s) '
@@ -74,7 +76,8 @@ def _oldest(streams: Sequence[StreamLag]) -> str:
                     f"; {unsampled} stream(s) not sampled yet" if unsampled else ""))
 
 
-def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMark], now: float) -> str:
+def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMark], now: float,
+             spark: Mapping | None = None) -> str:
     partitions = "".join(
         f'<tr data-partition="{escape(p.topic)}:{p.partition}"><td>{escape(p.topic)}</td><td>{p.partition}</td>'
         f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{_lag(p.lag, p.last_known_lag, p.last_known_age_s)}</td>"
@@ -91,6 +94,7 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMar
     return (f'<section id="stream-{name}" data-stream="{name}"><div data-live="stream-{name}">'
             f"<h2>{name} {_stream_verdict(s)} <span class=\"muted\">{s.stream_status.value}, "
             f"group {escape(s.consumer_group)}</span></h2><p>{escape(s.error or s.message)}</p>"
+            + (f'<p class="spark">{escape(spark_line(spark))}</p>' if spark is not None else "") +
             f'<figure>{lag_chart}<figcaption>Lag in offsets: the total (thick line)<span class="key" '
             f'style="background:{LINE["lag"]}"></span>and per partition{keys}; dashed lines: offset changes '
             f"(set_stream_offset).</figcaption></figure>"
