@@ -162,7 +162,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
         def describe():   # during an outage the last round's rows at once, each saying of when it is
             registry.get(name)   # an unknown name is a 404 either way
-            return last_known_offsets(next((s for s in lag.latest() if s.name == name), None)) \
+            return last_known_offsets(next((s for s in lag.latest() if s.name == name), None), time.time()) \
                 or registry.describe(name)
         return await _call(describe)
 

@@ -6,7 +6,9 @@ an mgstreams host: per partition `kafka_consumergroup_group_offset`, `_lag`,
 (labels group, topic, partition, stream); per group `kafka_consumergroup_group_max_lag`,
 `_max_lag_seconds`, `_sum_lag` (labels group, stream). A scrape asks Kafka
 nothing: the values are the sampler's (every `serve --lag-sample-interval`);
-`mgstreams_lag_sample_age_seconds` says how old they are.
+`mgstreams_lag_sample_age_seconds` says how old they are. While a stream's lag
+is not known (its cluster cannot be reached) its lag series are absent, as
+kafka-lag-exporter drops a cluster's it cannot reach; `mgstreams_cluster_up` is 0.
 
 mgstreams' own: `mgstreams_stream_up`, `mgstreams_stream_status` (one series
 with the stream's status, `{status, stream}`, and one with its lag verdict,
@@ -129,6 +131,8 @@ class RegistryCollector(Collector):
             if s.sampled_at is None:
                 continue
             age.add_metric([s.name], max(time.time() - s.sampled_at.timestamp(), 0.0))
+            if s.total_lag is None or s.max_lag is None:   # not known now: no series (mgstreams_cluster_up says why)
+                continue
             group = [s.consumer_group, s.name]
             max_lag.add_metric(group, float(s.max_lag))
             sum_lag.add_metric(group, float(s.total_lag))
@@ -138,7 +142,8 @@ class RegistryCollector(Collector):
                 labels = [s.consumer_group, p.topic, str(p.partition), s.name]
                 if p.committed_offset is not None:
                     offset.add_metric(labels, float(p.committed_offset))
-                lag.add_metric(labels, float(p.lag))
+                if p.lag is not None:
+                    lag.add_metric(labels, float(p.lag))
                 if p.lag_seconds is not None:
                     lag_seconds.add_metric(labels, float(p.lag_seconds))
                 latest.add_metric(labels, float(p.log_end_offset))

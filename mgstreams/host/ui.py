@@ -49,7 +49,7 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
     rows = "".join(
         f'<tr data-stream="{escape(s.name)}" data-verdict="{s.status.value}"><td><a href="#stream-{escape(s.name)}">'
         f"{escape(s.name)}</a></td><td>{s.stream_status.value}</td><td>{_stream_verdict(s)}</td>"
-        f"<td>{_lag(s, s.total_lag)}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
+        f"<td>{_lag(s.total_lag, s.last_known_total_lag, s.last_known_age_s)}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
         f'<td data-count="dead-lettered">{s.dead_lettered}</td><td data-count="skipped">{s.skipped}</td>'
         f'<td data-count="pending">{s.pending_changes}</td><td data-count="lost">{_lost(s)}</td>'
         f"<td>{escape(s.error or s.message)}</td></tr>" for s in streams)
@@ -80,7 +80,7 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMar
              spark: Mapping | None = None) -> str:
     partitions = "".join(
         f'<tr data-partition="{escape(p.topic)}:{p.partition}"><td>{escape(p.topic)}</td><td>{p.partition}</td>'
-        f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{_lag(s, p.lag)}</td>"
+        f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{_lag(p.lag, p.last_known_lag, p.last_known_age_s)}</td>"
         f"<td>{_num(p.lag_seconds)}</td><td>{p.lag_seconds_method.value}</td><td>{_verdict(p.status.value)}</td>"
         f"<td>{escape(p.message)}</td></tr>" for p in s.partitions)
     lines = _partition_lines(points)
@@ -203,12 +203,14 @@ def _over(points: Sequence[LagPoint], now: float) -> str:
         else f"over the last {span:.0f} s"
 
 
-def _lag(s: StreamLag, value: int) -> str:
-    """A lag of the last round; while its cluster cannot be reached, not known, with the last value and its age."""
-    if s.cluster_up:
+def _lag(value: int | None, last: int | None, age: float | None) -> str:
+    """A lag of the last round; not known (the round could not sample it), `?` with the last known value and its
+    age."""
+    if value is not None:
         return str(value)
-    age = f", {s.age_s:.0f} s ago" if s.age_s is not None else ""
-    return f'<span class="unknown" title="not known: the cluster cannot be reached">? (last {value}{age})</span>'
+    known = f"last {last}" + (f", {age:.0f} s ago" if age is not None else "") if last is not None else ""
+    return (f'<span class="unknown" title="not known: the last round could not sample it">?'
+            f'{f" ({known})" if known else ""}</span>')
 
 
 def _verdict(value: str, color: str | None = None) -> str:
