@@ -89,3 +89,27 @@ def test_a_query_dead_of_spark_s_worker_timeout_starts_again_and_any_other_failu
     assert other.restarts == 0
     assert statuses == [(StreamStatus.ERROR, "spark: the query failed: [FOREACH_BATCH_USER_FUNCTION_ERROR] "
                                              "IsADirectoryError")]
+
+
+def test_a_start_that_spark_refuses_is_tried_again_when_transient_else_a_stream_error(tmp_path, monkeypatch):
+    import pytest
+
+    from spark_bridge import spark_runner
+    from stream_registry.errors import StreamError
+
+    request = SimpleNamespace(config=SimpleNamespace(name="sp"), pending=dict, events=SimpleNamespace())
+    runner = spark_runner.SparkRunner(request, lambda: "session", tmp_path / "sp")
+    monkeypatch.setattr(runner, "_query", lambda: None)
+    raised = [RuntimeError("Python worker failed to connect back."), RuntimeError("Python worker failed to connect "
+                                                                                 "back."), "query"]
+
+    def start(session, query):
+        answer = raised.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    monkeypatch.setattr(spark_runner, "start_stream_query", start)
+    assert runner._start_query() == "query" and runner.restarts == 2
+    monkeypatch.setattr(spark_runner, "start_stream_query", lambda s, q: (_ for _ in ()).throw(RuntimeError("no")))
+    with pytest.raises(StreamError, match="spark: the query could not start: no"):
+        runner._start_query()
