@@ -201,11 +201,49 @@ def kill_connections(driver: Any) -> None:
 
 def inline_parameters(query: str, parameters: Mapping[str, Any]) -> str:
     """`query` with its parameters in FalkorDB's own prefix, `CYPHER name=<literal> ... query`: nothing left
-    for its Bolt module to print (module docstring). SinkError naming a value it cannot carry."""
+    for its Bolt module to print (module docstring). SinkError naming a value it cannot carry.
+
+    Rendered by `_fast` (no value's name made unless one fails: a batch's rows are most of a sink's client
+    time on this engine, bench/bolt_driver_cost.py); a value it cannot render is rendered again by `_literal`,
+    which names it in the error."""
     if not parameters:
         return query
-    return "CYPHER " + " ".join(f"{name}={_literal(value, f'${name}')}" for name, value in parameters.items()
-                                ) + " " + query
+    try:
+        prefix = " ".join([f"{name}={_fast(value)}" for name, value in parameters.items()])
+    except SinkError:
+        prefix = " ".join([f"{name}={_literal(value, f'${name}')}" for name, value in parameters.items()])
+    return "CYPHER " + prefix + " " + query
+
+
+_KEYS: dict[Any, str] = {}   # map keys as rendered (a batch's rows repeat a handful of keys)
+_INT_RANGE = range(-(2 ** 63) + 1, 2 ** 63)   # int64 but its minimum (cypher_literals writes that one apart)
+
+
+def _fast(value: Any) -> str:
+    """_literal's rendering of `value`, by exact type first; SinkError (unnamed) where _literal would refuse."""
+    kind = type(value)
+    if kind is str:
+        if "\x00" in value:
+            raise SinkError("NUL")
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if kind is int and value in _INT_RANGE:
+        return str(value)
+    if kind is dict:
+        return "{" + ", ".join([f"{_KEYS.get(k) or _new_key(k)}: {_fast(v)}" for k, v in value.items()]) + "}"
+    if kind is list or kind is tuple:
+        return "[" + ", ".join([_fast(v) for v in value]) + "]"
+    if value is None:
+        return "null"
+    if isinstance(value, (str, Mapping, list, tuple)):   # a subclass: as _literal renders it
+        return _literal(value, "value")
+    return to_cypher_literal(value)
+
+
+def _new_key(key: Any) -> str:
+    rendered = _key(key)
+    if type(key) is str and len(_KEYS) < 4096:   # str only: 1 and True are one dict key, not one name
+        _KEYS[key] = rendered
+    return rendered
 
 
 def _key(key: Any) -> str:
