@@ -14,13 +14,15 @@ Engines (the sink URI's `?engine=`):
     4096-byte stack buffer, which a larger batch overflows (the server dies). So parameters are sent in the
     query text instead, as FalkorDB's own `CYPHER name=value ...` prefix with literals rendered here;
   - a client's GOODBYE, which the driver sends on close, wedges the server's event loop. So connections to it
-    are closed without one (the driver's own `kill`).
+    are closed without one (the driver's own `kill`), also when a connection is dropped unclosed (the driver's
+    destructors would say GOODBYE: a finalizer kills its connections first).
 """
 from __future__ import annotations
 
 import hashlib
 import re
 import ssl
+import weakref
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -133,6 +135,10 @@ class BoltConnection:
         self.autocommit = False
         self._session: Any = None
         self._tx: Any = None
+        # On FalkorDB, a connection that is never closed must not say GOODBYE either: the driver's destructors
+        # (of the driver and of each pooled connection) close with one. This kills them first, when this object
+        # is collected or at the interpreter's exit, whichever comes first (and at close()).
+        self._kill = weakref.finalize(self, kill_connections, driver) if engine is Engine.FALKORDB else None
 
     def cursor(self) -> Cursor:
         return Cursor(self)
@@ -165,8 +171,8 @@ class BoltConnection:
         self._tx = None
         session, self._session = self._session, None
         try:
-            if self.engine is Engine.FALKORDB:
-                kill_connections(self._driver)   # first: the session and the driver then find them closed
+            if self._kill is not None:
+                self._kill()   # first: the session and the driver then find them closed
             if session is not None:
                 session.close()
         finally:
