@@ -16,7 +16,8 @@ offset gate, the sink's stored offsets):
 
 Every librdkafka call for the consumer happens on the poll thread. Other threads
 hand it requests (offset changes, cancels, stop) through a queue it drains
-between batches, so nothing races the poll loop.
+between batches, so nothing races the poll loop, and wake it out of consume() at
+once (kafka/consumer_wake.py; where that is not available, within one consume slice).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from confluent_kafka import Message as KafkaMessage
 from ...config import CONSUMER_DEFAULTS, StreamConfig
 from ...errors import StreamError
 from ...kafka.client import new_consumer
+from ...kafka.consumer_wake import ConsumerWake
 from ...kafka.embedded_fit import embedded_fit
 from ...kafka.messages import message_offset, record_key
 from ...model import (
@@ -57,6 +59,9 @@ from .stream_events import StreamEvents
 log = logging.getLogger("mgstreams.worker")
 
 CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
+# after an offset change, until each moved partition delivered: consume(n, t) returns only with n messages or at t,
+# so the first records from a target reach the sink this soon after librdkafka has them
+HURRY_SLICE_S = 0.0005
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 
 
@@ -93,6 +98,7 @@ class StreamWorker:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._start_error: BaseException | None = None
+        self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._after_move = False   # the batch collected last is the first after an offset change
         self.health = Health(config.name, events, lambda: ctx.consumer().list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S),
@@ -127,6 +133,7 @@ class StreamWorker:
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the in-flight batch, commit, close the consumer (the group rebalances at once)."""
         self._stop.set()
+        self._wake.wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -149,6 +156,7 @@ class StreamWorker:
         """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back; `supersedes`: a
         change whose waiting moves end, a revert's); what becomes of them comes as on_change events."""
         self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
+        self._wake.wake()
 
     def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
         """Another task persisted the change on `tps` (task_runner): the gate drops it, from this thread."""
@@ -160,6 +168,7 @@ class StreamWorker:
         was reported (on_change) before this returns. `up_to`: only the changes of calls up to that change id."""
         request = _CancelRequest(up_to)
         self._control.put(request)
+        self._wake.wake()
         return list(request.cancelled) if request.done.wait(max(timeout, 0.0)) else None
 
     # -- the poll thread ----------------------------------------------------
@@ -227,6 +236,7 @@ class StreamWorker:
         except (KafkaException, ValueError, TypeError, RuntimeError) as exc:
             consumer.close()
             raise StreamError(f"topics: the Kafka client cannot subscribe: {self._ctx.redact(exc)}") from None
+        self._wake = ConsumerWake.of(consumer)
         return consumer
 
     def _collect_batch(self) -> list[KafkaMessage]:
@@ -249,7 +259,7 @@ class StreamWorker:
             if remaining <= 0:
                 break
             hurry = hurry or self._gate.moved
-            messages = consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
+            messages = consumer.consume(size - len(batch), min(remaining, HURRY_SLICE_S if hurry else CONTROL_SLICE_S))
             if messages:
                 self.health.heard()
             if not messages and batch and hurry:
@@ -324,6 +334,7 @@ class StreamWorker:
         if consumer is None:
             return
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
+        self._wake.close()   # its queue handle goes before the consumer does
         try:
             consumer.close()   # its last rebalance callbacks run inside, the consumer still set
         except (KafkaException, RuntimeError) as exc:
