@@ -63,6 +63,8 @@ CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at contr
 # so the first records from a target reach the sink this soon after librdkafka has them
 HURRY_SLICE_S = 0.0005
 OUTAGE_PROBE_TIMEOUT_S = 0.5
+RECORD_WAIT_S = 2.0         # how long a persist waits for the host to say a change's record is durable
+NOT_RECORDED = "the host has not recorded the change durably yet"
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,12 @@ class _OffsetRequest:
     offsets: Mapping
     onward: frozenset = frozenset()
     supersedes: int | None = None
+
+
+@dataclass(frozen=True)
+class _AbandonRequest:
+    """The host could not record this change: the gate drops it, never applied."""
+    change_id: int
 
 
 class _CancelRequest:
@@ -99,6 +107,9 @@ class StreamWorker:
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
+        self._records = threading.Condition()
+        self._unrecorded: set[int] = set()   # changes handed before their record was durable (RecordsMeanwhile)
+        self._abandoned: set[int] = set()    # ... whose record was not written
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._after_move = False   # the batch collected last is the first after an offset change
         self.health = Health(config.name, events, lambda: ctx.consumer().list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S),
@@ -152,11 +163,29 @@ class StreamWorker:
                               pending=self._gate.waiting(), stored=self._ctx.stored.copy())
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None,
+                        recorded: bool = True) -> None:
         """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back; `supersedes`: a
-        change whose waiting moves end, a revert's); what becomes of them comes as on_change events."""
+        change whose waiting moves end, a revert's); what becomes of them comes as on_change events.
+        `recorded=False`: the host is still committing the change's record; recorded() follows, and until it
+        said ok nothing of the change is persisted (the gate may seek meanwhile: the fetch overlaps the fsync)."""
+        if not recorded:
+            with self._records:
+                self._unrecorded.add(change_id)
         self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
         self._wake.wake()
+
+    def recorded(self, change_id: int, ok: bool) -> None:
+        """The host's record of a change handed with recorded=False is durable (ok), or was not written: then the
+        gate drops the change (moved back if it was moved), never applied."""
+        with self._records:
+            self._unrecorded.discard(change_id)
+            if not ok:
+                self._abandoned.add(change_id)
+            self._records.notify_all()
+        if not ok:
+            self._control.put(_AbandonRequest(change_id))
+            self._wake.wake()
 
     def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
         """Another task persisted the change on `tps` (task_runner): the gate drops it, from this thread."""
@@ -301,6 +330,8 @@ class StreamWorker:
             if isinstance(request, _CancelRequest):
                 request.cancelled = self._gate.cancel(request.up_to)
                 request.done.set()
+            elif isinstance(request, _AbandonRequest):
+                self._gate.abandon(request.change_id)
             else:
                 self._gate.request(request.change_id, request.offsets, request.onward, request.supersedes)
 
@@ -319,7 +350,15 @@ class StreamWorker:
         self.assignment.reassign(tp, offset)
 
     def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
-        """Commit a change, its mark with it (exactly-once: stored in the sink first): group_commits.persist."""
+        """Commit a change, its mark with it (exactly-once: stored in the sink first): group_commits.persist.
+        Not before the host's record of each change is durable (RECORD_WAIT_S at most: else it fails, and the
+        gate moves the partitions back and retries)."""
+        changes = {mark.change_id for mark in marks.values()}
+        with self._records:
+            if not self._records.wait_for(lambda: not changes & self._unrecorded, RECORD_WAIT_S):
+                return NOT_RECORDED
+            if changes & self._abandoned:
+                return "the host could not record the change; it is dropped, not applied"
         return self.commits.persist(offsets, marks, store=self.writer.store_offsets if self._ctx.exactly_once
                                     else None)
 
