@@ -15,8 +15,12 @@ time, so that stream writes to Bolt: the host's stream processes import the
 pymgclient stand-in (tests/support/mgclient_standin) as `mgclient`, which
 journals each committed transaction, and the script follows that journal.
 
-    .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5]
+    .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5] [--tasks-changes N]
     .venv/bin/python bench/offset_latency.py --trace     # also the running path hop by hop
+    .venv/bin/python bench/offset_latency.py --trace --baseline-changes 0 --tasks-changes 0   # the trace alone
+
+The machine's load average is printed with the figures (at the start and at the end): on a shared machine the
+figures follow it.
 
 Prints `ratio: X` = baseline median / running-path median, and whether the running path's median and p95
 (single stream and `tasks: 2`) are within the floors (10 ms, 15 ms).
@@ -26,8 +30,10 @@ process), then in the host and its stream processes (bench/trace_hooks, first on
 methods at each hop and stamps CLOCK_MONOTONIC, one clock for every process): the host's handler, resolving
 against the cluster, the SQLite write of the change, the hand-off over the pipe, the stream process receiving
 it, the poll thread taking it, the seek, the commit, the event back, the SQLite write of the outcome, the
-waiting call's answer, the reply, and the first record at the target in the sink. Printed: each hop's median
-time since the call started, and since the hop before.
+waiting call's answer, the reply, the first batch after the move collected, and the first record at the target in
+the sink. The change is handed to the stream process inside the transaction that records it (before its commit's
+fsync), so the hand-off comes before "SQLite write done"; the stream's commit of the change waits for the word
+that the record is durable. Printed: each hop's median time since the call started, and since the hop before.
 """
 from __future__ import annotations
 
