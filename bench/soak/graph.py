@@ -98,7 +98,16 @@ class GraphSink:
         return {int(p): int(n) for p, n in rows}
 
     def close(self) -> None:
+        """Stop the servers, each graph saved in its directory (dump.rdb: the evidence a kept work dir holds)."""
+        import redis
+
         for server in self.servers:
+            try:
+                with redis.Redis(host="127.0.0.1", port=server.redis_port, password=self.password,
+                                 socket_timeout=60) as client:
+                    client.save()
+            except redis.RedisError:   # a server that cannot save still stops
+                pass
             server.close()
 
 
