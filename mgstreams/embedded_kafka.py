@@ -62,6 +62,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "rd_kafka_mock_partition_set_leader": ([vp, ctypes.c_char_p, i32, i32], ctypes.c_int),
         "rd_kafka_mock_coordinator_set": ([vp, ctypes.c_char_p, ctypes.c_char_p, i32], ctypes.c_int),
         "rd_kafka_err2name": ([ctypes.c_int], ctypes.c_char_p),
+        "rd_kafka_mock_broker_set_rtt": ([vp, i32, ctypes.c_int], ctypes.c_int),
         "rd_kafka_mock_start_request_tracking": ([vp], None),
         "rd_kafka_mock_stop_request_tracking": ([vp], None),
         "rd_kafka_mock_clear_requests": ([vp], None),
@@ -210,6 +211,11 @@ class EmbeddedKafka:
     def clear_request_errors(self, api: str | int) -> None:
         key = API_KEYS[api] if isinstance(api, str) else api
         self._lib.rd_kafka_mock_clear_request_errors(self._live(), key)
+
+    def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
+        """Delay every answer of broker `broker_id` by `rtt_ms` (0: none): a slow cluster, deterministically."""
+        self._check(self._lib.rd_kafka_mock_broker_set_rtt(self._live(), broker_id, rtt_ms),
+                    f"broker {broker_id} rtt")
 
     def set_initial_rebalance_delay(self, delay_ms: int) -> None:
         self._lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._live(), delay_ms)

@@ -8,10 +8,13 @@ the stop timed out): a commit the cluster's going down catches in flight waits o
 cluster comes back, and confluent-kafka (2.16) makes every other call on that consumer wait for it, so the poll
 thread's consume(), its outage probe (through the consumer) and its close() waited too. The test drives the stream
 into that state instead of waiting for luck: the group coordinator answers the batch's commit only after 20 s, and
-the brokers go down once the commit has reached it."""
+the brokers go down once the commit has reached it. Whether librdkafka then holds that commit until the cluster
+is back or fails it at once varies from run to run: before the fix this test failed in 1 of 2 runs (the error
+still empty after 40 s); tests/unit/test_commit_in_flight.py holds the commit every time and fails before the fix
+every time. The test waits for the states (the error shown, the process stopped by itself rather than killed at
+the stop timeout); the figure, within 30 s, is bench/outage_commit_in_flight.py's."""
 from __future__ import annotations
 
-import time
 import uuid
 
 import httpx
@@ -19,8 +22,6 @@ import pytest
 from confluent_kafka import KafkaError
 from outage_helpers import brokers_down, brokers_up, caught_up_stream, committed, shown
 from stream_helpers import wait_until
-
-from stream_registry.model import STOP_TIMEOUT_S
 
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 
@@ -50,14 +51,11 @@ def test_an_outage_while_a_commit_is_in_flight_is_shown_within_30_s_and_a_stop_e
             embedded_kafka.track_requests(False)
         brokers_down(embedded_kafka)
         try:
-            info = shown(api, name, time.monotonic())
+            info = shown(api, name)
             assert info["status"] == "running", info
-            started = time.monotonic()
             stopped = api.put(f"/streams/{name}/stop")
-            took = time.monotonic() - started
             assert stopped.status_code == 200 and stopped.json()["status"] == "stopped", stopped.text
-            assert took < STOP_TIMEOUT_S, f"the stop took {took:.1f} s: {stopped.text}"
-            assert "killed" not in (stopped.json()["error"] or ""), stopped.text
+            assert stopped.json()["error"] is None, f"not stopped by itself within the stop timeout: {stopped.text}"
         finally:
             brokers_up(embedded_kafka)
         api.delete(f"/streams/{name}")

@@ -182,6 +182,12 @@ class OffsetGate:
         return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
                 if up_to is None or move.change_id <= up_to]
 
+    def abandon(self, change_id: int) -> None:
+        """The host could not record change `change_id` (its persist was refused meanwhile, so it waits or was
+        moved back): its moves end, never applied (CANCELLED: the host keeps no row of it)."""
+        for move in [m for m in list(self._moves.values()) if m.change_id == change_id]:
+            self._finish(move, MoveState.CANCELLED)
+
     def reconcile(self, committed: Mapping[PartitionKey, Committed]) -> None:
         """At the start of a stream process: the changes it was handed whose partitions' commits carry their
         mark (or a later change's) were persisted by an earlier process, whose record was lost: recorded now,
