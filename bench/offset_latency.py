@@ -15,8 +15,12 @@ time, so that stream writes to Bolt: the host's stream processes import the
 pymgclient stand-in (tests/support/mgclient_standin) as `mgclient`, which
 journals each committed transaction, and the script follows that journal.
 
-    .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5]
+    .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5] [--tasks-changes N]
     .venv/bin/python bench/offset_latency.py --trace     # also the running path hop by hop
+    .venv/bin/python bench/offset_latency.py --trace --baseline-changes 0 --tasks-changes 0   # the trace alone
+
+The machine's load average is printed with the figures (at the start and at the end): on a shared machine the
+figures follow it.
 
 Prints `ratio: X` = baseline median / running-path median, and whether the running path's median and p95
 (single stream and `tasks: 2`) are within the floors (10 ms, 15 ms).
@@ -26,8 +30,10 @@ process), then in the host and its stream processes (bench/trace_hooks, first on
 methods at each hop and stamps CLOCK_MONOTONIC, one clock for every process): the host's handler, resolving
 against the cluster, the SQLite write of the change, the hand-off over the pipe, the stream process receiving
 it, the poll thread taking it, the seek, the commit, the event back, the SQLite write of the outcome, the
-waiting call's answer, the reply, and the first record at the target in the sink. Printed: each hop's median
-time since the call started, and since the hop before.
+waiting call's answer, the reply, the first batch after the move collected, and the first record at the target in
+the sink. The change is handed to the stream process inside the transaction that records it (before its commit's
+fsync), so the hand-off comes before "SQLite write done"; the stream's commit of the change waits for the word
+that the record is durable. Printed: each hop's median time since the call started, and since the hop before.
 """
 from __future__ import annotations
 
@@ -225,26 +231,64 @@ def floors(label: str, values: list[float]) -> str:
             f"{P95_FLOOR_MS:g}): {'ok' if ok else 'BELOW FLOOR'}")
 
 
+def tasks_path(streams, bootstrap: str, tail: JournalTail, end: int, changes: int, target) -> list[float]:
+    """The running path's changes on a `tasks: 2` stream writing to the Bolt stand-in (its journal followed)."""
+    if not changes:
+        return []
+    streams.call("create", TASKS_STREAM, [TOPIC], bootstrap, "", BOLT_URI, "", 1000, 100,
+                 {"session.timeout.ms": 6000}, {}, "on-failure", {"tasks": 2})
+    streams.call("start", TASKS_STREAM)
+    tail.wait_end(end, 60)
+    split = time.monotonic() + 60
+    while {r["task"] for r in streams.call("offsets", TASKS_STREAM)} != {0, 1}:
+        if time.monotonic() > split:
+            raise SystemExit("bench: the tasks:2 stream's partitions were not split between its tasks")
+        time.sleep(0.1)
+    running = []
+    for _ in range(changes):
+        offset = target()
+        tail.arm(offset)
+        started = time.perf_counter()
+        rows = streams.call("set_stream_offset", TASKS_STREAM, offset, 10000)
+        if [r["status"] for r in rows] != ["applied"] * PARTITIONS:
+            raise SystemExit(f"bench: set_stream_offset did not apply on every partition: {rows}")
+        running.append(tail.wait_arrived(10) - started)
+        tail.wait_end(end, 30)
+    streams.call("stop", TASKS_STREAM)
+    return running
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:]))
     parser.add_argument("--changes", type=int, default=20, help="running-path changes to time (>= 20 for p95)")
-    parser.add_argument("--baseline-changes", type=int, default=5, help="stop -> set -> start cycles to time")
+    parser.add_argument("--baseline-changes", type=int, default=5,
+                        help="stop -> set -> start cycles to time (0: no baseline, no ratio)")
+    parser.add_argument("--tasks-changes", type=int, default=None,
+                        help="running-path changes on the tasks: 2 stream (default: --changes; 0: not run)")
     parser.add_argument("--per-partition", type=int, default=2000, help="messages per partition")
     parser.add_argument("--rewind", type=int, default=200,
                         help="targets are drawn from the last N offsets of each partition, so the figure is the "
                              "offset change itself, not the time to re-read a long backlog")
     parser.add_argument("--trace", action="store_true", help="also time one running-path call hop by hop")
     args = parser.parse_args(argv)
-    if args.changes < 1 or args.baseline_changes < 1 or not 1 < args.rewind < args.per_partition:
-        parser.error("--changes and --baseline-changes must be >= 1, and 1 < --rewind < --per-partition")
+    tasks_changes = args.changes if args.tasks_changes is None else args.tasks_changes
+    if args.changes < 1 or args.baseline_changes < 0 or tasks_changes < 0 or \
+            not 1 < args.rewind < args.per_partition:
+        parser.error("--changes must be >= 1, --baseline-changes and --tasks-changes >= 0, and "
+                     "1 < --rewind < --per-partition")
     rng = random.Random(7)
     end = args.per_partition
 
     def target() -> int:
         return rng.randrange(end - args.rewind, end - 1)
 
+    loads = [load()]
     with EmbeddedKafka(brokers=3) as cluster, tempfile.TemporaryDirectory(prefix="offset-latency-") as tmp:
         journal = Path(tmp) / "standin.jsonl"
         trace = Trace(Path(tmp) / "trace.tsv") if args.trace else None
@@ -298,29 +342,11 @@ def main(argv=None) -> int:
                 tail.close()
 
                 tail = JournalTail(journal).start()
-                streams.call("create", TASKS_STREAM, [TOPIC], cluster.bootstrap_servers, "", BOLT_URI, "", 1000, 100,
-                             {"session.timeout.ms": 6000}, {}, "on-failure", {"tasks": 2})
-                streams.call("start", TASKS_STREAM)
-                tail.wait_end(end, 60)
-                split = time.monotonic() + 60
-                while {r["task"] for r in streams.call("offsets", TASKS_STREAM)} != {0, 1}:
-                    if time.monotonic() > split:
-                        raise SystemExit("bench: the tasks:2 stream's partitions were not split between its tasks")
-                    time.sleep(0.1)
-                tasks_running = []
-                for _ in range(args.changes):
-                    offset = target()
-                    tail.arm(offset)
-                    started = time.perf_counter()
-                    rows = streams.call("set_stream_offset", TASKS_STREAM, offset, 10000)
-                    if [r["status"] for r in rows] != ["applied"] * PARTITIONS:
-                        raise SystemExit(f"bench: set_stream_offset did not apply on every partition: {rows}")
-                    tasks_running.append(tail.wait_arrived(10) - started)
-                    tail.wait_end(end, 30)
-                streams.call("stop", TASKS_STREAM)
+                tasks_running = tasks_path(streams, cluster.bootstrap_servers, tail, end, tasks_changes, target)
             tail.close()
         finally:
             code = host.stop()
+        loads.append(load())
         trace_table = trace.table() if trace is not None else None
         if code != 0:
             raise SystemExit(f"bench: the host exited with status {code} on SIGTERM; log:\n{host.log()[-2000:]}")
@@ -332,18 +358,23 @@ def main(argv=None) -> int:
     print(f"  the call itself returned (every partition applied): {summary(returned)}")
     print(f"  from the call's return to the first message at the new offset on every partition (the fetch in "
           f"flight, the batch being collected, the write): {summary([r - c for r, c in zip(running, returned, strict=False)])}")
-    print(f"baseline, stop -> set -> start through the same procedures ({len(baseline)} changes): "
-          f"{summary(baseline)}")
-    print("  (the baseline waits for the group to rebalance: the broker's initial rebalance delay, and on the"
-          " embedded cluster the old member's session timeout, as it ignores LeaveGroup)")
-    print(f"tasks: 2 running path, the same on a stream of two member processes, three partitions each "
-          f"({len(tasks_running)} changes): {summary(tasks_running)}")
+    if baseline:
+        print(f"baseline, stop -> set -> start through the same procedures ({len(baseline)} changes): "
+              f"{summary(baseline)}")
+        print("  (the baseline waits for the group to rebalance: the broker's initial rebalance delay, and on the"
+              " embedded cluster the old member's session timeout, as it ignores LeaveGroup)")
+    if tasks_running:
+        print(f"tasks: 2 running path, the same on a stream of two member processes, three partitions each "
+              f"({len(tasks_running)} changes): {summary(tasks_running)}")
     print(floors("running path", running))
-    print(floors("tasks: 2 running path", tasks_running))
+    if tasks_running:
+        print(floors("tasks: 2 running path", tasks_running))
+    print(f"machine: {os.cpu_count()} cores; at the start {loads[0]}, at the end {loads[-1]}")
     if trace_table is not None:
         print(f"trace of the running path ({len(running)} calls; medians):")
         print(trace_table)
-    print(f"ratio: {statistics.median(baseline) / statistics.median(running):.1f}")
+    if baseline:
+        print(f"ratio: {statistics.median(baseline) / statistics.median(running):.1f}")
     return 0
 
 

@@ -27,8 +27,10 @@ from ...model import (
     PartitionOffsets,
     PendingOffset,
     PreviewStatement,
+    ResolvedOffset,
 )
 from ...offset_spec import OffsetSpec, parse_offset_spec
+from ..runners.engine import RecordsMeanwhile, StreamRunner
 from ..runners.one_shot import call_in_child
 from ..state.change_sets import ChangeSets
 from ..state.state_store import StateStore
@@ -128,18 +130,42 @@ class OffsetCalls:
             # alter) hands it to its next runner, which starts from the pending changes.
             restarting = stream.restarting is not None
             runner = None if restarting else stream.running
-            change_id = self._changes.open(name, plan, note, running=runner is not None or restarting,
-                                           replaces=replaces)
-            if runner is not None:
-                runner.request_offsets(change_id, {PartitionKey(r.topic, r.partition): r.offset for r in plan
-                                                   if r.offset is not None},   # none failed: they raised
-                                       frozenset(PartitionKey(r.topic, r.partition) for r in plan if r.onward),
-                                       supersedes=replaces)
+            change_id = self._open(name, plan, note, runner, restarting, replaces)
 
         def live() -> bool:
             return self._table.live(stream)
         return OffsetCall(name, change_id if runner is not None or restarting else None, deadline, live,
                           lambda: self._changes.outcome(name, change_id, resolved, self._table.live(stream)))
+
+    def _open(self, name: str, plan: list[ResolvedOffset], note: str | None, runner: StreamRunner | None,
+              restarting: bool, replaces: int | None) -> int:
+        """Record the plan as one pending change and hand it to the running stream's gate. A runner that takes a
+        change before its record is durable (`records_meanwhile`) gets it inside the transaction, before the
+        commit's fsync, and is told once the commit is done (or failed): its seek and fetch overlap the fsync,
+        and nothing is persisted (committed, delivered from the target) before the record is durable."""
+        offsets = {PartitionKey(r.topic, r.partition): r.offset for r in plan
+                   if r.offset is not None}   # none failed: they raised
+        onward = frozenset(PartitionKey(r.topic, r.partition) for r in plan if r.onward)
+        running = runner is not None or restarting
+        if not isinstance(runner, RecordsMeanwhile):
+            change_id = self._changes.open(name, plan, note, running=running, replaces=replaces)
+            if runner is not None:
+                runner.request_offsets(change_id, offsets, onward, supersedes=replaces)
+            return change_id
+        handed: list[int] = []
+
+        def hand_off(change_id: int) -> None:
+            handed.append(change_id)
+            runner.request_offsets(change_id, offsets, onward, supersedes=replaces, recorded=False)
+        try:
+            change_id = self._changes.open(name, plan, note, running=running, replaces=replaces,
+                                           before_commit=hand_off)
+        except BaseException:
+            if handed:   # not recorded: the gate drops it, never persisted
+                runner.recorded(handed[0], False)
+            raise
+        runner.recorded(change_id, True)
+        return change_id
 
     def check(self, name: str, offset: object = "committed", *, limit: int = 10,
               timeout: float = CHECK_TIMEOUT_MS / 1000) -> list[PreviewStatement]:

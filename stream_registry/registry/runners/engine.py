@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ...config import StreamConfig
 from ...graph.sinks.policy import OutputPolicy
@@ -90,6 +90,18 @@ class RunRequest:
     lock: AbstractContextManager                  # the registry's lock of the stream: such a restart runs under it
     host_stopping: Callable[[], bool]             # a stopping host restarts nothing
     marks: MarkKey | None = None                  # the stream's identity and mark key (change_marks), shared by its tasks
+
+
+@runtime_checkable
+class RecordsMeanwhile(Protocol):
+    """A runner that takes a change before its record is durable (optional; the built-in ones do): handed with
+    `recorded=False`, then told `recorded(change_id, ok)` once the state store's commit is done (ok) or failed.
+    It persists nothing of such a change (no commit, nothing delivered from its targets) before it was told ok,
+    and drops it, never applied, when told not ok. So its seek and fetch overlap the commit's fsync."""
+    def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None,
+                        recorded: bool = True) -> None: ...
+    def recorded(self, change_id: int, ok: bool) -> None: ...
 
 
 Engine = Callable[[RunRequest], StreamRunner]

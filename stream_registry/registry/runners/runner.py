@@ -90,10 +90,16 @@ class ThreadRunner:
         return self._worker.snapshot() if self._worker is not None else WorkerSnapshot()
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None,
+                        recorded: bool = True) -> None:
         if self._worker is None:
             raise StreamStateError(f"name: stream {self.config.name!r} is not running")
-        self._worker.request_offsets(change_id, offsets, onward, supersedes)
+        self._worker.request_offsets(change_id, offsets, onward, supersedes, recorded)
+
+    def recorded(self, change_id: int, ok: bool) -> None:
+        """engine.RecordsMeanwhile: the change's record is durable (ok), or was not written."""
+        if self._worker is not None:
+            self._worker.recorded(change_id, ok)
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         return self._worker.cancel_pending(timeout, up_to) if self._worker is not None else []

@@ -101,6 +101,14 @@ class SetOffsets:
     offsets: Mapping[PartitionKey, int]
     onward: frozenset[PartitionKey] = frozenset()   # those never moved back (ResolvedOffset.onward)
     supersedes: int | None = None   # a revert's: the change whose moves still waiting it ends
+    recorded: bool = True           # False: its record's commit is under way; a Recorded follows (RecordsMeanwhile)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The record of a change handed with recorded=False is durable (ok), or was not written (never apply it)."""
+    change_id: int
+    ok: bool
 
 
 @dataclass(frozen=True)
@@ -255,9 +263,14 @@ class ProcessRunner:
             self._last_snapshot = answer
         return self._last_snapshot
 
-    def request_offsets(self, change_id, offsets, onward=frozenset(), supersedes=None):
+    def request_offsets(self, change_id, offsets, onward=frozenset(), supersedes=None, recorded=True):
         if self._running:
-            self._send(SetOffsets(change_id, dict(offsets), frozenset(onward), supersedes))
+            self._send(SetOffsets(change_id, dict(offsets), frozenset(onward), supersedes, recorded))
+
+    def recorded(self, change_id: int, ok: bool) -> None:
+        """After request_offsets(recorded=False), on the same ordered pipe (engine.RecordsMeanwhile)."""
+        if self._running:
+            self._send(Recorded(change_id, ok))
 
     def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
@@ -497,7 +510,9 @@ def _child_handlers(runner: ThreadRunner, send) -> dict:
             send(Reply(message.request_id, runner.cancel_pending(message.timeout, message.up_to)))
         threading.Thread(target=answer, daemon=True).start()
     return {SnapshotRequest: lambda m: send(Reply(m.request_id, runner.snapshot())),
-            SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets, m.onward, m.supersedes),
+            SetOffsets: lambda m: runner.request_offsets(m.change_id, m.offsets, m.onward, m.supersedes,
+                                                         m.recorded),
+            Recorded: lambda m: runner.recorded(m.change_id, m.ok),
             Forget: lambda m: runner.forget(m.change_id, m.tps),
             CancelRequest: cancel}
 

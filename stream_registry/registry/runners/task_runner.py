@@ -33,7 +33,7 @@ from ...errors import StreamError
 from ...model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
 from ..stream.batch_stats import BatchStats
 from ..stream.stream_events import StreamEvents
-from .engine import StreamRunner
+from .engine import RecordsMeanwhile, StreamRunner
 from .restarts import RestartBackoff
 
 log = logging.getLogger("mgstreams.registry")
@@ -70,6 +70,7 @@ class TaskRunner:
         self._tasks = [_Task(index) for index in range(config.tasks)]
         self._stopping = False
         self._shown: tuple[StreamStatus, str | None] | None = None
+        self._unrecorded: dict[int, list] = {}   # change id: (task, request) held until its record is durable
 
     # -- StreamRunner -----------------------------------------------------------
     @property
@@ -168,10 +169,24 @@ class TaskRunner:
                               holders=holders)
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None,
+                        recorded: bool = True) -> None:
         """Every task's gate gets the call: the one that holds a partition, or is given it later, applies it."""
         for runner in self._runners():
-            runner.request_offsets(change_id, offsets, onward, supersedes)
+            if isinstance(runner, RecordsMeanwhile):
+                runner.request_offsets(change_id, offsets, onward, supersedes, recorded)
+            elif recorded:
+                runner.request_offsets(change_id, offsets, onward, supersedes)
+            else:   # a task that cannot take it before its record is durable gets it once it is
+                self._unrecorded.setdefault(change_id, []).append((runner, (change_id, offsets, onward, supersedes)))
+
+    def recorded(self, change_id: int, ok: bool) -> None:
+        for runner, args in self._unrecorded.pop(change_id, []):
+            if ok:
+                runner.request_offsets(*args)
+        for runner in self._runners():
+            if isinstance(runner, RecordsMeanwhile):
+                runner.recorded(change_id, ok)
 
     def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
         for runner in self._runners():

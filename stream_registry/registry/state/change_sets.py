@@ -61,20 +61,22 @@ class ChangeSets:
 
     # -- calls ------------------------------------------------------------------
     def open(self, name: str, plan: Sequence[ResolvedOffset], note: str | None, running: bool,
-             replaces: int | None = None, sink_change: bool = False) -> int:
+             replaces: int | None = None, sink_change: bool = False,
+             before_commit: Callable[[int], None] | None = None) -> int:
         """Record a call's plan as pending rows of one new change; its change id. A running stream's gate
         says what became of an earlier change of the same partitions; a stopped stream's is superseded now.
         `replaces`: the change a revert reverts; its rows still pending (partitions another member held) end
         superseded with it, recorded so in the history (a running stream's once its gate dropped them).
         `sink_change`: the plan is where an alter's new sink starts (sink_change.py), part of the alter: a cancel
-        refuses while it is pending (cancel())."""
+        refuses while it is pending (cancel()). `before_commit(change_id)`: run once the rows are written, before
+        their transaction commits (state_store.add_change): the hand-off that overlaps the commit's fsync."""
         unresolved = [f"{r.topic}:{r.partition}" for r in plan if r.offset is None]
         if unresolved:   # the registry refuses a spec with a failed partition before it opens a change
             raise OffsetSpecError(f"offset: no offset resolved for {', '.join(unresolved)}")
         rows = [PlannedRow(r.topic, r.partition, r.offset, r.previous_offset, r.clamped,
                            _joined(note, r.message), r.onward) for r in plan if r.offset is not None]
         change_id = self._store.add_change(name, rows, supersede=not running, replaces=replaces,
-                                           sink_change=sink_change)
+                                           sink_change=sink_change, before_commit=before_commit)
         log.info("stream %s: change %d requested%s: %s%s", name, change_id, f" ({note})" if note else "",
                  _moves((r.topic, r.partition, r.previous_offset, r.offset) for r in plan),
                  "" if running else " (stream not running: pending until it starts)")

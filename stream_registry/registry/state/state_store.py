@@ -20,6 +20,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,6 +112,9 @@ class StateStore:
             raise StreamError(f"state_dir: cannot use {str(state_dir)!r}: {exc}") from None
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
+        # the highest change id handed out by this store: a change handed to a stream before its transaction
+        # committed (add_change's before_commit) keeps its id even when the commit fails, never reused
+        self._handed_up_to = 0
 
     def _add_column(self, table: str, column: str, definition: str) -> bool:
         """Bring a state file written by an older version up to date; True when the column was added."""
@@ -154,12 +158,23 @@ class StateStore:
                 self._db.execute("COMMIT")
                 return result
             except sqlite3.Error as exc:
-                if self._db.in_transaction:  # a BEGIN that failed (database busy) left nothing to undo
-                    try:
-                        self._db.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
+                self._roll_back()
                 raise StreamError(f"state: cannot write {self.path}: {exc}") from None
+            except BaseException:   # `work` raised (a hand-off inside the transaction): nothing of it stays
+                self._roll_back()
+                raise
+
+    def _roll_back(self) -> None:
+        if self._db.in_transaction:  # a BEGIN that failed (database busy) left nothing to undo
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+
+    def _new_change_id(self, db) -> int:
+        """The next change id (inside a transaction, under the lock): above every stored one and every one handed."""
+        self._handed_up_to = max(_next_change_id(db), self._handed_up_to + 1)
+        return self._handed_up_to
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._read_lock:
@@ -194,9 +209,14 @@ class StateStore:
                          (key.identity, key.secret.hex(), name)))
         raise StreamError(f"stream {name!r}: its mark key could not be kept in the state store")
 
-    def update_config(self, config: StreamConfig) -> None:
-        """An altered stream's config (its status, desired state, offsets and history stay)."""
-        self._write(("UPDATE streams SET config = ? WHERE name = ?", (_config_json(config), config.name)))
+    def update_config(self, config: StreamConfig, pending_from: Mapping[PartitionKey, int] | None = None) -> None:
+        """An altered stream's config (its status, desired state, offsets and history stay); `pending_from`: where
+        partitions with a pending change stood when an exactly-once stream's sink changed (their changes move them
+        from there in the new sink: the pending rows' previous offsets), in the same transaction."""
+        self._write(("UPDATE streams SET config = ? WHERE name = ?", (_config_json(config), config.name)),
+                    *(("UPDATE pending_changes SET previous_offset = ? WHERE stream = ? AND topic = ? AND "
+                       "partition = ? AND ended IS NULL", (offset, config.name, tp.topic, tp.partition))
+                      for tp, offset in sorted((pending_from or {}).items())))
 
     def set_status(self, name: str, status: StreamStatus, error: str | None = None,
                    desired_running: bool | None = None) -> None:
@@ -214,7 +234,7 @@ class StateStore:
 
     # -- offsets: change sets (owned by change_sets.ChangeSets) -------------------------
     def add_change(self, name: str, rows: list[PlannedRow], supersede: bool, replaces: int | None = None,
-                   sink_change: bool = False) -> int:
+                   sink_change: bool = False, before_commit: Callable[[int], None] | None = None) -> int:
         """One call's offsets as pending rows sharing a new change id. The last call wins per partition: an
         earlier row of the partition stays until the stream's gate says what became of it (`supersede=False`,
         a running stream: it may have been applied just before), or goes now (a stopped stream). `replaces`:
@@ -223,11 +243,12 @@ class StateStore:
         rows are an alter's sink change (where the new sink starts), part of the alter: no cancel ends them. A
         row of a later call on a partition whose carry-over is still pending stands in for it (it too starts the
         new sink somewhere): it is a sink change row as well, or cancelling it would leave the new sink storing
-        nothing of the partition, refilled from its log start."""
+        nothing of the partition, refilled from its log start. `before_commit(change_id)`: run inside the
+        transaction once the rows are written, before its commit (and its fsync); if it raises, nothing is written."""
         now = time.time()
 
         def add(db) -> int:
-            change_id = _next_change_id(db)
+            change_id = self._new_change_id(db)
             carrying = {(t, p) for t, p in db.execute("SELECT topic, partition FROM pending_changes WHERE stream = ? "
                                                       "AND sink_change = 1 AND ended IS NULL", (name,))}
             if replaces is not None:
@@ -244,6 +265,8 @@ class StateStore:
                            "clamped, previous_offset, note, onward, sink_change) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (name, change_id, r.topic, r.partition, r.offset, now, int(r.clamped), r.previous_offset,
                             r.message, int(r.onward), int(sink_change or (r.topic, r.partition) in carrying)))
+            if before_commit is not None:
+                before_commit(change_id)
             return change_id
         return self._transaction(add)
 
@@ -368,7 +391,7 @@ class StateStore:
         now = time.time()
 
         def record(db) -> int:
-            change_id = _next_change_id(db)
+            change_id = self._new_change_id(db)
             for m in moves:
                 db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -386,7 +409,7 @@ class StateStore:
                 status = ChangeStatus.DEAD_LETTERED if r.dead_lettered else ChangeStatus.SKIPPED
                 db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, NULL, ?, ?, ?, ?)",
-                           (name, now, r.topic, r.partition, r.offset, status.value, r.error, _next_change_id(db)))
+                           (name, now, r.topic, r.partition, r.offset, status.value, r.error, self._new_change_id(db)))
         self._transaction(record)
 
     def record_lost(self, name: str, losses: list[RecordsLost]) -> None:
@@ -398,7 +421,7 @@ class StateStore:
                 db.execute("INSERT INTO offset_history (stream, changed_at, topic, partition, previous_offset, "
                            "offset, status, message, change_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                            (name, now, lost.topic, lost.partition, lost.from_offset, lost.to_offset,
-                            ChangeStatus.LOST.value, lost.describe(), _next_change_id(db)))
+                            ChangeStatus.LOST.value, lost.describe(), self._new_change_id(db)))
         self._transaction(record)
 
     def lost_totals(self, name: str) -> tuple[int, int]:

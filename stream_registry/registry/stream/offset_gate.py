@@ -182,6 +182,12 @@ class OffsetGate:
         return [self._finish(move, MoveState.CANCELLED) for move in list(self._moves.values())
                 if up_to is None or move.change_id <= up_to]
 
+    def abandon(self, change_id: int) -> None:
+        """The host could not record change `change_id` (its persist was refused meanwhile, so it waits or was
+        moved back): its moves end, never applied (CANCELLED: the host keeps no row of it)."""
+        for move in [m for m in list(self._moves.values()) if m.change_id == change_id]:
+            self._finish(move, MoveState.CANCELLED)
+
     def reconcile(self, committed: Mapping[PartitionKey, Committed]) -> None:
         """At the start of a stream process: the changes it was handed whose partitions' commits carry their
         mark (or a later change's) were persisted by an earlier process, whose record was lost: recorded now,
@@ -216,7 +222,10 @@ class OffsetGate:
                 move = None
             if move is not None:
                 known = start if start is not None and start >= 0 else None
-                origin = known if known is not None else seen.offset   # where the partition really stands
+                # where the partition really stands: the group's commit only where the stream resumes from it
+                # (None start); a raw constant is a sink that stores nothing of it (exactly-once after a sink
+                # change: where it stood is the old sink's, which the host's plan holds), not the group's commit
+                origin = known if known is not None or start is not None else seen.offset
                 self._not_back(move, origin)
                 self._to(move, MoveState.MOVED)
                 self._assign_origins[tp] = origin

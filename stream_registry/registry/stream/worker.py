@@ -16,7 +16,8 @@ offset gate, the sink's stored offsets):
 
 Every librdkafka call for the consumer happens on the poll thread. Other threads
 hand it requests (offset changes, cancels, stop) through a queue it drains
-between batches, so nothing races the poll loop.
+between batches, so nothing races the poll loop, and wake it out of consume() at
+once (kafka/consumer_wake.py; where that is not available, within one consume slice).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from confluent_kafka import Message as KafkaMessage
 from ...config import CONSUMER_DEFAULTS, StreamConfig
 from ...errors import StreamError
 from ...kafka.client import new_consumer
+from ...kafka.consumer_wake import ConsumerWake
 from ...kafka.embedded_fit import embedded_fit
 from ...kafka.messages import message_offset, record_key
 from ...model import (
@@ -57,8 +59,13 @@ from .stream_events import StreamEvents
 log = logging.getLogger("mgstreams.worker")
 
 CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
+# after an offset change, until each moved partition delivered: consume(n, t) returns only with n messages or at t,
+# so the first records from a target reach the sink this soon after librdkafka has them
+HURRY_SLICE_S = 0.0005
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 COMMIT_WAIT_SLICE_S = 0.05  # a commit in flight is waited for in slices this long (a stop is seen between them)
+RECORD_WAIT_S = 2.0         # how long a persist waits for the host to say a change's record is durable
+NOT_RECORDED = "the host has not recorded the change durably yet"
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,12 @@ class _OffsetRequest:
     offsets: Mapping
     onward: frozenset = frozenset()
     supersedes: int | None = None
+
+
+@dataclass(frozen=True)
+class _AbandonRequest:
+    """The host could not record this change: the gate drops it, never applied."""
+    change_id: int
 
 
 class _CancelRequest:
@@ -94,6 +107,10 @@ class StreamWorker:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._start_error: BaseException | None = None
+        self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
+        self._records = threading.Condition()
+        self._unrecorded: set[int] = set()   # changes handed before their record was durable (RecordsMeanwhile)
+        self._abandoned: set[int] = set()    # ... whose record was not written
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._after_move = False   # the batch collected last is the first after an offset change
         self.health = Health(config.name, events, ClusterProbe(config.client_config(), config.secret_values(),
@@ -129,6 +146,7 @@ class StreamWorker:
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the in-flight batch, commit, close the consumer (the group rebalances at once)."""
         self._stop.set()
+        self._wake.wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
@@ -147,10 +165,29 @@ class StreamWorker:
                               pending=self._gate.waiting(), stored=self._ctx.stored.copy())
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
-                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+                        onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None,
+                        recorded: bool = True) -> None:
         """Hand one call's offsets to the poll thread's gate (`onward`: those never moved back; `supersedes`: a
-        change whose waiting moves end, a revert's); what becomes of them comes as on_change events."""
+        change whose waiting moves end, a revert's); what becomes of them comes as on_change events.
+        `recorded=False`: the host is still committing the change's record; recorded() follows, and until it
+        said ok nothing of the change is persisted (the gate may seek meanwhile: the fetch overlaps the fsync)."""
+        if not recorded:
+            with self._records:
+                self._unrecorded.add(change_id)
         self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
+        self._wake.wake()
+
+    def recorded(self, change_id: int, ok: bool) -> None:
+        """The host's record of a change handed with recorded=False is durable (ok), or was not written: then the
+        gate drops the change (moved back if it was moved), never applied."""
+        with self._records:
+            self._unrecorded.discard(change_id)
+            if not ok:
+                self._abandoned.add(change_id)
+            self._records.notify_all()
+        if not ok:
+            self._control.put(_AbandonRequest(change_id))
+            self._wake.wake()
 
     def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
         """Another task persisted the change on `tps` (task_runner): the gate drops it, from this thread."""
@@ -162,6 +199,7 @@ class StreamWorker:
         was reported (on_change) before this returns. `up_to`: only the changes of calls up to that change id."""
         request = _CancelRequest(up_to)
         self._control.put(request)
+        self._wake.wake()
         return list(request.cancelled) if request.done.wait(max(timeout, 0.0)) else None
 
     # -- the poll thread ----------------------------------------------------
@@ -232,6 +270,7 @@ class StreamWorker:
         except (KafkaException, ValueError, TypeError, RuntimeError) as exc:
             consumer.close()
             raise StreamError(f"topics: the Kafka client cannot subscribe: {self._ctx.redact(exc)}") from None
+        self._wake = ConsumerWake.of(consumer)
         return consumer
 
     def _collect_batch(self) -> list[KafkaMessage]:
@@ -254,7 +293,7 @@ class StreamWorker:
             if remaining <= 0:
                 break
             hurry = hurry or self._gate.moved
-            messages = consumer.consume(size - len(batch), min(remaining, CONTROL_SLICE_S))
+            messages = consumer.consume(size - len(batch), min(remaining, HURRY_SLICE_S if hurry else CONTROL_SLICE_S))
             if messages:
                 self.health.heard()
             if not messages and batch and hurry:
@@ -296,6 +335,8 @@ class StreamWorker:
             if isinstance(request, _CancelRequest):
                 request.cancelled = self._gate.cancel(request.up_to)
                 request.done.set()
+            elif isinstance(request, _AbandonRequest):
+                self._gate.abandon(request.change_id)
             else:
                 self._gate.request(request.change_id, request.offsets, request.onward, request.supersedes)
 
@@ -314,7 +355,15 @@ class StreamWorker:
         self.assignment.reassign(tp, offset)
 
     def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
-        """Commit a change, its mark with it (exactly-once: stored in the sink first): group_commits.persist."""
+        """Commit a change, its mark with it (exactly-once: stored in the sink first): group_commits.persist.
+        Not before the host's record of each change is durable (RECORD_WAIT_S at most: else it fails, and the
+        gate moves the partitions back and retries)."""
+        changes = {mark.change_id for mark in marks.values()}
+        with self._records:
+            if not self._records.wait_for(lambda: not changes & self._unrecorded, RECORD_WAIT_S):
+                return NOT_RECORDED
+            if changes & self._abandoned:
+                return "the host could not record the change; it is dropped, not applied"
         return self.commits.persist(offsets, marks, store=self.writer.store_offsets if self._ctx.exactly_once
                                     else None)
 
@@ -329,6 +378,7 @@ class StreamWorker:
         if consumer is None:
             return
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
+        self._wake.close()   # its queue handle goes before the consumer does
         if self.commits.in_flight:   # it still waits for the cluster: close() would wait for it (commits.py)
             log.warning("stream %s: a commit still waits for the group coordinator: stopping without it; the "
                         "consumer is closed once it returns, the uncommitted records are read again at the next "
