@@ -286,6 +286,7 @@ class StreamWorker:
         consumer = self._ctx.consumer()
         batch: list[KafkaMessage] = []
         self._batch = batch
+        heard = time.monotonic()   # when a consume() last returned messages
         hurry = False   # a batch with the first messages after an offset change goes once each moved partition
         # delivered (or the queue drained)
         while len(batch) < size and not self._stop.is_set() and self._control.empty():
@@ -296,8 +297,9 @@ class StreamWorker:
             messages = consumer.consume(size - len(batch), min(remaining, HURRY_SLICE_S if hurry else CONTROL_SLICE_S))
             if messages:
                 self.health.heard()
-            if not messages and batch and hurry:
-                break
+                heard = time.monotonic()
+            elif batch and hurry and time.monotonic() - heard >= CONTROL_SLICE_S:
+                break   # the queue drained: the moved partitions that delivered go now (not the short slice's gap)
             through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
             for msg in messages:
                 error = msg.error()
