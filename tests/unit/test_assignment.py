@@ -5,7 +5,7 @@ elsewhere), partitions held back while the sink does not answer, what a revoke f
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from consumer_standin import ConsumerStandIn, worker_on
 
 from stream_registry.config import DataLossPolicy, Delivery
@@ -121,3 +121,35 @@ def test_records_that_left_the_log_are_counted_and_the_stream_goes_on_or_stops_a
     assert [(lost.from_offset, lost.to_offset) for lost in recorded.lost] == [(5, 10)]
     assert ("seek", "t", 0, 10) in consumer.calls
     assert consumer.committed_offsets[("t", 0)][0] == 10 and worker.assignment.resets == {}
+
+
+def test_a_partition_an_offset_change_waits_for_is_held_while_its_commit_cannot_be_read():
+    """Issue 42: whether an earlier run of the stream applied a waiting offset change is known only from the
+    partition's commit (its mark). While the batched committed() read at assignment fails, that partition is held
+    back, the error saying why, and the others start; once the read answers it starts, and the mark decides: here
+    the commit carries the change, so it is recorded as applied before, not applied (and delivered) again. Before,
+    the partition started at once and the change was applied a second time."""
+    from stream_registry.registry.stream.change_marks import ChangeMark
+
+    class UnreadFirst(ConsumerStandIn):
+        fails = 1
+
+        def committed(self, partitions, timeout=None):
+            if self.fails:
+                self.fails -= 1
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer"))
+            return super().committed(partitions, timeout)
+
+    consumer = UnreadFirst(incremental=True)
+    worker, _ = worker_on(consumer, configs={"partition.assignment.strategy": "cooperative-sticky"})
+    applied_before = worker.commits._mark_key.encode(P0, ChangeMark(1, 3, 10))
+    consumer.committed_offsets[("t", 0)] = (3, applied_before)   # an earlier run moved P0 10 -> 3, then died
+    worker._gate.request(1, {P0: 3})
+    assign(worker, consumer, P0, P1)
+    assert ("t", 0) not in consumer.assigned and ("t", 1) in consumer.assigned, "P0 held, P1 started"
+    assert "reading the committed offsets of t:0 failed" in worker.error
+    worker.assignment._next_held_try = 0.0   # the retry due
+    worker.assignment.start_held()
+    assert ("t", 0) in consumer.assigned and worker.error is None
+    assert not [c for c in consumer.calls if c[0] == "commit"], "not applied again: nothing committed"
+    assert worker._gate.waiting() == {}, "recorded from the mark"

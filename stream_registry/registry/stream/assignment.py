@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -27,7 +27,8 @@ from ...graph.sink_faults import Fault, classify
 from ...graph.sinks.protocol import Sink
 from ...graph.sinks.stored_offsets import read_stored_offsets_within
 from ...model import PartitionKey, StreamStatus
-from .change_marks import ChangeMark, Committed
+from .change_marks import Committed
+from .committed_reads import keys_text, read_committed
 from .data_loss import ResetDecision
 from .data_loss import decide as decide_reset
 from .group_commits import GroupCommits
@@ -55,7 +56,9 @@ class Assignment:
         self._ctx, self._health, self._commits, self._sink, self._clock = ctx, health, commits, sink, clock
         self._on_revoked = on_revoked   # the worker drops the revoked partitions' messages from its batch
         self._before_assign = before_assign   # the worker hands the gate the requests queued meanwhile
-        self.held: set[PartitionKey] = set()   # exactly-once: assigned to us, not started: the sink did not answer
+        self.held: set[PartitionKey] = set()   # assigned to us, not started: the sink (exactly-once) or their commit
+        # (an offset change waits for them) did not answer
+        self.unread_reason = ""
         self._next_held_try = 0.0
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
         self.resumed: dict[PartitionKey, tuple] = {}   # exactly-once, just assigned elsewhere than the group's commit
@@ -124,11 +127,25 @@ class Assignment:
             pass
 
     def _start_partitions(self, consumer: Consumer, partitions: list[TopicPartition],
-                          starts: Mapping[PartitionKey, int | None]) -> None:
-        """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told."""
+                          starts: Mapping[PartitionKey, int | None],
+                          committed: Mapping[PartitionKey, Committed] | None = None) -> None:
+        """Assign `partitions` to the consumer at their starts (or a waiting change's target), the gate told. A
+        partition an offset change waits for is held back while its commit (and mark) cannot be read: whether an
+        earlier run of the stream applied that change is known only from it (change_marks), and applying it
+        again would deliver its records again; it starts once the read answers (start_held)."""
         gate = self._ctx.gate
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
-        offsets = gate.on_assign(starts, self.committed(sorted(keys)))   # where they stand, and our marks
+        if committed is None:
+            committed = self.read_committed(sorted(keys))
+        if committed is None:
+            unknown = {key for key in keys if key in gate.waiting()}
+            if unknown:
+                self._hold_unread(unknown)
+                partitions = [tp for tp in partitions if (tp.topic, tp.partition) not in unknown]
+                keys = [key for key in keys if key not in unknown]
+                starts = {key: start for key, start in starts.items() if key not in unknown}
+            committed = {}
+        offsets = gate.on_assign(starts, committed)   # where they stand, and our marks
         for tp, key in zip(partitions, keys, strict=True):
             offset = offsets[key]
             if offset is not None:
@@ -145,42 +162,24 @@ class Assignment:
         self._health.set_status(StreamStatus.RUNNING)
 
     def committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed]:
-        """The group's committed offsets of partitions being assigned, with their change marks (one batched
-        request, in the rebalance callback: where they stand, what a waiting change is judged against). Empty
-        when unread."""
-        if not keys:
-            return {}
-        try:
-            found = self._ctx.consumer().committed([TopicPartition(*tp) for tp in keys],
-                                                   timeout=ASSIGN_STORED_DEADLINE_S)
-        except KafkaException as exc:
-            log.warning("stream %s: reading the committed offsets of %s failed: %s", self._ctx.name,
-                        keys_text(keys), self._ctx.redact(exc))
-            return {}
-        out = {}
-        for tp in found:
-            key = PartitionKey(tp.topic, tp.partition)
-            mark = self._commits.read_mark(key, tp.metadata) if tp.error is None else None   # foreign: None
-            out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
-        if self._ctx.exactly_once:   # the sink's marks: a kill between its store and the commit left them there only
-            for key, stored in self._sink_marks(keys).items():
-                seen = out.get(key, Committed())
-                if seen.mark is None or stored.change_id > seen.mark.change_id:
-                    self._commits.marks[key] = stored   # carried on by this process's commits
-                    out[key] = Committed(seen.offset, stored)
-        return out
+        """read_committed, empty when unread."""
+        return self.read_committed(keys) or {}
 
-    def _sink_marks(self, keys: list[PartitionKey]) -> dict[PartitionKey, ChangeMark]:
-        """The change marks the exactly-once sink stores beside its offsets, ours only (foreign ones: none). A sink
-        that cannot answer now leaves the group's marks alone (as before the sink kept any)."""
-        try:
-            texts = self._sink.stored_marks(self._ctx.name, keys)
-        except Exception as exc:
-            log.warning("stream %s: reading the change marks stored in the sink for %s failed: %s", self._ctx.name,
-                        keys_text(keys), self._ctx.redact(exc))
-            return {}
-        marks = {key: self._commits.read_stored_mark(key, text) for key, text in texts.items()}
-        return {key: mark for key, mark in marks.items() if mark is not None}
+    def read_committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed] | None:
+        """committed_reads.read_committed: None when unread (`unread_reason` says why)."""
+        found, self.unread_reason = read_committed(self._ctx, self._commits, self._sink, keys,
+                                                   ASSIGN_STORED_DEADLINE_S)
+        return found
+
+    def _hold_unread(self, keys: set[PartitionKey]) -> None:
+        """Hold back partitions an offset change waits for while their commit cannot be read (_start_partitions)."""
+        self.held.update(keys)
+        self._next_held_try = self._clock() + HELD_RETRY_S
+        self._health.waiting = (f"reading the committed offsets of {keys_text(sorted(keys))} failed "
+                                f"({self.unread_reason}); an offset change waits for them and whether an earlier "
+                                f"run applied it is known only from their commit: they wait, asked again every "
+                                f"{HELD_RETRY_S:g} s")
+        self._health.refresh()
 
     def _resume_from_sink(self, keys: list[PartitionKey], deadline_s: float) -> dict[PartitionKey, int] | None:
         """Exactly-once: the sink's stored offsets are the truth (ahead of the group's commit after a crash,
@@ -229,17 +228,25 @@ class Assignment:
             return
         self._next_held_try = self._clock() + HELD_RETRY_S
         keys = sorted(self.held)
-        stored = self._resume_from_sink(keys, 0.0)
-        if stored is None:
-            self._health.refresh()   # the error says so (a non-transient one fails it: the poll loop sees fatal)
-            return
+        committed = None
+        if self._ctx.exactly_once:
+            stored = self._resume_from_sink(keys, 0.0)
+            if stored is None:
+                self._health.refresh()   # the error says so (a non-transient one fails it: the poll loop sees fatal)
+                return
+            starts: dict[PartitionKey, int | None] = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
+        else:   # at-least-once: held while their commit could not be read (_start_partitions)
+            committed = self.read_committed(keys)
+            if committed is None:
+                return
+            starts = dict.fromkeys(keys)
         self.held.clear()
-        log.info("stream %s: the sink answers again; starting %s", self._ctx.name, keys_text(keys))
+        log.info("stream %s: %s; starting %s", self._ctx.name, "the sink answers again" if self._ctx.exactly_once
+                 else "their committed offsets are read", keys_text(keys))
         self._health.waiting = None
-        starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
         consumer = self._ctx.consumer()
         if self.incremental:
-            self._start_partitions(consumer, [TopicPartition(t, p) for t, p in keys], starts)
+            self._start_partitions(consumer, [TopicPartition(t, p) for t, p in keys], starts, committed)
         else:   # eager: the whole assignment, the running partitions where they stand
             running = self._ctx.gate.assigned()
             self._start_partitions(consumer, [TopicPartition(t, p) for t, p in sorted(running | set(keys))],
@@ -336,6 +343,3 @@ class Assignment:
                      "incremental" if self.incremental else "eager")
             (incremental if self.incremental else eager)()
 
-
-def keys_text(keys: Sequence[PartitionKey]) -> str:
-    return ", ".join(f"{t}:{p}" for t, p in keys)
