@@ -50,6 +50,7 @@ from ...model import (
 from .assignment import Assignment
 from .batch_writer import BatchWriter
 from .change_marks import ChangeMark, MarkKey
+from .change_records import ChangeRecords
 from .group_commits import GroupCommits
 from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
@@ -64,8 +65,6 @@ CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at contr
 HURRY_SLICE_S = 0.0005
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 COMMIT_WAIT_SLICE_S = 0.05  # a commit in flight is waited for in slices this long (a stop is seen between them)
-RECORD_WAIT_S = 2.0         # how long a persist waits for the host to say a change's record is durable
-NOT_RECORDED = "the host has not recorded the change durably yet"
 
 
 @dataclass(frozen=True)
@@ -108,9 +107,7 @@ class StreamWorker:
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
-        self._records = threading.Condition()
-        self._unrecorded: set[int] = set()   # changes handed before their record was durable (RecordsMeanwhile)
-        self._abandoned: set[int] = set()    # ... whose record was not written
+        self._records = ChangeRecords()   # changes handed before their record was durable (RecordsMeanwhile)
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._after_move = False   # the batch collected last is the first after an offset change
         self.health = Health(config.name, events, ClusterProbe(config.client_config(), config.secret_values(),
@@ -172,19 +169,14 @@ class StreamWorker:
         `recorded=False`: the host is still committing the change's record; recorded() follows, and until it
         said ok nothing of the change is persisted (the gate may seek meanwhile: the fetch overlaps the fsync)."""
         if not recorded:
-            with self._records:
-                self._unrecorded.add(change_id)
+            self._records.handed(change_id)
         self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
         self._wake.wake()
 
     def recorded(self, change_id: int, ok: bool) -> None:
         """The host's record of a change handed with recorded=False is durable (ok), or was not written: then the
         gate drops the change (moved back if it was moved), never applied."""
-        with self._records:
-            self._unrecorded.discard(change_id)
-            if not ok:
-                self._abandoned.add(change_id)
-            self._records.notify_all()
+        self._records.recorded(change_id, ok)
         if not ok:
             self._control.put(_AbandonRequest(change_id))
             self._wake.wake()
@@ -286,6 +278,7 @@ class StreamWorker:
         consumer = self._ctx.consumer()
         batch: list[KafkaMessage] = []
         self._batch = batch
+        heard = time.monotonic()   # when a consume() last returned messages
         hurry = False   # a batch with the first messages after an offset change goes once each moved partition
         # delivered (or the queue drained)
         while len(batch) < size and not self._stop.is_set() and self._control.empty():
@@ -296,8 +289,9 @@ class StreamWorker:
             messages = consumer.consume(size - len(batch), min(remaining, HURRY_SLICE_S if hurry else CONTROL_SLICE_S))
             if messages:
                 self.health.heard()
-            if not messages and batch and hurry:
-                break
+                heard = time.monotonic()
+            elif batch and hurry and time.monotonic() - heard >= CONTROL_SLICE_S:
+                break   # the queue drained: the moved partitions that delivered go now (not the short slice's gap)
             through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
             for msg in messages:
                 error = msg.error()
@@ -358,12 +352,9 @@ class StreamWorker:
         """Commit a change, its mark with it (exactly-once: stored in the sink first): group_commits.persist.
         Not before the host's record of each change is durable (RECORD_WAIT_S at most: else it fails, and the
         gate moves the partitions back and retries)."""
-        changes = {mark.change_id for mark in marks.values()}
-        with self._records:
-            if not self._records.wait_for(lambda: not changes & self._unrecorded, RECORD_WAIT_S):
-                return NOT_RECORDED
-            if changes & self._abandoned:
-                return "the host could not record the change; it is dropped, not applied"
+        not_yet = self._records.why_not(mark.change_id for mark in marks.values())
+        if not_yet is not None:
+            return not_yet
         return self.commits.persist(offsets, marks, store=self.writer.store_offsets if self._ctx.exactly_once
                                     else None)
 
