@@ -22,11 +22,13 @@ start), else the group's committed offsets, else auto.offset.reset.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from stream_registry.config import CONSUMER_DEFAULTS, Delivery, StreamConfig
+from stream_registry.errors import StreamError
 from stream_registry.model import GateEvent, MoveState, PartitionKey, Realignment, StreamStatus, WorkerSnapshot
 from stream_registry.registry.runners.engine import RunRequest
 
@@ -37,6 +39,11 @@ from .stream_offsets import StreamOffset, offsets_from_json
 from .stream_query import StreamQuery, progress, start_stream_query
 
 WATCH_S = 0.1
+# Spark waits a fixed 10 s for a fresh Python worker to connect back (PythonWorkerFactory, SPARK-45245; not
+# configurable): a loaded machine misses it now and then, and the query dies of it, mostly while it starts.
+TRANSIENT = ("Python worker failed to connect back",)
+TRANSIENT_RETRIES = 3
+log = logging.getLogger(__name__)
 
 
 def spark_engine(spark, work_dir: str | Path, state_dir: str | Path | None = None) -> Callable[[RunRequest], SparkRunner]:
@@ -81,7 +88,7 @@ class SparkRunner:
             by_change.setdefault(move.change_id or 0, {})[tp] = move.offset
         for change_id, offsets in sorted(by_change.items()):
             self.request_offsets(change_id, offsets)
-        self.query = start_stream_query(self._session(), self._query())
+        self.query = self._start_query()
         self._thread = threading.Thread(target=self._watch, name=f"spark-{self.config.name}", daemon=True)
         self._thread.start()
 
@@ -172,14 +179,47 @@ class SparkRunner:
                 continue
             if not query.isActive:
                 error = query.exception()
-                if error is not None and not self.stopping:
+                if error is not None and not self.stopping and not self._retried(error):
                     events.on_status(StreamStatus.ERROR, f"spark: the query failed: {error}")
-                return
+                if self.query is query:
+                    return
+                continue
             if not running:      # the query runs (start_stream_query returned once Spark started it)
                 running = True
                 events.on_status(StreamStatus.RUNNING, None)
             self._report_answers()
             self._report_notes()
+
+    def _start_query(self):
+        """Start the query; Spark's transient failure (TRANSIENT) is tried again, anything else is a StreamError
+        saying why (a start never ends in an internal error)."""
+        while True:
+            try:
+                return start_stream_query(self._session(), self._query())
+            except Exception as exc:
+                said = str(exc)
+                if self.restarts < TRANSIENT_RETRIES and any(cause in said for cause in TRANSIENT):
+                    self.restarts += 1
+                    log.warning("stream %s: the Spark query did not start for a transient reason (%s); trying again "
+                                "(%d of %d)", self.config.name, said.splitlines()[0], self.restarts, TRANSIENT_RETRIES)
+                    continue
+                why = said.splitlines()[0] if said else type(exc).__name__
+                raise StreamError(f"spark: the query could not start: {why}") from None
+
+    def _retried(self, error) -> bool:
+        """A query that failed for a transient reason of Spark's own is started again from its checkpoint (at
+        most TRANSIENT_RETRIES times per run, counted in `restarts`): whether it was."""
+        said = str(error)
+        if self.restarts >= TRANSIENT_RETRIES or not any(cause in said for cause in TRANSIENT):
+            return False
+        self.restarts += 1
+        log.warning("stream %s: the Spark query failed for a transient reason (%s); starting it again from its "
+                    "checkpoint (%d of %d)", self.config.name, said.splitlines()[0], self.restarts, TRANSIENT_RETRIES)
+        try:
+            self.query = self._start_query()
+        except StreamError as exc:
+            self.request.events.on_status(StreamStatus.ERROR, str(exc))
+        return True
 
     def _report_answers(self) -> None:
         with self._lock:

@@ -27,6 +27,7 @@ from .oracle import Rec
 from .plan import GRAPH_USER, SUPPORT_DIR
 
 SETTLE_S = 0.3      # a killed process's last statement, already sent, still runs on the server: wait it out
+READ_TIMEOUT_S = 60.0   # a server that stops answering (seen once: FalkorDB's GOODBYE wedge?) fails the read, not the run
 
 
 class GraphSink:
@@ -76,8 +77,9 @@ class GraphSink:
         if self._graphs[index] is None:
             import falkordb
 
-            self._graphs[index] = falkordb.FalkorDB(host="127.0.0.1", port=self.servers[index].redis_port,
-                                                    password=self.password).select_graph("falkordb")
+            self._graphs[index] = falkordb.FalkorDB(
+                host="127.0.0.1", port=self.servers[index].redis_port, password=self.password,
+                socket_timeout=READ_TIMEOUT_S, socket_connect_timeout=READ_TIMEOUT_S).select_graph("falkordb")
         return self._graphs[index].query(cypher, params).result_set
 
     def records(self, topic: str) -> list[tuple[int, int, int, list[str]]]:
@@ -98,7 +100,16 @@ class GraphSink:
         return {int(p): int(n) for p, n in rows}
 
     def close(self) -> None:
+        """Stop the servers, each graph saved in its directory (dump.rdb: the evidence a kept work dir holds)."""
+        import redis
+
         for server in self.servers:
+            try:
+                with redis.Redis(host="127.0.0.1", port=server.redis_port, password=self.password,
+                                 socket_timeout=READ_TIMEOUT_S, socket_connect_timeout=READ_TIMEOUT_S) as client:
+                    client.save()
+            except redis.RedisError:   # a server that cannot save still stops
+                pass
             server.close()
 
 

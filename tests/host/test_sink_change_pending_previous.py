@@ -7,7 +7,8 @@ leaves it too), the stream is stopped; `set_stream_offset(s, 10)` is pending; th
 
 The history must record the move that was made, 20 -> 10 (the records 10..19 delivered again, then 20..29): a
 previous offset of 30 says the stream stood where it never stood, and a revert of the change would move it to
-30, skipping 20..29, which the new sink never got. NOT FIXED (xfail, strict): today the history says 30 -> 10."""
+30, skipping 20..29, which the new sink never got. (Before the fix the history said 30 -> 10: the gate
+took the group's commit as where a partition stood whose new sink stores nothing of it.)"""
 from __future__ import annotations
 
 import uuid
@@ -23,9 +24,6 @@ from stream_registry.graph.cypherl_frames import offsets_in_cypherl
 pytestmark = pytest.mark.usefixtures("quick_rebalance")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42, open: the gate takes the group's commit (30) as where the partition "
-                   "stood, since the new sink stores nothing of it (sink_change.carried_over leaves a partition with "
-                   "a pending change out; offset_gate.on_assign falls back to the group's commit)")
 def test_a_change_pending_across_a_sink_change_is_recorded_from_where_the_old_sink_stood(host, kafka, tmp_path):
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 20, partitions=1)

@@ -233,3 +233,30 @@ def test_a_write_conflict_between_two_tasks_on_the_memgraph_standin_is_retried_i
     assert conflict.value.stored == {PartitionKey("t", 0): 5}
     assert zombie.attempts == 2 and zombie_server.commits == 0, "the conflict retried, nothing of it committed"
     assert owner.stored_offsets(stream) == {PartitionKey("t", 0): 5}
+
+
+def test_a_sink_dropped_without_close_leaves_the_server_usable(tmp_path):
+    """A sink that is never closed (a stream process ending without its stop path, its objects collected or torn
+    down at exit) must not say GOODBYE either: the driver's destructors close their connections with one, which
+    wedges FalkorDB (test_graph_engine.py). On a server of its own: a wedge would stop every other test's."""
+    import gc
+
+    import neo4j
+    from graph_server import start_graph_server
+
+    server = start_graph_server(tmp_path)
+    try:
+        sink = open_sink(f"{server.bolt_uri}?engine=falkordb&retries=1")
+        sink.write(merges(label(), [(1, "dropped")]))
+        del sink
+        gc.collect()
+        with neo4j.GraphDatabase.driver(server.bolt_uri, auth=None, connection_timeout=3,
+                                        connection_acquisition_timeout=5) as driver:
+            try:
+                driver.verify_connectivity()
+            finally:
+                from stream_registry.graph.sinks.bolt_driver import kill_connections
+                kill_connections(driver)
+        assert server.query("RETURN 1 AS one") == [{"one": 1}]
+    finally:
+        server.close()

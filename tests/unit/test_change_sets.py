@@ -217,3 +217,41 @@ def test_a_call_that_supersedes_a_pending_carry_over_cannot_be_cancelled_either(
         changes.cancel("s", later, running=True)
     assert [p.change_id for p in store.pending_rows("s")] == [later]
     store.close()
+
+
+def test_a_change_pending_across_a_sink_change_moves_from_where_the_old_sink_stood(tmp_path):
+    """Issue 42's soak, seed 3: an exactly-once stream's change, pending (planned from 12) when its sink changes;
+    the alter reads where the old sink stood (20) into the pending row. The new sink stores nothing of the
+    partition: its gate assigns it at the beginning and knows no origin (the group's commit, 30, is not where an
+    exactly-once stream stood): the history says 20 -> 10, and a revert would go back to 20."""
+    from stream_registry import StreamConfig
+    from stream_registry.registry.stream.change_marks import Committed
+    from stream_registry.registry.stream.offset_gate import OffsetGate
+
+    config = StreamConfig(name="s", topics=["t"], bootstrap_servers="localhost:9092", transform="m.f",
+                          sink="cypherl:///tmp/out.cypherl", delivery="exactly_once")
+    store = StateStore(tmp_path)
+    store.insert_stream(config)
+    changes = ChangeSets(store)
+    change_id = changes.open("s", [_planned(10, 12, onward=False, clamped=False)], None, running=False)
+    store.update_config(config, pending_from={TP: 20})
+    events: list[GateEvent] = []
+
+    class Port:
+        def seek(self, tp, offset):
+            return False
+
+        def reassign(self, tp, offset):
+            pass
+
+        def persist(self, offsets, marks):
+            return None
+    gate = OffsetGate(Port(), events.append, pending=changes.pending_moves("s"))
+    assert gate.on_assign({TP: -2}, {TP: Committed(offset=30)}) == {TP: 10}
+    gate.after_assign()
+    [persisted] = [e for e in events if e.state == MoveState.PERSISTED]
+    assert persisted.previous_offset is None, "the group's commit is not where an exactly-once stream stood"
+    changes.on_event("s", persisted)
+    [row] = changes.history("s", None)
+    assert (row.change_id, row.previous_offset, row.offset) == (change_id, 20, 10)
+    store.close()

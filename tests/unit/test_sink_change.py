@@ -41,11 +41,13 @@ def test_carried_over_is_what_the_old_sink_stores_except_pending_partitions():
 
     def stored(cfg, partitions):
         asked.append(list(partitions))
-        return {T0: 200}
-    rows = carried_over(config(), [T0, T1], stored, pending={T1: 5})
-    assert asked == [[T0]], "a partition with a pending change keeps it"
-    assert [(r.partition, r.previous_offset, r.offset) for r in rows] == [(0, 200, 200)]
-    assert carried_over(config(delivery="at_least_once"), [T0], stored, {}) == [], "the group's commit stays"
+        return {T0: 200, T1: 20}
+    rows, stood = carried_over(config(), [T0, T1], stored, pending={T1: 5})
+    assert asked == [[T0, T1]]
+    assert [(r.partition, r.previous_offset, r.offset) for r in rows] == [(0, 200, 200)], \
+        "a partition with a pending change keeps it"
+    assert stood == {T1: 20}, "its change moves it from where the old sink stood"
+    assert carried_over(config(delivery="at_least_once"), [T0], stored, {}) == ([], {}), "the group's commit stays"
     with pytest.raises(StreamStateError, match="could not be read"):
         carried_over(config(), [T0], lambda cfg, partitions: None, {})
 

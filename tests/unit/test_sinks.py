@@ -294,3 +294,24 @@ def test_falkordb_parameters_go_in_its_cypher_prefix_and_a_nul_is_refused_naming
     assert inline_parameters("RETURN 1", {}) == "RETURN 1"
     with pytest.raises(SinkError, match=r"parameter \$rows\[0\]\.name: a string holding NUL"):
         inline_parameters("RETURN 1", {"rows": [{"name": "a\x00b"}]})
+
+
+def test_falkordb_literals_rendered_fast_are_the_named_renderings_and_a_refusal_still_names_the_value():
+    """inline_parameters renders by exact type without naming each value (_fast); whatever it renders is what the
+    named rendering (_literal) gives, and a value either refuses is named as before."""
+    import datetime as dt
+    from collections import OrderedDict
+
+    from stream_registry.graph.sinks.bolt_driver import _literal, inline_parameters
+
+    class Text(str):
+        pass
+    values = ["", 'a"b\\c\u2028', "\\u0041", 0, -1, 2 ** 63 - 1, -2 ** 63, 1.5, True, None, b"bytes",
+              dt.date(2020, 1, 2), [1, "a", None], (1, 2), {"k": 1, "odd key": [True]}, {1: "one"},
+              OrderedDict(a=1), Text("sub"), [{"x": 1.25, "y": {"z": "w"}}]]
+    for value in values:
+        assert inline_parameters("Q", {"p": value}) == f"CYPHER p={_literal(value, '$p')} Q", value
+    for value, named in ((2 ** 63, r"\$p\[1\]: integer"), (float("nan"), r"\$p\[1\]: float nan"),
+                         ({"a": {"b": "c\x00"}}, r"\$p\[1\]\.a\.b: a string holding NUL")):
+        with pytest.raises(SinkError, match=named):
+            inline_parameters("Q", {"p": [0, value]})

@@ -52,3 +52,64 @@ def test_a_resume_note_becomes_realigned_rows_saying_from_where_to_where():
         reason="the Spark query's checkpoint stood at 20; it resumes from the graph's stored offset 17")]
     assert resume_realignments({"kind": "started", "resumes": {"t:0": 3}}) == []
     assert resume_realignments({"kind": "group_commit_failed", "group": "g", "error": "down"}) == []
+
+
+class FailedQuery:
+    """A Spark StreamingQuery that ended with `error` (the runner reads isActive and exception() only)."""
+    isActive = False
+
+    def __init__(self, error: str):
+        self.error = error
+
+    def exception(self):
+        return self.error
+
+
+def test_a_query_dead_of_spark_s_worker_timeout_starts_again_and_any_other_failure_is_the_error(tmp_path, monkeypatch):
+    from spark_bridge import spark_runner
+    from stream_registry.model import StreamStatus
+
+    statuses: list = []
+    request = SimpleNamespace(config=SimpleNamespace(name="sp"), pending=dict,
+                              events=SimpleNamespace(on_status=lambda status, error: statuses.append((status, error))))
+    runner = spark_runner.SparkRunner(request, lambda: "session", tmp_path / "sp")
+    transient = "Python worker failed to connect back.\n=== Streaming Query ==="
+    started = [FailedQuery(transient), FailedQuery(transient), FailedQuery(transient), FailedQuery("boom")]
+    monkeypatch.setattr(spark_runner, "start_stream_query", lambda session, query: started.pop(0))
+    monkeypatch.setattr(runner, "_query", lambda: None)
+    runner.query = FailedQuery(transient)
+    runner._watch()    # returns once the query is dead for good
+    assert runner.restarts == 3 and len(started) == 1        # started again 3 times, then it is the error
+    assert statuses == [(StreamStatus.ERROR, f"spark: the query failed: {transient}")], statuses
+
+    statuses.clear()
+    other = spark_runner.SparkRunner(request, lambda: "session", tmp_path / "sp2")
+    other.query = FailedQuery("[FOREACH_BATCH_USER_FUNCTION_ERROR] IsADirectoryError")
+    other._watch()
+    assert other.restarts == 0
+    assert statuses == [(StreamStatus.ERROR, "spark: the query failed: [FOREACH_BATCH_USER_FUNCTION_ERROR] "
+                                             "IsADirectoryError")]
+
+
+def test_a_start_that_spark_refuses_is_tried_again_when_transient_else_a_stream_error(tmp_path, monkeypatch):
+    import pytest
+
+    from spark_bridge import spark_runner
+    from stream_registry.errors import StreamError
+
+    request = SimpleNamespace(config=SimpleNamespace(name="sp"), pending=dict, events=SimpleNamespace())
+    runner = spark_runner.SparkRunner(request, lambda: "session", tmp_path / "sp")
+    monkeypatch.setattr(runner, "_query", lambda: None)
+    raised = [RuntimeError("Python worker failed to connect back."), RuntimeError("Python worker failed to connect "
+                                                                                 "back."), "query"]
+
+    def start(session, query):
+        answer = raised.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+    monkeypatch.setattr(spark_runner, "start_stream_query", start)
+    assert runner._start_query() == "query" and runner.restarts == 2
+    monkeypatch.setattr(spark_runner, "start_stream_query", lambda s, q: (_ for _ in ()).throw(RuntimeError("no")))
+    with pytest.raises(StreamError, match="spark: the query could not start: no"):
+        runner._start_query()

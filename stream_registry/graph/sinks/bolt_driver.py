@@ -14,13 +14,15 @@ Engines (the sink URI's `?engine=`):
     4096-byte stack buffer, which a larger batch overflows (the server dies). So parameters are sent in the
     query text instead, as FalkorDB's own `CYPHER name=value ...` prefix with literals rendered here;
   - a client's GOODBYE, which the driver sends on close, wedges the server's event loop. So connections to it
-    are closed without one (the driver's own `kill`).
+    are closed without one (the driver's own `kill`), also when a connection is dropped unclosed (the driver's
+    destructors would say GOODBYE: a finalizer kills its connections first).
 """
 from __future__ import annotations
 
 import hashlib
 import re
 import ssl
+import weakref
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -133,6 +135,10 @@ class BoltConnection:
         self.autocommit = False
         self._session: Any = None
         self._tx: Any = None
+        # On FalkorDB, a connection that is never closed must not say GOODBYE either: the driver's destructors
+        # (of the driver and of each pooled connection) close with one. This kills them first, when this object
+        # is collected or at the interpreter's exit, whichever comes first (and at close()).
+        self._kill = weakref.finalize(self, kill_connections, driver) if engine is Engine.FALKORDB else None
 
     def cursor(self) -> Cursor:
         return Cursor(self)
@@ -165,8 +171,8 @@ class BoltConnection:
         self._tx = None
         session, self._session = self._session, None
         try:
-            if self.engine is Engine.FALKORDB:
-                kill_connections(self._driver)   # first: the session and the driver then find them closed
+            if self._kill is not None:
+                self._kill()   # first: the session and the driver then find them closed
             if session is not None:
                 session.close()
         finally:
@@ -201,11 +207,49 @@ def kill_connections(driver: Any) -> None:
 
 def inline_parameters(query: str, parameters: Mapping[str, Any]) -> str:
     """`query` with its parameters in FalkorDB's own prefix, `CYPHER name=<literal> ... query`: nothing left
-    for its Bolt module to print (module docstring). SinkError naming a value it cannot carry."""
+    for its Bolt module to print (module docstring). SinkError naming a value it cannot carry.
+
+    Rendered by `_fast` (no value's name made unless one fails: a batch's rows are most of a sink's client
+    time on this engine, bench/bolt_driver_cost.py); a value it cannot render is rendered again by `_literal`,
+    which names it in the error."""
     if not parameters:
         return query
-    return "CYPHER " + " ".join(f"{name}={_literal(value, f'${name}')}" for name, value in parameters.items()
-                                ) + " " + query
+    try:
+        prefix = " ".join([f"{name}={_fast(value)}" for name, value in parameters.items()])
+    except SinkError:
+        prefix = " ".join([f"{name}={_literal(value, f'${name}')}" for name, value in parameters.items()])
+    return "CYPHER " + prefix + " " + query
+
+
+_KEYS: dict[Any, str] = {}   # map keys as rendered (a batch's rows repeat a handful of keys)
+_INT_RANGE = range(-(2 ** 63) + 1, 2 ** 63)   # int64 but its minimum (cypher_literals writes that one apart)
+
+
+def _fast(value: Any) -> str:
+    """_literal's rendering of `value`, by exact type first; SinkError (unnamed) where _literal would refuse."""
+    kind = type(value)
+    if kind is str:
+        if "\x00" in value:
+            raise SinkError("NUL")
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if kind is int and value in _INT_RANGE:
+        return str(value)
+    if kind is dict:
+        return "{" + ", ".join([f"{_KEYS.get(k) or _new_key(k)}: {_fast(v)}" for k, v in value.items()]) + "}"
+    if kind is list or kind is tuple:
+        return "[" + ", ".join([_fast(v) for v in value]) + "]"
+    if value is None:
+        return "null"
+    if isinstance(value, (str, Mapping, list, tuple)):   # a subclass: as _literal renders it
+        return _literal(value, "value")
+    return to_cypher_literal(value)
+
+
+def _new_key(key: Any) -> str:
+    rendered = _key(key)
+    if type(key) is str and len(_KEYS) < 4096:   # str only: 1 and True are one dict key, not one name
+        _KEYS[key] = rendered
+    return rendered
 
 
 def _key(key: Any) -> str:

@@ -101,10 +101,11 @@ class Definitions:
                 stream stood, carried over to its new sink, is read once it stopped (a StreamError: nothing
                 changed)."""
                 nonlocal plan
+                stood: dict[PartitionKey, int] = {}
                 if moving is not None and plan is None:
-                    plan = carried_over(before, partitions, self._positions.stored_offsets,
-                                        self._store.pending(name))
-                self._store.update_config(config)
+                    plan, stood = carried_over(before, partitions, self._positions.stored_offsets,
+                                               self._store.pending(name))
+                self._store.update_config(config, pending_from=stood)
                 if moving is not None and plan:
                     self._changes.open(name, plan, moving.note, running=False, sink_change=True)
                 stream.config = config

@@ -11,7 +11,10 @@ new sink carries the offsets over.
   nothing it wrote since is lost or repeated): the offsets its old sink stores
   (exactly-once). A partition the old sink stores nothing of stood nowhere: the
   new sink starts it at the log start, as the old one would have. A partition
-  with a pending offset change keeps that change (it applies to the new sink).
+  with a pending offset change keeps that change (it applies to the new sink),
+  and that change moves it from where the old sink stood (its pending row's
+  previous offset is read again then: the history and a revert start there,
+  never from the group's commit, which the new sink has nothing to do with).
 - With `from` (any offset spec, parsed by the one parser, resolved as
   set_offset resolves it, against where the stream stands when the alter
   arrives): the new sink starts there, every partition the spec targets; a
@@ -112,21 +115,23 @@ def chosen_starts(change: SinkChange, resolved: list[ResolvedOffset]) -> list[Re
 
 def carried_over(before: StreamConfig, partitions: list[PartitionKey],
                  stored: Callable[[StreamConfig, list[PartitionKey]], Mapping[PartitionKey, int] | None],
-                 pending: Mapping[PartitionKey, int]) -> list[ResolvedOffset]:
-    """Where the stream stood, read after its old runner stopped: its old sink's stored offsets (exactly-once);
-    nothing for an at-least-once stream (its group's commit stays the truth). StreamStateError when the old sink
-    cannot be read (nothing is changed then)."""
+                 pending: Mapping[PartitionKey, int]) -> tuple[list[ResolvedOffset], dict[PartitionKey, int]]:
+    """Where the stream stood, read after its old runner stopped: its old sink's stored offsets (exactly-once),
+    carried over (the rows), and, for a partition with a pending change, where that change moves it from (the
+    old sink's offset of it, when it stores one); nothing for an at-least-once stream (its group's commit stays
+    the truth, for the new sink as for the old). StreamStateError when the old sink cannot be read (nothing is
+    changed then)."""
     if before.delivery != Delivery.EXACTLY_ONCE:
-        return []
-    wanted = [tp for tp in partitions if tp not in pending]
-    found = stored(before, wanted) if wanted else {}
+        return [], {}
+    found = stored(before, partitions) if partitions else {}
     if found is None:
         raise StreamStateError(f"sink: the offsets the stream's sink {redact(before.sink, before.secret_values())!r} "
                                f"stores could not be read, so where the new sink continues is unknown; nothing "
                                f"changed (see the host's log; or name where the new sink starts with `from`)")
-    return [ResolvedOffset(topic=tp.topic, partition=tp.partition, previous_offset=offset, offset=offset,
+    rows = [ResolvedOffset(topic=tp.topic, partition=tp.partition, previous_offset=offset, offset=offset,
                            clamped=False, message=f"{tp.topic}:{tp.partition}: carried over to the new sink")
-            for tp, offset in sorted(found.items())]
+            for tp, offset in sorted(found.items()) if tp not in pending]
+    return rows, {tp: offset for tp, offset in found.items() if tp in pending}
 
 
 def prepare(change: SinkChange, config: StreamConfig, query: Any, runner: Any, positions: Any,

@@ -20,7 +20,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -209,9 +209,14 @@ class StateStore:
                          (key.identity, key.secret.hex(), name)))
         raise StreamError(f"stream {name!r}: its mark key could not be kept in the state store")
 
-    def update_config(self, config: StreamConfig) -> None:
-        """An altered stream's config (its status, desired state, offsets and history stay)."""
-        self._write(("UPDATE streams SET config = ? WHERE name = ?", (_config_json(config), config.name)))
+    def update_config(self, config: StreamConfig, pending_from: Mapping[PartitionKey, int] | None = None) -> None:
+        """An altered stream's config (its status, desired state, offsets and history stay); `pending_from`: where
+        partitions with a pending change stood when an exactly-once stream's sink changed (their changes move them
+        from there in the new sink: the pending rows' previous offsets), in the same transaction."""
+        self._write(("UPDATE streams SET config = ? WHERE name = ?", (_config_json(config), config.name)),
+                    *(("UPDATE pending_changes SET previous_offset = ? WHERE stream = ? AND topic = ? AND "
+                       "partition = ? AND ended IS NULL", (offset, config.name, tp.topic, tp.partition))
+                      for tp, offset in sorted((pending_from or {}).items())))
 
     def set_status(self, name: str, status: StreamStatus, error: str | None = None,
                    desired_running: bool | None = None) -> None:

@@ -222,7 +222,10 @@ class OffsetGate:
                 move = None
             if move is not None:
                 known = start if start is not None and start >= 0 else None
-                origin = known if known is not None else seen.offset   # where the partition really stands
+                # where the partition really stands: the group's commit only where the stream resumes from it
+                # (None start); a raw constant is a sink that stores nothing of it (exactly-once after a sink
+                # change: where it stood is the old sink's, which the host's plan holds), not the group's commit
+                origin = known if known is not None or start is not None else seen.offset
                 self._not_back(move, origin)
                 self._to(move, MoveState.MOVED)
                 self._assign_origins[tp] = origin
