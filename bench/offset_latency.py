@@ -344,6 +344,9 @@ def main(argv=None) -> int:
                 tail = JournalTail(journal).start()
                 tasks_running = tasks_path(streams, cluster.bootstrap_servers, tail, end, tasks_changes, target)
             tail.close()
+        except (RuntimeError, SystemExit):
+            print(f"bench: the host's log, last lines:\n{host.log()[-3000:]}", file=sys.stderr)
+            raise
         finally:
             code = host.stop()
         loads.append(load())
