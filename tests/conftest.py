@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import settings
 from paths import ROOT, SUPPORT
 
-from mgstreams.embedded_kafka import EmbeddedKafka, TansuBroker
+from mgstreams.embedded_kafka import API_KEYS, EmbeddedKafka, TansuBroker
 
 # Hypothesis: one profile for every run (`make test`, `make test-unit`, CI's .ci/run, which runs make test);
 # `--hypothesis-profile=thorough` tries ten times the examples. A test that wants more or fewer examples than the
@@ -144,7 +144,10 @@ def embedded_kafka(kafka):
         pytest.skip("Tansu limitation: no fault injection (the embedded cluster's push_request_errors, "
                     "broker_set_down and coordinator moves have no Tansu counterpart); `make test` runs it"
                     if broker_support.ON_TANSU else "needs the embedded cluster's fault injection")
-    return kafka.embedded
+    yield kafka.embedded
+    # the cluster is shared by the worker's tests: errors a test pushed and did not use up must not reach the next
+    for api in API_KEYS:
+        kafka.embedded.clear_request_errors(api)
 
 
 @pytest.fixture(scope="session")

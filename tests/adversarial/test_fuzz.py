@@ -777,7 +777,10 @@ def test_a_bad_spec_is_refused_before_a_slow_cluster(shared, embedded_kafka):
             shared.assert_unchanged()
         right = {"offset": {f"{topic}:0": "2020-01-01T00:00:00Z"}, "timeout_ms": 115, "dry_run": True}
         late = _send(shared.http, "PATCH", f"/streams/{STREAM}/offsets", right)
-        assert late.status_code == 503 and _past_its_deadline(late, right, topic), late.text
+        # answered, not refused: past its deadline, or (2 s round trips against 115 ms) librdkafka gave the
+        # metadata request up as a transport failure; either is the cluster's 503
+        assert late.status_code == 503 and (_past_its_deadline(late, right, topic)
+                                            or "(_TRANSPORT)" in late.json()["error"]), late.text
         shared.assert_unchanged()
     finally:
         for broker in range(1, embedded_kafka.broker_count + 1):
