@@ -48,6 +48,8 @@ def test_ingest_throughput_bench_writes_to_a_real_graph_server():
     for prefix in ("raw rate:", "stream rate:", "consume rate:", "ratio:"):
         assert any(line.startswith(prefix) for line in lines), done.stdout
     assert any("round trips per 1000 messages" in line for line in lines), done.stdout
+    summary = [line for line in lines if line.startswith("rows/s and round trips per 1000 messages")]
+    assert summary and "raw" in summary[0] and "stream" in summary[0] and "unknown" not in summary[0], done.stdout
 
 
 def test_ingest_throughput_bench_compares_exactly_once_with_at_least_once():
