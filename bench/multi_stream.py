@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}   # steady (steady_rate)
     walls: dict[str, list[float]] = {v: [] for v in VARIANTS}   # start call to the last stream's end
     cpu_us: dict[str, list[float]] = {v: [] for v in VARIANTS}   # stream processes' CPU per message
+    cores: dict[str, list[float]] = {v: [] for v in VARIANTS}    # their CPU over the run's wall time
     short: set[str] = set()   # variants with a run too short for a steady rate (its rate includes start-up)
     rss: dict[str, tuple[int, int | None]] = {}      # "one/a" -> (max bytes, pid)
     try:
@@ -316,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"{total / wall:12,.0f} msgs/s (too short for a steady window)"
                         if driver.per_process and all(st.cpu_s is not None for st in streams):
                             cpu_us[variant].append(sum(st.cpu_s for st in streams) / total * 1e6)
+                            cores[variant].append(sum(st.cpu_s for st in streams) / wall)
                         print(f"  round {round_no} {variant:<7} {shown}{' aggregate' if len(streams) > 1 else ''}"
                               f", {total / wall:10,.0f} with start-up ({wall:.2f} s)  ({each}; cpu: {cpu}; "
                               f"load {load:.2f} -> {os.getloadavg()[0]:.2f})", flush=True)
@@ -352,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     if cpu_us["one"] and cpu_us["two"]:   # contention between the processes shows here, load much less
         print(f"stream process cpu per message (whole run, start-up included; best run): one "
               f"{min(cpu_us['one']):.2f} us, two {min(cpu_us['two']):.2f} us (each message read by one of them)")
+        print(f"cores the stream processes got (their CPU over the run's time, start-up included; best run): one "
+              f"{max(cores['one']):.2f}, two {max(cores['two']):.2f} together (on a machine with cores to spare, two "
+              f"get about twice one's; their ratio bounds the two / one ratio)")
     wall_ratio = max(walls["two"]) / max(walls["one"])
     print(f"with start-up (start call to the last stream's end, process spawn and group join included): "
           f"{wall_ratio:.2f} (two / one; {count:,} messages a stream)")
