@@ -23,19 +23,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from outage_shown import until  # noqa: E402  (the same wait for a state, polled)
 
 FLOOR_S = 30.0
 COORDINATOR = 1
-
-
-def until(check, timeout: float, what: str) -> float:
-    """Seconds until `check()` holds (polled every 50 ms); exits naming `what` past `timeout`."""
-    began = time.monotonic()
-    while not check():
-        if time.monotonic() - began > timeout:
-            sys.exit(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.05)
-    return time.monotonic() - began
 
 
 def one_run() -> tuple[float, float]:
