@@ -1,4 +1,5 @@
-"""A stream as a Structured Streaming query: the `mgstreams_kafka` streaming reader into `foreachBatch`.
+"""A stream as a Structured Streaming query: the `mgstreams_kafka` streaming reader, writing on the executors
+(stream_source), into `foreachBatch` (which collects the stats rows).
 
     query = start_stream_query(spark, StreamQuery(...))
     ControlChannel(control_dir).request(change_id, {PartitionKey("orders", 0): 100})   # applied between batches
@@ -12,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .kafka_source import register
 from .micro_batch import MicroBatchWriter, StreamWriting
-from .source_options import SHORT_NAME
+from .stream_source import register_writing_source
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class StreamQuery:
 
 def start_stream_query(spark, query: StreamQuery):
     """Start the query (the checkpoint decides whether it resumes); returns Spark's StreamingQuery."""
-    register(spark)
-    frame = spark.readStream.format(SHORT_NAME).options(**dict(query.source)).load()
+    source = register_writing_source(spark, query.writing)   # each task writes its own range (stream_source)
+    frame = spark.readStream.format(source).options(**dict(query.source)).load()
     return (frame.writeStream.foreachBatch(MicroBatchWriter(query.writing)).queryName(query.name)
             .option("checkpointLocation", query.checkpoint).trigger(processingTime=query.trigger).start())
 

@@ -1,0 +1,88 @@
+"""The source a Spark stream's query reads: the `mgstreams_kafka` streaming reader whose input partitions are written
+where they are read.
+
+    name = register_writing_source(spark, writing)      # one per query: it carries the stream's StreamWriting
+    spark.readStream.format(name).options(**source).load()   # rows: SHARE_STATS, one per Kafka partition range
+
+The driver side is KafkaStreamReader's, unchanged: epoch offsets, admission control, changes taken at micro-batch
+boundaries, the moves persisted in the graph at planning, the group's commits after each micro-batch. Only `read`
+differs: the executor's task reads its Kafka range itself, runs it through the stream's transformation into the
+sink (micro_batch.ShareWriter, exactly-once by the stored-offset compare-and-set) and yields one stats row. So the
+records stay in one Python worker from Kafka to the sink, as the backfill's tasks do (backfill.RangeLoader);
+nothing but the ranges (pickled input partitions) and the stats rows crosses into the JVM.
+
+The StreamWriting (transformation, sink, its credentials) travels as an attribute of a data source class made for
+the query (pickled by value with the class, as a foreachBatch function would be), never as an option: options
+show in query plans and logs.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from stream_registry.errors import ConfigError
+from stream_registry.graph.transform import Message
+
+from .kafka_source import KafkaDataSource
+from .micro_batch import SHARE_STATS, ShareWriter, StreamWriting
+from .range_plan import OffsetRange
+from .range_reader import RangeReader
+from .source_options import SHORT_NAME, SourceOptions, parse_source_options
+from .stream_reader import KafkaStreamReader
+
+
+class KafkaWritingSource(KafkaDataSource):
+    """The streaming source of one query (made by `writing_source`: `writing` and `tag` are set on a subclass)."""
+    writing: StreamWriting
+    tag: str = ""
+
+    @classmethod
+    def name(cls) -> str:
+        return f"{SHORT_NAME}_writing_{cls.tag}"
+
+    def schema(self) -> str:
+        parse_source_options(self.options, streaming=True)
+        return SHARE_STATS
+
+    def reader(self, schema: StructType):
+        raise ConfigError(f"{self.name()}: a stream's writing source has no batch read (use {SHORT_NAME})")
+
+    def streamReader(self, schema: StructType) -> KafkaWritingStreamReader:
+        return KafkaWritingStreamReader(parse_source_options(self.options, streaming=True), self.writing)
+
+
+class KafkaWritingStreamReader(KafkaStreamReader):
+    """KafkaStreamReader whose `read` (executor side) writes its range and yields one stats row."""
+
+    def __init__(self, options: SourceOptions, writing: StreamWriting):
+        super().__init__(options)
+        self.writing = writing
+
+    def read(self, partition: InputPartition) -> Iterator:
+        r = partition.value
+        if r is None:
+            return
+        o = self.options
+        with RangeReader(o.consumer_config(), fail_on_data_loss=o.fail_on_data_loss,
+                         poll_timeout_ms=o.poll_timeout_ms) as reader:
+            def read(piece: OffsetRange) -> Iterator[list[Message]]:
+                return ([Message.from_kafka(m) for m in batch] for batch in reader.messages(piece))
+
+            stats = ShareWriter(self.writing).write_range(r, read)
+        yield (r.topic, r.partition, stats["records"], stats["written"], stats["skipped"], stats["statements"])
+
+
+def writing_source(writing: StreamWriting) -> type[KafkaWritingSource]:
+    """A data source class for one query, carrying its StreamWriting."""
+    tag = uuid.uuid4().hex[:12]
+    return type(f"KafkaWritingSource_{tag}", (KafkaWritingSource,), {"writing": writing, "tag": tag})
+
+
+def register_writing_source(spark, writing: StreamWriting) -> str:
+    """Register a writing source for one query in this session; returns the format name to read."""
+    source = writing_source(writing)
+    spark.dataSource.register(source)
+    return source.name()
