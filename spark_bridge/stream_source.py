@@ -65,14 +65,38 @@ class KafkaWritingStreamReader(KafkaStreamReader):
         r = partition.value
         if r is None:
             return
-        o = self.options
-        with RangeReader(o.consumer_config(), fail_on_data_loss=o.fail_on_data_loss,
-                         poll_timeout_ms=o.poll_timeout_ms) as reader:
+        reader = _range_reader(self.options)
+        try:
             def read(piece: OffsetRange) -> Iterator[list[Message]]:
                 return ([Message.from_kafka(m) for m in batch] for batch in reader.messages(piece))
 
             stats = ShareWriter(self.writing).write_range(r, read)
+        except BaseException:
+            _drop_reader(reader)
+            raise
         yield (r.topic, r.partition, stats["records"], stats["written"], stats["skipped"], stats["statements"])
+
+
+# One consumer per source's settings in each Python worker, kept across its tasks (Spark reuses its Python
+# workers): a new consumer per task (connect, metadata, first fetch) cost a small micro-batch much of its time.
+_READERS: dict[tuple, RangeReader] = {}
+
+
+def _range_reader(o: SourceOptions) -> RangeReader:
+    key = (tuple(sorted((k, str(v)) for k, v in o.consumer_config().items())), o.fail_on_data_loss, o.poll_timeout_ms)
+    reader = _READERS.get(key)
+    if reader is None:
+        reader = _READERS[key] = RangeReader(o.consumer_config(), fail_on_data_loss=o.fail_on_data_loss,
+                                             poll_timeout_ms=o.poll_timeout_ms)
+    return reader
+
+
+def _drop_reader(reader: RangeReader) -> None:
+    """A read that failed: its consumer is closed and not reused (its state is unknown)."""
+    for key, cached in list(_READERS.items()):
+        if cached is reader:
+            del _READERS[key]
+    reader.close()
 
 
 def writing_source(writing: StreamWriting) -> type[KafkaWritingSource]:
