@@ -17,7 +17,7 @@ journals each committed transaction, and the script follows that journal.
 
     .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5]
     .venv/bin/python bench/offset_latency.py --trace     # also the running path hop by hop
-    .venv/bin/python bench/offset_latency.py --engine spark [--changes 10]   # a Spark stream instead (run_spark)
+    .venv/bin/python bench/offset_latency.py --engine spark   # a Spark stream instead (offset_latency_spark.py)
 
 Prints `ratio: X` = baseline median / running-path median, and whether the running path's median and p95
 (single stream and `tasks: 2`) are within the floors (10 ms, 15 ms).
@@ -238,12 +238,13 @@ def main(argv=None) -> int:
                              "offset change itself, not the time to re-read a long backlog")
     parser.add_argument("--trace", action="store_true", help="also time one running-path call hop by hop")
     parser.add_argument("--engine", choices=("host", "spark"), default="host",
-                        help="spark: the running path on a stream with `engine: spark` (local[2]) instead (run_spark)")
+                        help="spark: the running path on an `engine: spark` stream instead (offset_latency_spark)")
     args = parser.parse_args(argv)
     if args.changes < 1 or args.baseline_changes < 1 or not 1 < args.rewind < args.per_partition:
         parser.error("--changes and --baseline-changes must be >= 1, and 1 < --rewind < --per-partition")
     if args.engine == "spark":
-        return run_spark(args)
+        from offset_latency_spark import run_spark
+        return run_spark(args, sys.modules[__name__])
     rng = random.Random(7)
     end = args.per_partition
 
@@ -349,54 +350,6 @@ def main(argv=None) -> int:
         print(f"trace of the running path ({len(running)} calls; medians):")
         print(trace_table)
     print(f"ratio: {statistics.median(baseline) / statistics.median(running):.1f}")
-    return 0
-
-
-def run_spark(args) -> int:
-    """`--engine spark`: the running path on a stream with `engine: spark, spark.master: local[2]` (a Structured
-    Streaming query in the host's process, trigger `0 seconds`): CALL streams.set_stream_offset -> host -> the
-    change taken at the next micro-batch boundary (answered `applied` once that micro-batch is planned) -> the
-    first record at the target on every partition in the cypherl sink. The goal: one micro-batch interval plus
-    the call. No baseline and no tasks: 2 run (a Spark stream has neither)."""
-    rng = random.Random(7)
-    end = args.per_partition
-    with EmbeddedKafka(brokers=1) as cluster, tempfile.TemporaryDirectory(prefix="offset-latency-spark-") as tmp:
-        host = HostProcess(Path(tmp) / "state", log_path=Path(tmp) / "host.log",
-                           env={OUTPUT_DIRS_ENV: tmp, "PYTHONPATH": str(ROOT)}).spawn()
-        try:
-            cluster.create_topic(TOPIC, PARTITIONS, 1)
-            produce(cluster.bootstrap_servers, TOPIC, end * PARTITIONS, PARTITIONS, 100)
-            sink_path = Path(tmp) / "sink.cypherl"
-            tail = SinkTail(sink_path).start()
-            with QueryModule(STREAMS_MODULE, host.wait_ready(), token=host.token) as streams:
-                streams.call("create", STREAM, [TOPIC], cluster.bootstrap_servers, "", f"cypherl://{sink_path}",
-                             "", 1000, 100, {}, {}, "on-failure", {"engine": "spark", "spark.master": "local[2]"})
-                streams.call("start", STREAM)
-                tail.wait_end(end, 600)      # the session, the query and the backlog: its first micro-batches
-                running, returned = [], []
-                for _ in range(args.changes):
-                    offset = rng.randrange(end - args.rewind, end - 1)
-                    tail.arm(offset)
-                    started = time.perf_counter()
-                    rows = streams.call("set_stream_offset", STREAM, offset, 60000)
-                    returned.append(time.perf_counter() - started)
-                    if [r["status"] for r in rows] != ["applied"] * PARTITIONS:
-                        raise SystemExit(f"bench: set_stream_offset did not apply on every partition: {rows}")
-                    running.append(tail.wait_arrived(120) - started)
-                    tail.wait_end(end, 120)
-                streams.call("stop", STREAM)
-            tail.close()
-        finally:
-            code = host.stop()
-        if code != 0:
-            raise SystemExit(f"bench: the host exited with status {code} on SIGTERM; log:\n{host.log()[-2000:]}")
-    print(f"engine spark (local[2], trigger 0 seconds): targets among the last {args.rewind} offsets of each "
-          f"partition ({end} per partition, {PARTITIONS} partitions); load average {os.getloadavg()[0]:.2f}")
-    print(f"running path, CALL streams.set_stream_offset -> host -> applied at the next micro-batch -> first message "
-          f"at the new offset on every partition ({len(running)} changes): {summary(running)}")
-    print(f"  the call itself returned (applied: the new epoch's first micro-batch planned): {summary(returned)}")
-    print(f"  from the call's return to the first message at the new offset on every partition (that micro-batch "
-          f"run): {summary([r - c for r, c in zip(running, returned, strict=True)])}")
     return 0
 
 

@@ -4,7 +4,7 @@ The query reads the writing source (stream_source): each input partition is one 
 micro-batch, and its task reads the range from Kafka itself, transforms and writes it (`ShareWriter.write_range`)
 and yields one stats row (SHARE_STATS). Records never cross into the JVM (a Python -> JVM -> Python round trip
 per record cost more CPU than the transformation); only the ranges go out and the stats rows come back.
-`MicroBatchWriter` is the query's `foreachBatch` function: collecting the stats runs the micro-batch.
+The query's sink is `noop` (stream_query): running the micro-batch is all it does.
 
 Exactly-once (`exactly_once=True`, Bolt or cypherl): every write of `batch_size` records stores the
 partition's next offset in the same transaction (graph.offset_store), continuing from the stored offset it
@@ -60,21 +60,6 @@ class StreamWriting:
     loading: Loading
     stream: str
     exactly_once: bool = False
-
-
-class MicroBatchWriter:
-    """foreachBatch(df, batch_id) over the writing source (stream_source): collecting the micro-batch runs it,
-    so each input partition's task reads its range, transforms and writes it on the executor and sends back one
-    stats row (SHARE_STATS); only those rows reach the driver."""
-
-    def __init__(self, writing: StreamWriting):
-        self.writing = writing
-        self.batches: list[tuple[int, list]] = []   # driver-side record of (batch_id, stats rows), classic only
-
-    def __call__(self, df, batch_id: int) -> None:
-        rows = df.collect()
-        self.batches.append((batch_id, rows))
-        del self.batches[:-50]
 
 
 class ShareWriter:
