@@ -12,10 +12,11 @@ is best of each, as bench/tasks_scaling.py does):
   the moment its task holds partitions until the group's committed offsets cover every message);
 - spark: the query spark_bridge.stream_query starts (the mgstreams_kafka streaming reader; each input
   partition's task reads its Kafka range and writes it itself, stream_source) on a classic `local[2]` session,
-  maxOffsetsPerTrigger `--per-batch`, batch 500 within each partition's share; steady rate from the end of its
-  first micro-batch (session start and the first batch's warm-up excluded) until the group's committed offsets
-  (the reader commits them after each micro-batch) cover every message. The steady micro-batches' median time
-  and its parts (Spark's durationMs) are printed too.
+  maxOffsetsPerTrigger `--per-batch`, `--tasks` tasks per micro-batch (StreamWriting.tasks), batch 500 within
+  each partition's share; steady rate from the end of its first micro-batch (session start and the first
+  batch's warm-up excluded) until the group's committed offsets (the reader commits them after each
+  micro-batch) cover every message. The steady micro-batches' median time and its parts (Spark's durationMs)
+  are printed too.
 Prints both rates and `ratio: X` (spark / host; goal >= 1.6 on 2 cores).
 
 Latency: with the Spark stream idle, `--latency-records` records are produced one every `--gap-ms`, each holding
@@ -70,7 +71,7 @@ def spark_session(work: int):
 
 
 def spark_query(spark, bootstrap: str, topic: str, work_dir: Path, name: str, transform: str, sink: str,
-                per_batch: int):
+                per_batch: int, tasks: int | None = None):
     from spark_bridge.job import Loading
     from spark_bridge.micro_batch import StreamWriting
     from spark_bridge.stream_query import StreamQuery, start_stream_query
@@ -78,18 +79,19 @@ def spark_query(spark, bootstrap: str, topic: str, work_dir: Path, name: str, tr
     source = {"kafka.bootstrap.servers": bootstrap, "kafka.group.id": name, "subscribe": topic,
               "startingOffsets": "earliest", "controlDir": str(work_dir / name / "control"),
               "maxOffsetsPerTrigger": str(per_batch)}
-    return start_stream_query(spark, StreamQuery(source, StreamWriting(Loading(transform, (), sink, BATCH_SIZE), name),
+    writing = StreamWriting(Loading(transform, (), sink, BATCH_SIZE), name, tasks=tasks)
+    return start_stream_query(spark, StreamQuery(source, writing,
                                                  str(work_dir / name / "checkpoint"), name))
 
 
 def spark_rate(spark, bootstrap: str, topic: str, partitions: int, count: int, work_dir: Path, per_batch: int,
-               timeout_s: float, name: str) -> tuple[float, int, list[dict]]:
+               timeout_s: float, name: str, tasks: int | None) -> tuple[float, int, list[dict]]:
     """(steady seconds, messages in the steady window, the steady micro-batches' progress) of a Spark stream over
     the topic."""
     from stream_registry.kafka.queries import PartitionQuery
     from stream_registry.model import PartitionKey
 
-    query = spark_query(spark, bootstrap, topic, work_dir, name, "cpu_transform.busy", "null://", per_batch)
+    query = spark_query(spark, bootstrap, topic, work_dir, name, "cpu_transform.busy", "null://", per_batch, tasks)
     tps = [PartitionKey(topic, p) for p in range(partitions)]
     started = time.perf_counter()
     try:
@@ -119,7 +121,10 @@ def batch_line(batches: list[dict]) -> str:
         return "no steady micro-batch reported"
     def median(key: str) -> float:
         return statistics.median(b["durationMs"].get(key, 0) for b in batches)
-    rows = statistics.median(b["numInputRows"] for b in batches)
+    from spark_bridge.stream_offsets import offsets_read
+
+    rows = statistics.median(offsets_read(b["sources"][0]["startOffset"], b["sources"][0]["endOffset"]) or 0
+                             for b in batches)
     total, work = median("triggerExecution"), median("addBatch")
     return (f"{len(batches)} steady micro-batches of {rows:,.0f} records: median {total:,.0f} ms, of which addBatch "
             f"(the executors' read+transform+write) {work:,.0f} ms, the rest (planning, offset and commit logs) "
@@ -174,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=6, help="partitions (default 6)")
     parser.add_argument("--work", type=int, default=3000, help="the transformation's steps per message")
     parser.add_argument("--per-batch", type=int, default=12_000, help="maxOffsetsPerTrigger (default 12000)")
+    parser.add_argument("--tasks", type=int, default=2, help="Spark tasks per micro-batch, each writing several "
+                                                             "partitions' ranges (default 2, local[2]'s cores; 0: one "
+                                                             "task per partition)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of both, host then Spark; best of each "
                                                                "(default 2)")
     parser.add_argument("--latency-records", type=int, default=100, help="records of the latency run (default 100)")
@@ -216,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{host_rates[-1]:9,.0f} msgs/s ({cores:.2f} cores); load average "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
                     window, messages, batches = spark_rate(spark, bootstrap, topic, partitions, count, work_dir,
-                                                           args.per_batch, max(600.0, count / 50), f"spark_rate_r{i}")
+                                                           args.per_batch, max(600.0, count / 50), f"spark_rate_r{i}",
+                                                           args.tasks or None)
                     spark_rates.append(messages / window)
                     print(f"  round {i} spark local[2]: steady {window:6.2f} s over {messages:,} messages "
                           f"{spark_rates[-1]:9,.0f} msgs/s; load average {os.getloadavg()[0]:.2f}\n"

@@ -56,10 +56,13 @@ class GraphOffsets:
 @dataclass(frozen=True)
 class StreamWriting:
     """What each micro-batch does: the stream's Loading (transformation, sink, batch size, writers, formats),
-    and for exactly-once the name its offsets are stored under."""
+    and for exactly-once the name its offsets are stored under. `tasks`: at most this many Spark tasks per
+    micro-batch, each writing several Kafka partitions' ranges one after the other (None: one task per range);
+    the executors' cores is the natural value (fewer tasks to schedule, one wave)."""
     loading: Loading
     stream: str
     exactly_once: bool = False
+    tasks: int | None = None
 
 
 class ShareWriter:

@@ -18,7 +18,7 @@ show in query plans and logs.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
@@ -61,20 +61,45 @@ class KafkaWritingStreamReader(KafkaStreamReader):
         super().__init__(options)
         self.writing = writing
 
-    def read(self, partition: InputPartition) -> Iterator:
-        r = partition.value
-        if r is None:
-            return
-        reader = _range_reader(self.options)
-        try:
-            def read(piece: OffsetRange) -> Iterator[list[Message]]:
-                return ([Message.from_kafka(m) for m in batch] for batch in reader.messages(piece))
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """KafkaStreamReader's planning (the moves persisted, the changes answered), its ranges grouped into at
+        most `writing.tasks` input partitions of about equal size."""
+        ranges = [p.value for p in super().partitions(start, end) if p.value is not None]
+        tasks = self.writing.tasks
+        if not tasks or len(ranges) <= tasks:
+            return [RangeGroup((r,)) for r in ranges]
+        groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+        for r in sorted(ranges, key=lambda r: r.until_offset - r.from_offset, reverse=True):
+            min(groups, key=lambda g: sum(x.until_offset - x.from_offset for x in g)).append(r)
+        return [RangeGroup(tuple(g)) for g in groups if g]
 
-            stats = ShareWriter(self.writing).write_range(r, read)
-        except BaseException:
-            _drop_reader(reader)
-            raise
-        yield (r.topic, r.partition, stats["records"], stats["written"], stats["skipped"], stats["statements"])
+    def read(self, partition: InputPartition) -> Iterator:
+        """Each range of the input partition read, transformed and written (executor side); one stats row each."""
+        ranges = partition.value if isinstance(partition, RangeGroup) else (partition.value,)
+        for r in ranges:
+            if r is None:
+                continue
+            reader = _range_reader(self.options)
+            try:
+                stats = ShareWriter(self.writing).write_range(r, reader_messages(reader))
+            except BaseException:
+                _drop_reader(reader)
+                raise
+            yield (r.topic, r.partition, stats["records"], stats["written"], stats["skipped"], stats["statements"])
+
+
+def reader_messages(reader: RangeReader):
+    """A range's records as batches of Messages, read with `reader`."""
+    def read(piece: OffsetRange) -> Iterator[list[Message]]:
+        return ([Message.from_kafka(m) for m in batch] for batch in reader.messages(piece))
+    return read
+
+
+class RangeGroup(InputPartition):
+    """The Kafka partition ranges one task writes, in order; `value` is the tuple of OffsetRanges."""
+
+    def __init__(self, value: tuple[OffsetRange, ...]):
+        super().__init__(value)
 
 
 # One consumer per source's settings in each Python worker, kept across its tasks (Spark reuses its Python
