@@ -160,6 +160,17 @@ def ranges_between(start: StreamOffset, end: StreamOffset) -> list[OffsetRange]:
     return out
 
 
+def group_ranges(ranges: Sequence[OffsetRange], tasks: int | None) -> list[tuple[OffsetRange, ...]]:
+    """A micro-batch's ranges as at most `tasks` groups of about equal size (largest first into the smallest
+    group), one Spark task each; None or enough tasks: one range per group, in order."""
+    if not tasks or len(ranges) <= tasks:
+        return [(r,) for r in ranges]
+    groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    for r in sorted(ranges, key=lambda r: r.size, reverse=True):
+        min(groups, key=lambda g: sum(x.size for x in g)).append(r)
+    return [tuple(g) for g in groups if g]
+
+
 def offsets_read(start: object, end: object) -> int | None:
     """How many offsets the micro-batch from `start` to `end` read (a progress report's startOffset/endOffset,
     JSON text or parsed; None when either is missing or not this source's). The query's rows are one stats row

@@ -31,6 +31,7 @@ from .micro_batch import SHARE_STATS, ShareWriter, StreamWriting
 from .range_plan import OffsetRange
 from .range_reader import RangeReader
 from .source_options import SHORT_NAME, SourceOptions, parse_source_options
+from .stream_offsets import group_ranges
 from .stream_reader import KafkaStreamReader
 
 
@@ -65,13 +66,7 @@ class KafkaWritingStreamReader(KafkaStreamReader):
         """KafkaStreamReader's planning (the moves persisted, the changes answered), its ranges grouped into at
         most `writing.tasks` input partitions of about equal size."""
         ranges = [p.value for p in super().partitions(start, end) if p.value is not None]
-        tasks = self.writing.tasks
-        if not tasks or len(ranges) <= tasks:
-            return [RangeGroup((r,)) for r in ranges]
-        groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
-        for r in sorted(ranges, key=lambda r: r.until_offset - r.from_offset, reverse=True):
-            min(groups, key=lambda g: sum(x.until_offset - x.from_offset for x in g)).append(r)
-        return [RangeGroup(tuple(g)) for g in groups if g]
+        return [RangeGroup(group) for group in group_ranges(ranges, self.writing.tasks)]
 
     def read(self, partition: InputPartition) -> Iterator:
         """Each range of the input partition read, transformed and written (executor side); one stats row each."""
