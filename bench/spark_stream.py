@@ -85,9 +85,9 @@ def spark_query(spark, bootstrap: str, topic: str, work_dir: Path, name: str, tr
 
 
 def spark_rate(spark, bootstrap: str, topic: str, partitions: int, count: int, work_dir: Path, per_batch: int,
-               timeout_s: float, name: str, tasks: int | None) -> tuple[float, int, list[dict]]:
-    """(steady seconds, messages in the steady window, the steady micro-batches' progress) of a Spark stream over
-    the topic."""
+               timeout_s: float, name: str, tasks: int | None) -> tuple[float, int, list[dict], float]:
+    """(steady seconds, messages in the steady window, the steady micro-batches' progress, the cores its
+    processes used in that window: the JVM and its Python workers) of a Spark stream over the topic."""
     from stream_registry.kafka.queries import PartitionQuery
     from stream_registry.model import PartitionKey
 
@@ -102,17 +102,27 @@ def spark_rate(spark, bootstrap: str, topic: str, partitions: int, count: int, w
                 if query.exception() is not None:
                     raise SystemExit(f"bench: the Spark stream failed: {query.exception()}")
                 if steady_at is None and done > 0:
-                    steady_at, steady_from = time.perf_counter(), done
+                    steady_at, steady_from, cpu_from = time.perf_counter(), done, spark_cpu(spark)
                 if done >= count:
                     if steady_at is None or steady_from >= count:
                         raise SystemExit("bench: the first micro-batch took every message: give it more --messages")
                     batches = [p for p in query.recentProgress if p["numInputRows"]][1:]
-                    return time.perf_counter() - steady_at, count - steady_from, batches
+                    window = time.perf_counter() - steady_at
+                    return window, count - steady_from, batches, (spark_cpu(spark) - cpu_from) / window
                 if time.perf_counter() - started > timeout_s:
                     raise SystemExit(f"bench: the Spark stream is stuck at {done}/{count} after {timeout_s:.0f} s")
                 time.sleep(POLL_S)
     finally:
         query.stop()
+
+
+def spark_cpu(spark) -> float:
+    """CPU seconds so far of the session's JVM (driver and executors: local mode) and its Python workers."""
+    import psutil
+    import tasks_scaling
+
+    jvm = psutil.Process(spark.sparkContext._gateway.proc.pid)
+    return tasks_scaling.cpu_of([jvm.pid, *(child.pid for child in jvm.children(recursive=True))])
 
 
 def batch_line(batches: list[dict]) -> str:
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     count, partitions = args.messages, args.partitions
     host_rates: list[float] = []
     spark_rates: list[float] = []
+    host_cpu: list[float] = []     # CPU seconds per message, each round
+    spark_cpu_: list[float] = []
     print(f"spark stream: {count:,} messages x {SIZE} B over {partitions} partitions, embedded cluster, sink null://, "
           f"transform cpu_transform.busy ({args.work} steps per message); {os.cpu_count()} cores, load average "
           f"{os.getloadavg()[0]:.2f} at start", flush=True)
@@ -220,15 +232,17 @@ def main(argv: list[str] | None = None) -> int:
                     _wall, window, messages, cores = tasks_scaling.run(client, bootstrap, f"host_tasks1_r{i}", 1,
                                                                        partitions, count, max(300.0, count / 100))
                     host_rates.append(messages / window)
+                    host_cpu.append(cores * window / messages)
                     print(f"  round {i} host tasks 1: steady {window:6.2f} s over {messages:,} messages "
                           f"{host_rates[-1]:9,.0f} msgs/s ({cores:.2f} cores); load average "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
-                    window, messages, batches = spark_rate(spark, bootstrap, topic, partitions, count, work_dir,
+                    window, messages, batches, spark_cores = spark_rate(spark, bootstrap, topic, partitions, count, work_dir,
                                                            args.per_batch, max(600.0, count / 50), f"spark_rate_r{i}",
                                                            args.tasks or None)
                     spark_rates.append(messages / window)
+                    spark_cpu_.append(spark_cores * window / messages)
                     print(f"  round {i} spark local[2]: steady {window:6.2f} s over {messages:,} messages "
-                          f"{spark_rates[-1]:9,.0f} msgs/s; load average {os.getloadavg()[0]:.2f}\n"
+                          f"{spark_rates[-1]:9,.0f} msgs/s ({spark_cores:.2f} cores); load average {os.getloadavg()[0]:.2f}\n"
                           f"    {batch_line(batches)}", flush=True)
                     print(f"  round {i} ratio: {spark_rates[-1] / host_rates[-1]:.2f}", flush=True)
                 client.close()
@@ -245,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"host tasks 1 rate: {host_rate:12,.0f} msgs/s steady (best of {args.rounds})")
     print(f"spark local[2] rate: {spark_rate_:10,.0f} msgs/s steady (best of {args.rounds})")
     print(f"ratio: {ratio:.2f}  (spark local[2] / host tasks 1; goal {GOAL}: {'ok' if ratio >= GOAL else 'BELOW GOAL'})")
+    host_cost, spark_cost = min(host_cpu) * 1e3, min(spark_cpu_) * 1e3
+    print(f"CPU per message (best round): host {host_cost:.3f} ms, spark {spark_cost:.3f} ms (JVM and Python "
+          f"workers); with two free cores for Spark and one for the host, that is {2 * host_cost / spark_cost:.2f}x "
+          f"(a projection from CPU cost, not a measured rate)")
     ms = sorted(s * 1000 for s in seconds)
     print(f"micro-batch latency (produced -> in the sink, {len(ms)} records, one every {args.gap_ms:g} ms): "
           f"median {statistics.median(ms):.0f} ms, p95 {ms[int(0.95 * (len(ms) - 1))]:.0f} ms; load average "
