@@ -1,12 +1,13 @@
 """The Bolt client's cost per row: what the neo4j driver spends packing an UNWIND batch's rows (PackStream, the
-Memgraph path: parameters go as Bolt values), with its Rust extension (`neo4j-rust-ext`) when that is installed,
-and what mgstreams spends rendering the same rows as FalkorDB's literals (the falkordb path: parameters in the
-query text). Imports only the driver (and, when importable, mgstreams' renderer), so it runs in a bare
-virtualenv too:
+Memgraph path: parameters go as Bolt values), with and without its Rust extension (`neo4j-rust-ext`, a
+dependency of mgstreams, pinned with the driver: pyproject.toml), and what mgstreams spends rendering the same rows
+as FalkorDB's literals (the falkordb path: parameters in the query text). Imports only the driver (and, when
+importable, mgstreams' renderer), so it runs in a bare virtualenv too:
 
     .venv/bin/python bench/bolt_driver_cost.py
-    python -m venv /tmp/rust && /tmp/rust/bin/pip install neo4j==5.28.2 neo4j-rust-ext==5.28.2.1 \\
-        && /tmp/rust/bin/python bench/bolt_driver_cost.py            # the same, with the extension
+
+Both driver figures come from one process: the driver's pure-Python packer (`Packer._py_pack`, what it runs
+without the extension) and its packer as loaded (the extension's, when it is installed).
 
 The rows are the built-in merge_messages' (topic, partition, offset, a 200-byte payload, key, timestamp).
 """
@@ -45,11 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     def pack(batch) -> None:
         v1.Packer(v1.PackableBuffer()).pack({"mgstreams_rows": batch})
 
+    def pack_python(batch) -> None:
+        packer = v1.Packer(v1.PackableBuffer())
+        packer._py_pack({"mgstreams_rows": batch}, packer._inject_hooks())
+
     batch = rows()
     rust = v1._rust_pack is not None
     print(f"neo4j {neo4j.__version__}, Rust extension {'loaded' if rust else 'not installed'}; "
           f"{ROWS} rows a batch, best of {ROUNDS}")
-    print(f"driver (PackStream, the memgraph engine's parameters): {best_us_per_row(pack, batch):.2f} us/row")
+    python_us = best_us_per_row(pack_python, batch)
+    print(f"driver (PackStream, the memgraph engine's parameters), pure Python: {python_us:.2f} us/row")
+    if rust:
+        rust_us = best_us_per_row(pack, batch)
+        print(f"driver (PackStream, the memgraph engine's parameters), neo4j-rust-ext: {rust_us:.2f} us/row "
+              f"({python_us / rust_us:.0f}x faster)")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
         from stream_registry.graph.sinks.bolt_driver import inline_parameters

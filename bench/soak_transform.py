@@ -27,6 +27,18 @@ transaction committed).
 
 One stream (one poll thread) per topic reads its control file, so the read,
 decrement and rewrite need no lock.
+
+A topic named in `$SOAK_GRAPH_TOPICS` (the tasks stream's, written to a real
+FalkorDB server, which has no transactions) gets an idempotent statement
+instead (GRAPH_QUERY): one node per message, MERGEd on (topic, partition,
+offset), whose `batches` list gains the batch's tag unless it holds it. Applying
+a statement again changes nothing (the sink's retry of a batch cut short, the
+stated limit of exactly-once on FalkorDB); a delivery by another batch (a
+re-delivery) adds its tag, so the graph keeps every delivery in order. The tag
+there is `<pid>-<call>-<wall clock ns>`: the oracle orders deliveries by that
+clock (a graph has no file order). A refused batch's failing statement goes
+first there, so the refusal leaves nothing (FalkorDB applies the statements
+before a failing one).
 """
 from __future__ import annotations
 
@@ -37,9 +49,13 @@ import threading
 import time
 
 CONTROL_ENV = "SOAK_CONTROL_DIR"
+GRAPH_TOPICS_ENV = "SOAK_GRAPH_TOPICS"   # comma-separated: topics whose stream writes to the graph server
 SINK_DIR_ENV = "SOAK_SINK_DIR"
 KILL_WATCH_S = 10.0   # a batch that never reaches the file (it failed) does not kill anything
 QUERY = "CREATE (:SoakMsg {topic: $topic, partition: $partition, offset: $offset, seq: $seq, batch: $batch})"
+GRAPH_QUERY = ("MERGE (m:SoakMsg {topic: $topic, partition: $partition, offset: $offset}) SET m.seq = $seq, "
+               "m.batches = CASE WHEN m.batches IS NULL THEN [$batch] WHEN $batch IN m.batches THEN m.batches "
+               "ELSE m.batches + [$batch] END")
 REFUSAL_MARKER = "soak-refused-by-sink"     # the Bolt stand-in refuses a statement holding it (MGCLIENT_STANDIN_REJECT)
 # a cypherl sink refuses it for the parameter it is not given, the Bolt stand-in for the marker (as Memgraph
 # refuses a statement naming a parameter it is not given)
@@ -50,23 +66,28 @@ _calls = itertools.count(1)
 
 def record(messages):
     """Memgraph-style transformation: messages -> [{"query", "parameters"}]."""
-    batch = f"{os.getpid()}-{next(_calls)}"
     count = messages.total_messages()
     if not count:
         return []
-    injected = _take_fault(messages.message_at(0).topic_name())
+    topic = messages.message_at(0).topic_name()
+    graph = topic in os.environ.get(GRAPH_TOPICS_ENV, "").split(",")
+    batch = f"{os.getpid()}-{next(_calls)}" + (f"-{time.time_ns()}" if graph else "")
+    injected = _take_fault(topic)
     if injected == "transform":
         raise RuntimeError("soak: injected transformation failure")
     if injected == "kill":
-        _kill_after_append(messages.message_at(0).topic_name())
+        _kill_after_append(topic)
     out = []
     for i in range(count):
         m = messages.message_at(i)
-        out.append({"query": QUERY, "parameters": {"topic": m.topic_name(), "partition": m.partition(),
-                                                   "offset": m.offset(), "seq": _seq(m.payload()),
-                                                   "batch": batch}})
+        out.append({"query": GRAPH_QUERY if graph else QUERY,
+                    "parameters": {"topic": m.topic_name(), "partition": m.partition(), "offset": m.offset(),
+                                   "seq": _seq(m.payload()), "batch": batch}})
     if injected == "sink":
-        out.append(REFUSED_BY_SINK)
+        if graph:
+            out.insert(0, REFUSED_BY_SINK)
+        else:
+            out.append(REFUSED_BY_SINK)
     return out
 
 

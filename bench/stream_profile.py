@@ -20,9 +20,10 @@ nothing):
 - commit: the synchronous commit of the batch's next offsets;
 - loop (rest): everything else on the poll thread (control requests, stats, the loop itself).
 
-Printed: per stage, microseconds per message and its share, then the poll thread's CPU time and the whole
-process's CPU time per message (time.thread_time / resource.getrusage: much less sensitive to a loaded
-machine than wall time). With `--cprofile N` a second pass runs under cProfile (which slows every Python call:
+Printed: per stage, microseconds per message and its share, and the poll thread's CPU time in it per message
+(time.thread_time around the same calls: the column least touched by a loaded machine); then the poll
+thread's and the whole process's CPU time per message (time.thread_time / resource.getrusage), and the
+machine's load average (1 minute) at the start and the end of the pass. With `--cprofile N` a second pass runs under cProfile (which slows every Python call:
 read it for which functions, not for how long) and prints its top N by own time.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ import argparse
 import cProfile
 import io
 import multiprocessing
+import os
 import pstats
 import resource
 import sys
@@ -60,17 +62,19 @@ class Timers:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)   # the poll thread's CPU time in each stage
         self.messages = 0
 
     def timed(self, stage: str, fn):
-        seconds = self.seconds
+        seconds, cpu = self.seconds, self.cpu
 
         def run(*args, **kwargs):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 seconds[stage] += time.perf_counter() - started
+                cpu[stage] += time.thread_time() - cpu_started
         run.__wrapped__ = fn
         return run
 
@@ -174,7 +178,7 @@ def _run_child(bootstrap: str, count: int, transform: str, sink_uri: str, group:
                 run()
         finally:
             timers.seconds["loop"] += time.perf_counter() - started
-            counted["thread_cpu"] = time.thread_time() - cpu0
+            counted["thread_cpu"] = timers.cpu["loop"] = time.thread_time() - cpu0
     worker._run = poll_thread
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     worker.start()
@@ -185,7 +189,7 @@ def _run_child(bootstrap: str, count: int, transform: str, sink_uri: str, group:
     worker.stop()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     sink.close()
-    result = {"seconds": dict(timers.seconds), "messages": counted["n"], "elapsed": elapsed,
+    result = {"seconds": dict(timers.seconds), "cpu": dict(timers.cpu), "messages": counted["n"], "elapsed": elapsed,
               "thread_cpu": counted["thread_cpu"],
               "process_cpu": (usage.ru_utime + usage.ru_stime) - (usage0.ru_utime + usage0.ru_stime)}
     if profiler is not None:
@@ -196,21 +200,23 @@ def _run_child(bootstrap: str, count: int, transform: str, sink_uri: str, group:
 
 
 def run_child(*args) -> dict:
+    load = os.getloadavg()
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
-        return child.submit(_run_child, *args).result()
+        return {**child.submit(_run_child, *args).result(), "load": load}
 
 
 def print_table(result: dict) -> None:
     n = result["messages"]
-    table = _table(result["seconds"])
-    total = sum(table.values())
-    print(f"{'stage':<20} {'us/msg':>8} {'share':>7}")
+    table, cpu = _table(result["seconds"]), _table(result["cpu"])
+    total, cpu_total = sum(table.values()), sum(cpu.values())
+    print(f"{'stage':<20} {'us/msg':>8} {'share':>7} {'cpu us/msg':>11}")
     for stage in STAGES:
-        print(f"{stage:<20} {table[stage] / n * 1e6:8.2f} {table[stage] / total:7.1%}")
-    print(f"{'total (poll thread)':<20} {total / n * 1e6:8.2f}")
+        print(f"{stage:<20} {table[stage] / n * 1e6:8.2f} {table[stage] / total:7.1%} {cpu[stage] / n * 1e6:11.2f}")
+    print(f"{'total (poll thread)':<20} {total / n * 1e6:8.2f} {'':>7} {cpu_total / n * 1e6:11.2f}")
     print(f"messages {n:,} in {result['elapsed']:.2f} s: {n / result['elapsed']:,.0f} msgs/s; cpu per message: "
           f"poll thread {result['thread_cpu'] / n * 1e6:.2f} us, whole process (librdkafka's threads too) "
-          f"{result['process_cpu'] / n * 1e6:.2f} us")
+          f"{result['process_cpu'] / n * 1e6:.2f} us; load average {result['load'][0]:.2f} -> "
+          f"{os.getloadavg()[0]:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

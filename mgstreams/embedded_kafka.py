@@ -62,6 +62,14 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "rd_kafka_mock_partition_set_leader": ([vp, ctypes.c_char_p, i32, i32], ctypes.c_int),
         "rd_kafka_mock_coordinator_set": ([vp, ctypes.c_char_p, ctypes.c_char_p, i32], ctypes.c_int),
         "rd_kafka_err2name": ([ctypes.c_int], ctypes.c_char_p),
+        "rd_kafka_mock_broker_set_rtt": ([vp, i32, ctypes.c_int], ctypes.c_int),
+        "rd_kafka_mock_start_request_tracking": ([vp], None),
+        "rd_kafka_mock_stop_request_tracking": ([vp], None),
+        "rd_kafka_mock_clear_requests": ([vp], None),
+        "rd_kafka_mock_get_requests": ([vp, ctypes.POINTER(sz)], ctypes.POINTER(vp)),
+        "rd_kafka_mock_request_api_key": ([vp], i16),
+        "rd_kafka_mock_request_id": ([vp], i32),
+        "rd_kafka_mock_request_destroy_array": ([ctypes.POINTER(vp), sz], None),
     }
     for name, (args, res) in sigs.items():
         fn = getattr(lib, name)
@@ -169,9 +177,45 @@ class EmbeddedKafka:
         arr = (ctypes.c_int * len(errors))(*errors)
         self._lib.rd_kafka_mock_push_request_errors_array(self._live(), key, len(errors), arr)
 
+    def delay_responses(self, broker_id: int, api: str | int, delay_ms: int, count: int = 1) -> None:
+        """Answer the next `count` requests of `api` to broker `broker_id` (without an error) only `delay_ms` after
+        they arrive: a request in flight for as long as a test needs."""
+        key = API_KEYS[api] if isinstance(api, str) else api
+        pairs = [ctypes.c_int(value) for _ in range(count) for value in (0, delay_ms)]   # (error, rtt) each
+        push = self._lib.rd_kafka_mock_broker_push_request_error_rtts   # variadic: the arguments typed one by one
+        push.restype = ctypes.c_int
+        self._check(push(ctypes.c_void_p(self._live()), ctypes.c_int32(broker_id), ctypes.c_int16(key),
+                         ctypes.c_size_t(count), *pairs), f"delay {api} on broker {broker_id}")
+
+    def track_requests(self, on: bool = True) -> None:
+        """Record the requests the brokers receive from now on (`on=False`: stop, and forget those recorded)."""
+        if on:
+            self._lib.rd_kafka_mock_clear_requests(self._live())
+            self._lib.rd_kafka_mock_start_request_tracking(self._live())
+        else:
+            self._lib.rd_kafka_mock_stop_request_tracking(self._live())
+            self._lib.rd_kafka_mock_clear_requests(self._live())
+
+    def requests_received(self, api: str | int) -> list[int]:
+        """The brokers (ids) that received a request of `api` since track_requests(), in order."""
+        key = API_KEYS[api] if isinstance(api, str) else api
+        count = ctypes.c_size_t(0)
+        requests = self._lib.rd_kafka_mock_get_requests(self._live(), ctypes.byref(count))
+        try:
+            return [self._lib.rd_kafka_mock_request_id(requests[i]) for i in range(count.value)
+                    if self._lib.rd_kafka_mock_request_api_key(requests[i]) == key]
+        finally:
+            if requests:
+                self._lib.rd_kafka_mock_request_destroy_array(requests, count.value)
+
     def clear_request_errors(self, api: str | int) -> None:
         key = API_KEYS[api] if isinstance(api, str) else api
         self._lib.rd_kafka_mock_clear_request_errors(self._live(), key)
+
+    def set_rtt(self, broker_id: int, rtt_ms: int) -> None:
+        """Delay every answer of broker `broker_id` by `rtt_ms` (0: none): a slow cluster, deterministically."""
+        self._check(self._lib.rd_kafka_mock_broker_set_rtt(self._live(), broker_id, rtt_ms),
+                    f"broker {broker_id} rtt")
 
     def set_initial_rebalance_delay(self, delay_ms: int) -> None:
         self._lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self._live(), delay_ms)

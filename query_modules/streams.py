@@ -332,21 +332,22 @@ def history(name: str) -> mgp.Record(change_id=int, changed_at=mgp.LocalDateTime
 
 
 @mgp.read_proc
-def lag(name: str) -> mgp.Record(topic=str, partition=int, lag=int, lag_seconds=mgp.Nullable[float], status=str,
-                                 message=str):
-    """Per partition, from the host's last sample: lag in offsets, lag_seconds (age of the oldest unprocessed
-    message: from its timestamp, else extrapolated), and Burrow's verdict as status (OK, WARN, STALL, STOP,
-    REWIND) with the reason; a rewind made through set_stream_offset names its change id."""
+def lag(name: str) -> mgp.Record(topic=str, partition=int, lag=mgp.Nullable[int], lag_seconds=mgp.Nullable[float],
+                                 status=str, message=str):
+    """Per partition, from the host's last sample: lag in offsets (null while not known: its cluster cannot be
+    reached), lag_seconds (age of the oldest unprocessed message: from its timestamp, else extrapolated), and
+    Burrow's verdict as status (OK, WARN, STALL, STOP, REWIND) with the reason; a rewind made through
+    set_stream_offset names its change id."""
     return [mgp.Record(topic=p["topic"], partition=p["partition"], lag=p["lag"], lag_seconds=p["lag_seconds"],
                        status=p["status"], message=p.get("message") or "")
             for p in _host("GET", _stream(name, "/lag"))["partitions"]]
 
 
 @mgp.read_proc
-def health() -> mgp.Record(name=str, status=str, total_lag=int, max_lag_seconds=mgp.Nullable[float],
+def health() -> mgp.Record(name=str, status=str, total_lag=mgp.Nullable[int], max_lag_seconds=mgp.Nullable[float],
                            records_per_second=float):
-    """Every stream's lag verdict (its worst partition's: OK, WARN, STALL, STOP, REWIND), total lag, the largest
-    lag in seconds and the offsets it committed per second over the last samples."""
+    """Every stream's lag verdict (its worst partition's: OK, WARN, STALL, STOP, REWIND), total lag (null while not
+    known), the largest lag in seconds and the offsets it committed per second over the last samples."""
     return [mgp.Record(name=s["name"], status=s["status"], total_lag=s["total_lag"],
                        max_lag_seconds=s["max_lag_seconds"], records_per_second=float(s["records_per_second"]))
             for s in _host("GET", "/lag")]

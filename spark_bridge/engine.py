@@ -1,12 +1,16 @@
 """Which engine runs a backfill: Spark, or the local engine in this process.
 
 `--engine auto` (the default) estimates both from the plan before starting
-anything: the plan's offsets are the work (an upper bound on records), the
-local engine does it at `local_rate`, and Spark does it faster by the workers
-it can run at once, after paying its start (a new session and its Python
-workers: about 11 s on 2 cores here; little for a Spark Connect server that is
-already up, or for a session this process already has). The cheaper estimate
-wins. Plain Python: `spark_installed()` looks for pyspark without importing it.
+anything: the plan's offsets are the work (an upper bound on records). Each
+engine's estimate is what it measurably cost here (engine_costs: the backfills
+run before, kept in the state directory: a fixed part, Spark's session start
+and a rate, per engine, Spark target and transformation). An engine never run
+here is estimated from CostModel's constants until its first run: the local
+engine at `local_rate`, Spark faster by the workers it can run at once, after
+paying its start (a new session and its Python workers: about 11 s on 2 cores;
+little for a Spark Connect server that is already up, or for a session this
+process already has). The cheaper estimate wins. Plain Python:
+`spark_installed()` looks for pyspark without importing it.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from urllib.parse import urlsplit
 from stream_registry.errors import ConfigError
 from stream_registry.redaction import MASK
 
+from .engine_costs import MeasuredCosts
 from .range_plan import RangePlan
 
 SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
@@ -85,7 +90,8 @@ class SparkTarget:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Rates measured on this project's 2-core machines (bench/backfill_throughput.py)."""
+    """The estimate before an engine's first measured run here (engine_costs): rates measured once on this
+    project's 2-core machines (bench/backfill_throughput.py)."""
     local_rate: float = 130_000.0           # records/s of one process (light transformation, 200 B messages)
     worker_efficiency: float = 0.7          # each worker beyond the first adds this share of local_rate
     local_start: float = 0.1                # one consumer, the transformation loaded
@@ -173,8 +179,11 @@ def estimate_spark(records: int, ranges: int, target: SparkTarget, model: CostMo
 
 def choose_engine(requested: Engine | str, range_plan: RangePlan, target: SparkTarget,
                   model: CostModel = CostModel(), *, spark_available: bool | None = None,
-                  cores: int | None = None) -> EngineChoice:
-    """The engine to run `range_plan` with; `spark` is checked to be installed (SparkUnavailable)."""
+                  cores: int | None = None, costs: MeasuredCosts | None = None,
+                  transform: str = "") -> EngineChoice:
+    """The engine to run `range_plan` with; `spark` is checked to be installed (SparkUnavailable). `costs`:
+    what the engines measurably cost here (engine_costs), for `transform`; without them, or for an engine they
+    never saw, the model's constants."""
     requested = Engine.parse(requested)
     records, ranges = range_plan.total_offsets, len(range_plan.ranges)
     if requested is Engine.LOCAL:
@@ -183,12 +192,25 @@ def choose_engine(requested: Engine | str, range_plan: RangePlan, target: SparkT
         require_spark(connect=target.connect)
         return EngineChoice(Engine.SPARK, requested, f"asked for (--engine spark, {target.description})", records)
     available = not missing_spark_modules(target.connect) if spark_available is None else spark_available
-    local = estimate_local(records, model)
+    costs = costs or MeasuredCosts(None)
+    measured_local = costs.fitted(Engine.LOCAL.value, "", transform, model.local_start)
+    local = measured_local.seconds(records) if measured_local else estimate_local(records, model)
     if not available:
         return EngineChoice(Engine.LOCAL, requested, f"auto: Spark is not installed ({SPARK_EXTRA} gives it)",
                             records, local)
-    spark = estimate_spark(records, ranges, target, model, cores)
+    workers = max(1, min(target.workers, ranges or 1))
+    measured_spark = costs.fitted(Engine.SPARK.value, target.description, transform,
+                                  math.ceil(ranges / workers) * model.task_start if ranges else 0.0)
+    spark = measured_spark.seconds(records) if measured_spark else estimate_spark(records, ranges, target, model,
+                                                                                  cores)
+    start = measured_spark.start if measured_spark else target.startup_seconds
     engine = Engine.SPARK if spark < local else Engine.LOCAL
-    reason = (f"auto: {records} offset(s) in {ranges} range(s): local ≈ {local:.1f} s, spark "
-              f"{target.description} ≈ {spark:.1f} s ({target.startup_seconds:.0f} s to start)")
+    reason = (f"auto: {records} offset(s) in {ranges} range(s): local ≈ {local:.1f} s ({_basis(measured_local)}), "
+              f"spark {target.description} ≈ {spark:.1f} s ({start:.0f} s to start; {_basis(measured_spark)})")
     return EngineChoice(engine, requested, reason, records, local, spark)
+
+
+def _basis(fitted) -> str:
+    if fitted is None:
+        return "not run here yet: the model's constants"
+    return f"measured: {fitted.runs} run(s) here, {fitted.rate:,.0f} records/s"

@@ -7,8 +7,16 @@ The registry keeps the stream's definition, history and control calls; this runn
   the target, and the reader's answer comes back as GateEvents (PERSISTED per partition, SUPERSEDED where a
   later change of the same micro-batch moved it);
 - `cancel_pending` withdraws the changes the reader has not taken; a taken one will be applied and is not
-  reported cancelled;
-- a query that fails is the stream's error (on_status ERROR with Spark's message).
+  reported cancelled; a revert (`supersedes`) withdraws the moves of the change it reverts the same way, and
+  reports them superseded;
+- a query that fails is the stream's error (on_status ERROR with Spark's message);
+- where a (re)started query resumes elsewhere than the group's committed offsets (the checkpoint wins) or the
+  graph's stored ones (exactly-once: the graph wins), the reader's note becomes a `realigned` history row saying
+  from where to where and why (on_realign), so a resume point is never silent.
+
+Where a stream starts the first time (no checkpoint) is the backfill hand-off's resume point
+(stream_registry.resume_point): a pending change, else the graph's stored offsets (exactly-once, else the log
+start), else the group's committed offsets, else auto.offset.reset.
 
     engines={"spark": spark_engine(spark_session, work_dir, state_dir)}
 """
@@ -18,14 +26,14 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from stream_registry.config import Delivery, StreamConfig
-from stream_registry.model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
+from stream_registry.config import CONSUMER_DEFAULTS, Delivery, StreamConfig
+from stream_registry.model import GateEvent, MoveState, PartitionKey, Realignment, StreamStatus, WorkerSnapshot
 from stream_registry.registry.runners.engine import RunRequest
 
 from .job import Loading, decoding_of
 from .micro_batch import StreamWriting
 from .stream_control import ControlChannel
-from .stream_offsets import StreamOffset
+from .stream_offsets import StreamOffset, offsets_from_json
 from .stream_query import StreamQuery, progress, start_stream_query
 
 WATCH_S = 0.1
@@ -60,6 +68,8 @@ class SparkRunner:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._notes_seen = len(self.channel.notes())   # the notes of earlier runs were reported by those runs
+        self._notes_size = -1
 
     @property
     def alive(self) -> bool:
@@ -93,6 +103,8 @@ class SparkRunner:
 
     def request_offsets(self, change_id: int, offsets: Mapping[PartitionKey, int],
                         onward: frozenset[PartitionKey] = frozenset(), supersedes: int | None = None) -> None:
+        if supersedes is not None:
+            self._supersede(supersedes)
         with self._lock:
             self._open[change_id] = frozenset(offsets)
         self.channel.request(change_id, offsets)
@@ -106,6 +118,19 @@ class SparkRunner:
                     cancelled += [GateEvent(change_id=change_id, topic=t, partition=p, offset=-1,
                                             state=MoveState.CANCELLED) for t, p in sorted(tps)]
         return cancelled
+
+    def _supersede(self, change_id: int) -> None:
+        """A revert ends the reverted change's moves still waiting: withdrawn from the channel, reported
+        superseded (one the reader took already will be applied, and the revert after it)."""
+        with self._lock:
+            tps = self._open.get(change_id)
+            if tps is None or not self.channel.cancel(change_id):
+                return
+            del self._open[change_id]
+        rows = sorted(tps)
+        for i, (topic, partition) in enumerate(rows):
+            self.request.events.on_change(GateEvent(change_id=change_id, topic=topic, partition=partition, offset=-1,
+                                                    state=MoveState.SUPERSEDED, more=i < len(rows) - 1))
 
     def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
         pass
@@ -132,7 +157,9 @@ class SparkRunner:
             if self.state_dir is not None:
                 source.update(stream=c.name, stateDir=str(self.state_dir))
         else:
-            source.update(resumeFrom="group", startingOffsets="earliest")
+            reset = str(c.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])).lower()
+            source.update(resumeFrom="group",
+                          startingOffsets="latest" if reset in ("latest", "end", "largest") else "earliest")
         loading = Loading(c.transform, (), c.sink, c.sink_credentials(), c.batch_size,
                           decoding=decoding_of(c), transform_options=dict(c.transform_options))
         return StreamQuery(source, StreamWriting(loading, c.name, exactly_once), self.checkpoint, c.name)
@@ -152,6 +179,7 @@ class SparkRunner:
                 running = True
                 events.on_status(StreamStatus.RUNNING, None)
             self._report_answers()
+            self._report_notes()
 
     def _report_answers(self) -> None:
         with self._lock:
@@ -168,6 +196,43 @@ class SparkRunner:
                     state=state, previous_offset=previous, more=i < len(rows) - 1))
             with self._lock:
                 self._open.pop(change_id, None)
+
+    def _report_notes(self) -> None:
+        """The reader's resume notes since this run started, as realigned history rows (read when it grew)."""
+        try:
+            size = (self.channel.dir / "notes.jsonl").stat().st_size
+        except FileNotFoundError:
+            return
+        if size == self._notes_size:
+            return
+        try:
+            notes = self.channel.notes()
+        except ValueError:   # a line being written: read it next time
+            return
+        self._notes_size = size
+        fresh, self._notes_seen = notes[self._notes_seen:], len(notes)
+        for note in fresh:
+            moves = resume_realignments(note)
+            if moves:
+                self.request.events.on_realign(moves)
+
+
+def resume_realignments(note: dict) -> list[Realignment]:
+    """A reader's note of a query resuming elsewhere than the group or the graph says, per partition: from the
+    offset the other side held to where the query resumes, and why (other notes: none)."""
+    kind = note.get("kind")
+    if kind == "resume":      # at least once: the checkpoint wins over the group's committed offsets
+        held, resumes = offsets_from_json(note["group"]), offsets_from_json(note["resumes"])
+        why = ("the Spark query resumes from its checkpoint at {to}; the group's committed offset was {was} "
+               "(committed elsewhere while the query was stopped)")
+    elif kind == "realigned":  # exactly once: the graph's stored offsets win over the checkpoint
+        held, resumes = offsets_from_json(note["checkpoint"]), offsets_from_json(note["resumes"])
+        why = "the Spark query's checkpoint stood at {was}; it resumes from the graph's stored offset {to}"
+    else:
+        return []
+    return [Realignment(topic=tp.topic, partition=tp.partition, previous_offset=held.get(tp), offset=offset,
+                        reason=why.format(to=offset, was=held.get(tp)))
+            for tp, offset in sorted(resumes.items())]
 
 
 def _json(text) -> dict:

@@ -88,12 +88,12 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = StreamOffset.from_json(start)
-        self._follow_group(begin.next)    # `start` ends the last completed micro-batch (the commit log's)
-        watermarks = self._watermarks()
         moves: list[Move] = []
-        if not self._resume_checked:
+        if not self._resume_checked:     # before the group follows `start`: that would hide what it held
             self._resume_checked = True
             moves += self._check_resume(begin)
+        self._follow_group(begin.next)    # `start` ends the last completed micro-batch (the commit log's)
+        watermarks = self._watermarks()
         moves += self._channel().take(begin.epoch)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return plan_next(begin, watermarks, moves, max_rows).to_json()

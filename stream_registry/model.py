@@ -198,14 +198,17 @@ class PartitionOffsets:
     position: int | None
     log_start_offset: int
     log_end_offset: int
-    lag: int | None
+    lag: int | None                    # None: not known now (the stream's cluster cannot be reached)
     assigned: bool
     stored_offset: int | None = None   # exactly-once: the next offset the sink holds with the data
     resume_offset: int | None = None   # where the stream resumes if started now: pending, else stored
     task: int | None = None            # the index of the stream's task that holds it (None: none does)
                                        # (exactly-once), else committed, else auto.offset.reset
-    known_at: datetime | None = None   # set while the stream's cluster cannot be reached: the row is the last
-                                       # lag round's, of that moment (position, stored and resume not known)
+    # Set while the stream's cluster cannot be reached: the row is the last lag round's, of that moment (its
+    # offsets are that round's; lag, position, stored and resume are not known now).
+    last_known_lag: int | None = None
+    last_known_at: datetime | None = None
+    last_known_age_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -361,7 +364,7 @@ class PartitionLag:
     committed_offset: int | None
     log_start_offset: int
     log_end_offset: int
-    lag: int
+    lag: int | None                    # None: not known now (the last round could not sample it)
     lag_seconds: float | None
     lag_seconds_method: LagSecondsMethod
     status: Verdict
@@ -369,18 +372,26 @@ class PartitionLag:
     alarm: bool = False
     change_id: int | None = None
     assigned: bool = False
+    # While the lag is not known: the last known one, when it was sampled and how long ago (its offsets above are
+    # of that moment too)
+    last_known_lag: int | None = None
+    last_known_at: datetime | None = None
+    last_known_age_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class StreamLag:
-    """A stream's last round: `status` is its verdict (its worst partition's), `stream_status` its state."""
+    """A stream's last round: `status` is its verdict (its worst partition's), `stream_status` its state.
+
+    Lag that is not known (the round could not sample the stream, or none has yet) is None, never a number: while
+    its cluster cannot be reached, the `last_known_*` fields hold the last round's figures, when and how long ago."""
     name: str
     consumer_group: str
     stream_status: StreamStatus
     status: Verdict
     message: str
-    total_lag: int
-    max_lag: int
+    total_lag: int | None
+    max_lag: int | None
     max_lag_seconds: float | None
     records_per_second: float
     sampled_at: datetime | None
@@ -395,12 +406,16 @@ class StreamLag:
     pending_changes: int = 0           # offset changes waiting for an assignment
     records_lost: int = 0              # from the stream's StreamInfo
     records_lost_unacknowledged: int = 0
+    last_known_total_lag: int | None = None   # while the lag is not known: the last round's total and largest,
+    last_known_max_lag: int | None = None
+    last_known_at: datetime | None = None     # when that round sampled them,
+    last_known_age_s: float | None = None     # and how long ago (when this was read)
 
     @property
     def quiet(self) -> bool:
         """A STOP that needs no one: the stream was stopped (or never started) and nothing waits for it."""
         return self.status == Verdict.STOP and self.stream_status in (StreamStatus.CREATED, StreamStatus.STOPPED) \
-            and self.total_lag == 0
+            and not self.total_lag
 
 
 @dataclass(frozen=True, kw_only=True)

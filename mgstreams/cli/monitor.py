@@ -99,9 +99,11 @@ def top(interval: float, once: bool) -> None:
     number (1-9) opens its partitions below, 0 closes them; q quits."""
     client = host_client()
     if once:
-        show(top_table(run(client.lag_all), client.url, interval))
+        streams = run(client.lag_all)
+        show(top_table(streams, client.url, interval, spark=run(lambda: spark_queries(client))))
         return
     streams: list[StreamLag] = []
+    spark: dict = {}
     opened: str | None = None   # the stream whose partitions are shown (its number's key; 0 closes)
 
     def interrupt(*_):   # SIGTERM ends it like q: the terminal gets its settings back
@@ -116,9 +118,10 @@ def top(interval: float, once: bool) -> None:
                 try:
                     streams = client.lag_all()
                     partitions = next((s for s in streams if s.name == opened), None)
+                    spark = spark_queries(client)
                 except StreamError as exc:   # the host went away: say so, keep the last view, retry
                     error = " ".join(str(exc).split())
-                live.update(top_table(streams, client.url, interval, error, partitions), refresh=True)
+                live.update(top_table(streams, client.url, interval, error, partitions, spark), refresh=True)
                 pressed = ""
                 while (left := interval - (time.monotonic() - began)) > 0:
                     pressed += keys.wait(left)
@@ -133,6 +136,11 @@ def top(interval: float, once: bool) -> None:
         return
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def spark_queries(client) -> dict:
+    """The Spark streams' queries by stream name (GET /streams' `spark`): top shows each below its table."""
+    return {i.name: i.spark for i in client.list() if i.engine == "spark" and i.spark}
 
 
 COMMANDS = (describe, lag, top)

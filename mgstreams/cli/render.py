@@ -15,6 +15,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 from stream_registry.model import OffsetChange, PartitionOffsets, StreamLag, Verdict
+from stream_registry.stream_engine import spark_line
 
 from .tables import Column, FittedTable, extra, key, long
 
@@ -63,18 +64,19 @@ def table(columns: Iterable[str | Column], rows: Iterable[Iterable[Any]], title:
 def offsets_table(group: str, rows: Iterable[PartitionOffsets]) -> FittedTable:
     """describe() rows as `kafka-consumer-groups --describe` prints them; TASK is the index of the stream's task
     that holds the partition (`-` none). Rows of the last lag round (the cluster cannot be reached) show their
-    offsets and lag as not known, with the last known values."""
+    lag as not known, with the last known value."""
     rows = list(rows)
-    known_at = next((r.known_at for r in rows if r.known_at is not None), None)
+    last = next((r for r in rows if r.last_known_at is not None), None)
 
     rendered = table(DESCRIBE_COLUMNS, (
         (group, r.topic, r.partition, r.committed_offset, r.position, r.log_start_offset, r.log_end_offset,
-         r.lag if known_at is None else f"? (last {r.lag})", "yes" if r.assigned else "no",
+         lag_figure(r.lag, r.last_known_lag) if r.last_known_at is not None else r.lag, "yes" if r.assigned else "no",
          "-" if r.task is None else r.task, r.stored_offset, r.resume_offset) for r in rows))
-    if known_at is not None:
-        age = (datetime.datetime.now(datetime.UTC) - known_at).total_seconds()
-        rendered.title = (f"not known now: the stream's cluster cannot be reached; last known at {utc_text(known_at)} "
-                          f"({age:.0f} s ago)")
+    if last is not None and last.last_known_at is not None:
+        age = last.last_known_age_s if last.last_known_age_s is not None else \
+            (datetime.datetime.now(datetime.UTC) - last.last_known_at).total_seconds()
+        rendered.title = (f"not known now: the stream's cluster cannot be reached; last known at "
+                          f"{utc_text(last.last_known_at)} ({age:.0f} s ago)")
     return rendered
 
 
@@ -101,19 +103,6 @@ def process_line(info) -> str:
         (f" ({info.error})" if info.error else "") + (f"; {info.detail}" if info.detail else "")
 
 
-def spark_line(spark) -> str:
-    """Where a Spark stream's query stands: its id, last batch and rates (describe shows them all with --json)."""
-    if not spark.get("query_id"):
-        return f"spark {spark.get('remote') or spark.get('master')}, no query"
-
-    def rate(key: str) -> str:
-        value = spark.get(key)
-        return "-" if value is None else f"{value:.0f}"
-    return (f"spark query {spark['query_id']}, batch {spark.get('last_batch_id')}, input "
-            f"{rate('input_rows_per_second')} rows/s, processed {rate('processed_rows_per_second')} rows/s, batch "
-            f"{rate('batch_duration_ms')} ms")
-
-
 def utc_text(moment: datetime.datetime) -> str:
     """A moment in a table: UTC to the second (--json keeps the microseconds), as narrow as it is readable."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -124,26 +113,25 @@ def _seconds(value: float | None) -> str | None:
 
 
 def unknown(lag: StreamLag) -> bool:
-    """The last round could not sample the stream (its cluster cannot be reached): its figures are not known."""
-    return not lag.cluster_up or (lag.status == Verdict.ERR and lag.error is not None and lag.sampled_at is not None)
+    """The stream's lag is not known now (the last round could not sample it, or none has yet)."""
+    return lag.total_lag is None
 
 
-def known(lag: StreamLag, value: Any, *, with_age: bool = False) -> str:
-    """A figure of the last round; while not known, `?` with the last known value (and its age)."""
-    if not unknown(lag):
-        return "-" if value is None else str(value)
-    if value is None:
+def lag_figure(value: int | None, last: int | None, age: float | None = None) -> str:
+    """A lag; not known, `?`, with the last known value (and how long ago it was known) when there is one."""
+    if value is not None:
+        return str(value)
+    if last is None:
         return "?"
-    age = f", {lag.age_s:.0f} s ago" if with_age and lag.age_s is not None else ""
-    return f"? (last {value}{age})"
+    return f"? (last {last}" + (f", {age:.0f} s ago" if age is not None else "") + ")"
 
 
 def lag_table(lag: StreamLag) -> Group:
     """A stream's partitions with their lag, lag seconds and verdict; the stream's verdict below."""
-    gone = unknown(lag)   # the offsets are in each row's message then; the lag keeps its last value beside `?`
+    gone = unknown(lag)   # the offsets are in each row's message then; the lag's last value is beside `?`
     return Group(table(LAG_COLUMNS, (
         (p.topic, p.partition, "?" if gone else p.committed_offset, "?" if gone else p.log_end_offset,
-         known(lag, p.lag), "?" if gone else _seconds(p.lag_seconds), p.lag_seconds_method.value,
+         lag_figure(p.lag, p.last_known_lag), "?" if gone else _seconds(p.lag_seconds), p.lag_seconds_method.value,
          Text(p.status.value, style=VERDICT_STYLES.get(p.status, "")), p.message)
         for p in lag.partitions)), Text(lag_line(lag)))
 
@@ -152,8 +140,12 @@ def lag_line(lag: StreamLag) -> str:
     """`stream orders running: WARN (orders:1: lag grew ...); total lag 340, max 12.5 s, 220.0 records/s`."""
     seconds = f", max {lag.max_lag_seconds:.1f} s" if lag.max_lag_seconds is not None else ""
     sampled = lag.sampled_at.astimezone(datetime.UTC).strftime("%H:%M:%SZ") if lag.sampled_at else "never"
-    total = f"{lag.total_lag}{seconds}" if not unknown(lag) else \
-        f"not known (last {lag.total_lag}{seconds}, {lag.age_s or 0:.0f} s ago)"
+    if lag.total_lag is not None:
+        total = f"{lag.total_lag}{seconds}"
+    elif lag.last_known_total_lag is not None:
+        total = f"not known (last {lag.last_known_total_lag}, {lag.last_known_age_s or 0:.0f} s ago)"
+    else:
+        total = "not known"
     line = (f"stream {lag.name} {lag.stream_status.value}: {lag.status.value} ({lag.message}); total lag "
             f"{total}, {lag.records_per_second:.1f} records/s; sampled {sampled} "
             f"(every {lag.interval_s:g} s)")
@@ -166,18 +158,21 @@ def verdict_text(lag: StreamLag) -> Text:
 
 
 def top_table(streams: list[StreamLag], url: str, interval: float, error: str | None = None,
-              opened: StreamLag | None = None) -> Group:
-    """`mgstreams top`'s view: a title line, one row per stream (numbered: its key opens its partitions), the
-    last error if any, and the opened stream's partitions."""
+              opened: StreamLag | None = None, spark: dict | None = None) -> Group:
+    """`mgstreams top`'s view: a title line, one row per stream (numbered: its key opens its partitions), a line
+    per Spark stream's query (`spark`: StreamInfo.spark by name), the last error if any, and the opened stream's
+    partitions."""
     at = datetime.datetime.now().strftime("%H:%M:%S")
     rows = [(str(i) if i < 10 else "", s.name, s.stream_status.value, verdict_text(s), f"{s.records_per_second:.1f}",
-             known(s, s.total_lag, with_age=True), "?" if unknown(s) else _seconds(s.max_lag_seconds) or "-",
+             lag_figure(s.total_lag, s.last_known_total_lag, s.last_known_age_s),
+             "?" if unknown(s) else _seconds(s.max_lag_seconds) or "-",
              str(s.dead_lettered), str(s.skipped), str(s.pending_changes),
              f"{s.records_lost}" + (f"({s.records_lost_unacknowledged} new)" if s.records_lost_unacknowledged else ""),
              s.error or s.message) for i, s in enumerate(streams, 1)]
     keys = "1-9 opens a stream's partitions, 0 closes; " if streams else ""
     parts: list[RenderableType] = [Text(f"mgstreams top: {len(streams)} stream(s) at {url}, {at} (every {interval:g} s; "
                                         f"{keys}q quits)", style="bold"), table(TOP_COLUMNS, rows)]
+    parts += [Text(f"{s.name}: {spark_line(spark[s.name])}") for s in streams if s.name in (spark or {})]
     if error:
         parts.append(Text(f"error: {error}"))
     if opened is not None:

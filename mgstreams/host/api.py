@@ -162,7 +162,7 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
 
         def describe():   # during an outage the last round's rows at once, each saying of when it is
             registry.get(name)   # an unknown name is a 404 either way
-            return last_known_offsets(next((s for s in lag.latest() if s.name == name), None)) \
+            return last_known_offsets(next((s for s in lag.latest() if s.name == name), None), time.time()) \
                 or registry.describe(name)
         return await _call(describe)
 
@@ -192,7 +192,8 @@ def create_app(registry: StreamRegistry, *, token: str | None = None,
                 return [], []
 
         def render() -> str:
-            return ui.page(lag.streams(), series, time.time(), refresh_s=max(lag.interval, 2.0))
+            spark = {i.name: i.spark for i in registry.list() if i.spark}   # a Spark stream's query (ui.spark_line)
+            return ui.page(lag.streams(), series, time.time(), refresh_s=max(lag.interval, 2.0), spark=spark)
         return HTMLResponse(await run_in_threadpool(render), headers=ui_script.HEADERS)
 
     async def revert(request: Request) -> Response:

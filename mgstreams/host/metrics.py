@@ -6,7 +6,9 @@ an mgstreams host: per partition `kafka_consumergroup_group_offset`, `_lag`,
 (labels group, topic, partition, stream); per group `kafka_consumergroup_group_max_lag`,
 `_max_lag_seconds`, `_sum_lag` (labels group, stream). A scrape asks Kafka
 nothing: the values are the sampler's (every `serve --lag-sample-interval`);
-`mgstreams_lag_sample_age_seconds` says how old they are.
+`mgstreams_lag_sample_age_seconds` says how old they are. While a stream's lag
+is not known (its cluster cannot be reached) its lag series are absent, as
+kafka-lag-exporter drops a cluster's it cannot reach; `mgstreams_cluster_up` is 0.
 
 mgstreams' own: `mgstreams_stream_up`, `mgstreams_stream_status` (one series
 with the stream's status, `{status, stream}`, and one with its lag verdict,
@@ -19,6 +21,11 @@ written since the host started, every run of the stream added up); `mgstreams_cl
 `mgstreams_records_lost_total{stream, topic, partition}` (records that left the log
 before the stream read them, klag-exporter's data-loss counters being the anchor) and
 `mgstreams_records_lost_unacknowledged`.
+
+A Spark stream (`engine: spark`) adds its query's progress: `mgstreams_spark_query_info{stream, query_id, run_id}`
+(1), `mgstreams_spark_last_batch_id`, `mgstreams_spark_input_rows_per_second`,
+`mgstreams_spark_processed_rows_per_second` and `mgstreams_spark_batch_duration_seconds` (labels stream), from the
+query's last progress report.
 """
 from __future__ import annotations
 
@@ -89,7 +96,7 @@ class RegistryCollector(Collector):
                     bounds, info.batch_seconds_buckets, strict=False)],
                                          info.batch_seconds_sum)
         yield from (up, *self._lag_metrics(status), rss, restarts, records, batches, batch_seconds, dead, skipped,
-                    lost, unseen)
+                    lost, unseen, *spark_metrics(infos))
 
     def _lag_metrics(self, status: GaugeMetricFamily):
         offset = GaugeMetricFamily("kafka_consumergroup_group_offset", "The group's committed offset of a partition",
@@ -124,6 +131,8 @@ class RegistryCollector(Collector):
             if s.sampled_at is None:
                 continue
             age.add_metric([s.name], max(time.time() - s.sampled_at.timestamp(), 0.0))
+            if s.total_lag is None or s.max_lag is None:   # not known now: no series (mgstreams_cluster_up says why)
+                continue
             group = [s.consumer_group, s.name]
             max_lag.add_metric(group, float(s.max_lag))
             sum_lag.add_metric(group, float(s.total_lag))
@@ -133,7 +142,8 @@ class RegistryCollector(Collector):
                 labels = [s.consumer_group, p.topic, str(p.partition), s.name]
                 if p.committed_offset is not None:
                     offset.add_metric(labels, float(p.committed_offset))
-                lag.add_metric(labels, float(p.lag))
+                if p.lag is not None:
+                    lag.add_metric(labels, float(p.lag))
                 if p.lag_seconds is not None:
                     lag_seconds.add_metric(labels, float(p.lag_seconds))
                 latest.add_metric(labels, float(p.log_end_offset))
@@ -143,6 +153,30 @@ class RegistryCollector(Collector):
 
 
 
+def spark_metrics(infos) -> tuple[GaugeMetricFamily, ...]:
+    """A running Spark stream's query, from its last progress report (StreamInfo.spark)."""
+    query = GaugeMetricFamily("mgstreams_spark_query_info", "1 for a Spark stream's running query (its id and run)",
+                              labels=["stream", "query_id", "run_id"])
+    batch = GaugeMetricFamily("mgstreams_spark_last_batch_id", "The id of the query's last micro-batch",
+                              labels=["stream"])
+    rates = {key: GaugeMetricFamily(f"mgstreams_spark_{key}", text, labels=["stream"]) for key, text in (
+        ("input_rows_per_second", "Rows per second arriving in the query's last micro-batch"),
+        ("processed_rows_per_second", "Rows per second the query's last micro-batch processed"))}
+    duration = GaugeMetricFamily("mgstreams_spark_batch_duration_seconds",
+                                 "Seconds the query's last micro-batch took (its trigger execution)", labels=["stream"])
+    for info in infos:
+        spark = info.spark or {}
+        if not spark.get("query_id"):
+            continue
+        query.add_metric([info.name, spark["query_id"], spark.get("run_id") or ""], 1.0)
+        if spark.get("last_batch_id") is not None:
+            batch.add_metric([info.name], float(spark["last_batch_id"]))
+        for key, family in rates.items():
+            if spark.get(key) is not None:
+                family.add_metric([info.name], float(spark[key]))
+        if spark.get("batch_duration_ms") is not None:
+            duration.add_metric([info.name], spark["batch_duration_ms"] / 1000.0)
+    return (query, batch, *rates.values(), duration)
 
 
 def registry_metrics(registry: StreamRegistry, lag: LagCollector | None = None) -> CollectorRegistry:

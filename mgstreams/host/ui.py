@@ -13,6 +13,7 @@ from html import escape
 
 from stream_registry.lag.verdict import OffsetChangeMark
 from stream_registry.model import LagPoint, StreamLag
+from stream_registry.stream_engine import spark_line
 
 from .ui_script import SCRIPT
 
@@ -41,13 +42,14 @@ svg text { font-size: 10px; fill: #555; } .muted { color: #777; font-size: 0.85r
 
 
 def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoint], list[OffsetChangeMark]]],
-         now: float, refresh_s: float = 5.0) -> str:
-    """The whole page: a summary table, then one section per stream."""
+         now: float, refresh_s: float = 5.0, spark: Mapping[str, Mapping] | None = None) -> str:
+    """The whole page: a summary table, then one section per stream (`spark`: a Spark stream's query by stream
+    name, StreamInfo.spark, shown in its section)."""
     at = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     rows = "".join(
         f'<tr data-stream="{escape(s.name)}" data-verdict="{s.status.value}"><td><a href="#stream-{escape(s.name)}">'
         f"{escape(s.name)}</a></td><td>{s.stream_status.value}</td><td>{_stream_verdict(s)}</td>"
-        f"<td>{_lag(s, s.total_lag)}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
+        f"<td>{_lag(s.total_lag, s.last_known_total_lag, s.last_known_age_s)}</td><td>{_num(s.max_lag_seconds)}</td><td>{s.records_per_second:.1f}</td>"
         f'<td data-count="dead-lettered">{s.dead_lettered}</td><td data-count="skipped">{s.skipped}</td>'
         f'<td data-count="pending">{s.pending_changes}</td><td data-count="lost">{_lost(s)}</td>'
         f"<td>{escape(s.error or s.message)}</td></tr>" for s in streams)
@@ -56,7 +58,7 @@ def page(streams: Sequence[StreamLag], series: Callable[[str], tuple[list[LagPoi
                f"<th>pending changes</th><th>records lost</th><th>why</th></tr></thead><tbody>{rows}</tbody></table>"
                if streams else '<p id="streams">No streams yet: create one with <code>mgstreams</code>, the API or '
                                "<code>CALL streams.create</code>.</p>")
-    sections = "".join(_section(s, *series(s.name), now) for s in streams)
+    sections = "".join(_section(s, *series(s.name), now, (spark or {}).get(s.name)) for s in streams)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>mgstreams: lag</title>'
             f'<style>{_STYLE}</style></head><body data-refresh-s="{refresh_s:g}" data-updates="0">'
             f'<h1>mgstreams</h1><div id="page"><p class="muted" data-live="summary-line">{len(streams)} stream(s) '
@@ -74,10 +76,11 @@ def _oldest(streams: Sequence[StreamLag]) -> str:
                     f"; {unsampled} stream(s) not sampled yet" if unsampled else ""))
 
 
-def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMark], now: float) -> str:
+def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMark], now: float,
+             spark: Mapping | None = None) -> str:
     partitions = "".join(
         f'<tr data-partition="{escape(p.topic)}:{p.partition}"><td>{escape(p.topic)}</td><td>{p.partition}</td>'
-        f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{_lag(s, p.lag)}</td>"
+        f"<td>{_num(p.committed_offset)}</td><td>{p.log_end_offset}</td><td>{_lag(p.lag, p.last_known_lag, p.last_known_age_s)}</td>"
         f"<td>{_num(p.lag_seconds)}</td><td>{p.lag_seconds_method.value}</td><td>{_verdict(p.status.value)}</td>"
         f"<td>{escape(p.message)}</td></tr>" for p in s.partitions)
     lines = _partition_lines(points)
@@ -91,6 +94,7 @@ def _section(s: StreamLag, points: list[LagPoint], changes: list[OffsetChangeMar
     return (f'<section id="stream-{name}" data-stream="{name}"><div data-live="stream-{name}">'
             f"<h2>{name} {_stream_verdict(s)} <span class=\"muted\">{s.stream_status.value}, "
             f"group {escape(s.consumer_group)}</span></h2><p>{escape(s.error or s.message)}</p>"
+            + (f'<p class="spark">{escape(spark_line(spark))}</p>' if spark is not None else "") +
             f'<figure>{lag_chart}<figcaption>Lag in offsets: the total (thick line)<span class="key" '
             f'style="background:{LINE["lag"]}"></span>and per partition{keys}; dashed lines: offset changes '
             f"(set_stream_offset).</figcaption></figure>"
@@ -199,12 +203,14 @@ def _over(points: Sequence[LagPoint], now: float) -> str:
         else f"over the last {span:.0f} s"
 
 
-def _lag(s: StreamLag, value: int) -> str:
-    """A lag of the last round; while its cluster cannot be reached, not known, with the last value and its age."""
-    if s.cluster_up:
+def _lag(value: int | None, last: int | None, age: float | None) -> str:
+    """A lag of the last round; not known (the round could not sample it), `?` with the last known value and its
+    age."""
+    if value is not None:
         return str(value)
-    age = f", {s.age_s:.0f} s ago" if s.age_s is not None else ""
-    return f'<span class="unknown" title="not known: the cluster cannot be reached">? (last {value}{age})</span>'
+    known = f"last {last}" + (f", {age:.0f} s ago" if age is not None else "") if last is not None else ""
+    return (f'<span class="unknown" title="not known: the last round could not sample it">?'
+            f'{f" ({known})" if known else ""}</span>')
 
 
 def _verdict(value: str, color: str | None = None) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from numbers import Integral, Real
 from typing import Any, NamedTuple
@@ -275,47 +275,6 @@ def render_statement(query: str, parameters: Mapping[str, Any] | None = None) ->
     pieces = list(template.pieces)
     pieces[1::2] = literals
     return "".join(pieces)
-
-
-def render_rows(query: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """render_statement(query, row) for each row, in order, in bulk: a built-in transformation's batch is one
-    query and its rows. The query is split once and each parameter's column rendered over every row (a text
-    that repeats, the topic, is rendered once per batch); a batch render_statement would refuse anywhere is
-    rendered by it row by row, so the error is its own, about the first row at fault."""
-    if not isinstance(query, str) or any(type(row) is not dict for row in rows):
-        return [render_statement(query, row) for row in rows]
-    template = _template(query)
-    line = "%s".join(piece.replace("%", "%%") for piece in template.pieces[0::2])
-    try:
-        columns = [_column([row[name] for row in rows], label) for name, label in
-                   zip(template.names, template.labels, strict=True)]
-    except (KeyError, SinkError):
-        return [render_statement(query, row) for row in rows]
-    return [line % literals for literals in zip(*columns, strict=True)] if columns else [line % ()] * len(rows)
-
-
-_REPEATS = 64   # texts of a column remembered per batch (a topic name, a label): rendered once each
-
-
-def _column(values: list[Any], label: str) -> list[str]:
-    """The literals of one parameter over a batch's rows (to_cypher_literal's, the common types inline)."""
-    exact, general = _BY_EXACT_TYPE, to_cypher_literal
-    seen: dict[str, str] = {}
-    out = []
-    for value in values:
-        kind = type(value)
-        if kind is str:
-            literal = seen.get(value)
-            if literal is None:
-                literal = _string(value, label)
-                if len(seen) < _REPEATS:
-                    seen[value] = literal
-        elif kind is int and INT64_MIN < value <= INT64_MAX:
-            literal = str(value)
-        else:
-            literal = (exact.get(kind) or general)(value, label)
-        out.append(literal)
-    return out
 
 
 class _Template(NamedTuple):

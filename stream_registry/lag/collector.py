@@ -44,7 +44,7 @@ from ..model import (
 )
 from ..registry.registry import StreamRegistry
 from .history import LagHistory
-from .outage import UNREACHABLE_CODES, consumer_outage, counts, loss_verdict, unsampled
+from .outage import UNREACHABLE_CODES, aged, consumer_outage, counts, loss_verdict, unsampled
 from .seconds import extrapolated, from_timestamp
 from .verdict import WINDOW, LagSample, OffsetChangeMark, PartitionVerdict, evaluate, stream_verdict
 
@@ -151,12 +151,10 @@ class LagCollector:
             verdict = stream_verdict(info.status, {}, error=info.error)
             return StreamLag(name=info.name, consumer_group=info.consumer_group, stream_status=info.status,
                              status=verdict.verdict, message=f"{verdict.message}; not sampled yet (the sampler "
-                             f"samples every {self.interval:g} s)", total_lag=0, max_lag=0, max_lag_seconds=None,
+                             f"samples every {self.interval:g} s)", total_lag=None, max_lag=None, max_lag_seconds=None,
                              records_per_second=0.0, sampled_at=None, interval_s=self.interval,
                              dead_lettered=info.dead_lettered)
-        if latest.sampled_at is None:
-            return latest
-        return dataclasses.replace(latest, age_s=round(max(self._clock() - latest.sampled_at.timestamp(), 0.0), 3))
+        return aged(latest, self._clock())
 
     def latest(self) -> list[StreamLag]:
         """What the last rounds found, without sampling anything (for scrapes)."""
@@ -229,6 +227,7 @@ class LagCollector:
             first = self._first_records(t, info, lagging)
             verdicts: dict[PartitionKey, PartitionVerdict] = {}
             partitions = []
+            lags: list[int] = []   # this round's, per partition (known: the round sampled them)
             seen = set()
             for r in rows:
                 tp = PartitionKey(r.topic, r.partition)
@@ -246,6 +245,7 @@ class LagCollector:
                 verdict = evaluate(window, marks, window=self._window, running_since=t.running_since)
                 verdicts[tp] = verdict
                 seconds, method = self._seconds(t, list(history), record, now)
+                lags.append(sample.lag)
                 partitions.append(PartitionLag(topic=r.topic, partition=r.partition,
                                                committed_offset=r.committed_offset, log_start_offset=r.log_start_offset,
                                                log_end_offset=r.log_end_offset, lag=sample.lag, lag_seconds=seconds,
@@ -255,7 +255,7 @@ class LagCollector:
             for tp in [tp for tp in t.samples if tp not in seen]:   # a topic that went away
                 del t.samples[tp]
             known = [p.lag_seconds for p in partitions if p.lag_seconds is not None]
-            total = sum(p.lag for p in partitions)
+            total = sum(lags)
             committed = sum(p.committed_offset or 0 for p in partitions)
             totals = [(p.at, p.total_lag, p.committed) for p in t.points if t.running_since is not None
                       and p.at >= t.running_since][-(self._window - 1):] + [(now, total, committed)]
@@ -267,14 +267,14 @@ class LagCollector:
             rate = self._records_per_second(t) if running else 0.0
             t.latest = latest = StreamLag(name=info.name, consumer_group=info.consumer_group,
                                  stream_status=info.status, status=status, message=message, total_lag=total,
-                                 max_lag=max((p.lag for p in partitions), default=0),
+                                 max_lag=max(lags, default=0),
                                  max_lag_seconds=max(known) if known else None, records_per_second=rate,
                                  sampled_at=datetime.fromtimestamp(now, tz=UTC), interval_s=self.interval,
                                  offset_changes=t.changes_total or 0, dead_lettered=info.dead_lettered, error=None,
                                  partitions=tuple(partitions), **tallies)
             point = LagPoint(at=now, total_lag=total, max_lag_seconds=latest.max_lag_seconds,
                              records_per_second=rate, status=status, committed=committed,
-                             partitions=tuple((p.topic, p.partition, p.lag) for p in partitions))
+                             partitions=tuple((p.topic, p.partition, lag) for p, lag in zip(partitions, lags, strict=True)))
             if self._history is not None:
                 self._history.append(t.name, point, now - self._keep_s)
             with t.lock:

@@ -48,6 +48,8 @@ def test_ingest_throughput_bench_writes_to_a_real_graph_server():
     for prefix in ("raw rate:", "stream rate:", "consume rate:", "ratio:"):
         assert any(line.startswith(prefix) for line in lines), done.stdout
     assert any("round trips per 1000 messages" in line for line in lines), done.stdout
+    summary = [line for line in lines if line.startswith("rows/s and round trips per 1000 messages")]
+    assert summary and "raw" in summary[0] and "stream" in summary[0] and "unknown" not in summary[0], done.stdout
 
 
 def test_ingest_throughput_bench_compares_exactly_once_with_at_least_once():
@@ -132,7 +134,7 @@ def test_stream_profile_bench_prints_the_stages_of_a_stream_process():
     assert done.returncode == 0, done.stderr[-2000:]
     for stage in ("consume", "collect (gate)", "wrapping", "decode", "transformation", "statement building",
                   "rendering", "sink", "commit", "loop (rest)"):
-        assert re.search(rf"^{re.escape(stage)}\s+[\d.]+\s+[\d.]+%$", done.stdout, re.M), done.stdout
+        assert re.search(rf"^{re.escape(stage)}\s+[\d.]+\s+[\d.]+%\s+[\d.]+$", done.stdout, re.M), done.stdout
     rendering = re.search(r"^rendering\s+([\d.]+)", done.stdout, re.M)
     assert rendering and float(rendering[1]) > 0, "a cypherl sink renders: its stage is timed"
     assert re.search(r"messages 3,000 in .* cpu per message: poll thread [\d.]+ us", done.stdout), done.stdout

@@ -32,7 +32,8 @@ STREAM_FIELDS = {"name", "topics", "consumer_group", "bootstrap_servers", "trans
                  "key_format", "value_format", "schema_registry_url", "transform_options", "records_lost",
                  "records_lost_unacknowledged", "cluster_unreachable_since", "engine", "spark"}
 OFFSETS_FIELDS = {"topic", "partition", "committed_offset", "position", "log_start_offset", "log_end_offset", "lag",
-                  "assigned", "stored_offset", "resume_offset", "task", "known_at"}
+                  "assigned", "stored_offset", "resume_offset", "task", "last_known_lag", "last_known_at",
+                  "last_known_age_s"}
 CHANGE_FIELDS = {"topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
 HISTORY_FIELDS = {"changed_at", "topic", "partition", "previous_offset", "offset", "status", "message", "change_id"}
 

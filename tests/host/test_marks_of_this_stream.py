@@ -26,11 +26,21 @@ import httpx
 import pytest
 from broker_support import tansu_limitation
 from confluent_kafka import TopicPartition
-from group_members import RANGE, committed, new_stream, offsets_of, polling_member, produce_to, second_member
+from group_members import (
+    RANGE,
+    assigned,
+    caught_up,
+    caught_up_stream,
+    committed,
+    new_stream,
+    offsets_of,
+    polling_member,
+    produce_to,
+    second_member,
+)
 from host_helpers import HostProcess
-from mgclient_standin import mgclient as standin
-from paths import ROOT, SUPPORT
-from stream_helpers import RECORD_QUERY, wait_until
+from standin_journal import SINK, journaling_host, written
+from stream_helpers import wait_until
 
 from stream_registry import ChangeStatus
 from stream_registry.registry.state.state_store import STATE_FILE
@@ -44,32 +54,14 @@ NO_COMMIT_METADATA = tansu_limitation("OffsetFetch answers no committed metadata
 def host(kafka, tmp_path_factory):
     """One host for the reproductions on one state directory (each on streams of its own); its stream processes
     import the pymgclient stand-in, which journals every committed Bolt transaction with the writer's pid."""
-    tmp = tmp_path_factory.mktemp("marks")
-    journal = tmp / "journal.jsonl"
-    process = HostProcess(tmp / "state", env={
-        "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(SUPPORT), str(ROOT))),
-        "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
-        "MGCLIENT_STANDIN_RTT_MS": "0", "MGSTREAMS_ALLOWED_HOSTS": "memgraph,localhost,127.0.0.0/8"}).start()
-    process.journal = journal
+    process = journaling_host(tmp_path_factory.mktemp("marks"))
     yield process
     process.stop()
 
 
 def _written(journal, topic) -> list[tuple[int, int]]:
     """(partition, offset) of every record of `topic` the Bolt sink committed, in commit order."""
-    out = []
-    for line in journal.read_text().splitlines() if journal.exists() else []:
-        out += [(params["partition"], params["offset"]) for query, params in json.loads(line)["statements"]
-                if query == RECORD_QUERY and params.get("topic") == topic]
-    return out
-
-
-def _assigned(client, name) -> set[int]:
-    return {r.partition for r in client.describe(name) if r.assigned}
-
-
-def _caught_up(client, name, offsets) -> None:
-    wait_until(lambda: [r.committed_offset for r in client.describe(name)] == offsets, timeout=60, what="caught up")
+    return [(partition, offset) for _, partition, offset in written(journal, topic)]
 
 
 # -- 1 ---------------------------------------------------------------------------------------------------
@@ -87,13 +79,13 @@ def test_a_change_one_task_applied_is_not_applied_again_by_the_task_that_reads_i
     with httpx.Client(base_url=host.url, timeout=60) as api, host.client() as client:
         api.post("/streams", json={
             "name": name, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
-            "transform": "stream_helpers.crashing_transform", "sink": "bolt://memgraph:7687",
+            "transform": "stream_helpers.crashing_transform", "sink": SINK,
             "consumer_group": f"g_{uuid.uuid4().hex[:10]}", "batch_interval_ms": 20, "configs": RANGE, "tasks": 2,
             "restart": "never"}).raise_for_status()
         api.put(f"/streams/{name}/start").raise_for_status()
         wait_until(lambda: {r["task"] for r in api.get(f"/streams/{name}/offsets").json()} == {0, 1}, 60,
                    what="each task holding a partition")
-        _caught_up(client, name, [20, 20])
+        caught_up(client, name, [20, 20])
         holders = {r["partition"]: r["task"] for r in api.get(f"/streams/{name}/offsets").json()}
         before = len(_written(host.journal, topic))   # (a partition may have been written twice as the tasks joined)
         pids = api.get(f"/streams/{name}").json()["pids"]
@@ -139,11 +131,11 @@ def test_another_hosts_mark_on_the_same_group_is_foreign(kafka, tmp_path):
             new_stream(a, kafka, topic, out_a, name="orders", consumer_group=group)
             new_stream(b, kafka, topic, out_b, name="orders", consumer_group=group)
             a.start("orders")
-            _caught_up(a, "orders", [100, 100])
+            caught_up(a, "orders", [100, 100])
             b.start("orders")
-            wait_until(lambda: len(_assigned(a, "orders")) == 1 and len(_assigned(b, "orders")) == 1, 60,
+            wait_until(lambda: len(assigned(a, "orders")) == 1 and len(assigned(b, "orders")) == 1, 60,
                        what="each host holding one partition")
-            [theirs] = _assigned(b, "orders")
+            [theirs] = assigned(b, "orders")
             mine = 1 - theirs
             ours = {c.partition: c for c in a.set_offset("orders", 10, timeout=2)}
             assert ours[theirs].status == ChangeStatus.PENDING, ours
@@ -182,14 +174,10 @@ def test_a_mark_a_plain_member_commits_is_not_believed(kafka, host, tmp_path):
     `mgstreams:{"change":<that change>,"offset":77,"previous":0,"at":9999999999}` at 77 and leaves. The stream
     takes P over at 77 and applies the change: 77 -> 10. Before: the host recorded a move 0 -> 77 that never
     happened, and the change to 10 was never applied."""
-    topic = kafka.new_topic(partitions=2)
-    kafka.produce(topic, 200, partitions=2)
     out = tmp_path / "out.cypherl"
     with host.client() as client:
-        name = new_stream(client, kafka, topic, out)
-        client.start(name)
-        _caught_up(client, name, [100, 100])
-        member, theirs = second_member(kafka, client.get(name).consumer_group, topic, lambda: _assigned(client, name))
+        topic, name = caught_up_stream(client, kafka, out)
+        member, theirs = second_member(kafka, client.get(name).consumer_group, topic, lambda: assigned(client, name))
         try:
             [pending] = [c for c in client.set_offset(name, 10, timeout=2) if c.partition == theirs]
             assert pending.status == ChangeStatus.PENDING
@@ -214,15 +202,11 @@ def test_a_cancel_while_a_sink_change_is_in_flight_refuses_and_the_new_sink_cont
     `DELETE /streams/s/pending` answers 409 naming the sink change and cancels nothing; when the member leaves,
     the new sink continues P from 100: the 5 records produced then, nothing of 0..99. Before: the cancel ended
     the carry-over, and the new sink, storing no offsets for P, was filled again from offset 0."""
-    topic = kafka.new_topic(partitions=2)
-    kafka.produce(topic, 200, partitions=2)
     old, new = tmp_path / "old.cypherl", tmp_path / "new.cypherl"
     with host.client() as client, httpx.Client(base_url=host.url, timeout=60) as api:
-        name = new_stream(client, kafka, topic, old, delivery="exactly_once")
-        client.start(name)
-        _caught_up(client, name, [100, 100])
+        topic, name = caught_up_stream(client, kafka, old, delivery="exactly_once")
         with polling_member(kafka, client.get(name).consumer_group, topic) as held:
-            wait_until(lambda: len(held) == 1 and _assigned(client, name) == {1 - next(iter(held))}, 60,
+            wait_until(lambda: len(held) == 1 and assigned(client, name) == {1 - next(iter(held))}, 60,
                        what="the member and the stream holding one partition each")
             client.alter(name, sink=f"cypherl://{new}")
             [carry] = wait_until(lambda: len(held) == 1 and [p for p in client.pending(name)

@@ -6,6 +6,7 @@ The scenario documented in docs/how-to/outages-and-data-loss.md: that page's com
 """
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -182,28 +183,60 @@ def test_a_dead_cluster_is_shown_everywhere(host, api, kafka, embedded_kafka, tm
 
 def _outage_shown_as_unknown(api, host, names: list[str]) -> None:
     """Issue 46: during the outage lag said `0` and every partition row stayed a green "OK caught up", describe
-    took 12 s and failed, /health said ok. Now: the lag not known (with the last known value and its age) in
-    `top` and `lag`, every partition row ERR saying so, describe's rows from the last round at once (each saying
-    of when), /health degraded in KIP-1017's shape."""
+    took 12 s and failed, /health said ok; then the JSON still carried the last lag as a number. Now: the lag not
+    known (with the last known value and its age) in `top` and `lag`, every partition row ERR saying so, describe's
+    rows from the last round at once (each saying of when), /health degraded in KIP-1017's shape; in the JSON (the
+    lag endpoints, describe's, the CLI's --json) the lag is null, the last known value and its age beside it."""
     top = mgstreams("top", "--once", host=host)
     for n in names:
         [row] = [line for line in top.stdout.splitlines() if re.match(rf"\d+ +{n} ", line)]
         assert re.search(r" ERR +0\.0 +\? \(last \d+, \d+ s ago\)", row), top.stdout   # the last value the round had
+    every = {s["name"]: s for s in api.get("/lag").json()}
+    for n in names:
+        _lag_not_known(every[n])
     lag = api.get(f"/streams/{names[0]}/lag").json()
+    _lag_not_known(lag)
     assert lag["partitions"] and all(p["status"] == "ERR" and p["alarm"] for p in lag["partitions"]), lag
     assert all(p["message"].startswith("not known: the stream's cluster cannot be reached since 20")
                and "last known at 20" in p["message"] for p in lag["partitions"]), lag
+    as_json = mgstreams("lag", names[0], "--json", host=host)
+    assert as_json.returncode == 0, as_json.stderr
+    _lag_not_known(json.loads(as_json.stdout))
     shown = mgstreams("lag", names[0], host=host)
     table, _, line = shown.stdout.strip().rpartition("\n")
-    assert "not known (last 0" in line and " OK " not in table and "? (last 0)" in table, shown.stdout
+    assert f"not known (last {lag['last_known_total_lag']}, " in line and " OK " not in table, shown.stdout
+    assert all(f"? (last {p['last_known_lag']})" in table for p in lag["partitions"]), shown.stdout
     described = api.get(f"/streams/{names[0]}/offsets")
     assert described.status_code == 200, described.text
-    assert described.json() and all(r["known_at"] and r["position"] is None for r in described.json()), described.text
+    _rows_not_known(described.json())
+    _rows_not_known(json.loads(mgstreams("describe", names[0], "--json", host=host).stdout))
     table = mgstreams("describe", names[0], host=host)
     assert table.returncode == 0 and "the stream's cluster cannot be reached; last known at 20" in table.stdout, \
         table.stdout + table.stderr
     assert "TASK" in table.stdout.splitlines()[1], table.stdout
+    metrics = api.get("/metrics").text   # no lag series while not known (kafka-lag-exporter drops them too)
+    assert not any(dict(labels).get("stream") in names
+                   for series in ("kafka_consumergroup_group_lag", "kafka_consumergroup_group_sum_lag")
+                   for labels in _samples(metrics, series)), metrics
     health = httpx.get(f"{host.url}/health", timeout=30)
     assert health.status_code == 200 and health.json()["status"] == "degraded", health.text
     assert f"{len(names)} of {len(names)} running stream(s) cannot reach" in health.json()["message"], health.text
     assert not any(n in health.text for n in names), "a probe without the token learns no stream's name"
+
+
+def _lag_not_known(lag: dict) -> None:
+    """A stream's lag round (JSON) while its cluster cannot be reached: null lag, the last known value beside it."""
+    assert (lag["total_lag"], lag["max_lag"], lag["cluster_up"]) == (None, None, False), lag
+    assert isinstance(lag["last_known_total_lag"], int) and isinstance(lag["last_known_max_lag"], int), lag
+    assert lag["last_known_at"].startswith("20") and lag["last_known_age_s"] >= 0, lag
+    assert lag["partitions"] and all(
+        p["lag"] is None and p["lag_seconds"] is None and isinstance(p["last_known_lag"], int)
+        and p["last_known_at"] == lag["last_known_at"] and p["last_known_age_s"] == lag["last_known_age_s"]
+        for p in lag["partitions"]), lag
+    assert sum(p["last_known_lag"] for p in lag["partitions"]) == lag["last_known_total_lag"], lag
+
+
+def _rows_not_known(rows: list[dict]) -> None:
+    """describe's rows (JSON) from the last round: the lag null, the last known one, when and how long ago."""
+    assert rows and all(r["lag"] is None and r["position"] is None and isinstance(r["last_known_lag"], int)
+                        and r["last_known_at"].startswith("20") and r["last_known_age_s"] >= 0 for r in rows), rows

@@ -69,11 +69,11 @@ SIGNATURES = {
         "position :: INTEGER?, resume_offset :: INTEGER?, stored_offset :: INTEGER?, task :: INTEGER?, "
         "topic :: STRING)"),
     "streams.lag": (
-        "streams.lag(name :: STRING) :: (lag :: INTEGER, lag_seconds :: FLOAT?, message :: STRING, "
+        "streams.lag(name :: STRING) :: (lag :: INTEGER?, lag_seconds :: FLOAT?, message :: STRING, "
         "partition :: INTEGER, status :: STRING, topic :: STRING)"),
     "streams.health": (
         "streams.health() :: (max_lag_seconds :: FLOAT?, name :: STRING, records_per_second :: FLOAT, "
-        "status :: STRING, total_lag :: INTEGER)"),
+        "status :: STRING, total_lag :: INTEGER?)"),
     "streams.history": (
         "streams.history(name :: STRING) :: (change_id :: INTEGER, changed_at :: LOCAL_DATE_TIME, "
         "message :: STRING?, offset :: INTEGER, partition :: INTEGER, previous_offset :: INTEGER?, status :: STRING, "

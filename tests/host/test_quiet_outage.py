@@ -4,15 +4,12 @@ stream processes): the quiet watchdog (health.py) probes the cluster. Through a 
 every broker set down. Before the watchdog the error stayed empty."""
 from __future__ import annotations
 
-import uuid
-
 import httpx
 import pytest
-from configs import stream_body
 from host_helpers import HostProcess
-from outage_helpers import outage_shown
+from outage_helpers import caught_up_stream, outage_shown
 from paths import ROOT, SUPPORT
-from stream_helpers import FAST_REJOIN, wait_until
+from stream_helpers import wait_until
 
 
 @pytest.fixture
@@ -25,16 +22,8 @@ def quiet_host(tmp_path):
 
 def test_an_idle_stream_shows_a_quiet_outage_within_30_s_and_clears_when_the_cluster_answers(
         quiet_host, kafka, embedded_kafka):
-    topic = kafka.new_topic(partitions=1)
-    kafka.produce(topic, 5, partitions=1)
-    name = f"q_{uuid.uuid4().hex[:8]}"
     with httpx.Client(base_url=quiet_host.url, timeout=90) as api:
-        body = stream_body(kafka, topic, name=name, group=f"g_{name}", sink="null://", batch_interval_ms=20,
-                           configs=FAST_REJOIN)
-        api.post("/streams", json=body).raise_for_status()
-        api.put(f"/streams/{name}/start").raise_for_status()
-        wait_until(lambda: api.get(f"/streams/{name}/offsets").json()[0]["committed_offset"] == 5, 60,
-                   what="caught up: idle, nothing owed")
+        name, _ = caught_up_stream(api, kafka, 5, "q")   # idle, nothing owed
         with outage_shown(api, name, embedded_kafka) as info:
             assert info["status"] == "running", info
         wait_until(lambda: api.get(f"/streams/{name}").json()["error"] is None, 60, what="cleared: the cluster answers")

@@ -36,11 +36,13 @@ hosts (`mgstreams serve` child processes, tests/support/host_helpers.py):
   must exit 0 with the documented status and JSON. The bearer-token line runs
   against a host started with the token that the README's
   `export MGSTREAMS_TOKEN=$(openssl rand -hex 24)` line made in bash.
-- `mgstreams backfill ...`: the `--dry-run` line as written; the two others
-  through Spark (the shared local session), with host names and paths adapted.
-  The Bolt sink of the `--topics` line is replaced by a cypherl directory: there
-  is no Memgraph here, and a refused Bolt connection is retried 5 times with
-  backoff (~40 s with Spark) before the one-line error.
+- `mgstreams backfill ...`: as written, in a working directory of its own (its
+  `$PWD`), with getting started's `$KAFKA_BOOTSTRAP_SERVERS` (the embedded
+  cluster) and `$MGSTREAMS_STATE_DIR` expanded as bash does; the two that run
+  go through Spark (the shared local session). One change: the Bolt sink of the
+  `--topics` line is a cypherl directory, as there is no Memgraph here (a refused
+  Bolt connection is retried 5 times with backoff, ~40 s with Spark, before the
+  one-line error).
 - ```cypher```: `CALL streams.*` and `CALL mg.*` statements through the `_mgp`
   test backend (tests/support/mgp_backend) loading query_modules/streams.py, pointed at
   a real host ($MGSTREAMS_URL), with `kafka:29092` adapted and the default sink
@@ -61,7 +63,8 @@ standard library and `mgp`: it is imported by a Python without site-packages),
 runs the demo), `make demo` / `make test` (the Makefile targets; not run here:
 test_demo_e2e.py runs the demo, and `make test` is this suite),
 `spark-submit ... mgstreams/backfill_main.py ARGS` (the script runs with the same
-ARGS plus `--dry-run`, which plans against the cluster without Spark),
+ARGS, expanded as above in the repository, plus `--dry-run`, which plans against
+the cluster without Spark),
 `export PYSPARK_PYTHON=...`, and `.venv/bin/python bench/*.py` (exist, `--help`
 exits 0; tests/host/test_bench_smoke.py runs benches small).
 """
@@ -729,15 +732,21 @@ def test_install_module_command_copies_one_self_contained_file(compose, tmp_path
 
 
 # -- mgstreams backfill ---------------------------------------------------------------------
-def adapt_hosts_and_paths(command: str, cluster, tmp_path: Path, state_dir: Path) -> str:
-    """Only host names and paths change: Kafka -> the embedded cluster; /data, /shared and relative
-    outputs -> temporary paths; the Bolt sink -> a cypherl directory (see the module docstring)."""
-    command = re.sub(r"kafka:\d+", cluster.bootstrap_servers, command)
-    command = command.replace("cypherl:///data/backfill", f"cypherl://{tmp_path / 'backfill'}")
-    command = command.replace("/shared/mgstreams-state", str(state_dir))
-    command = command.replace("--report backfill.json", f"--report {tmp_path / 'backfill.json'}")
-    command = re.sub(r"--sink bolt://memgraph:7687", f"--sink cypherl://{tmp_path / 'bolt-substitute'}", command)
-    return command
+def as_the_shell_expands(command: str, environ: dict[str, str]) -> str:
+    """The command's `$NAME` / `${NAME}` expanded from `environ` as bash would (an unset one fails the test)."""
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: environ[m[1]], command)
+
+
+def backfill_environment(cluster, state_dir: Path, working_dir: Path) -> dict[str, str]:
+    """What the pages' shell has: getting started's KAFKA_BOOTSTRAP_SERVERS and MGSTREAMS_STATE_DIR, and PWD."""
+    return {"KAFKA_BOOTSTRAP_SERVERS": cluster.bootstrap_servers, "MGSTREAMS_STATE_DIR": str(state_dir),
+            "PWD": str(working_dir)}
+
+
+def without_memgraph(command: str, where: Path) -> str:
+    """The one change: there is no Memgraph here, so a Bolt sink becomes a cypherl directory (see the module
+    docstring); every path and every other host runs as written."""
+    return command.replace("--sink bolt://memgraph:7687", f"--sink cypherl://{where / 'bolt-substitute'}")
 
 
 @pytest.fixture
@@ -757,22 +766,27 @@ def stream_with_commits(cluster, state_dir, tmp_path):
         registry.close()
 
 
-def test_mgstreams_backfill_commands(cluster, state_dir, tmp_path, stream_with_commits, spark):
+def test_mgstreams_backfill_commands(cluster, state_dir, tmp_path, stream_with_commits, spark, monkeypatch):
+    """The page's lines run as written in a working directory of their own (its `$PWD`, where `backfill.json`
+    goes), with the variables getting started exports; only the Bolt sink is a cypherl directory here."""
     commit_as(cluster, "orders_live", {**{("orders", p): 20 for p in range(PARTITIONS)},
                                     **{("refunds", p): 0 for p in range(PARTITIONS)}})
+    working = tmp_path / "working"
+    working.mkdir()
+    monkeypatch.chdir(working)
+    environ = backfill_environment(cluster, state_dir, working)
     commands = shell("backfill")
     assert len(commands) == 3
     for command in commands:
-        adapted = adapt_hosts_and_paths(command, cluster, tmp_path, state_dir)
-        result = run_cli(shlex.split(adapted)[1:])
+        result = run_cli(shlex.split(without_memgraph(as_the_shell_expands(command, environ), tmp_path))[1:])
         if "--dry-run" in command:
             rows = [line.split() for line in result.stdout.splitlines()[1:]]
             assert ["orders", "0", "1200", str(PER_PARTITION), str(PER_PARTITION - 1200)] in rows, rows
-            assert not (tmp_path / "backfill").exists() or "--dry-run" in command
+            assert not (working / "backfill").exists() or "--dry-run" in command
         elif "--stream orders" in command:
-            report = json.loads((tmp_path / "backfill.json").read_text())
+            report = json.loads((working / "backfill.json").read_text())
             assert report["records"] == PER_PARTITION * PARTITIONS, report
-            files = sorted((tmp_path / "backfill").glob("*.cypherl"))
+            files = sorted((working / "backfill").glob("*.cypherl"))
             assert len(files) >= 8   # --min-partitions 8
             assert sum(len(statement_lines(f)) for f in files) == PER_PARTITION * PARTITIONS
         else:   # --topics orders,refunds --group orders_live, Bolt sink substituted
@@ -785,11 +799,13 @@ def test_mgstreams_backfill_commands(cluster, state_dir, tmp_path, stream_with_c
 # -- spark-submit, zip, export ----------------------------------------------------------------
 def test_spark_submit_commands_take_the_documented_arguments(cluster, state_dir, tmp_path, stream_with_commits):
     """No Spark cluster here: each `spark-submit [options] SCRIPT ARGS` runs `python SCRIPT ARGS --dry-run`
-    (the plan, without Spark) with hosts and paths adapted; the master URLs are spark-submit's own."""
+    (the plan, without Spark) as written, in the repository (its `$PWD`: `mgstreams/backfill_main.py`,
+    `--modules-dir query_modules`); the master URLs are spark-submit's own."""
     commands = shell("spark-submit")
     assert commands
+    environ = backfill_environment(cluster, state_dir, ROOT)
     for command in commands:
-        tokens = shlex.split(adapt_hosts_and_paths(command, cluster, tmp_path, state_dir))
+        tokens = shlex.split(without_memgraph(as_the_shell_expands(command, environ), tmp_path))
         script = next(t for t in tokens if t.endswith(".py"))
         assert script == "mgstreams/backfill_main.py" and (ROOT / script).is_file()
         options = tokens[1:tokens.index(script)]

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from broker_support import tansu_limitation
 from confluent_kafka import TopicPartition
-from group_members import RANGE, committed
+from group_members import RANGE, assigned, caught_up_stream, committed
 from group_members import new_stream as _stream
 from group_members import offsets_of as _offsets
 from group_members import produce_to as _produce_to
@@ -64,16 +64,11 @@ def test_an_onward_move_applied_at_takeover_starts_where_the_group_committed(kaf
     partition and pending on P, planned as 150 (or 120). The member reads on, commits 250 and leaves; the stream
     takes P over at 250 (not back at the planned target: 100 or 130 records again) and the history says P
     moved from 250, where it stood."""
-    topic = kafka.new_topic(partitions=2)
-    kafka.produce(topic, 200, partitions=2)
     out = tmp_path / "out.cypherl"
     with shared_host.client() as client:
-        name = _stream(client, kafka, topic, out)
-        client.start(name)
-        wait_until(lambda: [r.committed_offset for r in client.describe(name)] == [100, 100], what="caught up")
+        topic, name = caught_up_stream(client, kafka, out)
         group = client.get(name).consumer_group
-        member, theirs = _second_member(kafka, group, topic,
-                                        lambda: {r.partition for r in client.describe(name) if r.assigned})
+        member, theirs = _second_member(kafka, group, topic, lambda: assigned(client, name))
         try:
             _produce_to(kafka, topic, theirs, 50)   # the member has not read them yet: committed 100, end 150
             changes = {c.partition: c for c in client.set_offset(name, spec, timeout=2)}
@@ -99,15 +94,10 @@ def test_a_revert_supersedes_the_pending_half_of_the_change_it_reverts(kafka, sh
     """set_offset(10) is applied on the stream's partition and pending on the member's P. `revert` moves the
     applied half back and supersedes the pending half (a `superseded` history row of the change); when the
     member leaves, P stays at 100 (before: moved to 10 after the revert, 90 records again)."""
-    topic = kafka.new_topic(partitions=2)
-    kafka.produce(topic, 200, partitions=2)
     out = tmp_path / "out.cypherl"
     with shared_host.client() as client:
-        name = _stream(client, kafka, topic, out)
-        client.start(name)
-        wait_until(lambda: [r.committed_offset for r in client.describe(name)] == [100, 100], what="caught up")
-        member, theirs = _second_member(kafka, client.get(name).consumer_group, topic,
-                                        lambda: {r.partition for r in client.describe(name) if r.assigned})
+        topic, name = caught_up_stream(client, kafka, out)
+        member, theirs = _second_member(kafka, client.get(name).consumer_group, topic, lambda: assigned(client, name))
         mine = 1 - theirs
         try:
             changes = {c.partition: c for c in client.set_offset(name, 10, timeout=2)}
@@ -122,8 +112,7 @@ def test_a_revert_supersedes_the_pending_half_of_the_change_it_reverts(kafka, sh
             assert f"superseded by change {reverted[0].change_id}" in superseded.message
         finally:
             member.close()
-        wait_until(lambda: {r.partition for r in client.describe(name) if r.assigned} == {0, 1}, timeout=30,
-                   what="the stream to take the partition over")
+        wait_until(lambda: assigned(client, name) == {0, 1}, timeout=30, what="the stream to take the partition over")
         _produce_to(kafka, topic, theirs, 5)
         wait_until(lambda: len(_offsets(out, theirs)) >= 105, what="the 5 new records")
         time.sleep(0.5)
@@ -141,20 +130,15 @@ def test_a_change_persisted_before_the_host_died_is_not_applied_again(kafka, tmp
     change on P (commits 10, with the change's mark, then reads on and commits 100), the host is killed before
     it records it. The next host on the same state directory records the change as applied (10, from 100) and
     does not move P back to 10: 10..99 come twice, not three times."""
-    topic = kafka.new_topic(partitions=2)
-    kafka.produce(topic, 200, partitions=2)
     out = tmp_path / "out.cypherl"
     state = tmp_path / "state"
     host = HostProcess(state).start()
     lock = None
     try:
         with host.client() as client:
-            name = _stream(client, kafka, topic, out, name="orders", delivery=delivery)
-            client.start(name)
-            wait_until(lambda: [r.committed_offset for r in client.describe(name)] == [100, 100], what="caught up")
+            topic, name = caught_up_stream(client, kafka, out, name="orders", delivery=delivery)
             group = client.get(name).consumer_group
-            member, theirs = _second_member(kafka, group, topic,
-                                            lambda: {r.partition for r in client.describe(name) if r.assigned})
+            member, theirs = _second_member(kafka, group, topic, lambda: assigned(client, name))
             try:
                 changes = {c.partition: c for c in client.set_offset(name, 10, timeout=2)}
                 assert changes[theirs].status == ChangeStatus.PENDING

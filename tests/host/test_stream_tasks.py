@@ -10,7 +10,6 @@ The scenario documented in docs/how-to/scale-with-tasks.md: that page's commands
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import uuid
@@ -21,10 +20,8 @@ import pytest
 from broker_support import DEPARTED_LEADER_KEPT, skip_rest_on_tansu
 from cli_helpers import invoke
 from confluent_kafka import Consumer
-from host_helpers import HostProcess
-from mgclient_standin import mgclient as standin
-from paths import ROOT, SUPPORT
-from stream_helpers import FAST_REJOIN, RECORD_QUERY, delivered_from_file, wait_until
+from standin_journal import SINK, journaling_host, transactions, written
+from stream_helpers import FAST_REJOIN, delivered_from_file, wait_until
 
 from mgstreams.query_module import STREAMS_MODULE, QueryModule
 
@@ -34,43 +31,15 @@ TRANSFORM = "stream_helpers.offsets_transform"
 
 @pytest.fixture(scope="module")
 def tasks_host(tmp_path_factory, quick_rebalance):
-    tmp = tmp_path_factory.mktemp("tasks_host")
-    journal = tmp / "journal.jsonl"
-    host = HostProcess(tmp / "state", env={
-        "PYTHONPATH": os.pathsep.join((standin.PYTHONPATH_ENTRY, str(SUPPORT), str(ROOT))),
-        "MGCLIENT_STANDIN_JOURNAL": str(journal), "MGCLIENT_STANDIN_RECORD": "rows",
-        "MGCLIENT_STANDIN_RTT_MS": "0",
-        "MGSTREAMS_ALLOWED_HOSTS": "memgraph,localhost,127.0.0.0/8"}).start()
-    yield host, journal
+    host = journaling_host(tmp_path_factory.mktemp("tasks_host"))
+    yield host, host.journal
     host.stop()
 
 
 def body(kafka, topic: str, name: str, **fields) -> dict:
     return {"name": name, "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers, "transform": TRANSFORM,
-            "sink": "bolt://memgraph:7687", "consumer_group": f"tasks_{uuid.uuid4().hex[:8]}", "batch_size": 50,
+            "sink": SINK, "consumer_group": f"tasks_{uuid.uuid4().hex[:8]}", "batch_size": 50,
             "batch_interval_ms": 50, "configs": FAST_REJOIN, "tasks": 2, **fields}
-
-
-def written(journal: Path, topic: str) -> list[tuple[int, int, int]]:
-    """(pid, partition, offset) of every message of `topic` the sink committed, in commit order."""
-    out = []
-    for line in journal.read_text().splitlines() if journal.exists() else []:
-        entry = json.loads(line)
-        out += [(entry["pid"], params["partition"], params["offset"]) for query, params in entry["statements"]
-                if query == RECORD_QUERY and params.get("topic") == topic]
-    return out
-
-
-def transactions(journal: Path, topic: str) -> list[tuple[int, list[tuple[int, int]]]]:
-    """(pid, [(partition, offset), ...]) of every transaction the sink committed with records of `topic`."""
-    out = []
-    for line in journal.read_text().splitlines() if journal.exists() else []:
-        entry = json.loads(line)
-        records = [(params["partition"], params["offset"]) for query, params in entry["statements"]
-                   if query == RECORD_QUERY and params.get("topic") == topic]
-        if records:
-            out.append((entry["pid"], records))
-    return out
 
 
 def covered(journal: Path, topic: str, per_partition: int) -> bool:

@@ -113,11 +113,14 @@ def test_an_outage_shows_the_lag_as_not_known_with_the_last_value():
     """Issue 46: with the cluster away, /ui showed lag 0 as if known."""
     import dataclasses
 
-    away = dataclasses.replace(stream_lag("orders", Verdict.ERR, "the stream's cluster cannot be reached", lag=7),
-                               cluster_up=False, age_s=42.0)
+    known = stream_lag("orders", Verdict.ERR, "the stream's cluster cannot be reached", lag=7)
+    away = dataclasses.replace(known, cluster_up=False, age_s=42.0, total_lag=None, max_lag=None,
+                               last_known_total_lag=7, last_known_max_lag=7, last_known_age_s=42.0,
+                               partitions=tuple(dataclasses.replace(p, lag=None, last_known_lag=p.lag,
+                                                                    last_known_age_s=42.0) for p in known.partitions))
     html = ui.page([away], lambda name: ([], []), NOW)
     row = Dom(html)
-    assert "? (last 7, 42 s ago)" in "".join(row.text), html
+    assert "".join(row.text).count("? (last 7, 42 s ago)") == 2, html   # the stream's row and its partition's
     assert "<td>7</td>" not in html
 
 

@@ -44,7 +44,9 @@ def backfill_on_terminal(args: list[str], timeout: float = 180) -> tuple[int, st
     return code, ANSI.sub("", b"".join(chunks).decode(errors="replace"))
 
 
-@pytest.mark.parametrize("engine", ["local", "spark"])
+# The Spark case starts a JVM (a child process's local[1]): marked spark, it runs on the worker that holds the
+# run's Spark (tests/conftest.py xdist_group), not beside it on the other one.
+@pytest.mark.parametrize("engine", ["local", pytest.param("spark", marks=pytest.mark.spark)])
 def test_progress_shows_offsets_records_per_second_and_time_left(kafka, tmp_path, engine):
     topic = kafka.new_topic(2)
     kafka.produce(topic, 4000, partitions=2, payload=lambda i: b'{"i": %d, "pad": "%s"}' % (i, b"x" * 200))

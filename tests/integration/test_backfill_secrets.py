@@ -11,6 +11,7 @@ import subprocess
 import sys
 import uuid
 
+import pytest
 from cli_helpers import mgstreams
 from configs import MERGE
 from paths import ROOT
@@ -39,6 +40,7 @@ def test_a_secret_on_the_command_line_is_refused_and_a_config_file_carries_it(ka
     assert bad.returncode == 1 and "--config-file: line 1" in bad.stderr and secret not in bad.stderr
 
 
+@pytest.mark.spark   # two JVMs of its own: on the worker that holds the run's Spark (tests/conftest.py xdist_group)
 def test_the_spark_ui_is_off_unless_asked_for():
     """A session of its own, in a process of its own (a test run's shared session would be reused)."""
     code = ("from spark_bridge.spark_session import build_session\n"

@@ -1,7 +1,9 @@
 """The Bolt sink against a real graph server (FalkorDB over Bolt 5, tests/support/graph_server.py), through the
 sink's own interface: folded UNWIND batches read back, what a failed batch leaves, exactly-once offsets written
 with the batch and compared-and-set, a user editing them, the server restarting under a sink, and a sink closing
-without leaving the server unusable. Host-level runs of the same: tests/host/test_graph_server_host.py."""
+without leaving the server unusable, and two tasks' interleaved writes (no write conflict on this engine: it
+serialises writes; Memgraph's write-write conflict stays on the Bolt stand-in, named as such). Host-level runs of
+the same: tests/host/test_graph_server_host.py."""
 from __future__ import annotations
 
 import uuid
@@ -11,6 +13,7 @@ import pytest
 from stream_registry.errors import SinkError, StoredOffsetsConflict
 from stream_registry.graph.offset_store import offset_statements
 from stream_registry.graph.sinks import Written, open_sink
+from stream_registry.graph.sinks.bolt import BoltSink
 from stream_registry.graph.statement import Statement
 from stream_registry.model import PartitionKey
 
@@ -135,3 +138,98 @@ def test_a_1000_message_batch_is_a_handful_of_round_trips(graph_server, monkeypa
         sink.close()
     assert len(sent) == 3 and sent[1].startswith("UNWIND $mgstreams_rows AS mgstreams_row MERGE")
     assert graph_server.query(f"MATCH (n:{name}) RETURN count(n) AS n") == [{"n": 1000}]
+
+
+class _AfterFirstStatement:
+    """A sink connection that runs `between` once, right after its first statement (an exactly-once batch's read of
+    the stored offsets): another task's write lands between a batch's compare-and-set read and its statements."""
+
+    def __init__(self, connection, between):
+        self._connection, self._between = connection, between
+
+    @property
+    def autocommit(self):
+        return self._connection.autocommit
+
+    @autocommit.setter
+    def autocommit(self, value) -> None:
+        self._connection.autocommit = value
+
+    def cursor(self):
+        return _AfterFirstCursor(self, self._connection.cursor())
+
+    def __getattr__(self, name):
+        return getattr(self._connection, name)
+
+
+class _AfterFirstCursor:
+    def __init__(self, owner: _AfterFirstStatement, cursor):
+        self._owner, self._cursor = owner, cursor
+
+    def execute(self, query, parameters=None) -> None:
+        self._cursor.execute(query, parameters)
+        between, self._owner._between = self._owner._between, None
+        if between is not None:
+            between()
+
+    def fetchall(self):
+        return self._cursor.fetchall()
+
+
+def _zombie_and_owner(connect_zombie, owner, stream: str, name: str):
+    """Two tasks of one stream on one partition, both believing the sink stores 2: the zombie (its partition
+    already taken over) reads the stored offsets, then the new owner writes keys 2..4 and offsets 5, then the
+    zombie writes keys 2..3 and offsets 4. The zombie's sink and the batch it writes."""
+    tp = PartitionKey("t", 0)
+    owner.write([*merges(name, [(0, "first"), (1, "first")]), *offset_statements(stream, {tp: 2})],
+                expect={tp: None})
+    owned = [*merges(name, [(2, "owner"), (3, "owner"), (4, "owner")]), *offset_statements(stream, {tp: 5})]
+    zombie = BoltSink("graph", connect=lambda **kwargs: _AfterFirstStatement(
+        connect_zombie(**kwargs), lambda: owner.write(owned, expect={tp: 2})), sleep=lambda s: None,
+        engine=owner.engine)
+    return zombie, [*merges(name, [(2, "zombie"), (3, "zombie")]), *offset_statements(stream, {tp: 4})]
+
+
+def test_two_tasks_never_meet_a_write_conflict_on_falkordb_which_serialises_writes(graph_server):
+    """Write conflicts between two tasks cannot be produced on FalkorDB: it runs one write at a time and has no
+    transactions, so a batch that interleaves with another task's never fails with a conflict. Memgraph's
+    write-write conflict stays on the stand-in, named as such (the next test). What this engine does instead: a
+    zombie task whose compare-and-set read came before the new owner's write writes its batch and its offsets over
+    the owner's (the compare-and-set is a read before the batch there; docs: Graph engines)."""
+    from stream_registry.graph.sinks import bolt_driver
+
+    name, stream = label(), f"s_{uuid.uuid4().hex[:6]}"
+    owner = open_sink(f"{graph_server.bolt_uri}?engine=falkordb")
+    connect = lambda **kwargs: bolt_driver.connect_driver(**{**kwargs, "port": graph_server.bolt_port,  # noqa: E731
+                                                            "host": "127.0.0.1"})
+    zombie, batch = _zombie_and_owner(connect, owner, stream, name)
+    try:
+        assert zombie.write(batch, expect={PartitionKey("t", 0): 2}) is Written.APPLIED
+        assert zombie.attempts == 1, "no conflict, no retry"
+        assert owner.stored_offsets(stream) == {PartitionKey("t", 0): 4}, "the zombie's offsets over the owner's"
+        rows = graph_server.query(f"MATCH (n:{name}) RETURN n.k AS k, n.v AS v ORDER BY k")
+        assert [(row["k"], row["v"]) for row in rows] == [(0, "first"), (1, "first"), (2, "zombie"),
+                                                          (3, "zombie"), (4, "owner")]
+    finally:
+        zombie.close()
+        owner.close()
+
+
+def test_a_write_conflict_between_two_tasks_on_the_memgraph_standin_is_retried_into_a_realignment(tmp_path):
+    """On the Bolt stand-in (tests/support/mgclient_standin, MGCLIENT_STANDIN_SHARED: one database for both tasks,
+    with Memgraph's snapshot isolation and write-write conflicts), because FalkorDB serialises writes and cannot
+    show one (the test above). The zombie's offset write conflicts with the owner's committed one (TransientError),
+    its transaction is rolled back and retried, and the retry's compare-and-set reads the owner's offsets: a
+    StoredOffsetsConflict (the zombie's stream realigns), nothing of the zombie's batch applied."""
+    from mgclient_standin.mgclient import Server
+
+    journal = tmp_path / "memgraph.jsonl"
+    name, stream = label(), "s_conflict"
+    owner = BoltSink("memgraph", connect=Server(0, str(journal), True, shared=True).connect, sleep=lambda s: None)
+    zombie_server = Server(0, str(journal), True, shared=True)
+    zombie, batch = _zombie_and_owner(zombie_server.connect, owner, stream, name)
+    with pytest.raises(StoredOffsetsConflict) as conflict:
+        zombie.write(batch, expect={PartitionKey("t", 0): 2})
+    assert conflict.value.stored == {PartitionKey("t", 0): 5}
+    assert zombie.attempts == 2 and zombie_server.commits == 0, "the conflict retried, nothing of it committed"
+    assert owner.stored_offsets(stream) == {PartitionKey("t", 0): 5}

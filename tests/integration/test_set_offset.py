@@ -44,17 +44,52 @@ def _first_offsets(delivered):
 
 
 @pytest.mark.parametrize("configs", PROTOCOLS)
-def test_set_before_first_assignment_is_where_every_partition_starts(kafka, registry, memory_sinks, configs):
+def test_set_before_first_assignment_is_where_every_partition_starts(kafka, registry, memory_sinks, configs,
+                                                                      monkeypatch):
+    """The call is in the poll thread's queue when the group's first assignment arrives inside consume() (the
+    assign callback is held until it is: under KIP-848 the assignment comes at once, and a call still resolving
+    then would be applied after it), and the group has committed offsets, so librdkafka fetches at once: the
+    first fetch of every partition lands before the assign callback returns (as a slow callback let it under
+    load) and the same consume() returns those records. Every partition still starts at the call's offset:
+    nothing from the group's offset is delivered. Before the fix (the queue drained only between batches) the
+    records from the group's offset went first (KIP-848, 1 run in 10 under load)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from stream_registry.registry.stream.assignment import Assignment
+    from stream_registry.registry.stream.worker import StreamWorker
+
     topic = _stream(kafka, registry, configs=configs)
+    group = registry.get("orders").consumer_group
+    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
+    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)   # the group's
+    member.close()
+    queued = threading.Event()
+    request_offsets, on_assign = StreamWorker.request_offsets, Assignment._on_assign
+
+    def queue_request(worker, *args, **kwargs):
+        request_offsets(worker, *args, **kwargs)
+        queued.set()
+
+    def assign_once_queued(assignment, consumer, partitions):
+        assert queued.wait(30), "the call never reached the stream"
+        on_assign(assignment, consumer, partitions)
+        started = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+        wait_until(lambda: all(consumer.get_watermark_offsets(tp, cached=True)[1] >= 0 for tp in started), 30,
+                   what="the first fetch of every partition")
+        kafka.produce(topic, 3, partitions=3)   # the next fetch answers only once the first one's records are queued
+        wait_until(lambda: all(consumer.get_watermark_offsets(tp, cached=True)[1] == 101 for tp in started), 30,
+                   what="the first fetch's records queued")
+    monkeypatch.setattr(StreamWorker, "request_offsets", queue_request)
+    monkeypatch.setattr(Assignment, "_on_assign", assign_once_queued)
     registry.start("orders")
     assert registry.get("orders").status == StreamStatus.STARTING   # the group has not assigned anything yet
     changes = registry.set_offset("orders", 10, timeout=15)
     assert {c.status for c in changes} == {ChangeStatus.APPLIED}, changes
     assert sorted((c.topic, c.partition, c.offset) for c in changes) == [(topic, p, 10) for p in range(3)]
     sink = memory_sinks["orders"]
-    wait_until(lambda: len(sink.delivered()) >= 270)
+    wait_until(lambda: len(sink.delivered()) >= 3 * 91)
     assert _first_offsets(sink.delivered()) == {(topic, p): 10 for p in range(3)}
-    assert all(offsets == list(range(10, 100)) for offsets in by_partition(sink.delivered()).values())
+    assert all(offsets == list(range(10, 101)) for offsets in by_partition(sink.delivered()).values())
 
 
 @pytest.mark.parametrize("configs", PROTOCOLS)

@@ -27,6 +27,8 @@ from spark_bridge.engine import (
     estimate_spark,
     spark_target,
 )
+from spark_bridge.engine_costs import COSTS_FILE, RUNS_KEPT, MeasuredCosts
+from spark_bridge.engine_costs import Run as CostRun
 from spark_bridge.job import BackfillJob, plan_job
 from spark_bridge.local_engine import run_local
 from spark_bridge.range_plan import OffsetRange, RangePlan
@@ -213,3 +215,66 @@ def test_a_spark_connect_token_never_shows(kafka, tmp_path):
     assert "token=****" in bad.stderr
     for text in (dry.stdout, dry.stderr, bad.stdout, bad.stderr):
         assert token not in text
+
+
+# -- the estimate follows what the engines measurably cost here ----------------------------------------------------
+def test_measured_costs_move_the_choice_from_the_constants(tmp_path):
+    """At 2M records the constants pick local (130k records/s); measured here the local engine ran 57k records/s
+    and Spark local[2] 90k after an 11 s start (last round's figures): auto then picks Spark, and says why."""
+    local2, mid = spark_target("local[2]", cores=2), plan_of(2_000_000)
+    assert choose_engine("auto", mid, local2, spark_available=True, cores=2).engine is Engine.LOCAL
+    costs = MeasuredCosts(tmp_path)
+    for records in (20_000, 200_000, 2_000_000):
+        costs.record(CostRun("local", "", MERGE, records, 0.3 + records / 57_000))
+        costs.record(CostRun("spark", "local[2]", MERGE, records, 1.5 + records / 90_000, start=11.0))
+    kept = MeasuredCosts.load(tmp_path)
+    choice = choose_engine("auto", mid, local2, spark_available=True, cores=2, costs=kept, transform=MERGE)
+    assert choice.engine is Engine.SPARK
+    assert choice.local_seconds == pytest.approx(0.3 + 2_000_000 / 57_000, rel=1e-6)
+    assert choice.spark_seconds == pytest.approx(11.0 + 1.5 + 2_000_000 / 90_000, rel=1e-6)
+    assert "measured: 3 run(s) here, 57,000 records/s" in choice.reason and "measured: 3 run(s) here, 90,000" in \
+        choice.reason
+    small = choose_engine("auto", plan_of(200_000), local2, spark_available=True, cores=2, costs=kept, transform=MERGE)
+    assert small.engine is Engine.LOCAL
+    # another transformation's runs count until this one has its own; another Spark target's never do
+    other = choose_engine("auto", mid, local2, spark_available=True, cores=2, costs=kept, transform="m.other")
+    assert other.local_seconds == choice.local_seconds
+    far = choose_engine("auto", mid, spark_target("local[4]", cores=4), spark_available=True, cores=4, costs=kept,
+                        transform=MERGE)
+    assert "not run here yet" in far.reason
+
+
+def test_measured_costs_keep_the_last_runs_and_survive_a_bad_file(tmp_path):
+    costs = MeasuredCosts(tmp_path)
+    for i in range(RUNS_KEPT + 3):
+        assert costs.record(CostRun("local", "", MERGE, 1000 * (i + 1), 1.0 + i))
+    kept = MeasuredCosts.load(tmp_path).runs
+    assert [r.records for r in kept] == [1000 * (i + 1) for i in range(3, RUNS_KEPT + 3)]
+    one = MeasuredCosts(None, [CostRun("local", "", MERGE, 10_000, 2.1, at=1.0)])   # one run: the prior fixed part
+    fitted = one.fitted("local", "", MERGE, prior_fixed=0.1)
+    assert (fitted.fixed, fitted.rate) == (pytest.approx(0.1), pytest.approx(10_000 / 2.0))
+    (tmp_path / COSTS_FILE).write_text("{not json")
+    assert MeasuredCosts.load(tmp_path).runs == []
+    assert choose_engine("auto", plan_of(20_000), spark_target("local[2]", cores=2), spark_available=True,
+                         costs=MeasuredCosts.load(tmp_path), transform=MERGE).engine is Engine.LOCAL
+
+
+def test_cli_backfill_keeps_what_its_engine_cost_for_the_next_estimate(kafka, tmp_path):
+    """A backfill through the CLI records its engine's run in the state directory; the next plan's estimate is
+    that measurement, not the constants."""
+    topic = kafka.new_topic(2)
+    kafka.produce(topic, 40, partitions=2)
+    state = tmp_path / "state"
+    args = ["--topics", topic, "--bootstrap-servers", kafka.bootstrap_servers, "--from", "earliest",
+            "--transform", MERGE, "--sink", f"cypherl://{tmp_path / 'out'}", "--state-dir", str(state)]
+    first = CliRunner().invoke(backfill_command, [*args, "--dry-run"])
+    assert first.exit_code == 0, first.output
+    assert "local ≈ 0.1 s (not run here yet: the model's constants)" in first.stderr
+    ran = CliRunner().invoke(backfill_command, args)
+    assert ran.exit_code == 0, ran.output
+    runs = json.loads((state / COSTS_FILE).read_text())["runs"]
+    assert [(r["engine"], r["target"], r["transform"], r["records"]) for r in runs] == [("local", "", MERGE, 40)]
+    assert runs[0]["seconds"] > 0
+    after = CliRunner().invoke(backfill_command, [*args, "--dry-run"])
+    assert after.exit_code == 0, after.output
+    assert "(measured: 1 run(s) here," in after.stderr

@@ -1,6 +1,7 @@
 """Streams whose consumer group has other members, for the host tests of the offset gate (issues 30 and 42): a
-stream on a cypherl sink with range assignment, a plain confluent-kafka second member of its group, records
-produced to one partition, what the sink holds per partition and what the group committed."""
+stream on a cypherl sink with range assignment (started and caught up on a topic of two partitions), a plain
+confluent-kafka second member of its group, records produced to one partition, what the sink holds per partition,
+what the stream holds and what the group committed."""
 from __future__ import annotations
 
 import threading
@@ -23,6 +24,28 @@ def new_stream(client, kafka, topic, out, name=None, **fields):
                   consumer_group=fields.pop("consumer_group", f"g_{uuid.uuid4().hex[:10]}"), batch_interval_ms=20,
                   configs=RANGE, **fields)
     return name
+
+
+def caught_up_stream(client, kafka, out, per_partition=100, **fields):
+    """A topic of two partitions holding `per_partition` records each, a stream on it (new_stream) started and
+    caught up: (topic, name)."""
+    topic = kafka.new_topic(partitions=2)
+    kafka.produce(topic, 2 * per_partition, partitions=2)
+    name = new_stream(client, kafka, topic, out, **fields)
+    client.start(name)
+    caught_up(client, name, [per_partition, per_partition])
+    return topic, name
+
+
+def caught_up(client, name, offsets, timeout=60):
+    """Wait until the stream's committed offsets are `offsets` (by partition)."""
+    wait_until(lambda: [r.committed_offset for r in client.describe(name)] == offsets, timeout=timeout,
+               what="caught up", describe=lambda: client.describe(name))
+
+
+def assigned(client, name) -> set[int]:
+    """The partitions the stream's consumer holds now."""
+    return {r.partition for r in client.describe(name) if r.assigned}
 
 
 def second_member(kafka, group, topic, assigned):

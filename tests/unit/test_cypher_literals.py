@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stream_registry.errors import SinkError
-from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_rows, render_statement, to_cypher_literal
+from stream_registry.graph.cypher_literals import INT64_MAX, INT64_MIN, render_statement, to_cypher_literal
+from stream_registry.graph.cypher_rows import render_rows, render_text
 
 
 def round_trip(value):
@@ -255,3 +256,21 @@ def test_rows_render_in_bulk_as_each_statement_alone(rows, query):
     lines, or the same error about the first row at fault (a missing parameter, a value with no literal)."""
     alone = _rendered(lambda: [render_statement(query, row) for row in rows])
     assert _rendered(lambda: render_rows(query, rows)) == alone
+
+
+_TEXTS = st.one_of(st.text(max_size=12), st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=12),
+                   st.sampled_from(['{"a": "b\\\\c"}', "it's", "%s", "", "\x00", "\u2028", "é", "\udc80"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({"a": _TEXTS, "b": st.one_of(
+    st.integers(min_value=INT64_MIN - 1, max_value=INT64_MAX + 1), st.integers(-5, 5)), "c": _TEXTS}),
+    max_size=6), query=st.sampled_from(["MERGE (n:N {a: $a}) SET n.b = $b, n.c = $c",
+                                        "CREATE (:N {p: '100%'}) SET x = $a", "RETURN 1"]))
+def test_text_and_integer_columns_render_in_bulk_as_each_statement_alone(rows, query):
+    """Columns of texts only or integers only (the built-ins' batches: a column at a time, joined) render as
+    each statement alone, as the lines of render_rows and as the one text of render_text; errors too."""
+    alone = _rendered(lambda: [render_statement(query, row) for row in rows])
+    assert _rendered(lambda: render_rows(query, rows)) == alone
+    text = _rendered(lambda: render_text(query, rows))
+    assert text == (alone if isinstance(alone, str) else "".join(line + "\n" for line in alone))

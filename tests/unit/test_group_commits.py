@@ -212,3 +212,33 @@ def test_a_commit_refused_while_an_earlier_one_hangs_still_asks_whether_the_clus
         assert asked == [1], "refused at once without asking whether the cluster answers"
     finally:
         release.set()
+
+
+def test_a_commit_in_flight_is_waited_for_in_slices_asking_about_the_cluster_and_a_close_goes_after_it():
+    """Issue 42, reproduction 5: confluent-kafka makes every call on a consumer wait while a commit of it runs on
+    the commit thread, so the poll loop makes none while one is in flight: it waits in slices (a stop is seen
+    between them), asks whether the cluster is gone once the commit has waited COMMIT_MIN_WAIT_S, and a close
+    behind a commit that still hangs is left to the commit thread."""
+    from stream_registry.registry.stream.group_commits import COMMIT_MIN_WAIT_S
+
+    consumer, asked = _SlowCoordinator(), []
+    clock = Clock()
+    commits = GroupCommits("orders", lambda: consumer, give_up=lambda: asked.append(clock.now) or True,
+                           in_rebalance=lambda: False, redact=str, clock=clock, mark_key=KEY, pipelined=True)
+    closed = threading.Event()
+    consumer.close = closed.set
+    try:
+        commits.commit_batch({P0: 5})
+        assert consumer.asked.wait(10) and commits.in_flight
+        commits.await_in_flight(0.01)
+        assert commits.in_flight and asked == [], "a commit just made: waited for, the cluster not asked yet"
+        clock.now += COMMIT_MIN_WAIT_S
+        commits.await_in_flight(0.01)
+        assert asked == [COMMIT_MIN_WAIT_S], "one that waited COMMIT_MIN_WAIT_S asks (the probe shows an outage)"
+        commits.close_after_commit(consumer)
+        assert not closed.wait(0.2), "not closed while the commit runs: the poll thread went on"
+    finally:
+        consumer.answer.set()
+    assert closed.wait(10), "closed on the commit thread once the commit returned"
+    commits.await_in_flight(0.01)
+    assert not commits.in_flight and consumer.committed_offsets == {("t", 0): (5, None)}

@@ -214,3 +214,20 @@ def test_unknown_group_is_refused_naming_it():
     assert kept.unchanged and kept.offset == 7
     with pytest.raises(OffsetSpecError, match="'g'"):
         resolve(parse_offset_spec({"group": "g"}), [_snap()], lambda q: {}, running=False)
+
+
+def test_a_partition_with_nothing_to_resolve_from_is_refused_before_any_lookup():
+    """Issue 46, item 12: a spec whose other partition fails as the snapshots stand (no committed offset, nothing
+    to shift from) was refused only after its lookups by time and group, which a slow cluster turned into a 503
+    past the caller's deadline. Now no lookup is made: only the failed partitions come back."""
+    from stream_registry.offset_spec import parse_offset_spec
+
+    def never(*_):
+        raise AssertionError("a lookup was made for a spec refused as it stands")
+    snaps = [PartitionSnapshot(topic="t", partition=p, log_start=0, log_end=10) for p in (0, 1, 2)]
+    spec = parse_offset_spec({"t:0": "2020-01-01T00:00:00Z", "t:1": "committed", "t:2": {"group": "other"}})
+    resolved = resolve(spec, snaps, never, running=True, lookup_group=never)
+    assert [(r.partition, r.failed, r.message) for r in resolved] == \
+        [(1, True, "t:1: no committed offset for this partition")]
+    shifted = resolve(parse_offset_spec({"t:0": "-PT1H", "t:1": "+5"}), snaps, never, running=False)
+    assert [(r.partition, r.failed) for r in shifted] == [(1, True)]

@@ -8,15 +8,9 @@ applied) are not. tests/adversarial/test_soak.py runs the soak itself.
 from __future__ import annotations
 
 import pytest
-from mgclient_standin.mgclient import Server, TransientError
 
-from bench.soak.oracle import Change, Rec, check_partition, read_journal, read_sink
-from bench.soak_transform import QUERY
-from stream_registry.errors import StoredOffsetsConflict
-from stream_registry.graph.offset_store import offset_statements
-from stream_registry.graph.sinks.bolt import BoltSink
-from stream_registry.graph.statement import Statement
-from stream_registry.model import PartitionKey
+from bench.soak.graph import Kill, graph_records
+from bench.soak.oracle import Change, Rec, check_partition, read_sink
 
 LINE = 100   # bytes per statement in these hand-made files
 
@@ -231,87 +225,43 @@ def test_a_file_cut_and_the_stream_realigning_to_it_is_neither_lost_nor_duplicat
         assert figures(v) == (ZERO if ok else {**ZERO, "lost": 5}), (ok, v.problems)
 
 
-def soak_batch(topic: str, partition: int, offsets, batch: str) -> list[Statement]:
-    return [Statement(QUERY, {"topic": topic, "partition": partition, "offset": o, "seq": o + 1000, "batch": batch})
-            for o in offsets]
+def test_graph_records_are_each_nodes_deliveries_in_the_clock_order_of_their_batches():
+    """The tasks stream's records read from the graph (one node per message, the tags of the batches that
+    delivered it in order: soak_transform.GRAPH_QUERY): a delivery sits at its batch's clock plus its rank in
+    the batch, so a re-delivery by a later batch comes after; other nodes' shapes and tags are corrupt."""
+    rows = [(0, 0, 1000, ["7-1-1000"]), (0, 1, 1001, ["7-1-1000"]), (0, 2, 1002, ["7-1-1000", "8-1-5000"]),
+            (1, 0, 1003, ["7-1-1000"]), (0, 3, 1004, ["7-2-2000"]), (0, 4, 1005, ["7-2-2000", "bad"]),
+            (0, 9, 1, None)]
+    got = graph_records(rows, "soak_e")
+    assert [(r.offset, r.batch, r.pos) for r in got.held[("soak_e", 0)]] == \
+        [(0, "7-1-1000", 1000), (1, "7-1-1000", 1001), (2, "7-1-1000", 1002), (3, "7-2-2000", 2000),
+         (4, "7-2-2000", 2001), (2, "8-1-5000", 5000)]
+    assert [(r.offset, r.pos) for r in got.held[("soak_e", 1)]] == [(0, 1000)]
+    assert (got.corrupt, got.torn, got.torn_batches) == (2, 0, 0)
+    v = check_partition(got.held[("soak_e", 0)], [], 5, {o: 1000 + o for o in range(5)})
+    assert (v.duplicates, v.stale) == (0, 1)     # 2 again, not from a commit point (the batch 7-1 ends at 3)
 
 
-def journal_sink(journal, **kwargs) -> BoltSink:
-    """A Bolt sink on a stand-in journaling as the soak's host processes do (each BoltSink: one process)."""
-    server = Server(0, str(journal), True, **kwargs)
-    return BoltSink("memgraph.standin", connect=server.connect, sleep=lambda s: None)
-
-
-def test_read_journal_reads_the_stand_ins_transactions_in_commit_order(tmp_path):
-    """The journal as the stand-in writes it, through the Bolt sink (UNWIND folded, unrolled by the server):
-    the topic's records per partition in commit order, positions growing with the file, other topics and the
-    offset statements left out."""
-    journal = tmp_path / "bolt.jsonl"
-    task0, task1 = journal_sink(journal, shared=True), journal_sink(journal, shared=True)
-    task0.write(soak_batch("soak_e", 0, range(0, 3), "7-1") + soak_batch("other", 0, [9], "7-1"))
-    task1.write(soak_batch("soak_e", 1, range(0, 2), "8-1"))
-    task0.write(soak_batch("soak_e", 0, range(3, 5), "7-2") + soak_batch("soak_e", 1, [2], "7-2")
-                + offset_statements("soak_e", {PartitionKey("soak_e", 1): 3}))
-    records, corrupt = read_journal(journal, "soak_e")
-    assert corrupt == 0 and set(records) == {("soak_e", 0), ("soak_e", 1)}
-    assert [(r.offset, r.seq, r.batch) for r in records[("soak_e", 0)]] == \
-        [(0, 1000, "7-1"), (1, 1001, "7-1"), (2, 1002, "7-1"), (3, 1003, "7-2"), (4, 1004, "7-2")]
-    assert [(r.offset, r.batch) for r in records[("soak_e", 1)]] == [(0, "8-1"), (1, "8-1"), (2, "7-2")]
-    lines = journal.read_bytes().split(b"\n")
-    starts = [sum(len(line) + 1 for line in lines[:i]) for i in range(3)]
-    assert [r.pos for r in records[("soak_e", 0)]] == [starts[0], starts[0] + 1, starts[0] + 2, starts[2],
-                                                         starts[2] + 1]
-    assert [r.pos for r in records[("soak_e", 1)]] == [starts[1], starts[1] + 1, starts[2] + 2]
-    assert all(r.pos < starts[2] + len(lines[2]) for r in records[("soak_e", 1)])
-    assert read_journal(tmp_path / "none.jsonl", "soak_e") == ({}, 0)
-
-
-def test_read_journal_skips_a_torn_last_line_and_counts_a_garbled_one(tmp_path):
-    """A process killed in the middle of its append leaves a last line without its newline: that transaction
-    did not commit (the stand-in's next commit cuts it off), so it is neither read nor counted. A line that is
-    not a transaction anywhere else is corrupt."""
-    journal = tmp_path / "bolt.jsonl"
-    sink = journal_sink(journal, shared=True)
-    sink.write(soak_batch("soak_e", 0, [0, 1], "7-1"))
-    whole = journal.read_bytes()
-    torn = whole[:len(whole) // 2]
-    with journal.open("ab") as handle:
-        handle.write(torn)
-    records, corrupt = read_journal(journal, "soak_e")
-    assert [r.offset for r in records[("soak_e", 0)]] == [0, 1] and corrupt == 0
-    sink.write(soak_batch("soak_e", 0, [2], "7-2"))   # the next commit cuts the torn line off
-    assert journal.read_bytes().count(b"\n") == 2 and torn not in journal.read_bytes()[len(whole):]
-    last = journal.read_bytes().split(b"\n")[1]
-    with journal.open("ab") as handle:      # a line that is no transaction, then a whole one again
-        handle.write(b'{"pid": 1, "statements": [["CREATE (:SoakMsg\n' + last + b"\n")
-    records, corrupt = read_journal(journal, "soak_e")
-    assert [r.offset for r in records[("soak_e", 0)]] == [0, 1, 2, 2] and corrupt == 1
-
-
-def test_the_shared_stand_in_is_one_database_for_every_process_with_memgraphs_write_conflicts(tmp_path):
-    """MGCLIENT_STANDIN_SHARED: the exactly-once offsets one task (process) commits are what another reads (a
-    task taking a partition over continues from them), a batch that does not continue from them is refused by
-    the sink's compare-and-set, and two transactions writing one partition's offset conflict as in Memgraph."""
-    journal = tmp_path / "bolt.jsonl"
-    task0, task1 = journal_sink(journal, shared=True), journal_sink(journal, shared=True)
-    tp = PartitionKey("soak_e", 0)
-    task0.write(soak_batch("soak_e", 0, [0, 1], "7-1") + offset_statements("s", {tp: 2}), expect={tp: None})
-    assert task1.stored_offsets("s") == {tp: 2}
-    with pytest.raises(StoredOffsetsConflict):        # task 1 still believes nothing is stored: a zombie batch
-        task1.write(soak_batch("soak_e", 0, [0], "8-1") + offset_statements("s", {tp: 1}), expect={tp: None})
-    task1.write(soak_batch("soak_e", 0, [2], "8-2") + offset_statements("s", {tp: 3}), expect={tp: 2})
-    assert [r.offset for r in read_journal(journal, "soak_e")[0][("soak_e", 0)]] == [0, 1, 2]
-    # a write-write conflict: both began before either committed
-    a, b = Server(0, str(journal), shared=True).connect(), Server(0, str(journal), shared=True).connect()
-    write = offset_statements("s", {tp: 9})[0]
-    a.cursor().execute(write.query, dict(write.parameters))
-    b.cursor().execute("MATCH (n) RETURN n", {})
-    a.commit()
-    with pytest.raises(TransientError, match="conflicting transactions"):
-        b.cursor().execute(write.query, dict(write.parameters))
-    # without SHARED each process keeps its own offsets (what the stand-in did before, for in-process tests)
-    alone = journal_sink(tmp_path / "alone.jsonl")
-    assert alone.stored_offsets("s") == {}
+@pytest.mark.parametrize("case", ["torn", "stored", "not_last", "not_killed"])
+def test_a_batch_a_kill_cut_short_on_falkordb_is_told_from_a_duplicate_by_what_the_graph_stored(case):
+    """FalkorDB has no rollback: a batch whose data statement ran and whose offsets statement did not (its
+    process killed between the two) is delivered again from the offsets stored before it: the stated limit,
+    counted as `torn`, not as duplicates. Only with the evidence: the process was killed, it is its last batch,
+    and the offsets the graph stored right after the kill are not past its first offset. Otherwise the
+    re-delivery is a duplicate."""
+    rows = [(0, o, o, ["7-1-1000"]) for o in range(3)] + \
+        [(0, o, o, ["7-2-2000", "8-1-3000"]) for o in range(3, 5)] + [(0, 5, 5, ["8-1-3000"])]
+    if case == "not_last":
+        rows.append((1, 0, 0, ["7-3-2500"]))
+    stored = {0: 5} if case == "stored" else {0: 3}
+    kills = [] if case == "not_killed" else [Kill(7, stored)]
+    got = graph_records(rows, "soak_e", kills)
+    v = check_partition(got.held[("soak_e", 0)], [], 6, {o: o for o in range(6)})
+    if case == "torn":
+        assert (got.torn, got.torn_batches, v.duplicates, v.lost) == (2, 1, 0, 0)
+        assert [r.offset for r in got.held[("soak_e", 0)]] == [0, 1, 2, 3, 4, 5]
+    else:
+        assert (got.torn, v.duplicates, v.lost) == (0, 2, 0)
 
 
 def test_a_file_cut_owes_a_realigned_row_unless_it_took_the_file_back_to_its_groups_commit():
@@ -354,3 +304,73 @@ def test_two_cuts_before_the_stream_noticed_are_judged_by_the_last():
     assert unexplained_cuts([first, second], {"s": [realigned]}) == []
     wrong = CutMove("s", 102.0, 0, {("t", 0): (5, 4)}, {("t", 0): 10})
     assert len(unexplained_cuts([first, wrong], {"s": [realigned]})) == 1
+
+
+def test_a_move_back_from_where_a_foreign_member_committed_starts_its_continuation_at_once():
+    """3-minute soak, seed 21, at-least-once: the stream delivers 0..4, a foreign member takes the partition
+    over, reads 5..9 and commits 10; a change back to 0 is applied from 10 (the history's previous offset: where
+    the group had it). The stream got to 10 without delivering 5..9 itself, so the records at 0 that follow are
+    the change's continuation, not the old one's stale records (seen as lost 1772, stale 955 before)."""
+    from bench.soak.oracle import Foreign
+    f = File().batch(0, 1, 2, 3, 4)
+    held = Foreign(f.size, f.size, frozenset(range(5, 10)), frozenset({10}))
+    back = Change(0, lo=f.size, previous=10)        # pending when the call returned; the history saw it applied
+    f.batch(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+    v = check(f, [back], log_end=12, foreign=[held])
+    assert figures(v) == {**ZERO, "replayed": 5}, v.problems
+
+
+def test_an_onward_move_applied_past_its_target_is_judged_where_the_history_says_it_went():
+    """3-minute soak, seed 3, at-least-once: `+33` resolved against a stale position (410 -> 443) reaches the
+    partition when it already stands at 815; an onward move never takes it back, so it is applied 815 -> 815.
+    The history row (same change id) is that call's, and the change goes to 815, not 443."""
+    from datetime import UTC, datetime
+
+    from bench.soak.evidence import Call, changes_for
+    from bench.soak.plan import StreamPlan
+    from stream_registry.model import ChangeStatus, HistoryEntry, OffsetChange
+
+    plan = StreamPlan("s", "t", "range", 10, 10)
+    call = Call("s", "+33", 100.0, 500, 101.0, 600,
+                rows=[OffsetChange(topic="t", partition=0, previous_offset=410, offset=443, status=ChangeStatus.PENDING,
+                                   change_id=28)])
+    entry = HistoryEntry(changed_at=datetime.fromtimestamp(102, UTC), topic="t", partition=0, previous_offset=815,
+                         offset=815, status=ChangeStatus.APPLIED, change_id=28)
+    notes: list[str] = []
+    changes = changes_for([call], {"s": [entry]}, {}, plan, 0, notes)
+    assert notes == [] and [(c.offset, c.lo, c.previous) for c in changes] == [(815, 500, 815)]
+
+
+def test_a_foreign_member_that_takes_the_partition_right_after_a_change_leaves_nothing_owed_there():
+    """3-minute soak, seed 7, at-least-once: a change to 5 is applied; before the stream writes a record of it,
+    a foreign member takes the partition, reads 5..9 and commits 10; the stream resumes at 10. The foreign
+    member held the partition while the change's continuation was current (from the call on): 5..9 are its."""
+    from bench.soak.oracle import Foreign
+    f = File().batch(0, 1, 2, 3, 4, 5, 6, 7)
+    move = Change(5, lo=f.size, hi=f.size + 1)
+    held = Foreign(f.size, f.size + 1, frozenset(range(5, 10)), frozenset({10}))
+    f.size += 50                 # the stream writes nothing for a while
+    f.batch(10, 11)
+    v = check(f, [move], log_end=12, foreign=[held])
+    assert figures(v) == ZERO and v.foreign == 5 and v.problems == [], v.problems
+
+
+def test_a_cancelled_change_never_starts_a_continuation_where_the_old_one_passes_its_offset():
+    """3-minute soak, seed 21, at-least-once: set_offset(41) stays pending and is cancelled; the stream, which
+    was reading on from 21, delivers 41 in passing, then a kill makes it re-read from its commit point 0. The
+    change never applied: 41 did not start its continuation, and the re-read from 0 is no stale record."""
+    from bench.soak.evidence import Call, changes_for
+    from bench.soak.plan import StreamPlan
+    from stream_registry.model import ChangeStatus, OffsetChange
+
+    plan = StreamPlan("s", "t", "range", 10, 10)
+    f = File().batch(*range(0, 21))
+    call = Call("s", 41, 100.0, f.size, 101.0, f.size,
+                rows=[OffsetChange(topic="t", partition=0, previous_offset=21, offset=41, status=ChangeStatus.PENDING,
+                                   change_id=1)])
+    f.batch(*range(21, 50)).batch(*range(0, 50))
+    changes = changes_for([call], {}, {}, plan, 0, [], cancelled=[("s", 1, "t", 0)])
+    v = check(f, changes, log_end=50)
+    assert changes == [] and figures(v) == {**ZERO, "duplicates": 50}, v.problems
+    v = check(f, changes_for([call], {}, {}, plan, 0, []), log_end=50)
+    assert v.stale > 0       # without the cancel's word, 41 is taken for the change's start

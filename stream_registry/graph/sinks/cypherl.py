@@ -10,6 +10,15 @@ the file's lock, checks it before every append. A file cut back, truncated, appe
 someone else, or replaced or rotated at its path (a new inode, or none), is read again (and cut back to its last
 whole batch, reopened at its path when replaced), so the batch's `expect` is compared with what the file holds
 now: a StoredOffsetsConflict saying what happened to the file, on which the stream realigns to the file.
+
+Durability: a batch is rendered whole, then appended with one write (its frame included), and its offsets are
+committed after write() returns. Without `fsync` (the default) the batch is then in the kernel's page cache:
+it survives the stream process or the host being killed (at-least-once holds across any process crash), but
+not the machine losing power or the kernel crashing before the cache is written back (Linux: within about 30 s,
+vm.dirty_expire_centisecs): batches whose offsets were already committed can be lost then (a torn one is cut
+back by its frame on the next open), neither in the file nor delivered again. With `?fsync=true` each batch is
+on disk before write() returns, so before its offsets are committed: at-least-once across power loss too, for
+an fsync per batch (a few milliseconds on a disk).
 """
 from __future__ import annotations
 
@@ -25,7 +34,8 @@ from ...errors import ConfigError, SinkError, StoredOffsetsConflict
 from ...model import PartitionKey
 from ...safe_paths import open_beneath
 from .. import cypherl_frames
-from ..cypher_literals import render_rows, render_statement
+from ..cypher_literals import render_statement
+from ..cypher_rows import render_text
 from ..offset_store import Continuation, continuation, offsets_in_statements
 from ..statement import Statement, Statements
 from .protocol import Closing, Written
@@ -193,17 +203,18 @@ class CypherlSink(Closing):
         return out, changed
 
     def _render(self, statements: Sequence[Statement]) -> bytes:
-        """The batch's lines, each run of one query rendered in bulk (render_rows)."""
-        lines: list[str] = []
+        """The batch's lines, each run of one query rendered in bulk (render_text)."""
+        texts: list[str] = []
+        before = 0   # statements of the runs before this one
         for query, rows in Statements.of(statements).runs:
             try:
-                lines += render_rows(query, rows)
+                texts.append(render_text(query, rows))
             except SinkError:   # which statement: rendered one by one to name it
-                self._render_each(query, rows, len(lines))
+                self._render_each(query, rows, before)
                 raise
-        lines.append("")
+            before += len(rows)
         try:
-            return "\n".join(lines).encode("utf-8")
+            return "".join(texts).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SinkError(f"sink cypherl://{self.path}: a query holds text that is not valid Unicode "
                             f"({exc.reason})", rejected=True) from None

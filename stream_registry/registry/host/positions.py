@@ -55,6 +55,8 @@ class StreamPositions:
         stream's partitions; OffsetSpecError naming `shown` when any cannot be resolved. Relative specs and
         previous offsets count from where the stream is: its position where its consumer holds the partition,
         else its resume point (a pending change; an exactly-once sink's stored offset)."""
+        spec.check_topics(config.topics)   # before any question to the cluster: a bad spec is a 400 however slow
+
         def left() -> float:
             return max(deadline - time.monotonic(), 0.1)
 

@@ -50,9 +50,11 @@ class Assignment:
     """The partitions held, their start points, held-back and out-of-range ones (see the module docstring)."""
 
     def __init__(self, ctx: PollContext, health: Health, commits: GroupCommits, *, sink: Sink,
-                 on_revoked: Callable[[set[PartitionKey]], None], clock: Callable[[], float] = time.monotonic):
+                 on_revoked: Callable[[set[PartitionKey]], None], before_assign: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.monotonic):
         self._ctx, self._health, self._commits, self._sink, self._clock = ctx, health, commits, sink, clock
         self._on_revoked = on_revoked   # the worker drops the revoked partitions' messages from its batch
+        self._before_assign = before_assign   # the worker hands the gate the requests queued meanwhile
         self.held: set[PartitionKey] = set()   # exactly-once: assigned to us, not started: the sink did not answer
         self._next_held_try = 0.0
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
@@ -83,6 +85,10 @@ class Assignment:
         return run
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # An offset change requested before the assignment arrived (inside consume(), before the queue's next
+        # drain) is where the partitions start: the gate has it before it decides their starts. Else the records
+        # the same consume() returns from the group's offset would go first (KIP-848's assignment comes at once).
+        self._before_assign()
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
         starts: dict[PartitionKey, int | None] = dict.fromkeys(keys)
         if self._ctx.exactly_once:

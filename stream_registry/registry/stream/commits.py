@@ -12,6 +12,14 @@ goes on in its thread; the next one fails at once while it does (two commits of
 one consumer never race each other), and closing the consumer waits for it, as
 librdkafka's close waits for every outstanding commit.
 
+confluent-kafka (2.16) makes every call on a consumer wait while another thread's
+call on it runs (a busy wait, its per-consumer gate): while a commit runs here,
+a consume(), seek() or close() of the poll thread would wait for it, and a commit
+made while the cluster is down waits until the cluster comes back. So the poll
+thread makes no call on the consumer while `busy` (the worker waits for the answer
+in slices, probing the cluster through a client of its own, and sees a stop), and
+a close while a commit still hangs is left to this thread, after it (`close_after`).
+
 Inside a rebalance callback (an offset change applied at assignment) a commit
 made from another thread is not answered until the callback returns (seen: it
 waited out its deadline), so there it is made directly, on the poll thread, as
@@ -19,12 +27,16 @@ before; the group has just answered then.
 """
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+
+log = logging.getLogger("mgstreams.worker")
 
 WAIT_SLICE_S = 0.1
 HELPER_IDLE_S = 1.0   # a helper thread with no commit to make this long ends (the next commit starts another)
@@ -45,9 +57,10 @@ class PendingCommit:
 class BoundedCommitter:
     """One consumer's synchronous commits, each waited for at most until its deadline."""
 
-    def __init__(self, name: str):
-        self._name = name
+    def __init__(self, name: str, clock: Callable[[], float] = time.monotonic):
+        self._name, self._clock = name, clock
         self._running: threading.Event | None = None   # the last commit started (done once answered)
+        self.started_at = 0.0   # when it started
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._helper: threading.Thread | None = None
         self._helper_lock = threading.Lock()
@@ -55,6 +68,22 @@ class BoundedCommitter:
     @property
     def busy(self) -> bool:
         return self._running is not None and not self._running.is_set()
+
+    def wait_running(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the commit started last to be answered; True once none runs."""
+        running = self._running
+        return running is None or running.wait(timeout_s)
+
+    def close_after(self, consumer: Consumer) -> None:
+        """Close `consumer` on this thread, once the commit it runs now returns (the poll thread does not wait for
+        it: a commit made while the cluster is down returns when the cluster is back; a process that ends first
+        leaves the group by its session timeout)."""
+        def close() -> None:
+            try:
+                consumer.close()
+            except Exception as exc:   # nothing waits for it any more: said, not raised
+                log.warning("commit thread %s: closing the consumer failed: %s", self._name, exc)
+        self._hand_over(close)
 
     def commit(self, consumer: Consumer, offsets: Sequence[TopicPartition], wait_s: float,
                give_up: Callable[[], bool] = lambda: False, direct: bool = False) -> Any:
@@ -82,7 +111,7 @@ class BoundedCommitter:
                 pending.answer["error"] = exc
             finally:
                 pending.done.set()
-        self._running = pending.done
+        self._running, self.started_at = pending.done, self._clock()
         self._hand_over(run)
         return pending
 

@@ -52,7 +52,7 @@ class GroupCommits:
                  pipelined: bool = False):
         self._name, self._consumer, self._give_up, self._in_rebalance = name, consumer, give_up, in_rebalance
         self._redact, self._clock, self._sleep = redact, clock, sleep
-        self._committer = committer or BoundedCommitter(name)   # a commit never holds the poll thread past its deadline
+        self._committer = committer or BoundedCommitter(name, clock)   # a commit never holds the poll thread past its deadline
         self.marks: dict[PartitionKey, ChangeMark] = {}   # last change persisted per partition (each commit)
         self._mark_key = mark_key or MarkKey.new()   # none given: no mark written before is believed (change_marks)
         self.owed: dict[PartitionKey, int] = {}   # a batch's offsets whose commit failed: retried between batches
@@ -122,6 +122,25 @@ class GroupCommits:
             self.owed.update(next_offsets)
             return
         self._pending = (dict(next_offsets), pending, self._clock() + COMMIT_DEADLINE_S)
+
+    @property
+    def in_flight(self) -> bool:
+        """A commit runs on the commit thread, not answered yet: the poll thread makes no call on the consumer
+        meanwhile (commits.py: confluent-kafka would make it wait for the commit)."""
+        return self._committer.busy
+
+    def await_in_flight(self, slice_s: float) -> None:
+        """Wait up to `slice_s` for the commit in flight (settled once answered); one that has waited
+        COMMIT_MIN_WAIT_S asks `give_up` (the health's probe, through a client of its own: an outage shows)."""
+        if not self._committer.wait_running(slice_s) and \
+                self._clock() - self._committer.started_at >= COMMIT_MIN_WAIT_S:
+            self._give_up()
+        self.answered()
+
+    def close_after_commit(self, consumer: Consumer) -> None:
+        """The commit in flight still waits (the cluster is down): the consumer is closed after it, on the commit
+        thread; the poll thread goes on at once."""
+        self._committer.close_after(consumer)
 
     def answered(self) -> None:
         """Between batches: settle the batch commit in flight if its answer came (a stream with nothing more to

@@ -8,18 +8,25 @@ exactly-once sink that does not answer (assignment.py sets that text). Both clea
 by themselves when the cluster or the sink answers again. A loop that hears nothing
 (no records, no error callback: an idle stream whose brokers went away quietly)
 probes the cluster once every QUIET_PROBE_S, so an outage reaches its error
-within 30 s from that state too. A failure found inside
-a callback (`fatal`) is acted on by the poll loop, never from inside the callback.
+within 30 s from that state too. The probe is a metadata request through a client
+of its own (ClusterProbe), never through the stream's consumer: confluent-kafka
+(2.16) makes every call on a consumer wait while another thread's call on it runs,
+and a commit made while the cluster is down waits for it to come back (issue 42,
+reproduction 5: a probe through the consumer waited 60 s behind such a commit, the
+error stayed empty). A failure found inside a callback (`fatal`) is acted on by the
+poll loop, never from inside the callback.
 """
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
+from ...kafka.client import new_admin
 from ...model import StreamStatus
 from .stream_events import StreamEvents
 
@@ -28,6 +35,20 @@ log = logging.getLogger("mgstreams.worker")
 OUTAGE_PROBE_S = 1.0        # between metadata probes while an outage is suspected or on
 QUIET_PROBE_S = 10.0        # the cluster probed when the consumer has reported nothing for this long (an idle loop)
 UNREACHABLE = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._RESOLVE})
+
+
+class ClusterProbe:
+    """`probe()`: one metadata request within `timeout_s` (KafkaException when no broker answers), through an admin
+    client of the stream's cluster and security settings, made at the first probe and kept."""
+
+    def __init__(self, client_config: Mapping[str, object], secrets: Iterable[str], timeout_s: float):
+        self._config, self._secrets, self._timeout_s = dict(client_config), list(secrets), timeout_s
+        self._admin: AdminClient | None = None
+
+    def __call__(self) -> object:
+        if self._admin is None:
+            self._admin = new_admin(self._config, self._secrets)
+        return self._admin.list_topics(timeout=self._timeout_s)
 
 
 class Health:

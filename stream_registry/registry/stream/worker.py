@@ -49,7 +49,7 @@ from .assignment import Assignment
 from .batch_writer import BatchWriter
 from .change_marks import ChangeMark, MarkKey
 from .group_commits import GroupCommits
-from .health import Health
+from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
 from .poll_context import PollContext
 from .stream_events import StreamEvents
@@ -58,6 +58,7 @@ log = logging.getLogger("mgstreams.worker")
 
 CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
 OUTAGE_PROBE_TIMEOUT_S = 0.5
+COMMIT_WAIT_SLICE_S = 0.05  # a commit in flight is waited for in slices this long (a stop is seen between them)
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,14 @@ class StreamWorker:
         self._start_error: BaseException | None = None
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._after_move = False   # the batch collected last is the first after an offset change
-        self.health = Health(config.name, events, lambda: ctx.consumer().list_topics(timeout=OUTAGE_PROBE_TIMEOUT_S),
-                             ctx.redact)
+        self.health = Health(config.name, events, ClusterProbe(config.client_config(), config.secret_values(),
+                                                               OUTAGE_PROBE_TIMEOUT_S), ctx.redact)
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
                                     pipelined=True)   # a batch's commit is answered while the next one is read
-        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked)
+        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked,
+                                     before_assign=self._drain_control)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
         ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
@@ -179,6 +181,9 @@ class StreamWorker:
                         "open (%s)", self.config.name, trimmed, self._sink)
         try:
             while not self._stop.is_set():
+                if self.commits.in_flight:   # any call on the consumer would wait for it (commits.py)
+                    self.commits.await_in_flight(COMMIT_WAIT_SLICE_S)
+                    continue
                 self._between_batches()
                 batch = self._collect_batch()
                 if self.health.fatal:
@@ -324,9 +329,15 @@ class StreamWorker:
         if consumer is None:
             return
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
-        try:
-            consumer.close()   # its last rebalance callbacks run inside, the consumer still set
-        except (KafkaException, RuntimeError) as exc:
-            log.warning("stream %s: close failed: %s", self.config.name, self._ctx.redact(exc))
+        if self.commits.in_flight:   # it still waits for the cluster: close() would wait for it (commits.py)
+            log.warning("stream %s: a commit still waits for the group coordinator: stopping without it; the "
+                        "consumer is closed once it returns, the uncommitted records are read again at the next "
+                        "start", self.config.name)
+            self.commits.close_after_commit(consumer)
+        else:
+            try:
+                consumer.close()   # its last rebalance callbacks run inside, the consumer still set
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("stream %s: close failed: %s", self.config.name, self._ctx.redact(exc))
         self._ctx.open_consumer = None
         self._gate.lost_consumer()
