@@ -181,6 +181,21 @@ def latencies(spark, bootstrap: str, cluster, work_dir: Path, records: int, gap_
     return list(seen.values())
 
 
+def throughput_summary(host_rates: list[float], spark_rates: list[float], host_cpu: list[float],
+                       spark_cpu_: list[float]) -> None:
+    """The rates (best of the rounds), the ratio, and the CPU each engine spent per message."""
+    rounds = len(host_rates)
+    host_rate, spark_rate_ = max(host_rates), max(spark_rates)
+    ratio = spark_rate_ / host_rate
+    print(f"host tasks 1 rate: {host_rate:12,.0f} msgs/s steady (best of {rounds})")
+    print(f"spark local[2] rate: {spark_rate_:10,.0f} msgs/s steady (best of {rounds})")
+    print(f"ratio: {ratio:.2f}  (spark local[2] / host tasks 1; goal {GOAL}: {'ok' if ratio >= GOAL else 'BELOW GOAL'})")
+    host_cost, spark_cost = min(host_cpu) * 1e3, min(spark_cpu_) * 1e3
+    print(f"CPU per message (best round): host {host_cost:.3f} ms, spark {spark_cost:.3f} ms (JVM and Python "
+          f"workers); with two free cores for Spark and one for the host, that is {2 * host_cost / spark_cost:.2f}x "
+          f"(a projection from CPU cost, not a measured rate)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -236,16 +251,18 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  round {i} host tasks 1: steady {window:6.2f} s over {messages:,} messages "
                           f"{host_rates[-1]:9,.0f} msgs/s ({cores:.2f} cores); load average "
                           f"{os.getloadavg()[0]:.2f}", flush=True)
-                    window, messages, batches, spark_cores = spark_rate(spark, bootstrap, topic, partitions, count, work_dir,
-                                                           args.per_batch, max(600.0, count / 50), f"spark_rate_r{i}",
-                                                           args.tasks or None)
+                    window, messages, batches, spark_cores = spark_rate(
+                        spark, bootstrap, topic, partitions, count, work_dir, args.per_batch, max(600.0, count / 50),
+                        f"spark_rate_r{i}", args.tasks or None)
                     spark_rates.append(messages / window)
                     spark_cpu_.append(spark_cores * window / messages)
                     print(f"  round {i} spark local[2]: steady {window:6.2f} s over {messages:,} messages "
-                          f"{spark_rates[-1]:9,.0f} msgs/s ({spark_cores:.2f} cores); load average {os.getloadavg()[0]:.2f}\n"
+                          f"{spark_rates[-1]:9,.0f} msgs/s ({spark_cores:.2f} cores); load average "
+                          f"{os.getloadavg()[0]:.2f}\n"
                           f"    {batch_line(batches)}", flush=True)
                     print(f"  round {i} ratio: {spark_rates[-1] / host_rates[-1]:.2f}", flush=True)
                 client.close()
+                throughput_summary(host_rates, spark_rates, host_cpu, spark_cpu_)   # printed before the latency part
                 seconds = latencies(spark, bootstrap, cluster, work_dir, args.latency_records, args.gap_ms)
                 latency_load = os.getloadavg()[0]
             finally:
@@ -254,15 +271,6 @@ def main(argv: list[str] | None = None) -> int:
                     spark.stop()
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
-    host_rate, spark_rate_ = max(host_rates), max(spark_rates)
-    ratio = spark_rate_ / host_rate
-    print(f"host tasks 1 rate: {host_rate:12,.0f} msgs/s steady (best of {args.rounds})")
-    print(f"spark local[2] rate: {spark_rate_:10,.0f} msgs/s steady (best of {args.rounds})")
-    print(f"ratio: {ratio:.2f}  (spark local[2] / host tasks 1; goal {GOAL}: {'ok' if ratio >= GOAL else 'BELOW GOAL'})")
-    host_cost, spark_cost = min(host_cpu) * 1e3, min(spark_cpu_) * 1e3
-    print(f"CPU per message (best round): host {host_cost:.3f} ms, spark {spark_cost:.3f} ms (JVM and Python "
-          f"workers); with two free cores for Spark and one for the host, that is {2 * host_cost / spark_cost:.2f}x "
-          f"(a projection from CPU cost, not a measured rate)")
     ms = sorted(s * 1000 for s in seconds)
     print(f"micro-batch latency (produced -> in the sink, {len(ms)} records, one every {args.gap_ms:g} ms): "
           f"median {statistics.median(ms):.0f} ms, p95 {ms[int(0.95 * (len(ms) - 1))]:.0f} ms; load average "
