@@ -18,6 +18,7 @@ journals each committed transaction, and the script follows that journal.
     .venv/bin/python bench/offset_latency.py [--changes 20] [--baseline-changes 5] [--tasks-changes N]
     .venv/bin/python bench/offset_latency.py --trace     # also the running path hop by hop
     .venv/bin/python bench/offset_latency.py --trace --baseline-changes 0 --tasks-changes 0   # the trace alone
+    .venv/bin/python bench/offset_latency.py --engine spark   # a Spark stream instead (offset_latency_spark.py)
 
 The machine's load average is printed with the figures (at the start and at the end): on a shared machine the
 figures follow it.
@@ -276,12 +277,17 @@ def main(argv=None) -> int:
                         help="targets are drawn from the last N offsets of each partition, so the figure is the "
                              "offset change itself, not the time to re-read a long backlog")
     parser.add_argument("--trace", action="store_true", help="also time one running-path call hop by hop")
+    parser.add_argument("--engine", choices=("host", "spark"), default="host",
+                        help="spark: the running path on an `engine: spark` stream instead (offset_latency_spark)")
     args = parser.parse_args(argv)
     tasks_changes = args.changes if args.tasks_changes is None else args.tasks_changes
     if args.changes < 1 or args.baseline_changes < 0 or tasks_changes < 0 or \
             not 1 < args.rewind < args.per_partition:
         parser.error("--changes must be >= 1, --baseline-changes and --tasks-changes >= 0, and "
                      "1 < --rewind < --per-partition")
+    if args.engine == "spark":
+        from offset_latency_spark import run_spark
+        return run_spark(args, sys.modules[__name__])
     rng = random.Random(7)
     end = args.per_partition
 

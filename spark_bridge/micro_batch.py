@@ -1,23 +1,23 @@
-"""Each micro-batch of a Spark stream through the stream's transformation into its sink.
+"""Each micro-batch of a Spark stream through the stream's transformation into its sink, on the executors.
 
-`MicroBatchWriter` is the query's `foreachBatch` function: it runs the micro-batch's DataFrame through
-`ShareWriter` with `mapInArrow`, so each Kafka partition's share is transformed and written on an executor
-(one Spark task per input partition, the reader's ranges: no shuffle), and returns nothing but stats.
+The query reads the writing source (stream_source): each input partition is one Kafka partition's range of the
+micro-batch, and its task reads the range from Kafka itself, transforms and writes it (`ShareWriter.write_range`)
+and yields one stats row (SHARE_STATS). Records never cross into the JVM (a Python -> JVM -> Python round trip
+per record cost more CPU than the transformation); only the ranges go out and the stats rows come back.
+The query's sink is `noop` (stream_query): running the micro-batch is all it does.
 
 Exactly-once (`exactly_once=True`, Bolt or cypherl): every write of `batch_size` records stores the
 partition's next offset in the same transaction (graph.offset_store), continuing from the stored offset it
 read (`expect`: a zombie or duplicate task writes nothing). A share first reads what is stored: records
-below it were written by an earlier attempt of this micro-batch (a query restart, a driver kill) and are
-dropped, so a replayed micro-batch writes nothing twice. A move (a new epoch) is stored in the graph by the
+below it were written by an earlier attempt of this micro-batch (a query restart, a driver kill), so the read
+starts there and a replayed micro-batch writes nothing twice. A move (a new epoch) is stored in the graph by the
 reader when it plans the epoch's first micro-batch (`GraphOffsets.persist_move`, once per epoch), so every
 share continues from what is stored. At-least-once: the statements alone.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-
-import pyarrow as pa
 
 from stream_registry.errors import StoredOffsetsConflict
 from stream_registry.formats import Decoder
@@ -29,13 +29,11 @@ from stream_registry.graph.transform import Message, decode_all, load_transforma
 from stream_registry.graph.unwind import nodes_first
 from stream_registry.model import PartitionKey
 
-from .backfill import arrow_messages
 from .bolt_load import WriterSlots, is_bolt_uri
-from .job import Loading, long_lived_objects_frozen
+from .job import Loading, long_lived_objects_frozen, rebatch
+from .range_plan import OffsetRange
 
 SHARE_STATS = "topic string, partition int, records long, written long, skipped long, statements long"
-_SHARE_ARROW = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("records", pa.int64()),
-                          ("written", pa.int64()), ("skipped", pa.int64()), ("statements", pa.int64())])
 
 
 @dataclass(frozen=True)
@@ -58,63 +56,65 @@ class GraphOffsets:
 @dataclass(frozen=True)
 class StreamWriting:
     """What each micro-batch does: the stream's Loading (transformation, sink, batch size, writers, formats),
-    and for exactly-once the name its offsets are stored under."""
+    and for exactly-once the name its offsets are stored under. `tasks`: at most this many Spark tasks per
+    micro-batch, each writing several Kafka partitions' ranges one after the other (None: one task per range);
+    the executors' cores is the natural value (fewer tasks to schedule, one wave)."""
     loading: Loading
     stream: str
     exactly_once: bool = False
-
-
-class MicroBatchWriter:
-    """foreachBatch(df, batch_id): every partition's share on the executors; the stats rows back."""
-
-    def __init__(self, writing: StreamWriting):
-        self.writing = writing
-        self.batches: list[tuple[int, list]] = []   # driver-side record of (batch_id, stats rows), classic only
-
-    def __call__(self, df, batch_id: int) -> None:
-        rows = df.mapInArrow(ShareWriter(self.writing), SHARE_STATS).collect()
-        self.batches.append((batch_id, rows))
-        del self.batches[:-50]
+    tasks: int | None = None
 
 
 class ShareWriter:
-    """mapInArrow function: the rows of one or more Kafka partitions, in offset order within each."""
+    """One Kafka partition's share of a micro-batch through the transformation into the sink (executor side,
+    plain Python: the model test calls it without Spark)."""
 
     def __init__(self, writing: StreamWriting):
         self.writing = writing
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        shares: dict[PartitionKey, list[Message]] = {}
-        for messages in arrow_messages(batches):
-            for message in messages:
-                shares.setdefault(PartitionKey(message.topic_name(), message.partition()), []).append(message)
-        with long_lived_objects_frozen():
-            for tp, messages in shares.items():
-                yield pa.RecordBatch.from_pylist([{"topic": tp.topic, "partition": tp.partition,
-                                                   **self.write_share(tp, messages)}], schema=_SHARE_ARROW)
+    def write_range(self, r: OffsetRange, read: Callable[[OffsetRange], Iterable[list[Message]]]) -> dict[str, int]:
+        """Read `r` with `read` (batches of Messages in offset order) and write it. Exactly-once: the records
+        below the graph's stored offset were written by an earlier attempt of this micro-batch and are not read
+        again (the read starts at the stored offset)."""
+        tp = PartitionKey(r.topic, r.partition)
+        with self._sink() as sink:
+            stored = self._stored(sink, tp, r.from_offset, r.until_offset - 1)
+            skipped = 0
+            if stored is not None and stored > r.from_offset:
+                skipped, r = stored - r.from_offset, OffsetRange(r.topic, r.partition, stored, r.until_offset)
+            if r.from_offset >= r.until_offset:
+                return _stats(skipped, 0, 0)
+            return self._write(sink, tp, stored, rebatch(read(r), self.writing.loading.batch_size), skipped)
 
-    def write_share(self, tp: PartitionKey, messages: list[Message]) -> dict[str, int]:
-        """Transform and write one partition's records (plain Python, callable without Spark)."""
+    def _sink(self):
+        loading = self.writing.loading
+        return open_sink(loading.sink, loading.sink_credentials or NO_CREDENTIALS)
+
+    def _stored(self, sink, tp: PartitionKey, first: int, last: int) -> int | None:
+        """Exactly-once: the partition's stored offset (None otherwise); past this micro-batch's records (`first`
+        .. `last`) it is a conflict: another writer moved it."""
+        w = self.writing
+        if not w.exactly_once:
+            return None
+        stored = read_stored_offsets_within(sink, w.stream, [tp]).get(tp)
+        if stored is not None and stored > last + 1:
+            raise StoredOffsetsConflict(
+                f"stored offsets of stream {w.stream!r}: {tp.topic}:{tp.partition} stores {stored}, past this "
+                f"micro-batch's records {first}..{last}: another writer moved it; nothing was written",
+                stored={tp: stored}, expected={tp: first})
+        return stored
+
+    def _write(self, sink, tp: PartitionKey, stored: int | None, chunks: Iterable[list[Message]],
+               skipped: int) -> dict[str, int]:
+        """Each chunk (batch_size records) transformed and written; exactly-once: with the partition's next
+        offset in the same transaction, continuing from `stored` (the compare-and-set)."""
         w, loading = self.writing, self.writing.loading
         fn = load_transformation(loading.transform, loading.search_dirs, options=loading.transform_options)
         decoder = Decoder(**loading.decoding)
         slots = WriterSlots(loading.sink, loading.writers) if is_bolt_uri(loading.sink) else None
-        written = skipped = statements = 0
-        with open_sink(loading.sink, loading.sink_credentials or NO_CREDENTIALS) as sink:
-            stored: int | None = None
-            if w.exactly_once:
-                stored = read_stored_offsets_within(sink, w.stream, [tp]).get(tp)
-                last = messages[-1].offset()
-                if stored is not None and stored > last + 1:
-                    raise StoredOffsetsConflict(
-                        f"stored offsets of stream {w.stream!r}: {tp.topic}:{tp.partition} stores {stored}, past this "
-                        f"micro-batch's records {messages[0].offset()}..{last}: another writer moved it; nothing "
-                        f"was written", stored={tp: stored}, expected={tp: messages[0].offset()})
-                if stored is not None:
-                    kept = [m for m in messages if m.offset() >= stored]
-                    skipped, messages = len(messages) - len(kept), kept
-            for start in range(0, len(messages), loading.batch_size):
-                chunk = messages[start:start + loading.batch_size]
+        written = statements = 0
+        with long_lived_objects_frozen():
+            for chunk in chunks:
                 if decoder.active:
                     chunk = [wrap(m, decoder) for m in chunk]
                     decode_all(chunk)
@@ -124,7 +124,7 @@ class ShareWriter:
                 if w.exactly_once:
                     end = chunk[-1].offset() + 1
                     batch = [*batch, *offset_statements(w.stream, {tp: end})]
-                    expect = {tp: stored}
+                    expect: dict[PartitionKey, int | None] | None = {tp: stored}
                     stored = end
                 elif not batch:
                     continue
@@ -139,4 +139,8 @@ class ShareWriter:
                     skipped += len(chunk)
                 else:
                     written += len(chunk)
-        return {"records": written + skipped, "written": written, "skipped": skipped, "statements": statements}
+        return _stats(skipped, written, statements)
+
+
+def _stats(skipped: int, written: int, statements: int) -> dict[str, int]:
+    return {"records": written + skipped, "written": written, "skipped": skipped, "statements": statements}

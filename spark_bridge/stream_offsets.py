@@ -21,6 +21,7 @@ shared fairly among the partitions); `ranges_between` is what `partitions(start,
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -157,6 +158,34 @@ def ranges_between(start: StreamOffset, end: StreamOffset) -> list[OffsetRange]:
         if until > begin:
             out.append(OffsetRange(tp[0], tp[1], begin, until))
     return out
+
+
+def group_ranges(ranges: Sequence[OffsetRange], tasks: int | None) -> list[tuple[OffsetRange, ...]]:
+    """A micro-batch's ranges as at most `tasks` groups of about equal size (largest first into the smallest
+    group), one Spark task each; None or enough tasks: one range per group, in order."""
+    if not tasks or len(ranges) <= tasks:
+        return [(r,) for r in ranges]
+    groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    for r in sorted(ranges, key=lambda r: r.size, reverse=True):
+        min(groups, key=lambda g: sum(x.size for x in g)).append(r)
+    return [tuple(g) for g in groups if g]
+
+
+def offsets_read(start: object, end: object) -> int | None:
+    """How many offsets the micro-batch from `start` to `end` read (a progress report's startOffset/endOffset,
+    JSON text or parsed; None when either is missing or not this source's). The query's rows are one stats row
+    per range (the tasks write their records themselves), so Spark's numInputRows counts ranges, not records."""
+    def parsed(o: object) -> StreamOffset:
+        raw = json.loads(o) if isinstance(o, str) else o
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"not an offset: {raw!r}")
+        return StreamOffset.from_json(raw)
+
+    try:
+        first, last = parsed(start), parsed(end)
+        return sum(r.until_offset - r.from_offset for r in ranges_between(first, last))
+    except (ConfigError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def moved_partitions(start: StreamOffset, end: StreamOffset, change_targets: Mapping[int, Iterable[PartitionKey]]

@@ -1,4 +1,5 @@
-"""A stream as a Structured Streaming query: the `mgstreams_kafka` streaming reader into `foreachBatch`.
+"""A stream as a Structured Streaming query: the `mgstreams_kafka` streaming reader, whose tasks write their
+ranges on the executors (stream_source), into the `noop` sink.
 
     query = start_stream_query(spark, StreamQuery(...))
     ControlChannel(control_dir).request(change_id, {PartitionKey("orders", 0): 100})   # applied between batches
@@ -12,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .kafka_source import register
-from .micro_batch import MicroBatchWriter, StreamWriting
-from .source_options import SHORT_NAME
+from .micro_batch import StreamWriting
+from .stream_offsets import offsets_read
+from .stream_source import register_writing_source
 
 
 @dataclass(frozen=True)
@@ -30,21 +31,33 @@ class StreamQuery:
 
 
 def start_stream_query(spark, query: StreamQuery):
-    """Start the query (the checkpoint decides whether it resumes); returns Spark's StreamingQuery."""
-    register(spark)
-    frame = spark.readStream.format(SHORT_NAME).options(**dict(query.source)).load()
-    return (frame.writeStream.foreachBatch(MicroBatchWriter(query.writing)).queryName(query.name)
+    """Start the query (the checkpoint decides whether it resumes); returns Spark's StreamingQuery. Each
+    micro-batch's tasks read, transform and write their ranges (stream_source); its output, one stats row per
+    range, goes to the `noop` sink (no foreachBatch: no Python process per query on the driver or the Connect
+    server, and nothing but the ranges and the stats crosses the JVM)."""
+    source = register_writing_source(spark, query.writing)
+    frame = spark.readStream.format(source).options(**dict(query.source)).load()
+    return (frame.writeStream.format("noop").queryName(query.name)
             .option("checkpointLocation", query.checkpoint).trigger(processingTime=query.trigger).start())
 
 
 def progress(streaming_query) -> dict:
-    """The query's id, run, last batch and its rates: what a Spark stream shows beside the usual fields."""
+    """The query's id, run, last batch and its rates: what a Spark stream shows beside the usual fields. Rows
+    are records (Kafka offsets read): Spark's own counts are the stats rows, one per range (stream_offsets)."""
     last = streaming_query.lastProgress or {}
     exception = streaming_query.exception()
+    sources = last.get("sources") or [{}]
+    records = offsets_read(sources[0].get("startOffset"), sources[0].get("endOffset"))
+    rows = last.get("numInputRows")
+
+    def per_record(rate):
+        if rate is None or not rows:
+            return rate
+        return rate * records / rows if records is not None else None
     return {"query_id": str(streaming_query.id), "run_id": str(streaming_query.runId),
             "active": streaming_query.isActive, "last_batch_id": last.get("batchId"),
-            "input_rows_per_second": last.get("inputRowsPerSecond"),
-            "processed_rows_per_second": last.get("processedRowsPerSecond"),
+            "input_rows_per_second": per_record(last.get("inputRowsPerSecond")),
+            "processed_rows_per_second": per_record(last.get("processedRowsPerSecond")),
             "batch_duration_ms": (last.get("durationMs") or {}).get("triggerExecution"),
-            "num_input_rows": last.get("numInputRows"),
+            "num_input_rows": records if rows else rows,
             "error": str(exception) if exception is not None else None}

@@ -97,7 +97,7 @@ def test_a_change_moves_the_running_query_between_micro_batches_exactly_once(spa
 
 @pytest.mark.timeout(900)
 def test_the_streaming_reader_runs_under_spark_connect(spark_connect, kafka, tmp_path):
-    """The reader and foreachBatch run on the Connect server's Python workers; the change reaches them through
+    """The reader and its writing tasks run on the Connect server's Python workers; the change reaches them through
     the control directory. At least once (the checkpoint decides where a restart resumes)."""
     topic = kafka.new_topic(1)
     kafka.produce(topic, 12)

@@ -1,8 +1,8 @@
 """The micro-batch engine against a model: the offset gate's invariants, for a stream run as a Spark query.
 
 Hypothesis drives the real streaming reader (spark_bridge.stream_reader: latestOffset, partitions, commit),
-its real control channel (a directory) and the real micro-batch writer (micro_batch.ShareWriter, exactly-once)
-through Spark's micro-batch protocol as MicroBatchExecution runs it: plan a batch's end (latestOffset), write
+its real control channel (a directory) and the real micro-batch writer (micro_batch.ShareWriter.write_range, as
+an executor's task runs it: exactly-once) through Spark's micro-batch protocol as MicroBatchExecution runs it: plan a batch's end (latestOffset), write
 it to the offset log, plan its partitions, run it, write the commit log, commit the source. The driver is
 killed between any two of those steps (and in the middle of a batch's writes); a restarted driver replays the
 batch its offset log holds without a commit, as Spark does. Only Kafka is simulated (watermarks of a log
@@ -119,6 +119,11 @@ class ModelReader(KafkaStreamReader):
         return {tp: (0, self.world.log_end[tp]) for tp in TPS}
 
 
+def kafka_read(r) -> list[list[Message]]:
+    """The simulated log's records of a range (every offset holds one), as the task's RangeReader gives them."""
+    return [[Message(r.topic, r.partition, o, None, b"v", 0) for o in range(r.from_offset, r.until_offset)]]
+
+
 class MicroBatchMachine(RuleBasedStateMachine):
     @initialize(max_rows=st.sampled_from([3, 7, 1000]), batch_size=st.sampled_from([2, 5]))
     def setup(self, max_rows, batch_size):
@@ -233,9 +238,7 @@ class MicroBatchMachine(RuleBasedStateMachine):
         self.take_answers()
         COUNTS["batches"] += 1
         for part in parts[:1] if partial else parts:
-            r = part.value
-            messages = [Message(r.topic, r.partition, o, None, b"v", 0) for o in range(r.from_offset, r.until_offset)]
-            self.writer.write_share(PartitionKey(r.topic, r.partition), messages)
+            self.writer.write_range(part.value, kafka_read)
 
     def take_answers(self) -> None:
         """The changes answered by the planning just made: from now on each moved partition must write from

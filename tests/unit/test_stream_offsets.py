@@ -2,10 +2,21 @@
 checkpoints, and the streaming options' errors (each names its option and changes nothing)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from spark_bridge.range_plan import OffsetRange
 from spark_bridge.source_options import parse_source_options
-from spark_bridge.stream_offsets import Move, StreamOffset, admit, plan_next, ranges_between
+from spark_bridge.stream_offsets import (
+    Move,
+    StreamOffset,
+    admit,
+    group_ranges,
+    offsets_read,
+    plan_next,
+    ranges_between,
+)
 from stream_registry.errors import ConfigError
 from stream_registry.model import PartitionKey
 
@@ -33,6 +44,22 @@ def test_a_change_opens_an_epoch_whose_first_batch_reads_from_the_target():
     clamped = plan_next(start, {A: (20, 60), B: (0, 60)}, [Move(8, 4, {A: 5, B: 99})])
     assert clamped.origin == {A: 20, B: 60} and clamped.clamped == {A, B}
     assert plan_next(after, {A: (0, after.next[A]), B: (0, after.next[B])}) is after   # nothing new: no batch
+
+
+def test_a_progress_reports_offsets_read_not_stats_rows():
+    """A Spark stream's query yields one stats row per range: its progress counts records from the offsets."""
+    start = StreamOffset(0, {A: 50, B: 50})
+    end = plan_next(start, {A: (0, 60), B: (0, 60)}, [Move(7, 3, {A: 10})], max_rows=30)
+    assert offsets_read(json.dumps(start.to_json()), end.to_json()) == 30
+    assert offsets_read(None, end.to_json()) is None and offsets_read("{}", end.to_json()) is None
+
+
+def test_a_micro_batchs_ranges_are_grouped_into_at_most_tasks_of_about_equal_size():
+    ranges = [OffsetRange("t", p, 0, size) for p, size in enumerate([10, 10, 10, 10, 30, 1])]
+    groups = group_ranges(ranges, 2)
+    assert len(groups) == 2 and sorted(r for g in groups for r in g) == sorted(ranges)
+    assert sorted(sum(r.size for r in g) for g in groups) == [31, 40]
+    assert group_ranges(ranges, None) == group_ranges(ranges, 6) == [(r,) for r in ranges]
 
 
 @pytest.mark.parametrize("options, error", [
