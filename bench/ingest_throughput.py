@@ -99,6 +99,7 @@ from host_helpers import standin_files  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
 from multi_stream import cpu_of  # noqa: E402
 from schema_registry import SchemaRegistry  # noqa: E402
+from stage_timers import print_table as print_stages  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -133,6 +134,7 @@ BATCH_INTERVAL_MS = 100
 POLL_S = 0.01
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 BOLT_TRIPS_HOOK = ROOT / "bench" / "bolt_trips"   # --sink bolt: counts the stream processes' statements
+PROFILE_HOOK = ROOT / "bench" / "profile_hook"    # --profile: times the stream processes' stages (and chains bolt_trips)
 BOLT_URI = "bolt://memgraph.standin:7687"
 
 
@@ -374,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-format", choices=("avro",), default=None,
                         help="compare a stream of Avro records (Schema Registry) with one of the same records as "
                              "JSON bytes, same transformation")
+    parser.add_argument("--profile", action="store_true",
+                        help="print each stream run's stages (bench/stage_timers.py: us per message, wall and the "
+                             "poll thread's CPU), timed in its process under the host")
     parser.add_argument("--poison-every", type=int, default=0, metavar="N",
                         help="compare a stream on a topic where 1 message in N is poison with one on a clean topic")
     args = parser.parse_args(argv)
@@ -423,6 +428,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                      os.environ.get("PYTHONPATH")))),
                          "MGSTREAMS_BENCH_BOLT_TRIPS": str(bolt_trips),
                          WRITE_PATHS_ENV: os.pathsep.join((host_env[WRITE_PATHS_ENV], str(bolt_trips)))})
+    profile = state_dir / "profile.jsonl"   # --profile: a line per stream process (bench/profile_hook)
+    if args.profile:
+        profile.touch()
+        host_env.update({"PYTHONPATH": os.pathsep.join(filter(None, (str(PROFILE_HOOK), str(ROOT),
+                                                                     host_env.get("PYTHONPATH"),
+                                                                     os.environ.get("PYTHONPATH")))),
+                         "MGSTREAMS_BENCH_PROFILE": str(profile),
+                         WRITE_PATHS_ENV: os.pathsep.join((host_env[WRITE_PATHS_ENV], str(profile)))})
     registry = SchemaRegistry() if args.value_format else None
     server = graph_server.start_graph_server(state_dir / "falkordb") if real_graph else None
     if server is not None:   # as a user would: MERGE on an unindexed label scans every node (quadratic)
@@ -503,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
                             each += f"   {run.round_trips / args.messages * 1000:.1f} round trips per 1000 messages"
                         print(f"  round {round_no} {side:<14} {run.rate:12,.0f} msgs/s  "
                               f"(total {run.total_s:6.2f} s with start-up){cpu}{each}", flush=True)
+                        if args.profile and run.pid is not None:
+                            print_profile(profile, run.pid)
     finally:
         if server is not None:
             server.close()
@@ -540,6 +555,17 @@ def main(argv: list[str] | None = None) -> int:
         FORMAT_GOAL if args.value_format else GRAPH_SERVER_FLOOR if real_graph else FLOOR
     print(f"ratio: {ratio:.3f}  ({measured} / {base}; floor {floor}: {'ok' if ratio >= floor else 'BELOW FLOOR'})")
     return 0
+
+
+def print_profile(profile: Path, pid: int) -> None:
+    """The stages of the stream process `pid` (bench/profile_hook), from its first batch after the first to its
+    last: stage_timers' table."""
+    for line in profile.read_text().splitlines():
+        entry = json.loads(line)
+        if entry["pid"] == pid and entry["messages"]:
+            print_stages(entry["seconds"], entry["cpu"], entry["messages"])
+            return
+    print("    (no profile: the stream process wrote none)")
 
 
 def trips_per_1000(runs: list[Run], messages: int) -> str:
