@@ -51,7 +51,7 @@ from .assignment import Assignment
 from .batch_writer import BatchWriter
 from .change_marks import ChangeMark, MarkKey
 from .change_records import ChangeRecords
-from .group_commits import GroupCommits
+from .group_commits import COMMIT_EVERY_S, GroupCommits
 from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
 from .poll_context import PollContext
@@ -115,7 +115,8 @@ class StreamWorker:
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
-                                    pipelined=True)   # a batch's commit is answered while the next one is read
+                                    pipelined=True,   # a batch's commit is answered while the next one is read
+                                    cadence_s=COMMIT_EVERY_S)   # reading a backlog: batches committed this often
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked,
                                      before_assign=self._drain_control)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
@@ -219,8 +220,9 @@ class StreamWorker:
                 if self.health.fatal:
                     self._fail(self.health.fatal)
                     return
-                if not batch:   # idle: the last batch's commit answered now (one in flight while consume() waits
-                    self.commits.settle()   # on an idle consumer was seen not to be answered until it returned)
+                if not batch:   # idle: what the cadence deferred committed, and answered now (one in flight while
+                    self.commits.flush()   # consume() waits on an idle consumer was seen not to be answered until it
+                    self.commits.settle()   # returned)
                 elif not self.writer.deliver(batch, self._after_move):
                     return  # went to ERROR; consumer already closed
                 self.writer.report_stats()
@@ -368,6 +370,7 @@ class StreamWorker:
         consumer = self._ctx.open_consumer
         if consumer is None:
             return
+        self.commits.flush()    # what the cadence deferred, committed
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         self._wake.close()   # its queue handle goes before the consumer does
         if self.commits.in_flight:   # it still waits for the cluster: close() would wait for it (commits.py)
