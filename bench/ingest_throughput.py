@@ -131,7 +131,8 @@ POISON_TRANSFORM = "stream_registry.builtin_transformations.json_nodes"
 PARTITIONS = 6
 BATCH_SIZE = 1000
 BATCH_INTERVAL_MS = 100
-POLL_S = 0.01
+POLL_S = 0.01        # the stream watcher's look at the group's committed offsets near the end (watch_interval)
+WATCH_MAX_S = 0.1    # and its longest sleep before
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 BOLT_TRIPS_HOOK = ROOT / "bench" / "bolt_trips"   # --sink bolt: counts the stream processes' statements
 PROFILE_HOOK = ROOT / "bench" / "profile_hook"    # --profile: times the stream processes' stages (and chains bolt_trips)
@@ -323,7 +324,7 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
                 info = client.get(name)
                 raise SystemExit(f"bench: stream stuck at {committed}/{count} committed "
                                  f"(status {info.status.value}, error {info.error})")
-            time.sleep(POLL_S)
+            time.sleep(watch_interval(count - committed, committed - first, now - first_at))
         cpu_last = cpu_of(pid)
         cpu = None if cpu_first is None or cpu_last is None else cpu_last - cpu_first
     finally:
@@ -334,6 +335,16 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
     if committed != count:
         raise SystemExit(f"bench: stream committed {committed} messages, expected {count}")
     return Run(count, first, first_at, elapsed, cpu, pid)
+
+
+def watch_interval(remaining: int, done: int, seconds: float) -> float:
+    """How long the watcher sleeps before it asks the group's committed offsets again: POLL_S, the end's precision,
+    once the stream is within about two looks of the end (at its rate so far); up to WATCH_MAX_S before, so the
+    watcher's OffsetFetch requests do not load the brokers (in this process) that answer the stream's fetches and
+    commits while the raw loop, which times itself, has no watcher."""
+    if done <= 0 or seconds <= 0:
+        return POLL_S
+    return min(max(remaining / (done / seconds) / 4, POLL_S), WATCH_MAX_S)
 
 
 def round_trips(journal: Path, pid: int | None) -> tuple[int, int, int]:

@@ -16,8 +16,8 @@
   batches), its written batches' offsets are merged and committed at most every
   `cadence_s`, not after every batch: each commit costs the poll thread a wait
   for the coordinator's answer (it calls nothing on the consumer meanwhile). A
-  batch that was not full (the stream caught up), going idle, a revoke and a
-  close commit what is deferred at once; an offset change drops what is deferred
+  batch that was not full (the stream caught up), a consume() that finds
+  nothing, a revoke and a close commit what is deferred at once; an offset change drops what is deferred
   of the partitions it moves. Offsets are still committed only after their
   batch was written; a kill re-reads at most `cadence_s` more of a backlog.
 """
@@ -126,6 +126,11 @@ class GroupCommits:
         if full and not self._in_rebalance() and self._clock() - self._last_batch_commit < self._cadence_s:
             return
         self.flush()
+
+    @property
+    def deferred(self) -> bool:
+        """Written batches' offsets wait for the cadence (the worker commits them once the consumer has nothing)."""
+        return bool(self._deferred)
 
     def flush(self) -> None:
         """Commit the written batches' offsets the cadence deferred (as commit_batch commits)."""

@@ -294,6 +294,8 @@ class StreamWorker:
                 heard = time.monotonic()
             elif batch and hurry and time.monotonic() - heard >= CONTROL_SLICE_S:
                 break   # the queue drained: the moved partitions that delivered go now (not the short slice's gap)
+            elif not batch and self.commits.deferred:
+                break   # caught up: what the commit cadence deferred is committed now (_run), not after the interval
             through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
             for msg in messages:
                 error = msg.error()
