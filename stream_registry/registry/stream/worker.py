@@ -36,7 +36,7 @@ from ...errors import StreamError
 from ...kafka.client import new_consumer
 from ...kafka.consumer_wake import ConsumerWake
 from ...kafka.embedded_fit import embedded_fit
-from ...kafka.messages import message_offset, record_key
+from ...kafka.messages import message_offset, record_key, record_partitions
 from ...model import (
     DEFAULT_RETRY,
     GateEvent,
@@ -296,6 +296,10 @@ class StreamWorker:
                 break   # the queue drained: the moved partitions that delivered go now (not the short slice's gap)
             elif not batch and self.commits.deferred:
                 break   # caught up: what the commit cadence deferred is committed now (_run), not after the interval
+            partitions = record_partitions(messages) if messages else None
+            if partitions is not None and self._gate.lets_through(partitions):
+                batch.extend(messages)   # records only, of partitions the gate has nothing to decide for
+                messages = []
             through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
             for msg in messages:
                 error = msg.error()
