@@ -93,6 +93,50 @@ def test_set_before_first_assignment_is_where_every_partition_starts(kafka, regi
 
 
 @pytest.mark.parametrize("configs", PROTOCOLS)
+def test_a_call_still_resolving_at_the_first_assignment_is_where_every_partition_starts(kafka, registry,
+                                                                                       memory_sinks, configs,
+                                                                                       monkeypatch):
+    """Order C of the first-assignment race: the call arrives while the stream starts, and the group's first
+    assignment comes while the host is still resolving the call's offsets (held here until the assignment has
+    run and the stream either delivered from the group's 50 or holds the partitions). The call was accepted
+    before any record was delivered, so every partition still starts at the call's offset. Before the fix the
+    records from the group's 50 went first (all protocols: the request reached the stream only after them)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from stream_registry.registry.host.positions import StreamPositions
+    from stream_registry.registry.stream.assignment import Assignment
+
+    topic = _stream(kafka, registry, configs=configs)
+    group = registry.get("orders").consumer_group
+    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
+    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)   # the group's
+    member.close()
+    assigned: list[Assignment] = []
+    resolve, on_assign = StreamPositions.resolve, Assignment._on_assign
+
+    def assign_and_say(assignment, consumer, partitions):
+        on_assign(assignment, consumer, partitions)
+        assigned.append(assignment)
+
+    def resolve_after_the_assignment(positions, *args, **kwargs):
+        wait_until(lambda: assigned, 30, what="the group's first assignment")
+        wait_until(lambda: memory_sinks["orders"].delivered() or assigned[0].held, 30,
+                   what="records delivered from the group's offset, or the partitions held for the call")
+        return resolve(positions, *args, **kwargs)
+    monkeypatch.setattr(Assignment, "_on_assign", assign_and_say)
+    monkeypatch.setattr(StreamPositions, "resolve", resolve_after_the_assignment)
+    registry.start("orders")
+    assert registry.get("orders").status == StreamStatus.STARTING   # the group has not assigned anything yet
+    changes = registry.set_offset("orders", 10, timeout=30)
+    assert {c.status for c in changes} == {ChangeStatus.APPLIED}, changes
+    assert sorted((c.topic, c.partition, c.offset) for c in changes) == [(topic, p, 10) for p in range(3)]
+    sink = memory_sinks["orders"]
+    wait_until(lambda: len(sink.delivered()) >= 3 * 90)
+    assert _first_offsets(sink.delivered()) == {(topic, p): 10 for p in range(3)}
+    assert all(offsets == list(range(10, 100)) for offsets in by_partition(sink.delivered()).values())
+
+
+@pytest.mark.parametrize("configs", PROTOCOLS)
 def test_rewind_while_running_redelivers_from_exactly_there(kafka, registry, memory_sinks, configs):
     topic = _stream(kafka, registry, configs=configs)
     registry.start("orders")
