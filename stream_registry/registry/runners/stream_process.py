@@ -119,6 +119,19 @@ class Forget:
 
 
 @dataclass(frozen=True)
+class CallComing:
+    """An offset call is being resolved in the host: hold newly assigned partitions (calls_coming.py)."""
+    token: int
+    within: float
+
+
+@dataclass(frozen=True)
+class CallEnded:
+    """That call ended (its request, if any, went before this on the same pipe)."""
+    token: int
+
+
+@dataclass(frozen=True)
 class CancelRequest:
     request_id: int
     timeout: float
@@ -271,6 +284,14 @@ class ProcessRunner:
         """After request_offsets(recorded=False), on the same ordered pipe (engine.RecordsMeanwhile)."""
         if self._running:
             self._send(Recorded(change_id, ok))
+
+    def call_coming(self, token: int, within: float) -> None:
+        """engine.CallsAnnounced; sent even while the process starts (the pipe keeps it)."""
+        self._send(CallComing(token, within))
+
+    def call_ended(self, token: int) -> None:
+        """After the call's request, on the same ordered pipe."""
+        self._send(CallEnded(token))
 
     def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
@@ -514,6 +535,8 @@ def _child_handlers(runner: ThreadRunner, send) -> dict:
                                                          m.recorded),
             Recorded: lambda m: runner.recorded(m.change_id, m.ok),
             Forget: lambda m: runner.forget(m.change_id, m.tps),
+            CallComing: lambda m: runner.call_coming(m.token, m.within),
+            CallEnded: lambda m: runner.call_ended(m.token),
             CancelRequest: cancel}
 
 

@@ -49,6 +49,7 @@ from ...model import (
 )
 from .assignment import Assignment
 from .batch_writer import BatchWriter
+from .calls_coming import CallsComing
 from .change_marks import ChangeMark, MarkKey
 from .change_records import ChangeRecords
 from .group_commits import GroupCommits
@@ -108,6 +109,8 @@ class StreamWorker:
         self._start_error: BaseException | None = None
         self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
         self._records = ChangeRecords()   # changes handed before their record was durable (RecordsMeanwhile)
+        # offset calls the host is resolving (any thread): partitions assigned meanwhile wait (calls_coming.py)
+        self.calls = CallsComing(wake=lambda: self._wake.wake())
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._after_move = False   # the batch collected last is the first after an offset change
         self.health = Health(config.name, events, ClusterProbe(config.client_config(), config.secret_values(),
@@ -117,7 +120,7 @@ class StreamWorker:
                                     mark_key=marks,
                                     pipelined=True)   # a batch's commit is answered while the next one is read
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked,
-                                     before_assign=self._drain_control)
+                                     before_assign=self._drain_control, coming=self.calls.any)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
         ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
@@ -204,7 +207,7 @@ class StreamWorker:
             return
         self.health.set_status(StreamStatus.STARTING)
         self._started.set()
-        self._gate.reconcile(self.assignment.committed(sorted(self._gate.waiting())))   # persisted before a host died?
+        self._gate.reconcile(self.assignment.read_committed(sorted(self._gate.waiting())) or {})   # persisted before a host died?
         trimmed = getattr(self._sink, "trimmed", 0)
         if trimmed:
             log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
