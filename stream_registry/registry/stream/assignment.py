@@ -214,9 +214,7 @@ class Assignment:
         read) are not left behind it by a crash between a batch's write and its commit, with nothing more to
         read. Between batches, not in the rebalance callback; a failed commit is not retried (the next batch's
         commit carries it). First, where the sink resumed a partition elsewhere than the group's commit, say so."""
-        if self.resumed:
-            resumed, self.resumed = self.resumed, {}
-            explain_resume(self._ctx, resumed)
+        explain_resume(self._ctx, self.resumed)   # (reported with the first batch after the assignment, if sooner)
         if not self._commit_stored:
             return
         tps, self._commit_stored = self._commit_stored, set()

@@ -56,6 +56,7 @@ from .group_commits import GroupCommits
 from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
 from .poll_context import PollContext
+from .realign import explain_resume
 from .stream_events import StreamEvents
 
 log = logging.getLogger("mgstreams.worker")
@@ -207,7 +208,8 @@ class StreamWorker:
             return
         self.health.set_status(StreamStatus.STARTING)
         self._started.set()
-        self._gate.reconcile(self.assignment.read_committed(sorted(self._gate.waiting())) or {})   # persisted before a host died?
+        # persisted before a host died?
+        self._gate.reconcile(self.assignment.read_committed(sorted(self._gate.waiting())) or {})
         trimmed = getattr(self._sink, "trimmed", 0)
         if trimmed:
             log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
@@ -222,6 +224,8 @@ class StreamWorker:
                 if self.health.fatal:
                     self._fail(self.health.fatal)
                     return
+                if batch:   # the history has a resume's realignment before its records are written (realign.py)
+                    explain_resume(self._ctx, self.assignment.resumed)
                 if not batch:   # idle: the last batch's commit answered now (one in flight while consume() waits
                     self.commits.settle()   # on an idle consumer was seen not to be answered until it returned)
                 elif not self.writer.deliver(batch, self._after_move):
