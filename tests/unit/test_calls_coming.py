@@ -24,3 +24,11 @@ def test_an_announcement_whose_end_never_comes_lapses_after_the_calls_deadline()
     assert coming.any()
     now[0] = 100.0 + 5.0 + LAPSE_SLACK_S
     assert not coming.any()
+
+
+def test_each_announcement_and_each_end_is_told_at_once():
+    told: list[str] = []
+    coming = CallsComing(clock=lambda: 0.0, wake=lambda: told.append("wake"), on_coming=lambda: told.append("coming"))
+    coming.coming(1, within=1.0)
+    coming.ended(1)
+    assert told == ["coming", "wake"]

@@ -28,10 +28,13 @@ LAPSE_SLACK_S = 2.0   # an announcement lapses this long after its call's deadli
 
 
 class CallsComing:
-    """The announced calls, each with when it lapses (thread-safe); `wake` wakes the poll thread at an end."""
+    """The announced calls, each with when it lapses (thread-safe); `wake` wakes the poll thread at an end,
+    `on_coming` is told of each announcement (from the announcing thread, at once: e.g. to get the consumer ready
+    for the move the call will make)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, wake: Callable[[], None] = lambda: None):
-        self._clock, self._wake = clock, wake
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wake: Callable[[], None] = lambda: None,
+                 on_coming: Callable[[], None] = lambda: None):
+        self._clock, self._wake, self._on_coming = clock, wake, on_coming
         self._lock = threading.Lock()
         self._calls: dict[object, float] = {}
 
@@ -39,6 +42,7 @@ class CallsComing:
         """A call is being resolved; it ends (ended) or lapses `within` (+ LAPSE_SLACK_S) seconds from now."""
         with self._lock:
             self._calls[token] = self._clock() + max(within, 0.0) + LAPSE_SLACK_S
+        self._on_coming()
 
     def ended(self, token: object) -> None:
         """The call ended: its request, if it made one, was queued before."""
