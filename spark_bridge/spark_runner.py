@@ -5,7 +5,9 @@ The registry keeps the stream's definition, history and control calls; this runn
 (spark_bridge.stream_query) and turns the control calls into the control channel's (stream_control):
 - `request_offsets` queues the change; it is applied when the first micro-batch of its epoch is planned from
   the target, and the reader's answer comes back as GateEvents (PERSISTED per partition, SUPERSEDED where a
-  later change of the same micro-batch moved it);
+  later change of the same micro-batch moved it); an onward target (`latest`, `+N`, a time after every record)
+  that the query has read past by then is not a move back: the partition stays where it stands, and the event's
+  reason says so (as the host gate's does);
 - `cancel_pending` withdraws the changes the reader has not taken; a taken one will be applied and is not
   reported cancelled; a revert (`supersedes`) withdraws the moves of the change it reverts the same way, and
   reports them superseded;
@@ -84,10 +86,13 @@ class SparkRunner:
 
     def start(self, timeout: float = 30.0) -> None:
         by_change: dict[int, dict[PartitionKey, int]] = {}
+        onward: set[PartitionKey] = set()
         for tp, move in self.pending.items():
             by_change.setdefault(move.change_id or 0, {})[tp] = move.offset
+            if move.onward:
+                onward.add(tp)
         for change_id, offsets in sorted(by_change.items()):
-            self.request_offsets(change_id, offsets)
+            self.request_offsets(change_id, offsets, frozenset(onward & offsets.keys()))
         self.query = self._start_query()
         self._thread = threading.Thread(target=self._watch, name=f"spark-{self.config.name}", daemon=True)
         self._thread.start()
@@ -114,7 +119,7 @@ class SparkRunner:
             self._supersede(supersedes)
         with self._lock:
             self._open[change_id] = frozenset(offsets)
-        self.channel.request(change_id, offsets)
+        self.channel.request(change_id, offsets, onward)
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         cancelled = []
@@ -233,7 +238,8 @@ class SparkRunner:
                 state = MoveState.SUPERSEDED if status in ("superseded", "gone") else MoveState.PERSISTED
                 self.request.events.on_change(GateEvent(
                     change_id=change_id, topic=topic, partition=partition, offset=offset if offset is not None else -1,
-                    state=state, previous_offset=previous, more=i < len(rows) - 1))
+                    state=state, previous_offset=previous, reason=answer.notes.get(PartitionKey(topic, partition)),
+                    more=i < len(rows) - 1))
             with self._lock:
                 self._open.pop(change_id, None)
 

@@ -202,6 +202,23 @@ def test_a_spark_stream_through_the_host_moves_shows_its_query_resumes_and_fails
         assert [(r["previous_offset"], r["offset"]) for r in realigned] == [(5, 13)], history(api)
         assert "resumes from its checkpoint at 13" in realigned[0]["message"], realigned
 
+        # an onward target (`+1`: from the position the call reads, the last micro-batch done, 15) that the
+        # query has read past when the change applies (the held micro-batch ends past 16): never a move back,
+        # as on a host stream; the partition stays where it stood, and the answer and the history say so
+        hold.hold()
+        kafka.produce(topic, 5, partitions=1)                  # 15..19, one micro-batch, held
+        hold.wait()
+        [onward] = set_offset(api, "+1", 2000)
+        assert (onward["status"], onward["offset"]) == ("pending", 16), onward
+        hold.release()
+        kafka.produce(topic, 1, partitions=1)                  # 20: the stream goes on from where it stood
+        wait_until(lambda: 20 in offsets_of(out, topic)[28:], WAIT_S, 0.5, "15..20",
+                   lambda: api.get("/streams/sp").json())
+        assert offsets_of(out, topic)[28:] == list(range(15, 21)), offsets_of(out, topic)   # nothing again
+        [stayed] = [r for r in history(api) if r["change_id"] == onward["change_id"]]
+        assert stayed["status"] == "applied" and stayed["offset"] == stayed["previous_offset"] > 16, stayed
+        assert "never goes back" in stayed["message"], stayed
+
         # a sink that refuses: the query fails, and that is the stream's error
         out.rename(tmp_path / "spark-before.cypherl")
         out.mkdir()                                            # the cypherl file cannot be opened any more
