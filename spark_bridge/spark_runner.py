@@ -36,14 +36,15 @@ from stream_registry.registry.runners.engine import RunRequest
 
 from .job import Loading, decoding_of
 from .micro_batch import StreamWriting
+from .spark_failures import transient
 from .stream_control import ControlChannel
 from .stream_offsets import StreamOffset, offsets_from_json
 from .stream_query import StreamQuery, progress, start_stream_query
 
 WATCH_S = 0.1
 # Spark waits a fixed 10 s for a fresh Python worker to connect back (PythonWorkerFactory, SPARK-45245; not
-# configurable): a loaded machine misses it now and then, and the query dies of it, mostly while it starts.
-TRANSIENT = ("Python worker failed to connect back",)
+# configurable): a loaded machine misses it now and then, and the query dies of it, mostly while it starts. It is
+# recognised by its Java cause chain (spark_failures: Spark gives it no error condition).
 TRANSIENT_RETRIES = 3
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class SparkRunner:
                 continue
             if not query.isActive:
                 error = query.exception()
-                if error is not None and not self.stopping and not self._retried(error):
+                if error is not None and not self.stopping and not self._retried(error, query):
                     events.on_status(StreamStatus.ERROR, f"spark: the query failed: {error}")
                 if self.query is query:
                     return
@@ -196,14 +197,14 @@ class SparkRunner:
             self._report_notes()
 
     def _start_query(self):
-        """Start the query; Spark's transient failure (TRANSIENT) is tried again, anything else is a StreamError
-        saying why (a start never ends in an internal error)."""
+        """Start the query; Spark's transient failure (spark_failures.transient) is tried again, anything else is a
+        StreamError saying why (a start never ends in an internal error)."""
         while True:
             try:
                 return start_stream_query(self._session(), self._query())
             except Exception as exc:
                 said = str(exc)
-                if self.restarts < TRANSIENT_RETRIES and any(cause in said for cause in TRANSIENT):
+                if self.restarts < TRANSIENT_RETRIES and transient(exc):
                     self.restarts += 1
                     log.warning("stream %s: the Spark query did not start for a transient reason (%s); trying again "
                                 "(%d of %d)", self.config.name, said.splitlines()[0], self.restarts, TRANSIENT_RETRIES)
@@ -211,11 +212,11 @@ class SparkRunner:
                 why = said.splitlines()[0] if said else type(exc).__name__
                 raise StreamError(f"spark: the query could not start: {why}") from None
 
-    def _retried(self, error) -> bool:
-        """A query that failed for a transient reason of Spark's own is started again from its checkpoint (at
-        most TRANSIENT_RETRIES times per run, counted in `restarts`): whether it was."""
+    def _retried(self, error, query=None) -> bool:
+        """A query that failed for a transient reason of Spark's own (spark_failures.transient) is started again
+        from its checkpoint (at most TRANSIENT_RETRIES times per run, counted in `restarts`): whether it was."""
         said = str(error)
-        if self.restarts >= TRANSIENT_RETRIES or not any(cause in said for cause in TRANSIENT):
+        if self.restarts >= TRANSIENT_RETRIES or not transient(error, query):
             return False
         self.restarts += 1
         log.warning("stream %s: the Spark query failed for a transient reason (%s); starting it again from its "
