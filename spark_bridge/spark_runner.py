@@ -78,12 +78,24 @@ class SparkRunner:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Event()   # start() returned; the session and the query are not up yet
         self._notes_seen = len(self.channel.notes())   # the notes of earlier runs were reported by those runs
         self._notes_size = -1
 
     @property
     def alive(self) -> bool:
+        """Starting (its session and query start in the background), or its query runs."""
+        if self._starting.is_set():
+            return not self.stopping
         return self.query is not None and self.query.isActive
+
+    def starting_detail(self) -> str | None:
+        """What a starting Spark stream waits for (describe's `detail`)."""
+        if self._starting.is_set():
+            where = "its Spark Connect server" if self.config.spark_remote else \
+                (self.config.spark_master or "the host's local Spark")
+            return f"starting its Spark session and query ({where})"
+        return None
 
     def start(self, timeout: float = 30.0) -> None:
         by_change: dict[int, dict[PartitionKey, int]] = {}
@@ -94,16 +106,19 @@ class SparkRunner:
                 onward.add(tp)
         for change_id, offsets in sorted(by_change.items()):
             self.request_offsets(change_id, offsets, frozenset(onward & offsets.keys()))
-        self.query = self._start_query()
-        self._thread = threading.Thread(target=self._watch, name=f"spark-{self.config.name}", daemon=True)
+        self._starting.set()
+        self.request.events.on_status(StreamStatus.STARTING, None)
+        self._thread = threading.Thread(target=self._run, name=f"spark-{self.config.name}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float) -> str | None:
+        """Stop the query. One still starting is not waited for: it is stopped as soon as Spark has started it
+        (a session starting, or a Spark Connect server not answering, never holds a stop or a host's shutdown)."""
         self.stopping = True
         self._stop.set()
         if self.query is not None:
             self.query.stop()
-        if self._thread is not None:
+        if self._thread is not None and not self._starting.is_set():
             self._thread.join(timeout)
         return None
 
@@ -158,6 +173,23 @@ class SparkRunner:
         return progress(self.query) if self.query is not None else {}
 
     # -- internals -------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        """The runner's thread: the session and the query start here, not in start(), so a host serves (and a
+        PUT /start answers) at once while a Spark stream is `starting`; then it watches the query."""
+        try:
+            query = self._start_query()
+        except StreamError as exc:
+            self._starting.clear()
+            if not self.stopping:
+                self.request.events.on_status(StreamStatus.ERROR, str(exc))
+            return
+        self.query = query
+        self._starting.clear()
+        if self.stopping:     # stopped while it started: stop() found no query to stop
+            query.stop()
+            return
+        self._watch()
+
     def _query(self) -> StreamQuery:
         c = self.config
         exactly_once = c.delivery == Delivery.EXACTLY_ONCE
