@@ -76,7 +76,8 @@ P95_FLOOR_MS = 15.0
 TRACE_HOOKS = ROOT / "bench" / "trace_hooks"
 # hops that repeat within a call, shown at their last time (the waiting call is checked once it starts waiting,
 # and again once its outcome is written): the others at their first
-LAST_HOPS = frozenset({"host: waiting call checked", "host: answer read", "host: waiters woken"})
+LAST_HOPS = frozenset({"host: waiting call checked", "host: answer read", "host: waiters woken",
+                       "stream: the last moved partition's first record consumed"})
 POLL_S = 0.0005     # how often the sink file is looked at: the resolution of every figure
 # merge_messages renders `MERGE (m:KafkaMessage {topic: "latency", partition: P, offset: O}) SET ...`
 _WHERE = re.compile(rb'\{topic: "' + TOPIC.encode() + rb'", partition: (\d+), offset: (\d+)\}')

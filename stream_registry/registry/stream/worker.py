@@ -36,6 +36,7 @@ from ...errors import StreamError
 from ...kafka.client import new_consumer
 from ...kafka.consumer_wake import ConsumerWake
 from ...kafka.embedded_fit import embedded_fit
+from ...kafka.fetch_wait import FetchWait
 from ...kafka.messages import message_offset, record_key
 from ...model import (
     DEFAULT_RETRY,
@@ -107,6 +108,7 @@ class StreamWorker:
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
+        self._fetch_wait = FetchWait()   # short while a change is coming (kafka/fetch_wait.py): made, closed as _wake
         self._records = ChangeRecords()   # changes handed before their record was durable (RecordsMeanwhile)
         self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
         self._after_move = False   # the batch collected last is the first after an offset change
@@ -168,6 +170,7 @@ class StreamWorker:
         change whose waiting moves end, a revert's); what becomes of them comes as on_change events.
         `recorded=False`: the host is still committing the change's record; recorded() follows, and until it
         said ok nothing of the change is persisted (the gate may seek meanwhile: the fetch overlaps the fsync)."""
+        self._fetch_wait.lower()
         if not recorded:
             self._records.handed(change_id)
         self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
@@ -235,6 +238,7 @@ class StreamWorker:
     def _between_batches(self) -> None:
         """Each part's turn between batches, in this order."""
         self._drain_control()
+        self._fetch_wait.relax(busy=self._gate.moved)
         self._gate.retry()
         self.assignment.start_held()
         self.assignment.follow_sink()
@@ -263,6 +267,7 @@ class StreamWorker:
             consumer.close()
             raise StreamError(f"topics: the Kafka client cannot subscribe: {self._ctx.redact(exc)}") from None
         self._wake = ConsumerWake.of(consumer)
+        self._fetch_wait = FetchWait.of(consumer, conf.get("fetch.wait.max.ms"))
         return consumer
 
     def _collect_batch(self) -> list[KafkaMessage]:
@@ -370,6 +375,7 @@ class StreamWorker:
             return
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         self._wake.close()   # its queue handle goes before the consumer does
+        self._fetch_wait.close()
         if self.commits.in_flight:   # it still waits for the cluster: close() would wait for it (commits.py)
             log.warning("stream %s: a commit still waits for the group coordinator: stopping without it; the "
                         "consumer is closed once it returns, the uncommitted records are read again at the next "
