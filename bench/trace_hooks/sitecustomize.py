@@ -45,6 +45,8 @@ HOPS = (
     ("stream_registry.registry.stream.worker", "StreamWorker", "reassign", "stream: reassign", None),
     ("stream_registry.registry.stream.worker", "StreamWorker", "persist", "stream: commit of the change",
      "stream: committed"),
+    ("stream_registry.registry.stream.worker", "StreamWorker", "_collect_batch", "stream: collecting a batch",
+     None),
     ("stream_registry.registry.stream.batch_writer", "BatchWriter", "deliver",
      "stream: first batch after the move collected", None),
     ("stream_registry.graph.sinks.cypherl", "CypherlSink", "write", "stream: sink write (cypherl)",
