@@ -33,7 +33,7 @@ from ...errors import StreamError
 from ...model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
 from ..stream.batch_stats import BatchStats
 from ..stream.stream_events import StreamEvents
-from .engine import RecordsMeanwhile, StreamRunner
+from .engine import CallsAnnounced, RecordsMeanwhile, StreamRunner
 from .restarts import RestartBackoff
 
 log = logging.getLogger("mgstreams.registry")
@@ -197,6 +197,17 @@ class TaskRunner:
     def forget(self, change_id: int, tps: frozenset[PartitionKey]) -> None:
         for runner in self._runners():
             runner.forget(change_id, tps)
+
+    def call_coming(self, token: int, within: float) -> None:
+        """engine.CallsAnnounced: every task holds what it is newly assigned until the call ended."""
+        for runner in self._runners():
+            if isinstance(runner, CallsAnnounced):
+                runner.call_coming(token, within)
+
+    def call_ended(self, token: int) -> None:
+        for runner in self._runners():
+            if isinstance(runner, CallsAnnounced):
+                runner.call_ended(token)
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Cancel in every task at once; None unless every running task confirmed in time."""

@@ -47,6 +47,7 @@ from ...model import (
 )
 from .assignment import Assignment
 from .batch_writer import BatchWriter
+from .calls_coming import CallsComing
 from .change_marks import ChangeMark, MarkKey
 from .change_records import ChangeRecords
 from .collector import BatchCollector
@@ -57,6 +58,7 @@ from .group_commits import GroupCommits
 from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
 from .poll_context import PollContext
+from .realign import explain_resume
 from .stream_events import StreamEvents
 
 log = logging.getLogger("mgstreams.worker")
@@ -83,14 +85,18 @@ class StreamWorker:
         self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
         self._fetch_wait = FetchWait()   # short while a change is coming (kafka/fetch_wait.py): made, closed as _wake
         self._records = ChangeRecords()   # changes handed before their record was durable (RecordsMeanwhile)
+        # offset calls the host is resolving (any thread): partitions assigned meanwhile wait (calls_coming.py); the
+        # consumer's fetches are held short meanwhile (kafka/fetch_wait.py)
+        self.calls = CallsComing(wake=lambda: self._wake.wake(), on_coming=lambda: self._fetch_wait.lower())
         self.health = Health(config.name, events, ClusterProbe(config.client_config(), config.secret_values(),
                                                                OUTAGE_PROBE_TIMEOUT_S), ctx.redact)
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
                                     pipelined=True)   # a batch's commit is answered while the next one is read
-        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=lambda revoked: self._collector.drop_revoked(revoked),
-                                     before_assign=self._drain_control)
+        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
+                                     on_revoked=lambda revoked: self._collector.drop_revoked(revoked),
+                                     before_assign=self._drain_control, coming=self.calls.any)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
         ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
@@ -179,7 +185,8 @@ class StreamWorker:
             return
         self.health.set_status(StreamStatus.STARTING)
         self._started.set()
-        self._gate.reconcile(self.assignment.committed(sorted(self._gate.waiting())))   # persisted before a host died?
+        # persisted before a host died?
+        self._gate.reconcile(self.assignment.read_committed(sorted(self._gate.waiting())) or {})
         trimmed = getattr(self._sink, "trimmed", 0)
         if trimmed:
             log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
@@ -194,6 +201,8 @@ class StreamWorker:
                 if self.health.fatal:
                     self._fail(self.health.fatal)
                     return
+                if batch:   # the history has a resume's realignment before its records are written (realign.py)
+                    explain_resume(self._ctx, self.assignment.resumed)
                 if not batch:   # idle: the last batch's commit answered now (one in flight while consume() waits
                     self.commits.settle()   # on an idle consumer was seen not to be answered until it returned)
                 elif not self._collector.deliver(batch, self.writer):
@@ -210,7 +219,7 @@ class StreamWorker:
     def _between_batches(self) -> None:
         """Each part's turn between batches, in this order."""
         self._drain_control()
-        self._fetch_wait.relax(busy=self._gate.moved)
+        self._fetch_wait.relax(busy=self._gate.moved or self.calls.any())
         self._gate.retry()
         self.assignment.start_held()
         self.assignment.follow_sink()
