@@ -2,7 +2,9 @@
 
 - Bounded: a synchronous commit waits at most until its deadline (commits.py),
   asking `give_up` (the health's outage probe) between slices. Transient errors (a
-  coordinator moving) are retried until the deadline; errors only a poll can fix
+  coordinator moving) are retried until the deadline, backing off (COMMIT_RETRY_S
+  doubled up to COMMIT_RETRY_MAX_S: a blip is retried at once, a coordinator loading
+  for minutes gets about one commit a second); errors only a poll can fix
   (a rebalance, a stale generation) return at once: retrying them here would stall
   the poll thread, often inside a rebalance callback.
 - Owed: a batch's offsets whose commit failed are committed again between
@@ -36,7 +38,8 @@ from .commits import BoundedCommitter, CommitUnanswered, PendingCommit
 
 log = logging.getLogger("mgstreams.worker")
 
-COMMIT_RETRY_S = 0.05
+COMMIT_RETRY_S = 0.05       # the first retry of a transient commit error; each next one waits twice as long,
+COMMIT_RETRY_MAX_S = 1.0    # at most this: a coordinator still loading is not asked 20 times a second for 10 s
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
 OWED_RETRY_S = 1.0          # a failed batch commit is tried again between batches, this often
@@ -94,6 +97,7 @@ class GroupCommits:
     def _until_answered(self, offsets: Mapping[PartitionKey, int], deadline: float, attempt: Callable[[], Any]
                         ) -> str | None:
         """`attempt()` (a commit's result) until it succeeds, fails for good, or the deadline passes."""
+        retry_s = COMMIT_RETRY_S
         while True:
             try:
                 result = attempt()
@@ -113,7 +117,8 @@ class GroupCommits:
                         not (error.retriable() or error.code() in RETRIABLE_COMMIT) or self._give_up():
                     log.warning("stream %s: commit failed: %s", self._name, reason)
                     return reason
-                self._sleep(COMMIT_RETRY_S)
+                self._sleep(min(retry_s, max(deadline - self._clock(), 0.0)))
+                retry_s = min(retry_s * 2, COMMIT_RETRY_MAX_S)
 
     def commit_batch(self, next_offsets: Mapping[PartitionKey, int], full: bool = False) -> None:
         """A written batch's commit (exactly-once too: lag tools read the group's offsets); owed when it fails.
@@ -121,7 +126,10 @@ class GroupCommits:
         Pipelined (the worker's): the commit is handed over and answered while the next batch is collected and
         written (`settle`, before any other commit: one at a time, in order), not waited for here. Paced
         (`cadence_s`): a `full` batch's offsets wait, merged with the next ones, until `cadence_s` has passed
-        since the last batch commit (the module docstring)."""
+        since the last batch commit (the module docstring).
+
+        While commits fail (something is owed), a batch's offsets join what is owed instead: the owed retry
+        carries them, once a second, rather than one failing commit per batch."""
         self._deferred.update(next_offsets)
         if full and not self._in_rebalance() and self._clock() - self._last_batch_commit < self._cadence_s:
             return
@@ -136,11 +144,11 @@ class GroupCommits:
         """Commit the written batches' offsets the cadence deferred (as commit_batch commits)."""
         next_offsets, self._deferred = self._deferred, {}
         if not self._pipelined or self._in_rebalance():
-            if self.commit(next_offsets) is not None:
+            if self._owing(next_offsets) or self.commit(next_offsets) is not None:
                 self.owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
             return
         self.settle()
-        if not next_offsets:
+        if not next_offsets or self._owing(next_offsets):
             return
         self._last_batch_commit = self._clock()
         try:
@@ -158,6 +166,13 @@ class GroupCommits:
         if revoked and self.commit(revoked, deadline_s=0.0) is not None:
             log.warning("stream %s: the commit of revoked partitions failed: their next owner reads their last "
                         "batches again", self._name)
+
+    def _owing(self, offsets: Mapping[PartitionKey, int]) -> bool:
+        """A commit-error episode (something owed): `offsets` join what is owed, committed by its next retry."""
+        if not self.owed:
+            return False
+        self.owed.update(offsets)
+        return True
 
     @property
     def in_flight(self) -> bool:
