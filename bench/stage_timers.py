@@ -113,12 +113,13 @@ def table(seconds: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def print_table(seconds: dict[str, float], cpu: dict[str, float], messages: int) -> None:
+def print_table(seconds: dict[str, float], cpu: dict[str, float], messages: int, indent: str = "") -> None:
     """Per stage: microseconds per message, its share of the poll thread's time, and the poll thread's CPU."""
     wall, used = table(seconds), table(cpu)
     total, cpu_total = sum(wall.values()), sum(used.values())
-    print(f"    {'stage':<20} {'us/msg':>8} {'share':>7} {'cpu us/msg':>11}")
+    print(f"{indent}{'stage':<20} {'us/msg':>8} {'share':>7} {'cpu us/msg':>11}")
     for stage in STAGES:
-        print(f"    {stage:<20} {wall[stage] / messages * 1e6:8.2f} {wall[stage] / max(total, 1e-12):7.1%} "
+        print(f"{indent}{stage:<20} {wall[stage] / messages * 1e6:8.2f} {wall[stage] / max(total, 1e-12):7.1%} "
               f"{used[stage] / messages * 1e6:11.2f}")
-    print(f"    {'total (poll thread)':<20} {total / messages * 1e6:8.2f} {'':>7} {cpu_total / messages * 1e6:11.2f}")
+    print(f"{indent}{'total (poll thread)':<20} {total / messages * 1e6:8.2f} {'':>7} "
+          f"{cpu_total / messages * 1e6:11.2f}")

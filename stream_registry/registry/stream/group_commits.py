@@ -241,20 +241,20 @@ class GroupCommits:
         self.settle(wait=not self._in_rebalance())   # its failure must not come back owed after the change
         for tp in offsets:
             self.owed.pop(tp, None)
-            self._deferred.pop(tp, None)   # nor a batch's offsets deferred before it
+        deferred = {tp: self._deferred.pop(tp) for tp in offsets if tp in self._deferred}   # nor a batch's deferred
         before = dict(self.marks)
         self.marks.update(marks)
         if store is not None:
             try:
                 store(offsets, {tp: self._mark_key.encode_stored(tp, mark) for tp, mark in marks.items()})
             except Exception as exc:
-                self.marks = before
+                self.marks, self._deferred = before, {**deferred, **self._deferred}   # not moved: still owed a commit
                 return f"storing the new offset in the sink failed ({self._redact(exc)})"
             self.commit(offsets)
             return None
         error = self.commit(offsets)
         if error is not None:
-            self.marks = before
+            self.marks, self._deferred = before, {**deferred, **self._deferred}
         return None if error is None else f"committing the new offset failed ({error})"
 
     def read_mark(self, tp: PartitionKey, metadata: str | None) -> ChangeMark | None:
