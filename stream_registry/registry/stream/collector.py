@@ -42,6 +42,8 @@ CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at contr
 HURRY_SLICE_S = 0.0005
 FIRST_ROUNDS = 4    # after a move, the first records are written in at most this many rounds (a broker's each)
 LATE_WAIT_S = 0.02  # ... the rest of the first batch waiting this long (of quiet) for a moved partition to deliver
+CAUGHT_UP_S = 0.01  # nothing this long with batch offsets deferred (commit cadence): caught up, commit them now (a
+# fetch gap while reading a backlog is shorter: a commit then, waited for, would cost the loop its wait)
 
 
 class BatchCollector:
@@ -95,7 +97,7 @@ class BatchCollector:
                 heard = time.monotonic()
             elif batch and hurry and time.monotonic() - heard >= gap:
                 break   # the queue drained: the moved partitions that delivered go now (not the short slice's gap)
-            elif not batch and self._deferred():
+            elif not batch and self._deferred() and time.monotonic() - heard >= CAUGHT_UP_S:
                 break   # caught up: what the commit cadence deferred is committed now (worker), not after the interval
             through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
             partitions = record_partitions(messages) if messages else None
