@@ -43,7 +43,8 @@ COMMIT_RETRY_MAX_S = 1.0    # at most this: a coordinator still loading is not a
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
 OWED_RETRY_S = 1.0          # a failed batch commit is tried again between batches, this often
-COMMIT_EVERY_S = 0.1        # the worker's cadence: a stream reading a backlog commits its written batches this often
+COMMIT_EVERY_S = 0.5        # the worker's cadence: a stream reading a backlog commits its written batches this often
+# (each commit costs the poll thread a wait of 0.3-7 ms, load-dependent: bench/ingest_throughput.py --profile)
 # Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
 NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
                         KafkaError.REBALANCE_IN_PROGRESS, KafkaError._STATE, KafkaError._NO_OFFSET})
