@@ -105,9 +105,12 @@ class RangeReader:
         consumer = self._live()
         consumer.assign([TopicPartition(r.topic, r.partition, start)])
         try:
-            last_progress = time.monotonic()
+            last_progress, at = time.monotonic(), start
             while True:
-                polled = consumer.consume(self.max_batch, timeout=min(_CONSUME_WAIT, self.poll_timeout))
+                # never more than the range can still hold: what librdkafka prefetched past the range's end is
+                # not made into Python messages only to be dropped (a stream's micro-batch ranges are short)
+                wanted = max(1, min(self.max_batch, r.until_offset - at))
+                polled = consumer.consume(wanted, timeout=min(_CONSUME_WAIT, self.poll_timeout))
                 batch, done = [], False
                 for msg in polled:
                     err = msg.error()
@@ -122,6 +125,7 @@ class RangeReader:
                             done = True
                             break
                         consumer.assign([TopicPartition(r.topic, r.partition, restart)])
+                        at = restart
                         break
                     offset = message_offset(msg)
                     if offset >= r.until_offset:
@@ -132,7 +136,7 @@ class RangeReader:
                         done = True
                         break
                 if batch:
-                    last_progress = time.monotonic()
+                    last_progress, at = time.monotonic(), message_offset(batch[-1]) + 1
                     yield batch
                 if done:
                     return

@@ -5,7 +5,9 @@ The registry keeps the stream's definition, history and control calls; this runn
 (spark_bridge.stream_query) and turns the control calls into the control channel's (stream_control):
 - `request_offsets` queues the change; it is applied when the first micro-batch of its epoch is planned from
   the target, and the reader's answer comes back as GateEvents (PERSISTED per partition, SUPERSEDED where a
-  later change of the same micro-batch moved it);
+  later change of the same micro-batch moved it); an onward target (`latest`, `+N`, a time after every record)
+  that the query has read past by then is not a move back: the partition stays where it stands, and the event's
+  reason says so (as the host gate's does);
 - `cancel_pending` withdraws the changes the reader has not taken; a taken one will be applied and is not
   reported cancelled; a revert (`supersedes`) withdraws the moves of the change it reverts the same way, and
   reports them superseded;
@@ -34,14 +36,15 @@ from stream_registry.registry.runners.engine import RunRequest
 
 from .job import Loading, decoding_of
 from .micro_batch import StreamWriting
+from .spark_failures import transient
 from .stream_control import ControlChannel
 from .stream_offsets import StreamOffset, offsets_from_json
 from .stream_query import StreamQuery, progress, start_stream_query
 
 WATCH_S = 0.1
 # Spark waits a fixed 10 s for a fresh Python worker to connect back (PythonWorkerFactory, SPARK-45245; not
-# configurable): a loaded machine misses it now and then, and the query dies of it, mostly while it starts.
-TRANSIENT = ("Python worker failed to connect back",)
+# configurable): a loaded machine misses it now and then, and the query dies of it, mostly while it starts. It is
+# recognised by its Java cause chain (spark_failures: Spark gives it no error condition).
 TRANSIENT_RETRIES = 3
 log = logging.getLogger(__name__)
 
@@ -75,29 +78,47 @@ class SparkRunner:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Event()   # start() returned; the session and the query are not up yet
         self._notes_seen = len(self.channel.notes())   # the notes of earlier runs were reported by those runs
         self._notes_size = -1
 
     @property
     def alive(self) -> bool:
+        """Starting (its session and query start in the background), or its query runs."""
+        if self._starting.is_set():
+            return not self.stopping
         return self.query is not None and self.query.isActive
+
+    def starting_detail(self) -> str | None:
+        """What a starting Spark stream waits for (describe's `detail`)."""
+        if self._starting.is_set():
+            where = "its Spark Connect server" if self.config.spark_remote else \
+                (self.config.spark_master or "the host's local Spark")
+            return f"starting its Spark session and query ({where})"
+        return None
 
     def start(self, timeout: float = 30.0) -> None:
         by_change: dict[int, dict[PartitionKey, int]] = {}
+        onward: set[PartitionKey] = set()
         for tp, move in self.pending.items():
             by_change.setdefault(move.change_id or 0, {})[tp] = move.offset
+            if move.onward:
+                onward.add(tp)
         for change_id, offsets in sorted(by_change.items()):
-            self.request_offsets(change_id, offsets)
-        self.query = self._start_query()
-        self._thread = threading.Thread(target=self._watch, name=f"spark-{self.config.name}", daemon=True)
+            self.request_offsets(change_id, offsets, frozenset(onward & offsets.keys()))
+        self._starting.set()
+        self.request.events.on_status(StreamStatus.STARTING, None)
+        self._thread = threading.Thread(target=self._run, name=f"spark-{self.config.name}", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float) -> str | None:
+        """Stop the query. One still starting is not waited for: it is stopped as soon as Spark has started it
+        (a session starting, or a Spark Connect server not answering, never holds a stop or a host's shutdown)."""
         self.stopping = True
         self._stop.set()
         if self.query is not None:
             self.query.stop()
-        if self._thread is not None:
+        if self._thread is not None and not self._starting.is_set():
             self._thread.join(timeout)
         return None
 
@@ -114,7 +135,7 @@ class SparkRunner:
             self._supersede(supersedes)
         with self._lock:
             self._open[change_id] = frozenset(offsets)
-        self.channel.request(change_id, offsets)
+        self.channel.request(change_id, offsets, onward)
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         cancelled = []
@@ -152,6 +173,23 @@ class SparkRunner:
         return progress(self.query) if self.query is not None else {}
 
     # -- internals -------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        """The runner's thread: the session and the query start here, not in start(), so a host serves (and a
+        PUT /start answers) at once while a Spark stream is `starting`; then it watches the query."""
+        try:
+            query = self._start_query()
+        except StreamError as exc:
+            self._starting.clear()
+            if not self.stopping:
+                self.request.events.on_status(StreamStatus.ERROR, str(exc))
+            return
+        self.query = query
+        self._starting.clear()
+        if self.stopping:     # stopped while it started: stop() found no query to stop
+            query.stop()
+            return
+        self._watch()
+
     def _query(self) -> StreamQuery:
         c = self.config
         exactly_once = c.delivery == Delivery.EXACTLY_ONCE
@@ -179,7 +217,7 @@ class SparkRunner:
                 continue
             if not query.isActive:
                 error = query.exception()
-                if error is not None and not self.stopping and not self._retried(error):
+                if error is not None and not self.stopping and not self._retried(error, query):
                     events.on_status(StreamStatus.ERROR, f"spark: the query failed: {error}")
                 if self.query is query:
                     return
@@ -191,14 +229,14 @@ class SparkRunner:
             self._report_notes()
 
     def _start_query(self):
-        """Start the query; Spark's transient failure (TRANSIENT) is tried again, anything else is a StreamError
-        saying why (a start never ends in an internal error)."""
+        """Start the query; Spark's transient failure (spark_failures.transient) is tried again, anything else is a
+        StreamError saying why (a start never ends in an internal error)."""
         while True:
             try:
                 return start_stream_query(self._session(), self._query())
             except Exception as exc:
                 said = str(exc)
-                if self.restarts < TRANSIENT_RETRIES and any(cause in said for cause in TRANSIENT):
+                if self.restarts < TRANSIENT_RETRIES and transient(exc):
                     self.restarts += 1
                     log.warning("stream %s: the Spark query did not start for a transient reason (%s); trying again "
                                 "(%d of %d)", self.config.name, said.splitlines()[0], self.restarts, TRANSIENT_RETRIES)
@@ -206,11 +244,11 @@ class SparkRunner:
                 why = said.splitlines()[0] if said else type(exc).__name__
                 raise StreamError(f"spark: the query could not start: {why}") from None
 
-    def _retried(self, error) -> bool:
-        """A query that failed for a transient reason of Spark's own is started again from its checkpoint (at
-        most TRANSIENT_RETRIES times per run, counted in `restarts`): whether it was."""
+    def _retried(self, error, query=None) -> bool:
+        """A query that failed for a transient reason of Spark's own (spark_failures.transient) is started again
+        from its checkpoint (at most TRANSIENT_RETRIES times per run, counted in `restarts`): whether it was."""
         said = str(error)
-        if self.restarts >= TRANSIENT_RETRIES or not any(cause in said for cause in TRANSIENT):
+        if self.restarts >= TRANSIENT_RETRIES or not transient(error, query):
             return False
         self.restarts += 1
         log.warning("stream %s: the Spark query failed for a transient reason (%s); starting it again from its "
@@ -233,7 +271,8 @@ class SparkRunner:
                 state = MoveState.SUPERSEDED if status in ("superseded", "gone") else MoveState.PERSISTED
                 self.request.events.on_change(GateEvent(
                     change_id=change_id, topic=topic, partition=partition, offset=offset if offset is not None else -1,
-                    state=state, previous_offset=previous, more=i < len(rows) - 1))
+                    state=state, previous_offset=previous, reason=answer.notes.get(PartitionKey(topic, partition)),
+                    more=i < len(rows) - 1))
             with self._lock:
                 self._open.pop(change_id, None)
 

@@ -5,7 +5,8 @@ Connect server's. Nothing in the owner's process can reach it, so changes go thr
 (a local directory, or a shared filesystem for a remote Spark Connect server), in plain JSON files:
 
 - `control.json`: the epoch counter and the changes not yet taken by the reader (`request` appends one,
-  `cancel` removes one that was not taken), each `{"change_id", "epoch", "targets": {"t:0": 5}}`;
+  `cancel` removes one that was not taken), each `{"change_id", "epoch", "targets": {"t:0": 5}, "onward":
+  ["t:0"]}` (`onward`: targets that never move a partition back, stream_offsets);
 - `taken/<epoch>.json`: a change the reader took into a micro-batch's end offset (latestOffset); a cancel
   after that is too late, whatever happens next;
 - `applied/<change_id>.json`: what a change did per partition, written when the first micro-batch of its
@@ -24,9 +25,9 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stream_registry.errors import ConfigError, StreamError
@@ -40,11 +41,13 @@ CONTROL = "control.json"
 @dataclass(frozen=True)
 class Applied:
     """What one change did, per partition: status (`applied`, `clamped`, `superseded`, `gone`), the offset the
-    partition was planned from, and where it stood before."""
+    partition was planned from, and where it stood before; `notes`: why a partition went elsewhere than its
+    target (an onward target it already stood past: it stayed where it stood)."""
     change_id: int
     epoch: int
     batch_id: int | None
     partitions: Mapping[PartitionKey, tuple[str, int | None, int | None]]
+    notes: Mapping[PartitionKey, str] = field(default_factory=dict)
 
 
 class ControlChannel:
@@ -58,14 +61,20 @@ class ControlChannel:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
 
     # -- the owner's side --------------------------------------------------------------------------------
-    def request(self, change_id: int, targets: Mapping[PartitionKey, int]) -> int:
-        """Queue a change (absolute target per partition); its epoch, applied at the next micro-batch."""
+    def request(self, change_id: int, targets: Mapping[PartitionKey, int],
+                onward: Iterable[PartitionKey] = ()) -> int:
+        """Queue a change (absolute target per partition; those of `onward` never move a partition back: one
+        that stands past its target at the boundary stays there); its epoch, applied at the next micro-batch."""
         if not targets:
             raise ConfigError("targets: a change moves at least one partition")
+        change: dict = {"change_id": change_id, "targets": offsets_to_json(targets)}
+        onward_keys = sorted(tp_key(tp) for tp in onward if tp in targets)
+        if onward_keys:
+            change["onward"] = onward_keys
         with self._locked() as state:
             epoch = state["next_epoch"]
             state["next_epoch"] = epoch + 1
-            state["changes"].append({"change_id": change_id, "epoch": epoch, "targets": offsets_to_json(targets)})
+            state["changes"].append({**change, "epoch": epoch})
         return epoch
 
     def cancel(self, change_id: int) -> bool:
@@ -85,7 +94,8 @@ class ControlChannel:
             return None
         return Applied(raw["change_id"], raw["epoch"], raw.get("batch_id"),
                        {parse_tp(k): (v["status"], v.get("offset"), v.get("previous"))
-                        for k, v in raw["partitions"].items()})
+                        for k, v in raw["partitions"].items()},
+                       {parse_tp(k): v["note"] for k, v in raw["partitions"].items() if v.get("note")})
 
     def wait_applied(self, change_id: int, timeout: float) -> Applied:
         """The change's answer, waited for (a state, polled): StreamError naming the change after `timeout`."""
@@ -114,7 +124,8 @@ class ControlChannel:
         taken = [json.loads(p.read_text()) for p in (self.dir / "taken").glob("*.json")]
         pending = {c["epoch"]: c for c in taken
                    if c["epoch"] > after_epoch and self.applied(c["change_id"]) is None}
-        return [Move(c["change_id"], c["epoch"], offsets_from_json(c["targets"], "targets"))
+        return [Move(c["change_id"], c["epoch"], offsets_from_json(c["targets"], "targets"),
+                     frozenset(parse_tp(k) for k in c.get("onward", ())))
                 for _, c in sorted(pending.items())]
 
     def new_epoch(self) -> int:
@@ -146,9 +157,12 @@ class ControlChannel:
         path = self.dir / "applied" / f"{answer.change_id}.json"
         if path.exists():
             return   # a replayed micro-batch: the first planning said it
+        partitions = {tp_key(tp): {"status": s, "offset": o, "previous": p}
+                      for tp, (s, o, p) in sorted(answer.partitions.items())}
+        for tp, note in answer.notes.items():
+            partitions[tp_key(tp)]["note"] = note
         _write_atomic(path, {"change_id": answer.change_id, "epoch": answer.epoch, "batch_id": answer.batch_id,
-                             "partitions": {tp_key(tp): {"status": s, "offset": o, "previous": p}
-                                            for tp, (s, o, p) in sorted(answer.partitions.items())}})
+                             "partitions": partitions})
 
     def note(self, kind: str, **fields) -> None:
         line = json.dumps({"kind": kind, "at": time.time(), **fields}, sort_keys=True)

@@ -14,7 +14,11 @@ effect at the next micro-batch boundary, and nothing from the old position is pl
   the epoch's changes, or new partitions); empty in every later batch of an epoch;
 - `changes`: the change ids this epoch applied (several calls between two micro-batches: the last one wins
   per partition, the others are superseded there); `clamped`: moved partitions whose target was outside
-  [log start, log end] and was moved into it.
+  [log start, log end] and was moved into it;
+- `stayed` (only when not empty): partitions an ONWARD change (`latest`, `+N`, a time after every record: a
+  target computed from the log end or the position when the call was made) found already past its target at
+  this boundary: they stay where they stand, as on a host stream (offset_gate: an onward move never goes back);
+  the change is answered `applied` there, saying so. An explicit target is kept exact, rewind or not.
 
 `plan_next` is what `latestOffset` computes (admission control: at most `max_rows` offsets per micro-batch,
 shared fairly among the partitions); `ranges_between` is what `partitions(start, end)` reads.
@@ -64,10 +68,14 @@ class StreamOffset:
     origin: Mapping[PartitionKey, int] = field(default_factory=dict)
     changes: tuple[int, ...] = ()
     clamped: frozenset[PartitionKey] = frozenset()
+    stayed: frozenset[PartitionKey] = frozenset()
 
     def to_json(self) -> dict:
-        return {"epoch": self.epoch, "changes": list(self.changes), "next": offsets_to_json(self.next),
-                "origin": offsets_to_json(self.origin), "clamped": sorted(tp_key(tp) for tp in self.clamped)}
+        out = {"epoch": self.epoch, "changes": list(self.changes), "next": offsets_to_json(self.next),
+               "origin": offsets_to_json(self.origin), "clamped": sorted(tp_key(tp) for tp in self.clamped)}
+        if self.stayed:   # only then: the offsets of checkpoints written before it read back the same
+            out["stayed"] = sorted(tp_key(tp) for tp in self.stayed)
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping) -> StreamOffset:
@@ -75,7 +83,8 @@ class StreamOffset:
             return cls(int(raw["epoch"]), offsets_from_json(raw["next"], "next"),
                        offsets_from_json(raw.get("origin", {}), "origin"),
                        tuple(int(c) for c in raw.get("changes", ())),
-                       frozenset(parse_tp(k) for k in raw.get("clamped", ())))
+                       frozenset(parse_tp(k) for k in raw.get("clamped", ())),
+                       frozenset(parse_tp(k) for k in raw.get("stayed", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"offsets: not an mgstreams_kafka stream offset ({exc}): {dict(raw)!r}") from None
 
@@ -87,10 +96,12 @@ class StreamOffset:
 @dataclass(frozen=True)
 class Move:
     """One requested change as the reader applies it: the partitions it moves and where to (change_id None: a
-    realignment the reader makes itself, no one's call)."""
+    realignment the reader makes itself, no one's call); `onward`: those whose target is "the end" or "on from
+    here" as the call read it, never a move back (see the module docstring)."""
     change_id: int | None
     epoch: int
     targets: Mapping[PartitionKey, int]
+    onward: frozenset[PartitionKey] = frozenset()
 
 
 def plan_next(start: StreamOffset, watermarks: Mapping[PartitionKey, tuple[int, int]],
@@ -100,11 +111,15 @@ def plan_next(start: StreamOffset, watermarks: Mapping[PartitionKey, tuple[int, 
     `watermarks`: (log start, log end) of every partition the stream reads now; a partition new to it starts
     at its log start. `moves`: the changes not yet applied, oldest first (a later one wins per partition);
     with any, a new epoch begins at the newest change's epoch and each moved partition starts at its target,
-    clamped into [log start, log end]. `max_rows`: the most offsets the batch may span, shared fairly.
+    clamped into [log start, log end] - except an onward target the partition already stands past (`start`:
+    where this boundary finds it), which stays there (`stayed`). `max_rows`: the most offsets the batch may
+    span, shared fairly.
     """
     begin: dict[PartitionKey, int] = {}
     origin: dict[PartitionKey, int] = {}
     clamped: set[PartitionKey] = set()
+    stayed: set[PartitionKey] = set()
+    stands = dict(start.next)   # where each partition stands at this boundary (a realignment puts it elsewhere)
     for tp, (low, _high) in watermarks.items():
         if tp in start.next:
             begin[tp] = start.next[tp]
@@ -116,8 +131,19 @@ def plan_next(start: StreamOffset, watermarks: Mapping[PartitionKey, tuple[int, 
                 continue
             low, high = watermarks[tp]
             placed = min(max(target, low), high)
-            begin[tp] = origin[tp] = placed
             clamped.discard(tp)
+            stayed.discard(tp)
+            if tp in move.onward and stands.get(tp, -1) > placed:
+                begin[tp] = stands[tp]      # judged against where it stands, not an earlier call's target
+                if begin[tp] == start.next.get(tp):
+                    origin.pop(tp, None)
+                else:
+                    origin[tp] = begin[tp]
+                stayed.add(tp)
+                continue
+            begin[tp] = origin[tp] = placed
+            if move.change_id is None:      # the reader's own realignment: the partition stands there now
+                stands[tp] = placed
             if placed != target:
                 clamped.add(tp)
     available = {tp: max(watermarks[tp][1] - offset, 0) for tp, offset in begin.items()}
@@ -125,7 +151,8 @@ def plan_next(start: StreamOffset, watermarks: Mapping[PartitionKey, tuple[int, 
     end = {tp: begin[tp] + taken[tp] for tp in begin}
     if moves:
         return StreamOffset(max(m.epoch for m in moves), end, origin,
-                            tuple(m.change_id for m in moves if m.change_id is not None), frozenset(clamped))
+                            tuple(m.change_id for m in moves if m.change_id is not None), frozenset(clamped),
+                            frozenset(stayed))
     if end == dict(start.next) and not origin:
         return start
     return StreamOffset(start.epoch, end, origin)
@@ -190,8 +217,9 @@ def offsets_read(start: object, end: object) -> int | None:
 
 def moved_partitions(start: StreamOffset, end: StreamOffset, change_targets: Mapping[int, Iterable[PartitionKey]]
                      ) -> dict[int, dict[PartitionKey, str]]:
-    """Per change of a new epoch, per partition it targeted: `applied`, `clamped` or `superseded` (a later
-    change of the same epoch moved the partition), or `gone` (not a partition the stream reads any more)."""
+    """Per change of a new epoch, per partition it targeted: `applied`, `clamped`, `stayed` (an onward target
+    the partition stood past: it stays where it stood), `superseded` (a later change of the same epoch moved
+    the partition), or `gone` (not a partition the stream reads any more)."""
     result: dict[int, dict[PartitionKey, str]] = {}
     last: dict[PartitionKey, int] = {}
     for change in end.changes:
@@ -204,6 +232,8 @@ def moved_partitions(start: StreamOffset, end: StreamOffset, change_targets: Map
                 statuses[tp] = "gone"
             elif last[tp] != change:
                 statuses[tp] = "superseded"
+            elif tp in end.stayed:
+                statuses[tp] = "stayed"
             else:
                 statuses[tp] = "clamped" if tp in end.clamped else "applied"
         result[change] = statuses

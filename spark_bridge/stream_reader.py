@@ -192,12 +192,26 @@ class KafkaStreamReader(DataSourceStreamReader):
         return dict(stored_config(o.state_dir, o.stream).sink_credentials())
 
     def _record_applied(self, first: StreamOffset, last: StreamOffset) -> None:
+        """Each change's answer per partition. An onward target the partition already stood past (`stayed`) is
+        `applied` where it stood, and says so (as a host stream's gate does: a move to the end or onward never
+        goes back)."""
         channel = self._channel()
         targets = {change: channel.targets_of(change) for change in last.changes}
         for change, statuses in moved_partitions(first, last, targets).items():
-            channel.record_applied(Applied(change, last.epoch, None, {
-                tp: (status, last.origin.get(tp) if status in ("applied", "clamped") else None, first.next.get(tp))
-                for tp, status in statuses.items()}))
+            partitions: dict[PartitionKey, tuple[str, int | None, int | None]] = {}
+            notes: dict[PartitionKey, str] = {}
+            for tp, status in statuses.items():
+                previous = first.next.get(tp)
+                if status == "stayed":
+                    where = last.origin.get(tp, previous)
+                    partitions[tp] = ("applied", where, where)
+                    notes[tp] = (f"the partition already stood at {where}, past {targets[change][tp]} (computed when "
+                                 f"the call was made): a move to the end or onward never goes back, it stays at "
+                                 f"{where}")
+                else:
+                    partitions[tp] = (status, last.origin.get(tp) if status in ("applied", "clamped") else None,
+                                      previous)
+            channel.record_applied(Applied(change, last.epoch, None, partitions, notes))
 
     # -- what the reader asks of Kafka (a model test replaces these four) ------------------------------------
     def _starting_offsets(self) -> dict[PartitionKey, int]:

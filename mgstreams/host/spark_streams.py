@@ -9,6 +9,7 @@ and control directory live under <state dir>/spark/<name>/.
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import threading
 from pathlib import Path
@@ -44,7 +45,23 @@ class _Sessions:
         key = remote or "local"
         with self._lock:
             if key not in self._made:
-                self._made[key] = (build_connect_session(remote, app_name="mgstreams-streams") if remote else
-                                   build_session(master=config.spark_master or DEFAULT_MASTER,
-                                                 app_name="mgstreams-streams"))
+                if remote:
+                    session = build_connect_session(remote, app_name="mgstreams-streams")
+                    atexit.register(_close_client, session)   # runs before the client's own (atexit is LIFO)
+                else:
+                    session = build_session(master=config.spark_master or DEFAULT_MASTER, app_name="mgstreams-streams")
+                self._made[key] = session
             return self._made[key]
+
+
+def _close_client(session) -> None:
+    """At the host's exit: close a Spark Connect session's channel (ending any call still waiting on it), so that
+    the client's own exit hook, which asks the server to clean its ML cache (retried for minutes when the server
+    does not answer), finds it closed and asks nothing: a host never waits at exit for a Connect server that is
+    down or not answering."""
+    client = getattr(session, "client", None)
+    try:
+        if client is not None and not client.is_closed:
+            client.close()
+    except Exception:   # noqa: BLE001  (exiting anyway)
+        pass

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -191,8 +194,8 @@ def test_a_spark_stream_through_the_host_moves_shows_its_query_resumes_and_fails
         host.stop()
         commit_as(kafka, group, {(topic, 0): 5})
         kafka.produce(topic, 2, partitions=1)                  # 13, 14 arrive while the host is down
-        # the host resumes its running streams before it serves: this one's Spark session starts first
-        host = HostProcess(tmp_path / "state", env=env).start(timeout=WAIT_S)
+        # the host serves at once; this stream's Spark session and query start meanwhile
+        host = HostProcess(tmp_path / "state", env=env).start()
         api = httpx.Client(base_url=host.wait_ready(), timeout=WAIT_S)
         wait_until(lambda: len(offsets_of(out, topic)) == 28, WAIT_S, 0.5, "13 and 14 after the restart",
                    lambda: api.get("/streams/sp").json())
@@ -201,6 +204,23 @@ def test_a_spark_stream_through_the_host_moves_shows_its_query_resumes_and_fails
         realigned = [r for r in history(api) if r["status"] == "realigned"]
         assert [(r["previous_offset"], r["offset"]) for r in realigned] == [(5, 13)], history(api)
         assert "resumes from its checkpoint at 13" in realigned[0]["message"], realigned
+
+        # an onward target (`+1`: from the position the call reads, the last micro-batch done, 15) that the
+        # query has read past when the change applies (the held micro-batch ends past 16): never a move back,
+        # as on a host stream; the partition stays where it stood, and the answer and the history say so
+        hold.hold()
+        kafka.produce(topic, 5, partitions=1)                  # 15..19, one micro-batch, held
+        hold.wait()
+        [onward] = set_offset(api, "+1", 2000)
+        assert (onward["status"], onward["offset"]) == ("pending", 16), onward
+        hold.release()
+        kafka.produce(topic, 1, partitions=1)                  # 20: the stream goes on from where it stood
+        wait_until(lambda: 20 in offsets_of(out, topic)[28:], WAIT_S, 0.5, "15..20",
+                   lambda: api.get("/streams/sp").json())
+        assert offsets_of(out, topic)[28:] == list(range(15, 21)), offsets_of(out, topic)   # nothing again
+        [stayed] = [r for r in history(api) if r["change_id"] == onward["change_id"]]
+        assert stayed["status"] == "applied" and stayed["offset"] == stayed["previous_offset"] > 16, stayed
+        assert "never goes back" in stayed["message"], stayed
 
         # a sink that refuses: the query fails, and that is the stream's error
         out.rename(tmp_path / "spark-before.cypherl")
@@ -265,3 +285,68 @@ def test_a_spark_connect_stream_through_the_host_takes_over_from_a_backfill_exac
         assert api.put("/streams/sp/stop").status_code == 200
     finally:
         host.stop()
+
+
+class SilentServer:
+    """A TCP server that takes connections and never answers: a Spark Connect server that does not come up (a
+    stream's session cannot start as long as it holds). `accepted`: the connections it holds."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.accepted.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_host_serves_while_its_spark_stream_s_session_starts(kafka, tmp_path):
+    """A Spark stream's session and query start in the background: `PUT /start` answers at once and the stream
+    is `starting` (saying what it waits for) while its Spark Connect server does not answer; a host restarted
+    with it running serves at once, the stream `starting` again; a stop answers at once. No JVM: the session is a
+    Spark Connect client's, and the server never answers it."""
+    silent = SilentServer()
+    host = HostProcess(tmp_path / "state").start()
+    try:
+        api = httpx.Client(base_url=host.wait_ready(), timeout=60)
+        topic = kafka.new_topic(partitions=1)
+        created = api.post("/streams", json={
+            "name": "sp", "topics": [topic], "bootstrap_servers": kafka.bootstrap_servers,
+            "transform": "stream_registry.builtin_transformations.create_messages",
+            "sink": f"cypherl://{tmp_path / 'out.cypherl'}", "engine": "spark",
+            "spark.remote": f"sc://127.0.0.1:{silent.port}"})
+        assert created.status_code == 201, created.text
+        asked = time.monotonic()
+        started = api.put("/streams/sp/start")
+        assert started.status_code == 200, started.text
+        assert time.monotonic() - asked < 30, "PUT /start waited for the Spark session"
+        wait_until(lambda: silent.accepted, 60, 0.1, "the stream's session to reach the server")
+        info = api.get("/streams/sp").json()
+        assert info["status"] == "starting" and "Spark session" in (info["detail"] or ""), info
+        assert api.get("/streams").status_code == 200
+
+        host.stop()                                            # it does not wait for the session either
+        held = len(silent.accepted)
+        host = HostProcess(tmp_path / "state").start()         # serves within wait_ready's 30 s
+        api = httpx.Client(base_url=host.wait_ready(), timeout=60)
+        wait_until(lambda: len(silent.accepted) > held, 60, 0.1, "the restarted host's session to reach the server")
+        info = api.get("/streams/sp").json()
+        assert info["status"] == "starting" and "Spark session" in (info["detail"] or ""), info
+        asked = time.monotonic()
+        assert api.put("/streams/sp/stop").status_code == 200
+        assert time.monotonic() - asked < 30, "PUT /stop waited for the Spark session"
+        assert api.get("/streams/sp").json()["status"] == "stopped"
+    finally:
+        host.stop()
+        silent.close()

@@ -14,6 +14,9 @@ Invariants, checked as the writes happen and after every step:
   with one status per partition it targeted;
 - nothing from the old position after `applied`: the first record a moved partition writes after the answer
   is the target, and what follows comes from there;
+- an onward target (`latest`: the log end when the call was made; `+N`) never moves a partition back: one the
+  query has read past by the boundary where the change applies stays where it stands, answered `applied` there
+  with a note saying so (as the host gate does);
 - exactly-once: every record the graph takes for a partition continues from the last one (or is a change's
   target): no duplicates and no gaps, across query restarts, driver kills and changes between micro-batches;
 - the group's committed offsets follow the committed micro-batches (lag tools see the stream);
@@ -53,7 +56,7 @@ TPS = [PartitionKey("t", 0), PartitionKey("t", 1)]
 STREAM = "s"
 KILLS = ("none", "after_latest", "after_offset_log", "mid_write", "after_commit_log")
 COUNTS = {"examples": 0, "batches": 0, "kills": 0, "replays": 0, "applied": 0, "cancelled": 0, "late_cancels": 0,
-          "several_per_batch": 0}
+          "several_per_batch": 0, "stayed": 0, "onward_moved": 0}
 GRAPHS: dict[str, Graph] = {}
 
 
@@ -147,6 +150,7 @@ class MicroBatchMachine(RuleBasedStateMachine):
         self.reader: ModelReader | None = None
         self.next_change = 1
         self.requested: dict[int, dict[PartitionKey, int]] = {}
+        self.onward: dict[int, frozenset[PartitionKey]] = {}
         self.cancelled: set[int] = set()
         self.answered: dict[int, object] = {}
 
@@ -160,13 +164,28 @@ class MicroBatchMachine(RuleBasedStateMachine):
     def produce(self, tp, count):
         self.log_end[tp] += count
 
-    @rule(moves=st.dictionaries(st.sampled_from(TPS), st.integers(0, 60), min_size=1))
-    def set_offset(self, moves):
-        targets = moves
+    @rule(moves=st.dictionaries(st.sampled_from(TPS), st.integers(0, 60), min_size=1), onward=st.booleans())
+    def set_offset(self, moves, onward):
+        """An explicit target, or (onward) one computed "on from here" (+N) from a position the call read."""
+        self.request(dict(moves), frozenset(moves) if onward else frozenset())
+
+    @rule(tps=st.sets(st.sampled_from(TPS), min_size=1))
+    def set_latest(self, tps):
+        """`latest`: the log end as the call reads it; the query goes on reading until the change applies."""
+        self.request({tp: self.log_end[tp] for tp in tps}, frozenset(tps))
+
+    @rule(tps=st.sets(st.sampled_from(TPS), min_size=1), delta=st.integers(0, 3))
+    def shift(self, tps, delta):
+        """`+N` from the position the call reads: the end of the last micro-batch Spark reported done (the
+        group's commit here), while a later one may be planned already."""
+        self.request({tp: self.group.get(tp, 0) + delta for tp in tps}, frozenset(tps))
+
+    def request(self, targets, onward):
         change = self.next_change
         self.next_change += 1
-        self.channel.request(change, targets)
-        self.requested[change] = dict(targets)
+        self.channel.request(change, targets, onward)
+        self.requested[change] = targets
+        self.onward[change] = onward
 
     @rule(data=st.data())
     def cancel(self, data):
@@ -251,12 +270,23 @@ class MicroBatchMachine(RuleBasedStateMachine):
             assert change not in self.cancelled, f"change {change} was cancelled, then applied: {answer}"
             assert set(answer.partitions) == set(self.requested[change]), (change, answer, self.requested[change])
             COUNTS["applied"] += 1
-            for tp, (status, offset, _previous) in answer.partitions.items():
+            for tp, (status, offset, previous) in answer.partitions.items():
                 assert status in ("applied", "clamped", "superseded"), (change, tp, status)
-                if status != "superseded":
-                    target = self.requested[change][tp]
+                if status == "superseded":
+                    continue
+                target = self.requested[change][tp]
+                if tp in self.onward[change]:
+                    assert previous is None or offset >= previous, \
+                        f"change {change}: an onward target moved {tp} back from {previous} to {offset}: {answer}"
+                if tp in answer.notes:     # an onward target it stood past: it stays where it stood
+                    assert tp in self.onward[change] and status == "applied" and offset == previous > target, \
+                        (change, tp, answer)
+                    assert "never goes back" in answer.notes[tp], answer
+                    COUNTS["stayed"] += 1
+                else:
                     assert offset == target if status == "applied" else offset < target, (change, tp, answer)
-                    self.graph.expected[tp] = offset
+                    COUNTS["onward_moved"] += tp in self.onward[change]
+                self.graph.expected[tp] = offset
 
     # -- invariants -------------------------------------------------------------------------------------------
     @invariant()
@@ -299,4 +329,4 @@ def test_the_micro_batch_engine_keeps_the_gates_invariants(monkeypatch):
     print(f"micro-batch model: {COUNTS}")
     assert COUNTS["examples"] >= 150 and COUNTS["batches"] >= 150 * 5, COUNTS
     assert min(COUNTS[k] for k in ("kills", "replays", "applied", "cancelled", "late_cancels",
-                                   "several_per_batch")) >= 10, COUNTS
+                                   "several_per_batch", "stayed", "onward_moved")) >= 10, COUNTS

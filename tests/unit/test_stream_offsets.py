@@ -46,6 +46,23 @@ def test_a_change_opens_an_epoch_whose_first_batch_reads_from_the_target():
     assert plan_next(after, {A: (0, after.next[A]), B: (0, after.next[B])}) is after   # nothing new: no batch
 
 
+def test_an_onward_target_the_query_read_past_stays_where_it_stands_an_explicit_one_goes_back():
+    """`latest` or `+N`, computed when the call was made: at the boundary where it applies the query may stand
+    past it; it stays there (`stayed`, no origin: it reads on from where it stood), as on a host stream. The
+    same offset as an explicit target moves back. A later onward call is judged against where the partition
+    stands, not against an earlier call's target in the same micro-batch."""
+    start = StreamOffset(0, {A: 50, B: 50})
+    marks = {A: (0, 60), B: (0, 60)}
+    end = plan_next(start, marks, [Move(7, 3, {A: 40, B: 55}, onward=frozenset({A, B}))])
+    assert (end.stayed, dict(end.origin), end.next) == ({A}, {B: 55}, {A: 60, B: 60})
+    assert StreamOffset.from_json(end.to_json()) == end and end.to_json()["stayed"] == ["t:0"]
+    assert "stayed" not in plan_next(end, {A: (0, 70), B: (0, 70)}).to_json()   # later batches: as before
+    assert [(r.partition, r.from_offset) for r in ranges_between(start, end)] == [(0, 50), (1, 55)]
+    assert plan_next(start, marks, [Move(7, 3, {A: 40})]).origin == {A: 40}   # explicit: back to 40
+    both = plan_next(start, marks, [Move(7, 3, {A: 10}), Move(8, 4, {A: 45}, onward=frozenset({A}))])
+    assert both.stayed == {A} and not both.origin and both.next[A] == 60
+
+
 def test_a_progress_reports_offsets_read_not_stats_rows():
     """A Spark stream's query yields one stats row per range: its progress counts records from the offsets."""
     start = StreamOffset(0, {A: 50, B: 50})

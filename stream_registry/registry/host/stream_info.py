@@ -35,12 +35,20 @@ def info_of(stream: StreamEntry, store: StateStore, changes: ChangeSets) -> Stre
                       batch_seconds_sum=stream.stats.seconds_sum,
                       batch_seconds_buckets=stream.stats.cumulative_buckets(),
                       detail=restarting_detail(restarting.pid) if restarting is not None else
-                      starting_detail(c.configs, time.monotonic() - stream.started_at)
+                      _starting_detail(runner, c.configs, stream.started_at)
                       if stream.status == StreamStatus.STARTING and runner else None,
                       tasks=c.tasks, pids=tuple(runner.pids) if runner else (),
                       cluster_unreachable_since=stream.outage_since if runner else None,
                       engine=c.engine, spark=_spark_of(runner, c),
                       **changes.lost_counts(c.name))
+
+
+def _starting_detail(runner, configs, started_at: float) -> str:
+    """What a starting stream waits for: its runner's own word if it has one (a Spark stream's session and query),
+    else its group's assignment."""
+    own = getattr(runner, "starting_detail", None)
+    said = own() if callable(own) else None
+    return said or starting_detail(configs, time.monotonic() - started_at)
 
 
 def _spark_of(runner, config) -> dict | None:
