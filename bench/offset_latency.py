@@ -39,8 +39,6 @@ that the record is durable. Printed: each hop's median time since the call start
 from __future__ import annotations
 
 import argparse
-import collections
-import http.client
 import json
 import os
 import random
@@ -59,6 +57,7 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 from bench_data import produce  # noqa: E402
 from host_helpers import standin_files  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
+from offset_trace import Trace, pct  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -74,9 +73,6 @@ BOLT_URI = "bolt://memgraph.standin:7687"
 MEDIAN_FLOOR_MS = 10.0
 P95_FLOOR_MS = 15.0
 TRACE_HOOKS = ROOT / "bench" / "trace_hooks"
-# hops that repeat within a call, shown at their last time (the waiting call is checked once it starts waiting,
-# and again once its outcome is written): the others at their first
-LAST_HOPS = frozenset({"host: waiting call checked", "host: answer read", "host: waiters woken"})
 POLL_S = 0.0005     # how often the sink file is looked at: the resolution of every figure
 # merge_messages renders `MERGE (m:KafkaMessage {topic: "latency", partition: P, offset: O}) SET ...`
 _WHERE = re.compile(rb'\{topic: "' + TOPIC.encode() + rb'", partition: (\d+), offset: (\d+)\}')
@@ -157,72 +153,9 @@ class JournalTail(SinkTail):
                 for _, params in json.loads(line)["statements"] if params.get("topic") == TOPIC]
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def summary(values: list[float]) -> str:
     ms = [v * 1000 for v in values]
     return f"median {statistics.median(ms):.1f} ms, p95 {pct(ms, 0.95):.1f} ms, max {max(ms):.1f} ms"
-
-
-class Trace:
-    """Stamps of the hops (bench/trace_hooks in the host's processes; http.client here), lined up per call."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.calls: list[tuple[int, int, int]] = []   # (started, returned, first record at target) ns
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        for method, enter, leave in (("connect", "query module: connect", "query module: connected"),
-                                     ("request", "query module: HTTP request sent", None),
-                                     ("getresponse", None, "query module: HTTP reply read")):
-            setattr(http.client.HTTPConnection, method,
-                    self._stamping(getattr(http.client.HTTPConnection, method), enter, leave))
-
-    def _stamping(self, method, enter: str | None, leave: str | None):
-        def stamped(*args, **kwargs):
-            if enter:
-                self.stamp(enter)
-            try:
-                return method(*args, **kwargs)
-            finally:
-                if leave:
-                    self.stamp(leave)
-        return stamped
-
-    def stamp(self, label: str) -> None:
-        os.write(self._fd, f"{label}\t{time.monotonic_ns()}\t{os.getpid()}\n".encode())
-
-    def env(self) -> dict[str, str]:
-        return {"MGSTREAMS_BENCH_TRACE": str(self.path)}
-
-    def table(self) -> str:
-        stamps = []
-        for line in self.path.read_text().splitlines():
-            label, at, _ = line.split("\t")
-            stamps.append((int(at), label))
-        stamps.sort()
-        since: dict[str, list[float]] = collections.defaultdict(list)
-        order: dict[str, float] = {}
-        for started, returned, arrived in self.calls:
-            seen = {"call returned": returned, "first record at the target on every partition": arrived}
-            for at, label in stamps:
-                if started <= at <= max(returned, arrived) and (label not in seen or label in LAST_HOPS):
-                    seen[label] = at
-            for label, at in seen.items():
-                since[label].append((at - started) / 1e6)
-        for label, values in since.items():
-            order[label] = statistics.median(values)
-        lines = [f"{'hop (first time in each call; checks: last)':<56} {'since call ms':>13} {'since previous':>15} "
-                 f"{'p95 since call':>15} {'calls':>6}"]
-        previous = 0.0
-        for label in sorted(order, key=order.get):
-            lines.append(f"{label:<56} {order[label]:13.2f} {order[label] - previous:15.2f} "
-                         f"{pct(since[label], 0.95):15.2f} {len(since[label]):>6}")
-            previous = order[label]
-        skipped = sorted({label for _, label in stamps if label.startswith("(not traced")})
-        return "\n".join(lines + skipped)
 
 
 def floors(label: str, values: list[float]) -> str:
@@ -232,7 +165,8 @@ def floors(label: str, values: list[float]) -> str:
             f"{P95_FLOOR_MS:g}): {'ok' if ok else 'BELOW FLOOR'}")
 
 
-def tasks_path(streams, bootstrap: str, tail: JournalTail, end: int, changes: int, target) -> list[float]:
+def tasks_path(streams, bootstrap: str, tail: JournalTail, end: int, changes: int, target,
+               trace: Trace | None = None) -> list[float]:
     """The running path's changes on a `tasks: 2` stream writing to the Bolt stand-in (its journal followed)."""
     if not changes:
         return []
@@ -251,9 +185,12 @@ def tasks_path(streams, bootstrap: str, tail: JournalTail, end: int, changes: in
         tail.arm(offset)
         started = time.perf_counter()
         rows = streams.call("set_stream_offset", TASKS_STREAM, offset, 10000)
+        returned = time.perf_counter()
         if [r["status"] for r in rows] != ["applied"] * PARTITIONS:
             raise SystemExit(f"bench: set_stream_offset did not apply on every partition: {rows}")
         running.append(tail.wait_arrived(10) - started)
+        if trace is not None:
+            trace.tasks_calls.append((int(started * 1e9), int(returned * 1e9), int((started + running[-1]) * 1e9)))
         tail.wait_end(end, 30)
     streams.call("stop", TASKS_STREAM)
     return running
@@ -277,6 +214,9 @@ def main(argv=None) -> int:
                         help="targets are drawn from the last N offsets of each partition, so the figure is the "
                              "offset change itself, not the time to re-read a long backlog")
     parser.add_argument("--trace", action="store_true", help="also time one running-path call hop by hop")
+    parser.add_argument("--trace-raw", type=Path, default=None, metavar="FILE",
+                        help="with --trace: also write every stamp (label, ns, pid) and each call's (started, "
+                             "returned, first record) to FILE, to look at single calls")
     parser.add_argument("--engine", choices=("host", "spark"), default="host",
                         help="spark: the running path on an `engine: spark` stream instead (offset_latency_spark)")
     args = parser.parse_args(argv)
@@ -348,7 +288,8 @@ def main(argv=None) -> int:
                 tail.close()
 
                 tail = JournalTail(journal).start()
-                tasks_running = tasks_path(streams, cluster.bootstrap_servers, tail, end, tasks_changes, target)
+                tasks_running = tasks_path(streams, cluster.bootstrap_servers, tail, end, tasks_changes, target,
+                                           trace)
             tail.close()
         except (RuntimeError, SystemExit):
             print(f"bench: the host's log, last lines:\n{host.log()[-3000:]}", file=sys.stderr)
@@ -357,6 +298,12 @@ def main(argv=None) -> int:
             code = host.stop()
         loads.append(load())
         trace_table = trace.table() if trace is not None else None
+        if trace is not None and args.trace_raw is not None:
+            args.trace_raw.write_text(trace.path.read_text() + "".join(
+                f"CALL\t{a}\t{b}\t{c}\t{kind}\n" for kind, calls in (("tasks:1", trace.calls),
+                                                                      ("tasks:2", trace.tasks_calls))
+                for a, b, c in calls))
+        tasks_table = trace.table(trace.tasks_calls) if trace is not None and trace.tasks_calls else None
         if code != 0:
             raise SystemExit(f"bench: the host exited with status {code} on SIGTERM; log:\n{host.log()[-2000:]}")
 
@@ -382,6 +329,9 @@ def main(argv=None) -> int:
     if trace_table is not None:
         print(f"trace of the running path ({len(running)} calls; medians):")
         print(trace_table)
+    if tasks_table is not None:
+        print(f"trace of the tasks: 2 running path ({len(tasks_running)} calls; medians; stamps of both tasks):")
+        print(tasks_table)
     if baseline:
         print(f"ratio: {statistics.median(baseline) / statistics.median(running):.1f}")
     return 0

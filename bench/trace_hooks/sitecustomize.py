@@ -31,8 +31,12 @@ HOPS = (
      "host: stream's positions answered"),
     ("stream_registry.registry.state.change_sets", "ChangeSets", "open", "host: SQLite write of the change",
      "host: SQLite write done"),
+    ("stream_registry.registry.runners.stream_process", "ProcessRunner", "call_coming",
+     "host: call announced to the stream process (pipe)", None),
     ("stream_registry.registry.runners.stream_process", "ProcessRunner", "request_offsets",
      "host: hand-off to the stream process (pipe)", None),
+    ("stream_registry.registry.stream.calls_coming", "CallsComing", "coming",
+     "stream: a call is coming (fetch wait lowered)", None),
     ("stream_registry.registry.stream.worker", "StreamWorker", "request_offsets",
      "stream: change received, queued for the poll thread", None),
     ("stream_registry.registry.runners.stream_process", "ProcessRunner", "recorded",
@@ -45,9 +49,16 @@ HOPS = (
     ("stream_registry.registry.stream.worker", "StreamWorker", "reassign", "stream: reassign", None),
     ("stream_registry.registry.stream.worker", "StreamWorker", "persist", "stream: commit of the change",
      "stream: committed"),
+    ("stream_registry.registry.stream.worker", "StreamWorker", "_collect_batch", "stream: collecting a batch",
+     None),
     ("stream_registry.registry.stream.batch_writer", "BatchWriter", "deliver",
      "stream: first batch after the move collected", None),
+    ("stream_registry.graph.sinks.cypherl", "CypherlSink", "write", "stream: sink write (cypherl)",
+     "stream: sink written (cypherl)"),
+    ("stream_registry.registry.stream.group_commits", "GroupCommits", "commit_batch", "stream: batch commit",
+     "stream: batch commit handed over"),
     ("stream_registry.registry.stream.batch_writer", "BatchWriter", "process", None, "stream: a batch processed"),
+    ("stream_registry.registry.stream.batch_writer", "BatchWriter", "deliver", None, "stream: a batch delivered"),
     ("stream_registry.registry.runners.stream_process", "_EventRelay", "__call__", "stream: event to the host", None),
     ("stream_registry.registry.runners.stream_process", "ProcessRunner", "_on_offset_events",
      "host: event received", None),
@@ -85,6 +96,28 @@ def _install(path: str) -> None:
             _stamp(fd, f"(not traced: {module_name}.{class_name}.{method_name})")
 
 
+def _install_deliveries(fd: int) -> None:
+    """The first record of each moved partition consumed (a delivery the gate checks against its target): the
+    first of them and the last (LAST_HOPS in the bench)."""
+    try:
+        from stream_registry.registry.stream.offset_gate import OffsetGate
+    except ImportError:
+        _stamp(fd, "(not traced: OffsetGate.check_delivery)")
+        return
+    method = OffsetGate.check_delivery
+
+    @functools.wraps(method)
+    def traced(self, tp, offset):
+        part = self._assigned.get(tp)
+        first = part is not None and part.expect is not None
+        delivered = method(self, tp, offset)
+        if first and delivered:
+            _stamp(fd, "stream: a moved partition's first record consumed")
+            _stamp(fd, "stream: the last moved partition's first record consumed")
+        return delivered
+    OffsetGate.check_delivery = traced
+
+
 def _chain() -> None:
     """Run the next sitecustomize on the path too (this one shadows it: the Bolt stand-in's, say)."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -100,3 +133,4 @@ def _chain() -> None:
 _chain()
 if _PATH:
     _install(_PATH)
+    _install_deliveries(os.open(_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))

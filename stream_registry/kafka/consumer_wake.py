@@ -51,7 +51,12 @@ def _librdkafka() -> ctypes.CDLL | None:
                 for name, args, res in (("rd_kafka_name", [vp], ctypes.c_char_p), ("rd_kafka_type", [vp], ctypes.c_int),
                                         ("rd_kafka_queue_get_consumer", [vp], vp),
                                         ("rd_kafka_queue_yield", [vp], None), ("rd_kafka_queue_destroy", [vp], None),
-                                        ("rd_kafka_version", [], ctypes.c_int)):
+                                        ("rd_kafka_version", [], ctypes.c_int),
+                                        ("rd_kafka_conf", [vp], vp),
+                                        ("rd_kafka_conf_set", [vp, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                                               ctypes.c_size_t], ctypes.c_int),
+                                        ("rd_kafka_conf_get", [vp, ctypes.c_char_p, ctypes.c_char_p,
+                                                               ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int)):
                     fn = getattr(lib, name)
                     fn.argtypes, fn.restype = args, res
             except (OSError, AttributeError):
@@ -69,6 +74,27 @@ def _supported() -> bool:
             and confluent_kafka.version()[0].split(".")[0] in ("1", "2"))
 
 
+def consumer_handle(consumer: confluent_kafka.Consumer) -> tuple[ctypes.CDLL, int] | None:
+    """The librdkafka confluent-kafka runs on and `consumer`'s `rd_kafka_t *`, when librdkafka confirms the pointer
+    is a consumer's handle (the module docstring); None otherwise. Call on the consumer's own thread, while it is
+    open (kafka/fetch_wait.py uses it too)."""
+    lib = _librdkafka() if _supported() else None
+    if lib is None:
+        return None
+    try:
+        rk = ctypes.c_void_p.from_address(id(consumer) + object.__basicsize__).value
+        if not rk:
+            return None
+        name = lib.rd_kafka_name(rk) or b""
+        if b"#consumer-" not in name or lib.rd_kafka_type(rk) != _RD_KAFKA_CONSUMER:
+            log.debug("consumer handle not reached: the handle is not where it was expected")
+            return None
+    except (OSError, ValueError, ctypes.ArgumentError) as exc:
+        log.debug("consumer handle not reached: %s", exc)
+        return None
+    return lib, rk
+
+
 class ConsumerWake:
     """wake(): the consumer's `consume()` returns now (any thread). close() before the consumer closes."""
 
@@ -80,17 +106,11 @@ class ConsumerWake:
     def of(cls, consumer: confluent_kafka.Consumer) -> ConsumerWake:
         """A wake for `consumer` (made on its poll thread, after it was created); one that does nothing when the
         handle cannot be reached safely (the module docstring)."""
-        lib = _librdkafka() if _supported() else None
-        if lib is None:
+        found = consumer_handle(consumer)
+        if found is None:
             return cls()
+        lib, rk = found
         try:
-            rk = ctypes.c_void_p.from_address(id(consumer) + object.__basicsize__).value
-            if not rk:
-                return cls()
-            name = lib.rd_kafka_name(rk) or b""
-            if b"#consumer-" not in name or lib.rd_kafka_type(rk) != _RD_KAFKA_CONSUMER:
-                log.debug("consumer wake-up not available: the handle is not where it was expected")
-                return cls()
             queue = lib.rd_kafka_queue_get_consumer(rk)
         except (OSError, ValueError, ctypes.ArgumentError) as exc:
             log.debug("consumer wake-up not available: %s", exc)

@@ -10,7 +10,7 @@ from stream_helpers import FAST_REJOIN, by_partition, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig
 from stream_registry.kafka.consumer_wake import ConsumerWake
-from stream_registry.registry.stream import worker
+from stream_registry.registry.stream import collector
 
 LONG_S = 60.0   # a consume slice and batch interval far longer than any wait below
 
@@ -37,7 +37,7 @@ def test_an_offset_change_reaches_a_poll_thread_waiting_in_a_long_consume_at_onc
                                                                                    monkeypatch):
     """With a consume slice and a batch interval of a minute, a change is applied and its first record delivered
     within seconds: the request wakes the poll thread (before: at the end of the slice, a minute later)."""
-    monkeypatch.setattr(worker, "CONTROL_SLICE_S", LONG_S)
+    monkeypatch.setattr(collector, "CONTROL_SLICE_S", LONG_S)
     topic = kafka.new_topic(partitions=2)
     kafka.produce(topic, 40, partitions=2)
     registry.create(StreamConfig(name="woken", topics=[topic], bootstrap_servers=kafka.bootstrap_servers,

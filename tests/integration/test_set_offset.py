@@ -47,8 +47,8 @@ def _first_offsets(delivered):
 def test_set_before_first_assignment_is_where_every_partition_starts(kafka, registry, memory_sinks, configs,
                                                                       monkeypatch):
     """The call is in the poll thread's queue when the group's first assignment arrives inside consume() (the
-    assign callback is held until it is: under KIP-848 the assignment comes at once, and a call still resolving
-    then would be applied after it), and the group has committed offsets, so librdkafka fetches at once: the
+    assign callback is held until the call ended in the host: its request is queued; a call still resolving is
+    order C, the next test), and the group has committed offsets, so librdkafka fetches at once: the
     first fetch of every partition lands before the assign callback returns (as a slow callback let it under
     load) and the same consume() returns those records. Every partition still starts at the call's offset:
     nothing from the group's offset is delivered. Before the fix (the queue drained only between batches) the
@@ -56,7 +56,7 @@ def test_set_before_first_assignment_is_where_every_partition_starts(kafka, regi
     from confluent_kafka import Consumer, TopicPartition
 
     from stream_registry.registry.stream.assignment import Assignment
-    from stream_registry.registry.stream.worker import StreamWorker
+    from stream_registry.registry.stream.calls_coming import CallsComing
 
     topic = _stream(kafka, registry, configs=configs)
     group = registry.get("orders").consumer_group
@@ -64,10 +64,10 @@ def test_set_before_first_assignment_is_where_every_partition_starts(kafka, regi
     member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)   # the group's
     member.close()
     queued = threading.Event()
-    request_offsets, on_assign = StreamWorker.request_offsets, Assignment._on_assign
+    ended, on_assign = CallsComing.ended, Assignment._on_assign
 
-    def queue_request(worker, *args, **kwargs):
-        request_offsets(worker, *args, **kwargs)
+    def queue_request(calls, token):   # the call ended: its request is queued
+        ended(calls, token)
         queued.set()
 
     def assign_once_queued(assignment, consumer, partitions):
@@ -79,7 +79,7 @@ def test_set_before_first_assignment_is_where_every_partition_starts(kafka, regi
         kafka.produce(topic, 3, partitions=3)   # the next fetch answers only once the first one's records are queued
         wait_until(lambda: all(consumer.get_watermark_offsets(tp, cached=True)[1] == 101 for tp in started), 30,
                    what="the first fetch's records queued")
-    monkeypatch.setattr(StreamWorker, "request_offsets", queue_request)
+    monkeypatch.setattr(CallsComing, "ended", queue_request)
     monkeypatch.setattr(Assignment, "_on_assign", assign_once_queued)
     registry.start("orders")
     assert registry.get("orders").status == StreamStatus.STARTING   # the group has not assigned anything yet
@@ -90,6 +90,85 @@ def test_set_before_first_assignment_is_where_every_partition_starts(kafka, regi
     wait_until(lambda: len(sink.delivered()) >= 3 * 91)
     assert _first_offsets(sink.delivered()) == {(topic, p): 10 for p in range(3)}
     assert all(offsets == list(range(10, 101)) for offsets in by_partition(sink.delivered()).values())
+
+
+@pytest.mark.parametrize("configs", PROTOCOLS)
+def test_a_call_still_resolving_at_the_first_assignment_is_where_every_partition_starts(kafka, registry,
+                                                                                       memory_sinks, configs,
+                                                                                       monkeypatch):
+    """Order C of the first-assignment race: the call arrives while the stream starts, and the group's first
+    assignment comes while the host is still resolving the call's offsets (held here until the assignment has
+    run and the stream either delivered from the group's 50 or holds the partitions). The call was accepted
+    before any record was delivered, so every partition still starts at the call's offset. Before the fix the
+    records from the group's 50 went first (all protocols: the request reached the stream only after them)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from stream_registry.registry.host.positions import StreamPositions
+    from stream_registry.registry.stream.assignment import Assignment
+
+    topic = _stream(kafka, registry, configs=configs)
+    group = registry.get("orders").consumer_group
+    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
+    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)   # the group's
+    member.close()
+    assigned: list[Assignment] = []
+    resolve, on_assign = StreamPositions.resolve, Assignment._on_assign
+
+    def assign_and_say(assignment, consumer, partitions):
+        on_assign(assignment, consumer, partitions)
+        assigned.append(assignment)
+
+    def resolve_after_the_assignment(positions, *args, **kwargs):
+        wait_until(lambda: assigned, 30, what="the group's first assignment")
+        wait_until(lambda: memory_sinks["orders"].delivered() or assigned[0].held, 30,
+                   what="records delivered from the group's offset, or the partitions held for the call")
+        return resolve(positions, *args, **kwargs)
+    monkeypatch.setattr(Assignment, "_on_assign", assign_and_say)
+    monkeypatch.setattr(StreamPositions, "resolve", resolve_after_the_assignment)
+    registry.start("orders")
+    assert registry.get("orders").status == StreamStatus.STARTING   # the group has not assigned anything yet
+    changes = registry.set_offset("orders", 10, timeout=30)
+    assert {c.status for c in changes} == {ChangeStatus.APPLIED}, changes
+    assert sorted((c.topic, c.partition, c.offset) for c in changes) == [(topic, p, 10) for p in range(3)]
+    sink = memory_sinks["orders"]
+    wait_until(lambda: len(sink.delivered()) >= 3 * 90)
+    assert _first_offsets(sink.delivered()) == {(topic, p): 10 for p in range(3)}
+    assert all(offsets == list(range(10, 100)) for offsets in by_partition(sink.delivered()).values())
+
+
+def test_partitions_held_for_a_call_that_fails_start_where_the_group_resumes(kafka, registry, memory_sinks,
+                                                                            monkeypatch):
+    """The partitions a starting stream holds for a call still resolving (order C) start once the call failed:
+    where the group resumes them, nothing lost, nothing held for ever."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from stream_registry.errors import ConfigError
+    from stream_registry.registry.host.positions import StreamPositions
+    from stream_registry.registry.stream.assignment import Assignment
+
+    topic = _stream(kafka, registry)
+    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": registry.get("orders").consumer_group})
+    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)
+    member.close()
+    assigned: list[Assignment] = []
+    on_assign = Assignment._on_assign
+
+    def assign_and_say(assignment, consumer, partitions):
+        on_assign(assignment, consumer, partitions)
+        assigned.append(assignment)
+
+    def resolve_fails_once_held(*args, **kwargs):
+        wait_until(lambda: assigned and assigned[0].held, 30, what="the partitions held for the call")
+        raise ConfigError("offset: refused (the test's resolve)")
+    monkeypatch.setattr(Assignment, "_on_assign", assign_and_say)
+    monkeypatch.setattr(StreamPositions, "resolve", resolve_fails_once_held)
+    registry.start("orders")
+    with pytest.raises(ConfigError):
+        registry.set_offset("orders", 10, timeout=30)
+    sink = memory_sinks["orders"]
+    wait_until(lambda: len(sink.delivered()) >= 3 * 50)
+    assert by_partition(sink.delivered()) == {(topic, p): list(range(50, 100)) for p in range(3)}
+    assert registry.get("orders").status == StreamStatus.RUNNING and registry.history("orders") == []
 
 
 @pytest.mark.parametrize("configs", PROTOCOLS)

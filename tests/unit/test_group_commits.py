@@ -164,8 +164,8 @@ def test_a_failed_pipelined_batch_commit_is_owed_but_never_after_a_change_of_its
     commits.commit_batch({P0: 5, P1: 3})
     commits.settle()
     assert commits.owed == {P0: 5, P1: 3}, "failed: owed, retried between batches"
-    consumer.commit_errors = [KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing")]
-    commits.commit_batch({P0: 9})
+    commits.commit_batch({P0: 9})   # while commits fail, a batch's offsets join what is owed (no commit of its own)
+    assert commits.owed == {P0: 9, P1: 3} and len(consumer.calls) == 1
     assert commits.persist({P0: 1}, {P0: M20}) is None
     assert commits.owed == {P1: 3}, "the failed batch's P0 offset does not come back to undo the change"
     assert consumer.committed_offsets[("t", 0)] == (1, KEY.encode(P0, M20))
@@ -242,3 +242,43 @@ def test_a_commit_in_flight_is_waited_for_in_slices_asking_about_the_cluster_and
     assert closed.wait(10), "closed on the commit thread once the commit returned"
     commits.await_in_flight(0.01)
     assert not commits.in_flight and consumer.committed_offsets == {("t", 0): (5, None)}
+
+
+def test_a_coordinator_loading_for_a_minute_is_asked_about_once_a_second_and_the_commit_lands_once_it_answers():
+    """A commit-error episode (COORDINATOR_LOAD_IN_PROGRESS for 60 s of the model's time, a batch every 0.1 s): a
+    batch commit retries with a backoff (0.05 s doubled, at most 1 s) until its deadline, then is owed; the next
+    batches' offsets join what is owed, tried about once a second. Before, the first batch commit alone asked 20
+    times a second (200 attempts in its 10 s) and every later batch made a failing commit of its own: 1000 pushed
+    errors lasted well under a minute."""
+    from stream_registry.registry.stream.group_commits import COMMIT_RETRY_MAX_S
+
+    consumer = ConsumerStandIn()
+    consumer.commit_errors = [KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "loading")] * 10_000
+    commits, clock = commits_with(consumer)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.sleep(seconds)
+    commits._sleep = sleep
+    commits.commit_batch({P0: 5})
+    assert commits.owed == {P0: 5}
+    commits.retry_owed(frozenset({P0}))   # between batches
+    assert sleeps[:5] == [0.05, 0.1, 0.2, 0.4, 0.8] and max(sleeps) == COMMIT_RETRY_MAX_S, sleeps
+    offset = 5
+    while clock.now < 60.0:   # the poll loop for the rest of the minute: a batch every 0.1 s, the owed retry between
+        clock.now += 0.1
+        offset += 1
+        commits.commit_batch({P0: offset})
+        commits.retry_owed(frozenset({P0}))
+    asked = len(consumer.calls)
+    assert asked <= 70, f"{asked} commits in a minute of the coordinator loading"
+    assert commits.owed == {P0: offset}, "the last batch's offsets are owed"
+    consumer.commit_errors = []   # the coordinator answers: the owed commit lands within a second
+    answered_at = clock.now
+    while commits.owed:
+        clock.now += 0.01
+        commits.retry_owed(frozenset({P0}))
+    assert clock.now - answered_at <= 1.0 and consumer.committed_offsets[("t", 0)] == (offset, None)
+    commits.commit_batch({P0: offset + 1})   # and the batches commit again, each at once
+    assert consumer.committed_offsets[("t", 0)] == (offset + 1, None)

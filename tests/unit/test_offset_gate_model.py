@@ -34,7 +34,7 @@ and restarts; it calls set_offset, cancel and revert, and checks the issue's inv
   offsets in the sink with the signed change mark beside them (registry/stream/change_marks.py:
   `encode_stored`), then committing to the group; the commit may fail or the process may die before it, so the
   mark can be in the sink only. Another task may apply a change and be killed before its commit. A restart or
-  a takeover reads the group's commit and the sink's marks through the worker's own `Assignment.committed`
+  a takeover reads the group's commit and the sink's marks through the worker's own `Assignment.read_committed`
   (the sink's mark counts where the group's is absent or older), so a change stored in the sink is recorded
   from its mark, never applied again. A mark in the sink that is not ours (another host's stream of the same
   name writing one graph, one forged with our identity, ours copied from another partition) is foreign: never
@@ -167,9 +167,9 @@ class SimConsumer:
         self.metadata[tp] = self.key.encode(tp, mark) if mark is not None else None
 
     def seen(self, tps) -> dict:
-        """What the worker's batched committed() read answers (the worker's own Assignment.committed): offsets,
+        """What the worker's batched committed() read answers (the worker's own Assignment.read_committed): offsets,
         and the marks that are ours, from the group's metadata and (exactly-once) the sink's stored marks."""
-        return self.assignment.committed(sorted(tps))
+        return self.assignment.read_committed(sorted(tps)) or {}
 
     # the group
     def assign(self, tp, offset) -> None:

@@ -10,6 +10,7 @@ then reads what became of each partition from the state store.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from ...model import (
     ResolvedOffset,
 )
 from ...offset_spec import OffsetSpec, parse_offset_spec
-from ..runners.engine import RecordsMeanwhile, StreamRunner
+from ..runners.engine import CallsAnnounced, RecordsMeanwhile, StreamRunner
 from ..runners.one_shot import call_in_child
 from ..state.change_sets import ChangeSets
 from ..state.state_store import StateStore
@@ -39,6 +40,8 @@ from .preview import preview
 from .stream_table import StreamTable
 
 log = logging.getLogger("mgstreams.registry")
+
+_CALL_TOKENS = itertools.count(1)   # names an announced call to its stream (engine.CallsAnnounced)
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,8 +105,27 @@ class OffsetCalls:
         """Plan `spec`, record it as one pending change and hand it to a running stream's gate; the call to
         wait on (not holding the stream's lock) until `deadline` (counted from the call's arrival).
         `note` becomes the history message of the changes once applied; `replaces`: the change a revert reverts
-        (its rows still pending end superseded)."""
-        _, runner, config, query = self._table.view(name)
+        (its rows still pending end superseded).
+
+        The running stream is told a call is coming before it is resolved, and that it ended once its request
+        was handed over (or it failed): a starting stream's first assignment may come meanwhile (KIP-848's at
+        once), and the partitions it brings wait for the call rather than deliver from the group's offset
+        (stream/calls_coming.py)."""
+        view = self._table.view(name)
+        runner = view[1]
+        announced = runner if not dry_run and isinstance(runner, CallsAnnounced) else None
+        token = next(_CALL_TOKENS)
+        if announced is not None:
+            announced.call_coming(token, deadline - time.monotonic())
+        try:
+            return self._resolve_and_open(name, view, spec, shown, deadline, dry_run, note, replaces)
+        finally:
+            if announced is not None:
+                _end_call(announced, token)
+
+    def _resolve_and_open(self, name: str, view: tuple, spec: OffsetSpec, shown: str, deadline: float,
+                          dry_run: bool, note: str | None, replaces: int | None) -> OffsetCall:
+        _, runner, config, query = view
         # Resolving asks the cluster (metadata, watermarks, time lookups, another group's commits): no lock is
         # held meanwhile, so stop, drop and describe answer at once; the change is opened under the lock after.
         resolved, _ = self._positions.resolve(config, query, runner, spec, shown, deadline)
@@ -224,6 +246,14 @@ class OffsetCalls:
         acknowledged = self._changes.acknowledge_loss(name)
         if acknowledged:
             log.info("stream %s: %d lost record(s) acknowledged", name, acknowledged)
+
+
+def _end_call(runner: CallsAnnounced, token: int) -> None:
+    """The announced call ended (its request, if any, already handed over on the same path)."""
+    try:
+        runner.call_ended(token)
+    except Exception as exc:   # the stream's announcement lapses by itself (calls_coming.py)
+        log.warning("telling the stream that offset call %d ended failed: %s", token, exc)
 
 
 def _deadline(timeout: object, arrived: float | None) -> float:

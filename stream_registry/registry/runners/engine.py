@@ -104,4 +104,14 @@ class RecordsMeanwhile(Protocol):
     def recorded(self, change_id: int, ok: bool) -> None: ...
 
 
+@runtime_checkable
+class CallsAnnounced(Protocol):
+    """A runner told of an offset call before the host resolves its offsets (optional; the built-in ones are):
+    `call_coming` before, `call_ended` once the call's request was handed over (or the call failed), after the
+    request on the same ordered path. Meanwhile it delivers nothing from partitions newly assigned to it: the
+    call may name them (stream/calls_coming.py). An announcement whose end never comes lapses `within` s later."""
+    def call_coming(self, token: int, within: float) -> None: ...
+    def call_ended(self, token: int) -> None: ...
+
+
 Engine = Callable[[RunRequest], StreamRunner]

@@ -101,6 +101,15 @@ class ThreadRunner:
         if self._worker is not None:
             self._worker.recorded(change_id, ok)
 
+    def call_coming(self, token: int, within: float) -> None:
+        """engine.CallsAnnounced: an offset call is being resolved (calls_coming.py)."""
+        if self._worker is not None:
+            self._worker.calls.coming(token, within)
+
+    def call_ended(self, token: int) -> None:
+        if self._worker is not None:
+            self._worker.calls.ended(token)
+
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         return self._worker.cancel_pending(timeout, up_to) if self._worker is not None else []
 

@@ -66,6 +66,7 @@ from .runner import ThreadRunner, process_rss
 log = logging.getLogger("mgstreams.registry")
 STOP_GRACE_S = 5.0        # beyond the stop timeout, for closing the consumer and the sink
 REPLY_GRACE_S = 2.0       # beyond an offset request's own timeout
+REALIGN_RECORD_WAIT_S = 10.0   # a realignment's record in the host's history, waited for before writing on
 SNAPSHOT_TIMEOUT_S = 5.0  # a child busy in a long GIL-holding write answers late: use its last answer
 EXIT_STOP_TIMED_OUT = 75  # a child whose batch did not finish within the stop timeout leaves with this
 EXIT_OVER_MEMORY = 76     # a child over its memory cap leaves with this, its stream in error saying so
@@ -119,6 +120,25 @@ class Forget:
 
 
 @dataclass(frozen=True)
+class CallComing:
+    """An offset call is being resolved in the host: hold newly assigned partitions (calls_coming.py)."""
+    token: int
+    within: float
+
+
+@dataclass(frozen=True)
+class CallEnded:
+    """That call ended (its request, if any, went before this on the same pipe)."""
+    token: int
+
+
+@dataclass(frozen=True)
+class RealignRecorded:
+    """The host recorded the realignments of that Realigned in the history (or failed to, and logged it)."""
+    request_id: int
+
+
+@dataclass(frozen=True)
 class CancelRequest:
     request_id: int
     timeout: float
@@ -156,6 +176,7 @@ class SetAsideRecords:
 @dataclass(frozen=True)
 class Realigned:
     moves: list[Realignment]
+    request_id: int | None = None   # the child waits for RealignRecorded before it writes on (_RealignRelay)
 
 
 @dataclass(frozen=True)
@@ -272,6 +293,14 @@ class ProcessRunner:
         if self._running:
             self._send(Recorded(change_id, ok))
 
+    def call_coming(self, token: int, within: float) -> None:
+        """engine.CallsAnnounced; sent even while the process starts (the pipe keeps it)."""
+        self._send(CallComing(token, within))
+
+    def call_ended(self, token: int) -> None:
+        """After the call's request, on the same ordered pipe."""
+        self._send(CallEnded(token))
+
     def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
         return self._ask(CancelRequest, (timeout, up_to), timeout + REPLY_GRACE_S)
@@ -327,7 +356,7 @@ class ProcessRunner:
                     OffsetEvents: self._on_offset_events,
                     SetAsideRecords: lambda m: self._events.on_set_aside(m.records),
                     StatsReport: lambda m: self._events.on_stats(m.stats),
-                    Realigned: lambda m: self._events.on_realign(m.moves),
+                    Realigned: self._on_realigned,
                     LostReport: lambda m: self._events.on_lost(m.lost),
                     OutageReport: lambda m: self._events.on_outage(m.since),
                     Reply: self._on_reply, Started: self._on_started, StartFailed: self._on_start_failed,
@@ -361,6 +390,14 @@ class ProcessRunner:
     def _on_offset_events(self, message: OffsetEvents) -> None:
         for event in message.events:
             self._events.on_change(event)
+
+    def _on_realigned(self, message: Realigned) -> None:
+        """Recorded (durable) before the child is told: it writes no record from there until then."""
+        try:
+            self._events.on_realign(message.moves)
+        finally:
+            if message.request_id is not None:
+                self._send(RealignRecorded(message.request_id))
 
     def _on_reply(self, message: Reply) -> None:
         reply = self._waiting.get(message.request_id)
@@ -418,12 +455,13 @@ def child_main(conn, spec: ChildSpec) -> None:
         except (OSError, ValueError):
             pass   # the host is gone: the loop below notices and stops
 
+    realigns = _RealignRelay(send)
     runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry, marks=spec.marks,
                           events=StreamEvents(on_status=lambda status, error: send(StatusChanged(status, error)),
                                               on_change=_EventRelay(send),
                                               on_set_aside=lambda records: send(SetAsideRecords(records)),
                                               on_stats=lambda stats: send(StatsReport(stats)),
-                                              on_realign=lambda moves: send(Realigned(moves)),
+                                              on_realign=realigns,
                                               on_lost=lambda lost: send(LostReport(lost)),
                                               on_outage=lambda since: send(OutageReport(since))))
     try:
@@ -436,7 +474,7 @@ def child_main(conn, spec: ChildSpec) -> None:
         MemoryWatch(spec.memory_limit_mb, lambda message: _over_memory(name, message, send)).start()
     host_gone = threading.Event()
     watch_host(host_gone.set)
-    why = _serve(conn, runner, send, terminated, host_gone)
+    why = _serve(conn, runner, send, terminated, host_gone, realigns)
     if why == "stop":
         return
     if why is None:
@@ -467,6 +505,34 @@ class _EventRelay:
             self._send(OffsetEvents(events))
 
 
+class _RealignRelay:
+    """A realignment (the sink resumed a partition elsewhere than the group's commit, or moved it under the
+    stream) goes to the host, and the poll thread waits until the host recorded it in the history (at most
+    REALIGN_RECORD_WAIT_S) before it writes a record from there: a kill right after that batch must not leave the
+    history without the move (a restart then sees the sink and the group agree, and nothing tells of it)."""
+
+    def __init__(self, send: Callable[[object], None]):
+        self._send = send
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, threading.Event] = {}
+
+    def __call__(self, moves: list[Realignment]) -> None:
+        request_id = next(self._ids)
+        recorded = self._waiting[request_id] = threading.Event()
+        try:
+            self._send(Realigned(moves, request_id))
+            if not recorded.wait(REALIGN_RECORD_WAIT_S):
+                log.warning("the host did not say within %g s that it recorded the realignment; going on",
+                            REALIGN_RECORD_WAIT_S)
+        finally:
+            self._waiting.pop(request_id, None)
+
+    def recorded(self, message: RealignRecorded) -> None:
+        event = self._waiting.get(message.request_id)
+        if event is not None:
+            event.set()
+
+
 def _over_memory(name: str, message: str, send) -> None:
     """Over the memory cap: the stream ends in error saying so (not restarted: it would grow again), and the
     process leaves at once; its batch is not committed and is read again at the next start."""
@@ -476,10 +542,10 @@ def _over_memory(name: str, message: str, send) -> None:
     os._exit(EXIT_OVER_MEMORY)
 
 
-def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host_gone: threading.Event
-           ) -> str | None:
+def _serve(conn, runner: ThreadRunner, send, terminated: threading.Event, host_gone: threading.Event,
+           realigns: _RealignRelay) -> str | None:
     """Answer the host until told to stop ("stop"), the stream ends (None) or we must leave (why)."""
-    handlers = _child_handlers(runner, send)
+    handlers = {**_child_handlers(runner, send), RealignRecorded: realigns.recorded}
     while runner.alive:
         if terminated.is_set():
             return "stopped by SIGTERM"
@@ -514,6 +580,8 @@ def _child_handlers(runner: ThreadRunner, send) -> dict:
                                                          m.recorded),
             Recorded: lambda m: runner.recorded(m.change_id, m.ok),
             Forget: lambda m: runner.forget(m.change_id, m.tps),
+            CallComing: lambda m: runner.call_coming(m.token, m.within),
+            CallEnded: lambda m: runner.call_ended(m.token),
             CancelRequest: cancel}
 
 

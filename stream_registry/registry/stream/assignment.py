@@ -52,12 +52,13 @@ class Assignment:
 
     def __init__(self, ctx: PollContext, health: Health, commits: GroupCommits, *, sink: Sink,
                  on_revoked: Callable[[set[PartitionKey]], None], before_assign: Callable[[], None] = lambda: None,
-                 clock: Callable[[], float] = time.monotonic):
+                 coming: Callable[[], bool] = lambda: False, clock: Callable[[], float] = time.monotonic):
         self._ctx, self._health, self._commits, self._sink, self._clock = ctx, health, commits, sink, clock
         self._on_revoked = on_revoked   # the worker drops the revoked partitions' messages from its batch
-        self._before_assign = before_assign   # the worker hands the gate the requests queued meanwhile
+        # the worker hands the gate the requests queued meanwhile; is an offset call resolved in the host?
+        self._before_assign, self._coming = before_assign, coming
         self.held: set[PartitionKey] = set()   # assigned to us, not started: the sink (exactly-once) or their commit
-        # (an offset change waits for them) did not answer
+        # (an offset change waits for them) did not answer, or an offset call is coming
         self.unread_reason = ""
         self._next_held_try = 0.0
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
@@ -88,11 +89,17 @@ class Assignment:
         return run
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # An offset change requested before the assignment arrived (inside consume(), before the queue's next
-        # drain) is where the partitions start: the gate has it before it decides their starts. Else the records
-        # the same consume() returns from the group's offset would go first (KIP-848's assignment comes at once).
+        # A change requested before the assignment arrived is where the partitions start: the gate has it before
+        # it decides their starts (else the records the same consume() returns from the group's offset go first:
+        # KIP-848 assigns at once); a call still resolved in the host may name them: held for it (calls_coming.py).
+        coming = self._coming()   # before the drain: a call seen ended has its request queued
         self._before_assign()
         keys = [PartitionKey(tp.topic, tp.partition) for tp in partitions]
+        if keys and coming:   # an empty assign (else confluent-kafka assigns them): start_held starts them
+            self.change(lambda: consumer.incremental_assign([]), lambda: consumer.assign([]))
+            self.held.update(keys)
+            self._next_held_try = 0.0
+            return
         starts: dict[PartitionKey, int | None] = dict.fromkeys(keys)
         if self._ctx.exactly_once:
             stored = self._resume_from_sink(keys, ASSIGN_STORED_DEADLINE_S)
@@ -161,10 +168,6 @@ class Assignment:
         gate.after_assign()
         self._health.set_status(StreamStatus.RUNNING)
 
-    def committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed]:
-        """read_committed, empty when unread."""
-        return self.read_committed(keys) or {}
-
     def read_committed(self, keys: list[PartitionKey]) -> dict[PartitionKey, Committed] | None:
         """committed_reads.read_committed: None when unread (`unread_reason` says why)."""
         found, self.unread_reason = read_committed(self._ctx, self._commits, self._sink, keys,
@@ -211,9 +214,7 @@ class Assignment:
         read) are not left behind it by a crash between a batch's write and its commit, with nothing more to
         read. Between batches, not in the rebalance callback; a failed commit is not retried (the next batch's
         commit carries it). First, where the sink resumed a partition elsewhere than the group's commit, say so."""
-        if self.resumed:
-            resumed, self.resumed = self.resumed, {}
-            explain_resume(self._ctx, resumed)
+        explain_resume(self._ctx, self.resumed)   # (reported with the first batch after the assignment, if sooner)
         if not self._commit_stored:
             return
         tps, self._commit_stored = self._commit_stored, set()
@@ -224,8 +225,9 @@ class Assignment:
     def start_held(self) -> None:
         """Ask the sink again for the stored offsets of the partitions held back; once it answers, start them
         there and clear the error."""
-        if not self.held or self._clock() < self._next_held_try:
+        if not self.held or self._coming() or self._clock() < self._next_held_try:
             return
+        self._before_assign()   # a call just seen ended: its request is queued (calls_coming.py)
         self._next_held_try = self._clock() + HELD_RETRY_S
         keys = sorted(self.held)
         committed = None

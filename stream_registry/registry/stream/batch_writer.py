@@ -18,7 +18,9 @@ realignment, logged and sent to the host (realign.py), never silent.
 
 The first batch after an offset change goes in two: the first record of each of
 its partitions, then the rest, so the change shows in the graph as soon as it
-is applied, not once the whole batch is.
+is applied, not once the whole batch is. When a moved partition is not in it yet
+(its broker's fetch came later), the rest waits for one more collection
+(deliver_first): the late partition's first record goes before it.
 """
 from __future__ import annotations
 
@@ -87,6 +89,17 @@ class BatchWriter:
             outcome = self.process(rest)
         # AGAIN after the first part: its seeks covered every partition of the rest, which comes again too
         return outcome is not Outcome.FAILED
+
+    def deliver_first(self, batch: list[KafkaMessage]) -> tuple[bool, list[KafkaMessage]]:
+        """The first batch after an offset change, while a moved partition has not delivered from its target yet:
+        only the first record of each partition is written now; the rest is given back (none of it committed), to
+        go with the next batch, so a late partition's first record is not written behind it. (False, []) when
+        the stream went to ERROR; after a rewind (AGAIN) nothing is given back: it all comes again."""
+        first, rest = first_of_each_partition(batch)
+        outcome = self.process(first)
+        if outcome is Outcome.WRITTEN:
+            return True, rest
+        return outcome is not Outcome.FAILED, []
 
     def process(self, batch: list[KafkaMessage]) -> Outcome:
         """Transform, write, commit."""

@@ -2,7 +2,9 @@
 
 - Bounded: a synchronous commit waits at most until its deadline (commits.py),
   asking `give_up` (the health's outage probe) between slices. Transient errors (a
-  coordinator moving) are retried until the deadline; errors only a poll can fix
+  coordinator moving) are retried until the deadline, backing off (COMMIT_RETRY_S
+  doubled up to COMMIT_RETRY_MAX_S: a blip is retried at once, a coordinator loading
+  for minutes gets about one commit a second); errors only a poll can fix
   (a rebalance, a stale generation) return at once: retrying them here would stall
   the poll thread, often inside a rebalance callback.
 - Owed: a batch's offsets whose commit failed are committed again between
@@ -28,7 +30,8 @@ from .commits import BoundedCommitter, CommitUnanswered, PendingCommit
 
 log = logging.getLogger("mgstreams.worker")
 
-COMMIT_RETRY_S = 0.05
+COMMIT_RETRY_S = 0.05       # the first retry of a transient commit error; each next one waits twice as long,
+COMMIT_RETRY_MAX_S = 1.0    # at most this: a coordinator still loading is not asked 20 times a second for 10 s
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
 OWED_RETRY_S = 1.0          # a failed batch commit is tried again between batches, this often
@@ -82,6 +85,7 @@ class GroupCommits:
     def _until_answered(self, offsets: Mapping[PartitionKey, int], deadline: float, attempt: Callable[[], Any]
                         ) -> str | None:
         """`attempt()` (a commit's result) until it succeeds, fails for good, or the deadline passes."""
+        retry_s = COMMIT_RETRY_S
         while True:
             try:
                 result = attempt()
@@ -101,19 +105,23 @@ class GroupCommits:
                         not (error.retriable() or error.code() in RETRIABLE_COMMIT) or self._give_up():
                     log.warning("stream %s: commit failed: %s", self._name, reason)
                     return reason
-                self._sleep(COMMIT_RETRY_S)
+                self._sleep(min(retry_s, max(deadline - self._clock(), 0.0)))
+                retry_s = min(retry_s * 2, COMMIT_RETRY_MAX_S)
 
     def commit_batch(self, next_offsets: Mapping[PartitionKey, int]) -> None:
         """A written batch's commit (exactly-once too: lag tools read the group's offsets); owed when it fails.
 
         Pipelined (the worker's): the commit is handed over and answered while the next batch is collected and
-        written (`settle`, before any other commit: one at a time, in order), not waited for here."""
+        written (`settle`, before any other commit: one at a time, in order), not waited for here.
+
+        While commits fail (something is owed), a batch's offsets join what is owed instead: the owed retry
+        carries them, once a second, rather than one failing commit per batch."""
         if not self._pipelined or self._in_rebalance():
-            if self.commit(next_offsets) is not None:
+            if self._owing(next_offsets) or self.commit(next_offsets) is not None:
                 self.owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
             return
         self.settle()
-        if not next_offsets:
+        if not next_offsets or self._owing(next_offsets):
             return
         try:
             pending = self._committer.start(self._consumer(), self._marked(next_offsets), self._give_up)
@@ -122,6 +130,13 @@ class GroupCommits:
             self.owed.update(next_offsets)
             return
         self._pending = (dict(next_offsets), pending, self._clock() + COMMIT_DEADLINE_S)
+
+    def _owing(self, offsets: Mapping[PartitionKey, int]) -> bool:
+        """A commit-error episode (something owed): `offsets` join what is owed, committed by its next retry."""
+        if not self.owed:
+            return False
+        self.owed.update(offsets)
+        return True
 
     @property
     def in_flight(self) -> bool:

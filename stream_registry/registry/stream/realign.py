@@ -53,9 +53,14 @@ def note_resume(ctx: PollContext, keys: list[PartitionKey], stored: Mapping[Part
             resumed[key] = (stored.get(key), tp.offset)
 
 
-def explain_resume(ctx: PollContext, resumed: Mapping[PartitionKey, tuple[int | None, int]]) -> None:
-    """Between batches: the partitions note_resume found resuming elsewhere than their group's commit are
-    realignments, reported (log, history)."""
+def explain_resume(ctx: PollContext, resumed: dict[PartitionKey, tuple[int | None, int]]) -> None:
+    """Before the next batch is written (the worker calls it with each batch, follow_sink between batches): the
+    partitions note_resume found resuming elsewhere than their group's commit are realignments, reported (log,
+    history) and taken out of `resumed`. A stream process waits until the host recorded them (stream_process.py):
+    a kill right after the first batch from where the sink resumed must not leave the history without the move."""
+    if not resumed:
+        return
+    resumed = {tp: resumed.pop(tp) for tp in list(resumed)}
     consumer = ctx.consumer()
     starts = {tp: stored if stored is not None else _log_start(consumer, tp) for tp, (stored, _) in resumed.items()}
     moves = realignments({tp: committed for tp, (_, committed) in resumed.items()},

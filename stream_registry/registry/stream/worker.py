@@ -24,11 +24,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import Message as KafkaMessage
 
 from ...config import CONSUMER_DEFAULTS, StreamConfig
@@ -36,7 +34,7 @@ from ...errors import StreamError
 from ...kafka.client import new_consumer
 from ...kafka.consumer_wake import ConsumerWake
 from ...kafka.embedded_fit import embedded_fit
-from ...kafka.messages import message_offset, record_key
+from ...kafka.fetch_wait import FetchWait
 from ...model import (
     DEFAULT_RETRY,
     GateEvent,
@@ -49,46 +47,24 @@ from ...model import (
 )
 from .assignment import Assignment
 from .batch_writer import BatchWriter
+from .calls_coming import CallsComing
 from .change_marks import ChangeMark, MarkKey
 from .change_records import ChangeRecords
+from .collector import BatchCollector
+from .control_requests import AbandonRequest as _AbandonRequest
+from .control_requests import CancelRequest as _CancelRequest
+from .control_requests import OffsetRequest as _OffsetRequest
 from .group_commits import GroupCommits
 from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
 from .poll_context import PollContext
+from .realign import explain_resume
 from .stream_events import StreamEvents
 
 log = logging.getLogger("mgstreams.worker")
 
-CONTROL_SLICE_S = 0.002     # longest a batch wait goes without looking at control requests
-# after an offset change, until each moved partition delivered: consume(n, t) returns only with n messages or at t,
-# so the first records from a target reach the sink this soon after librdkafka has them
-HURRY_SLICE_S = 0.0005
 OUTAGE_PROBE_TIMEOUT_S = 0.5
 COMMIT_WAIT_SLICE_S = 0.05  # a commit in flight is waited for in slices this long (a stop is seen between them)
-
-
-@dataclass(frozen=True)
-class _OffsetRequest:
-    """One call's offsets, for the poll thread's gate."""
-    change_id: int
-    offsets: Mapping
-    onward: frozenset = frozenset()
-    supersedes: int | None = None
-
-
-@dataclass(frozen=True)
-class _AbandonRequest:
-    """The host could not record this change: the gate drops it, never applied."""
-    change_id: int
-
-
-class _CancelRequest:
-    """Cancel every change not persisted yet (poll thread); `cancelled` holds them once `done` is set."""
-
-    def __init__(self, up_to: int | None):
-        self.up_to = up_to
-        self.cancelled: list[GateEvent] = []
-        self.done = threading.Event()
 
 
 class StreamWorker:
@@ -107,20 +83,24 @@ class StreamWorker:
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._wake = ConsumerWake()   # the consumer's: made with it, closed before it (poll thread)
+        self._fetch_wait = FetchWait()   # short while a change is coming (kafka/fetch_wait.py): made, closed as _wake
         self._records = ChangeRecords()   # changes handed before their record was durable (RecordsMeanwhile)
-        self._batch: list[KafkaMessage] = []   # the batch being collected (poll thread)
-        self._after_move = False   # the batch collected last is the first after an offset change
+        # offset calls the host is resolving (any thread): partitions assigned meanwhile wait (calls_coming.py); the
+        # consumer's fetches are held short meanwhile (kafka/fetch_wait.py)
+        self.calls = CallsComing(wake=lambda: self._wake.wake(), on_coming=lambda: self._fetch_wait.lower())
         self.health = Health(config.name, events, ClusterProbe(config.client_config(), config.secret_values(),
                                                                OUTAGE_PROBE_TIMEOUT_S), ctx.redact)
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
                                     pipelined=True)   # a batch's commit is answered while the next one is read
-        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink, on_revoked=self._drop_revoked,
-                                     before_assign=self._drain_control)
+        self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
+                                     on_revoked=lambda revoked: self._collector.drop_revoked(revoked),
+                                     before_assign=self._drain_control, coming=self.calls.any)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
         ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
+        self._collector = BatchCollector(ctx, self.health, self.assignment, self._control, self._stop)
 
     @property
     def status(self) -> StreamStatus:
@@ -168,6 +148,7 @@ class StreamWorker:
         change whose waiting moves end, a revert's); what becomes of them comes as on_change events.
         `recorded=False`: the host is still committing the change's record; recorded() follows, and until it
         said ok nothing of the change is persisted (the gate may seek meanwhile: the fetch overlaps the fsync)."""
+        self._fetch_wait.lower()
         if not recorded:
             self._records.handed(change_id)
         self._control.put(_OffsetRequest(change_id, dict(offsets), frozenset(onward), supersedes))
@@ -204,7 +185,8 @@ class StreamWorker:
             return
         self.health.set_status(StreamStatus.STARTING)
         self._started.set()
-        self._gate.reconcile(self.assignment.committed(sorted(self._gate.waiting())))   # persisted before a host died?
+        # persisted before a host died?
+        self._gate.reconcile(self.assignment.read_committed(sorted(self._gate.waiting())) or {})
         trimmed = getattr(self._sink, "trimmed", 0)
         if trimmed:
             log.warning("stream %s: the sink's file ended in a batch a kill left unfinished: %d byte(s) cut on "
@@ -219,9 +201,11 @@ class StreamWorker:
                 if self.health.fatal:
                     self._fail(self.health.fatal)
                     return
+                if batch:   # the history has a resume's realignment before its records are written (realign.py)
+                    explain_resume(self._ctx, self.assignment.resumed)
                 if not batch:   # idle: the last batch's commit answered now (one in flight while consume() waits
                     self.commits.settle()   # on an idle consumer was seen not to be answered until it returned)
-                elif not self.writer.deliver(batch, self._after_move):
+                elif not self._collector.deliver(batch, self.writer):
                     return  # went to ERROR; consumer already closed
                 self.writer.report_stats()
         except BaseException as exc:  # never let a stream thread die silently
@@ -235,6 +219,7 @@ class StreamWorker:
     def _between_batches(self) -> None:
         """Each part's turn between batches, in this order."""
         self._drain_control()
+        self._fetch_wait.relax(busy=self._gate.moved or self.calls.any())
         self._gate.retry()
         self.assignment.start_held()
         self.assignment.follow_sink()
@@ -263,61 +248,11 @@ class StreamWorker:
             consumer.close()
             raise StreamError(f"topics: the Kafka client cannot subscribe: {self._ctx.redact(exc)}") from None
         self._wake = ConsumerWake.of(consumer)
+        self._fetch_wait = FetchWait.of(consumer, conf.get("fetch.wait.max.ms"))
         return consumer
 
-    def _collect_batch(self) -> list[KafkaMessage]:
-        """Up to batch_size messages or batch_interval_ms, cut short when a control request arrives.
-
-        The batch lives on the worker while it is collected: a rebalance callback
-        (run inside consume()) takes the messages of revoked partitions out of it,
-        so nothing from a partition this consumer no longer owns is written or
-        committed. Within one consume() call librdkafka itself drops messages made
-        outdated by the rebalance (the version barrier of rd_kafka_q_serve_rkmessages).
-        """
-        size, deadline = self.config.batch_size, time.monotonic() + self.config.batch_interval_ms / 1000
-        consumer = self._ctx.consumer()
-        batch: list[KafkaMessage] = []
-        self._batch = batch
-        heard = time.monotonic()   # when a consume() last returned messages
-        hurry = False   # a batch with the first messages after an offset change goes once each moved partition
-        # delivered (or the queue drained)
-        while len(batch) < size and not self._stop.is_set() and self._control.empty():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            hurry = hurry or self._gate.moved
-            messages = consumer.consume(size - len(batch), min(remaining, HURRY_SLICE_S if hurry else CONTROL_SLICE_S))
-            if messages:
-                self.health.heard()
-                heard = time.monotonic()
-            elif batch and hurry and time.monotonic() - heard >= CONTROL_SLICE_S:
-                break   # the queue drained: the moved partitions that delivered go now (not the short slice's gap)
-            through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
-            for msg in messages:
-                error = msg.error()
-                if error is None:
-                    # within one consume() a partition's later records go where its first went: the gate has
-                    # nothing to decide for them (its expected offset was met, nothing ran in between)
-                    where = (msg.topic(), msg.partition())
-                    if where in through or self._gate.check_delivery(record_key(msg), message_offset(msg)):
-                        through.add(where)
-                        batch.append(msg)
-                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    at = msg.offset()   # the offset it could not fetch from; None: nothing committed
-                    self.assignment.resets[record_key(msg)] = -1 if at is None else at
-                elif error.fatal():
-                    raise KafkaException(error)
-                elif error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("stream %s: %s", self.config.name, self._ctx.redact(error.str()))
-            if hurry and batch and not self._gate.moved:
-                break   # every moved partition delivered from its target: no wait for the queue to drain
-        self._batch = []
-        self._after_move = hurry
-        return batch
-
-    def _drop_revoked(self, revoked: set[PartitionKey]) -> None:
-        """A rebalance callback took `revoked`: their messages leave the batch being collected."""
-        self._batch[:] = [m for m in self._batch if (m.topic(), m.partition()) not in revoked]
+    def _collect_batch(self, carried: list[KafkaMessage] | None = None) -> list[KafkaMessage]:
+        return self._collector.collect(carried)   # a method of its own: bench/stream_profile.py times it
 
     # -- offset changes (poll thread) -----------------------------------------
     def _drain_control(self) -> None:
@@ -370,6 +305,7 @@ class StreamWorker:
             return
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         self._wake.close()   # its queue handle goes before the consumer does
+        self._fetch_wait.close()
         if self.commits.in_flight:   # it still waits for the cluster: close() would wait for it (commits.py)
             log.warning("stream %s: a commit still waits for the group coordinator: stopping without it; the "
                         "consumer is closed once it returns, the uncommitted records are read again at the next "
