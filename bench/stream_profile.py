@@ -9,16 +9,8 @@ stream process runs, a StreamWorker with the stream's transformation and sink, o
 are timed per batch (a timer around each stage's call, never around each message, so the timers cost about
 nothing):
 
-- consume: the consumer's consume() calls, waiting included (librdkafka's fetch queue);
-- collect (gate): the rest of collecting a batch (the offset gate's check of each delivered record);
-- wrapping: the messages wrapped for the transformation, and the batch's bookkeeping (its next offsets);
-- decode: key.format / value.format decoding (decode_all);
-- transformation: the user's function itself;
-- statement building: what it returned normalised to statements (run_transformation minus the function);
-- rendering: statements to what the sink writes (cypherl lines; Bolt folding and parameters);
-- sink: the sink's write minus rendering (the file append, the null sink's count);
-- commit: the synchronous commit of the batch's next offsets;
-- loop (rest): everything else on the poll thread (control requests, stats, the loop itself).
+The stages are bench/stage_timers.py's (consume, collect, wrapping, decode, transformation, statement
+building, rendering, sink, commit, commit wait, between batches, loop).
 
 Printed: per stage, microseconds per message and its share, and the poll thread's CPU time in it per message
 (time.thread_time around the same calls: the column least touched by a loaded machine); then the poll
@@ -39,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -47,73 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench_data import check_topic, produce  # noqa: E402
+from stage_timers import Timers, instrument  # noqa: E402
+from stage_timers import print_table as print_stages
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 
 TOPIC = "profile"
 PARTITIONS = 6
 TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
-STAGES = ("consume", "collect (gate)", "wrapping", "decode", "transformation", "statement building",
-          "rendering", "sink", "commit", "loop (rest)")
-
-
-class Timers:
-    """Seconds per stage, added by the wrappers below (the poll thread only)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.cpu: dict[str, float] = defaultdict(float)   # the poll thread's CPU time in each stage
-        self.messages = 0
-
-    def timed(self, stage: str, fn):
-        seconds, cpu = self.seconds, self.cpu
-
-        def run(*args, **kwargs):
-            started, cpu_started = time.perf_counter(), time.thread_time()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                seconds[stage] += time.perf_counter() - started
-                cpu[stage] += time.thread_time() - cpu_started
-        run.__wrapped__ = fn
-        return run
-
-
-class _TimedConsumer:
-    """The worker's consumer with consume() timed; everything else passes through."""
-
-    def __init__(self, consumer, timers: Timers):
-        self._consumer = consumer
-        self.consume = timers.timed("consume", consumer.consume)
-
-    def __getattr__(self, name):
-        return getattr(self._consumer, name)
-
-
-def _instrument(worker, timers: Timers) -> None:
-    """Timers around the worker's stages, by the names its parts use (the batch's delivery on the worker or on
-    its `writer`, the commit on the worker or on its `commits`); a stage not found stays at 0."""
-    open_consumer = worker._open_consumer
-    worker._open_consumer = lambda: _TimedConsumer(open_consumer(), timers)
-    worker._collect_batch = timers.timed("collect", worker._collect_batch)
-    writer = getattr(worker, "writer", worker)
-    process = "process" if hasattr(writer, "process") else "_process"
-    setattr(writer, process, timers.timed("process", getattr(writer, process)))
-    commits = getattr(worker, "commits", None)
-    if commits is not None and hasattr(commits, "commit_batch"):
-        commits.commit_batch = timers.timed("commit", commits.commit_batch)
-    elif hasattr(worker, "_commit"):
-        worker._commit = timers.timed("commit", worker._commit)
-    module = sys.modules[type(writer).__module__]
-    for name, stage in (("decode_all", "decode"), ("run_transformation", "run_transformation")):
-        if hasattr(module, name):
-            setattr(module, name, timers.timed(stage, getattr(module, name)))
-    writer._transformation = timers.timed("transformation", writer._transformation)
-    sink = writer._sink
-    for name in ("_render", "_prepare"):   # cypherl's lines; a Bolt sink's statements
-        if hasattr(sink, name):
-            setattr(sink, name, timers.timed("rendering", getattr(sink, name)))
-    sink.write = timers.timed("sink", sink.write)
 
 
 def _counting(worker, count: int, counted: dict, done: threading.Event) -> None:
@@ -131,25 +63,6 @@ def _counting(worker, count: int, counted: dict, done: threading.Event) -> None:
     setattr(writer, name, counting)
 
 
-def _table(seconds: dict[str, float]) -> dict[str, float]:
-    """The stages of STAGES from the timers' (nested) totals."""
-    s = defaultdict(float, seconds)
-    out = {
-        "consume": s["consume"],
-        "collect (gate)": s["collect"] - s["consume"],
-        "decode": s["decode"],
-        "transformation": s["transformation"],
-        "statement building": s["run_transformation"] - s["transformation"],
-        "rendering": s["rendering"],
-        "sink": s["sink"] - s["rendering"],
-        "commit": s["commit"],
-    }
-    inner = s["decode"] + s["run_transformation"] + s["sink"] + s["commit"]
-    out["wrapping"] = s["process"] - inner
-    out["loop (rest)"] = s["loop"] - s["collect"] - s["process"]
-    return out
-
-
 def _run_child(bootstrap: str, count: int, transform: str, sink_uri: str, group: str, profile: bool) -> dict:
     """In a spawned child, as a stream process: a StreamWorker over the whole topic, timed (or profiled)."""
     from stream_registry.config import StreamConfig
@@ -163,7 +76,7 @@ def _run_child(bootstrap: str, count: int, transform: str, sink_uri: str, group:
     done = threading.Event()
     sink = open_sink(sink_uri)
     worker = StreamWorker(config, load_transformation(transform), sink)
-    _instrument(worker, timers)
+    instrument(worker, timers)
     counted = {"n": 0, "thread_cpu": 0.0}
     _counting(worker, count, counted, done)
     profiler = cProfile.Profile() if profile else None
@@ -207,12 +120,7 @@ def run_child(*args) -> dict:
 
 def print_table(result: dict) -> None:
     n = result["messages"]
-    table, cpu = _table(result["seconds"]), _table(result["cpu"])
-    total, cpu_total = sum(table.values()), sum(cpu.values())
-    print(f"{'stage':<20} {'us/msg':>8} {'share':>7} {'cpu us/msg':>11}")
-    for stage in STAGES:
-        print(f"{stage:<20} {table[stage] / n * 1e6:8.2f} {table[stage] / total:7.1%} {cpu[stage] / n * 1e6:11.2f}")
-    print(f"{'total (poll thread)':<20} {total / n * 1e6:8.2f} {'':>7} {cpu_total / n * 1e6:11.2f}")
+    print_stages(result["seconds"], result["cpu"], n)
     print(f"messages {n:,} in {result['elapsed']:.2f} s: {n / result['elapsed']:,.0f} msgs/s; cpu per message: "
           f"poll thread {result['thread_cpu'] / n * 1e6:.2f} us, whole process (librdkafka's threads too) "
           f"{result['process_cpu'] / n * 1e6:.2f} us; load average {result['load'][0]:.2f} -> "

@@ -94,9 +94,11 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         if (entry.topic, entry.partition) != tp or entry.status.value not in ("applied", "clamped"):
             continue
         # a sink change's carry-over: where the old sink stood; from where the group had committed, which a kill
-        # can leave behind the sink (exactly-once), so only its message says what it is
+        # can leave behind the sink (exactly-once), so only its message says what it is. A row of a call's change
+        # (its change id) is that call's, even when it moves nothing (a clamp to where the partition stands)
+        own = entry.change_id is not None and any(row.change_id == entry.change_id for _, row in asked)
         carried = entry.previous_offset == entry.offset or "carried over to the new sink" in (entry.message or "")
-        if carried and any(entry.changed_at.timestamp() >= t for t in sink_changes):
+        if carried and not own and any(entry.changed_at.timestamp() >= t for t in sink_changes):
             continue
         key = (plan.name, entry.changed_at.isoformat(), entry.topic, entry.partition, entry.previous_offset,
                entry.offset)
@@ -104,9 +106,10 @@ def changes_for(calls: list[Call], history: dict[str, list], sightings: dict[tup
         # the call's change (by its id), or one asking this offset: an onward move (+N, the end) that found the
         # partition already past its target is applied where the partition got, never back (its history row
         # says so: the offset it went to is that row's)
-        match = next((i for i in range(pointer, len(asked)) if (asked[i][1].offset == entry.offset or (
-            entry.change_id is not None and asked[i][1].change_id == entry.change_id))
-            and (seen_at is None or seen_at >= asked[i][0].size_before)), None)
+        match = next((i for i in range(pointer, len(asked)) if own and asked[i][1].change_id == entry.change_id),
+                     None) if own else next((i for i in range(pointer, len(asked)) if asked[i][1].offset ==
+                                             entry.offset and (seen_at is None or
+                                                               seen_at >= asked[i][0].size_before)), None)
         if match is None:
             verdict_notes.append(f"{plan.topic}:{partition}: history shows a change to {entry.offset} at "
                                  f"{entry.changed_at.isoformat()} that no set_offset call asked for")

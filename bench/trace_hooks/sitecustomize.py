@@ -36,7 +36,7 @@ HOPS = (
     ("stream_registry.registry.runners.stream_process", "ProcessRunner", "request_offsets",
      "host: hand-off to the stream process (pipe)", None),
     ("stream_registry.registry.stream.calls_coming", "CallsComing", "coming",
-     "stream: a call is coming (fetch wait lowered)", None),
+     "stream: a call is coming (heard)", None),
     ("stream_registry.registry.stream.worker", "StreamWorker", "request_offsets",
      "stream: change received, queued for the poll thread", None),
     ("stream_registry.registry.runners.stream_process", "ProcessRunner", "recorded",

@@ -9,12 +9,12 @@ the end of 6 partitions over 3 brokers: 6.0-6.6 % of a core at 5 ms, 8.4-9.9 % a
 real cluster 1000 Fetch requests a second per broker per idle stream).
 
 So the wait is short only while a change is coming: `lower()` when the host says a call is coming (before it
-resolves the call's offsets, a few ms before the seek), or when a change is handed over; the fetches sent from
-then on are held HURRY_MS at most, so by the time of the seek the fetch in flight is a short one (measured:
-seek to the first record of all 6 partitions, median 6.2 -> 3.6 ms, p90 9.0 -> 6.7 ms, lowered 3 ms before the
-seek). `relax()` puts the configured wait back; the worker calls it once the moved partitions delivered and
-HOLD_S passed since the last lower() (a call still resolving keeps it short a little longer; a call that never
-comes costs HOLD_S of short fetches).
+resolves the call's offsets, a few ms before the seek: registry/stream/calls_coming.py), or when a change is
+handed over; the fetches sent from then on are held HURRY_MS at most, so by the time of the seek the fetch in
+flight is a short one (measured: seek to the first record of all 6 partitions, median 6.2 -> 3.6 ms, p90 9.0 ->
+6.7 ms, lowered 3 ms before the seek). `relax()` puts the configured wait back; the worker calls it between
+batches, and it acts once nothing is `busy`: no call is coming any more and every moved partition delivered
+from its target (or gave up hurrying: offset_gate.EARLY_DELIVERY_S).
 
 How: librdkafka reads `rk_conf.fetch_wait_max_ms` each time it builds a Fetch request (rdkafka_fetcher.c: the
 request's MaxWaitTime and its timeout, socket.timeout.ms plus it) and derives nothing else from it after
@@ -30,8 +30,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-import time
-from collections.abc import Callable
 
 import confluent_kafka
 
@@ -40,7 +38,6 @@ from .consumer_wake import consumer_handle
 log = logging.getLogger("mgstreams.worker")
 
 HURRY_MS = 1        # the fetch wait while a change is coming (0 would make an idle consumer spin with its brokers)
-HOLD_S = 0.5        # kept short at least this long after the last lower(): the call resolves meanwhile
 _KEY = b"fetch.wait.max.ms"
 
 
@@ -48,12 +45,10 @@ class FetchWait:
     """lower() (any thread) / relax() (the poll thread) a consumer's fetch.wait.max.ms; close() before the
     consumer closes. One made without a consumer (or whose handle could not be reached) does nothing."""
 
-    def __init__(self, lib: ctypes.CDLL | None = None, conf: int | None = None, normal_ms: int = 0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, lib: ctypes.CDLL | None = None, conf: int | None = None, normal_ms: int = 0):
         self._lib, self._conf, self._normal = lib, conf, normal_ms
-        self._clock = clock
         self._lock = threading.Lock()
-        self._lowered_at: float | None = None
+        self._lowered = False
 
     @classmethod
     def of(cls, consumer: confluent_kafka.Consumer, configured: object) -> FetchWait:
@@ -84,30 +79,28 @@ class FetchWait:
 
     @property
     def lowered(self) -> bool:
-        return self._lowered_at is not None
+        return self._lowered
 
     def lower(self) -> None:
         """A change is coming: fetches sent from now on are held HURRY_MS at most (any thread)."""
         with self._lock:
-            if self._conf is None:
-                return
-            if self._lowered_at is None:
+            if self._conf is not None and not self._lowered:
                 self._set(HURRY_MS)
-            self._lowered_at = self._clock()
+                self._lowered = True
 
     def relax(self, busy: bool = False) -> None:
-        """The configured wait again, once HOLD_S passed since the last lower() and nothing is `busy` (a moved
-        partition has not delivered yet)."""
-        if self._lowered_at is None or busy:
+        """The configured wait again, unless something is `busy` (a call is coming, a moved partition has not
+        delivered yet); poll thread."""
+        if not self._lowered or busy:
             return
         with self._lock:
-            if self._lowered_at is not None and self._clock() - self._lowered_at >= HOLD_S:
+            if self._lowered and self._conf is not None:
                 self._set(self._normal)
-                self._lowered_at = None
+            self._lowered = False
 
     def close(self) -> None:
         with self._lock:
-            self._conf, self._lowered_at = None, None
+            self._conf, self._lowered = None, False
 
     def _set(self, ms: int) -> None:
         """Under the lock, the handle open."""

@@ -13,14 +13,19 @@ BENCH = ROOT / "bench" / "ingest_throughput.py"
 
 @pytest.mark.parametrize("sink", ["cypherl", "null"])
 def test_ingest_throughput_bench_prints_ratio(sink):
-    done = subprocess.run([sys.executable, str(BENCH), "--messages", "2000", "--rounds", "1", "--sink", sink],
-                          capture_output=True, text=True, timeout=60)
+    """With a null sink also --profile: the stream process's stages, timed in its process under the host."""
+    profile = ["--profile"] if sink == "null" else []
+    done = subprocess.run([sys.executable, str(BENCH), "--messages", "2000", "--rounds", "1", "--sink", sink,
+                           *profile], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert any(line.startswith("raw rate:") for line in lines), done.stdout
     assert any(line.startswith("stream rate:") for line in lines), done.stdout
     ratio = [line for line in lines if line.startswith("ratio:")]
     assert ratio and float(ratio[0].split()[1]) > 0, done.stdout
+    if profile:   # 2000 messages: two batches, the first left out (start-up)
+        for stage in ("consume", "transformation", "commit wait", "between batches", "total (poll thread)"):
+            assert re.search(rf"^    {re.escape(stage)}\s+[\d.]+\s", done.stdout, re.M), done.stdout
 
 
 def test_ingest_throughput_bench_runs_the_host_and_measures_bolt_round_trips():

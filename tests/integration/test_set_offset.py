@@ -43,6 +43,26 @@ def _first_offsets(delivered):
     return {tp: offsets[0] for tp, offsets in by_partition(delivered).items()}
 
 
+def _stream_the_group_committed_at_50(kafka, registry, configs=None) -> str:
+    """_stream's 300 records on 3 partitions, its group's offsets committed at 50 (by a member that left)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = _stream(kafka, registry, configs=configs)
+    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": registry.get("orders").consumer_group})
+    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)
+    member.close()
+    return topic
+
+
+def _every_partition_starts_at_10(changes, sink, topic: str, end: int) -> None:
+    """The call applied 10 on every partition, and each delivered 10..end-1 from there, nothing from the group's 50."""
+    assert {c.status for c in changes} == {ChangeStatus.APPLIED}, changes
+    assert sorted((c.topic, c.partition, c.offset) for c in changes) == [(topic, p, 10) for p in range(3)]
+    wait_until(lambda: len(sink.delivered()) >= 3 * (end - 10))
+    assert _first_offsets(sink.delivered()) == {(topic, p): 10 for p in range(3)}
+    assert all(offsets == list(range(10, end)) for offsets in by_partition(sink.delivered()).values())
+
+
 @pytest.mark.parametrize("configs", PROTOCOLS)
 def test_set_before_first_assignment_is_where_every_partition_starts(kafka, registry, memory_sinks, configs,
                                                                       monkeypatch):
@@ -53,16 +73,12 @@ def test_set_before_first_assignment_is_where_every_partition_starts(kafka, regi
     load) and the same consume() returns those records. Every partition still starts at the call's offset:
     nothing from the group's offset is delivered. Before the fix (the queue drained only between batches) the
     records from the group's offset went first (KIP-848, 1 run in 10 under load)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     from stream_registry.registry.stream.assignment import Assignment
     from stream_registry.registry.stream.calls_coming import CallsComing
 
-    topic = _stream(kafka, registry, configs=configs)
-    group = registry.get("orders").consumer_group
-    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
-    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)   # the group's
-    member.close()
+    topic = _stream_the_group_committed_at_50(kafka, registry, configs)
     queued = threading.Event()
     ended, on_assign = CallsComing.ended, Assignment._on_assign
 
@@ -83,13 +99,7 @@ def test_set_before_first_assignment_is_where_every_partition_starts(kafka, regi
     monkeypatch.setattr(Assignment, "_on_assign", assign_once_queued)
     registry.start("orders")
     assert registry.get("orders").status == StreamStatus.STARTING   # the group has not assigned anything yet
-    changes = registry.set_offset("orders", 10, timeout=15)
-    assert {c.status for c in changes} == {ChangeStatus.APPLIED}, changes
-    assert sorted((c.topic, c.partition, c.offset) for c in changes) == [(topic, p, 10) for p in range(3)]
-    sink = memory_sinks["orders"]
-    wait_until(lambda: len(sink.delivered()) >= 3 * 91)
-    assert _first_offsets(sink.delivered()) == {(topic, p): 10 for p in range(3)}
-    assert all(offsets == list(range(10, 101)) for offsets in by_partition(sink.delivered()).values())
+    _every_partition_starts_at_10(registry.set_offset("orders", 10, timeout=15), memory_sinks["orders"], topic, 101)
 
 
 @pytest.mark.parametrize("configs", PROTOCOLS)
@@ -101,16 +111,11 @@ def test_a_call_still_resolving_at_the_first_assignment_is_where_every_partition
     run and the stream either delivered from the group's 50 or holds the partitions). The call was accepted
     before any record was delivered, so every partition still starts at the call's offset. Before the fix the
     records from the group's 50 went first (all protocols: the request reached the stream only after them)."""
-    from confluent_kafka import Consumer, TopicPartition
 
     from stream_registry.registry.host.positions import StreamPositions
     from stream_registry.registry.stream.assignment import Assignment
 
-    topic = _stream(kafka, registry, configs=configs)
-    group = registry.get("orders").consumer_group
-    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group})
-    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)   # the group's
-    member.close()
+    topic = _stream_the_group_committed_at_50(kafka, registry, configs)
     assigned: list[Assignment] = []
     resolve, on_assign = StreamPositions.resolve, Assignment._on_assign
 
@@ -127,29 +132,19 @@ def test_a_call_still_resolving_at_the_first_assignment_is_where_every_partition
     monkeypatch.setattr(StreamPositions, "resolve", resolve_after_the_assignment)
     registry.start("orders")
     assert registry.get("orders").status == StreamStatus.STARTING   # the group has not assigned anything yet
-    changes = registry.set_offset("orders", 10, timeout=30)
-    assert {c.status for c in changes} == {ChangeStatus.APPLIED}, changes
-    assert sorted((c.topic, c.partition, c.offset) for c in changes) == [(topic, p, 10) for p in range(3)]
-    sink = memory_sinks["orders"]
-    wait_until(lambda: len(sink.delivered()) >= 3 * 90)
-    assert _first_offsets(sink.delivered()) == {(topic, p): 10 for p in range(3)}
-    assert all(offsets == list(range(10, 100)) for offsets in by_partition(sink.delivered()).values())
+    _every_partition_starts_at_10(registry.set_offset("orders", 10, timeout=30), memory_sinks["orders"], topic, 100)
 
 
 def test_partitions_held_for_a_call_that_fails_start_where_the_group_resumes(kafka, registry, memory_sinks,
                                                                             monkeypatch):
     """The partitions a starting stream holds for a call still resolving (order C) start once the call failed:
     where the group resumes them, nothing lost, nothing held for ever."""
-    from confluent_kafka import Consumer, TopicPartition
 
     from stream_registry.errors import ConfigError
     from stream_registry.registry.host.positions import StreamPositions
     from stream_registry.registry.stream.assignment import Assignment
 
-    topic = _stream(kafka, registry)
-    member = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": registry.get("orders").consumer_group})
-    member.commit(offsets=[TopicPartition(topic, p, 50) for p in range(3)], asynchronous=False)
-    member.close()
+    topic = _stream_the_group_committed_at_50(kafka, registry)
     assigned: list[Assignment] = []
     on_assign = Assignment._on_assign
 

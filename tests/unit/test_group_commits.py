@@ -10,7 +10,7 @@ from consumer_standin import ConsumerStandIn
 
 from stream_registry.model import PartitionKey
 from stream_registry.registry.stream.change_marks import ChangeMark, MarkKey
-from stream_registry.registry.stream.group_commits import OWED_RETRY_S, GroupCommits
+from stream_registry.registry.stream.group_commits import COMMIT_EVERY_S, OWED_RETRY_S, GroupCommits
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 
@@ -244,6 +244,58 @@ def test_a_commit_in_flight_is_waited_for_in_slices_asking_about_the_cluster_and
     assert not commits.in_flight and consumer.committed_offsets == {("t", 0): (5, None)}
 
 
+def _paced(consumer, clock: Clock, rebalancing: list[bool]):
+    return GroupCommits("orders", lambda: consumer, give_up=lambda: False, in_rebalance=lambda: rebalancing[0],
+                        redact=str, clock=clock, sleep=clock.sleep, mark_key=KEY, pipelined=True,
+                        cadence_s=COMMIT_EVERY_S)
+
+
+def _committed(consumer) -> list:
+    return [[tp[1:3] for tp in c[1]] for c in consumer.calls if c[0] == "commit"]
+
+
+def test_reading_a_backlog_full_batches_are_committed_merged_at_the_cadence_and_a_batch_not_full_at_once():
+    consumer, clock, rebalancing = ConsumerStandIn(), Clock(), [False]
+    commits = _paced(consumer, clock, rebalancing)
+    commits.commit_batch({P0: 5}, full=True)   # the first: nothing committed for a cadence before it
+    commits.settle()
+    commits.commit_batch({P0: 9, P1: 3}, full=True)
+    commits.commit_batch({P1: 8}, full=True)
+    commits.settle()
+    assert _committed(consumer) == [[(0, 5)]], "within the cadence: deferred"
+    clock.now += COMMIT_EVERY_S
+    commits.commit_batch({P0: 12}, full=True)
+    commits.settle()
+    assert _committed(consumer)[1:] == [[(0, 12), (1, 8)]], "one commit carries every batch deferred"
+    commits.commit_batch({P1: 10}, full=False)   # caught up: at once
+    commits.settle()
+    assert _committed(consumer)[2:] == [[(1, 10)]]
+    commits.commit_batch({P0: 20}, full=True)
+    commits.flush()   # going idle, closing
+    commits.settle()
+    assert consumer.committed_offsets == {("t", 0): (20, None), ("t", 1): (10, None)}
+
+
+def test_an_offset_change_drops_what_the_cadence_deferred_of_its_partition_and_a_revoke_commits_the_rest():
+    consumer, clock, rebalancing = ConsumerStandIn(), Clock(), [False]
+    commits = _paced(consumer, clock, rebalancing)
+    commits.commit_batch({P0: 5}, full=True)
+    commits.settle()
+    commits.commit_batch({P0: 9, P1: 3}, full=True)   # deferred
+    assert commits.persist({P0: 2}, {P0: M7}) is None
+    commits.flush()
+    commits.settle()
+    assert consumer.committed_offsets[("t", 0)] == (2, KEY.encode(P0, M7)), "the batch's 9 never undoes the change"
+    assert consumer.committed_offsets[("t", 1)] == (3, None)
+    commits.commit_batch({P0: 4, P1: 6}, full=True)   # deferred
+    rebalancing[0] = True
+    commits.flush_revoked({P1})   # inside the revoke callback: directly, while this member owns it
+    assert consumer.calls[-1][0] == "commit" and consumer.committed_offsets[("t", 1)] == (6, None)
+    commits.forget({P1})
+    rebalancing[0] = False
+    commits.flush()
+    commits.settle()
+    assert consumer.committed_offsets == {("t", 0): (4, KEY.encode(P0, M7)), ("t", 1): (6, None)}
 def test_a_coordinator_loading_for_a_minute_is_asked_about_once_a_second_and_the_commit_lands_once_it_answers():
     """A commit-error episode (COORDINATOR_LOAD_IN_PROGRESS for 60 s of the model's time, a batch every 0.1 s): a
     batch commit retries with a backoff (0.05 s doubled, at most 1 s) until its deadline, then is owed; the next

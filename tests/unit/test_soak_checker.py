@@ -374,3 +374,35 @@ def test_a_cancelled_change_never_starts_a_continuation_where_the_old_one_passes
     assert changes == [] and figures(v) == {**ZERO, "duplicates": 50}, v.problems
     v = check(f, changes_for([call], {}, {}, plan, 0, []), log_end=50)
     assert v.stale > 0       # without the cancel's word, 41 is taken for the change's start
+
+
+def test_a_change_to_where_the_stream_stands_is_a_calls_change_not_a_sink_changes_carry_over():
+    """3-minute soak, seed 7, exactly-once (c42): long after a sink change, set_offset(876) is clamped to the log
+    end, 860, where the partition stands: its history row is 860 -> 860, like a carry-over's. The stream writes 860
+    (during the call), then 861. A later revert moves the partition 1095 -> 860 again. The first row is the call's
+    (its change id says so): matched to the revert instead, the clamp got the revert's 1095 as where it stood, 860
+    was taken for the old continuation's, and its continuation 'missed' 860 (skipped 1)."""
+    from datetime import UTC, datetime
+
+    from bench.soak.evidence import Call, changes_for
+    from bench.soak.plan import StreamPlan
+    from stream_registry.model import ChangeStatus, HistoryEntry, OffsetChange
+
+    plan = StreamPlan("s", "t", "range", 10, 10)
+    f = File().batch(*range(840, 860))
+    clamp = Call("s", 876, 100.0, f.size, 101.0, f.size + 2 * LINE,
+                 rows=[OffsetChange(topic="t", partition=0, previous_offset=860, offset=860,
+                                    status=ChangeStatus.CLAMPED, change_id=35)])
+    f.batch(860).batch(*range(861, 1095))
+    revert = Call("s", {"revert": 35}, 130.0, f.size, 130.5, f.size + LINE,
+                  rows=[OffsetChange(topic="t", partition=0, previous_offset=1095, offset=860,
+                                     status=ChangeStatus.APPLIED, change_id=43)])
+    f.batch(*range(860, 1100))
+    rows = [HistoryEntry(changed_at=datetime.fromtimestamp(at, UTC), topic="t", partition=0, previous_offset=was,
+                         offset=to, status=ChangeStatus.APPLIED, change_id=change)
+            for at, was, to, change in ((100.5, 860, 860, 35), (130.2, 1095, 860, 43))]
+    notes: list[str] = []
+    changes = changes_for([clamp, revert], {"s": rows}, {}, plan, 0, notes, sink_changes=[10.0])
+    assert notes == [] and [(c.offset, c.previous) for c in changes] == [(860, 860), (860, 1095)]
+    v = check(f, [Change(840, 0, 0), *changes], log_end=1100)
+    assert figures(v) == {**ZERO, "replayed": 235}, v.problems   # 860..1094 again after the revert

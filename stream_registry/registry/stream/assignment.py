@@ -76,7 +76,7 @@ class Assignment:
     # -- the callbacks handed to subscribe() ------------------------------------
     def callbacks(self) -> dict[str, Callback]:
         return {"on_assign": self._marked(self._on_assign), "on_revoke": self._marked(self._on_revoke),
-                "on_lost": self._marked(self._on_revoke)}
+                "on_lost": self._marked(lambda consumer, partitions: self._on_revoke(consumer, partitions, lost=True))}
 
     def _marked(self, callback: Callback) -> Callback:
         """A rebalance callback, marked while it runs: a commit inside it is made directly (commits.py)."""
@@ -112,10 +112,12 @@ class Assignment:
             starts = {key: stored.get(key, OFFSET_BEGINNING) for key in keys}
         self._start_partitions(consumer, partitions, starts)
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Give the partitions up: their uncollected messages leave the batch (uncommitted, the next
-        owner reads them again), and what this consumer knew of their positions is forgotten."""
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition], lost: bool = False) -> None:
+        """Give the partitions up: their written batches committed (not when `lost`), their uncollected messages
+        leave the batch (uncommitted, the next owner reads them again), their positions forgotten."""
         revoked = {PartitionKey(tp.topic, tp.partition) for tp in partitions}
+        if not lost:
+            self._commits.flush_revoked(revoked)
         self._on_revoked(revoked)
         self._ctx.gate.on_revoke(revoked)
         started = [tp for tp in partitions if (tp.topic, tp.partition) not in self.held]   # held: never assigned

@@ -131,7 +131,7 @@ class BatchWriter:
                 if self._stop.wait(self._retry.backoff(attempt)):
                     self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
                     return Outcome.AGAIN
-        self._commits.commit_batch(next_offsets)
+        self._commits.commit_batch(next_offsets, full=len(batch) >= self._ctx.config.batch_size)
         self._ctx.gate.after_batch(next_offsets)
         self.stats = self.stats.add_batch(len(batch), time.perf_counter() - started)
         return Outcome.WRITTEN

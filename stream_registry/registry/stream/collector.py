@@ -22,11 +22,12 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import Message as KafkaMessage
 
-from ...kafka.messages import message_offset, record_key
+from ...kafka.messages import message_offset, record_key, record_partitions
 from ...model import PartitionKey
 from .assignment import Assignment
 from .batch_writer import BatchWriter
@@ -47,9 +48,10 @@ class BatchCollector:
     """The batch being collected (poll thread): collect(), then deliver() through the writer."""
 
     def __init__(self, ctx: PollContext, health: Health, assignment: Assignment, control: queue.SimpleQueue,
-                 stop: threading.Event):
+                 stop: threading.Event, deferred: Callable[[], bool] = lambda: False):
         self._ctx, self._health, self._assignment = ctx, health, assignment
         self._control, self._stop = control, stop
+        self._deferred = deferred   # written batches' offsets wait for the commit cadence (group_commits)
         self._batch: list[KafkaMessage] = []   # the batch being collected
         self.after_move = False   # the batch collected last is the first after an offset change
         self._arrived = False   # the last collection ended as a partition not in it before delivered (a hurry)
@@ -93,7 +95,13 @@ class BatchCollector:
                 heard = time.monotonic()
             elif batch and hurry and time.monotonic() - heard >= gap:
                 break   # the queue drained: the moved partitions that delivered go now (not the short slice's gap)
+            elif not batch and self._deferred():
+                break   # caught up: what the commit cadence deferred is committed now (worker), not after the interval
             through: set[tuple[str | None, int | None]] = set()   # partitions the gate let a record of this consume() through
+            partitions = record_partitions(messages) if messages else None
+            if partitions is not None and gate.lets_through(partitions):
+                batch.extend(messages)   # records only, of partitions the gate has nothing to decide for
+                through, messages = set(partitions), []
             for msg in messages:
                 error = msg.error()
                 if error is None:

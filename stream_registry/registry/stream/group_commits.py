@@ -14,6 +14,14 @@
 - Marked: each commit of a partition carries the mark of the last offset change
   persisted on it (change_marks), so a host that died between a persist and its
   record learns what happened; a partition given up forgets its mark.
+- Paced (the worker's, `cadence_s`): while a stream reads a backlog (full
+  batches), its written batches' offsets are merged and committed at most every
+  `cadence_s`, not after every batch: each commit costs the poll thread a wait
+  for the coordinator's answer (it calls nothing on the consumer meanwhile). A
+  batch that was not full (the stream caught up), a consume() that finds
+  nothing, a revoke and a close commit what is deferred at once; an offset change drops what is deferred
+  of the partitions it moves. Offsets are still committed only after their
+  batch was written; a kill re-reads at most `cadence_s` more of a backlog.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ COMMIT_RETRY_MAX_S = 1.0    # at most this: a coordinator still loading is not a
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
 OWED_RETRY_S = 1.0          # a failed batch commit is tried again between batches, this often
+COMMIT_EVERY_S = 0.1        # the worker's cadence: a stream reading a backlog commits its written batches this often
 # Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
 NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
                         KafkaError.REBALANCE_IN_PROGRESS, KafkaError._STATE, KafkaError._NO_OFFSET})
@@ -52,7 +61,7 @@ class GroupCommits:
                  in_rebalance: Callable[[], bool], redact: Callable[[object], str],
                  committer: BoundedCommitter | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, mark_key: MarkKey | None = None,
-                 pipelined: bool = False):
+                 pipelined: bool = False, cadence_s: float = 0.0):
         self._name, self._consumer, self._give_up, self._in_rebalance = name, consumer, give_up, in_rebalance
         self._redact, self._clock, self._sleep = redact, clock, sleep
         self._committer = committer or BoundedCommitter(name, clock)   # a commit never holds the poll thread past its deadline
@@ -62,6 +71,9 @@ class GroupCommits:
         self._next_owed_try = 0.0
         self._pipelined = pipelined
         self._pending: tuple[dict[PartitionKey, int], PendingCommit, float] | None = None   # a batch's, in flight
+        self._cadence_s = cadence_s
+        self._deferred: dict[PartitionKey, int] = {}   # written batches' offsets the cadence has not committed yet
+        self._last_batch_commit = -cadence_s   # when the last batch commit was made (the clock's)
 
     def commit(self, offsets: Mapping[PartitionKey, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
         """Synchronous commit; None when it succeeded, else the Kafka error as text (see the module docstring).
@@ -108,14 +120,29 @@ class GroupCommits:
                 self._sleep(min(retry_s, max(deadline - self._clock(), 0.0)))
                 retry_s = min(retry_s * 2, COMMIT_RETRY_MAX_S)
 
-    def commit_batch(self, next_offsets: Mapping[PartitionKey, int]) -> None:
+    def commit_batch(self, next_offsets: Mapping[PartitionKey, int], full: bool = False) -> None:
         """A written batch's commit (exactly-once too: lag tools read the group's offsets); owed when it fails.
 
         Pipelined (the worker's): the commit is handed over and answered while the next batch is collected and
-        written (`settle`, before any other commit: one at a time, in order), not waited for here.
+        written (`settle`, before any other commit: one at a time, in order), not waited for here. Paced
+        (`cadence_s`): a `full` batch's offsets wait, merged with the next ones, until `cadence_s` has passed
+        since the last batch commit (the module docstring).
 
         While commits fail (something is owed), a batch's offsets join what is owed instead: the owed retry
         carries them, once a second, rather than one failing commit per batch."""
+        self._deferred.update(next_offsets)
+        if full and not self._in_rebalance() and self._clock() - self._last_batch_commit < self._cadence_s:
+            return
+        self.flush()
+
+    @property
+    def deferred(self) -> bool:
+        """Written batches' offsets wait for the cadence (the worker commits them once the consumer has nothing)."""
+        return bool(self._deferred)
+
+    def flush(self) -> None:
+        """Commit the written batches' offsets the cadence deferred (as commit_batch commits)."""
+        next_offsets, self._deferred = self._deferred, {}
         if not self._pipelined or self._in_rebalance():
             if self._owing(next_offsets) or self.commit(next_offsets) is not None:
                 self.owed.update(next_offsets)   # retried between batches: nothing more may come to carry it
@@ -123,6 +150,7 @@ class GroupCommits:
         self.settle()
         if not next_offsets or self._owing(next_offsets):
             return
+        self._last_batch_commit = self._clock()
         try:
             pending = self._committer.start(self._consumer(), self._marked(next_offsets), self._give_up)
         except CommitUnanswered as exc:   # an earlier commit given up on still waits: owed, as a failed one
@@ -130,6 +158,14 @@ class GroupCommits:
             self.owed.update(next_offsets)
             return
         self._pending = (dict(next_offsets), pending, self._clock() + COMMIT_DEADLINE_S)
+
+    def flush_revoked(self, tps: Iterable[PartitionKey]) -> None:
+        """Inside a revoke callback (not a lost assignment's): what is deferred of `tps` committed now, directly,
+        while this member still owns them (after the callback the next owner's commits must not be overwritten)."""
+        revoked = {tp: self._deferred.pop(tp) for tp in tps if tp in self._deferred}
+        if revoked and self.commit(revoked, deadline_s=0.0) is not None:
+            log.warning("stream %s: the commit of revoked partitions failed: their next owner reads their last "
+                        "batches again", self._name)
 
     def _owing(self, offsets: Mapping[PartitionKey, int]) -> bool:
         """A commit-error episode (something owed): `offsets` join what is owed, committed by its next retry."""
@@ -205,19 +241,20 @@ class GroupCommits:
         self.settle(wait=not self._in_rebalance())   # its failure must not come back owed after the change
         for tp in offsets:
             self.owed.pop(tp, None)
+        deferred = {tp: self._deferred.pop(tp) for tp in offsets if tp in self._deferred}   # nor a batch's deferred
         before = dict(self.marks)
         self.marks.update(marks)
         if store is not None:
             try:
                 store(offsets, {tp: self._mark_key.encode_stored(tp, mark) for tp, mark in marks.items()})
             except Exception as exc:
-                self.marks = before
+                self.marks, self._deferred = before, {**deferred, **self._deferred}   # not moved: still owed a commit
                 return f"storing the new offset in the sink failed ({self._redact(exc)})"
             self.commit(offsets)
             return None
         error = self.commit(offsets)
         if error is not None:
-            self.marks = before
+            self.marks, self._deferred = before, {**deferred, **self._deferred}
         return None if error is None else f"committing the new offset failed ({error})"
 
     def read_mark(self, tp: PartitionKey, metadata: str | None) -> ChangeMark | None:
@@ -237,3 +274,4 @@ class GroupCommits:
         for tp in tps:
             self.marks.pop(tp, None)
             self.owed.pop(tp, None)
+            self._deferred.pop(tp, None)

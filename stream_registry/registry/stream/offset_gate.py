@@ -284,6 +284,17 @@ class OffsetGate:
         self._undelivered.pop(tp, None)
         return True
 
+    def lets_through(self, tps: Iterable[PartitionKey]) -> bool:
+        """Would check_delivery let every record of `tps` through and change nothing (each assigned and settled,
+        no move's first record expected, none waiting to deliver from a move)? The poll thread then takes a whole
+        consume() without asking per partition (worker)."""
+        assigned, undelivered = self._assigned, self._undelivered
+        for tp in tps:
+            part = assigned.get(tp)
+            if part is None or part.expect is not None or not part.settled or tp in undelivered:
+                return False
+        return True
+
     def after_batch(self, next_offsets: Mapping[PartitionKey, int]) -> None:
         """A batch was written (its commit is the worker's): the stream stands after it."""
         with self._lock:

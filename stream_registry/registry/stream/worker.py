@@ -54,7 +54,7 @@ from .collector import BatchCollector
 from .control_requests import AbandonRequest as _AbandonRequest
 from .control_requests import CancelRequest as _CancelRequest
 from .control_requests import OffsetRequest as _OffsetRequest
-from .group_commits import GroupCommits
+from .group_commits import COMMIT_EVERY_S, GroupCommits
 from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
 from .poll_context import PollContext
@@ -93,14 +93,16 @@ class StreamWorker:
         self.commits = GroupCommits(config.name, ctx.consumer, give_up=self.health.outage_confirmed,
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
-                                    pipelined=True)   # a batch's commit is answered while the next one is read
+                                    pipelined=True,   # a batch's commit is answered while the next one is read
+                                    cadence_s=COMMIT_EVERY_S)   # reading a backlog: batches committed this often
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
                                      on_revoked=lambda revoked: self._collector.drop_revoked(revoked),
                                      before_assign=self._drain_control, coming=self.calls.any)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
                                   assignment=self.assignment, stop=self._stop, fail=self._fail)
         ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
-        self._collector = BatchCollector(ctx, self.health, self.assignment, self._control, self._stop)
+        self._collector = BatchCollector(ctx, self.health, self.assignment, self._control, self._stop,
+                                         deferred=lambda: self.commits.deferred)
 
     @property
     def status(self) -> StreamStatus:
@@ -203,8 +205,9 @@ class StreamWorker:
                     return
                 if batch:   # the history has a resume's realignment before its records are written (realign.py)
                     explain_resume(self._ctx, self.assignment.resumed)
-                if not batch:   # idle: the last batch's commit answered now (one in flight while consume() waits
-                    self.commits.settle()   # on an idle consumer was seen not to be answered until it returned)
+                if not batch:   # idle: what the cadence deferred committed, and answered now (one in flight while
+                    self.commits.flush()   # consume() waits on an idle consumer was seen not to be answered until it
+                    self.commits.settle()   # returned)
                 elif not self._collector.deliver(batch, self.writer):
                     return  # went to ERROR; consumer already closed
                 self.writer.report_stats()
@@ -303,6 +306,7 @@ class StreamWorker:
         consumer = self._ctx.open_consumer
         if consumer is None:
             return
+        self.commits.flush()    # what the cadence deferred, committed
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         self._wake.close()   # its queue handle goes before the consumer does
         self._fetch_wait.close()
