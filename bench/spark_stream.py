@@ -1,8 +1,8 @@
 """A stream on Spark Structured Streaming (`local[2]`) against a host stream with `tasks: 1`, in one run; then the
 Spark stream's micro-batch latency (record produced to record in the sink).
 
-    .venv/bin/python bench/spark_stream.py                        # 60k messages over 6 partitions, 2 rounds
-    .venv/bin/python bench/spark_stream.py --messages 20000 --latency-records 200
+    .venv/bin/python bench/spark_stream.py                        # 120k messages over 6 partitions, 2 rounds
+    .venv/bin/python bench/spark_stream.py --messages 20000 --per-batch 4000 --latency-records 200
 
 Throughput: one topic of `--partitions` partitions on the embedded cluster gets `--messages` messages of 100 B.
 The same CPU-bound transformation (bench/cpu_transform.py, `--work` steps per message) into `null://`, in
@@ -200,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:]))
-    parser.add_argument("--messages", type=int, default=60_000, help="messages in the topic (default 60k)")
+    parser.add_argument("--messages", type=int, default=120_000, help="messages in the topic (default 120k)")
     parser.add_argument("--partitions", type=int, default=6, help="partitions (default 6)")
     parser.add_argument("--work", type=int, default=3000, help="the transformation's steps per message")
-    parser.add_argument("--per-batch", type=int, default=12_000, help="maxOffsetsPerTrigger (default 12000)")
+    parser.add_argument("--per-batch", type=int, default=32_000,
+                        help="maxOffsetsPerTrigger (default 32000: a host Spark stream's batch_size 500 x 64, "
+                             "spark_runner.MICRO_BATCH_BATCHES)")
     parser.add_argument("--tasks", type=int, default=2, help="Spark tasks per micro-batch, each writing several "
                                                              "partitions' ranges (default 2, local[2]'s cores; 0: one "
                                                              "task per partition)")

@@ -46,6 +46,12 @@ WATCH_S = 0.1
 # configurable): a loaded machine misses it now and then, and the query dies of it, mostly while it starts. It is
 # recognised by its Java cause chain (spark_failures: Spark gives it no error condition).
 TRANSIENT_RETRIES = 3
+# A micro-batch spans at most this many of the stream's batches (maxOffsetsPerTrigger = batch_size x this): Spark's
+# fixed cost per micro-batch (planning, the offset and commit logs, scheduling; ~0.1-0.3 s here) and the cores
+# idle at its boundary are paid per micro-batch, so a stream catching up takes large ones. The transformation and
+# the sink still see batch_size records at a time (the tasks stream their ranges), so memory does not grow; a
+# change waits at most for the micro-batch in progress.
+MICRO_BATCH_BATCHES = 64
 log = logging.getLogger(__name__)
 
 
@@ -190,12 +196,12 @@ class SparkRunner:
             return
         self._watch()
 
-    def _query(self) -> StreamQuery:
+    def _query(self, session=None) -> StreamQuery:
         c = self.config
         exactly_once = c.delivery == Delivery.EXACTLY_ONCE
         source = {"kafka.bootstrap.servers": c.bootstrap.text, "kafka.group.id": c.group_id,
                   "subscribe": ",".join(c.topics), "controlDir": str(self.channel.dir),
-                  "maxOffsetsPerTrigger": str(c.batch_size * 8),
+                  "maxOffsetsPerTrigger": str(c.batch_size * MICRO_BATCH_BATCHES),
                   **{f"kafka.{k}": str(v) for k, v in c.kafka_settings().items() if k not in ("group.id",)}}
         if exactly_once:
             source.update(resumeFrom="graph", sink=c.sink, sinkStream=c.name)
@@ -207,7 +213,8 @@ class SparkRunner:
                           startingOffsets="latest" if reset in ("latest", "end", "largest") else "earliest")
         loading = Loading(c.transform, (), c.sink, c.sink_credentials(), c.batch_size,
                           decoding=decoding_of(c), transform_options=dict(c.transform_options))
-        return StreamQuery(source, StreamWriting(loading, c.name, exactly_once), self.checkpoint, c.name)
+        return StreamQuery(source, StreamWriting(loading, c.name, exactly_once, tasks=_cores(session)),
+                           self.checkpoint, c.name)
 
     def _watch(self) -> None:
         events, running = self.request.events, False
@@ -233,7 +240,8 @@ class SparkRunner:
         StreamError saying why (a start never ends in an internal error)."""
         while True:
             try:
-                return start_stream_query(self._session(), self._query())
+                session = self._session()
+                return start_stream_query(session, self._query(session))
             except Exception as exc:
                 said = str(exc)
                 if self.restarts < TRANSIENT_RETRIES and transient(exc):
@@ -294,6 +302,17 @@ class SparkRunner:
             moves = resume_realignments(note)
             if moves:
                 self.request.events.on_realign(moves)
+
+
+def _cores(session) -> int | None:
+    """The task slots of a classic session (`local[N]`: N): a micro-batch's ranges go to that many tasks, one wave
+    with fewer tasks to schedule (StreamWriting.tasks); None (one task per range) where it is not known (Spark
+    Connect, or no session)."""
+    try:
+        slots = int(session.sparkContext.defaultParallelism)
+    except Exception:   # noqa: BLE001  (Spark Connect has no SparkContext)
+        return None
+    return slots if slots > 0 else None
 
 
 def resume_realignments(note: dict) -> list[Realignment]:

@@ -76,7 +76,7 @@ def test_a_query_dead_of_spark_s_worker_timeout_starts_again_and_any_other_failu
     transient = "Python worker failed to connect back.\n=== Streaming Query ==="
     started = [FailedQuery(transient), FailedQuery(transient), FailedQuery(transient), FailedQuery("boom")]
     monkeypatch.setattr(spark_runner, "start_stream_query", lambda session, query: started.pop(0))
-    monkeypatch.setattr(runner, "_query", lambda: None)
+    monkeypatch.setattr(runner, "_query", lambda session=None: None)
     runner.query = FailedQuery(transient)
     runner._watch()    # returns once the query is dead for good
     assert runner.restarts == 3 and len(started) == 1        # started again 3 times, then it is the error
@@ -99,7 +99,7 @@ def test_a_start_that_spark_refuses_is_tried_again_when_transient_else_a_stream_
 
     request = SimpleNamespace(config=SimpleNamespace(name="sp"), pending=dict, events=SimpleNamespace())
     runner = spark_runner.SparkRunner(request, lambda: "session", tmp_path / "sp")
-    monkeypatch.setattr(runner, "_query", lambda: None)
+    monkeypatch.setattr(runner, "_query", lambda session=None: None)
     raised = [RuntimeError("Python worker failed to connect back."), RuntimeError("Python worker failed to connect "
                                                                                  "back."), "query"]
 
