@@ -110,6 +110,7 @@ class OffsetGate:
         self._assign_origins: dict[PartitionKey, int | None] = {}
         self._undelivered: dict[PartitionKey, float] = {}   # moved, not delivered from yet: until when to hurry
         self._cancelled_up_to = 0   # a call the host cancelled before its offsets got here is cancelled on arrival
+        self._forgotten: set[tuple[int, PartitionKey]] = set()   # persisted by another task before its call got here
 
     @property
     def moved(self) -> bool:
@@ -137,12 +138,15 @@ class OffsetGate:
 
     def forget(self, change_id: int, tps: Iterable[PartitionKey]) -> None:
         """Another task of the stream persisted change `change_id` on `tps` (any thread, at once: not queued
-        behind a batch, so it lands before the partitions can reach this task): drop it here unreported."""
+        behind a batch, so it lands before the partitions can reach this task): drop it here unreported; a call
+        still on its way here is dropped on `tps` when it arrives (its mark there may be gone: another host's)."""
         with self._lock:
             for tp in tps:
                 move = self._moves.get(tp)
                 if move is not None and move.change_id == change_id and move.state == MoveState.WAITING:
                     del self._moves[tp]
+                elif move is None or move.change_id < change_id:
+                    self._forgotten.add((change_id, tp))
 
     # -- seams (poll thread) ----------------------------------------------------
     def request(self, change_id: int, offsets: Mapping[PartitionKey, int],
@@ -158,10 +162,15 @@ class OffsetGate:
             for tp, offset in offsets.items():
                 self._emit(_Move(change_id, tp, offset, MoveState.CANCELLED))
             return
+        with self._lock:
+            forgotten = {tp for c, tp in self._forgotten if c == change_id}
+            self._forgotten = {(c, tp) for c, tp in self._forgotten if c > change_id}
         for tp, offset in offsets.items():
             old = self._moves.get(tp)
             if old is not None:
                 self._finish(old, MoveState.SUPERSEDED)
+            if tp in forgotten:   # another task persisted it there (forget came first): never applied again
+                continue
             move = _Move(change_id, tp, offset, onward=tp in onward)
             with self._lock:
                 self._moves[tp] = move
