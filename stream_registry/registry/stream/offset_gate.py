@@ -54,11 +54,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from ...model import GateEvent, MoveState, PartitionKey, PendingMove
 from .change_marks import ChangeMark, Committed
+from .gate_moves import GatePartition as _Partition
+from .gate_moves import Move as _Move
 
 PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed
 EARLY_DELIVERY_S = 1.0  # after a move, batches are cut early until each moved partition delivered, at most this long
@@ -73,27 +74,6 @@ class ConsumerPort(Protocol):
     def persist(self, offsets: Mapping[PartitionKey, int], marks: Mapping[PartitionKey, ChangeMark]) -> str | None:
         """Commit (exactly-once: store in the sink) the offsets, each with the mark of the change it comes from
         (carried by every later commit of the partition too); None when done, else what failed and why."""
-
-
-@dataclass
-class _Move:
-    change_id: int
-    tp: PartitionKey
-    offset: int
-    state: MoveState = MoveState.REQUESTED
-    reason: str | None = None
-    retry_at: float = 0.0
-    onward: bool = False          # never a move back (see the module docstring)
-    note: str | None = None       # why the move went elsewhere than its target (reported when persisted)
-
-
-@dataclass
-class _Partition:
-    """An assigned partition as the gate sees it."""
-    position: int | None = None   # the next offset the stream delivers, when known
-    settled: bool = False         # its start is decided (explicit offset, or a message delivered)
-    expect: tuple[int, int | None] | None = None   # after a move: (target, origin) until the first delivery
-    mark: ChangeMark | None = None   # the last change of this stream persisted on it, as its commit says (ours only)
 
 
 class OffsetGate:
@@ -235,7 +215,7 @@ class OffsetGate:
                 # (None start); a raw constant is a sink that stores nothing of it (exactly-once after a sink
                 # change: where it stood is the old sink's, which the host's plan holds), not the group's commit
                 origin = known if known is not None or start is not None else seen.offset
-                self._not_back(move, origin)
+                _not_back(move, origin)
                 self._to(move, MoveState.MOVED)
                 self._assign_origins[tp] = origin
                 with self._lock:
@@ -316,7 +296,7 @@ class OffsetGate:
         for move in moves:
             part = self._assigned[move.tp]
             origin = part.position
-            self._not_back(move, origin)
+            _not_back(move, origin)
             if not (part.settled and self._port.seek(move.tp, move.offset)):
                 self._port.reassign(move.tp, move.offset)
             with self._lock:
@@ -337,14 +317,6 @@ class OffsetGate:
                                          f"{mark.change_id}); recorded now, not applied again")
         self._to(move, MoveState.PERSISTED, previous=mark.previous)
         self._finish(move, MoveState.RECORDED)
-
-    @staticmethod
-    def _not_back(move: _Move, where: int | None) -> None:
-        """An onward move whose partition already stands past its target stays where it stands."""
-        if move.onward and where is not None and where > move.offset:
-            move.note = (f"the partition already stood at {where}, past {move.offset} (computed when the call "
-                         f"was made): a move to the end or onward never goes back, it stays at {where}")
-            move.offset = where
 
     def _persist(self, moved: list[tuple[_Move, int | None]]) -> None:
         """Persist moved changes in one go; if that fails, each is moved back and waits for a retry."""
@@ -389,6 +361,14 @@ class OffsetGate:
                           more=more)
         self._report(event)
         return event
+
+
+def _not_back(move: _Move, where: int | None) -> None:
+    """An onward move whose partition already stands past its target stays where it stands."""
+    if move.onward and where is not None and where > move.offset:
+        move.note = (f"the partition already stood at {where}, past {move.offset} (computed when the call "
+                     f"was made): a move to the end or onward never goes back, it stays at {where}")
+        move.offset = where
 
 
 def _joined(*parts: str | None) -> str:
