@@ -54,11 +54,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 from ...model import GateEvent, MoveState, PartitionKey, PendingMove
 from .change_marks import ChangeMark, Committed
+from .gate_moves import GatePartition as _Partition
+from .gate_moves import Move as _Move
 
 PERSIST_RETRY_S = 0.5   # between retries of a change whose persist failed
 EARLY_DELIVERY_S = 1.0  # after a move, batches are cut early until each moved partition delivered, at most this long
@@ -75,27 +76,6 @@ class ConsumerPort(Protocol):
         (carried by every later commit of the partition too); None when done, else what failed and why."""
 
 
-@dataclass
-class _Move:
-    change_id: int
-    tp: PartitionKey
-    offset: int
-    state: MoveState = MoveState.REQUESTED
-    reason: str | None = None
-    retry_at: float = 0.0
-    onward: bool = False          # never a move back (see the module docstring)
-    note: str | None = None       # why the move went elsewhere than its target (reported when persisted)
-
-
-@dataclass
-class _Partition:
-    """An assigned partition as the gate sees it."""
-    position: int | None = None   # the next offset the stream delivers, when known
-    settled: bool = False         # its start is decided (explicit offset, or a message delivered)
-    expect: tuple[int, int | None] | None = None   # after a move: (target, origin) until the first delivery
-    mark: ChangeMark | None = None   # the last change of this stream persisted on it, as its commit says (ours only)
-
-
 class OffsetGate:
     def __init__(self, port: ConsumerPort, report: Callable[[GateEvent], None], *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None,
@@ -110,6 +90,7 @@ class OffsetGate:
         self._assign_origins: dict[PartitionKey, int | None] = {}
         self._undelivered: dict[PartitionKey, float] = {}   # moved, not delivered from yet: until when to hurry
         self._cancelled_up_to = 0   # a call the host cancelled before its offsets got here is cancelled on arrival
+        self._forgotten: set[tuple[int, PartitionKey]] = set()   # persisted by another task before its call got here
 
     @property
     def moved(self) -> bool:
@@ -137,12 +118,15 @@ class OffsetGate:
 
     def forget(self, change_id: int, tps: Iterable[PartitionKey]) -> None:
         """Another task of the stream persisted change `change_id` on `tps` (any thread, at once: not queued
-        behind a batch, so it lands before the partitions can reach this task): drop it here unreported."""
+        behind a batch, so it lands before the partitions can reach this task): drop it here unreported; a call
+        still on its way here is dropped on `tps` when it arrives (its mark there may be gone: another host's)."""
         with self._lock:
             for tp in tps:
                 move = self._moves.get(tp)
                 if move is not None and move.change_id == change_id and move.state == MoveState.WAITING:
                     del self._moves[tp]
+                elif move is None or move.change_id < change_id:
+                    self._forgotten.add((change_id, tp))
 
     # -- seams (poll thread) ----------------------------------------------------
     def request(self, change_id: int, offsets: Mapping[PartitionKey, int],
@@ -158,10 +142,15 @@ class OffsetGate:
             for tp, offset in offsets.items():
                 self._emit(_Move(change_id, tp, offset, MoveState.CANCELLED))
             return
+        with self._lock:
+            forgotten = {tp for c, tp in self._forgotten if c == change_id}
+            self._forgotten = {(c, tp) for c, tp in self._forgotten if c > change_id}
         for tp, offset in offsets.items():
             old = self._moves.get(tp)
             if old is not None:
                 self._finish(old, MoveState.SUPERSEDED)
+            if tp in forgotten:   # another task persisted it there (forget came first): never applied again
+                continue
             move = _Move(change_id, tp, offset, onward=tp in onward)
             with self._lock:
                 self._moves[tp] = move
@@ -226,7 +215,7 @@ class OffsetGate:
                 # (None start); a raw constant is a sink that stores nothing of it (exactly-once after a sink
                 # change: where it stood is the old sink's, which the host's plan holds), not the group's commit
                 origin = known if known is not None or start is not None else seen.offset
-                self._not_back(move, origin)
+                _not_back(move, origin)
                 self._to(move, MoveState.MOVED)
                 self._assign_origins[tp] = origin
                 with self._lock:
@@ -318,7 +307,7 @@ class OffsetGate:
         for move in moves:
             part = self._assigned[move.tp]
             origin = part.position
-            self._not_back(move, origin)
+            _not_back(move, origin)
             if not (part.settled and self._port.seek(move.tp, move.offset)):
                 self._port.reassign(move.tp, move.offset)
             with self._lock:
@@ -339,14 +328,6 @@ class OffsetGate:
                                          f"{mark.change_id}); recorded now, not applied again")
         self._to(move, MoveState.PERSISTED, previous=mark.previous)
         self._finish(move, MoveState.RECORDED)
-
-    @staticmethod
-    def _not_back(move: _Move, where: int | None) -> None:
-        """An onward move whose partition already stands past its target stays where it stands."""
-        if move.onward and where is not None and where > move.offset:
-            move.note = (f"the partition already stood at {where}, past {move.offset} (computed when the call "
-                         f"was made): a move to the end or onward never goes back, it stays at {where}")
-            move.offset = where
 
     def _persist(self, moved: list[tuple[_Move, int | None]]) -> None:
         """Persist moved changes in one go; if that fails, each is moved back and waits for a retry."""
@@ -391,6 +372,14 @@ class OffsetGate:
                           more=more)
         self._report(event)
         return event
+
+
+def _not_back(move: _Move, where: int | None) -> None:
+    """An onward move whose partition already stands past its target stays where it stands."""
+    if move.onward and where is not None and where > move.offset:
+        move.note = (f"the partition already stood at {where}, past {move.offset} (computed when the call "
+                     f"was made): a move to the end or onward never goes back, it stays at {where}")
+        move.offset = where
 
 
 def _joined(*parts: str | None) -> str:
