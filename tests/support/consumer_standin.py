@@ -18,6 +18,40 @@ from stream_registry.registry.stream.stream_events import StreamEvents
 from stream_registry.registry.stream.worker import StreamWorker
 
 
+class RecordStandIn:
+    """A record as consume() returns it: topic `t`, a 2-byte `{}` value, no key, headers or error."""
+
+    def __init__(self, offset: int, partition: int = 0):
+        self._offset, self._partition = offset, partition
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return "t"
+
+    def partition(self):
+        return self._partition
+
+    def offset(self):
+        return self._offset
+
+    def key(self):
+        return None
+
+    def value(self):
+        return b"{}"
+
+    def timestamp(self):
+        return (1, 0)
+
+    def headers(self):
+        return None
+
+    def __len__(self):
+        return 2
+
+
 class ConsumerStandIn:
     def __init__(self, *, incremental: bool = True, committed: dict | None = None,
                  watermarks: dict | None = None):

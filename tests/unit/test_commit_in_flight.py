@@ -10,42 +10,10 @@ from __future__ import annotations
 import threading
 
 from confluent_kafka import TopicPartition
-from consumer_standin import ConsumerStandIn, worker_on
+from consumer_standin import ConsumerStandIn, RecordStandIn, worker_on
 from stream_helpers import wait_until
 
 from stream_registry.model import StreamStatus
-
-
-class _Record:
-    def __init__(self, offset: int):
-        self._offset = offset
-
-    def error(self):
-        return None
-
-    def topic(self):
-        return "t"
-
-    def partition(self):
-        return 0
-
-    def offset(self):
-        return self._offset
-
-    def key(self):
-        return None
-
-    def value(self):
-        return b"{}"
-
-    def timestamp(self):
-        return (1, 0)
-
-    def headers(self):
-        return None
-
-    def __len__(self):
-        return 2
 
 
 class _GatedConsumer(ConsumerStandIn):
@@ -76,7 +44,7 @@ class _GatedConsumer(ConsumerStandIn):
                 self._callbacks["on_assign"](self, [TopicPartition("t", 0)])
                 return []
             if self._served == 2:
-                return [_Record(0), _Record(1)]
+                return [RecordStandIn(0), RecordStandIn(1)]
             self.back.wait(min(timeout, 0.01))
             return []
 

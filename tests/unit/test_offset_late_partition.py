@@ -14,7 +14,7 @@ import threading
 import time
 
 from confluent_kafka import TopicPartition
-from consumer_standin import ConsumerStandIn, worker_on
+from consumer_standin import ConsumerStandIn, RecordStandIn, worker_on
 from stream_helpers import offsets_transform, wait_until
 
 from stream_registry.graph.sinks.null import NullSink
@@ -22,38 +22,6 @@ from stream_registry.model import PartitionKey
 
 TARGET, END = 10, 40
 LATE_S = 0.01   # partition 1's records come this long after partition 0's (within LATE_WAIT_S)
-
-
-class _Record:
-    def __init__(self, partition: int, offset: int):
-        self._partition, self._offset = partition, offset
-
-    def error(self):
-        return None
-
-    def topic(self):
-        return "t"
-
-    def partition(self):
-        return self._partition
-
-    def offset(self):
-        return self._offset
-
-    def key(self):
-        return None
-
-    def value(self):
-        return b"{}"
-
-    def timestamp(self):
-        return (1, 0)
-
-    def headers(self):
-        return None
-
-    def __len__(self):
-        return 2
 
 
 class _TwoBrokers(ConsumerStandIn):
@@ -65,7 +33,7 @@ class _TwoBrokers(ConsumerStandIn):
         self._callbacks: dict = {}
         self._assigned_once = False
         self._moved: set[int] = set()
-        self._queue: list[tuple[float, list[_Record]]] = []
+        self._queue: list[tuple[float, list[RecordStandIn]]] = []
         self._lock = threading.Lock()
 
     def subscribe(self, topics, **callbacks):
@@ -87,8 +55,8 @@ class _TwoBrokers(ConsumerStandIn):
             self._moved.add(tp.partition)
             if self._moved == {0, 1}:
                 now = time.monotonic()
-                self._queue = [(now, [_Record(0, o) for o in range(TARGET, END)]),
-                               (now + LATE_S, [_Record(1, o) for o in range(TARGET, END)])]
+                self._queue = [(now, [RecordStandIn(o, 0) for o in range(TARGET, END)]),
+                               (now + LATE_S, [RecordStandIn(o, 1) for o in range(TARGET, END)])]
 
     def consume(self, num_messages=1, timeout=-1):
         if not self._assigned_once:
