@@ -1,7 +1,6 @@
 """StreamConfig: what a user declares about a stream, and its validation.
 
-Validation is pure (no network); the registry adds the checks that need the
-cluster (reachable brokers, existing topics) before anything is stored.
+Validation is pure (no network); the registry adds the cluster's checks (brokers, topics) before storing.
 """
 from __future__ import annotations
 
@@ -70,6 +69,7 @@ class ErrorsTolerance(StrEnum):
     ALL = "all"     # the message is dead-lettered (or skipped and recorded); the others go on
 
 
+MAX_COMMIT_INTERVAL_MS = 60_000   # commit.interval.ms: a minute of re-read batches after a crash at the most
 # Kafka Connect's names for these settings: Cypher's `options` map and the API's create body use them.
 OPTION_FIELDS = {
     "delivery": "delivery",
@@ -85,16 +85,16 @@ OPTION_FIELDS = {
     "schema.registry.url": "schema_registry_url",
     "transform.options": "transform_options",
     "on_data_loss": "on_data_loss",
-    "check_sink": "check_sink",
+    "check_sink": "check_sink", "commit.interval.ms": "commit_interval_ms",   # the latter: Kafka Streams' name
     "engine": "engine", "spark.remote": "spark_remote", "spark.master": "spark_master",   # stream_engine.py
 }
 _ENUM_FIELDS = {"restart": RestartPolicy, "delivery": Delivery, "errors_tolerance": ErrorsTolerance,
                 "on_data_loss": DataLossPolicy}
 # What `alter` may change on an existing stream (its identity, topics and group stay: drop and create for those).
 ALTERABLE_FIELDS = ("batch_size", "batch_interval_ms", "transform", "sink", "configs", "restart", "errors_tolerance",
-                    "dead_letter_topic", "dead_letter_context_headers", "bolt_unwind", "tasks",
-                    "key_format", "value_format", "schema_registry_url", "transform_options",
-                    "bootstrap_servers", "credentials")   # a new cluster is an offset change (registry.sink_change)
+                    "dead_letter_topic", "dead_letter_context_headers", "bolt_unwind", "tasks", "commit_interval_ms",
+                    "key_format", "value_format", "schema_registry_url", "transform_options", "bootstrap_servers",
+                    "credentials")   # a new cluster is an offset change (registry.sink_change)
 ALTER_OPTIONS = ("from",)   # an alter's options beyond the fields: where a new sink starts (registry.sink_change)
 # What it cannot change, and why: the message says so plainly.
 _NOT_ALTERABLE = {
@@ -131,6 +131,7 @@ class StreamConfig:
     transform_options: Mapping[str, Any] = field(default_factory=dict)   # fn(messages, options=...)
     on_data_loss: DataLossPolicy = DataLossPolicy.CONTINUE
     check_sink: bool = True      # create (and an alter of the sink) connects and logs in to a Bolt sink first
+    commit_interval_ms: int = 0  # 0: a batch's offsets committed after it; N: a backlog's every N ms (group_commits)
     engine: str = HOST           # what runs it, host or spark, and where a Spark query runs: stream_engine.py
     spark_remote: str | None = None
     spark_master: str | None = None
@@ -303,6 +304,9 @@ class StreamConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name}: must be a positive integer, got {value!r}")
+        if type(self.commit_interval_ms) is not int or not 0 <= self.commit_interval_ms <= MAX_COMMIT_INTERVAL_MS:
+            raise ConfigError(f"{_option_name('commit_interval_ms')}: must be an integer from 0 to "
+                              f"{MAX_COMMIT_INTERVAL_MS}, got {_shown_value(self.commit_interval_ms)}")
         for name, kind in _ENUM_FIELDS.items():
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(f"{_option_name(name)}: expected one of "

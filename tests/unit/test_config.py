@@ -77,3 +77,16 @@ def test_alter_rotates_credentials_by_merge_and_logs_their_names_not_their_value
     assert before.altered({"bootstrap_servers": "127.0.0.1:9093"}).bootstrap_servers == "127.0.0.1:9093"
     with pytest.raises(ConfigError, match="^credentials: expected a map"):
         before.altered({"credentials": "secret"})
+
+
+@pytest.mark.parametrize("value", [-1, 60_001, 0.5, True, "500"])
+def test_commit_interval_is_named_in_its_error(value):
+    with pytest.raises(ConfigError, match=r"^commit\.interval\.ms \(commit_interval_ms\): must be an integer"):
+        _config(commit_interval_ms=value).validate()
+
+
+def test_commit_interval_defaults_to_each_batch_and_is_alterable():
+    from stream_registry.config import alter_fields
+
+    assert _config().commit_interval_ms == 0   # each written batch committed after it (the delivery docs' promise)
+    assert alter_fields({"commit.interval.ms": 500}) == {"commit_interval_ms": 500}

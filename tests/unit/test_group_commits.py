@@ -10,7 +10,7 @@ from consumer_standin import ConsumerStandIn
 
 from stream_registry.model import PartitionKey
 from stream_registry.registry.stream.change_marks import ChangeMark, MarkKey
-from stream_registry.registry.stream.group_commits import COMMIT_EVERY_S, OWED_RETRY_S, GroupCommits
+from stream_registry.registry.stream.group_commits import OWED_RETRY_S, GroupCommits
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 
@@ -244,10 +244,13 @@ def test_a_commit_in_flight_is_waited_for_in_slices_asking_about_the_cluster_and
     assert not commits.in_flight and consumer.committed_offsets == {("t", 0): (5, None)}
 
 
+CADENCE_S = 0.5   # a stream's commit.interval.ms of 500
+
+
 def _paced(consumer, clock: Clock, rebalancing: list[bool]):
     return GroupCommits("orders", lambda: consumer, give_up=lambda: False, in_rebalance=lambda: rebalancing[0],
                         redact=str, clock=clock, sleep=clock.sleep, mark_key=KEY, pipelined=True,
-                        cadence_s=COMMIT_EVERY_S)
+                        cadence_s=CADENCE_S)
 
 
 def _committed(consumer) -> list:
@@ -263,7 +266,7 @@ def test_reading_a_backlog_full_batches_are_committed_merged_at_the_cadence_and_
     commits.commit_batch({P1: 8}, full=True)
     commits.settle()
     assert _committed(consumer) == [[(0, 5)]], "within the cadence: deferred"
-    clock.now += COMMIT_EVERY_S
+    clock.now += CADENCE_S
     commits.commit_batch({P0: 12}, full=True)
     commits.settle()
     assert _committed(consumer)[1:] == [[(0, 12), (1, 8)]], "one commit carries every batch deferred"

@@ -14,7 +14,7 @@
 - Marked: each commit of a partition carries the mark of the last offset change
   persisted on it (change_marks), so a host that died between a persist and its
   record learns what happened; a partition given up forgets its mark.
-- Paced (the worker's, `cadence_s`): while a stream reads a backlog (full
+- Paced (`cadence_s`, the stream's commit.interval.ms; 0 by default: each batch): while a stream reads a backlog (full
   batches), its written batches' offsets are merged and committed at most every
   `cadence_s`, not after every batch: each commit costs the poll thread a wait
   for the coordinator's answer (it calls nothing on the consumer meanwhile). A
@@ -43,8 +43,6 @@ COMMIT_RETRY_MAX_S = 1.0    # at most this: a coordinator still loading is not a
 COMMIT_DEADLINE_S = 10.0    # transient commit errors are retried this long
 COMMIT_MIN_WAIT_S = 2.0     # the least a commit's answer is waited for (commits.py; an outage cuts it short)
 OWED_RETRY_S = 1.0          # a failed batch commit is tried again between batches, this often
-COMMIT_EVERY_S = 0.5        # the worker's cadence: a stream reading a backlog commits its written batches this often
-# (each commit costs the poll thread a wait of 0.3-7 ms, load-dependent: bench/ingest_throughput.py --profile)
 # Commit errors only the next poll can resolve: retrying them in a loop stalls the poll thread.
 NEEDS_POLL = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
                         KafkaError.REBALANCE_IN_PROGRESS, KafkaError._STATE, KafkaError._NO_OFFSET})

@@ -54,7 +54,7 @@ from .collector import BatchCollector
 from .control_requests import AbandonRequest as _AbandonRequest
 from .control_requests import CancelRequest as _CancelRequest
 from .control_requests import OffsetRequest as _OffsetRequest
-from .group_commits import COMMIT_EVERY_S, GroupCommits
+from .group_commits import GroupCommits
 from .health import ClusterProbe, Health
 from .offset_gate import OffsetGate
 from .poll_context import PollContext
@@ -94,7 +94,7 @@ class StreamWorker:
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
                                     pipelined=True,   # a batch's commit is answered while the next one is read
-                                    cadence_s=COMMIT_EVERY_S)   # reading a backlog: batches committed this often
+                                    cadence_s=config.commit_interval_ms / 1000)   # commit.interval.ms (0: each batch)
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
                                      on_revoked=lambda revoked: self._collector.drop_revoked(revoked),
                                      before_assign=self._drain_control, coming=self.calls.any)
