@@ -131,7 +131,7 @@ class StreamConfig:
     transform_options: Mapping[str, Any] = field(default_factory=dict)   # fn(messages, options=...)
     on_data_loss: DataLossPolicy = DataLossPolicy.CONTINUE
     check_sink: bool = True      # create (and an alter of the sink) connects and logs in to a Bolt sink first
-    commit_interval_ms: int = 0  # 0: a batch's offsets committed after it; N: a backlog's every N ms (group_commits)
+    commit_interval_ms: int = 500  # a backlog's batches committed every N ms; 0: each batch after it (group_commits)
     engine: str = HOST           # what runs it, host or spark, and where a Spark query runs: stream_engine.py
     spark_remote: str | None = None
     spark_master: str | None = None

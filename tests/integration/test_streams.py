@@ -143,9 +143,9 @@ def test_start_right_after_error_restarts_while_the_failed_thread_is_still_endin
 
 @pytest.mark.parametrize("commit_interval_ms", [0, 60_000])
 def test_sigkill_mid_run_loses_nothing(kafka, tmp_path, commit_interval_ms):
-    """At least once: a SIGKILL loses nothing. With each batch committed (commit.interval.ms 0, the default) it
-    re-delivers at most the one batch whose commit had not been made; with commit.interval.ms the batches of up to
-    that long (exactly-once-delivery.md)."""
+    """At least once: a SIGKILL loses nothing. With each batch committed (commit.interval.ms 0) it re-delivers at
+    most the one batch whose commit had not been made; with commit.interval.ms N (500 by default) the batches of up
+    to N ms (exactly-once-delivery.md)."""
     topic = kafka.new_topic(partitions=3)
     kafka.produce(topic, 3000, partitions=3)
     out = tmp_path / "out.cypherl"

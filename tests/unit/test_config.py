@@ -85,8 +85,8 @@ def test_commit_interval_is_named_in_its_error(value):
         _config(commit_interval_ms=value).validate()
 
 
-def test_commit_interval_defaults_to_each_batch_and_is_alterable():
+def test_commit_interval_defaults_to_half_a_second_and_is_alterable():
     from stream_registry.config import alter_fields
 
-    assert _config().commit_interval_ms == 0   # each written batch committed after it (the delivery docs' promise)
+    assert _config().commit_interval_ms == 500   # a backlog's batches committed every 0.5 s (the delivery docs)
     assert alter_fields({"commit.interval.ms": 500}) == {"commit_interval_ms": 500}
