@@ -51,10 +51,11 @@ def _caught_up(kafka, registry, memory_sinks, messages=20):
 
 
 # -- 1 ---------------------------------------------------------------------------------------------------
-def test_a_failed_commit_never_drags_the_stream_back_later(kafka, embedded_kafka, registry, memory_sinks):
+def test_a_failed_commit_never_drags_the_stream_back_later(own_kafka, registry, memory_sinks):
     """Every OffsetCommit fails; set_offset(5) at 20 stays pending, saying why, and nothing is redelivered.
     Once commits succeed it is applied once: 5..19 come again exactly once, the committed offset ends at 20
     with no lag, and a restart writes nothing more."""
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded   # every OffsetCommit of its cluster is this test's
     topic = _caught_up(kafka, registry, memory_sinks)
     sink = memory_sinks["orders"]
     embedded_kafka.push_request_errors("OffsetCommit", *[COMMIT_FAILS] * 500)
@@ -79,7 +80,8 @@ def test_a_failed_commit_never_drags_the_stream_back_later(kafka, embedded_kafka
 
 
 # -- 2 ---------------------------------------------------------------------------------------------------
-def test_a_cancelled_change_is_never_applied(kafka, embedded_kafka, registry, memory_sinks):
+def test_a_cancelled_change_is_never_applied(own_kafka, registry, memory_sinks):
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded   # every OffsetCommit of its cluster is this test's
     _caught_up(kafka, registry, memory_sinks)
     embedded_kafka.push_request_errors("OffsetCommit", *[COMMIT_FAILS] * 500)
     try:
@@ -186,10 +188,10 @@ def test_kip848_a_change_right_after_the_first_assignment_is_where_delivery_star
 
 
 # -- 5 ---------------------------------------------------------------------------------------------------
-def test_relative_moves_of_an_exactly_once_stream_count_from_what_its_sink_stores(kafka, embedded_kafka,
-                                                                                   registry, tmp_path):
+def test_relative_moves_of_an_exactly_once_stream_count_from_what_its_sink_stores(own_kafka, registry, tmp_path):
     """Kafka's commits fail while the graph takes batches: the sink stores 20, the group holds 10. "-5" then
     plans 20 → 15, and revert goes back to 20."""
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded   # every OffsetCommit of its cluster is this test's
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 10, partitions=1)
     out = tmp_path / "out.cypherl"

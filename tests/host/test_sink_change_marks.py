@@ -65,7 +65,8 @@ def graph_sink(graph_server, topic: str) -> SinkView:
 
 @pytest.mark.parametrize("sink_kind", ["cypherl", pytest.param("falkordb", marks=pytest.mark.graph)])
 def test_a_change_stored_in_the_sink_before_a_kill_is_recorded_once_from_the_sinks_mark(
-        sink_kind, kafka, embedded_kafka, tmp_path, request):
+        sink_kind, own_kafka, tmp_path, request):
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded   # every OffsetCommit of its cluster is this test's
     topic = kafka.new_topic(partitions=1)
     kafka.produce(topic, 20, partitions=1)
     sink = cypherl_sink(tmp_path, topic) if sink_kind == "cypherl" else \

@@ -71,10 +71,10 @@ def test_messages_of_a_partition_revoked_mid_batch_are_not_written_or_committed(
         registry.close()
 
 
-def test_a_move_whose_commit_fails_is_pending_with_the_kafka_error_then_applied(kafka, embedded_kafka, tmp_path,
-                                                                                memory_sinks):
+def test_a_move_whose_commit_fails_is_pending_with_the_kafka_error_then_applied(own_kafka, tmp_path, memory_sinks):
     """A change is `applied` only once its commit succeeded; until then the row says why, and the
     commit is retried until it goes through (issue 10, defect 2)."""
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded   # every OffsetCommit of its cluster is this test's
     from confluent_kafka import KafkaError
 
     topic = kafka.new_topic(partitions=1)

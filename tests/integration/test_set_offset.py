@@ -330,10 +330,11 @@ def test_commit_errors_and_a_broker_down_during_the_call(kafka, embedded_kafka, 
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 300 + 150 + 30, timeout=30)
 
 
-def test_a_failed_batch_commit_is_retried_when_nothing_more_comes(kafka, embedded_kafka, registry, memory_sinks):
+def test_a_failed_batch_commit_is_retried_when_nothing_more_comes(own_kafka, registry, memory_sinks):
     """The last batch's commit fails (a non-retriable OffsetCommit error, as a rebalance or an outage can leave
     it) and nothing more arrives to carry it: the stream commits it again between batches, so the group's offset
     does not stay behind what the stream wrote (its lag 0, a restart resuming after it)."""
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded   # every OffsetCommit of its cluster is this test's
     topic = _stream(kafka, registry, partitions=1, messages=10)
     registry.start("orders")
     wait_until(lambda: {r.committed_offset for r in registry.describe("orders")} == {10}, timeout=30)
