@@ -94,7 +94,8 @@ class StreamWorker:
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
                                     pipelined=True,   # a batch's commit is answered while the next one is read
-                                    cadence_s=config.commit_interval_ms / 1000)   # commit.interval.ms (0: each batch)
+                                    cadence_s=config.commit_interval_ms / 1000,   # commit.interval.ms (0: each batch)
+                                    hold=self.calls.any)   # batch commits wait while an offset call is coming
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
                                      on_revoked=lambda revoked: self._collector.drop_revoked(revoked),
                                      before_assign=self._drain_control, coming=self.calls.any)
@@ -306,7 +307,7 @@ class StreamWorker:
         consumer = self._ctx.open_consumer
         if consumer is None:
             return
-        self.commits.flush()    # what the cadence deferred, committed
+        self.commits.flush(closing=True)    # what the cadence deferred, committed
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         self._wake.close()   # its queue handle goes before the consumer does
         self._fetch_wait.close()
