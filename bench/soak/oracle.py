@@ -283,8 +283,11 @@ def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int,
             break
     if candidate is None:
         return max(cur, forced)
-    while candidate < len(changes) and changes[candidate].lo <= r.pos and changes[candidate].offset == r.offset:
-        candidate += 1                      # a chain of changes to one offset: the last of them
+    # a chain of changes to one offset, applied back to back: the last of them. A later change applied where the
+    # stream stood elsewhere (its `previous`) came after this one's records, not before them: no link.
+    while candidate < len(changes) and changes[candidate].lo <= r.pos and changes[candidate].offset == r.offset \
+            and changes[candidate].previous in (None, r.offset):
+        candidate += 1
     return candidate
 
 
