@@ -423,6 +423,11 @@ def test_a_second_change_to_the_same_offset_applied_after_the_first_was_read_fro
     f.batch(*range(467, 500))                               # the second's, from 467 again
     v = check(f, [first, second], log_end=500)
     assert figures(v) == {**ZERO, "replayed": 17 + 33}, v.problems
+    # The first never applied (pending, superseded by the second while it waited): the second's records are its.
+    h = File().batch(*range(560))
+    superseded = [Change(409, lo=h.size - LINE), Change(409, lo=h.size, hi=h.size + LINE, previous=555)]
+    h.batch(*range(409, 560))
+    assert figures(check(h, superseded, log_end=560)) == {**ZERO, "replayed": 151}
     # Two changes to one offset applied back to back, nothing read in between, still form a chain.
     g = File().batch(*range(697))
     chained = [Change(467, lo=g.size, previous=697), Change(467, lo=g.size, hi=g.size + LINE, previous=467)]
