@@ -24,6 +24,7 @@ from ..offset_store import (
     READ_MARKS_QUERY,
     READ_QUERY,
     Continuation,
+    change_as_one_statement,
     continuation,
     offsets_in_statements,
     stored_in_rows,
@@ -117,8 +118,10 @@ class BoltSink(Closing):
               expect: Mapping[PartitionKey, int | None] | None = None) -> Written:
         if not statements:
             return Written.APPLIED
-        work = [(s.query, driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
         end = offsets_in_statements(statements)
+        if not self.engine.transactions:   # an offset change's mark never without its offsets (offset_store)
+            statements = change_as_one_statement(statements)
+        work = [(s.query, driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
         unknown = False   # a commit of this batch failed in flight: it may have been applied
         with self._lock:
             for attempt in range(1, self.retries + 1):
