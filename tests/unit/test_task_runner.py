@@ -35,6 +35,7 @@ class FakeTask:
         self.stored: dict = {}
         self.cancel_answer = cancel_answer
         self.fail_start = False
+        self.calls: list = []   # (what, token, whether it had started when told)
 
     def start(self, timeout: float = 30.0) -> None:
         if self.fail_start:
@@ -65,6 +66,12 @@ class FakeTask:
 
     def close(self) -> None:
         self.alive = False
+
+    def call_coming(self, token, within) -> None:
+        self.calls.append(("coming", token, self.alive))
+
+    def call_ended(self, token) -> None:
+        self.calls.append(("ended", token, self.alive))
 
     def die(self, cause: str = "killed by signal 9 (SIGKILL)") -> None:
         self.alive = False
@@ -207,3 +214,30 @@ def test_a_task_that_fails_to_start_stops_the_others_and_names_its_index():
     with pytest.raises(StreamError, match=r"^task 1: consumer did not start$"):
         tasks.runner.start()
     assert not any(t.alive for t in tasks.made)
+
+
+def test_a_task_started_while_a_call_is_coming_is_told_before_it_starts_and_of_the_end_after():
+    """A task restarted (or the stream started) while the host resolves an offset call holds its first assignment
+    for that call too (calls_coming.py): it is told of the call before it starts, and of its end."""
+    tasks = Tasks()
+    tasks.runner.call_coming(1, 30.0)   # announced before the stream's tasks exist
+    tasks.runner.start()
+    assert [t.calls for t in tasks.made] == [[("coming", 1, False)]] * 2, "told before each task started"
+    tasks.runner.call_ended(1)
+    tasks.runner.call_coming(2, 30.0)
+    tasks.made[1].die()
+    deadline = time.monotonic() + 5
+    while len(tasks.made) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    restarted = tasks.made[2]
+    deadline = time.monotonic() + 5
+    while not restarted.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert restarted.calls == [("coming", 2, False)], "only the call still coming, before its start"
+    tasks.runner.call_ended(2)
+    assert restarted.calls[-1] == ("ended", 2, True)
+    tasks.made[0].die()
+    deadline = time.monotonic() + 5
+    while len(tasks.made) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tasks.made[3].calls == [], "no call coming: nothing told"

@@ -27,6 +27,7 @@ from ...model import GateEvent, PartitionKey, PendingMove, RetryPolicy, WorkerSn
 from ..stream.change_marks import MarkKey
 from ..stream.stream_events import StreamEvents
 from ..stream.worker import StreamWorker
+from .announced_calls import AnnouncedCalls
 
 log = logging.getLogger("mgstreams.registry")
 
@@ -40,9 +41,12 @@ class ThreadRunner:
     """A stream on a poll thread of this process: its transformation, its sink and its StreamWorker."""
 
     def __init__(self, config: StreamConfig, *, pending: Mapping[PartitionKey, PendingMove], output: OutputPolicy,
-                 retry: RetryPolicy, events: StreamEvents, marks: MarkKey | None = None):
+                 retry: RetryPolicy, events: StreamEvents, marks: MarkKey | None = None,
+                 calls: Mapping[int, float] | None = None):
+        """`calls`: offset calls announced before this runner was made (announced_calls.py)."""
         self.config = config
         self._marks = marks
+        self._announced = AnnouncedCalls(calls)   # told to the worker once it exists
         self.pid: int | None = os.getpid()
         self._pending, self._output, self._retry, self._events = dict(pending), output, retry, events
         self._sink: Sink | None = None
@@ -64,9 +68,13 @@ class ThreadRunner:
             if self.config.delivery == Delivery.EXACTLY_ONCE and not hasattr(self._sink, "stored_offsets"):
                 raise ConfigError(f"delivery: 'exactly_once' needs a sink that stores offsets with its batches "
                                   f"(bolt, cypherl, null), not {self.config.sink!r}")
-            self._worker = StreamWorker(self.config, transformation, self._sink, pending=self._pending,
-                                        events=self._events, retry=self._retry, marks=self._marks)
-            self._worker.start(timeout)
+            worker = StreamWorker(self.config, transformation, self._sink, pending=self._pending,
+                                  events=self._events, retry=self._retry, marks=self._marks)
+            with self._announced.lock:   # calls announced before it existed hold its first assignment too
+                for token, within in self._announced.current().items():
+                    worker.calls.coming(token, within)
+                self._worker = worker
+            worker.start(timeout)
         except BaseException:
             self.close()
             raise
@@ -103,12 +111,16 @@ class ThreadRunner:
 
     def call_coming(self, token: int, within: float) -> None:
         """engine.CallsAnnounced: an offset call is being resolved (calls_coming.py)."""
-        if self._worker is not None:
-            self._worker.calls.coming(token, within)
+        with self._announced.lock:
+            self._announced.coming(token, within)
+            if self._worker is not None:
+                self._worker.calls.coming(token, within)
 
     def call_ended(self, token: int) -> None:
-        if self._worker is not None:
-            self._worker.calls.ended(token)
+        with self._announced.lock:
+            self._announced.ended(token)
+            if self._worker is not None:
+                self._worker.calls.ended(token)
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         return self._worker.cancel_pending(timeout, up_to) if self._worker is not None else []

@@ -32,7 +32,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -59,6 +59,7 @@ from ...sandbox import confine_stream, end_group
 from ..stream.batch_stats import BatchStats
 from ..stream.change_marks import MarkKey
 from ..stream.stream_events import StreamEvents
+from .announced_calls import AnnouncedCalls
 from .caps import MemoryWatch
 from .child_process import CHILD_POLL_S, child_error, exit_cause, spawn_child, watch_host
 from .runner import ThreadRunner, process_rss
@@ -83,6 +84,7 @@ class ChildSpec:
     log_level: int
     memory_limit_mb: int | None = None   # resident memory over this ends the stream in error (caps.MemoryWatch)
     marks: MarkKey | None = None         # the stream's identity and mark key (change_marks): never on a command line
+    calls: Mapping[int, float] = field(default_factory=dict)   # offset calls coming at its start (announced_calls)
 
 
 # -- host to child -------------------------------------------------------------------
@@ -230,6 +232,7 @@ class ProcessRunner:
         self._last_snapshot = WorkerSnapshot()
         self._reader: threading.Thread | None = None   # the only thread that reaps the process
         self._exitcode: int | None = None
+        self._announced = AnnouncedCalls()   # the calls coming at its spawn go in its spec, later ones on the pipe
 
     @property
     def pids(self) -> tuple[int, ...]:
@@ -241,8 +244,10 @@ class ProcessRunner:
 
     # -- control --------------------------------------------------------------
     def start(self, timeout: float = 30.0) -> None:
-        process, conn = spawn_child(child_main, (self._spec,), f"mgstreams-stream-{self.config.name}")
-        self._process, self._conn, self.pid = process, conn, process.pid
+        with self._announced.lock:   # a call announced or ended meanwhile goes on the pipe, after the spec's
+            spec = replace(self._spec, calls=self._announced.current())
+            process, conn = spawn_child(child_main, (spec,), f"mgstreams-stream-{self.config.name}")
+            self._process, self._conn, self.pid = process, conn, process.pid
         self._reader = reader = threading.Thread(target=self._read, args=(process, conn),
                                                  name=f"mgstreams-pipe-{self.config.name}", daemon=True)
         reader.start()
@@ -294,12 +299,17 @@ class ProcessRunner:
             self._send(Recorded(change_id, ok))
 
     def call_coming(self, token: int, within: float) -> None:
-        """engine.CallsAnnounced; sent even while the process starts (the pipe keeps it)."""
-        self._send(CallComing(token, within))
+        """engine.CallsAnnounced; sent even while the process starts (the pipe keeps it); before it is spawned,
+        kept for its spec."""
+        with self._announced.lock:
+            self._announced.coming(token, within)
+            self._send(CallComing(token, within))
 
     def call_ended(self, token: int) -> None:
         """After the call's request, on the same ordered pipe."""
-        self._send(CallEnded(token))
+        with self._announced.lock:
+            self._announced.ended(token)
+            self._send(CallEnded(token))
 
     def cancel_pending(self, timeout, up_to=None):
         """The child's answer comes after any change it persisted before the cancel (one ordered pipe)."""
@@ -457,6 +467,7 @@ def child_main(conn, spec: ChildSpec) -> None:
 
     realigns = _RealignRelay(send)
     runner = ThreadRunner(spec.config, pending=spec.pending, output=spec.output, retry=spec.retry, marks=spec.marks,
+                          calls=spec.calls,
                           events=StreamEvents(on_status=lambda status, error: send(StatusChanged(status, error)),
                                               on_change=_EventRelay(send),
                                               on_set_aside=lambda records: send(SetAsideRecords(records)),

@@ -33,6 +33,7 @@ from ...errors import StreamError
 from ...model import GateEvent, MoveState, PartitionKey, StreamStatus, WorkerSnapshot
 from ..stream.batch_stats import BatchStats
 from ..stream.stream_events import StreamEvents
+from .announced_calls import AnnouncedCalls
 from .engine import CallsAnnounced, RecordsMeanwhile, StreamRunner
 from .restarts import RestartBackoff
 
@@ -75,6 +76,7 @@ class TaskRunner:
         self._stopping = False
         self._shown: tuple[StreamStatus, str | None] | None = None
         self._unrecorded: dict[int, list] = {}   # change id: (task, request) held until its record is durable
+        self._announced = AnnouncedCalls()   # calls coming: a task made meanwhile is told of them (announced_calls)
 
     # -- StreamRunner -----------------------------------------------------------
     @property
@@ -90,7 +92,7 @@ class TaskRunner:
     def start(self, timeout: float = 30.0) -> None:
         """Start every task at once; if one fails, the others are stopped and its error raised."""
         for task in self._tasks:
-            task.runner = self._runner_of(task)
+            self._runner_of(task)
         failures: list[str] = []
 
         def start_one(task: _Task) -> None:
@@ -199,15 +201,20 @@ class TaskRunner:
             runner.forget(change_id, tps)
 
     def call_coming(self, token: int, within: float) -> None:
-        """engine.CallsAnnounced: every task holds what it is newly assigned until the call ended."""
-        for runner in self._runners():
-            if isinstance(runner, CallsAnnounced):
-                runner.call_coming(token, within)
+        """engine.CallsAnnounced: every task holds what it is newly assigned until the call ended, a task started
+        meanwhile too."""
+        with self._announced.lock:
+            self._announced.coming(token, within)
+            for runner in self._runners():
+                if isinstance(runner, CallsAnnounced):
+                    runner.call_coming(token, within)
 
     def call_ended(self, token: int) -> None:
-        for runner in self._runners():
-            if isinstance(runner, CallsAnnounced):
-                runner.call_ended(token)
+        with self._announced.lock:
+            self._announced.ended(token)
+            for runner in self._runners():
+                if isinstance(runner, CallsAnnounced):
+                    runner.call_ended(token)
 
     def cancel_pending(self, timeout: float, up_to: int | None = None) -> list[GateEvent] | None:
         """Cancel in every task at once; None unless every running task confirmed in time."""
@@ -239,13 +246,20 @@ class TaskRunner:
 
     # -- one task's events ---------------------------------------------------------
     def _runner_of(self, task: _Task) -> StreamRunner:
+        """`task`'s new runner, not started, told of the calls coming (and, being the task's, of their ends)."""
         events = StreamEvents(on_status=lambda status, error: self._on_status(task, status, error),
                               on_change=lambda event: self._on_change(task, event),
                               on_set_aside=self._events.on_set_aside,
                               on_stats=lambda stats: self._on_stats(task, stats),
                               on_realign=self._events.on_realign, on_lost=self._events.on_lost,
                               on_outage=self._events.on_outage)
-        return self._new_task(events, lambda runner, cause: self._on_exit(task, runner, cause), task.index)
+        runner = self._new_task(events, lambda runner, cause: self._on_exit(task, runner, cause), task.index)
+        with self._announced.lock:
+            if isinstance(runner, CallsAnnounced):
+                for token, within in self._announced.current().items():
+                    runner.call_coming(token, within)
+            task.runner = runner
+        return runner
 
     def _on_change(self, task: _Task, event: GateEvent) -> None:
         """A persisted change is forgotten by the other tasks first (they must not move the partition again
@@ -320,7 +334,7 @@ class TaskRunner:
                 if self._stopping or task.runner is not crashed:
                     return
                 task.restarts += 1
-                task.runner = runner = self._runner_of(task)
+                runner = self._runner_of(task)
                 task.started_at = time.monotonic()
                 task.status, task.error = StreamStatus.STARTING, None
             try:
