@@ -48,9 +48,17 @@ def test_a_cluster_started_again_on_its_port_is_found_by_the_stream(host, tmp_pa
             stop(cluster)
             wait_until(lambda: api.get("/streams/fixed/lag").json()["status"] == "ERR", 60, what="the outage seen")
             cluster = kafka_on(port)   # the same address: the stream finds it without being told
+            # its log starts empty (memory): two records end before the stream's position (3), which is out of the
+            # new log whenever the stream fetches it, so the stream reads the new log from its start (with more
+            # records than that, a fetch from 3 could come after them and find 3.. there: nothing tells the logs apart)
             assert mgstreams("kafka", "produce", "orders", "--bootstrap", bootstrap,
-                             stdin="".join(f'{{"i": {i}}}\n' for i in range(5))).returncode == 0
-            # its log starts empty (memory): the stream reads the new log's five records, from its offset 0
+                             stdin="".join(f'{{"i": {i}}}\n' for i in range(2))).returncode == 0
+            wait_until(lambda: [o for _, _, o in delivered_from_file(out)][3:] == [0, 1], 90,
+                       what="the first records of the cluster started again",
+                       describe=lambda: ([o for _, _, o in delivered_from_file(out)],
+                                         api.get("/streams/fixed").json().get("error")))
+            assert mgstreams("kafka", "produce", "orders", "--bootstrap", bootstrap,
+                             stdin="".join(f'{{"i": {i}}}\n' for i in range(2, 5))).returncode == 0
             wait_until(lambda: [o for _, _, o in delivered_from_file(out)][3:] == [0, 1, 2, 3, 4], 90,
                        what="the records of the cluster started again",
                        describe=lambda: ([o for _, _, o in delivered_from_file(out)],
