@@ -52,7 +52,9 @@ def test_a_cluster_started_again_on_its_port_is_found_by_the_stream(host, tmp_pa
                              stdin="".join(f'{{"i": {i}}}\n' for i in range(5))).returncode == 0
             # its log starts empty (memory): the stream reads the new log's five records, from its offset 0
             wait_until(lambda: [o for _, _, o in delivered_from_file(out)][3:] == [0, 1, 2, 3, 4], 90,
-                       what="the records of the cluster started again")
+                       what="the records of the cluster started again",
+                       describe=lambda: ([o for _, _, o in delivered_from_file(out)],
+                                         api.get("/streams/fixed").json().get("error")))
             api.delete("/streams/fixed")
     finally:
         if cluster.poll() is None:
