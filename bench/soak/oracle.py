@@ -283,9 +283,19 @@ def _continuation_of(r: Rec, cur: int, changes: list[Change], reached: int,
             break
     if candidate is None:
         return max(cur, forced)
-    while candidate < len(changes) and changes[candidate].lo <= r.pos and changes[candidate].offset == r.offset:
-        candidate += 1                      # a chain of changes to one offset: the last of them
+    # a chain of changes to one offset, applied back to back: the last of them. A later change applied where the
+    # stream stood elsewhere (its `previous`) after this one was applied (it has a `previous` too) came after
+    # this one's records, not before them: no link. (This one never applied, superseded by the later: a link.)
+    while candidate < len(changes) and changes[candidate].lo <= r.pos and changes[candidate].offset == r.offset \
+            and not _read_from_between(changes[candidate - 1], changes[candidate]):
+        candidate += 1
     return candidate
+
+
+def _read_from_between(first: Change, later: Change) -> bool:
+    """Two changes to one offset: was the stream reading from the first's offset when the later was applied (the
+    first known applied, the later applied where the stream stood past it)?"""
+    return first.previous is not None and later.previous is not None and later.previous != later.offset
 
 
 def _ranges(offsets: list[int]) -> str:

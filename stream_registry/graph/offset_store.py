@@ -37,6 +37,12 @@ READ_QUERY = (f"MATCH (o:{OFFSET_LABEL} {{stream: $stream}}) "
 MARK_LABEL = "MgstreamsChangeMark"
 MARK_QUERY = (f"MERGE (m:{MARK_LABEL} {{stream: $stream, topic: $topic, partition: $partition}}) "
               f"SET m.mark = $mark")
+# An offset change's marks and offsets in one statement (change_as_one_statement): on FalkorDB a statement applies
+# whole or not at all (a refused one leaves nothing), so the mark is never stored without the offsets it stands for.
+CHANGE_QUERY = (f"UNWIND $marks AS mark MERGE (m:{MARK_LABEL} {{stream: mark.stream, topic: mark.topic, "
+                f"partition: mark.partition}}) SET m.mark = mark.mark WITH count(*) AS marked "
+                f"UNWIND $offsets AS next MERGE (o:{OFFSET_LABEL} {{stream: next.stream, topic: next.topic, "
+                f"partition: next.partition}}) SET o.next_offset = next.next_offset")
 READ_MARKS_QUERY = (f"MATCH (m:{MARK_LABEL} {{stream: $stream}}) "
                     f"RETURN m.topic AS topic, m.partition AS partition, m.mark AS mark")
 MARK_LINE = re.compile(
@@ -60,6 +66,25 @@ def mark_statements(stream: str, marks: Mapping[PartitionKey, str]) -> list[Stat
     statements (offsets_in_statements reads the trailing ones)."""
     return [Statement(MARK_QUERY, {"stream": stream, "topic": topic, "partition": partition, "mark": mark})
             for (topic, partition), mark in sorted(marks.items())]
+
+
+def change_as_one_statement(statements: Sequence[Statement]) -> list[Statement]:
+    """`statements` with a trailing offset change (mark statements, then offset statements: what an offset
+    change stores) as ONE statement (CHANGE_QUERY), for an engine without transactions (FalkorDB): each statement
+    is atomic there, two are not, and a kill or a refusal between them left a mark without its offsets, which a
+    takeover believed (the change "persisted") while the sink stored nothing of it. Anything else is returned as
+    it is (a batch's offsets follow its data: the engine's stated limit, docs/how-to/exactly-once-delivery.md)."""
+    end = len(statements)
+    while end and statements[end - 1].query == WRITE_QUERY:
+        end -= 1
+    start = end
+    while start and statements[start - 1].query == MARK_QUERY:
+        start -= 1
+    if start == end or end == len(statements):
+        return list(statements)
+    marks = [dict(s.parameters) for s in statements[start:end]]
+    offsets = [dict(s.parameters) for s in statements[end:]]
+    return [*statements[:start], Statement(CHANGE_QUERY, {"marks": marks, "offsets": offsets})]
 
 
 def offsets_in_statements(statements: Sequence[Statement]) -> dict[tuple[str, str, int], int]:

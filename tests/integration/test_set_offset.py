@@ -117,13 +117,17 @@ def test_a_call_still_resolving_at_the_first_assignment_is_where_every_partition
 
     topic = _stream_the_group_committed_at_50(kafka, registry, configs)
     assigned: list[Assignment] = []
+    resolving = threading.Event()
     resolve, on_assign = StreamPositions.resolve, Assignment._on_assign
 
     def assign_and_say(assignment, consumer, partitions):
+        # KIP-848 assigns at once: the first assignment waits here until the call is accepted and resolving
+        assert resolving.wait(30), "the call reached the host's resolve"
         on_assign(assignment, consumer, partitions)
         assigned.append(assignment)
 
     def resolve_after_the_assignment(positions, *args, **kwargs):
+        resolving.set()
         wait_until(lambda: assigned, 30, what="the group's first assignment")
         wait_until(lambda: memory_sinks["orders"].delivered() or assigned[0].held, 30,
                    what="records delivered from the group's offset, or the partitions held for the call")
@@ -131,7 +135,6 @@ def test_a_call_still_resolving_at_the_first_assignment_is_where_every_partition
     monkeypatch.setattr(Assignment, "_on_assign", assign_and_say)
     monkeypatch.setattr(StreamPositions, "resolve", resolve_after_the_assignment)
     registry.start("orders")
-    assert registry.get("orders").status == StreamStatus.STARTING   # the group has not assigned anything yet
     _every_partition_starts_at_10(registry.set_offset("orders", 10, timeout=30), memory_sinks["orders"], topic, 100)
 
 

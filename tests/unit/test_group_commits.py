@@ -299,6 +299,36 @@ def test_an_offset_change_drops_what_the_cadence_deferred_of_its_partition_and_a
     commits.flush()
     commits.settle()
     assert consumer.committed_offsets == {("t", 0): (4, KEY.encode(P0, M7)), ("t", 1): (6, None)}
+def test_while_an_offset_call_is_coming_batch_commits_wait_so_the_change_commits_first_without_queueing():
+    """The host announced a call (calls_coming.py): a batch's commit started now would make the change's commit
+    wait for its answer (one commit at a time), so it waits; the change commits at once and drops what waited of
+    its partition, the rest commits once no call is coming, and a close or a revoke commits regardless."""
+    consumer, clock, rebalancing, coming = ConsumerStandIn(), Clock(), [False], [True]
+    commits = GroupCommits("orders", lambda: consumer, give_up=lambda: False, in_rebalance=lambda: rebalancing[0],
+                           redact=str, clock=clock, sleep=clock.sleep, mark_key=KEY, pipelined=True,
+                           hold=lambda: coming[0])
+    commits.commit_batch({P0: 9, P1: 3}, full=False)   # not full: would commit at once, but a call is coming
+    commits.flush()   # the idle path, too, leaves it waiting
+    assert not commits.in_flight and _committed(consumer) == [] and not commits.deferred
+    assert commits.persist({P0: 2}, {P0: M7}) is None, "the change commits with nothing in flight before it"
+    assert _committed(consumer) == [[(0, 2)]]
+    coming[0] = False
+    commits.commit_batch({P0: 4}, full=False)
+    commits.settle()
+    assert consumer.committed_offsets == {("t", 0): (4, KEY.encode(P0, M7)), ("t", 1): (3, None)}, \
+        "the batch's 9 of the moved partition never undoes the change; the other partition's 3 is not lost"
+    coming[0] = True
+    commits.commit_batch({P1: 7}, full=False)
+    rebalancing[0] = True
+    commits.flush_revoked({P1})   # inside a revoke callback: committed while this member owns it
+    assert consumer.committed_offsets[("t", 1)] == (7, None)
+    rebalancing[0] = False
+    commits.commit_batch({P0: 6}, full=False)
+    commits.flush(closing=True)
+    commits.settle()
+    assert consumer.committed_offsets[("t", 0)] == (6, KEY.encode(P0, M7)), "a close commits what waits"
+
+
 def test_a_coordinator_loading_for_a_minute_is_asked_about_once_a_second_and_the_commit_lands_once_it_answers():
     """A commit-error episode (COORDINATOR_LOAD_IN_PROGRESS for 60 s of the model's time, a batch every 0.1 s): a
     batch commit retries with a backoff (0.05 s doubled, at most 1 s) until its deadline, then is owed; the next

@@ -406,3 +406,30 @@ def test_a_change_to_where_the_stream_stands_is_a_calls_change_not_a_sink_change
     assert notes == [] and [(c.offset, c.previous) for c in changes] == [(860, 860), (860, 1095)]
     v = check(f, [Change(840, 0, 0), *changes], log_end=1100)
     assert figures(v) == {**ZERO, "replayed": 235}, v.problems   # 860..1094 again after the revert
+
+
+def test_a_second_change_to_the_same_offset_applied_after_the_first_was_read_from_replays_it_again():
+    """The 3-minute soak's 57 duplicates (seed 3 on 9713cfc, soak_e): a revert called twice. The first call
+    returned pending; its change was applied (697 -> 467) and 467..483 delivered; meanwhile the second call's
+    change, to the same 467, was resolved and applied from where the stream then stood (484 -> 467), and
+    467..483 delivered again: a rewind asked for twice, replayed. The oracle took the two changes as a chain
+    (both to 467, the second's call started before the first record) and put the first reading in the second
+    change's continuation, so the second reading counted as duplicates. A change whose history says the stream
+    stood elsewhere (484) was not applied before the first one's records: it is no link of that chain."""
+    f = File().batch(*range(697))
+    first = Change(467, lo=f.size - LINE, previous=697)    # pending when its call returned
+    second = Change(467, lo=f.size, hi=f.size + 40 * LINE, previous=484)   # called before the first's records
+    f.batch(*range(467, 484))                               # the first change's continuation, to 484
+    f.batch(*range(467, 500))                               # the second's, from 467 again
+    v = check(f, [first, second], log_end=500)
+    assert figures(v) == {**ZERO, "replayed": 17 + 33}, v.problems
+    # The first never applied (pending, superseded by the second while it waited): the second's records are its.
+    h = File().batch(*range(560))
+    superseded = [Change(409, lo=h.size - LINE), Change(409, lo=h.size, hi=h.size + LINE, previous=555)]
+    h.batch(*range(409, 560))
+    assert figures(check(h, superseded, log_end=560)) == {**ZERO, "replayed": 151}
+    # Two changes to one offset applied back to back, nothing read in between, still form a chain.
+    g = File().batch(*range(697))
+    chained = [Change(467, lo=g.size, previous=697), Change(467, lo=g.size, hi=g.size + LINE, previous=467)]
+    g.batch(*range(467, 500))
+    assert figures(check(g, chained, log_end=500)) == {**ZERO, "replayed": 33}

@@ -2,7 +2,13 @@
 back from a cypherl file only when they are this stream's, for this partition."""
 from __future__ import annotations
 
-from stream_registry.graph.offset_store import MARK_LINE, mark_statements, offset_statements
+from stream_registry.graph.offset_store import (
+    CHANGE_QUERY,
+    MARK_LINE,
+    change_as_one_statement,
+    mark_statements,
+    offset_statements,
+)
 from stream_registry.graph.sinks.cypherl import CypherlSink
 from stream_registry.graph.statement import Statement
 from stream_registry.model import PartitionKey
@@ -38,3 +44,16 @@ def test_a_cypherl_sink_keeps_the_last_mark_of_each_partition_beside_its_offsets
     assert sink.stored_marks("s", [P1]) == {} and sink.stored_marks("other") == {P1: first}
     assert MARK_LINE.search((tmp_path / "out.cypherl").read_text()), "a statement Memgraph loads"
     sink.close()
+
+
+def test_on_an_engine_without_transactions_an_offset_change_is_one_statement_and_a_batch_stays_as_it_is():
+    """FalkorDB applies each statement whole (a refused one leaves nothing), two not: an offset change's marks and
+    offsets go as one (the soak's mark without its offsets: tests/host/test_sink_change_marks.py)."""
+    marks, offsets = mark_statements("s", {P0: "m0", P1: "m1"}), offset_statements("s", {P0: 5, P1: 7})
+    [one] = change_as_one_statement([*marks, *offsets])
+    assert one.query == CHANGE_QUERY
+    assert one.parameters == {"marks": [dict(m.parameters) for m in marks],
+                              "offsets": [dict(o.parameters) for o in offsets]}
+    batch = [Statement("CREATE (:R {o: $o})", {"o": 5}), *offset_statements("s", {P0: 6})]
+    assert change_as_one_statement(batch) == batch, "a batch's data and offsets: the engine's stated limit"
+    assert change_as_one_statement(marks) == marks and change_as_one_statement([]) == []

@@ -24,6 +24,7 @@ from ..offset_store import (
     READ_MARKS_QUERY,
     READ_QUERY,
     Continuation,
+    change_as_one_statement,
     continuation,
     offsets_in_statements,
     stored_in_rows,
@@ -133,11 +134,14 @@ class BoltSink(Closing):
         driver takes them, runs of one query text folded (`unwind`), and on FalkorDB the parameters rendered into
         the query text (bolt_driver.inline_parameters: a SinkError naming a value it cannot carry).
         write_prepared sends it; a stream writing behind (write_behind.py) prepares the next batch meanwhile."""
+        end = offsets_in_statements(statements)
+        if not self.engine.transactions:   # an offset change's mark never without its offsets (offset_store)
+            statements = change_as_one_statement(statements)
         work = [(s.query, driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
         runs: list[tuple[str, Mapping[str, Any]]] = fold(work) if self.unwind else list(work)
         if self.engine is Engine.FALKORDB:
             runs = [(inline_parameters(query, parameters), {}) for query, parameters in runs]
-        return PreparedWrite(tuple(runs), offsets_in_statements(statements), len(work))
+        return PreparedWrite(tuple(runs), end, len(work))
 
     def write_prepared(self, prepared: PreparedWrite, *,
                        expect: Mapping[PartitionKey, int | None] | None = None) -> Written:

@@ -14,7 +14,7 @@
 - Marked: each commit of a partition carries the mark of the last offset change
   persisted on it (change_marks), so a host that died between a persist and its
   record learns what happened; a partition given up forgets its mark.
-- Paced (`cadence_s`, the stream's commit.interval.ms; 0 by default: each batch): while a stream reads a backlog (full
+- Paced (`cadence_s`, the stream's commit.interval.ms, 500 ms by default; 0: each batch): while a stream reads a backlog (full
   batches), its written batches' offsets are merged and committed at most every
   `cadence_s`, not after every batch: each commit costs the poll thread a wait
   for the coordinator's answer (it calls nothing on the consumer meanwhile). A
@@ -22,6 +22,10 @@
   nothing, a revoke and a close commit what is deferred at once; an offset change drops what is deferred
   of the partitions it moves. Offsets are still committed only after their
   batch was written; a kill re-reads at most `cadence_s` more of a backlog.
+- Held (`hold`: the host announced an offset call, calls_coming.py): batch commits wait until the call's change is
+  in, so that its commit does not queue behind a batch's (one commit at a time: a batch commit started while the
+  call resolves cost the change's commit a coordinator round trip, ~1.4 ms of bench/offset_latency.py's 10). The
+  change's persist drops what waits of the partitions it moves; the rest is committed once no call is coming.
 """
 from __future__ import annotations
 
@@ -60,7 +64,7 @@ class GroupCommits:
                  in_rebalance: Callable[[], bool], redact: Callable[[object], str],
                  committer: BoundedCommitter | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep, mark_key: MarkKey | None = None,
-                 pipelined: bool = False, cadence_s: float = 0.0):
+                 pipelined: bool = False, cadence_s: float = 0.0, hold: Callable[[], bool] = lambda: False):
         self._name, self._consumer, self._give_up, self._in_rebalance = name, consumer, give_up, in_rebalance
         self._redact, self._clock, self._sleep = redact, clock, sleep
         self._committer = committer or BoundedCommitter(name, clock)   # a commit never holds the poll thread past its deadline
@@ -73,6 +77,7 @@ class GroupCommits:
         self._cadence_s = cadence_s
         self._deferred: dict[PartitionKey, int] = {}   # written batches' offsets the cadence has not committed yet
         self._last_batch_commit = -cadence_s   # when the last batch commit was made (the clock's)
+        self._hold = hold   # an offset call is coming: batch commits wait for its change (the module docstring)
 
     def commit(self, offsets: Mapping[PartitionKey, int], deadline_s: float = COMMIT_DEADLINE_S) -> str | None:
         """Synchronous commit; None when it succeeded, else the Kafka error as text (see the module docstring).
@@ -130,17 +135,22 @@ class GroupCommits:
         While commits fail (something is owed), a batch's offsets join what is owed instead: the owed retry
         carries them, once a second, rather than one failing commit per batch."""
         self._deferred.update(next_offsets)
-        if full and not self._in_rebalance() and self._clock() - self._last_batch_commit < self._cadence_s:
+        if not self._in_rebalance() and (self._hold() or
+                                         (full and self._clock() - self._last_batch_commit < self._cadence_s)):
             return
         self.flush()
 
     @property
     def deferred(self) -> bool:
-        """Written batches' offsets wait for the cadence (the worker commits them once the consumer has nothing)."""
-        return bool(self._deferred)
+        """Written batches' offsets wait for the cadence (the worker commits them once the consumer has nothing),
+        not for an offset call coming."""
+        return bool(self._deferred) and not self._hold()
 
-    def flush(self) -> None:
-        """Commit the written batches' offsets the cadence deferred (as commit_batch commits)."""
+    def flush(self, closing: bool = False) -> None:
+        """Commit the written batches' offsets the cadence deferred (as commit_batch commits); while an offset call
+        is coming they wait for it, unless the consumer is `closing` or inside a rebalance callback."""
+        if not closing and not self._in_rebalance() and self._hold():
+            return
         next_offsets, self._deferred = self._deferred, {}
         if not self._pipelined or self._in_rebalance():
             if self._owing(next_offsets) or self.commit(next_offsets) is not None:

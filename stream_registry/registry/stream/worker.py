@@ -94,7 +94,8 @@ class StreamWorker:
                                     in_rebalance=lambda: self.assignment.rebalancing, redact=ctx.redact,
                                     mark_key=marks,
                                     pipelined=True,   # a batch's commit is answered while the next one is read
-                                    cadence_s=config.commit_interval_ms / 1000)   # commit.interval.ms (0: each batch)
+                                    cadence_s=config.commit_interval_ms / 1000,   # commit.interval.ms (0: each batch)
+                                    hold=self.calls.any)   # batch commits wait while an offset call is coming
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
                                      on_revoked=self._on_revoked, before_assign=self._drain_control,
                                      coming=self.calls.any)
@@ -208,9 +209,12 @@ class StreamWorker:
                 if batch:   # the history has a resume's realignment before its records are written (realign.py)
                     explain_resume(self._ctx, self.assignment.resumed)
                 if not batch:   # idle: what the cadence deferred committed, and answered now (one in flight while
-                    if self.writer.finish() is Outcome.FAILED:   # consume() waits on an idle consumer was seen
-                        return   # not to be answered until it returned); the write in flight first
-                    self.commits.flush()
+                    # consume() waits on an idle consumer was seen not to be answered until it returned); not when a
+                    # control request woke the collector (an offset change: its commit would queue behind this one);
+                    if self.writer.finish() is Outcome.FAILED:   # the write in flight first (write_behind.py)
+                        return
+                    if self._control.empty():
+                        self.commits.flush()
                     self.commits.settle()
                 elif not self._collector.deliver(batch, self.writer):
                     return  # went to ERROR; consumer already closed
@@ -328,7 +332,7 @@ class StreamWorker:
         consumer = self._ctx.open_consumer
         if consumer is None:
             return
-        self.commits.flush()    # what the cadence deferred, committed
+        self.commits.flush(closing=True)    # what the cadence deferred, committed
         self.commits.settle()   # the last batch's commit answered (owed is forgotten with the consumer)
         self._wake.close()   # its queue handle goes before the consumer does
         self._fetch_wait.close()
