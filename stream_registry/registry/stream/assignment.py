@@ -116,9 +116,9 @@ class Assignment:
         """Give the partitions up: their written batches committed (not when `lost`), their uncollected messages
         leave the batch (uncommitted, the next owner reads them again), their positions forgotten."""
         revoked = {PartitionKey(tp.topic, tp.partition) for tp in partitions}
+        self._on_revoked(revoked)   # first: the worker's write in flight is done (committed below with the rest)
         if not lost:
             self._commits.flush_revoked(revoked)
-        self._on_revoked(revoked)
         self._ctx.gate.on_revoke(revoked)
         started = [tp for tp in partitions if (tp.topic, tp.partition) not in self.held]   # held: never assigned
         self.held -= revoked

@@ -50,6 +50,7 @@ from .group_commits import GroupCommits
 from .poison import BatchDelivery
 from .poll_context import PollContext
 from .realign import explain_conflict
+from .write_behind import WriteBehind
 
 log = logging.getLogger("mgstreams.worker")
 
@@ -65,11 +66,12 @@ class Outcome(Enum):
 
 class BatchWriter:
     """Batches from the consumer to the sink (see the module docstring). `fail(reason)` ends the stream in
-    ERROR; `stop` is the worker's stop request (a retry's backoff ends at it)."""
+    ERROR; `stop` is the worker's stop request (a retry's backoff ends at it); `quiet` says whether a batch's
+    write may stay in flight while the next is read (write_behind.py; never, unless the worker says so)."""
 
     def __init__(self, ctx: PollContext, transformation: Callable, sink, *, retry: RetryPolicy,
                  commits: GroupCommits, assignment: Assignment, stop: threading.Event,
-                 fail: Callable[[str], None]):
+                 fail: Callable[[str], None], quiet: Callable[[], bool] = lambda: False):
         config = ctx.config
         self._ctx, self._transformation, self._sink, self._retry = ctx, transformation, sink, retry
         self._commits, self._assignment, self._stop, self._fail = commits, assignment, stop, fail
@@ -79,6 +81,10 @@ class BatchWriter:
         self._dead_letters = DeadLetterQueue(config, ctx.redact) if config.dead_letter_topic else None
         self.stats = BatchStats()
         self._stats_reported_at = 0.0
+        self._quiet = quiet
+        # write_behind.py: at-least-once, nothing set aside, a sink that prepares its writes apart from sending them
+        self._behind = WriteBehind(config.name) if not ctx.exactly_once and not self._tolerant and \
+            callable(getattr(sink, "write_prepared", None)) else None
 
     def deliver(self, batch: list[KafkaMessage], after_move: bool) -> bool:
         """Process a batch; the first one after an offset change (`after_move`) in two (the module docstring).
@@ -102,13 +108,85 @@ class BatchWriter:
         return outcome is not Outcome.FAILED, []
 
     def process(self, batch: list[KafkaMessage]) -> Outcome:
-        """Transform, write, commit."""
+        """Transform, write, commit; or, writing behind (write_behind.py), transform and prepare it, then hand its
+        write over once the write before it is done (WRITTEN: handed; committed once written)."""
+        if self._behind is not None and self._quiet() and not self._stop.is_set():
+            return self._process_behind(batch)
+        outcome, previous = self._finish()
+        if outcome is not Outcome.WRITTEN:
+            return self._dropped(outcome, previous, batch)
+        return self._process_now(batch)
+
+    @property
+    def behind(self) -> bool:
+        """A batch's write is in flight (write_behind.py)."""
+        return self._behind is not None and self._behind.busy
+
+    def finish(self) -> Outcome:
+        """The write in flight done (write_behind.py): committed once written; a failed one written again here,
+        with the stream's retries (AGAIN: sought back, as when stopping during them; FAILED: the stream went to
+        ERROR). WRITTEN when nothing was in flight."""
+        return self._finish()[0]
+
+    def finish_now(self) -> set[PartitionKey]:
+        """The write in flight done where no retry can be made (a rebalance callback, the close): committed
+        once written; a failed one's partitions sought back to its first offsets and returned (read again: the
+        messages of theirs collected after it must go)."""
+        flight = self._behind.take() if self._behind is not None else None
+        if flight is None:
+            return set()
+        if flight.error is None:
+            self._written(flight.batch, flight.started)
+            return set()
+        log.warning("stream %s: the batch at %s failed, it is read again: %s", self._ctx.name,
+                    first_offsets_text(flight.batch), self._ctx.redact(flight.error))
+        self._rewind(flight.batch)
+        return set(first_offsets(flight.batch))
+
+    def _finish(self) -> tuple[Outcome, Sequence[KafkaMessage]]:
+        flight = self._behind.take() if self._behind is not None else None
+        if flight is None:
+            return Outcome.WRITTEN, ()
+        if flight.error is None:
+            self._written(flight.batch, flight.started)
+            return Outcome.WRITTEN, flight.batch
+        return self._process_now(flight.batch, failed=flight.error), flight.batch
+
+    def _process_behind(self, batch: list[KafkaMessage]) -> Outcome:
+        started = time.perf_counter()
+        try:
+            prepared = self._sink.prepare(self._statements(batch))   # while the write before is in flight
+        except Exception:   # retried or reported by _process_now, once the write before is done
+            prepared = None
+        outcome, previous = self._finish()
+        if outcome is not Outcome.WRITTEN:
+            return self._dropped(outcome, previous, batch)
+        if prepared is None:
+            return self._process_now(batch)
+        assert self._behind is not None
+        self._behind.start(batch, started, lambda: self._sink.write_prepared(prepared))
+        return Outcome.WRITTEN
+
+    def _dropped(self, outcome: Outcome, previous: Sequence[KafkaMessage], batch: list[KafkaMessage]) -> Outcome:
+        """The batch written behind before `batch` was not written: sought back (AGAIN), `batch` is read again
+        too, from its first offsets where the one before did not hold its partition; or the stream went to
+        ERROR (FAILED: nothing more to do)."""
+        if outcome is Outcome.AGAIN:
+            self._rewind([*previous, *batch])   # each partition's first offset in the two: the earlier batch's
+        return outcome
+
+    def _process_now(self, batch: Sequence[KafkaMessage], failed: BaseException | None = None) -> Outcome:
+        """Transform, write (retried), commit, on this thread. `failed`: its first attempt's error (written
+        behind)."""
         started = time.perf_counter()
         next_offsets = next_offsets_of(batch)
-        delivery = BatchDelivery(batch, self._write, self._set_aside, tolerate=self._tolerant)
+        delivery = BatchDelivery(list(batch), self._write, self._set_aside, tolerate=self._tolerant)
         attempt = 0
         while True:
             try:
+                if failed is not None:   # as if delivery.run() had raised it
+                    error, failed = failed, None
+                    raise error
                 delivery.run()   # a retry continues after what an earlier attempt delivered
                 if self._ctx.exactly_once and delivery.set_aside:   # stored offsets pass the last ones set aside too
                     self._write_offsets(next_offsets)
@@ -131,10 +209,16 @@ class BatchWriter:
                 if self._stop.wait(self._retry.backoff(attempt)):
                     self._rewind(batch)  # stopping: the batch stays uncommitted for the next start
                     return Outcome.AGAIN
+        self._written(batch, started, next_offsets)
+        return Outcome.WRITTEN
+
+    def _written(self, batch: Sequence[KafkaMessage], started: float,
+                 next_offsets: Mapping[PartitionKey, int] | None = None) -> None:
+        """A batch was written: committed (the cadence's), the gate told where the stream stands."""
+        next_offsets = next_offsets_of(batch) if next_offsets is None else next_offsets
         self._commits.commit_batch(next_offsets, full=len(batch) >= self._ctx.config.batch_size)
         self._ctx.gate.after_batch(next_offsets)
         self.stats = self.stats.add_batch(len(batch), time.perf_counter() - started)
-        return Outcome.WRITTEN
 
     def report_stats(self, final: bool = False) -> None:
         if self.stats.batches and (final or time.monotonic() - self._stats_reported_at >= STATS_EVERY_S):
@@ -148,6 +232,7 @@ class BatchWriter:
         self._ctx.stored.update(offsets)
 
     def close(self) -> None:
+        self.finish_now()
         if self._dead_letters is not None:
             self._dead_letters.close()
 
@@ -155,14 +240,17 @@ class BatchWriter:
         """Transform and write (part of) a batch; exactly-once, with the offsets that follow it. The
         transformation reads the consumed messages through a Messages made for the chunk (a wrapper per message
         only when it asks for one, or when the stream decodes)."""
-        messages = Messages.of_kafka(chunk, self._decoder)
-        if self._decoder is not None:   # a record that does not decode is its own fault; an unreachable registry
-            decode_all(messages)        # is transient
-        statements = run_transformation(self._transformation, messages)
+        statements = self._statements(chunk)
         if self._ctx.exactly_once:   # the offsets go with the batch, in its transaction or its append
             self._write_offsets(next_offsets_of(chunk), statements)
         else:
             self._sink.write(statements)
+
+    def _statements(self, chunk: Sequence[KafkaMessage]) -> Statements:
+        messages = Messages.of_kafka(chunk, self._decoder)
+        if self._decoder is not None:   # a record that does not decode is its own fault; an unreachable registry
+            decode_all(messages)        # is transient
+        return run_transformation(self._transformation, messages)
 
     def _write_offsets(self, next_offsets: Mapping[PartitionKey, int], statements: Sequence[Any] = ()) -> None:
         """Exactly-once: write `statements` with the offsets that follow them, if the sink still stores what
@@ -178,7 +266,7 @@ class BatchWriter:
             raise
         self._ctx.stored.update(next_offsets)
 
-    def _realign(self, batch: list[KafkaMessage], conflict: StoredOffsetsConflict) -> None:
+    def _realign(self, batch: Sequence[KafkaMessage], conflict: StoredOffsetsConflict) -> None:
         """The sink stores other offsets than this process's view (someone else moved them): drop the batch
         uncommitted, take the sink's offsets as the view, and read each of the batch's partitions from them
         (from the beginning where it stores none)."""
@@ -206,7 +294,7 @@ class BatchWriter:
                     record.offset, record.error)
         self._ctx.events.on_set_aside([record])
 
-    def _rewind(self, batch: list[KafkaMessage]) -> None:
+    def _rewind(self, batch: Sequence[KafkaMessage]) -> None:
         """Seek back to the batch's first offsets so the consumer's position tells the truth."""
         first = first_offsets(batch)
         consumer = self._ctx.consumer()

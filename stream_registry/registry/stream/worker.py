@@ -46,7 +46,7 @@ from ...model import (
     WorkerSnapshot,
 )
 from .assignment import Assignment
-from .batch_writer import BatchWriter
+from .batch_writer import BatchWriter, Outcome
 from .calls_coming import CallsComing
 from .change_marks import ChangeMark, MarkKey
 from .change_records import ChangeRecords
@@ -97,13 +97,13 @@ class StreamWorker:
                                     cadence_s=config.commit_interval_ms / 1000,   # commit.interval.ms (0: each batch)
                                     hold=self.calls.any)   # batch commits wait while an offset call is coming
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
-                                     on_revoked=lambda revoked: self._collector.drop_revoked(revoked),
-                                     before_assign=self._drain_control, coming=self.calls.any)
+                                     on_revoked=self._on_revoked, before_assign=self._drain_control,
+                                     coming=self.calls.any)
         self.writer = BatchWriter(ctx, transformation, sink, retry=retry, commits=self.commits,
-                                  assignment=self.assignment, stop=self._stop, fail=self._fail)
+                                  assignment=self.assignment, stop=self._stop, fail=self._fail, quiet=self._quiet)
         ctx.gate = self._gate = OffsetGate(self, self._on_gate_event, pending=pending)
         self._collector = BatchCollector(ctx, self.health, self.assignment, self._control, self._stop,
-                                         deferred=lambda: self.commits.deferred)
+                                         deferred=lambda: self.commits.deferred or self.writer.behind)
 
     @property
     def status(self) -> StreamStatus:
@@ -199,6 +199,8 @@ class StreamWorker:
                 if self.commits.in_flight:   # any call on the consumer would wait for it (commits.py)
                     self.commits.await_in_flight(COMMIT_WAIT_SLICE_S)
                     continue
+                if not self._written_unless_quiet():
+                    return   # went to ERROR; consumer already closed
                 self._between_batches()
                 batch = self._collect_batch()
                 if self.health.fatal:
@@ -208,7 +210,9 @@ class StreamWorker:
                     explain_resume(self._ctx, self.assignment.resumed)
                 if not batch:   # idle: what the cadence deferred committed, and answered now (one in flight while
                     # consume() waits on an idle consumer was seen not to be answered until it returned); not when a
-                    # control request woke the collector (an offset change: its commit would queue behind this one)
+                    # control request woke the collector (an offset change: its commit would queue behind this one);
+                    if self.writer.finish() is Outcome.FAILED:   # the write in flight first (write_behind.py)
+                        return
                     if self._control.empty():
                         self.commits.flush()
                     self.commits.settle()
@@ -222,6 +226,24 @@ class StreamWorker:
         self.writer.report_stats(final=True)
         self._close_consumer()
         self.health.set_status(StreamStatus.STOPPED)
+
+    def _quiet(self) -> bool:
+        """Nothing between batches would act (no control request, no offset change under way, no partition held
+        or to reset, no call coming, no stop): a batch's write may stay in flight meanwhile (write_behind.py)."""
+        return self._control.empty() and not self._stop.is_set() and not self._gate.moved and \
+            not self._gate.waiting() and not self.assignment.held and not self.assignment.resets and \
+            not self.calls.any()
+
+    def _written_unless_quiet(self) -> bool:
+        """Before the work between batches: the write in flight done, unless nothing would act
+        (write_behind.py). False when the stream went to ERROR."""
+        return not self.writer.behind or self._quiet() or self.writer.finish() is not Outcome.FAILED
+
+    def _on_revoked(self, revoked: set[PartitionKey]) -> None:
+        """A revoke's first step (in its callback): the write in flight done, committed with what the cadence
+        deferred while the partitions are ours (a failed one is read again: the messages of its partitions
+        collected after it leave the batch, write_behind.py); the revoked partitions' messages leave it too."""
+        self._collector.drop_revoked(revoked | self.writer.finish_now())
 
     def _between_batches(self) -> None:
         """Each part's turn between batches, in this order."""
