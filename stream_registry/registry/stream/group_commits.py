@@ -22,8 +22,8 @@
   nothing, a revoke and a close commit what is deferred at once; an offset change drops what is deferred
   of the partitions it moves. Offsets are still committed only after their
   batch was written; a kill re-reads at most `cadence_s` more of a backlog.
-- Held (`hold`: the host announced an offset call, calls_coming.py): batch commits wait until the call's change is
-  in, so that its commit does not queue behind a batch's (one commit at a time: a batch commit started while the
+- Held (`hold`: the host announced an offset call, calls_coming.py, or its change waits for the poll thread): batch
+  commits wait until the change is taken, so that its commit does not queue behind a batch's (one commit at a time: a batch commit started while the
   call resolves cost the change's commit a coordinator round trip, ~1.4 ms of bench/offset_latency.py's 10). The
   change's persist drops what waits of the partitions it moves; the rest is committed once no call is coming.
 """

@@ -95,7 +95,8 @@ class StreamWorker:
                                     mark_key=marks,
                                     pipelined=True,   # a batch's commit is answered while the next one is read
                                     cadence_s=config.commit_interval_ms / 1000,   # commit.interval.ms (0: each batch)
-                                    hold=self.calls.any)   # batch commits wait while an offset call is coming
+                                    # batch commits wait while an offset call is coming, or its change waits to be taken
+                                    hold=lambda: self.calls.any() or not self._control.empty())
         self.assignment = Assignment(ctx, self.health, self.commits, sink=sink,
                                      on_revoked=self._on_revoked, before_assign=self._drain_control,
                                      coming=self.calls.any)
