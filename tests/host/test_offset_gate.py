@@ -131,7 +131,8 @@ def test_a_process_that_dies_after_applying_reports_applied(kafka, tmp_path):
             changes
         assert [(h.partition, h.offset, h.status) for h in registry.history("orders")] == \
             [(mine, 4, ChangeStatus.APPLIED)]
-        assert registry.get("orders").status == StreamStatus.ERROR
+        # the host learns of the exit from the process's pipe, on a thread of its own: after the call's answer
+        wait_until(lambda: registry.get("orders").status == StreamStatus.ERROR, what="the process's death seen")
     finally:
         if intruder is not None:
             intruder.close()
