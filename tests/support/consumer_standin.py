@@ -62,8 +62,6 @@ class ConsumerStandIn:
         self.commit_errors: list[KafkaError] = []   # raised by the next commits, in order
         self.reachable = True
         self.calls: list[tuple] = []
-        self.unseekable: set[tuple[str, int]] = set()   # seek refused (_STATE), as librdkafka's for a partition
-        # whose fetch stopped on an offset-reset error (auto.offset.reset error, nothing committed)
 
     def _refuse(self, incremental: bool) -> None:
         if incremental != self.incremental:
@@ -91,7 +89,7 @@ class ConsumerStandIn:
             self.assigned.pop((tp.topic, tp.partition), None)
 
     def seek(self, tp: TopicPartition) -> None:
-        if (tp.topic, tp.partition) not in self.assigned or (tp.topic, tp.partition) in self.unseekable:
+        if (tp.topic, tp.partition) not in self.assigned:
             raise KafkaException(KafkaError(KafkaError._STATE, "partition not assigned"))
         self.calls.append(("seek", tp.topic, tp.partition, tp.offset))
 

@@ -123,22 +123,6 @@ def test_records_that_left_the_log_are_counted_and_the_stream_goes_on_or_stops_a
     assert consumer.committed_offsets[("t", 0)][0] == 10 and worker.assignment.resets == {}
 
 
-def test_partitions_of_a_new_group_reset_together_on_an_eager_group_none_undoes_the_others():
-    """A new group: nothing committed on two partitions (auto.offset.reset error at -1), and librdkafka refuses to
-    seek a partition whose fetch stopped on it, so each goes to its reset start by an eager assign() of every
-    partition. The one reset first must keep its start there: assigned again where the group says, it found nothing
-    committed again and the two took turns (measured: 12 of the first 15 batches of a 6-partition topic)."""
-    consumer = ConsumerStandIn(incremental=False)
-    worker, _ = worker_on(consumer, configs={"auto.offset.reset": "earliest"})
-    assign(worker, consumer, P0, P1)
-    consumer.unseekable = {("t", 0), ("t", 1)}
-    worker.assignment.resets.update({P0: -1, P1: -1})
-    worker.assignment.decide_resets()
-    assert worker.assignment.resets == {}
-    last_assign = [c for c in consumer.calls if c[0] == "assign"][-1]
-    assert sorted(last_assign[1]) == [("t", 0, OFFSET_BEGINNING), ("t", 1, OFFSET_BEGINNING)]
-
-
 def test_a_partition_an_offset_change_waits_for_is_held_while_its_commit_cannot_be_read():
     """Issue 42: whether an earlier run of the stream applied a waiting offset change is known only from the
     partition's commit (its mark). While the batched committed() read at assignment fails, that partition is held

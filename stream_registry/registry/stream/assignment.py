@@ -64,12 +64,12 @@ class Assignment:
         self._commit_stored: set[PartitionKey] = set()   # exactly-once, just assigned: group offsets follow the sink's
         self.resumed: dict[PartitionKey, tuple] = {}   # exactly-once, just assigned elsewhere than the group's commit
         self.resets: dict[PartitionKey, int] = {}   # partitions with no offset to fetch from, not decided yet
-        self._given: dict[PartitionKey, int] = {}   # the start each partition was last assigned again at (reassign)
         config = ctx.config
         self._reset_policy = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
         self.rebalancing = False   # inside a rebalance callback
-        # cooperative-sticky and KIP-848's `consumer` protocol assign incrementally: a first guess (the Python client
-        # has no rd_kafka_rebalance_protocol()); librdkafka refuses the wrong kind with _STATE, and change() switches.
+        # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally. This
+        # is a first guess from the config: the Python client does not expose rd_kafka_rebalance_protocol(),
+        # but librdkafka refuses the wrong kind of assign with _STATE, and change() then switches.
         self.incremental = ("cooperative" in str(config.configs.get("partition.assignment.strategy", ""))
                             or str(config.configs.get("group.protocol", "classic")) == "consumer")
 
@@ -125,10 +125,10 @@ class Assignment:
         if not self.held and self._health.waiting:
             self._health.waiting = None
             self._health.refresh()
-        self._ctx.stored.forget(revoked)   # the next owner may move them: read again at the next assignment
+        # the next owner may move them: read again at the next assignment
+        self._ctx.stored.forget(revoked)
         for tp in revoked:
             self.resumed.pop(tp, None)
-            self._given.pop(tp, None)
         self._commits.forget(revoked)
         try:
             self.change(lambda: consumer.incremental_unassign(started), consumer.unassign)
@@ -162,7 +162,8 @@ class Assignment:
         try:
             self.change(lambda: consumer.incremental_assign(partitions), lambda: consumer.assign(partitions))
         except KafkaException as exc:
-            # the group thinks they are ours: leave it (from the poll loop, not the callback) for another member
+            # The group thinks these partitions are ours: leave it (from the poll loop, not from
+            # inside the callback) so they go to another member, and say why.
             gate.assign_failed(keys)
             self._health.fatal = f"assigning {keys_text(keys)} failed: {self._ctx.redact(exc)}"
             return
@@ -314,7 +315,6 @@ class Assignment:
         start = OFFSET_STORED if offset is None else offset
         if offset is None and self._ctx.exactly_once:
             start = self._ctx.stored.get_or(tp, OFFSET_BEGINNING)
-        self._given[tp] = start
         consumer = self._ctx.consumer()
 
         def incremental() -> None:
@@ -327,10 +327,9 @@ class Assignment:
         self.change(incremental, eager)
 
     def _eager_start(self, tp: PartitionKey) -> int:
-        """Where a running partition resumes when an eager assign() names it again: where it stands, else where it
-        was last assigned again (a reset's start: the group's would find nothing committed again), else where the
-        group (exactly-once: the sink) says."""
-        position = self._ctx.gate.positions().get(tp, self._given.get(tp))
+        """Where a running partition resumes when an eager assign() names it again: where it stands, else where
+        the group (exactly-once: the sink) says."""
+        position = self._ctx.gate.positions().get(tp)
         if position is not None:
             return position
         return self._ctx.stored.get_or(tp, OFFSET_BEGINNING) if self._ctx.exactly_once else OFFSET_STORED
