@@ -14,18 +14,19 @@
 - Marked: each commit of a partition carries the mark of the last offset change
   persisted on it (change_marks), so a host that died between a persist and its
   record learns what happened; a partition given up forgets its mark.
-- Paced (`cadence_s`, the stream's commit.interval.ms, 500 ms by default; 0: each batch): while a stream reads a backlog (full
-  batches), its written batches' offsets are merged and committed at most every
+- Paced (`cadence_s`, the stream's commit.interval.ms, 500 ms by default; 0: each batch): while a stream
+  reads a backlog (full batches), its written batches' offsets are merged and committed at most every
   `cadence_s`, not after every batch: each commit costs the poll thread a wait
   for the coordinator's answer (it calls nothing on the consumer meanwhile). A
   batch that was not full (the stream caught up), a consume() that finds
   nothing, a revoke and a close commit what is deferred at once; an offset change drops what is deferred
   of the partitions it moves. Offsets are still committed only after their
   batch was written; a kill re-reads at most `cadence_s` more of a backlog.
-- Held (`hold`: the host announced an offset call, calls_coming.py, or its change waits for the poll thread): batch
-  commits wait until the change is taken, so that its commit does not queue behind a batch's (one commit at a time: a batch commit started while the
-  call resolves cost the change's commit a coordinator round trip, ~1.4 ms of bench/offset_latency.py's 10). The
-  change's persist drops what waits of the partitions it moves; the rest is committed once no call is coming.
+- Held (`hold`: the host announced an offset call, calls_coming.py, or its change waits for the poll thread):
+  batch commits wait until the change is taken, so that its commit does not queue behind a batch's (one commit
+  at a time: a batch commit started while the call resolves cost the change's commit a coordinator round trip,
+  ~1.4 ms of bench/offset_latency.py's 10). The change's persist drops what waits of the partitions it moves;
+  the rest is committed once no call is coming.
 """
 from __future__ import annotations
 

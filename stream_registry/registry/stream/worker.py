@@ -209,13 +209,12 @@ class StreamWorker:
                     return
                 if batch:   # the history has a resume's realignment before its records are written (realign.py)
                     explain_resume(self._ctx, self.assignment.resumed)
-                if not batch:   # idle: what the cadence deferred committed, and answered now (one in flight while
-                    # consume() waits on an idle consumer was seen not to be answered until it returned); not when a
-                    # control request woke the collector (an offset change: its commit would queue behind this one);
+                if not batch:   # idle: what the cadence deferred committed (held while a control request waits:
+                    # group_commits), and answered now (one in flight while consume() waits on an idle consumer was
+                    # seen not to be answered until it returned)
                     if self.writer.finish() is Outcome.FAILED:   # the write in flight first (write_behind.py)
                         return
-                    if self._control.empty():
-                        self.commits.flush()
+                    self.commits.flush()
                     self.commits.settle()
                 elif not self._collector.deliver(batch, self.writer):
                     return  # went to ERROR; consumer already closed
