@@ -82,8 +82,11 @@ class KafkaCluster:
         assert remaining == 0, f"{remaining} messages not delivered"
 
 
-NO_FAULT_INJECTION = ("Tansu limitation: no fault injection (the embedded cluster's push_request_errors, "
-                      "broker_set_down and coordinator moves have no Tansu counterpart); `make test` runs it")
+def _skip_without_fault_injection(kafka: KafkaCluster) -> None:
+    if kafka.embedded is None:
+        pytest.skip("Tansu limitation: no fault injection (the embedded cluster's push_request_errors, "
+                    "broker_set_down and coordinator moves have no Tansu counterpart); `make test` runs it"
+                    if broker_support.ON_TANSU else "needs the embedded cluster's fault injection")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -144,8 +147,7 @@ def quick_rebalance(kafka):
 
 @pytest.fixture
 def embedded_kafka(kafka):
-    if kafka.embedded is None:
-        pytest.skip(NO_FAULT_INJECTION if broker_support.ON_TANSU else "needs the embedded cluster's fault injection")
+    _skip_without_fault_injection(kafka)
     yield kafka.embedded
     # the cluster is shared by the worker's tests: errors a test pushed and did not use up must not reach the next
     for api in API_KEYS:
@@ -155,11 +157,10 @@ def embedded_kafka(kafka):
 @pytest.fixture
 def own_kafka(kafka):
     """An embedded cluster of this test's own, for a fault the test injects cluster-wide (push_request_errors
-    answers the next requests of an API from any client): on the worker's shared cluster, another client (a
-    host a module keeps, a stream still closing) could use the errors up before this test's stream meets them
-    (CI: 400 OffsetCommit errors gone within the 2 s of one call). Fresh groups join at once (as quick_rebalance)."""
-    if kafka.embedded is None:
-        pytest.skip(NO_FAULT_INJECTION if broker_support.ON_TANSU else "needs the embedded cluster's fault injection")
+    answers the next requests of an API from any client): on the worker's shared cluster another client could use
+    the errors up before this test's stream meets them (CI once saw 400 OffsetCommit errors miss the commit of one
+    call). Fresh groups join at once (as quick_rebalance)."""
+    _skip_without_fault_injection(kafka)
     with EmbeddedKafka(brokers=3, initial_rebalance_delay_ms=200) as cluster:
         yield KafkaCluster(cluster.bootstrap_servers, cluster)
 
