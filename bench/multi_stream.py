@@ -21,10 +21,12 @@ two, one; ...). The calls of one run are issued together; the bench looks at
 each stream's group's committed offsets every POLL_S (a consumer with the
 stream's group id that never joins the group). What a user feels is a stream's
 throughput once it runs, so a run's rate is **steady, start-up excluded**:
-the messages its streams committed between the first look at which every one
-of them had committed a batch (its process spawned, its group joined, its
-first fetch done) and the first look at which one had read its whole topic
-(after that fewer streams run), over that time. The time from the start calls
+while all its streams run (from the look at which every one of them had
+committed a batch: its process spawned, its group joined, its first fetch
+done; to the first look at which one had read its whole topic), each stream's
+messages committed between two of its own commits, over that time, summed
+(steady_rate: committed offsets move only at each commit, every 500 ms while a
+stream reads a backlog). The time from the start calls
 to the last stream's end (start-up included) is printed beside it, and its
 two / one ratio once, as figures about start-up: with a stream reading 500k
 messages in about 1.5 s, spawning a process and joining a group (1-3 s on a
@@ -33,7 +35,8 @@ are not timed. Each stream's line also shows when its start call returned.
 While streams run, each stream's pid and RSS are sampled from GET
 /streams/{name} (the max is reported); the threads run reports the bench
 process's RSS once, when its streams finished. CPU seconds per run: each
-stream process (psutil, when it finished), the host, and the bench process
+stream process (psutil, when it finished; of it, its librdkafka threads: a
+partition fetched twice shows there), the host, and the bench process
 (the embedded brokers' threads; for the threads run also both streams). Each
 run's line ends with the machine's load average (1 minute) before and after.
 
@@ -99,6 +102,7 @@ class Tracked:
     pid: int | None = None
     rss_max: int = 0
     cpu_s: float | None = None     # the stream process's CPU when it finished
+    rdkafka_s: float | None = None   # ... of which librdkafka's threads (fetching, decompressing, parsing)
     watcher: Consumer | None = None
     tps: list = field(default_factory=list)
 
@@ -107,19 +111,40 @@ class Tracked:
 
 
 def steady_rate(looks: list[tuple[float, list[int]]], count: int) -> float | None:
-    """A run's aggregate rate while all its streams ran, start-up excluded: the messages they committed
-    between the first look at which every stream had committed a batch (its process spawned, its group
-    joined, its first fetch and transformation done) and the first look at which one had committed its whole
-    topic (after it, fewer streams run), over that time. `looks`: (seconds, committed per stream), in order.
-    None when fewer than two looks fall in that window."""
-    running = [(t, done) for t, done in looks if all(done)]
-    if len(running) < 2:
+    """A run's aggregate rate while all its streams ran, start-up excluded, each stream timed between its own
+    commits. `looks`: (seconds, committed per stream), in order, POLL_S apart.
+
+    A stream commits a backlog's offsets every commit.interval.ms (500 ms by default: group_commits.py), so its
+    committed offset is up to that far behind what it read at any look in between: a window whose ends are looks
+    counts up to 500 ms of reading at one end and not at the other. So each stream's rate is taken between two
+    looks at which its committed offset had just moved (a commit instant, seen within POLL_S): the first at or
+    after the window's start, the last at or before its end. The window: from the look at which the last stream
+    had first committed (its process spawned, its group joined, its first fetch and transformation done) to the
+    look at which the first stream had committed its whole topic (after it, fewer streams run). The run's rate is
+    the sum of its streams' rates. None when a stream has no two commit instants in that window."""
+    if not looks:
         return None
-    first = running[0]
-    last = next(((t, done) for t, done in running if max(done) >= count), running[-1])
-    if last[0] <= first[0]:
+    width = len(looks[0][1])
+    moved: list[list[tuple[float, int]]] = [[] for _ in range(width)]   # per stream: (seconds, committed) at each move
+    before = [0] * width
+    for t, done in looks:
+        for i, value in enumerate(done):
+            if value != before[i]:
+                moved[i].append((t, value))
+                before[i] = value
+    if any(not points for points in moved):
         return None
-    return (sum(last[1]) - sum(first[1])) / (last[0] - first[0])
+    start = max(points[0][0] for points in moved)
+    finished = [next((t for t, value in points if value >= count), points[-1][0]) for points in moved]
+    end = min(finished)
+    total = 0.0
+    for points in moved:
+        inside = [(t, value) for t, value in points if start <= t <= end]
+        if len(inside) < 2:
+            return None
+        (t0, v0), (t1, v1) = inside[0], inside[-1]
+        total += (v1 - v0) / (t1 - t0)
+    return total
 
 
 @dataclass
@@ -138,6 +163,28 @@ def cpu_of(pid: int | None) -> float | None:
         return times.user + times.system
     except (psutil.Error, TypeError, ValueError):
         return None
+
+
+def rdkafka_cpu_of(pid: int | None) -> float | None:
+    """CPU seconds of the process's librdkafka threads (named rdk:*; Linux /proc), None where not readable."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/comm") as comm, open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                if comm.read().startswith("rdk:"):
+                    fields = stat.read().rsplit(")", 1)[1].split()   # after the name: state is field 0
+                    total += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
+    except (OSError, IndexError, ValueError):
+        return None
+    return total
+
+
+def stream_cpu(s: Tracked) -> str:
+    if s.cpu_s is None:
+        return f"stream {s.label} ?"
+    return f"stream {s.label} {s.cpu_s:.2f} s" + (f" (librdkafka {s.rdkafka_s:.2f} s)" if s.rdkafka_s is not None
+                                                   else "")
 
 
 def run_variant(driver: Driver, streams: list[Tracked], bootstrap: str, partitions: int, count: int,
@@ -172,7 +219,7 @@ def run_variant(driver: Driver, streams: list[Tracked], bootstrap: str, partitio
                     s.elapsed = time.perf_counter() - started
                     sample(driver, s)          # at least one sample each, while it still runs
                     if driver.per_process:
-                        s.cpu_s = cpu_of(s.pid)
+                        s.cpu_s, s.rdkafka_s = cpu_of(s.pid), rdkafka_cpu_of(s.pid)
             if all(s.elapsed is not None for s in streams):
                 bench_rss = psutil.Process().memory_info().rss   # before the streams stop
                 break
@@ -300,8 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                         each = ", ".join(f"{s.label} {s.elapsed:.2f} s {count / s.elapsed:,.0f} msgs/s, "
                                          f"started in {s.start_s:.2f} s" for s in streams)
                         if driver.per_process:
-                            cpu = ", ".join(f"stream {s.label} {s.cpu_s:.2f} s" if s.cpu_s is not None
-                                            else f"stream {s.label} ?" for s in streams)
+                            cpu = ", ".join(stream_cpu(s) for s in streams)
                             cpu += f", host {host_cpu:.2f} s" if host_cpu is not None else ""
                             cpu += f", bench process (brokers) {bench_cpu:.2f} s"
                             for s in streams:

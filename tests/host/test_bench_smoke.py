@@ -1,6 +1,7 @@
 """The benchmarks run end to end on tiny topics and print their ratios."""
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -181,3 +182,33 @@ def test_host_load_bench_prints_describe_with_and_without_waiting_calls():
         assert any(line.startswith(prefix) for line in lines), done.stdout
     ratio = [line for line in lines if line.startswith("ratio:")]
     assert ratio and float(ratio[0].split()[1]) > 0, done.stdout
+
+
+def _bench_module(name: str):
+    sys.path.insert(0, str(BENCH.parent))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH.parent))
+
+
+def test_multi_stream_steady_rate_times_each_stream_between_its_own_commits():
+    """Two streams reading 400k msgs/s each, committing every 0.5 s out of step , looked at
+    every 20 ms, whatever B's lateness: the steady aggregate is their 800k msgs/s, not what the committed offsets' lag behind the reading
+    makes of a window between two looks (the second stream's first commit opens it while the first one's offset is
+    up to 0.5 s stale; the first one's end closes it while the second's is stale)."""
+    steady_rate = _bench_module("multi_stream").steady_rate
+    count, rate, cadence = 1_000_000, 400_000, 0.5
+
+    def committed(t: float, begin: float) -> int:
+        if t < begin:
+            return 0
+        read = min(count, int((t - begin) * rate))
+        if read == count:
+            return count
+        commits = int((t - begin) / cadence)   # the offsets of what was read by the last commit
+        return min(count, int(commits * cadence * rate)) if commits else 0
+
+    for late in (0.05, 0.2, 0.45):
+        looks = [(i * 0.02, [committed(i * 0.02, 0.0), committed(i * 0.02, late)]) for i in range(200)]
+        assert steady_rate(looks, count) == pytest.approx(2 * rate, rel=0.02), late

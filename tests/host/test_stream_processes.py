@@ -284,6 +284,9 @@ def test_an_offset_change_made_while_the_stream_process_is_down_is_applied_when_
         api.post("/streams", json=stream_body(kafka, topic, out)).raise_for_status()
         api.put("/streams/orders/start").raise_for_status()
         wait_until(lambda: len(delivered_from_file(out)) == 40, 60, what="the first 40 messages")
+        # committed too (after the write: a kill before it would replay partition 0 from its start, rightly)
+        wait_until(lambda: [p["committed_offset"] for p in api.get("/streams/orders/offsets").json()] == [20, 20],
+                   30, what="both partitions committed at 20")
         os.kill(api.get("/streams/orders").json()["pid"], signal.SIGKILL)
         wait_until(lambda: api.get("/streams/orders").json()["status"] == "error", 5, interval=0.02, what="error")
         answer = api.patch("/streams/orders/offsets", json={"offset": {f"{topic}:1": 5}, "timeout_ms": 500})

@@ -5,7 +5,7 @@ elsewhere), partitions held back while the sink does not answer, what a revoke f
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 from consumer_standin import ConsumerStandIn, worker_on
 
 from stream_registry.config import DataLossPolicy, Delivery
@@ -15,6 +15,7 @@ from stream_registry.graph.sinks.null import NullSink
 from stream_registry.model import PartitionKey, StreamStatus
 from stream_registry.registry.stream import assignment as assignment_module
 from stream_registry.registry.stream.assignment import OFFSET_BEGINNING
+from stream_registry.registry.stream.data_loss import OFFSET_END
 from stream_registry.registry.stream.worker import StreamWorker
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
@@ -105,6 +106,17 @@ def test_a_revoke_forgets_what_this_process_knew_of_the_partition():
     revoke(worker, consumer, P0)
     assert worker.snapshot().stored == {P1: 8} and worker.commits.owed == {P1: 9}
     assert worker.snapshot().assigned == frozenset({P1})
+
+
+@pytest.mark.parametrize("policy, start", [("earliest", OFFSET_BEGINNING), ("latest", OFFSET_END),
+                                           ("error", OFFSET_INVALID)])
+def test_partitions_the_group_committed_nothing_for_are_assigned_where_auto_offset_reset_says(policy, start):
+    """In the one assign (tests/integration/test_new_group_start.py: no reset rounds); a committed partition is the
+    group's, and with `error` nothing is guessed (the stream then fails naming the partition: data_loss.decide)."""
+    consumer = ConsumerStandIn(incremental=False, committed={("t", 1): (7, None)})
+    worker, _ = worker_on(consumer, configs={"auto.offset.reset": policy})
+    assign(worker, consumer, P0, P1)
+    assert consumer.calls == [("assign", [("t", 0, start), ("t", 1, OFFSET_INVALID)])]   # INVALID: the group's
 
 
 @pytest.mark.parametrize("policy", [DataLossPolicy.CONTINUE, DataLossPolicy.STOP])

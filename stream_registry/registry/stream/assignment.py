@@ -29,7 +29,7 @@ from ...graph.sinks.stored_offsets import read_stored_offsets_within
 from ...model import PartitionKey, StreamStatus
 from .change_marks import Committed
 from .committed_reads import keys_text, read_committed
-from .data_loss import ResetDecision
+from .data_loss import ResetDecision, start_new
 from .data_loss import decide as decide_reset
 from .group_commits import GroupCommits
 from .health import Health
@@ -67,9 +67,8 @@ class Assignment:
         config = ctx.config
         self._reset_policy = config.configs.get("auto.offset.reset", CONSUMER_DEFAULTS["auto.offset.reset"])
         self.rebalancing = False   # inside a rebalance callback
-        # cooperative-sticky and the KIP-848 `consumer` protocol change assignments incrementally. This
-        # is a first guess from the config: the Python client does not expose rd_kafka_rebalance_protocol(),
-        # but librdkafka refuses the wrong kind of assign with _STATE, and change() then switches.
+        # cooperative-sticky and KIP-848's `consumer` protocol assign incrementally: a first guess (the Python client
+        # has no rd_kafka_rebalance_protocol()); librdkafka refuses the wrong kind with _STATE, and change() switches.
         self.incremental = ("cooperative" in str(config.configs.get("partition.assignment.strategy", ""))
                             or str(config.configs.get("group.protocol", "classic")) == "consumer")
 
@@ -154,6 +153,8 @@ class Assignment:
                 keys = [key for key in keys if key not in unknown]
                 starts = {key: start for key, start in starts.items() if key not in unknown}
             committed = {}
+        if not self._ctx.exactly_once:   # no reset for a new group's partitions (data_loss.start_new)
+            starts = start_new(starts, {key for key, seen in committed.items() if seen.nothing}, self._reset_policy)
         offsets = gate.on_assign(starts, committed)   # where they stand, and our marks
         for tp, key in zip(partitions, keys, strict=True):
             offset = offsets[key]
@@ -162,8 +163,7 @@ class Assignment:
         try:
             self.change(lambda: consumer.incremental_assign(partitions), lambda: consumer.assign(partitions))
         except KafkaException as exc:
-            # The group thinks these partitions are ours: leave it (from the poll loop, not from
-            # inside the callback) so they go to another member, and say why.
+            # the group thinks they are ours: leave it (from the poll loop, not the callback) for another member
             gate.assign_failed(keys)
             self._health.fatal = f"assigning {keys_text(keys)} failed: {self._ctx.redact(exc)}"
             return

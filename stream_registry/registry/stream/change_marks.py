@@ -124,6 +124,9 @@ def _count(value: object) -> bool:
 @dataclass(frozen=True)
 class Committed:
     """A partition's committed offset as a stream taking it over reads it (None: none, or not read), and the
-    change mark it carries when the mark is ours (None: no mark, or a foreign one)."""
+    change mark it carries when the mark is ours (None: no mark, or a foreign one). `nothing`: the group answered
+    that nothing is committed (not an error, not unread): a new group's partition, started where the stream's
+    auto.offset.reset says."""
     offset: int | None = None
     mark: ChangeMark | None = None
+    nothing: bool = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -37,13 +38,15 @@ def read_committed(ctx: PollContext, commits: GroupCommits, sink: Sink, keys: li
     for tp in found:
         key = PartitionKey(tp.topic, tp.partition)
         mark = commits.read_mark(key, tp.metadata) if tp.error is None else None   # foreign: None
-        out[key] = Committed(tp.offset if tp.error is None and tp.offset >= 0 else None, mark)
+        answered = tp.error is None
+        out[key] = Committed(tp.offset if answered and tp.offset >= 0 else None, mark,
+                             nothing=answered and tp.offset < 0)
     if ctx.exactly_once:
         for key, stored in _sink_marks(ctx, commits, sink, keys).items():
             seen = out.get(key, Committed())
             if seen.mark is None or stored.change_id > seen.mark.change_id:
                 commits.marks[key] = stored   # carried on by this process's commits
-                out[key] = Committed(seen.offset, stored)
+                out[key] = replace(seen, mark=stored)
     return out, ""
 
 

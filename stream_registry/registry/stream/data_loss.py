@@ -2,8 +2,9 @@
 
 A stream's consumer runs with librdkafka's `auto.offset.reset=error`, so
 librdkafka never moves a partition by itself: when a partition has no offset to
-fetch from (nothing committed yet, or an offset the log no longer holds,
-OFFSET_OUT_OF_RANGE) it stops fetching it and hands the worker an
+fetch from (an offset the log no longer holds, OFFSET_OUT_OF_RANGE; or nothing
+committed where the assignment could not read that: `start_new` places a new
+group's partitions in the assign itself) it stops fetching it and hands the worker an
 `_AUTO_OFFSET_RESET` event carrying the offset it could not use. The worker asks
 the partition's watermarks (one bounded call) and `decide` says, as a pure
 function, where the partition goes on - the start the stream's own
@@ -18,6 +19,7 @@ loss: the partition goes on from the reset start and nothing is counted.
 """
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ...config import DataLossPolicy
@@ -40,6 +42,20 @@ class ResetDecision:
 def reset_start(policy: object) -> int | None:
     """The logical start an `auto.offset.reset` value names; None for `error` (or anything else)."""
     return _STARTS.get(str(policy).strip().lower())
+
+
+def start_new(starts: Mapping[PartitionKey, int | None], nothing_committed: Collection[PartitionKey],
+              policy: object) -> dict[PartitionKey, int | None]:
+    """`starts` (None: where the group resumes) with the partitions the group has committed nothing for named at
+    the start auto.offset.reset says, as `decide` would place them (nothing lost), so that they are assigned there.
+    Left to the group, librdkafka finds no offset, stops fetching them and reports _AUTO_OFFSET_RESET; the seek
+    deciding it is refused then, so each reset reassigns, on an eager group every partition: what each had
+    fetched ahead was dropped and fetched again (a new stream on a 6-partition backlog fetched and decompressed
+    its records 2-4 times over in its first second: bench/multi_stream.py's stream processes)."""
+    start = reset_start(policy)
+    if start is None:
+        return dict(starts)   # `error`: a partition with nothing committed fails the stream (decide), naming it
+    return {tp: start if given is None and tp in nothing_committed else given for tp, given in starts.items()}
 
 
 def decide(tp: PartitionKey, at: int, watermarks: tuple[int, int] | None, policy: object,
