@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 from bench_data import check_topic, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from process_cpu import cpu_of, rdkafka_cpu_of  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -155,29 +156,6 @@ class Driver:
     info: Callable[[str], StreamInfo]
     drop: Callable[[str], object]
     per_process: bool              # each stream in a process of its own (the host) or threads of this one
-
-
-def cpu_of(pid: int | None) -> float | None:
-    try:
-        times = psutil.Process(pid).cpu_times()
-        return times.user + times.system
-    except (psutil.Error, TypeError, ValueError):
-        return None
-
-
-def rdkafka_cpu_of(pid: int | None) -> float | None:
-    """CPU seconds of the process's librdkafka threads (named rdk:*; Linux /proc), None where not readable."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = 0.0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/comm") as comm, open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                if comm.read().startswith("rdk:"):
-                    fields = stat.read().rsplit(")", 1)[1].split()   # after the name: state is field 0
-                    total += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
-    except (OSError, IndexError, ValueError):
-        return None
-    return total
 
 
 def stream_cpu(s: Tracked) -> str:

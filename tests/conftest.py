@@ -21,6 +21,11 @@ from hypothesis import settings
 from paths import ROOT, SUPPORT
 
 from mgstreams.embedded_kafka import API_KEYS, EmbeddedKafka, TansuBroker
+from stream_registry.kafka.garbage import collect_on_own_thread
+
+# The test processes hold registries and clients as the product's processes do, and collect as they do: never on a
+# librdkafka thread (stream_registry/kafka/garbage.py).
+collect_on_own_thread()
 
 # Hypothesis: one profile for every run (`make test`, `make test-unit`, CI's .ci/run, which runs make test);
 # `--hypothesis-profile=thorough` tries ten times the examples. A test that wants more or fewer examples than the

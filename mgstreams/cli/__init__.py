@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import click
 
+from stream_registry.kafka.garbage import collect_on_own_thread
+
 from ..settings import DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, URL_ENV
 from . import backfill, kafka, monitor, offsets, serve, streams
 from .usage import RootGroup
@@ -64,4 +66,5 @@ for _command in (*streams.COMMANDS, *offsets.COMMANDS, *monitor.COMMANDS, serve.
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point `mgstreams` (and `python -m mgstreams`)."""
+    collect_on_own_thread()   # never on a librdkafka thread: a client freed there aborts the host (kafka/garbage)
     cli.main(args=argv, prog_name="mgstreams")

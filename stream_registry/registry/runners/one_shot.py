@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import TransformError
+from ...kafka.garbage import collect_on_own_thread
 from ...sandbox import confine_stream, end_group
 from .caps import caps_from_env
 from .child_process import child_error, exit_cause, spawn_child, watch_host
@@ -48,6 +49,7 @@ def _child_main(conn, fn, args, secrets) -> None:
     # a preview runs the stream's code: confined as a stream process is (it writes nothing), under the same cap
     confine_stream("null://", None, caps_from_env().stream_memory_mb)
     watch_host(lambda: os._exit(1))   # a child never outlives the process that asked for it
+    collect_on_own_thread()   # never on a librdkafka thread (kafka/garbage.py)
     try:
         answer = (True, fn(*args))
     except BaseException as exc:  # anything the stream's code raised (SystemExit too)

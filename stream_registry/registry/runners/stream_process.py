@@ -41,6 +41,7 @@ from typing import Any
 from ...config import StreamConfig
 from ...errors import StreamError
 from ...graph.sinks.policy import OutputPolicy
+from ...kafka.garbage import collect_on_own_thread
 from ...log_lines import one_line_logging
 from ...log_repeats import collapse_all_repeats
 from ...model import (
@@ -456,6 +457,7 @@ def child_main(conn, spec: ChildSpec) -> None:
     one_line_logging(spec.log_level,
                      f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
     collapse_all_repeats()   # an outage's reconnect failures: one line per kind and interval, with a count
+    collect_on_own_thread()   # never on a librdkafka thread: a client freed there aborts the process (kafka/garbage)
     send_lock = threading.Lock()
 
     def send(message) -> None:
