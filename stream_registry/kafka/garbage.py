@@ -9,7 +9,8 @@ during a cluster outage (tests/host/test_quiet_outage.py, once; reproduced in te
 
 So the processes mgstreams owns (the host, its stream processes, the CLI's) turn the automatic collector off and
 run it here, every TICK_S, on the interpreter's own thresholds: the youngest generation once as many objects were
-allocated as would have triggered it, an older one once the younger was collected as often. Reference counting
+allocated as would have triggered it, an older one once the younger was collected as often, the oldest at most every
+FULL_EVERY_S. Reference counting
 frees everything else where it was, as before. An application that embeds a StreamRegistry in a process of its own
 can call `collect_on_own_thread()` too.
 """
@@ -20,6 +21,9 @@ import threading
 import time
 
 TICK_S = 0.05   # cyclic garbage waits at most about this long (the collector, automatic, ran at once)
+# The oldest generation at most this often: a full collection walks every object (12.6 ms in a host), and the
+# interpreter's own rule for it (the long-lived objects pending against those there) is not readable from Python.
+FULL_EVERY_S = 10.0
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
@@ -36,18 +40,23 @@ def collect_on_own_thread() -> None:
         _thread.start()
 
 
-def generation_due() -> int | None:
+def generation_due(full_allowed: bool = True) -> int | None:
     """The generation the automatic collector would collect now, None when none is due (gc.get_count against
-    gc.get_threshold, as CPython's collect_generations decides, without its long-lived ratio for the oldest)."""
+    gc.get_threshold, as CPython's collect_generations decides); the oldest only when `full_allowed`."""
     counts, thresholds = gc.get_count(), gc.get_threshold()
     if thresholds[0] == 0 or counts[0] <= thresholds[0]:
         return None
-    return max(i for i in range(len(counts)) if i == 0 or counts[i] > thresholds[i])
+    oldest = len(counts) - 1
+    return max(i for i in range(len(counts))
+               if i == 0 or (counts[i] > thresholds[i] and (i < oldest or full_allowed)))
 
 
 def _collect() -> None:
+    last_full = time.monotonic()
     while True:
         time.sleep(TICK_S)
-        generation = generation_due()
+        generation = generation_due(full_allowed=time.monotonic() - last_full >= FULL_EVERY_S)
         if generation is not None:
             gc.collect(generation)
+            if generation == len(gc.get_count()) - 1:
+                last_full = time.monotonic()

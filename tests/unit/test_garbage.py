@@ -62,9 +62,12 @@ def test_without_it_the_collector_frees_the_client_on_librdkafkas_thread_and_lib
     assert "librdkafka owned thread is prohibited" in done.stderr
 
 
-@pytest.mark.parametrize("counts, due", [((700, 0, 0), None), ((701, 0, 0), 0), ((701, 11, 0), 1),
-                                          ((701, 11, 11), 2), ((701, 3, 11), 2), ((5, 11, 11), None)])
-def test_a_generation_is_due_as_the_interpreter_would_collect_it(monkeypatch, counts, due):
+@pytest.mark.parametrize("counts, due, full_due", [
+    ((700, 0, 0), None, None), ((701, 0, 0), 0, 0), ((701, 11, 0), 1, 1), ((701, 11, 11), 2, 1),
+    ((701, 3, 11), 2, 0), ((5, 11, 11), None, None)])
+def test_a_generation_is_due_as_the_interpreter_would_collect_it(monkeypatch, counts, due, full_due):
+    """The oldest only when a full collection is allowed (at most every FULL_EVERY_S), else the next one due."""
     monkeypatch.setattr(garbage.gc, "get_threshold", lambda: (700, 10, 10))
     monkeypatch.setattr(garbage.gc, "get_count", lambda: counts)
     assert garbage.generation_due() == due
+    assert garbage.generation_due(full_allowed=False) == full_due
