@@ -2,8 +2,6 @@
 parsing run: a partition fetched twice shows there)."""
 from __future__ import annotations
 
-import os
-
 import psutil
 
 
@@ -16,15 +14,14 @@ def cpu_of(pid: int | None) -> float | None:
 
 
 def rdkafka_cpu_of(pid: int | None) -> float | None:
-    """CPU seconds of the process's librdkafka threads (named rdk:*; Linux /proc), None where not readable."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    """CPU seconds of the process's librdkafka threads (named rdk:*; the names from Linux /proc), None where not
+    readable."""
     total = 0.0
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/comm") as comm, open(f"/proc/{pid}/task/{tid}/stat") as stat:
+        for thread in psutil.Process(pid).threads():
+            with open(f"/proc/{pid}/task/{thread.id}/comm") as comm:
                 if comm.read().startswith("rdk:"):
-                    fields = stat.read().rsplit(")", 1)[1].split()   # after the name: state is field 0
-                    total += (int(fields[11]) + int(fields[12])) / tick   # utime, stime
-    except (OSError, IndexError, ValueError):
+                    total += thread.user_time + thread.system_time
+    except (psutil.Error, OSError, TypeError, ValueError):
         return None
     return total

@@ -37,9 +37,9 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
-import psutil  # noqa: E402
 from bench_data import check_topic, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from process_cpu import cpu_of  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -53,16 +53,9 @@ POLL_S = 0.05
 TRANSFORM = "cpu_transform.busy"
 
 
-def cpu_of(pids) -> float:
+def cpu_of_all(pids) -> float:
     """CPU seconds (user + system) of these processes so far (0 for one that is gone)."""
-    total = 0.0
-    for pid in pids:
-        try:
-            times = psutil.Process(pid).cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
+    return sum(cpu_of(pid) or 0.0 for pid in pids)
 
 
 def run(client, bootstrap: str, name: str, tasks: int, partitions: int, count: int,
@@ -90,14 +83,14 @@ def run(client, bootstrap: str, name: str, tasks: int, partitions: int, count: i
                     raise SystemExit(f"bench: stream {name} is {info.status.value}: {info.error}")
                 holders = {row.task for row in client.describe(name)}
                 if info.status.value == "running" and len(info.pids) == tasks and holders == set(range(tasks)):
-                    pids, cpu_from = info.pids, cpu_of(info.pids)
+                    pids, cpu_from = info.pids, cpu_of_all(info.pids)
                     steady_at, steady_from = time.perf_counter(), committed()
             if done >= count:
                 end = time.perf_counter()
                 if steady_at is None:
                     raise SystemExit(f"bench: stream {name} finished before all its {tasks} tasks held "
                                      f"partitions: give it more --messages")
-                return end - started, end - steady_at, count - steady_from, (cpu_of(pids) - cpu_from) / (end - steady_at)
+                return end - started, end - steady_at, count - steady_from, (cpu_of_all(pids) - cpu_from) / (end - steady_at)
             if now - started > timeout_s:
                 raise SystemExit(f"bench: stream {name} stuck at {done}/{count} after {timeout_s:.0f} s")
             time.sleep(POLL_S)

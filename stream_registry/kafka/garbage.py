@@ -24,6 +24,7 @@ TICK_S = 0.05   # cyclic garbage waits at most about this long (the collector, a
 # The oldest generation at most this often: a full collection walks every object (12.6 ms in a host), and the
 # interpreter's own rule for it (the long-lived objects pending against those there) is not readable from Python.
 FULL_EVERY_S = 10.0
+_OLDEST = len(gc.get_threshold()) - 1   # the interpreter's generations: 0, 1, 2
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
@@ -46,9 +47,8 @@ def generation_due(full_allowed: bool = True) -> int | None:
     counts, thresholds = gc.get_count(), gc.get_threshold()
     if thresholds[0] == 0 or counts[0] <= thresholds[0]:
         return None
-    oldest = len(counts) - 1
     return max(i for i in range(len(counts))
-               if i == 0 or (counts[i] > thresholds[i] and (i < oldest or full_allowed)))
+               if i == 0 or (counts[i] > thresholds[i] and (i < _OLDEST or full_allowed)))
 
 
 def _collect() -> None:
@@ -58,5 +58,5 @@ def _collect() -> None:
         generation = generation_due(full_allowed=time.monotonic() - last_full >= FULL_EVERY_S)
         if generation is not None:
             gc.collect(generation)
-            if generation == len(gc.get_count()) - 1:
+            if generation == _OLDEST:
                 last_full = time.monotonic()
