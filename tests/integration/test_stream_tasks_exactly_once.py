@@ -21,8 +21,9 @@ pytestmark = pytest.mark.usefixtures("quick_rebalance")   # see conftest
 PARTITIONS = 4
 
 
-def test_two_tasks_on_one_bolt_sink_write_each_message_once_across_their_rebalances(kafka, embedded_kafka, tmp_path,
-                                                                                   monkeypatch):
+def test_two_tasks_on_one_bolt_sink_write_each_message_once_across_their_rebalances(own_kafka, tmp_path, monkeypatch):
+    # a cluster of its own: the OffsetCommit errors it pushes are answered to any client of the cluster (conftest)
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded
     memgraph = Server(rtt_ms=0)
     monkeypatch.setattr(sinks.bolt, "connect_driver", memgraph.connect)
     monkeypatch.setenv("MGSTREAMS_ALLOWED_HOSTS", "memgraph,localhost,127.0.0.0/8")
