@@ -358,10 +358,10 @@ def _move_while_the_stream_moves_on(kafka, tmp_path, monkeypatch, spec, produced
         wait_until(lambda: registry.describe("orders")[0].stored_offset == 20, what="20 stored in the sink")
         real = PartitionQuery.snapshots
 
-        def read_then_move_on(self, tps, positions=None, deadline=None, once=False):   # the stream moves on after
-            if produced == "before":   # the read
+        def read_then_move_on(self, tps, positions=None, deadline=None):   # the stream moves on after the read
+            if produced == "before":
                 kafka.produce(topic, 5, partitions=1)
-            snapshots = real(self, tps, positions, deadline, once)
+            snapshots = real(self, tps, positions, deadline)
             if produced == "after":
                 kafka.produce(topic, 5, partitions=1)
             wait_until(lambda: len(delivered_from_file(out)) >= 25, what="25 written after the log end was read")
