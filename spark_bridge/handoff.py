@@ -47,7 +47,8 @@ def stream_resume_offsets(state_dir: str | os.PathLike, config: StreamConfig,
     secrets = config.secret_values()
     with PartitionQuery(config.bootstrap.text, config.group_id, config.kafka_settings(),
                         timeout=timeout, secrets=secrets) as query:
-        snapshots = query.topic_snapshots(config.topics)
+        partitions = query.partitions(config.topics)
+        snapshots = query.snapshots([PartitionKey(t, p) for t in config.topics for p in partitions[t]])
     stored: dict[PartitionKey, int] = {}
     unpending = [PartitionKey(s.topic, s.partition) for s in snapshots if (s.topic, s.partition) not in pending]
     if config.delivery == Delivery.EXACTLY_ONCE and unpending:

@@ -64,7 +64,6 @@ class PartitionQuery:
         self._bootstrap_servers = bootstrap_servers
         self._admin: AdminClient | None = None
         self._admin_since = 0.0
-        self._seen: dict[str, list[int]] = {}   # each topic's partitions as metadata last named them
         self._admin_client()  # made now, not on first use: a starting stream's first offset change must not wait
         self._lock = threading.Lock()
         self.timeout = timeout
@@ -96,39 +95,11 @@ class PartitionQuery:
                 reason = info.error.str() if info is not None and info.error is not None else "no partitions"
                 raise ConfigError(f"topics: topic {topic!r} does not exist or is not available ({reason})")
             result[topic] = sorted(info.partitions)
-        self._seen.update(result)
         return result
 
-    def topic_snapshots(self, topics: Iterable[str], deadline: float | None = None,
-                        check: Callable[[dict[str, list[int]]], None] = lambda partitions: None
-                        ) -> list[PartitionSnapshot]:
-        """Watermarks and committed offsets of every partition of `topics`, as a fresh metadata answer names them
-        (`check` sees it first: it may raise). The partitions metadata named last time are asked at once, while
-        metadata is asked again (an offset call's round trip less, bench/offset_latency.py --trace); asked again
-        when the answer names others (partitions added, a topic made anew)."""
-        topics = list(topics)
-        deadline = time.monotonic() + self.timeout if deadline is None else deadline
-
-        def keys(partitions: Mapping[str, list[int]]) -> list[PartitionKey]:
-            return [PartitionKey(t, p) for t in topics for p in partitions[t]]
-        known = {t: self._seen[t] for t in topics if t in self._seen}
-        if len(known) < len(topics):
-            partitions = self.partitions(topics, _left(deadline))
-            check(partitions)
-            return self.snapshots(keys(partitions), deadline=deadline)
-        asked = meanwhile(lambda: self.partitions(topics, _left(deadline)))
-        early: list[PartitionSnapshot] | None = None
-        with contextlib.suppress(KafkaOperationError):   # not retried (a partition gone would be, to the deadline):
-            early = finished_with(asked, lambda: self.snapshots(keys(known), deadline=deadline, once=True))
-        partitions = asked.result()
-        check(partitions)
-        if early is not None and partitions == known:
-            return early
-        return self.snapshots(keys(partitions), deadline=deadline)
-
     # -- offsets ----------------------------------------------------------
-    def watermarks(self, tps: Iterable[PartitionKey], timeout: float | None = None,
-                   once: bool = False) -> dict[PartitionKey, tuple[int, int]]:
+    def watermarks(self, tps: Iterable[PartitionKey],
+                   timeout: float | None = None) -> dict[PartitionKey, tuple[int, int]]:
         """(log start, log end) per partition; log end is the last stable offset under read_committed.
 
         Two batched ListOffsets (earliest, latest) for all partitions, both in flight at once: one
@@ -140,7 +111,7 @@ class PartitionQuery:
         timeout = self.timeout if timeout is None else timeout
         earliest, latest = self._call(lambda _: self._list_offsets(tps, (OffsetSpec.earliest(), OffsetSpec.latest()),
                                                                    timeout), "watermarks", timeout=timeout,
-                                      admin=True, once=once)
+                                      admin=True)
         return {PartitionKey(*tp): (earliest[tp], latest[tp]) for tp in tps}
 
     def _list_offsets(self, tps: list[PartitionKey], specs: tuple[OffsetSpec, ...], timeout: float
@@ -159,17 +130,15 @@ class PartitionQuery:
                                     self._secrets)
         return self._admin
 
-    def committed(self, tps: Iterable[PartitionKey], timeout: float | None = None,
-                  once: bool = False) -> dict[PartitionKey, int | None]:
-        """The group's committed offset per partition, None where it has none (one batched request; `once`: no
-        retry of a transient error)."""
+    def committed(self, tps: Iterable[PartitionKey], timeout: float | None = None) -> dict[PartitionKey, int | None]:
+        """The group's committed offset per partition, None where it has none (one batched request)."""
         tps = list(tps)
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
         answer = self._call(lambda consumer: consumer.committed([TopicPartition(t, p) for t, p in tps],
                                                                 timeout=max(timeout, 0.1)),
-                            "committed offsets", timeout=timeout, once=once)
+                            "committed offsets", timeout=timeout)
         out: dict[PartitionKey, int | None] = {}
         for tp in answer:
             if tp.error is not None:
@@ -238,16 +207,15 @@ class PartitionQuery:
         return out
 
     def snapshots(self, tps: Iterable[PartitionKey], positions: Mapping[PartitionKey, int] | None = None,
-                  deadline: float | None = None, once: bool = False) -> list[PartitionSnapshot]:
-        """Watermarks and committed offsets of `tps`, finished by `deadline` (time.monotonic()) if given; `once`:
-        a transient error (a partition unknown, a leader moving) raises at once instead of being retried."""
+                  deadline: float | None = None) -> list[PartitionSnapshot]:
+        """Watermarks and committed offsets of `tps`, finished by `deadline` (time.monotonic()) if given."""
         keys = [PartitionKey(*tp) for tp in tps]
 
         def left() -> float | None:
             return None if deadline is None else max(deadline - time.monotonic(), 0.1)
         timeout = left()
-        asked = meanwhile(lambda: self.committed(keys, timeout, once))   # the coordinator, while the leaders answer
-        marks = finished_with(asked, lambda: self.watermarks(keys, left(), once))
+        asked = meanwhile(lambda: self.committed(keys, timeout))   # the group's coordinator, while the leaders answer
+        marks = finished_with(asked, lambda: self.watermarks(keys, left()))
         committed = asked.result()
         positions = positions or {}
         return [PartitionSnapshot(topic=key.topic, partition=key.partition, log_start=marks[key][0],
@@ -339,10 +307,9 @@ class PartitionQuery:
                                           code=error.name(), topic=topic, partition=partition)
 
     def _call(self, fn: Callable[[Consumer], T], what: str, *, field: str | None = None, topic: str | None = None,
-              partition: int | None = None, timeout: float | None = None, admin: bool = False,
-              once: bool = False) -> T:
+              partition: int | None = None, timeout: float | None = None, admin: bool = False) -> T:
         """Run one client call with the query's consumer (under its lock, so close() cannot pull it away);
-        transient errors (leader moves, a broker down) are retried until timeout. `once`: not retried. `admin`: the call uses only the
+        transient errors (leader moves, a broker down) are retried until timeout. `admin`: the call uses only the
         admin client, which close() merely lets go of, so it runs outside the lock, beside a consumer call."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
@@ -357,7 +324,7 @@ class PartitionQuery:
             if code in _STALE_LEADER or (code in _LEADERLESS and
                                          time.monotonic() - self._admin_since >= _RENEW_ADMIN_S):
                 self._admin = None
-            if code in _TRANSIENT and not once and time.monotonic() + _RETRY_S < deadline:
+            if code in _TRANSIENT and time.monotonic() + _RETRY_S < deadline:
                 time.sleep(_RETRY_S)
                 continue
             text = err.str() if isinstance(err, KafkaError) else str(err)

@@ -61,7 +61,10 @@ class StreamPositions:
             return max(deadline - time.monotonic(), 0.1)
 
         def cluster() -> list[PartitionSnapshot]:
-            return query.topic_snapshots(config.topics, deadline, check=spec.check_against)
+            partitions = query.partitions(config.topics, left())
+            spec.check_against(partitions)
+            return query.snapshots([PartitionKey(t, p) for t in config.topics for p in partitions[t]],
+                                   deadline=deadline)
         snapshots, seen = _while_seen(runner, cluster)
         where = self._where(config, snapshots, seen)
         based = [PartitionSnapshot(topic=s.topic, partition=s.partition, log_start=s.log_start, log_end=s.log_end,
@@ -93,7 +96,8 @@ class StreamPositions:
         """Per partition: committed, position, log start/end, lag, held by this stream's consumer, the
         offset its sink stores (exactly-once) and where it would resume if started now (`resume_point`)."""
         def cluster() -> list[PartitionSnapshot]:
-            return query.topic_snapshots(config.topics)
+            partitions = query.partitions(config.topics)
+            return query.snapshots([PartitionKey(t, p) for t in config.topics for p in partitions[t]])
         snapshots, seen = _while_seen(runner, cluster)
         tps = [PartitionKey(s.topic, s.partition) for s in snapshots]
         missing = [tp for tp in tps if tp not in seen.stored]   # not assigned since its process started
