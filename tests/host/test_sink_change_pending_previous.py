@@ -55,7 +55,7 @@ def test_a_change_pending_across_a_sink_change_is_recorded_from_where_the_old_si
             wait_until(commits_past_the_sink, 60, interval=0.1, what="a commit at 30 by another member")
         finally:
             member.close()
-        [change] = api.patch(f"/streams/{name}/offsets", json={"offset": 10, "timeout_ms": 100}).json()
+        [change] = api.patch(f"/streams/{name}/offsets", json={"offset": 10, "timeout_ms": 10000}).json()
         assert (change["status"], change["previous_offset"]) == ("pending", 20), change
         api.patch(f"/streams/{name}", json={"sink": f"cypherl://{new}"}).raise_for_status()
         api.put(f"/streams/{name}/start").raise_for_status()

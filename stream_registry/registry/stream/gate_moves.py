@@ -28,3 +28,5 @@ class GatePartition:
     settled: bool = False         # its start is decided (explicit offset, or a message delivered)
     expect: tuple[int, int | None] | None = None   # after a move: (target, origin) until the first delivery
     mark: ChangeMark | None = None   # the last change of this stream persisted on it, as its commit says (ours only)
+    raw_start: bool = False   # assigned at a raw start (nothing stored or committed of it): it stood at no offset
+    withheld: bool = False    # a move whose persist failed had nowhere to go back to: nothing delivered until retried

@@ -4,7 +4,7 @@ A change of one partition lives from the call to its record in the history:
 
     REQUESTED ──▶ WAITING ──▶ MOVED ──▶ PERSISTED ──▶ RECORDED
         │            │  ▲        │
-        │            │  └────────┘ (the persist failed: moved back, retried)
+        │            │  └────────┘ (the persist failed: moved back, or withheld, and retried)
         ▼            ▼
     SUPERSEDED / CANCELLED
 
@@ -13,7 +13,8 @@ A change of one partition lives from the call to its record in the history:
 - MOVED: the consumer reads the partition from the target (seek, or an assign at that offset).
 - PERSISTED: the target is committed to the group (exactly-once: stored in the sink, the truth a restart
   resumes from). Only now is the change applied; a persist that fails moves the consumer back to where it
-  was, so a change is never half applied (nothing is delivered from a target that a restart would forget).
+  was, so a change is never half applied (nothing is delivered from a target that a restart would forget); one
+  that stood at a raw start (nothing stored or committed) is withheld instead: nothing of it delivered until then.
 - RECORDED: reported to whoever writes the history (the host).
 - SUPERSEDED: a later call moved the same partition first (the last call wins).
 - CANCELLED: cancelled before it was persisted; it is never applied later.
@@ -94,13 +95,10 @@ class OffsetGate:
 
     @property
     def moved(self) -> bool:
-        """A change was just applied and a moved partition has not delivered from its target yet: deliver
-        batches as soon as the consumer's queue drains, not at batch_interval_ms (a partition whose fetch was in
-        flight during the move comes a little later than the others)."""
-        if self._undelivered:
-            now = self._clock()
-            for tp in [tp for tp, until in self._undelivered.items() if until <= now]:
-                del self._undelivered[tp]
+        """A moved partition has not delivered from its target yet: batches go as soon as the consumer's queue
+        drains, not at batch_interval_ms (one whose fetch was in flight during the move comes a little later)."""
+        if self._undelivered:   # (the poll loop asks at every consume: nothing but this test when none waits)
+            self._undelivered = {tp: until for tp, until in self._undelivered.items() if until > self._clock()}
         return bool(self._undelivered)
 
     # -- what other threads read ------------------------------------------------
@@ -202,7 +200,8 @@ class OffsetGate:
                 known = start if start is not None and start >= 0 else None
                 seen = committed.get(tp, Committed())
                 where = known if known is not None or start is not None else seen.offset
-                self._assigned[tp] = _Partition(position=where, settled=known is not None, mark=seen.mark)
+                self._assigned[tp] = _Partition(position=where, settled=known is not None, mark=seen.mark,
+                                                raw_start=start is not None and start < 0)
         for tp, start in starts.items():
             move = self._moves.get(tp)
             seen = committed.get(tp, Committed())
@@ -220,7 +219,7 @@ class OffsetGate:
                 self._assign_origins[tp] = origin
                 with self._lock:
                     self._assigned[tp] = _Partition(position=move.offset, settled=True, expect=(move.offset, None),
-                                                    mark=seen.mark)
+                                                    mark=seen.mark, raw_start=start is not None and start < 0)
                 out[tp] = move.offset
             else:
                 out[tp] = start
@@ -260,8 +259,8 @@ class OffsetGate:
         """Is a consumed message of `tp` at `offset` to be delivered? False for one the consumer fetched from
         before the last move (a seek the committed-offset lookup overrode): the partition is moved again."""
         part = self._assigned.get(tp)
-        if part is None:
-            return False   # not ours (revoked inside this consume)
+        if part is None or part.withheld:
+            return False   # not ours (revoked inside this consume), or withheld until its move is retried
         if part.expect is not None:
             target, origin = part.expect
             stale = offset < target or (origin is not None and origin > target and offset >= origin)
@@ -280,7 +279,7 @@ class OffsetGate:
         assigned, undelivered = self._assigned, self._undelivered
         for tp in tps:
             part = assigned.get(tp)
-            if part is None or part.expect is not None or not part.settled or tp in undelivered:
+            if part is None or part.expect is not None or not part.settled or part.withheld or tp in undelivered:
                 return False
         return True
 
@@ -311,7 +310,7 @@ class OffsetGate:
             if not (part.settled and self._port.seek(move.tp, move.offset)):
                 self._port.reassign(move.tp, move.offset)
             with self._lock:
-                part.position, part.settled, part.expect = move.offset, True, (move.offset, origin)
+                part.position, part.settled, part.expect, part.withheld = move.offset, True, (move.offset, origin), False
             self._to(move, MoveState.MOVED)
             moved.append((move, origin))
         self._persist(moved)
@@ -339,12 +338,17 @@ class OffsetGate:
         for index, (move, origin) in enumerate(moved):
             if error is not None:
                 part = self._assigned.get(move.tp)
-                if part is not None:   # move back: nothing is delivered from a target a restart would forget
-                    if not (origin is not None and part.settled and self._port.seek(move.tp, origin)):
+                # moved back: nothing is delivered from a target a restart would forget; one at a raw start is
+                # withheld (read from there meanwhile it would write the log again: a refused sink carry-over)
+                withheld = origin is None and part is not None and part.raw_start
+                if part is not None:
+                    if not withheld and not (origin is not None and part.settled and self._port.seek(move.tp, origin)):
                         self._port.reassign(move.tp, origin)
                     with self._lock:
-                        part.position, part.settled, part.expect = origin, origin is not None, None
-                move.reason = f"{error}; moved back, retried until it succeeds"
+                        part.position, part.settled, part.expect = origin, origin is not None or withheld, None
+                        part.withheld = withheld
+                move.reason = (f"{error}; not read meanwhile (it stood at no offset to go back to), retried until it "
+                               f"succeeds" if withheld else f"{error}; moved back, retried until it succeeds")
                 move.retry_at = self._clock() + PERSIST_RETRY_S
                 self._to(move, MoveState.WAITING)
                 continue
