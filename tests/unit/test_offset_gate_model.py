@@ -39,6 +39,9 @@ and restarts; it calls set_offset, cancel and revert, and checks the issue's inv
   from its mark, never applied again. A mark in the sink that is not ours (another host's stream of the same
   name writing one graph, one forged with our identity, ours copied from another partition) is foreign: never
   believed. The stream resumes from the sink's offsets, which never move back except through a change.
+- an exactly-once partition its sink stores nothing of (a new sink after a sink change: it starts at
+  OFFSET_BEGINNING) is never delivered while a change of it waits: a carry-over the new sink refuses is not
+  read from the log start into it (a scenario below drives it; the rules' sink changes keep the sink).
 
 The simulated consumer has librdkafka's committed-offset race: a partition assigned without an explicit
 offset looks its committed offset up later, and a seek made before that lookup is overridden by it.
@@ -69,6 +72,7 @@ from stream_registry.registry.stream.group_commits import GroupCommits
 from stream_registry.registry.stream.offset_gate import PERSIST_RETRY_S, OffsetGate
 
 TPS = [("t", 0), ("t", 1)]
+OFFSET_BEGINNING = -2   # librdkafka's raw start: where an exactly-once partition the sink stores nothing of starts
 LOG_END = 30        # where the log ends at first; records are produced as the model runs
 MAX_LOG_END = 60
 COUNTS = {"examples": 0, "steps": 0, "foreign_commits": 0, "takeovers": 0, "host_deaths": 0, "reconciled": 0,
@@ -113,6 +117,11 @@ class SimConsumer:
         """Where the stream resumes `tp`: the sink's stored offset (exactly-once), else the group's commit."""
         return (self.sink_offsets if self.exactly_once else self.committed).get(tp, 0)
 
+    def start(self, tp) -> int:
+        """The start the worker assigns `tp` at, as Assignment does: exactly-once, the sink's stored offset or,
+        storing none (a new sink), the raw OFFSET_BEGINNING; else the group's commit."""
+        return self.sink_offsets.get(tp, OFFSET_BEGINNING) if self.exactly_once else self.committed.get(tp, 0)
+
     # the consumer and the sink, as the worker's Assignment reads them
     def committed_offsets(self, partitions, timeout=None):
         return [TopicPartition(tp.topic, tp.partition, self.committed.get((tp.topic, tp.partition), -1001),
@@ -130,6 +139,8 @@ class SimConsumer:
         return True
 
     def reassign(self, tp, offset) -> None:
+        if offset is None and self.exactly_once:   # Assignment.reassign: where the sink resumes it
+            offset = self.start(tp)
         self.assign(tp, offset)
 
     def persist(self, offsets, marks):
@@ -177,7 +188,7 @@ class SimConsumer:
             self.fetch[tp] = None
             self.lookup[tp] = self.committed.get(tp, 0)
         else:
-            self.fetch[tp] = offset
+            self.fetch[tp] = 0 if offset == OFFSET_BEGINNING else offset   # the log starts at 0 here
             self.lookup.pop(tp, None)
 
     def unassign(self, tp) -> None:
@@ -333,8 +344,9 @@ class GateMachine(RuleBasedStateMachine):
         if tp in self.sim.fetch or tp in self.foreign:
             return
         known = known or self.sim.exactly_once   # exactly-once resumes where the sink stores
-        start = self.sim.stands(tp) if known else None
-        self.got_to[tp] = self.sim.stands(tp)   # where the group (or the sink) has it
+        start = self.sim.start(tp) if known else None
+        # where the group (or the sink) has it; at a raw start it stood at no offset (the gate reports none)
+        self.got_to[tp] = None if start == OFFSET_BEGINNING else self.sim.stands(tp)
         offsets = self.gate.on_assign({tp: start}, self.sim.seen([tp]))   # the worker's batched committed()
         self.sim.assign(tp, offsets[tp])
         if offsets[tp] is None or offsets[tp] == start:   # else a move's target: its PERSISTED event says
@@ -375,6 +387,10 @@ class GateMachine(RuleBasedStateMachine):
                 self.sim.fetch[tp] = taken[-1] + 1
                 batch[tp] = taken
         for tp, offsets in batch.items():
+            # (a sink change's carry-over the new sink refused was re-assigned at the log start: read into the sink)
+            assert not (self.sim.exactly_once and tp not in self.sim.sink_offsets and
+                        any(key[1] == tp for key in self.live)), \
+                f"{tp}: delivered {offsets} into a sink that stores nothing of it while a change of it waits"
             for offset in offsets:
                 if tp in self.expect:
                     assert offset == self.expect[tp], f"{tp}: delivered {offset}, expected {self.expect[tp]}"
@@ -601,13 +617,19 @@ class GateMachine(RuleBasedStateMachine):
             most -= 1
 
     @rule()
-    def sink_change(self):
+    def sink_change(self, new_sink=False):
         """An alter changes the sink: the new sink starts each partition where the stream stood, one change set
-        of every partition (its carry-over)."""
+        of every partition (its carry-over). `new_sink` (exactly-once): the stream stops for the alter and its new
+        sink stores nothing yet (the partitions come back at OFFSET_BEGINNING, the carry-over waiting for them)."""
         self._step()
         self._read_late()
         change_id = self._new_change()
         offsets = {tp: self.sim.stands(tp) for tp in TPS}
+        if new_sink and self.sim.exactly_once:
+            for tp in list(self.sim.fetch):
+                self.revoke(tp, lost=False)
+            self.sim.sink_offsets.clear()
+            self.sim.sink_marks.clear()
         for tp, offset in offsets.items():
             self._live(change_id, tp, offset, sink=True)
         self.gate.request(change_id, offsets)
@@ -793,3 +815,26 @@ def test_a_late_call_another_task_applied_where_another_host_then_committed_is_n
     machine.read_late_request()
     machine.teardown()
     assert (1, TPS[1]) in machine.elsewhere and (1, TPS[1]) not in machine.sim.last
+
+
+def test_a_carry_over_the_new_sink_refuses_is_not_read_from_the_log_start_meanwhile():
+    """Exactly-once, the sink changed (the stream stopped for the alter; the new sink stores nothing): the carry-over
+    waits for the partitions, which come back at OFFSET_BEGINNING; the new sink refuses its store twice. Nothing
+    of them is delivered meanwhile (the model asserts it at every batch: before, the gate re-assigned them where
+    the sink resumes, the log start, and the stream read 0..4 into the new sink), and once the store succeeds the
+    stream goes on from where it stood, 5."""
+    machine = scenario()
+    machine.sink_change(new_sink=True)
+    machine.sink_stores(fail=True)
+    for tp in TPS:
+        machine.assign(tp)
+    for _ in range(2):
+        machine.deliver_batch(3)
+        machine.time_passes()   # retried, refused again
+    assert not machine.sim.sink_offsets and machine.live
+    machine.sink_stores(fail=False)
+    machine.time_passes()
+    machine.deliver_batch(3)
+    assert machine.sim.sink_offsets == {tp: 8 for tp in TPS} and machine.got_to == {tp: 8 for tp in TPS}
+    machine.teardown()
+    assert set(machine.final.values()) == {MoveState.RECORDED}
