@@ -2,33 +2,17 @@
 asking the gate per partition only where check_delivery would let them through and change nothing."""
 from __future__ import annotations
 
+from gate_port import GatePort
+
 from stream_registry.model import PartitionKey
 from stream_registry.registry.stream.offset_gate import OffsetGate
 
 P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 
 
-class Port:
-    """The gate's consumer port: seeks and re-assigns succeed, persists too."""
-
-    def __init__(self):
-        self.calls = []
-
-    def seek(self, tp, offset):
-        self.calls.append(("seek", tp, offset))
-        return True
-
-    def reassign(self, tp, offset):
-        self.calls.append(("reassign", tp, offset))
-
-    def persist(self, offsets, marks):
-        self.calls.append(("persist", dict(offsets)))
-        return None
-
-
 def test_only_assigned_settled_partitions_with_nothing_to_decide_are_let_through_whole():
     now = [0.0]
-    gate = OffsetGate(Port(), lambda event: None, clock=lambda: now[0])
+    gate = OffsetGate(GatePort(), lambda event: None, clock=lambda: now[0])
     assert not gate.lets_through({P0}), "not assigned"
     gate.on_assign({P0: 10, P1: None})   # P1 resumes where the group stands: its start is not known yet
     gate.after_assign()

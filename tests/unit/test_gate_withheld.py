@@ -5,6 +5,8 @@ the change waited for its retry (tests/host/test_sink_change_marks.py saw 0..19 
 the target and nothing of it is delivered until the retry persists the change."""
 from __future__ import annotations
 
+from gate_port import GatePort
+
 from stream_registry.model import MoveState, PartitionKey, PendingMove
 from stream_registry.registry.stream.offset_gate import PERSIST_RETRY_S, OffsetGate
 
@@ -12,29 +14,10 @@ P0, P1 = PartitionKey("t", 0), PartitionKey("t", 1)
 OFFSET_BEGINNING = -2
 
 
-class Port:
-    """The gate's consumer port: seeks and re-assigns succeed; persists fail while `refuse` is set."""
-
-    def __init__(self):
-        self.calls: list = []
-        self.refuse = True
-
-    def seek(self, tp, offset):
-        self.calls.append(("seek", tp, offset))
-        return True
-
-    def reassign(self, tp, offset):
-        self.calls.append(("reassign", tp, offset))
-
-    def persist(self, offsets, marks):
-        self.calls.append(("persist", dict(offsets)))
-        return "storing the new offset in the sink failed (refused)" if self.refuse else None
-
-
 def carried_over():
     """A new process of an exactly-once stream after a sink change: the carry-over (change 1, P0 to 20) pending,
     the new sink storing nothing of P0 (its start OFFSET_BEGINNING) and 5 of P1."""
-    now, port, events = [0.0], Port(), []
+    now, port, events = [0.0], GatePort(refused="storing the new offset in the sink failed (refused)"), []
     gate = OffsetGate(port, events.append, pending={P0: PendingMove(change_id=1, offset=20)}, clock=lambda: now[0])
     assert gate.on_assign({P0: OFFSET_BEGINNING, P1: 5}) == {P0: 20, P1: 5}
     gate.after_assign()
@@ -54,7 +37,7 @@ def test_a_refused_carry_over_is_not_read_from_the_log_start_meanwhile():
     now[0] += PERSIST_RETRY_S
     gate.retry()   # refused again: still withheld
     assert port.calls.count(("persist", {P0: 20})) == 2 and not gate.check_delivery(P0, 22)
-    port.refuse = False
+    port.refused = None
     now[0] += PERSIST_RETRY_S
     gate.retry()
     assert port.calls[-2:] == [("seek", P0, 20), ("persist", {P0: 20})], "read again from the target"
@@ -64,7 +47,7 @@ def test_a_refused_carry_over_is_not_read_from_the_log_start_meanwhile():
 
 
 def test_a_partition_that_stood_at_an_offset_is_still_moved_back():
-    now, port, events = [0.0], Port(), []
+    now, port, events = [0.0], GatePort(refused="storing the new offset in the sink failed (refused)"), []
     gate = OffsetGate(port, events.append, pending={P0: PendingMove(change_id=1, offset=20)}, clock=lambda: now[0])
     gate.on_assign({P0: 7})
     gate.after_assign()
