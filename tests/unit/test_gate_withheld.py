@@ -53,3 +53,11 @@ def test_a_partition_that_stood_at_an_offset_is_still_moved_back():
     gate.after_assign()
     assert port.calls[-1] == ("seek", P0, 7), port.calls
     assert gate.check_delivery(P0, 7), "read on from where it stood while the change waits"
+
+
+def test_a_withheld_partition_whose_change_is_cancelled_is_read_from_where_it_starts():
+    now, port, events, gate = carried_over()
+    assert not gate.check_delivery(P0, 20)
+    [cancelled] = gate.cancel()
+    assert cancelled.state == MoveState.CANCELLED and port.calls[-1] == ("reassign", P0, None), port.calls
+    assert gate.check_delivery(P0, 0), "no change waits: the partition starts where the sink resumes it"

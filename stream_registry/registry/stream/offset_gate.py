@@ -78,6 +78,9 @@ class ConsumerPort(Protocol):
 
 
 class OffsetGate:
+    """Why this class is this big: it is the one state machine of the module docstring, and its transitions are the
+    only place a partition's status is decided; split, they would be read in several places."""
+
     def __init__(self, port: ConsumerPort, report: Callable[[GateEvent], None], *,
                  pending: Mapping[PartitionKey, PendingMove] | None = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -368,6 +371,10 @@ class OffsetGate:
         with self._lock:
             if self._moves.get(move.tp) is move:
                 del self._moves[move.tp]
+        part = self._assigned.get(move.tp)
+        if part is not None and part.withheld:   # its change ended unapplied: read from where it starts after all
+            part.withheld, part.settled = False, False
+            self._port.reassign(move.tp, None)
         return self._emit(move)
 
     def _emit(self, move: _Move, previous: int | None = None, more: bool = False) -> GateEvent:
