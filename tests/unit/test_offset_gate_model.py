@@ -838,3 +838,24 @@ def test_a_carry_over_the_new_sink_refuses_is_not_read_from_the_log_start_meanwh
     assert machine.sim.sink_offsets == {tp: 8 for tp in TPS} and machine.got_to == {tp: 8 for tp in TPS}
     machine.teardown()
     assert set(machine.final.values()) == {MoveState.RECORDED}
+
+
+def test_a_call_that_supersedes_a_refused_carry_over_is_applied_where_it_says_and_nothing_is_read_before():
+    """The same refused carry-over, then a call moves t0 to 10 while the new sink still refuses (it supersedes the
+    carry-over there: the partition stays withheld), then the sink takes stores: t0 is delivered from 10, t1 from
+    where the stream stood, 5, and nothing before."""
+    machine = scenario()
+    machine.sink_change(new_sink=True)
+    machine.sink_stores(fail=True)
+    for tp in TPS:
+        machine.assign(tp)
+    machine.set_offset(10, TPS[:1])
+    machine.deliver_batch(3)
+    assert not machine.sim.sink_offsets
+    machine.sink_stores(fail=False)
+    machine.time_passes()
+    machine.deliver_batch(2)
+    assert machine.sim.sink_offsets == {TPS[0]: 12, TPS[1]: 7}
+    machine.teardown()
+    assert {key: state for key, state in machine.final.items() if key[1] == TPS[0]} == \
+        {(1, TPS[0]): MoveState.SUPERSEDED, (2, TPS[0]): MoveState.RECORDED}
