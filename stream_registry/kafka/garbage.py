@@ -10,9 +10,8 @@ during a cluster outage (tests/host/test_quiet_outage.py, once; reproduced in te
 So the processes mgstreams owns (the host, its stream processes, the CLI's) turn the automatic collector off and
 run it here, every TICK_S, on the interpreter's own thresholds: the youngest generation once as many objects were
 allocated as would have triggered it, an older one once the younger was collected as often, the oldest at most every
-FULL_EVERY_S. Reference counting
-frees everything else where it was, as before. An application that embeds a StreamRegistry in a process of its own
-can call `collect_on_own_thread()` too.
+FULL_EVERY_S. Reference counting frees everything else where it was, as before. An application that embeds a
+StreamRegistry in a process of its own can call `collect_on_own_thread()` too.
 """
 from __future__ import annotations
 

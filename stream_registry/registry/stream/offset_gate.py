@@ -98,10 +98,13 @@ class OffsetGate:
 
     @property
     def moved(self) -> bool:
-        """A moved partition has not delivered from its target yet: batches go as soon as the consumer's queue
-        drains, not at batch_interval_ms (one whose fetch was in flight during the move comes a little later)."""
-        if self._undelivered:   # (the poll loop asks at every consume: nothing but this test when none waits)
-            self._undelivered = {tp: until for tp, until in self._undelivered.items() if until > self._clock()}
+        """A change was just applied and a moved partition has not delivered from its target yet: deliver
+        batches as soon as the consumer's queue drains, not at batch_interval_ms (a partition whose fetch was in
+        flight during the move comes a little later than the others)."""
+        if self._undelivered:
+            now = self._clock()
+            for tp in [tp for tp, until in self._undelivered.items() if until <= now]:
+                del self._undelivered[tp]
         return bool(self._undelivered)
 
     # -- what other threads read ------------------------------------------------
@@ -202,6 +205,9 @@ class OffsetGate:
             for tp, start in starts.items():
                 known = start if start is not None and start >= 0 else None
                 seen = committed.get(tp, Committed())
+                # where the partition really stands: the group's commit only where the stream resumes from it
+                # (None start); a raw constant is a sink that stores nothing of it (exactly-once after a sink
+                # change: where it stood is the old sink's, which the host's plan holds), not the group's commit
                 where = known if known is not None or start is not None else seen.offset
                 self._assigned[tp] = _Partition(position=where, settled=known is not None, mark=seen.mark,
                                                 raw_start=start is not None and start < 0)
@@ -212,17 +218,13 @@ class OffsetGate:
                 self._persisted_before(move, seen.mark)
                 move = None
             if move is not None:
-                known = start if start is not None and start >= 0 else None
-                # where the partition really stands: the group's commit only where the stream resumes from it
-                # (None start); a raw constant is a sink that stores nothing of it (exactly-once after a sink
-                # change: where it stood is the old sink's, which the host's plan holds), not the group's commit
-                origin = known if known is not None or start is not None else seen.offset
+                part = self._assigned[tp]
+                origin = part.position   # where it stands (above)
                 _not_back(move, origin)
                 self._to(move, MoveState.MOVED)
                 self._assign_origins[tp] = origin
                 with self._lock:
-                    self._assigned[tp] = _Partition(position=move.offset, settled=True, expect=(move.offset, None),
-                                                    mark=seen.mark, raw_start=start is not None and start < 0)
+                    part.position, part.settled, part.expect = move.offset, True, (move.offset, None)
                 out[tp] = move.offset
             else:
                 out[tp] = start
