@@ -46,6 +46,9 @@ _STALE_LEADER = {"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
 # reconnect.backoff.max.ms, 10 s): a new one connects at once. Renewed at most this often.
 _LEADERLESS = {"LEADER_NOT_AVAILABLE"}
 _RENEW_ADMIN_S = 1.0
+# One admin request's own time: a broker that swallowed a request (it went down with the request in flight) never
+# answers it, so an answer not come by then is asked for again, on a new admin client, within the caller's time.
+_ATTEMPT_S = 5.0
 
 
 class PartitionQuery:
@@ -109,8 +112,9 @@ class PartitionQuery:
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         earliest, latest = self._call(lambda _: self._list_offsets(tps, (OffsetSpec.earliest(), OffsetSpec.latest()),
-                                                                   timeout), "watermarks", timeout=timeout,
+                                                                   _attempt(deadline)), "watermarks", timeout=timeout,
                                       admin=True)
         return {PartitionKey(*tp): (earliest[tp], latest[tp]) for tp in tps}
 
@@ -155,14 +159,16 @@ class PartitionQuery:
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
 
         def ask(_consumer: Consumer) -> Any:
+            attempt = _attempt(deadline)
             futures = self._admin_client().list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])],
-                request_timeout=max(timeout, 0.1))
+                request_timeout=attempt)
             [future] = futures.values()
             try:
-                return future.result(max(timeout, 0.1))
+                return future.result(attempt)
             except FutureTimeout:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for group {group!r}")) from None
 
@@ -321,7 +327,7 @@ class PartitionQuery:
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
             code = err.name() if isinstance(err, KafkaError) else None
-            if code in _STALE_LEADER or (code in _LEADERLESS and
+            if code in _STALE_LEADER or ((code in _LEADERLESS or (admin and code == "_TIMED_OUT")) and
                                          time.monotonic() - self._admin_since >= _RENEW_ADMIN_S):
                 self._admin = None
             if code in _TRANSIENT and time.monotonic() + _RETRY_S < deadline:
@@ -352,6 +358,11 @@ def _listed(futures: Mapping[TopicPartition, Any], deadline: float) -> dict[Part
                                             f"no leader answered for {tp.topic}:{tp.partition}"))
         out[PartitionKey(tp.topic, tp.partition)] = offset
     return out
+
+
+def _attempt(deadline: float) -> float:
+    """One admin request's time: what is left of the caller's, at most _ATTEMPT_S."""
+    return min(max(deadline - time.monotonic(), 0.1), _ATTEMPT_S)
 
 
 def _left(deadline: float) -> float:

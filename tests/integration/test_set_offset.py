@@ -393,3 +393,18 @@ def test_partitions_another_member_holds_get_the_offset_when_reassigned(kafka, r
                what="every partition redelivered from 10")
     assert _first_offsets(sink.delivered()[seen:]) == {(topic, p): 10 for p in range(4)}
     assert sorted((h.partition, h.offset) for h in registry.history("orders")) == [(p, 10) for p in range(4)]
+
+
+def test_a_list_offsets_request_a_broker_never_answers_is_asked_again_within_the_call(own_kafka, registry,
+                                                                                    memory_sinks):
+    """A broker that swallows one ListOffsets request (CI: a broker went down while the host's watermarks question
+    was in flight, and no answer came for the whole 20 s call): the call asks again, and is applied in its time."""
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded
+    topic = _stream(kafka, registry, partitions=3, messages=30)
+    for partition in range(3):
+        embedded_kafka.set_partition_leader(topic, partition, 1)
+    registry.start("orders")
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 30)
+    embedded_kafka.delay_responses(1, "ListOffsets", 120_000)   # the next ListOffsets to broker 1: never in time
+    changes = registry.set_offset("orders", 5, timeout=20)
+    assert {(c.offset, c.status) for c in changes} == {(5, ChangeStatus.APPLIED)}
