@@ -45,9 +45,10 @@ _STALE_LEADER = {"FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH"}
 # No leader known: once its broker is back, the admin client may still wait out its reconnect backoff (up to
 # reconnect.backoff.max.ms, 10 s): a new one connects at once. Renewed at most this often.
 _LEADERLESS = {"LEADER_NOT_AVAILABLE"}
-_RENEW_ADMIN_S = 1.0
-# One admin request's own time: a broker that swallowed a request (it went down with the request in flight) never
-# answers it, so an answer not come by then is asked for again, on a new admin client, within the caller's time.
+_RENEW_CLIENT_S = 1.0
+# One request's own time: a broker that swallowed a request (it went down with the request in flight) never answers
+# it, and asked again on the same connection it answers behind it, so an answer not come by then is asked for again
+# by a new client, within the caller's time.
 _ATTEMPT_S = 5.0
 
 
@@ -61,7 +62,9 @@ class PartitionQuery:
         conf = {**self._client_config, "bootstrap.servers": bootstrap_servers, "group.id": group_id,
                 "enable.auto.commit": False, "enable.partition.eof": False,
                 "isolation.level": self._client_config.get("isolation.level", "read_committed")}
+        self._conf = conf
         self._consumer: Consumer | None = new_consumer(conf, self._secrets)
+        self._consumer_since = time.monotonic()
         self._isolation = (IsolationLevel.READ_UNCOMMITTED if conf["isolation.level"] == "read_uncommitted"
                            else IsolationLevel.READ_COMMITTED)
         self._bootstrap_servers = bootstrap_servers
@@ -90,7 +93,7 @@ class PartitionQuery:
         result: dict[str, list[int]] = {}
         timeout = self.timeout if timeout is None else timeout
         for topic in topics:
-            metadata = self._call(partial(Consumer.list_topics, topic=topic, timeout=max(timeout, 0.1)),
+            metadata = self._call(partial(_topic_metadata, topic),
                                   f"metadata for topic {topic!r} from {self._bootstrap_servers!r}",
                                   field="bootstrap_servers", timeout=timeout)
             info = metadata.topics.get(topic)
@@ -112,10 +115,8 @@ class PartitionQuery:
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        earliest, latest = self._call(lambda _: self._list_offsets(tps, (OffsetSpec.earliest(), OffsetSpec.latest()),
-                                                                   _attempt(deadline)), "watermarks", timeout=timeout,
-                                      admin=True)
+        earliest, latest = self._call(lambda _, attempt_s: self._list_offsets(
+            tps, (OffsetSpec.earliest(), OffsetSpec.latest()), attempt_s), "watermarks", timeout=timeout, admin=True)
         return {PartitionKey(*tp): (earliest[tp], latest[tp]) for tp in tps}
 
     def _list_offsets(self, tps: list[PartitionKey], specs: tuple[OffsetSpec, ...], timeout: float
@@ -140,8 +141,8 @@ class PartitionQuery:
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
-        answer = self._call(lambda consumer: consumer.committed([TopicPartition(t, p) for t, p in tps],
-                                                                timeout=max(timeout, 0.1)),
+        answer = self._call(lambda consumer, attempt_s: consumer.committed([TopicPartition(t, p) for t, p in tps],
+                                                                           timeout=attempt_s),
                             "committed offsets", timeout=timeout)
         out: dict[PartitionKey, int | None] = {}
         for tp in answer:
@@ -159,16 +160,14 @@ class PartitionQuery:
         if not tps:
             return {}
         timeout = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
 
-        def ask(_consumer: Consumer) -> Any:
-            attempt = _attempt(deadline)
+        def ask(_consumer: Consumer, attempt_s: float) -> Any:
             futures = self._admin_client().list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])],
-                request_timeout=attempt)
+                request_timeout=attempt_s)
             [future] = futures.values()
             try:
-                return future.result(attempt)
+                return future.result(attempt_s)
             except FutureTimeout:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no answer for group {group!r}")) from None
 
@@ -196,8 +195,8 @@ class PartitionQuery:
         if not queries:
             return {}
         deadline = time.monotonic() + self.timeout if deadline is None else deadline
-        answer = self._call(lambda consumer: consumer.offsets_for_times(
-            [TopicPartition(t, p, ts) for t, p, ts in queries], timeout=_left(deadline)),
+        answer = self._call(lambda consumer, attempt_s: consumer.offsets_for_times(
+            [TopicPartition(t, p, ts) for t, p, ts in queries], timeout=attempt_s),
             "offsets for times", timeout=_left(deadline))
         wanted = {(t, p): ts for t, p, ts in queries}
         out: dict[PartitionKey, int | None] = {}
@@ -312,31 +311,51 @@ class PartitionQuery:
                 raise KafkaOperationError(f"offset by time of {topic}:{partition}: {error.str()}",
                                           code=error.name(), topic=topic, partition=partition)
 
-    def _call(self, fn: Callable[[Consumer], T], what: str, *, field: str | None = None, topic: str | None = None,
-              partition: int | None = None, timeout: float | None = None, admin: bool = False) -> T:
-        """Run one client call with the query's consumer (under its lock, so close() cannot pull it away);
-        transient errors (leader moves, a broker down) are retried until timeout. `admin`: the call uses only the
-        admin client, which close() merely lets go of, so it runs outside the lock, beside a consumer call."""
+    def _call(self, fn: Callable[[Consumer, float], T], what: str, *, field: str | None = None,
+              topic: str | None = None, partition: int | None = None, timeout: float | None = None,
+              admin: bool = False) -> T:
+        """Run one client call with the query's consumer (under its lock, so close() cannot pull it away), giving each
+        attempt its time (at most _ATTEMPT_S of the caller's); transient errors (leader moves, a broker down) are
+        retried until timeout, and a client whose request went unanswered is replaced first. `admin`: the call uses
+        only the admin client, which close() merely lets go of, so it runs outside the lock, beside a consumer
+        call."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             with contextlib.nullcontext() if admin else self._lock:
                 if self._consumer is None:
                     raise KafkaOperationError(f"{what}: the query client is closed")
                 try:
-                    return fn(self._consumer)
+                    return fn(self._consumer, min(max(deadline - time.monotonic(), 0.1), _ATTEMPT_S))
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
             code = err.name() if isinstance(err, KafkaError) else None
+            retry = code in _TRANSIENT and time.monotonic() + _RETRY_S < deadline
             if code in _STALE_LEADER or ((code in _LEADERLESS or (admin and code == "_TIMED_OUT")) and
-                                         time.monotonic() - self._admin_since >= _RENEW_ADMIN_S):
+                                         time.monotonic() - self._admin_since >= _RENEW_CLIENT_S):
                 self._admin = None
-            if code in _TRANSIENT and time.monotonic() + _RETRY_S < deadline:
+            elif retry and code == "_TIMED_OUT":
+                self._renew_consumer()
+            if retry:
                 time.sleep(_RETRY_S)
                 continue
             text = err.str() if isinstance(err, KafkaError) else str(err)
             prefix = f"{field}: " if field else ""
             raise KafkaOperationError(f"{prefix}{what} failed: {redact(text, self._secrets)} ({code})",
                                       code=code, topic=topic, partition=partition)
+
+    def _renew_consumer(self) -> None:
+        """A new consumer in place of one whose request went unanswered (at most every _RENEW_CLIENT_S); the old one
+        is closed on a thread of its own, not waited for."""
+        with self._lock:
+            old = self._consumer
+            if old is None or time.monotonic() - self._consumer_since < _RENEW_CLIENT_S:
+                return
+            self._consumer, self._consumer_since = new_consumer(self._conf, self._secrets), time.monotonic()
+        threading.Thread(target=old.close, name="mgstreams-query-close", daemon=True).start()
+
+
+def _topic_metadata(topic: str, consumer: Consumer, attempt_s: float) -> Any:
+    return consumer.list_topics(topic=topic, timeout=attempt_s)
 
 
 def _listed(futures: Mapping[TopicPartition, Any], deadline: float) -> dict[PartitionKey, int]:
@@ -358,11 +377,6 @@ def _listed(futures: Mapping[TopicPartition, Any], deadline: float) -> dict[Part
                                             f"no leader answered for {tp.topic}:{tp.partition}"))
         out[PartitionKey(tp.topic, tp.partition)] = offset
     return out
-
-
-def _attempt(deadline: float) -> float:
-    """One admin request's time: what is left of the caller's, at most _ATTEMPT_S."""
-    return min(max(deadline - time.monotonic(), 0.1), _ATTEMPT_S)
 
 
 def _left(deadline: float) -> float:

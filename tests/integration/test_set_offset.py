@@ -408,3 +408,17 @@ def test_a_list_offsets_request_a_broker_never_answers_is_asked_again_within_the
     embedded_kafka.delay_responses(1, "ListOffsets", 120_000)   # the next ListOffsets to broker 1: never in time
     changes = registry.set_offset("orders", 5, timeout=20)
     assert {(c.offset, c.status) for c in changes} == {(5, ChangeStatus.APPLIED)}
+
+
+def test_an_offset_fetch_the_coordinator_never_answers_is_asked_again_within_the_call(own_kafka, registry,
+                                                                                      memory_sinks):
+    """The same for the group's committed offsets: asked again on the same connection, the coordinator would answer
+    behind the swallowed request, so the host asks with a new client."""
+    kafka, embedded_kafka = own_kafka, own_kafka.embedded
+    _stream(kafka, registry, partitions=3, messages=30)
+    embedded_kafka.set_group_coordinator(registry.get("orders").consumer_group, 1)
+    registry.start("orders")
+    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 30)
+    embedded_kafka.delay_responses(1, "OffsetFetch", 120_000)   # the next OffsetFetch to the coordinator
+    changes = registry.set_offset("orders", 5, timeout=20)
+    assert {(c.offset, c.status) for c in changes} == {(5, ChangeStatus.APPLIED)}
