@@ -754,8 +754,11 @@ class NewSinkGateMachine(GateMachine):
     machine's exploration, and the scenarios it counts, stay as they are."""
 
     @precondition(lambda self: self.sim.exactly_once)
-    @rule()
-    def sink_change_to_a_new_sink(self):
+    @rule(refuses=st.booleans())
+    def sink_change_to_a_new_sink(self, refuses):
+        """`refuses`: the new sink refuses stores from the start (a sink briefly down as the stream starts on it),
+        as often as not, so the refused carry-over is explored, not met by chance."""
+        self.sim.fail_store = refuses
         self.sink_change(new_sink=True)
 
 
@@ -765,7 +768,7 @@ def test_the_gate_keeps_its_invariants_with_sink_changes_to_a_new_sink():
         max_examples=300, stateful_step_count=40, deadline=None, derandomize=True,
         suppress_health_check=list(HealthCheck)))
     print(f"offset gate model, new sinks: {COUNTS}")
-    assert COUNTS["examples"] >= 200 and COUNTS["withheld"] >= 5, COUNTS   # carry-overs a new sink refused
+    assert COUNTS["examples"] >= 200 and COUNTS["withheld"] >= 15, COUNTS   # carry-overs a new sink refused
 
 
 def scenario(exactly_once: bool = True) -> GateMachine:
