@@ -739,7 +739,7 @@ class GateMachine(RuleBasedStateMachine):
 def test_the_gate_keeps_its_invariants_against_a_model():
     COUNTS.update(examples=0, steps=0)
     run_state_machine_as_test(GateMachine, settings=settings(
-        max_examples=500, stateful_step_count=40, deadline=None, derandomize=True,
+        max_examples=1000, stateful_step_count=40, deadline=None, derandomize=True,
         suppress_health_check=list(HealthCheck)))
     print(f"offset gate model: {COUNTS}")
     assert COUNTS["examples"] >= 300 and COUNTS["steps"] >= 300 * 10, COUNTS
