@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import click
 
+from stream_registry.crash_stacks import print_stacks_on_crash
 from stream_registry.kafka.garbage import collect_on_own_thread
 
 from ..settings import DEFAULT_URL, TOKEN_ENV, TOKEN_FILE_ENV, URL_ENV
@@ -67,4 +68,5 @@ for _command in (*streams.COMMANDS, *offsets.COMMANDS, *monitor.COMMANDS, serve.
 def main(argv: list[str] | None = None) -> None:
     """Console entry point `mgstreams` (and `python -m mgstreams`)."""
     collect_on_own_thread()   # never on a librdkafka thread: a client freed there aborts the host (kafka/garbage)
+    print_stacks_on_crash()
     cli.main(args=argv, prog_name="mgstreams")

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ...crash_stacks import print_stacks_on_crash
 from ...errors import TransformError
 from ...kafka.garbage import collect_on_own_thread
 from ...sandbox import confine_stream, end_group
@@ -50,6 +51,7 @@ def _child_main(conn, fn, args, secrets) -> None:
     confine_stream("null://", None, caps_from_env().stream_memory_mb)
     watch_host(lambda: os._exit(1))   # a child never outlives the process that asked for it
     collect_on_own_thread()   # never on a librdkafka thread (kafka/garbage.py)
+    print_stacks_on_crash()
     try:
         answer = (True, fn(*args))
     except BaseException as exc:  # anything the stream's code raised (SystemExit too)

@@ -39,6 +39,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from ...config import StreamConfig
+from ...crash_stacks import print_stacks_on_crash
 from ...errors import StreamError
 from ...graph.sinks.policy import OutputPolicy
 from ...kafka.garbage import collect_on_own_thread
@@ -458,6 +459,7 @@ def child_main(conn, spec: ChildSpec) -> None:
                      f"%(asctime)s %(levelname)s %(name)s [stream {name}, pid %(process)d]: %(message)s")
     collapse_all_repeats()   # an outage's reconnect failures: one line per kind and interval, with a count
     collect_on_own_thread()   # never on a librdkafka thread: a client freed there aborts the process (kafka/garbage)
+    print_stacks_on_crash()
     send_lock = threading.Lock()
 
     def send(message) -> None:
