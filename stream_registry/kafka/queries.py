@@ -344,14 +344,16 @@ class PartitionQuery:
                                       code=code, topic=topic, partition=partition)
 
     def _renew_consumer(self) -> None:
-        """A new consumer in place of one whose request went unanswered (at most every _RENEW_CLIENT_S); the old one
-        is closed on a thread of its own, not waited for."""
+        """A new consumer in place of one whose request went unanswered (at most every _RENEW_CLIENT_S). The old one
+        is closed here: it never joined the group, so closing asks no broker (measured: 1-5 ms with the request
+        still in flight), and no client is left to be destroyed as the process exits."""
         with self._lock:
             old = self._consumer
             if old is None or time.monotonic() - self._consumer_since < _RENEW_CLIENT_S:
                 return
+            with contextlib.suppress(KafkaException, RuntimeError):
+                old.close()
             self._consumer, self._consumer_since = new_consumer(self._conf, self._secrets), time.monotonic()
-        threading.Thread(target=old.close, name="mgstreams-query-close", daemon=True).start()
 
 
 def _topic_metadata(topic: str, consumer: Consumer, attempt_s: float) -> Any:
