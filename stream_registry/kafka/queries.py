@@ -333,7 +333,7 @@ class PartitionQuery:
             if code in _STALE_LEADER or ((code in _LEADERLESS or (admin and code == "_TIMED_OUT")) and
                                          time.monotonic() - self._admin_since >= _RENEW_CLIENT_S):
                 self._admin = None
-            elif retry and code == "_TIMED_OUT":
+            elif retry and code == "_TIMED_OUT" and not admin:
                 self._renew_consumer()
             if retry:
                 time.sleep(_RETRY_S)
