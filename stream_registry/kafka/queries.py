@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from functools import partial
 from typing import Any, TypeVar
@@ -31,6 +31,7 @@ from ..model import PartitionKey, PartitionSnapshot
 from ..offset_spec import RD_OFFSET_END
 from ..redaction import redact, secret_values
 from .client import new_admin, new_consumer
+from .time_search import RecordReader, first_at_or_after
 
 T = TypeVar("T")
 
@@ -229,14 +230,7 @@ class PartitionQuery:
 
     # -- internals --------------------------------------------------------
     def _search_by_time(self, topic: str, partition: int, ts: int, deadline: float) -> int | None:
-        """Binary search over record timestamps: O(log n) probes, each bounded by `deadline`.
-
-        Offsets are not contiguous (transaction markers, aborted or compacted
-        records): a probe at `mid` answers the first record at or after it, so
-        each step either finds the records of [mid, hi) to start at or after the
-        time (the answer is that record or lies below mid) or moves `lo` past
-        `mid`; the interval shrinks every step whatever the gaps.
-        """
+        """The first offset at or after `ts` found by reading record timestamps (time_search.py), by `deadline`."""
         key = PartitionKey(topic, partition)
         low, high = self.watermarks([key], _left(deadline))[key]
         if high <= low:
@@ -245,71 +239,9 @@ class PartitionQuery:
                                "group.id": "mgstreams-time-probe", "enable.auto.commit": False,
                                "enable.partition.eof": True, "fetch.wait.max.ms": 10}, self._secrets)
         try:
-            last = self._last_record(reader, topic, partition, low, high, deadline)
-            if last is None or last[1] < ts:
-                return None
-            best, lo, hi = last[0], low, last[0]   # the answer is `best` or a record in [lo, hi)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                record = self._record_at_or_after(reader, topic, partition, mid, hi, deadline)
-                if record is None:            # [mid, hi) holds no record
-                    hi = mid
-                elif record[1] >= ts:         # [mid, record) holds none: the answer is record or below mid
-                    best, hi = record[0], mid
-                else:
-                    lo = record[0] + 1
-            return best
+            return first_at_or_after(RecordReader(reader, topic, partition, deadline, self.timeout), ts, low, high)
         finally:
             reader.close()
-
-    def _last_record(self, reader: Consumer, topic: str, partition: int, low: int, high: int,
-                     deadline: float) -> tuple[int, int] | None:
-        """The last record below `high`, in windows ending where the last one began, doubling (the last
-        offsets of a partition may be transaction markers or aborted records): O(log n) probes."""
-        end, width = high, 1
-        while end > low:
-            start = max(low, end - width)
-            found = None
-            for record in self._records(reader, topic, partition, start, end, deadline):
-                found = record   # the window's last record
-            if found is not None:
-                return found
-            end, width = start, width * 2
-        return None
-
-    def _record_at_or_after(self, reader: Consumer, topic: str, partition: int, offset: int, end: int,
-                            deadline: float) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after `offset` and below `end`, None if there is none."""
-        return next(self._records(reader, topic, partition, offset, end, deadline), None)
-
-    def _records(self, reader: Consumer, topic: str, partition: int, offset: int, end: int,
-                 deadline: float) -> Iterator[tuple[int, int]]:
-        """(offset, timestamp) of the records in [offset, end), read from one assignment."""
-        if offset >= end:
-            return
-        reader.assign([TopicPartition(topic, partition, offset)])
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise KafkaOperationError(f"offset by time of {topic}:{partition}: not found within the "
-                                          f"deadline (reading at offset {offset})", code="_TIMED_OUT",
-                                          topic=topic, partition=partition)
-            msg = reader.poll(min(left, self.timeout))
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is None:
-                at = msg.offset()
-                if at is None or at >= end:   # a fetched record always has its offset
-                    return
-                yield at, msg.timestamp()[1]
-                if at + 1 >= end:
-                    return
-            elif error.code() == KafkaError._PARTITION_EOF:
-                return
-            elif not error.retriable():
-                raise KafkaOperationError(f"offset by time of {topic}:{partition}: {error.str()}",
-                                          code=error.name(), topic=topic, partition=partition)
 
     def _call(self, fn: Callable[[Consumer, float], T], what: str, *, field: str | None = None,
               topic: str | None = None, partition: int | None = None, timeout: float | None = None,
