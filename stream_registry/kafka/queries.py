@@ -257,7 +257,7 @@ class PartitionQuery:
                 if self._consumer is None:
                     raise KafkaOperationError(f"{what}: the query client is closed")
                 try:
-                    return fn(self._consumer, min(max(deadline - time.monotonic(), 0.1), _ATTEMPT_S))
+                    return fn(self._consumer, min(_left(deadline), _ATTEMPT_S))
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
             code = err.name() if isinstance(err, KafkaError) else None
