@@ -395,30 +395,20 @@ def test_partitions_another_member_holds_get_the_offset_when_reassigned(kafka, r
     assert sorted((h.partition, h.offset) for h in registry.history("orders")) == [(p, 10) for p in range(4)]
 
 
-def test_a_list_offsets_request_a_broker_never_answers_is_asked_again_within_the_call(own_kafka, registry,
-                                                                                    memory_sinks):
-    """A broker that swallows one ListOffsets request (CI: a broker went down while the host's watermarks question
-    was in flight, and no answer came for the whole 20 s call): the call asks again, and is applied in its time."""
+
+@pytest.mark.parametrize("api", ["ListOffsets", "OffsetFetch"])
+def test_a_request_a_broker_never_answers_is_asked_again_within_the_call(api, own_kafka, registry, memory_sinks):
+    """A broker that swallows one request (CI: a broker went down while the host's log-end question was in flight,
+    and no answer came for the whole 20 s call): the call asks again, and is applied in its time. ListOffsets goes
+    to the partitions' leader; OffsetFetch to the group's coordinator, which, asked again on the same connection,
+    answers behind the swallowed request, so the host asks with a new client."""
     kafka, embedded_kafka = own_kafka, own_kafka.embedded
     topic = _stream(kafka, registry, partitions=3, messages=30)
     for partition in range(3):
         embedded_kafka.set_partition_leader(topic, partition, 1)
-    registry.start("orders")
-    wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 30)
-    embedded_kafka.delay_responses(1, "ListOffsets", 120_000)   # the next ListOffsets to broker 1: never in time
-    changes = registry.set_offset("orders", 5, timeout=20)
-    assert {(c.offset, c.status) for c in changes} == {(5, ChangeStatus.APPLIED)}
-
-
-def test_an_offset_fetch_the_coordinator_never_answers_is_asked_again_within_the_call(own_kafka, registry,
-                                                                                      memory_sinks):
-    """The same for the group's committed offsets: asked again on the same connection, the coordinator would answer
-    behind the swallowed request, so the host asks with a new client."""
-    kafka, embedded_kafka = own_kafka, own_kafka.embedded
-    _stream(kafka, registry, partitions=3, messages=30)
     embedded_kafka.set_group_coordinator(registry.get("orders").consumer_group, 1)
     registry.start("orders")
     wait_until(lambda: len(memory_sinks["orders"].delivered()) >= 30)
-    embedded_kafka.delay_responses(1, "OffsetFetch", 120_000)   # the next OffsetFetch to the coordinator
+    embedded_kafka.delay_responses(1, api, 120_000)   # broker 1's next answer to `api`: never in time
     changes = registry.set_offset("orders", 5, timeout=20)
     assert {(c.offset, c.status) for c in changes} == {(5, ChangeStatus.APPLIED)}
