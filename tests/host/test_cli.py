@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient
 from host_helpers import HostProcess
 from paths import ROOT
 from ports import free_port
-from stream_helpers import delivered_from_file, wait_until
+from stream_helpers import SETTLED_MS, delivered_from_file, wait_until
 
 from mgstreams.cli import cli
 from mgstreams.cli.spec_argument import parse_spec_argument
@@ -344,7 +344,7 @@ def test_unquoted_minus_n_moves_back_where_it_cannot_mean_beginning_or_end(strea
         return [r["committed_offset"] for r in json.loads(invoke("describe", "orders", "--json", host=host).stdout)]
     assert invoke("start", "orders", host=host).exit_code == 0
     wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up")
-    moved = invoke("set-offset", "orders", "-4", "--json", host=host)
+    moved = invoke("set-offset", "orders", "-4", "--json", "--timeout", str(SETTLED_MS / 1000), host=host)
     assert moved.exit_code == 0, moved.stderr
     assert {(c["previous_offset"], c["offset"], c["status"]) for c in json.loads(moved.stdout)} == {(10, 6, "applied")}
     wait_until(lambda: committed() == [10, 10, 10], timeout=60, what="caught up again")

@@ -18,7 +18,7 @@ import pytest
 from cli_helpers import mgstreams
 from configs import MERGE
 from paths import ROOT
-from stream_helpers import wait_until
+from stream_helpers import SETTLED_MS, wait_until
 
 WIDTHS = (60, 80, 120, 250)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -121,7 +121,7 @@ def test_describe_check_history_and_lag_keep_topic_partition_offset_and_lag(fail
         return [r["committed_offset"] for r in json.loads(piped(host.url, "describe", name, "--json"))] == [3, 3]
     piped(host.url, "start", name)
     wait_until(caught_up, 60, 0.2, "the stream to catch up")
-    changes = json.loads(piped(host.url, "set-offset", name, "1", "--json"))   # one history row per partition
+    changes = json.loads(piped(host.url, "set-offset", name, "1", "--json", "--timeout", str(SETTLED_MS / 1000)))   # one history row per partition
     assert {c["status"] for c in changes} == {"applied"}, changes
     wait_until(caught_up, 60, 0.2, "the stream to catch up again")
     for width in WIDTHS:

@@ -20,7 +20,14 @@ from broker_support import DEPARTED_LEADER_KEPT, skip_rest_on_tansu
 from configs import stream_body
 from host_helpers import http
 from mgclient_standin.mgclient import Server
-from stream_helpers import FAST_REJOIN, bolt_exactly_once_stream, by_partition, delivered_from_file, wait_until
+from stream_helpers import (
+    FAST_REJOIN,
+    SETTLED_MS,
+    bolt_exactly_once_stream,
+    by_partition,
+    delivered_from_file,
+    wait_until,
+)
 
 from stream_registry import StreamConfig, StreamRegistry, StreamStatus
 from stream_registry.graph import cypherl_frames, offset_store, sinks
@@ -116,7 +123,7 @@ def test_a_deliberate_rewind_of_an_exactly_once_stream_is_replayed(host, kafka, 
         api.post("/streams", json=body(kafka, topic, out)).raise_for_status()
         api.put("/streams/orders/start").raise_for_status()
         wait_until(lambda: len(delivered_from_file(out)) == 30, 60, what="the first 30 messages")
-        changes = api.patch("/streams/orders/offsets", json={"offset": 10}).json()
+        changes = api.patch("/streams/orders/offsets", json={"offset": 10, "timeout_ms": SETTLED_MS}).json()
         assert [(c["offset"], c["status"]) for c in changes] == [(10, "applied")]
         wait_until(lambda: len(delivered_from_file(out)) == 50, 60, what="offsets 10..29 again")
         assert by_partition(delivered_from_file(out))[(topic, 0)] == list(range(30)) + list(range(10, 30))

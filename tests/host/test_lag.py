@@ -28,7 +28,7 @@ from confluent_kafka import Producer
 from lag_host import INTERVAL, create, wait_lag
 from mgp_backend import QueryError, query_modules
 from paths import ROOT
-from stream_helpers import wait_until
+from stream_helpers import SETTLED_MS, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_backwards_set_stream_offset_is_rewind_with_the_change_id(lag_host, api,
     create(api, kafka, "rewound", topic)
     wait_lag(api, "rewound", lambda lag: lag["stream_status"] == "running" and lag["total_lag"] == 0,
              "rewound caught up")
-    [change] = memgraph.call("streams.set_stream_offset", "rewound", {f"{topic}:1": 5})
+    [change] = memgraph.call("streams.set_stream_offset", "rewound", {f"{topic}:1": 5}, SETTLED_MS)
     assert (change["partition"], change["previous_offset"], change["offset"], change["status"]) == \
         (1, 20, 5, "applied")
     [entry] = api.get("/streams/rewound/history").json()

@@ -18,7 +18,7 @@ from cli_helpers import invoke
 from configs import MERGE, stream_config
 from confluent_kafka import Producer
 from kafka_records import commit_as
-from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
+from stream_helpers import FAST_REJOIN, SETTLED_MS, by_partition, delivered_from_file, wait_until
 
 from stream_registry import ChangeStatus, StreamError
 
@@ -460,7 +460,7 @@ def test_the_procedures_preview_move_revert_and_cancel(toolkit, kafka, tmp_path)
         assert "'-PT5X'" in memgraph.refusal("streams.set_stream_offset", "orders", "-PT5X").last_line
         other = f"other_{uuid.uuid4().hex[:8]}"
         commit_as(kafka, other, {(topic, 2): 4})
-        [copied] = [c for c in memgraph.call("streams.set_stream_offset", "orders", {"group": other})
+        [copied] = [c for c in memgraph.call("streams.set_stream_offset", "orders", {"group": other}, SETTLED_MS)
                     if c["status"] != "unchanged"]
         assert (copied["partition"], copied["previous_offset"], copied["offset"], copied["status"]) == \
             (2, 10, 4, "applied")

@@ -33,7 +33,7 @@ from mgclient_standin import mgclient as standin
 from mgp_backend import QUERY_MODULES, mgp_environment, query_modules
 from paths import ROOT, SUPPORT
 from ports import free_port
-from stream_helpers import FAST_REJOIN, by_partition, delivered_from_file, wait_until
+from stream_helpers import FAST_REJOIN, SETTLED_MS, by_partition, delivered_from_file, wait_until
 
 SINK_ENV = "MGSTREAMS_DEFAULT_SINK"
 NO_TOKEN = ("Exception: authorization: a valid bearer token is required (Authorization: Bearer ...): set "
@@ -487,13 +487,13 @@ def test_memgraph_set_offset_scenarios_on_three_partitions(memgraph, connected, 
     assert got == {tp: list(range(10, 20)) for tp in partitions}
 
     since = len(delivered_from_file(out))
-    changes = memgraph.call("streams.set_stream_offset", "test", -1)
+    changes = memgraph.call("streams.set_stream_offset", "test", -1, SETTLED_MS)
     assert {(c["offset"], c["previous_offset"], c["status"]) for c in changes} == {(0, 20, "applied")}
     got = _wait_for(out, since, {tp: 19 for tp in partitions})
     assert got == {tp: list(range(0, 20)) for tp in partitions}
 
     since = len(delivered_from_file(out))
-    changes = memgraph.call("streams.set_stream_offset", "test", -2)
+    changes = memgraph.call("streams.set_stream_offset", "test", -2, SETTLED_MS)
     assert {(c["offset"], c["status"]) for c in changes} == {(20, "applied")}
     kafka.produce(topic, 3, partitions=3)                      # the "Final Message" on each partition
     got = _wait_for(out, since, {tp: 20 for tp in partitions})
@@ -530,7 +530,7 @@ def test_set_offset_while_running_applies_on_the_assigned_partitions(memgraph, c
     assert [(c["partition"], c["previous_offset"], c["offset"], c["status"]) for c in planned] == \
         [(0, 10, 5, "planned")]
     since = len(delivered_from_file(out))
-    changes = memgraph.call("streams.set_stream_offset", "live", {f"{topic}:0": 5}, 5000)
+    changes = memgraph.call("streams.set_stream_offset", "live", {f"{topic}:0": 5}, SETTLED_MS)
     assert [(c["partition"], c["previous_offset"], c["offset"], c["status"]) for c in changes] == \
         [(0, 10, 5, "applied")]
     wait_until(lambda: 9 in _delivered(out, since).get((topic, 0), []), timeout=20, what="the replay")
@@ -572,7 +572,7 @@ def test_reload_keeps_one_consumer_per_stream(connected, kafka, quick_rebalance,
         assert listed_now() == listed
 
         since = len(delivered_from_file(out))
-        changes = memgraph.call("streams.set_stream_offset", "kept", 4)
+        changes = memgraph.call("streams.set_stream_offset", "kept", 4, SETTLED_MS)
         assert sorted((c["topic"], c["partition"], c["previous_offset"], c["offset"], c["status"])
                       for c in changes) == [(t, p, 10, 4, "applied") for t, p in partitions]
         _wait_for(out, since, {tp: 9 for tp in partitions})
@@ -642,7 +642,7 @@ def test_the_cli_moves_the_stream_the_module_created(memgraph, connected, kafka,
 
     since = len(delivered_from_file(out))
     done = subprocess.run([sys.executable, "-m", "mgstreams", "--url", connected.url, "set-offset", "shared", "5",
-                           "--json"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                           "--json", "--timeout", str(SETTLED_MS / 1000)], capture_output=True, text=True, cwd=ROOT, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr
     assert sorted((c["partition"], c["previous_offset"], c["offset"], c["status"])
