@@ -71,6 +71,12 @@ def is_transient(error: BaseException) -> bool:
     return classify(error) is Fault.TRANSIENT
 
 
+def is_server_answer(error: BaseException) -> bool:
+    """The server answered with this error (the driver's Neo4jError classes): the statement did not apply. A
+    connection lost meanwhile is no answer: then it may have."""
+    return isinstance(error, driver_refusal_types())
+
+
 def is_refusal(error: BaseException) -> bool:
     """A driver error in which the database refused the statements themselves (a type error, a constraint)."""
     return isinstance(error, driver_refusal_types()) and not isinstance(error, driver_transient_types())

@@ -31,7 +31,8 @@ def test_ingest_throughput_bench_prints_ratio(sink):
 
 def test_ingest_throughput_bench_runs_the_host_and_measures_bolt_round_trips():
     """Through a host's stream process and the Bolt connection stand-in: folded and one-at-a-time rates, round
-    trips per transaction (2 folded, 1000 + 2 one at a time for full 1000-message batches) and the speed-up."""
+    trips per transaction (1 folded: one statement runs on its own; 1000 + 2 one at a time for full
+    1000-message batches) and the speed-up."""
     done = subprocess.run([sys.executable, str(BENCH), "--messages", "3000", "--rounds", "1", "--sink",
                            "bolt-standin"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

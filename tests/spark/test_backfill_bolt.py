@@ -173,13 +173,14 @@ def test_run_autocommit_runs_alone_then_writes_are_transactions_again(monkeypatc
     with pytest.raises(sinks.SinkError, match=r"^sink bolt://memgraph:7687: 'CREATE INDEX ON :Account\(id\)' "
                                               r"failed: DatabaseError: Index already exists$"):
         sink.run_autocommit("CREATE INDEX ON :Account(id)")
-    sink.write([Statement(NODE, {"id": "a"})])
+    seen = "MATCH (a:Account {id: $id}) SET a.seen = true"
+    sink.write([Statement(NODE, {"id": "a"}), Statement(seen, {"id": "a"})])
     sink.close()
     executes = [(c.number, e[3], e[1]) for c in driver.connections for e in c.log if e[0] == "execute"]
     assert executes == [(0, True, "CREATE CONSTRAINT ON (a:Account) ASSERT a.id IS UNIQUE"),
                         (0, True, "CREATE INDEX ON :Account(id)"),
-                        (0, False, NODE)]        # one connection; the write is in a transaction again
-    assert driver.sent() == [[(NODE, {"id": "a"})]]
+                        (0, False, NODE), (0, False, seen)]   # one connection; the write is in a transaction again
+    assert driver.sent() == [[(NODE, {"id": "a"}), (seen, {"id": "a"})]]
 
     def refuse(**kwargs):
         raise ConnectionRefusedError("connection refused")

@@ -174,6 +174,8 @@ BATCH = [Statement("MERGE (a:Account {id: $id})", {"id": "acc-1"}),
 
 
 def test_bolt_connects_lazily_and_runs_one_transaction_per_batch(server):
+    """A batch is one transaction; a batch of one statement is a transaction of its own (autocommit: one round
+    trip, not BEGIN, the statement and COMMIT)."""
     sink = open_sink("bolt://memgraph:7688", CREDENTIALS)
     assert server.connects == []
     sink.write(BATCH)
@@ -185,7 +187,11 @@ def test_bolt_connects_lazily_and_runs_one_transaction_per_batch(server):
         ("MATCH (a:Account {id: $id}) SET a.seen = $seen", {"id": "acc-1", "seen": "yes"}),   # bytes as text
         ("MERGE (a:Account {id: $id})", {"id": "acc-1"}),
     ]
-    assert server.count("commit") == 2 and server.count("rollback") == 0
+    assert [entry[3] for entry in server.log if entry[0] == "execute"] == [False, False, True]   # autocommit
+    assert server.count("commit") == 1 and server.count("rollback") == 0
+    assert server.round_trips == 4 + 1   # BEGIN, two statements, COMMIT; then the statement alone
+    sink.write(BATCH)
+    assert server.count("commit") == 2, "the connection is back to explicit transactions"
     sink.close()
     assert server.log[-1] == ("close",)
 
@@ -224,7 +230,7 @@ def test_bolt_reconnects_after_a_lost_connection_with_exponential_backoff(server
                        mgclient.InterfaceError("Query failed"), mgclient.OperationalError("connection reset")]
     slept = []
     BoltSink("h", connect=server.connect, sleep=slept.append, backoff_s=0.1, max_backoff_s=0.25).write(BATCH[:1])
-    assert len(server.connects) == 4 and server.count("commit") == 1
+    assert len(server.connects) == 4 and len(server.transactions) == 1   # one statement: applied on its own
     assert slept == [0.1, 0.2, 0.25]
 
 

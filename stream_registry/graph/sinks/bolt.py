@@ -30,7 +30,7 @@ from ..offset_store import (
     stored_in_rows,
 )
 from ..parameter_values import driver_parameters
-from ..sink_faults import is_refusal, is_transient
+from ..sink_faults import is_refusal, is_server_answer, is_transient
 from ..statement import Statement
 from ..unwind import fold
 from .bolt_driver import Engine, connect_driver, inline_parameters
@@ -94,7 +94,9 @@ class BoltSink(Closing):
     `expect`, the read is a compare-and-set (offset_store.continuation).
 
     With `unwind` (the default), runs of statements of one query text are sent
-    as one UNWIND statement each (unwind.fold): one round trip per run.
+    as one UNWIND statement each (unwind.fold): one round trip per run. An
+    at-least-once batch that folds into one statement runs in autocommit, a
+    transaction of its own: one round trip, not three (BEGIN, it, COMMIT).
 
     On an engine without transactions (Engine.FALKORDB) each statement applies
     when it runs: a batch that fails part-way leaves the statements before the
@@ -148,6 +150,9 @@ class BoltSink(Closing):
         """Send a prepared write: one transaction, retried as the class docstring says."""
         end = prepared.end
         unknown = False   # a commit of this batch failed in flight: it may have been applied
+        # an at-least-once batch of one statement runs as a transaction of its own (autocommit): as atomic as
+        # BEGIN, the statement and COMMIT, in one round trip instead of three
+        single = not end and len(prepared.statements) == 1 and self.engine.transactions
         with self._lock:
             for attempt in range(1, self.retries + 1):
                 self.attempts += 1
@@ -161,10 +166,14 @@ class BoltSink(Closing):
                         if continuation(stored, end, expect) is Continuation.DONE:
                             conn.rollback()
                             return Written.ALREADY_APPLIED
-                    for query, parameters in prepared.statements:
-                        cursor.execute(query, parameters)
-                    committing = True
-                    conn.commit()
+                    if single:
+                        committing = True
+                        self._run_alone(conn, cursor, *prepared.statements[0])
+                    else:
+                        for query, parameters in prepared.statements:
+                            cursor.execute(query, parameters)
+                        committing = True
+                        conn.commit()
                     self.batches += 1
                     return Written.APPLIED
                 except SinkError:
@@ -173,13 +182,21 @@ class BoltSink(Closing):
                 except Exception as exc:
                     transient = self._lost(exc)
                     self._abandon()
-                    if committing and transient:
+                    if committing and transient and not (single and is_server_answer(exc)):
                         self.unknown_commits += 1   # applied or not: the next attempt reads the offsets first
                         unknown = True
                     if attempt == self.retries or not transient:
                         raise self._failure(prepared.count, attempt, exc, transient, unknown) from None
                 self._sleep(min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s))
         raise AssertionError("unreachable")
+
+    def _run_alone(self, conn, cursor, query: str, parameters: Mapping[str, Any]) -> None:
+        """One statement in a transaction of its own; the connection back to explicit transactions after."""
+        conn.autocommit = True
+        try:
+            cursor.execute(query, parameters)
+        finally:
+            conn.autocommit = False
 
     def _stored_in_transaction(self, cursor, streams: set[str]) -> dict[tuple[str, str, int], int]:
         stored: dict[tuple[str, str, int], int] = {}
