@@ -229,9 +229,10 @@ JOURNAL_DRIVER = textwrap.dedent('''
     from stream_registry.builtin_transformations import merge_messages_batched
 
     # the pymgclient stand-in in the Python worker (tests/support is on the workers' PYTHONPATH: the `spark`
-    # fixture): it journals each committed transaction with the worker's pid, when it began and ended; each
-    # round trip (BEGIN, the UNWIND, COMMIT) takes 40 ms, as a remote server's would
-    sinks.bolt.connect_driver = Server(rtt_ms=40, journal={journal!r}).connect
+    # fixture): it journals each committed transaction with the worker's pid, when it began and ended; a batch's
+    # one round trip (its UNWIND, alone in autocommit) takes 120 ms, as a remote server's write of it might: long
+    # enough that two tasks writing at once overlap, even on a loaded machine
+    sinks.bolt.connect_driver = Server(rtt_ms=120, journal={journal!r}).connect
 
     def load(messages):
         return merge_messages_batched(messages)
