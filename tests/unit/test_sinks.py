@@ -242,6 +242,14 @@ def test_bolt_gives_up_after_the_bounded_number_of_tries(server):
     assert server.count("commit") == 0 and server.count("rollback") == 5
 
 
+def test_a_one_statement_batch_lost_with_its_connection_may_have_applied(server):
+    """Alone in autocommit, the statement is its own commit: a connection lost during it (the driver's
+    ServiceUnavailable) leaves its outcome unknown, where a server's answer (above) says it did not apply."""
+    server.failures = [mgclient.OperationalError("connection reset")] * 2
+    with pytest.raises(SinkError, match=r"may have been applied .* after 2 attempt\(s\), transient error"):
+        BoltSink("h", retries=2, connect=server.connect, sleep=lambda s: None).write(BATCH[:1])
+
+
 def test_bolt_does_not_retry_a_query_error(server):
     server.failures = [None, mgclient.DatabaseError("Invalid input 'SETT'")]
     sink = BoltSink("h", connect=server.connect, sleep=lambda s: pytest.fail("slept"))
