@@ -32,10 +32,9 @@ GROUP_PROTOCOLS = frozenset({"classic", "consumer"})
 # librdkafka settings a stream starts from; a stream's `configs` override them.
 CONSUMER_DEFAULTS: dict[str, str | int] = {
     "auto.offset.reset": "earliest",
-    # A caught-up partition's fetch is held by the broker up to this long (default 500), and a
-    # seek waits for it: keep it short so offset changes act within tens of milliseconds
-    # (bench/offset_latency.py: 20 ms made the first message at the new offset come ~25 ms after the call).
-    "fetch.wait.max.ms": 5,
+    # A caught-up partition's fetch is held by the broker up to this long (default 500), and a seek waits for
+    # the fetch in flight: kept short so offset changes act within milliseconds (kafka/fetch_wait.py says why 3).
+    "fetch.wait.max.ms": 3,
     # Once a partition's local queue holds more than queued.min.messages (one compressed fetch
     # often does), its next fetch waits this long (default 1000): a stream catching up then
     # idles most of the time. 50 ms made catching up about 3x faster (bench/multi_stream.py).

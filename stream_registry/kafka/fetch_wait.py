@@ -1,12 +1,15 @@
 """A consumer's fetch wait, shortened while an offset change is on its way.
 
-A broker holds a caught-up partition's Fetch up to fetch.wait.max.ms (CONSUMER_DEFAULTS: 5 ms), and librdkafka
+A broker holds a caught-up partition's Fetch up to fetch.wait.max.ms (CONSUMER_DEFAULTS: 3 ms), and librdkafka
 keeps one Fetch in flight per broker: a seek waits for the fetch in flight to come back before the fetch from the
 target is sent (rdkafka_broker.c, rd_kafka_broker_consumer_serve: a new Fetch only when none is in flight). On an
-idle stream that is up to fetch.wait.max.ms per broker after the seek, the longest of them counting. A shorter
-wait for good costs CPU on both sides while the stream idles (measured on the embedded cluster, one consumer at
-the end of 6 partitions over 3 brokers: 6.0-6.6 % of a core at 5 ms, 8.4-9.9 % at 2 ms, 9.1-13.9 % at 1 ms; on a
-real cluster 1000 Fetch requests a second per broker per idle stream).
+idle stream that is up to fetch.wait.max.ms per broker after the seek, the longest of them counting (a `tasks: 2`
+stream waits for the longest of its members' too). A shorter wait for good costs CPU on both sides while the
+stream idles (bench/idle_fetch_cost.py, a stream process at the end of 6 partitions over 3 brokers, stream and
+embedded brokers together: 4.2 % of a core at 5 ms, 5.4 % at 3 ms, 6.9 % at 2 ms; on a real cluster up to
+1000 / fetch.wait.max.ms Fetch requests a second per broker per idle stream). 3 ms, not 5, because with 5 the
+fetches in flight when a call is announced (about 2 ms before its seek) still held a `tasks: 2` stream's first
+records: bench/offset_latency.py, medians in three interleaved runs on 2 cores, 9.5-11.0 ms at 5, 7.5-8.3 at 3.
 
 So the wait is short only while a change is coming: `lower()` when the host says a call is coming (before it
 resolves the call's offsets, a few ms before the seek: registry/stream/calls_coming.py), or when a change is

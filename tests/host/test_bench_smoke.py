@@ -213,3 +213,13 @@ def test_multi_stream_steady_rate_times_each_stream_between_its_own_commits():
     for late in (0.05, 0.2, 0.45):
         looks = [(i * 0.02, [committed(i * 0.02, 0.0), committed(i * 0.02, late)]) for i in range(200)]
         assert steady_rate(looks, count) == pytest.approx(2 * rate, rel=0.02), late
+
+
+def test_idle_fetch_cost_bench_prints_each_wait_and_the_ratio():
+    """An idle stream's CPU at each fetch.wait.max.ms (the default added when not asked for), and the ratio."""
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "idle_fetch_cost.py"), "--waits", "5",
+                           "--seconds", "1"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"^fetch\.wait\.max\.ms=5: stream process [\d.]+% of a core", done.stdout, re.M), done.stdout
+    assert re.search(r"^fetch\.wait\.max\.ms=3 \(default\): ", done.stdout, re.M), done.stdout
+    assert re.search(r"^ratio: [\d.]+ ", done.stdout, re.M), done.stdout

@@ -10,10 +10,13 @@ from confluent_kafka import Consumer
 from stream_helpers import FAST_REJOIN, by_partition, wait_until
 
 from stream_registry import ChangeStatus, StreamConfig
+from stream_registry.config import CONSUMER_DEFAULTS
 from stream_registry.kafka import fetch_wait
 from stream_registry.kafka.consumer_wake import consumer_handle
 from stream_registry.kafka.fetch_wait import HURRY_MS, FetchWait
 from stream_registry.registry.stream import worker
+
+DEFAULT_MS = int(CONSUMER_DEFAULTS["fetch.wait.max.ms"])   # a stream's fetch wait unless its configs set one
 
 
 def _running_wait_ms(consumer: Consumer) -> int | None:
@@ -74,7 +77,7 @@ def test_an_offset_change_shortens_the_fetch_wait_until_its_partitions_delivered
     sink = memory_sinks["hurried"]
     wait_until(lambda: len(sink.delivered()) >= 40, 60, what="both partitions read to their end")
     [(wait, consumer)] = made
-    assert wait.active and not wait.lowered and _running_wait_ms(consumer) == 5   # CONSUMER_DEFAULTS
+    assert wait.active and not wait.lowered and _running_wait_ms(consumer) == DEFAULT_MS
     seen = len(sink.delivered())
     changes = registry.set_offset("hurried", 15, timeout=30)
     assert {c.status for c in changes} == {ChangeStatus.APPLIED}, changes
@@ -83,4 +86,4 @@ def test_an_offset_change_shortens_the_fetch_wait_until_its_partitions_delivered
                {(topic, 0): 15, (topic, 1): 15}, 30, what="the first record at the target on each partition")
     wait_until(lambda: not wait.lowered, 30, what="the configured fetch wait back once both delivered",
                describe=lambda: (wait.lowered, _running_wait_ms(consumer)))
-    assert _running_wait_ms(consumer) == 5
+    assert _running_wait_ms(consumer) == DEFAULT_MS
