@@ -50,7 +50,10 @@ threads look as good as two processes.
 Prints every run, each variant's best steady aggregate rate, the per-stream
 RSS, `ratio: X` (best steady two-stream aggregate / best steady one-stream
 rate) and, for comparison, `threads ratio: X` (best two-thread aggregate / the
-same one-stream rate). Floor: ratio >= 1.6 on 2 cores.
+same one-stream rate), and what bounds the ratio: in the one-stream run, the CPU a message cost the stream's
+poll thread (all its Python, holding the GIL: one stream's rate is at most one over it) and its librdkafka
+threads beside it (fetching, zstd, parsing); two such streams on C cores reach at most C / (both) messages a
+second, C x poll / (poll + librdkafka) times one. Floor: ratio >= 1.6 on 2 cores.
 """
 from __future__ import annotations
 
@@ -71,7 +74,7 @@ sys.path.insert(0, str(ROOT))
 import psutil  # noqa: E402
 from bench_data import check_topic, produce  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-from process_cpu import cpu_of, rdkafka_cpu_of  # noqa: E402
+from process_cpu import cpu_of, thread_cpu_of  # noqa: E402
 
 from mgstreams.embedded_kafka import EmbeddedKafka  # noqa: E402
 from mgstreams.host_process import HostProcess  # noqa: E402
@@ -104,6 +107,7 @@ class Tracked:
     rss_max: int = 0
     cpu_s: float | None = None     # the stream process's CPU when it finished
     rdkafka_s: float | None = None   # ... of which librdkafka's threads (fetching, decompressing, parsing)
+    poll_s: float | None = None      # ... and its busiest other thread: the poll thread, all its Python
     watcher: Consumer | None = None
     tps: list = field(default_factory=list)
 
@@ -197,7 +201,8 @@ def run_variant(driver: Driver, streams: list[Tracked], bootstrap: str, partitio
                     s.elapsed = time.perf_counter() - started
                     sample(driver, s)          # at least one sample each, while it still runs
                     if driver.per_process:
-                        s.cpu_s, s.rdkafka_s = cpu_of(s.pid), rdkafka_cpu_of(s.pid)
+                        s.cpu_s, split = cpu_of(s.pid), thread_cpu_of(s.pid)
+                        s.rdkafka_s, s.poll_s = split if split is not None else (None, None)
             if all(s.elapsed is not None for s in streams):
                 bench_rss = psutil.Process().memory_info().rss   # before the streams stop
                 break
@@ -265,15 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     count, partitions = args.messages, args.partitions
     work = Path(tempfile.mkdtemp(prefix="mgstreams-bench-multi-"))
     timeout_s = max(120.0, count / 2_000)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu_count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     print(f"multi-stream: {len(TOPICS)} topics x {count:,} messages x {SIZE} B over {partitions} partitions each, "
-          f"embedded 3-broker cluster, sink {SINK}, batch {BATCH_SIZE}, transform {TRANSFORM}, {cores} cores"
+          f"embedded 3-broker cluster, sink {SINK}, batch {BATCH_SIZE}, transform {TRANSFORM}, {cpu_count} cores"
           + (f", consumer configs {configs}" if configs else ""),
           flush=True)
     rates: dict[str, list[float]] = {v: [] for v in VARIANTS}   # steady (steady_rate)
     walls: dict[str, list[float]] = {v: [] for v in VARIANTS}   # start call to the last stream's end
     cpu_us: dict[str, list[float]] = {v: [] for v in VARIANTS}   # stream processes' CPU per message
     cores: dict[str, list[float]] = {v: [] for v in VARIANTS}    # their CPU over the run's wall time
+    splits: list[tuple[float, float, float]] = []   # one-stream runs: (rate, poll thread us, librdkafka us a message)
     short: set[str] = set()   # variants with a run too short for a steady rate (its rate includes start-up)
     rss: dict[str, tuple[int, int | None]] = {}      # "one/a" -> (max bytes, pid)
     try:
@@ -342,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                         if driver.per_process and all(st.cpu_s is not None for st in streams):
                             cpu_us[variant].append(sum(st.cpu_s for st in streams) / total * 1e6)
                             cores[variant].append(sum(st.cpu_s for st in streams) / wall)
+                        if variant == "one" and streams[0].poll_s and streams[0].rdkafka_s is not None:
+                            splits.append((rates[variant][-1], streams[0].poll_s / count * 1e6,
+                                           streams[0].rdkafka_s / count * 1e6))
                         print(f"  round {round_no} {variant:<7} {shown}{' aggregate' if len(streams) > 1 else ''}"
                               f", {total / wall:10,.0f} with start-up ({wall:.2f} s)  ({each}; cpu: {cpu}; "
                               f"load {load:.2f} -> {os.getloadavg()[0]:.2f})", flush=True)
@@ -381,6 +390,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cores the stream processes got (their CPU over the run's time, start-up included; best run): one "
               f"{max(cores['one']):.2f}, two {max(cores['two']):.2f} together (on a machine with cores to spare, two "
               f"get about twice one's; their ratio bounds the two / one ratio)")
+    if splits:
+        _, poll_us, rdkafka_us = max(splits)   # the run whose rate counted
+        print(f"what bounds the ratio: one stream's poll thread spent {poll_us:.2f} us a message (the whole of its "
+              f"Python: its rate's limit), its librdkafka threads {rdkafka_us:.2f} us beside it (fetch, zstd, "
+              f"parse); two such streams on {cpu_count} cores reach at most {cpu_count} / "
+              f"{poll_us + rdkafka_us:.2f} us together, {cpu_count * poll_us / (poll_us + rdkafka_us):.2f} times "
+              f"one (less what the host, the brokers and the bench take)")
     wall_ratio = max(walls["two"]) / max(walls["one"])
     print(f"with start-up (start call to the last stream's end, process spawn and group join included): "
           f"{wall_ratio:.2f} (two / one; {count:,} messages a stream)")

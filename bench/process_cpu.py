@@ -16,12 +16,22 @@ def cpu_of(pid: int | None) -> float | None:
 def rdkafka_cpu_of(pid: int | None) -> float | None:
     """CPU seconds of the process's librdkafka threads (named rdk:*; the names from Linux /proc), None where not
     readable."""
-    total = 0.0
+    split = thread_cpu_of(pid)
+    return None if split is None else split[0]
+
+
+def thread_cpu_of(pid: int | None) -> tuple[float, float] | None:
+    """(CPU seconds of the process's librdkafka threads, of its busiest other thread: a stream's poll thread,
+    which holds the GIL for everything Python does per message), None where not readable."""
+    rdkafka, busiest = 0.0, 0.0
     try:
         for thread in psutil.Process(pid).threads():
+            used = thread.user_time + thread.system_time
             with open(f"/proc/{pid}/task/{thread.id}/comm") as comm:
                 if comm.read().startswith("rdk:"):
-                    total += thread.user_time + thread.system_time
+                    rdkafka += used
+                else:
+                    busiest = max(busiest, used)
     except (psutil.Error, OSError, TypeError, ValueError):
         return None
-    return total
+    return rdkafka, busiest

@@ -167,6 +167,9 @@ def test_multi_stream_bench_prints_ratios_and_rss():
         assert match and float(match[1]) > 0, done.stdout
     pids = {re.search(r"pid (\d+)", line)[1] for line in lines if line.startswith(("rss one/", "rss two/"))}
     assert len(pids) == 3, done.stdout     # a process of its own per stream and run
+    bound = next((line for line in lines if line.startswith("what bounds the ratio:")), "")
+    poll_us, rdkafka_us = map(float, re.findall(r"([\d.]+) us (?:a message|beside it)", bound))
+    assert poll_us > 0 and rdkafka_us >= 0, done.stdout   # the stream's own threads, read from its process
 
 
 def test_host_load_bench_prints_describe_with_and_without_waiting_calls():
