@@ -9,7 +9,7 @@ from mgclient_standin.mgclient import Server
 
 from stream_registry.errors import ConfigError, SinkError
 from stream_registry.graph import sinks
-from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, open_sink, validate_sink_uri
+from stream_registry.graph.sinks import BoltSink, CypherlSink, NullSink, Written, open_sink, validate_sink_uri
 from stream_registry.graph.transform import Statement
 
 PASSWORD = "s3cr3t-pw"
@@ -248,6 +248,28 @@ def test_a_one_statement_batch_lost_with_its_connection_may_have_applied(server)
     server.failures = [mgclient.OperationalError("connection reset")] * 2
     with pytest.raises(SinkError, match=r"may have been applied .* after 2 attempt\(s\), transient error"):
         BoltSink("h", retries=2, connect=server.connect, sleep=lambda s: None).write(BATCH[:1])
+
+
+def test_a_one_statement_batch_applied_on_a_connection_that_cannot_leave_autocommit_is_applied_once(server):
+    """The statement ran (autocommit: it is committed); the connection then refuses to go back to explicit
+    transactions. The batch is applied, not retried; that connection is dropped and the next batch connects
+    afresh."""
+    connection = mgclient.Connection
+    kept = connection.autocommit
+
+    def refuse_leaving(conn, value):
+        if conn._autocommit and not value:
+            raise mgclient.InterfaceError("bad session")
+        conn._autocommit = bool(value)
+    connection.autocommit = property(kept.fget, refuse_leaving)
+    try:
+        sink = BoltSink("h", connect=server.connect, sleep=lambda s: pytest.fail("retried"))
+        assert sink.write(BATCH[:1]) is Written.APPLIED
+    finally:
+        connection.autocommit = kept
+    assert len(server.sent(autocommit=True)) == 1, "the statement ran once"
+    assert sink.write(BATCH) is Written.APPLIED
+    assert len(server.connections) == 2, "a fresh connection after the one left in autocommit"
 
 
 def test_bolt_does_not_retry_a_query_error(server):

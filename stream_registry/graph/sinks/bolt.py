@@ -191,12 +191,17 @@ class BoltSink(Closing):
         raise AssertionError("unreachable")
 
     def _run_alone(self, conn, cursor, query: str, parameters: Mapping[str, Any]) -> None:
-        """One statement in a transaction of its own; the connection back to explicit transactions after."""
+        """One statement in a transaction of its own; the connection back to explicit transactions after (a
+        connection that cannot go back is dropped: the next call connects afresh; what ran stays run)."""
         conn.autocommit = True
         try:
             cursor.execute(query, parameters)
         finally:
-            conn.autocommit = False
+            if self._conn is conn:
+                try:
+                    conn.autocommit = False
+                except Exception:
+                    self._abandon()
 
     def _stored_in_transaction(self, cursor, streams: set[str]) -> dict[tuple[str, str, int], int]:
         stored: dict[tuple[str, str, int], int] = {}
@@ -251,19 +256,12 @@ class BoltSink(Closing):
         with self._lock:
             conn = self._connected()
             try:
-                conn.autocommit = True
-                conn.cursor().execute(query, driver_parameters(parameters or {}, 0))
+                self._run_alone(conn, conn.cursor(), query, driver_parameters(parameters or {}, 0))
             except Exception as exc:
                 if self._lost(exc):
                     self._abandon()   # a lost connection: the next call connects afresh
                 raise SinkError(f"sink {self._where()}: {query!r} failed: "
                                 f"{redact(f'{type(exc).__name__}: {exc}', secrets)}") from None
-            finally:
-                if self._conn is conn:
-                    try:
-                        conn.autocommit = False
-                    except Exception:
-                        self._abandon()
 
     def check(self) -> None:
         """Connect (TCP, the Bolt handshake, the login) and close again: what create checks before it stores a
