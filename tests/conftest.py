@@ -94,6 +94,20 @@ def _skip_without_fault_injection(kafka: KafkaCluster) -> None:
                     if broker_support.ON_TANSU else "needs the embedded cluster's fault injection")
 
 
+@pytest.fixture(autouse=True)
+def bolt_driver_left_as_found():
+    """A test (or code it made load, such as a job's transformation module) that points the Bolt sink at a
+    stand-in must put the real driver back: left replaced, every later test on the worker writes to the stand-in
+    (the real graph server tests then fail far from the cause). This test errors instead, naming it."""
+    from stream_registry.graph.sinks import bolt
+
+    found = bolt.connect_driver
+    yield
+    if bolt.connect_driver is not found:
+        bolt.connect_driver = found
+        pytest.fail(f"the Bolt sink's connect_driver was left replaced ({bolt.connect_driver!r} -> put back)")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def stream_policy(tmp_path_factory):
     """What an operator would configure for these tests, in this process and every host it starts:
