@@ -366,8 +366,7 @@ def round_trips(journal: Path, pid: int | None) -> tuple[int, int, int]:
     transactions that wrote messages (an exactly-once stream's offsets read at assignment is left out)."""
     transactions = trips = rows = 0
     if journal.exists():
-        for line in journal.read_text().splitlines():
-            entry = json.loads(line)
+        for entry in standin.journal_entries(journal):
             if entry["pid"] == pid and entry["rows"] > 1:
                 transactions, trips, rows = transactions + 1, trips + entry["round_trips"], rows + entry["rows"]
     return transactions, trips, rows

@@ -55,8 +55,8 @@ def _rows_written(journal, label: str) -> list[dict]:
     UNWIND that uses its row variable whole, as the upserts do, as one statement with its rows; others row by
     row)."""
     out = []
-    for line in journal.read_text().splitlines() if journal.exists() else []:
-        for query, params in json.loads(line)["statements"]:
+    for entry in standin.journal_entries(journal):
+        for query, params in entry["statements"]:
             if f"(n:`{label}`" in query:
                 rows = params.get("mgstreams_rows", [params])
                 out.extend({"delete": "DETACH DELETE" in query, **row} for row in rows)

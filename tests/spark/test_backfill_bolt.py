@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from configs import MERGE
-from mgclient_standin.mgclient import DatabaseError, Server
+from mgclient_standin.mgclient import DatabaseError, Server, journal_entries
 
 from mgstreams.cli.backfill import backfill as backfill_command
 from spark_bridge.bolt_load import WriterSlots, prepare_statements
@@ -241,7 +241,7 @@ JOURNAL_DRIVER = textwrap.dedent('''
 
 def overlaps(journal: Path) -> int:
     """How many transactions began while another process's transaction was open."""
-    transactions = [json.loads(line) for line in journal.read_text().splitlines()]
+    transactions = journal_entries(journal)
     return sum(any(other["pid"] != t["pid"] and other["began"] <= t["began"] < other["ended"]
                    for other in transactions) for t in transactions)
 
@@ -267,7 +267,7 @@ def test_spark_tasks_on_one_host_share_the_writer_bound(spark, kafka, tmp_path, 
                           search_dirs=(str(tmp_path),), batch_size=4, writers=writers)
         report = run_backfill(spark, job)
         assert report.records == 48 and sum(p.batches for p in report.partitions) == 12
-        events = [json.loads(line) for line in journal.read_text().splitlines()]
+        events = journal_entries(journal)
         assert sum(e["rows"] for e in events) == 48 and len({e["pid"] for e in events}) == 2
         seen[writers] = overlaps(journal)
     assert seen[1] == 0, "two transactions were open at once with --writers 1"

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from mgclient_standin.mgclient import PYTHONPATH_ENTRY
+from mgclient_standin.mgclient import PYTHONPATH_ENTRY, journal_entries
 from paths import ROOT, SUPPORT
 from stream_helpers import by_partition, delivered_from_file, wait_until
 
@@ -131,11 +131,9 @@ def start_driver(spec: dict, journal: Path, log: Path) -> subprocess.Popen:
 
 def journal_records(journal: Path) -> list[tuple[str, int, int]]:
     """Every committed record statement of the stand-in's journal (a torn last line did not commit)."""
-    if not journal.exists():
-        return []
     out = []
-    for line in journal.read_text().split("\n")[:-1]:
-        for query, parameters in json.loads(line).get("statements", ()):
+    for entry in journal_entries(journal):
+        for query, parameters in entry.get("statements", ()):
             if "offset" in parameters and "Msg" in query:
                 out.append((parameters["topic"], parameters["partition"], parameters["offset"]))
     return out
@@ -144,11 +142,10 @@ def journal_records(journal: Path) -> list[tuple[str, int, int]]:
 def journal_offsets(journal: Path, stream: str) -> dict[tuple[str, int], int]:
     """The exactly-once offsets the stand-in's database holds for `stream`, committed in journal order."""
     out: dict[tuple[str, int], int] = {}
-    if journal.exists():
-        for line in journal.read_text().split("\n")[:-1]:
-            for name, topic, partition, offset in json.loads(line).get("offsets", ()):
-                if name == stream:
-                    out[(topic, partition)] = offset
+    for entry in journal_entries(journal):
+        for name, topic, partition, offset in entry.get("offsets", ()):
+            if name == stream:
+                out[(topic, partition)] = offset
     return out
 
 

@@ -3,7 +3,6 @@ says they committed: each committed Bolt transaction is a JSON line with the wri
 test sees from outside the processes what each stream (each task) wrote."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -32,8 +31,7 @@ def transactions(journal: Path, topic: str) -> list[tuple[int, list[tuple[int, i
     """(pid, [(partition, offset), ...]) of every committed transaction with records of `topic`, in commit
     order."""
     out = []
-    for line in journal.read_text().splitlines() if journal.exists() else []:
-        entry = json.loads(line)
+    for entry in standin.journal_entries(journal):
         records = [(params["partition"], params["offset"]) for query, params in entry["statements"]
                    if query == RECORD_QUERY and params.get("topic") == topic]
         if records:

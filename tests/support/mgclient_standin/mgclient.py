@@ -12,7 +12,9 @@ Two ways to use it:
   - `MGCLIENT_STANDIN_RTT_MS`: the time each round trip costs (default 0.2);
   - `MGCLIENT_STANDIN_JOURNAL`: a file that gets one JSON line per committed transaction:
     `{"pid", "round_trips", "executes", "rows", "began", "ended"}` (the times, `time.time()`, of its first
-    statement and of its commit's answer), plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`;
+    statement and of its commit's answer), plus `"statements"` with `MGCLIENT_STANDIN_RECORD=rows`; read it
+    with `journal_entries` (whole lines only: an append in progress, or one a killed process cut short, is
+    not a commit);
   - `MGCLIENT_STANDIN_REJECT`: a statement whose parameters hold a string containing this text fails
     with DatabaseError, as Memgraph fails a whole query on one bad row (in a test's process, any predicate:
     `Server.fail_when`);
@@ -356,10 +358,12 @@ class Server:
             if self.shared:
                 line["offsets"] = [[*key, offset] for key, offset in sorted(offsets.items())]
             data = (json.dumps(line) + "\n").encode()
-            fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.journal, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)   # read: _ends_torn
             try:
                 if self.shared:
                     os.ftruncate(fd, self._read_to)     # a torn last line (a killed append) did not commit
+                elif _ends_torn(fd):
+                    data = b"\n" + data   # after a killed process's torn line: it stays a line of its own
                 written = 0
                 while written < len(data):
                     written += os.write(fd, data[written:])
@@ -520,6 +524,31 @@ class Cursor:
 
 
 SERVER = Server.from_environment()
+
+
+def _ends_torn(fd: int) -> bool:
+    """The file does not end with a whole line: an append cut short (its process killed), or one in progress in
+    another process (then the newline added before this one's line makes a blank line, which readers skip)."""
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
+
+def journal_entries(path) -> list[dict]:
+    """The journal's committed transactions, in commit order: its whole lines (a last line without its newline
+    is an append still in progress), blank lines skipped, and a torn line (an append its killed process cut
+    short: it did not commit) left out."""
+    try:
+        data = open(path, "rb").read()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in data[:data.rfind(b"\n") + 1].splitlines():
+        if line.strip():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+    return entries
 
 
 def connect(**kwargs) -> Connection:
