@@ -365,10 +365,9 @@ def round_trips(journal: Path, pid: int | None) -> tuple[int, int, int]:
     """(transactions, round trips, messages) the stand-in journaled for the stream process `pid`: the
     transactions that wrote messages (an exactly-once stream's offsets read at assignment is left out)."""
     transactions = trips = rows = 0
-    if journal.exists():
-        for entry in standin.journal_entries(journal):
-            if entry["pid"] == pid and entry["rows"] > 1:
-                transactions, trips, rows = transactions + 1, trips + entry["round_trips"], rows + entry["rows"]
+    for entry in standin.journal_entries(journal):
+        if entry["pid"] == pid and entry["rows"] > 1:
+            transactions, trips, rows = transactions + 1, trips + entry["round_trips"], rows + entry["rows"]
     return transactions, trips, rows
 
 

@@ -13,16 +13,10 @@ def cpu_of(pid: int | None) -> float | None:
         return None
 
 
-def rdkafka_cpu_of(pid: int | None) -> float | None:
-    """CPU seconds of the process's librdkafka threads (named rdk:*; the names from Linux /proc), None where not
-    readable."""
-    split = thread_cpu_of(pid)
-    return None if split is None else split[0]
-
-
 def thread_cpu_of(pid: int | None) -> tuple[float, float] | None:
-    """(CPU seconds of the process's librdkafka threads, of its busiest other thread: a stream's poll thread,
-    which holds the GIL for everything Python does per message), None where not readable."""
+    """(CPU seconds of the process's librdkafka threads (named rdk:*; the names from Linux /proc), of its busiest
+    other thread: a stream's poll thread, which holds the GIL for everything Python does per message), None where
+    not readable."""
     rdkafka, busiest = 0.0, 0.0
     try:
         for thread in psutil.Process(pid).threads():
